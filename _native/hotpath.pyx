@@ -1,0 +1,375 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Compiled hot path (built as contextsvc._native_c).
+
+Same functions, results and exceptions as contextsvc._native_py, which is the specification
+and is what the tests compare this module with. The string kernels (SSE2 on x86) live in
+jsonscan.h next to this file; this module walks the containers.
+
+Walking uses borrowed references and exact-type checks first. Only a dict subclass (whose
+items() json.dumps honours) can run Python code during a walk, so every container is held
+by a reference while it is walked.
+"""
+
+from cpython.ref cimport PyObject
+from libc.stdint cimport int64_t, INT64_MAX
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
+
+from contextsvc import _native_py
+from contextsvc._native_py import MAX_JSON_DEPTH
+
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "json_size",
+    "json_lengths",
+    "utf16_len",
+    "estimate_tokens",
+    "split_turns",
+    "select_tail",
+]
+
+cdef extern from "Python.h":
+    # Borrowed-reference views of the C API, free of Cython reference counting.
+    PyObject *cs_type "(PyObject *)Py_TYPE" (PyObject *o)
+    bint cs_is_str "PyUnicode_Check" (PyObject *o)
+    bint cs_is_int "PyLong_Check" (PyObject *o)
+    bint cs_is_float "PyFloat_Check" (PyObject *o)
+    bint cs_is_list "PyList_Check" (PyObject *o)
+    bint cs_is_tuple "PyTuple_Check" (PyObject *o)
+    bint cs_is_dict "PyDict_Check" (PyObject *o)
+    Py_ssize_t cs_list_size "PyList_GET_SIZE" (PyObject *o)
+    PyObject *cs_list_item "PyList_GET_ITEM" (PyObject *o, Py_ssize_t i)
+    Py_ssize_t cs_tuple_size "PyTuple_GET_SIZE" (PyObject *o)
+    PyObject *cs_tuple_item "PyTuple_GET_ITEM" (PyObject *o, Py_ssize_t i)
+    bint cs_dict_next "PyDict_Next" (PyObject *d, Py_ssize_t *pos, PyObject **k, PyObject **v)
+    object cs_mapping_items "PyMapping_Items" (object o)
+    object cs_sequence_fast "PySequence_Fast" (object o, const char *message)
+    Py_ssize_t cs_fast_size "PySequence_Fast_GET_SIZE" (object o)
+    PyObject **cs_fast_items "PySequence_Fast_ITEMS" (object o)
+    int cs_truth "PyObject_IsTrue" (PyObject *o) except -1
+    long long cs_as_longlong "PyLong_AsLongLongAndOverflow" (PyObject *o, int *overflow) except? -1
+    char *cs_bytes_data "PyBytes_AS_STRING" (object o)
+    char *cs_bytearray_data "PyByteArray_AS_STRING" (object o)
+
+cdef extern from "jsonscan.h":
+    ctypedef struct cs_acc:
+        Py_ssize_t u8
+        Py_ssize_t u16
+    int cs_add_str(PyObject *s, cs_acc *acc) except -1
+    Py_ssize_t cs_utf16_len(PyObject *s) except -1
+    Py_ssize_t cs_int_len(PyObject *o) except -1
+    Py_ssize_t cs_float_len(PyObject *o) except -1
+
+cdef Py_ssize_t _max_depth = MAX_JSON_DEPTH
+
+
+cdef int _depth_error() except -1:
+    raise ValueError(f"JSON nesting deeper than {MAX_JSON_DEPTH} containers")
+
+
+cdef inline void _add(cs_acc *acc, Py_ssize_t n) noexcept:
+    acc.u8 += n
+    acc.u16 += n
+
+
+cdef int _walk(PyObject *o, Py_ssize_t depth, cs_acc *acc) except -1:
+    """Adds the JSON text of o; depth = containers enclosing o."""
+    cdef PyObject *t = cs_type(o)
+    if t == <PyObject *>str:
+        return cs_add_str(o, acc)
+    if t == <PyObject *>dict:
+        return _walk_dict(o, depth + 1, acc)
+    if t == <PyObject *>list:
+        return _walk_list(o, depth + 1, acc)
+    if t == <PyObject *>int:
+        _add(acc, cs_int_len(o))
+        return 0
+    if o == <PyObject *>None or o == <PyObject *>True:
+        _add(acc, 4)
+        return 0
+    if o == <PyObject *>False:
+        _add(acc, 5)
+        return 0
+    if t == <PyObject *>float:
+        _add(acc, cs_float_len(o))
+        return 0
+    if t == <PyObject *>tuple:
+        return _walk_tuple(o, depth + 1, acc)
+    # subclasses, in json.dumps's order
+    if cs_is_str(o):
+        return cs_add_str(o, acc)
+    if cs_is_int(o):
+        _add(acc, cs_int_len(o))
+        return 0
+    if cs_is_float(o):
+        _add(acc, cs_float_len(o))
+        return 0
+    if cs_is_list(o):
+        return _walk_list(o, depth + 1, acc)
+    if cs_is_tuple(o):
+        return _walk_tuple(o, depth + 1, acc)
+    if cs_is_dict(o):
+        return _walk_items(<object>o, depth + 1, acc)
+    raise TypeError(f"Object of type {type(<object>o).__name__} is not JSON serializable")
+
+
+cdef inline int _walk_value(PyObject *o, Py_ssize_t depth, cs_acc *acc) except -1:
+    if cs_type(o) == <PyObject *>str:
+        return cs_add_str(o, acc)
+    return _walk(o, depth, acc)
+
+
+cdef int _walk_key(PyObject *k, cs_acc *acc) except -1:
+    """Adds a dict key, converted to a string as json.dumps does, quotes included."""
+    if cs_is_str(k):
+        return cs_add_str(k, acc)
+    if cs_is_float(k):
+        _add(acc, cs_float_len(k) + 2)
+    elif k == <PyObject *>True or k == <PyObject *>None:
+        _add(acc, 6)
+    elif k == <PyObject *>False:
+        _add(acc, 7)
+    elif cs_is_int(k):
+        _add(acc, cs_int_len(k) + 2)
+    else:
+        raise TypeError(
+            f"keys must be str, int, float, bool or None, not {type(<object>k).__name__}"
+        )
+    return 0
+
+
+cdef inline void _add_brackets(cs_acc *acc, Py_ssize_t items) noexcept:
+    # brackets and the commas between items
+    _add(acc, 1 + items if items else 2)
+
+
+cdef int _walk_list(PyObject *o, Py_ssize_t depth, cs_acc *acc) except -1:
+    if depth > _max_depth:
+        _depth_error()
+    cdef object hold = <object>o
+    cdef Py_ssize_t i = 0
+    while i < cs_list_size(o):  # re-read: Python code below may resize the list
+        _walk_value(cs_list_item(o, i), depth, acc)
+        i += 1
+    _add_brackets(acc, i)
+    return 0
+
+
+cdef int _walk_tuple(PyObject *o, Py_ssize_t depth, cs_acc *acc) except -1:
+    if depth > _max_depth:
+        _depth_error()
+    cdef object hold = <object>o
+    cdef Py_ssize_t i, n = cs_tuple_size(o)
+    for i in range(n):
+        _walk_value(cs_tuple_item(o, i), depth, acc)
+    _add_brackets(acc, n)
+    return 0
+
+
+cdef int _walk_dict(PyObject *o, Py_ssize_t depth, cs_acc *acc) except -1:
+    if depth > _max_depth:
+        _depth_error()
+    cdef object hold = <object>o
+    cdef Py_ssize_t pos = 0, count = 0
+    cdef PyObject *k
+    cdef PyObject *v
+    while cs_dict_next(o, &pos, &k, &v):
+        if cs_type(k) == <PyObject *>str:
+            cs_add_str(k, acc)
+        else:
+            _walk_key(k, acc)
+        _walk_value(v, depth, acc)
+        count += 1
+    _add_brackets(acc, count)
+    _add(acc, count)  # colons
+    return 0
+
+
+cdef int _walk_items(object mapping, Py_ssize_t depth, cs_acc *acc) except -1:
+    """A dict subclass: json.dumps goes through its items(), so this does too."""
+    if depth > _max_depth:
+        _depth_error()
+    cdef list items = list(cs_mapping_items(mapping))
+    cdef object pair
+    for pair in items:
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            raise ValueError("items must return 2-tuples")
+        _walk_key(cs_tuple_item(<PyObject *>pair, 0), acc)
+        _walk_value(cs_tuple_item(<PyObject *>pair, 1), depth, acc)
+    _add_brackets(acc, len(items))
+    _add(acc, len(items))
+    return 0
+
+
+def json_size(value):
+    """UTF-8 byte length of json.dumps(value, ensure_ascii=False, separators=(",", ":"))."""
+    cdef cs_acc acc
+    acc.u8 = 0
+    acc.u16 = 0
+    _walk_value(<PyObject *>value, 0, &acc)
+    return acc.u8
+
+
+def json_lengths(value):
+    """(UTF-8 bytes, UTF-16 units) of the JSON text of value, in one pass."""
+    cdef cs_acc acc
+    acc.u8 = 0
+    acc.u16 = 0
+    _walk_value(<PyObject *>value, 0, &acc)
+    return acc.u8, acc.u16
+
+
+def utf16_len(s):
+    """JavaScript's s.length: astral characters count two, everything else one."""
+    if not isinstance(s, str):
+        raise TypeError(f"utf16_len() expects str, not {type(s).__name__}")
+    return cs_utf16_len(<PyObject *>s)
+
+
+def estimate_tokens(x):
+    """max(0, Math.round(chars / 4)) with JavaScript rounding: (chars + 2) // 4."""
+    cdef Py_ssize_t n
+    cdef int overflow = 0
+    cdef long long v
+    if isinstance(x, str):
+        n = cs_utf16_len(<PyObject *>x)
+        return (n + 2) // 4
+    if isinstance(x, int) and not isinstance(x, bool):
+        v = cs_as_longlong(<PyObject *>x, &overflow)
+        if overflow == 0:
+            if v < 0:
+                raise ValueError(f"estimate_tokens() needs a non-negative count, got {v}")
+            return (v + 2) // 4
+        return _native_py.estimate_tokens(x)
+    raise TypeError(f"estimate_tokens() expects str or int, not {type(x).__name__}")
+
+
+def split_turns(starts):
+    """Indices of the truthy entries of starts (one entry per message, truthy = starts a turn)."""
+    cdef list out = []
+    cdef const unsigned char *p
+    cdef Py_ssize_t i, n
+    cdef PyObject **items
+    cdef PyObject *item
+    cdef object fast
+    if isinstance(starts, bytes) or isinstance(starts, bytearray):
+        n = len(starts)
+        if isinstance(starts, bytes):
+            p = <const unsigned char *>cs_bytes_data(starts)
+        else:
+            p = <const unsigned char *>cs_bytearray_data(starts)
+        for i in range(n):
+            if p[i]:
+                out.append(i)
+        return out
+    if isinstance(starts, str):
+        raise TypeError("split_turns() expects a sequence of flags, not str")
+    fast = cs_sequence_fast(starts, "split_turns() expects a sequence of flags")
+    n = cs_fast_size(fast)
+    items = cs_fast_items(fast)
+    for i in range(n):
+        item = items[i]
+        if item == <PyObject *>True:
+            out.append(i)
+        elif item == <PyObject *>False:
+            continue
+        elif cs_truth(item):
+            out.append(i)
+    return out
+
+
+cdef int _read_counts(object seq, int64_t *out, Py_ssize_t n, bint check_sign) except -1:
+    """Copies n ints (via __index__) into out; 1 when one does not fit int64, else 0."""
+    cdef PyObject **items = cs_fast_items(seq)
+    cdef Py_ssize_t i
+    cdef int overflow
+    cdef long long v
+    for i in range(n):
+        overflow = 0
+        v = cs_as_longlong(items[i], &overflow)
+        if overflow > 0:
+            return 1
+        if overflow < 0 or (check_sign and v < 0):
+            if check_sign:
+                raise ValueError(f"size must be >= 0, got {<object>items[i]}")
+            return 1
+        out[i] = v
+    return 0
+
+
+def select_tail(starts, sizes, tail_turns, budget):
+    """First message index of the kept tail, or -1 when nothing is kept (see _native_py)."""
+    cdef long long tt, bud
+    cdef Py_ssize_t n, t, k, first, s, e, i, j, prev
+    cdef int64_t *buf = NULL
+    cdef int64_t *sz
+    cdef int64_t *st
+    cdef int64_t total, remaining, size, suffix
+    cdef Py_ssize_t kept = -1
+    cdef int overflow = 0
+    tail_turns = _native_py._non_negative("tail_turns", tail_turns)
+    budget = _native_py._non_negative("budget", budget)
+    cdef object fsizes = cs_sequence_fast(sizes, "sizes must be a sequence of ints")
+    cdef object fstarts
+    n = cs_fast_size(fsizes)
+    buf = <int64_t *>PyMem_Malloc((n + 1) * sizeof(int64_t))
+    if buf == NULL:
+        raise MemoryError()
+    try:
+        sz = buf
+        if _read_counts(fsizes, sz, n, True):
+            return _native_py.select_tail(starts, sizes, tail_turns, budget)
+        total = 0
+        for i in range(n):
+            if sz[i] > INT64_MAX - total:  # sums could overflow: leave it to Python ints
+                return _native_py.select_tail(starts, sizes, tail_turns, budget)
+            total += sz[i]
+        fstarts = cs_sequence_fast(starts, "starts must be a sequence of ints")
+        t = cs_fast_size(fstarts)
+        st = <int64_t *>PyMem_Malloc((t + 1) * sizeof(int64_t))
+        if st == NULL:
+            raise MemoryError()
+        try:
+            overflow = _read_counts(fstarts, st, t, False)
+            prev = -1
+            for k in range(t):
+                if overflow or not (prev < st[k] < n):
+                    # reports the offending value exactly as the Python version does
+                    return _native_py.select_tail(starts, sizes, tail_turns, budget)
+                prev = <Py_ssize_t>st[k]
+            tt = tail_turns if tail_turns < t else t
+            if budget > total:
+                # every turn fits whatever the excess: total + 1 decides alike
+                if total == INT64_MAX:
+                    return _native_py.select_tail(starts, sizes, tail_turns, budget)
+                bud = total + 1
+            else:
+                bud = budget
+            remaining = bud
+            first = t - tt
+            k = t - 1
+            while k >= first:
+                if remaining <= 0:
+                    break
+                s = <Py_ssize_t>st[k]
+                e = <Py_ssize_t>st[k + 1] if k + 1 < t else n
+                size = 0
+                for i in range(s, e):
+                    size += sz[i]
+                if size <= remaining:
+                    remaining -= size
+                    kept = s
+                    k -= 1
+                    continue
+                j = e
+                suffix = 0
+                while j - 1 > s and suffix + sz[j - 1] <= remaining:
+                    j -= 1
+                    suffix += sz[j]
+                if j < e:
+                    kept = j
+                break
+            return kept
+        finally:
+            PyMem_Free(st)
+    finally:
+        PyMem_Free(buf)

@@ -1,0 +1,497 @@
+/*
+ * jsonscan.h - measuring kernels for contextsvc._native_c (included by hotpath.pyx).
+ *
+ * They compute how long the JSON text of a Python str, int or float is, in UTF-8 bytes and in
+ * UTF-16 code units, without producing it. JSON text follows json.dumps(ensure_ascii=False)
+ * except that a lone surrogate is written as its 6-character \udXXX escape. The rules:
+ *
+ *   '"' '\\' and \b \f \n \r \t       2 characters  ("\n")
+ *   other code points < 0x20          6 characters  ("\u001f"); 0x7f is not escaped
+ *   other code points < 0x80          1 byte,  1 unit
+ *   < 0x800                           2 bytes, 1 unit
+ *   0xD800..0xDFFF (lone surrogate)   6 bytes, 6 units (its escape)
+ *   other < 0x10000                   3 bytes, 1 unit
+ *   >= 0x10000                        4 bytes, 2 units
+ *
+ * A string is measured as its length plus "extras": esc (what escaping adds, the same in bytes
+ * and units), x8 (the extra UTF-8 bytes of non-ASCII code points) and x16 (the extra UTF-16
+ * units: astral code points and surrogate escapes). On x86 the loops use SSE2 (16 bytes per
+ * step); elsewhere, or with CONTEXTSVC_NO_SIMD defined, portable code (8-byte SWAR skipping for
+ * 1-byte strings) computes the same numbers.
+ */
+#ifndef CONTEXTSVC_JSONSCAN_H
+#define CONTEXTSVC_JSONSCAN_H
+
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#if !defined(CONTEXTSVC_NO_SIMD) && \
+    (defined(__SSE2__) || defined(_M_X64) || (defined(_M_IX86_FP) && _M_IX86_FP >= 2))
+#include <emmintrin.h>
+#define CS_SSE2 1
+#else
+#define CS_SSE2 0
+#endif
+
+/* Running totals of a measurement: UTF-8 bytes and UTF-16 units. */
+typedef struct {
+    Py_ssize_t u8;
+    Py_ssize_t u16;
+} cs_acc;
+
+/* What escaping adds to a code point < 0x100 (0 for the Latin-1 upper half). */
+static const unsigned char cs_esc_extra[256] = {
+    5, 5, 5, 5, 5, 5, 5, 5, 1, 1, 1, 5, 1, 1, 5, 5, /* 0x00: \b \t \n \f \r are short */
+    5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, /* 0x10 */
+    0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x20: '"' */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x30 */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x40 */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, /* 0x50: '\\' */
+};
+
+static inline int cs_popcount(unsigned int x)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    return __builtin_popcount(x);
+#else
+    int n = 0;
+    for (; x; x &= x - 1)
+        n++;
+    return n;
+#endif
+}
+
+/* One code point of a 2- or 4-byte string (the scalar rule, used for tails and fallbacks). */
+static inline void cs_wide_unit(Py_UCS4 c, Py_ssize_t *esc, Py_ssize_t *x8, Py_ssize_t *x16)
+{
+    if (c < 0x80) {
+        *esc += cs_esc_extra[c];
+    } else if (c < 0x800) {
+        *x8 += 1;
+    } else if (c < 0x10000) {
+        if ((c & 0xF800) == 0xD800) {
+            *x8 += 5;
+            *x16 += 5;
+        } else {
+            *x8 += 2;
+        }
+    } else {
+        *x8 += 3;
+        *x16 += 1;
+    }
+}
+
+#if CS_SSE2
+
+/* Sum of the 16 unsigned bytes of v. */
+static inline Py_ssize_t cs_hsum_u8(__m128i v)
+{
+    __m128i s = _mm_sad_epu8(v, _mm_setzero_si128());
+    return (Py_ssize_t)_mm_cvtsi128_si32(s) + (Py_ssize_t)_mm_extract_epi16(s, 4);
+}
+
+/* Sum of the 4 int32 lanes of v. */
+static inline Py_ssize_t cs_hsum_i32(__m128i v)
+{
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0x4E));
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0xB1));
+    return (Py_ssize_t)_mm_cvtsi128_si32(v);
+}
+
+/* Sum of the 8 int16 lanes of v (each < 32768). */
+static inline Py_ssize_t cs_hsum_i16(__m128i v)
+{
+    return cs_hsum_i32(_mm_madd_epi16(v, _mm_set1_epi16(1)));
+}
+
+/* 16 zero bytes then 16 0xff bytes: loading at offset r keeps the last r lanes. */
+static const unsigned char cs_tail_mask[32] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+};
+
+/*
+ * Classify 16 bytes: *esc = lanes that need escaping, *lng = lanes whose escape is the
+ * 6-byte \u00XX form. `ctrl` (bytes < 0x20) is computed by the caller: a signed compare for
+ * ASCII data, an unsigned one for Latin-1. Bytes 8..13 are found as (b + 0x78) < -122 in
+ * signed arithmetic (they land on -128..-123; no other byte does); of those only 11 is long.
+ */
+static inline void cs_classify8(__m128i v, __m128i ctrl, __m128i *esc, __m128i *lng)
+{
+    const __m128i quote = _mm_set1_epi8('"');
+    const __m128i bslash = _mm_set1_epi8('\\');
+    const __m128i shift = _mm_set1_epi8(0x78);
+    const __m128i limit = _mm_set1_epi8((char)-122);
+    const __m128i vtab = _mm_set1_epi8(0x0b);
+    __m128i shorts = _mm_cmplt_epi8(_mm_add_epi8(v, shift), limit);
+    *esc = _mm_or_si128(ctrl, _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)));
+    *lng = _mm_or_si128(_mm_andnot_si128(shorts, ctrl), _mm_cmpeq_epi8(v, vtab));
+}
+
+/* Escape extras of an ASCII buffer, n >= 16. */
+static Py_ssize_t cs_ascii_extra(const unsigned char *p, Py_ssize_t n)
+{
+    const __m128i space = _mm_set1_epi8(0x20);
+    const unsigned char *end = p + n;
+    Py_ssize_t total = 0;
+    while (end - p >= 16) {
+        /* byte counters: at most 1 per step each, so flush before 255 steps */
+        Py_ssize_t steps = (end - p) >> 4;
+        __m128i acc_e = _mm_setzero_si128(), acc_l = _mm_setzero_si128();
+        if (steps > 255)
+            steps = 255;
+        for (; steps; steps--, p += 16) {
+            __m128i v = _mm_loadu_si128((const __m128i *)p), esc, lng;
+            cs_classify8(v, _mm_cmplt_epi8(v, space), &esc, &lng);
+            acc_e = _mm_sub_epi8(acc_e, esc);
+            acc_l = _mm_sub_epi8(acc_l, lng);
+        }
+        total += cs_hsum_u8(acc_e) + 4 * cs_hsum_u8(acc_l);
+    }
+    if (p < end) { /* the last 16 bytes, keeping only the lanes not yet counted */
+        Py_ssize_t r = end - p;
+        __m128i v = _mm_loadu_si128((const __m128i *)(end - 16)), esc, lng;
+        __m128i keep = _mm_loadu_si128((const __m128i *)(cs_tail_mask + r));
+        cs_classify8(v, _mm_cmplt_epi8(v, space), &esc, &lng);
+        total += cs_popcount((unsigned)_mm_movemask_epi8(_mm_and_si128(esc, keep)));
+        total += 4 * cs_popcount((unsigned)_mm_movemask_epi8(_mm_and_si128(lng, keep)));
+    }
+    return total;
+}
+
+/* Escape extras and non-ASCII byte count of a Latin-1 buffer, n >= 16. */
+static void cs_latin1_extra(const unsigned char *p, Py_ssize_t n, Py_ssize_t *esc_out,
+                            Py_ssize_t *hi_out)
+{
+    const __m128i c1f = _mm_set1_epi8(0x1f);
+    const __m128i zero = _mm_setzero_si128();
+    const unsigned char *end = p + n;
+    Py_ssize_t esc_total = 0, hi_total = 0;
+    while (end - p >= 16) {
+        Py_ssize_t steps = (end - p) >> 4;
+        __m128i acc_e = zero, acc_l = zero, acc_h = zero;
+        if (steps > 255)
+            steps = 255;
+        for (; steps; steps--, p += 16) {
+            __m128i v = _mm_loadu_si128((const __m128i *)p), esc, lng;
+            __m128i ctrl = _mm_cmpeq_epi8(_mm_min_epu8(v, c1f), v);
+            cs_classify8(v, ctrl, &esc, &lng);
+            acc_e = _mm_sub_epi8(acc_e, esc);
+            acc_l = _mm_sub_epi8(acc_l, lng);
+            acc_h = _mm_sub_epi8(acc_h, _mm_cmplt_epi8(v, zero));
+        }
+        esc_total += cs_hsum_u8(acc_e) + 4 * cs_hsum_u8(acc_l);
+        hi_total += cs_hsum_u8(acc_h);
+    }
+    if (p < end) {
+        Py_ssize_t r = end - p;
+        __m128i v = _mm_loadu_si128((const __m128i *)(end - 16)), esc, lng;
+        __m128i keep = _mm_loadu_si128((const __m128i *)(cs_tail_mask + r));
+        cs_classify8(v, _mm_cmpeq_epi8(_mm_min_epu8(v, c1f), v), &esc, &lng);
+        esc_total += cs_popcount((unsigned)_mm_movemask_epi8(_mm_and_si128(esc, keep)));
+        esc_total += 4 * cs_popcount((unsigned)_mm_movemask_epi8(_mm_and_si128(lng, keep)));
+        hi_total += cs_popcount((unsigned)(_mm_movemask_epi8(v) & _mm_movemask_epi8(keep)));
+    }
+    *esc_out = esc_total;
+    *hi_out = hi_total;
+}
+
+/*
+ * UCS-2 buffer, 8 code units per step. SSE2 has no unsigned 16-bit compare, so "u <= k" is
+ * "saturating u - k == 0". Per unit: x8 = 2 - [u <= 0x7f] - [u <= 0x7ff] (+3 for a surrogate,
+ * whose escape is 6 bytes), x16 = 5 per surrogate.
+ */
+static void cs_ucs2_extra(const Py_UCS2 *p, Py_ssize_t n, Py_ssize_t *esc_out, Py_ssize_t *x8_out,
+                          Py_ssize_t *x16_out)
+{
+    const __m128i zero = _mm_setzero_si128();
+    const __m128i c1f = _mm_set1_epi16(0x1f), c7f = _mm_set1_epi16(0x7f);
+    const __m128i c7ff = _mm_set1_epi16(0x7ff), five = _mm_set1_epi16(5);
+    const __m128i eight = _mm_set1_epi16(8), vtab = _mm_set1_epi16(0x0b);
+    const __m128i quote = _mm_set1_epi16('"'), bslash = _mm_set1_epi16('\\');
+    const __m128i smask = _mm_set1_epi16((short)0xF800), sval = _mm_set1_epi16((short)0xD800);
+    const Py_UCS2 *end = p + n;
+    Py_ssize_t esc = 0, x8 = 0, x16 = 0;
+    while (end - p >= 8) {
+        /* 16-bit counters: at most 2 per step, flushed well before 32768 */
+        Py_ssize_t steps = (end - p) >> 3, done;
+        __m128i acc_a = zero, acc_e = zero, acc_l = zero, acc_s = zero;
+        if (steps > 4096)
+            steps = 4096;
+        done = steps;
+        for (; steps; steps--, p += 8) {
+            __m128i v = _mm_loadu_si128((const __m128i *)p);
+            __m128i ctrl = _mm_cmpeq_epi16(_mm_subs_epu16(v, c1f), zero);
+            __m128i shorts = _mm_cmpeq_epi16(_mm_subs_epu16(_mm_sub_epi16(v, eight), five), zero);
+            __m128i e = _mm_or_si128(ctrl, _mm_or_si128(_mm_cmpeq_epi16(v, quote),
+                                                        _mm_cmpeq_epi16(v, bslash)));
+            __m128i l = _mm_or_si128(_mm_andnot_si128(shorts, ctrl), _mm_cmpeq_epi16(v, vtab));
+            __m128i a1 = _mm_cmpeq_epi16(_mm_subs_epu16(v, c7f), zero);
+            __m128i a2 = _mm_cmpeq_epi16(_mm_subs_epu16(v, c7ff), zero);
+            __m128i s = _mm_cmpeq_epi16(_mm_and_si128(v, smask), sval);
+            acc_e = _mm_sub_epi16(acc_e, e);
+            acc_l = _mm_sub_epi16(acc_l, l);
+            acc_a = _mm_sub_epi16(_mm_sub_epi16(acc_a, a1), a2);
+            acc_s = _mm_sub_epi16(acc_s, s);
+        }
+        {
+            Py_ssize_t surrogates = cs_hsum_i16(acc_s);
+            esc += cs_hsum_i16(acc_e) + 4 * cs_hsum_i16(acc_l);
+            x8 += 16 * done - cs_hsum_i16(acc_a) + 3 * surrogates;
+            x16 += 5 * surrogates;
+        }
+    }
+    for (; p < end; p++)
+        cs_wide_unit(*p, &esc, &x8, &x16);
+    *esc_out = esc;
+    *x8_out = x8;
+    *x16_out = x16;
+}
+
+/* UCS-4 buffer, 4 code points per step (values <= 0x10FFFF, so signed compares work). */
+static void cs_ucs4_extra(const Py_UCS4 *p, Py_ssize_t n, Py_ssize_t *esc_out, Py_ssize_t *x8_out,
+                          Py_ssize_t *x16_out)
+{
+    const __m128i zero = _mm_setzero_si128();
+    const __m128i c20 = _mm_set1_epi32(0x20), c7 = _mm_set1_epi32(7), c14 = _mm_set1_epi32(14);
+    const __m128i c7f = _mm_set1_epi32(0x7f), c7ff = _mm_set1_epi32(0x7ff);
+    const __m128i cffff = _mm_set1_epi32(0xffff), vtab = _mm_set1_epi32(0x0b);
+    const __m128i quote = _mm_set1_epi32('"'), bslash = _mm_set1_epi32('\\');
+    const __m128i smask = _mm_set1_epi32((int)0xFFFFF800), sval = _mm_set1_epi32(0xD800);
+    const Py_UCS4 *end = p + n;
+    Py_ssize_t esc = 0, x8 = 0, x16 = 0;
+    while (end - p >= 4) {
+        Py_ssize_t steps = (end - p) >> 2;
+        __m128i acc_h = zero, acc_e = zero, acc_l = zero, acc_s = zero, acc_x = zero;
+        if (steps > (1 << 20))
+            steps = 1 << 20;
+        for (; steps; steps--, p += 4) {
+            __m128i v = _mm_loadu_si128((const __m128i *)p);
+            __m128i ctrl = _mm_cmplt_epi32(v, c20);
+            __m128i shorts = _mm_and_si128(_mm_cmpgt_epi32(v, c7), _mm_cmplt_epi32(v, c14));
+            __m128i e = _mm_or_si128(ctrl, _mm_or_si128(_mm_cmpeq_epi32(v, quote),
+                                                        _mm_cmpeq_epi32(v, bslash)));
+            __m128i l = _mm_or_si128(_mm_andnot_si128(shorts, ctrl), _mm_cmpeq_epi32(v, vtab));
+            __m128i astral = _mm_cmpgt_epi32(v, cffff);
+            __m128i h = _mm_add_epi32(_mm_cmpgt_epi32(v, c7f), _mm_cmpgt_epi32(v, c7ff));
+            __m128i s = _mm_cmpeq_epi32(_mm_and_si128(v, smask), sval);
+            acc_e = _mm_sub_epi32(acc_e, e);
+            acc_l = _mm_sub_epi32(acc_l, l);
+            acc_h = _mm_sub_epi32(_mm_sub_epi32(acc_h, h), astral);
+            acc_s = _mm_sub_epi32(acc_s, s);
+            acc_x = _mm_sub_epi32(acc_x, astral);
+        }
+        {
+            Py_ssize_t surrogates = cs_hsum_i32(acc_s);
+            esc += cs_hsum_i32(acc_e) + 4 * cs_hsum_i32(acc_l);
+            x8 += cs_hsum_i32(acc_h) + 3 * surrogates;
+            x16 += cs_hsum_i32(acc_x) + 5 * surrogates;
+        }
+    }
+    for (; p < end; p++)
+        cs_wide_unit(*p, &esc, &x8, &x16);
+    *esc_out = esc;
+    *x8_out = x8;
+    *x16_out = x16;
+}
+
+#else /* portable versions */
+
+#define CS_ONES UINT64_C(0x0101010101010101)
+#define CS_HIGHS UINT64_C(0x8080808080808080)
+
+/* Nonzero iff some byte of w is < 0x20, '"', '\\' or >= 0x80 (exact as a yes/no test). */
+static inline uint64_t cs_swar_special(uint64_t w)
+{
+    uint64_t q = w ^ (CS_ONES * '"'), b = w ^ (CS_ONES * '\\');
+    uint64_t lt = (w - CS_ONES * 0x20) & ~w;
+    uint64_t zq = (q - CS_ONES) & ~q, zb = (b - CS_ONES) & ~b;
+    return (w | lt | zq | zb) & CS_HIGHS;
+}
+
+static void cs_latin1_extra(const unsigned char *p, Py_ssize_t n, Py_ssize_t *esc_out,
+                            Py_ssize_t *hi_out)
+{
+    const unsigned char *end = p + n;
+    Py_ssize_t esc = 0, hi = 0;
+    for (; end - p >= 8; p += 8) {
+        uint64_t w;
+        int i;
+        memcpy(&w, p, 8);
+        if (!cs_swar_special(w))
+            continue;
+        for (i = 0; i < 8; i++) {
+            esc += cs_esc_extra[p[i]];
+            hi += p[i] >> 7;
+        }
+    }
+    for (; p < end; p++) {
+        esc += cs_esc_extra[*p];
+        hi += *p >> 7;
+    }
+    *esc_out = esc;
+    *hi_out = hi;
+}
+
+static Py_ssize_t cs_ascii_extra(const unsigned char *p, Py_ssize_t n)
+{
+    Py_ssize_t esc, hi;
+    cs_latin1_extra(p, n, &esc, &hi);
+    return esc;
+}
+
+static void cs_ucs2_extra(const Py_UCS2 *p, Py_ssize_t n, Py_ssize_t *esc_out, Py_ssize_t *x8_out,
+                          Py_ssize_t *x16_out)
+{
+    Py_ssize_t i, esc = 0, x8 = 0, x16 = 0;
+    for (i = 0; i < n; i++)
+        cs_wide_unit(p[i], &esc, &x8, &x16);
+    *esc_out = esc;
+    *x8_out = x8;
+    *x16_out = x16;
+}
+
+static void cs_ucs4_extra(const Py_UCS4 *p, Py_ssize_t n, Py_ssize_t *esc_out, Py_ssize_t *x8_out,
+                          Py_ssize_t *x16_out)
+{
+    Py_ssize_t i, esc = 0, x8 = 0, x16 = 0;
+    for (i = 0; i < n; i++)
+        cs_wide_unit(p[i], &esc, &x8, &x16);
+    *esc_out = esc;
+    *x8_out = x8;
+    *x16_out = x16;
+}
+
+#endif /* CS_SSE2 */
+
+/* Slow part of cs_add_str: every string that is not short ASCII. */
+static int cs_add_str_general(PyObject *s, cs_acc *acc)
+{
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s), esc = 0, x8 = 0, x16 = 0;
+    int kind = PyUnicode_KIND(s);
+    if (kind == PyUnicode_1BYTE_KIND) {
+        const unsigned char *p = (const unsigned char *)PyUnicode_DATA(s);
+        if (PyUnicode_IS_ASCII(s)) {
+            esc = cs_ascii_extra(p, n);
+        } else if (n >= 16) {
+            cs_latin1_extra(p, n, &esc, &x8);
+        } else {
+            Py_ssize_t i;
+            for (i = 0; i < n; i++) {
+                esc += cs_esc_extra[p[i]];
+                x8 += p[i] >> 7;
+            }
+        }
+    } else if (kind == PyUnicode_2BYTE_KIND) {
+        cs_ucs2_extra((const Py_UCS2 *)PyUnicode_DATA(s), n, &esc, &x8, &x16);
+    } else {
+        cs_ucs4_extra((const Py_UCS4 *)PyUnicode_DATA(s), n, &esc, &x8, &x16);
+    }
+    acc->u8 += n + 2 + esc + x8;
+    acc->u16 += n + 2 + esc + x16;
+    return 0;
+}
+
+/* Adds the JSON string literal of s (any str, subclasses included). Returns 0, or -1 on error. */
+static inline int cs_add_str(PyObject *s, cs_acc *acc)
+{
+    Py_ssize_t n, i, esc;
+    const unsigned char *p;
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(s) < 0)
+        return -1;
+#endif
+    n = PyUnicode_GET_LENGTH(s);
+    if (n >= 16 || !PyUnicode_IS_ASCII(s))
+        return cs_add_str_general(s, acc);
+    /* short ASCII (dict keys, tags, ids): a table walk beats any setup */
+    p = (const unsigned char *)PyUnicode_DATA(s);
+    esc = 0;
+    for (i = 0; i < n; i++)
+        esc += cs_esc_extra[p[i]];
+    acc->u8 += n + 2 + esc;
+    acc->u16 += n + 2 + esc;
+    return 0;
+}
+
+/* JavaScript's s.length. Returns -1 on error. */
+static Py_ssize_t cs_utf16_len(PyObject *s)
+{
+    Py_ssize_t n, i, astral = 0;
+    const Py_UCS4 *p;
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(s) < 0)
+        return -1;
+#endif
+    n = PyUnicode_GET_LENGTH(s);
+    if (PyUnicode_KIND(s) != PyUnicode_4BYTE_KIND)
+        return n;
+    p = (const Py_UCS4 *)PyUnicode_DATA(s);
+    for (i = 0; i < n; i++)
+        astral += p[i] > 0xFFFF;
+    return n + astral;
+}
+
+/* Decimal digits of u. */
+static inline Py_ssize_t cs_digits(unsigned long long u)
+{
+    Py_ssize_t d = 1;
+    while (u >= 10000) {
+        u /= 10000;
+        d += 4;
+    }
+    if (u >= 100)
+        d += u >= 1000 ? 3 : 2;
+    else if (u >= 10)
+        d += 1;
+    return d;
+}
+
+/* Length of int.__repr__(o) for any int (subclasses included). Returns -1 on error. */
+static Py_ssize_t cs_int_len(PyObject *o)
+{
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    PyObject *text;
+    Py_ssize_t n;
+    if (!overflow) {
+        if (v == -1 && PyErr_Occurred())
+            return -1;
+        if (v < 0)
+            return 1 + cs_digits(0ULL - (unsigned long long)v);
+        return cs_digits((unsigned long long)v);
+    }
+    /* big: let int's own repr do it (and refuse what it refuses, as json.dumps does) */
+    text = PyLong_Type.tp_repr(o);
+    if (text == NULL)
+        return -1;
+    n = PyUnicode_GET_LENGTH(text);
+    Py_DECREF(text);
+    return n;
+}
+
+/* Length of a float as json.dumps writes it: float.__repr__, or NaN / Infinity / -Infinity. */
+static Py_ssize_t cs_float_len(PyObject *o)
+{
+    double d = PyFloat_AS_DOUBLE(o);
+    char *text;
+    Py_ssize_t n;
+    if (!isfinite(d))
+        return isnan(d) ? 3 : (d > 0 ? 8 : 9);
+    /* integral and below 1e16: repr is the integer's digits then ".0" (-0.0 included) */
+    if (fabs(d) < 1e16 && d == (double)(long long)d) {
+        long long v = (long long)d;
+        return cs_digits((unsigned long long)(v < 0 ? -v : v)) + 2 + (signbit(d) ? 1 : 0);
+    }
+    text = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    if (text == NULL)
+        return -1;
+    n = (Py_ssize_t)strlen(text);
+    PyMem_Free(text);
+    return n;
+}
+
+#endif /* CONTEXTSVC_JSONSCAN_H */

@@ -1,0 +1,237 @@
+"""Pure-Python hot path: the executable specification of `contextsvc._native_c`.
+
+Both modules expose the same functions with the same results and the same exceptions;
+`contextsvc.native` picks one of them. Everything here favours being obviously right over
+being fast: the compiled module is the fast one, and the tests check it against this one.
+
+JSON text below always means
+
+    json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+with one deliberate difference: a surrogate code point (U+D800..U+DFFF) inside a str is a
+lone surrogate and is written as its six-character escape ``\\udXXX``, as JavaScript's
+JSON.stringify does (json.dumps would emit it raw, which cannot be encoded as UTF-8).
+"""
+from __future__ import annotations
+
+import operator
+import re
+
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "json_size",
+    "json_lengths",
+    "utf16_len",
+    "estimate_tokens",
+    "split_turns",
+    "select_tail",
+]
+
+# Containers nested deeper than this raise ValueError (the compiled module imports it from here).
+MAX_JSON_DEPTH = 1000
+
+# Characters JSON must escape. The short forms (\" \\ \b \f \n \r \t) are two characters;
+# the remaining control characters are written \u00XX, six characters. 0x7f is not escaped.
+_SHORT_ESCAPES = frozenset('"\\\b\f\n\r\t')
+_NEEDS_ESCAPE = re.compile('[\x00-\x1f"\\\\]')
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
+
+
+def _escape_extra(s: str) -> int:
+    """Characters (= bytes, they are ASCII) that escaping adds to s."""
+    return sum(1 if ch in _SHORT_ESCAPES else 5 for ch in _NEEDS_ESCAPE.findall(s))
+
+
+def _str_lengths(s: str) -> tuple[int, int]:
+    """(UTF-8 bytes, UTF-16 units) of the JSON string literal for s, quotes included."""
+    s = str.__str__(s)  # the str data itself, whatever a subclass overrides
+    extra = _escape_extra(s)
+    if s.isascii():
+        n = len(s) + 2 + extra
+        return n, n
+    surrogates = len(_SURROGATE.findall(s))
+    # "surrogatepass" writes each surrogate as 3 bytes; its escape \udXXX is 6.
+    utf8 = len(s.encode("utf-8", "surrogatepass")) + 3 * surrogates
+    # Astral characters are two UTF-16 units; a surrogate's escape is six.
+    utf16 = len(s) + len(_ASTRAL.findall(s)) + 5 * surrogates
+    return utf8 + 2 + extra, utf16 + 2 + extra
+
+
+def _float_text(x: float) -> str:
+    if x != x:
+        return "NaN"
+    if x == float("inf"):
+        return "Infinity"
+    if x == float("-inf"):
+        return "-Infinity"
+    return float.__repr__(x)
+
+
+def _key_text(key) -> str:
+    """A non-str dict key as json.dumps turns it into a string (checked in json's order)."""
+    if isinstance(key, float):
+        return _float_text(key)
+    if key is True:
+        return "true"
+    if key is False:
+        return "false"
+    if key is None:
+        return "null"
+    if isinstance(key, int):
+        return int.__repr__(key)
+    raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
+
+
+def _depth_error() -> ValueError:
+    return ValueError(f"JSON nesting deeper than {MAX_JSON_DEPTH} containers")
+
+
+_KEY = object()  # tags a pending dict key on the work stack
+
+
+def json_lengths(value) -> tuple[int, int]:
+    """(UTF-8 bytes, UTF-16 units) of the JSON text of value, without building it.
+
+    The walk is depth-first in document order (an explicit stack, so deep nesting is bounded
+    by MAX_JSON_DEPTH and not by Python's recursion limit), so the first unsupported value
+    met is the one json.dumps would complain about.
+    """
+    utf8 = utf16 = 0
+    stack = [(value, 0)]  # (value, depth of its enclosing container) or (_KEY, key)
+    pop, push = stack.pop, stack.append
+    while stack:
+        obj, depth = pop()
+        if obj is _KEY:
+            key = depth
+            if isinstance(key, str):
+                b, u = _str_lengths(key)
+            else:
+                b = u = len(_key_text(key)) + 2
+            utf8 += b
+            utf16 += u
+            continue
+        if obj is None or obj is True:
+            b = u = 4
+        elif obj is False:
+            b = u = 5
+        elif isinstance(obj, str):
+            b, u = _str_lengths(obj)
+        elif isinstance(obj, int):
+            b = u = len(int.__repr__(obj))
+        elif isinstance(obj, float):
+            b = u = len(_float_text(obj))
+        elif isinstance(obj, (list, tuple)):
+            if depth + 1 > MAX_JSON_DEPTH:
+                raise _depth_error()
+            items = list(list.__iter__(obj) if isinstance(obj, list) else tuple.__iter__(obj))
+            b = u = 2 + max(len(items) - 1, 0)  # brackets and commas
+            for item in reversed(items):
+                push((item, depth + 1))
+        elif isinstance(obj, dict):
+            if depth + 1 > MAX_JSON_DEPTH:
+                raise _depth_error()
+            items = list(obj.items())  # as json.dumps: a subclass's items() is honoured
+            b = u = 2 + 2 * len(items) - (1 if items else 0)  # braces, colons, commas
+            for pair in reversed(items):
+                if not (isinstance(pair, tuple) and len(pair) == 2):
+                    raise ValueError("items must return 2-tuples")
+                key, item = pair
+                push((item, depth + 1))
+                push((_KEY, key))
+        else:
+            raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+        utf8 += b
+        utf16 += u
+    return utf8, utf16
+
+
+def json_size(value) -> int:
+    """UTF-8 byte length of the JSON text of value, without building it."""
+    return json_lengths(value)[0]
+
+
+def utf16_len(s: str) -> int:
+    """JavaScript's s.length: astral characters count two, everything else one."""
+    if not isinstance(s, str):
+        raise TypeError(f"utf16_len() expects str, not {type(s).__name__}")
+    s = str.__str__(s)
+    if s.isascii():
+        return len(s)
+    return len(s) + len(_ASTRAL.findall(s))
+
+
+def estimate_tokens(x) -> int:
+    """The reference estimate max(0, Math.round(chars / 4)), JavaScript rounding (halves up).
+
+    x is a str (chars = its UTF-16 length) or a non-negative int (the chars count itself);
+    bool is refused as a likely mistake. For n >= 0, floor(n / 4 + 1/2) == (n + 2) // 4.
+    """
+    if isinstance(x, str):
+        chars = utf16_len(x)
+    elif isinstance(x, int) and not isinstance(x, bool):
+        chars = int.__int__(x)  # the int value itself, whatever a subclass overrides
+        if chars < 0:
+            raise ValueError(f"estimate_tokens() needs a non-negative count, got {chars}")
+    else:
+        raise TypeError(f"estimate_tokens() expects str or int, not {type(x).__name__}")
+    return (chars + 2) // 4
+
+
+def split_turns(starts) -> list[int]:
+    """Indices of the truthy entries of starts (one entry per message, truthy = starts a turn)."""
+    if isinstance(starts, str):
+        raise TypeError("split_turns() expects a sequence of flags, not str")
+    return [i for i, flag in enumerate(starts) if flag]
+
+
+def _non_negative(name: str, value) -> int:
+    value = operator.index(value)
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return value
+
+
+def select_tail(starts, sizes, tail_turns, budget) -> int:
+    """First message index of the kept tail, or -1 when nothing is kept.
+
+    starts: ascending turn-start indices (split_turns output); turn k runs from starts[k] to
+    starts[k + 1] (the last one to len(sizes)). The last tail_turns turns are walked newest
+    first with `remaining = budget`: a turn that fits is kept whole and the walk goes on; a
+    turn that does not fit keeps its longest fitting suffix that excludes the turn's first
+    message (if any) and ends the walk; once remaining is <= 0 nothing more is kept.
+    """
+    tail_turns = _non_negative("tail_turns", tail_turns)
+    budget = _non_negative("budget", budget)
+    sizes = [_non_negative("size", s) for s in sizes]
+    n = len(sizes)
+    starts = [operator.index(s) for s in starts]
+    previous = -1
+    for s in starts:
+        if not previous < s < n:
+            raise ValueError(
+                f"turn starts must be ascending indices into the {n} sizes, got {s} after {previous}"
+            )
+        previous = s
+    kept = -1
+    remaining = budget
+    ends = starts[1:] + [n]
+    first = max(0, len(starts) - tail_turns)
+    for k in range(len(starts) - 1, first - 1, -1):
+        if remaining <= 0:
+            break
+        start, end = starts[k], ends[k]
+        size = sum(sizes[start:end])
+        if size <= remaining:
+            remaining -= size
+            kept = start
+            continue
+        # Suffix sums only shrink as j grows: walk back from the end while they still fit.
+        j, suffix = end, 0
+        while j - 1 > start and suffix + sizes[j - 1] <= remaining:
+            j -= 1
+            suffix += sizes[j]
+        if j < end:
+            kept = j
+        break
+    return kept

@@ -1,0 +1,87 @@
+"""The running server: gRPC with health and reflection, the metrics endpoint, graceful stop."""
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from concurrent import futures
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from . import native
+from .config import Config
+from .interceptors import ServiceInterceptor
+from .metrics import Metrics
+from .service import ContextService
+from .v1 import context_pb2 as pb
+from .v1 import context_pb2_grpc as pb_grpc
+
+log = logging.getLogger("contextsvc")
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ContextService"].full_name
+
+
+class Server:
+    """One service instance. start() binds; port and metrics_port then hold the bound ports."""
+
+    def __init__(self, cfg: Config, metrics_enabled: bool = True):
+        self.cfg = cfg
+        self.metrics = Metrics() if metrics_enabled else None
+        self.port = None
+        self.metrics_port = None
+        self._stopped = threading.Event()
+        s = cfg.server
+        self._grpc = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=s.workers, thread_name_prefix="rpc"),
+            interceptors=[ServiceInterceptor(self.metrics, f"/{SERVICE_NAME}/")],
+            options=[
+                ("grpc.max_receive_message_length", s.max_request_bytes),
+                ("grpc.max_send_message_length", s.max_response_bytes),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        pb_grpc.add_ContextServiceServicer_to_server(ContextService(cfg, self.metrics), self._grpc)
+        self._health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self._grpc)
+
+    def start(self) -> "Server":
+        s = self.cfg.server
+        self.port = self._grpc.add_insecure_port(f"{s.host}:{s.port}")
+        if self.port == 0:
+            raise OSError(f"cannot bind gRPC on {s.host}:{s.port}")
+        self._grpc.start()
+        if self.metrics is not None:
+            self.metrics_port = self.metrics.serve(s.host, s.metrics_port)
+        for name in ("", SERVICE_NAME):
+            self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        metrics = f"http://{s.host}:{self.metrics_port}/metrics" if self.metrics else "off"
+        log.info("contextsvc serving gRPC on %s:%d, metrics %s, hot path %s",
+                 s.host, self.port, metrics, native.IMPLEMENTATION)
+        return self
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stops taking work, lets in-flight calls finish within the grace period."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        self._health.enter_graceful_shutdown()
+        grace = self.cfg.server.shutdown_grace_seconds if grace is None else grace
+        self._grpc.stop(grace).wait()
+        if self.metrics is not None:
+            self.metrics.stop()
+        log.info("contextsvc stopped")
+
+    def wait(self) -> None:
+        self._grpc.wait_for_termination()
+
+    def stop_on_signals(self) -> None:
+        def handle(signum, _frame):
+            log.info("signal %d: finishing in-flight calls", signum)
+            threading.Thread(target=self.stop, daemon=True).start()
+
+        signal.signal(signal.SIGTERM, handle)
+        signal.signal(signal.SIGINT, handle)

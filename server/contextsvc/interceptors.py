@@ -1,0 +1,88 @@
+"""Cross-cutting RPC concerns, once for every method: error mapping and metrics.
+
+Core exceptions become gRPC statuses here, so servicer methods stay plain conversions. A request
+whose bytes are not a valid protobuf message gets INVALID_ARGUMENT (grpc's own handling would
+answer INTERNAL).
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from .errors import BadInput, Exhausted, NotFound, Unavailable
+
+log = logging.getLogger("contextsvc")
+
+_STATUS_FOR = (
+    (BadInput, grpc.StatusCode.INVALID_ARGUMENT),
+    (NotFound, grpc.StatusCode.NOT_FOUND),
+    (Exhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (Unavailable, grpc.StatusCode.UNAVAILABLE),
+)
+
+
+class _Undecodable:
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception):
+        self.error = error
+
+
+def _status_name(code) -> str:
+    return (code or grpc.StatusCode.OK).name
+
+
+class ServiceInterceptor(grpc.ServerInterceptor):
+    """Maps errors and records count, latency and request size per method and code."""
+
+    def __init__(self, metrics, service_prefix: str):
+        self._metrics = metrics
+        self._prefix = service_prefix  # only this service's methods; health/reflection pass
+
+    def intercept_service(self, continuation, details):
+        handler = continuation(details)
+        if handler is None or not details.method.startswith(self._prefix) or handler.unary_unary is None:
+            return handler
+        method = details.method.rsplit("/", 1)[-1]
+        metrics = self._metrics
+        deserialize = handler.request_deserializer
+        inner = handler.unary_unary
+
+        def read(data: bytes):
+            if metrics is not None:
+                metrics.request_bytes.labels(method).observe(len(data))
+            try:
+                return deserialize(data)
+            except (DecodeError, ValueError, RuntimeError) as e:
+                return _Undecodable(e)
+
+        def behavior(request, context):
+            start = time.perf_counter()
+            try:
+                if isinstance(request, _Undecodable):
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                  f"request: not a valid {method} request message ({request.error})")
+                try:
+                    return inner(request, context)
+                except Exception as e:  # noqa: BLE001 - mapped below, or re-raised
+                    for kind, code in _STATUS_FOR:
+                        if isinstance(e, kind):
+                            context.abort(code, str(e))
+                    if context.code() is not None:
+                        raise  # an abort from the servicer itself
+                    log.exception("%s failed", method)
+                    context.abort(grpc.StatusCode.INTERNAL, f"{method}: internal error ({type(e).__name__})")
+            finally:
+                if metrics is not None:
+                    code = _status_name(context.code())
+                    metrics.rpcs.labels(method, code).inc()
+                    metrics.latency.labels(method, code).observe(time.perf_counter() - start)
+
+        return grpc.unary_unary_rpc_method_handler(
+            behavior,
+            request_deserializer=read,
+            response_serializer=handler.response_serializer,
+        )

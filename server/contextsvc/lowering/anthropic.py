@@ -1,0 +1,77 @@
+"""Anthropic Messages API body (POST /v1/messages)."""
+from __future__ import annotations
+
+from .lowered import Lowered
+from .media import MediaLedger, base64_size, split_data_url
+from .neutral import MMedia, MReasoning, MText, MToolCall, MToolResult, attachment_note
+
+
+def _media(x: MMedia, ledger: MediaLedger) -> dict:
+    kind = "document" if x.mime == "application/pdf" else "image"
+    if x.data is not None:
+        source = {"type": "base64", "media_type": x.mime, "data": ledger.binary(x.data)}
+    else:
+        parsed = split_data_url(x.url)
+        if parsed:
+            mime, payload = parsed
+            source = {"type": "base64", "media_type": mime,
+                      "data": ledger.encoded(payload, base64_size(payload))}
+        elif x.url:
+            source = {"type": "url", "url": ledger.url(x.url)}
+        else:
+            return {"type": "text", "text": attachment_note(x)}
+    return {"type": kind, "source": source}
+
+
+def _block(c, ledger: MediaLedger):
+    if isinstance(c, MText):
+        return {"type": "text", "text": c.text}
+    if isinstance(c, MMedia):
+        return _media(c, ledger)
+    if isinstance(c, MReasoning):
+        if c.redacted:
+            return {"type": "redacted_thinking", "data": ledger.opaque(c.redacted)}
+        if c.signature:
+            return {"type": "thinking", "thinking": c.text, "signature": ledger.opaque(c.signature)}
+        return None  # unsigned reasoning is rejected by the API: the model never sees it again
+    if isinstance(c, MToolCall):
+        return {"type": "tool_use", "id": c.call_id, "name": c.name, "input": c.input}
+    if isinstance(c, MToolResult):
+        content = [{"type": "text", "text": c.text}] if c.text else []
+        content.extend(_media(x, ledger) for x in c.media)
+        block = {"type": "tool_result", "tool_use_id": c.call_id, "content": content}
+        if c.is_error:
+            block["is_error"] = True
+        return block
+    raise TypeError(type(c).__name__)
+
+
+def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="") -> Lowered:
+    wire = []
+    roles = []
+    for msg in messages:
+        role = "assistant" if msg.role == "assistant" else "user"
+        blocks = [b for b in (_block(c, ledger) for c in msg.content) if b is not None]
+        if not blocks:
+            continue
+        if wire and wire[-1]["role"] == role:
+            wire[-1]["content"].extend(blocks)  # the API wants alternating roles
+            ledger.claim(wire[-1])
+            continue
+        wire.append({"role": role, "content": blocks})
+        ledger.claim(wire[-1])
+        roles.append(role)
+    system_blocks = [{"type": "text", "text": s} for s in system]
+    out = {"model": model_id, "max_tokens": max_output}
+    lists = []
+    if system_blocks:
+        out["system"] = system_blocks
+        lists.append((out, "system"))
+    out["messages"] = wire
+    lists.append((out, "messages"))
+    if tools:
+        out["tools"] = [
+            {"name": t.name, "description": t.description, "input_schema": t.input_schema or {"type": "object"}}
+            for t in tools
+        ]
+    return Lowered(out, system_blocks, wire, roles, lists, (out, "max_tokens"))

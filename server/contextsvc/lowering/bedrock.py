@@ -1,0 +1,76 @@
+"""Amazon Bedrock Converse body (POST /model/{modelId}/converse; the model id is in the path)."""
+from __future__ import annotations
+
+from .lowered import Lowered
+from .media import MediaLedger, base64_size, split_data_url
+from .neutral import MMedia, MReasoning, MText, MToolCall, MToolResult, attachment_note
+
+_DOC_FORMATS = {"application/pdf": "pdf"}
+
+
+def _media(x: MMedia, ledger: MediaLedger) -> dict:
+    if x.data is not None:
+        data = ledger.binary(x.data)
+        mime = x.mime
+    else:
+        parsed = split_data_url(x.url)
+        if not parsed:  # Converse takes bytes (or S3), not web URLs
+            return {"text": attachment_note(x)}
+        mime, payload = parsed
+        data = ledger.encoded(payload, base64_size(payload))
+    if mime in _DOC_FORMATS:
+        name = (x.filename or "document").rsplit(".", 1)[0] or "document"
+        return {"document": {"format": _DOC_FORMATS[mime], "name": name, "source": {"bytes": data}}}
+    return {"image": {"format": mime.split("/", 1)[1], "source": {"bytes": data}}}
+
+
+def _block(c, ledger: MediaLedger):
+    if isinstance(c, MText):
+        return {"text": c.text}
+    if isinstance(c, MMedia):
+        return _media(c, ledger)
+    if isinstance(c, MReasoning):
+        if c.redacted:
+            return {"reasoningContent": {"redactedContent": ledger.opaque(c.redacted)}}
+        text = {"text": c.text}
+        if c.signature:
+            text["signature"] = ledger.opaque(c.signature)
+        return {"reasoningContent": {"reasoningText": text}}
+    if isinstance(c, MToolCall):
+        return {"toolUse": {"toolUseId": c.call_id, "name": c.name, "input": c.input}}
+    if isinstance(c, MToolResult):
+        content = [{"text": c.text}] if c.text else []
+        content.extend(_media(x, ledger) for x in c.media)
+        return {"toolResult": {"toolUseId": c.call_id, "content": content,
+                               "status": "error" if c.is_error else "success"}}
+    raise TypeError(type(c).__name__)
+
+
+def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="") -> Lowered:
+    wire, roles = [], []
+    for msg in messages:
+        role = "assistant" if msg.role == "assistant" else "user"
+        blocks = [_block(c, ledger) for c in msg.content]
+        if not blocks:
+            continue
+        if wire and wire[-1]["role"] == role:
+            wire[-1]["content"].extend(blocks)  # Converse wants alternating roles
+            ledger.claim(wire[-1])
+            continue
+        wire.append({"role": role, "content": blocks})
+        ledger.claim(wire[-1])
+        roles.append(role)
+    system_blocks = [{"text": s} for s in system]
+    out = {"messages": wire}
+    lists = [(out, "messages")]
+    if system_blocks:
+        out["system"] = system_blocks
+        lists.append((out, "system"))
+    out["inferenceConfig"] = {"maxTokens": max_output}
+    if tools:
+        out["toolConfig"] = {"tools": [
+            {"toolSpec": {"name": t.name, "description": t.description or t.name,
+                          "inputSchema": {"json": t.input_schema or {"type": "object"}}}}
+            for t in tools
+        ]}
+    return Lowered(out, system_blocks, wire, roles, lists, (out["inferenceConfig"], "maxTokens"))

@@ -1,0 +1,59 @@
+"""Google Gemini generateContent body (POST /v1beta/models/{model}:generateContent)."""
+from __future__ import annotations
+
+from .lowered import Lowered
+from .media import MediaLedger, base64_size, split_data_url
+from .neutral import MMedia, MText, MToolCall, MToolResult, attachment_note
+
+
+def _media(x: MMedia, ledger: MediaLedger) -> dict:
+    if x.data is not None:
+        return {"inlineData": {"mimeType": x.mime, "data": ledger.binary(x.data)}}
+    parsed = split_data_url(x.url)
+    if parsed:
+        mime, payload = parsed
+        return {"inlineData": {"mimeType": mime, "data": ledger.encoded(payload, base64_size(payload))}}
+    if x.url:
+        return {"fileData": {"mimeType": x.mime, "fileUri": ledger.url(x.url)}}
+    return {"text": attachment_note(x)}
+
+
+def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="") -> Lowered:
+    wire, roles = [], []
+    for msg in messages:
+        role = "model" if msg.role == "assistant" else "user"
+        parts, moved = [], []
+        for c in msg.content:
+            if isinstance(c, MText):
+                parts.append({"text": c.text})
+            elif isinstance(c, MMedia):
+                parts.append(_media(c, ledger))
+            elif isinstance(c, MToolCall):
+                parts.append({"functionCall": {"name": c.name, "args": c.input}})
+            elif isinstance(c, MToolResult):
+                parts.append({"functionResponse": {"name": c.name,
+                                                   "response": {"name": c.name, "content": c.text}}})
+                moved.extend(c.media)  # function responses carry text: media follows as parts
+        parts.extend(_media(x, ledger) for x in moved)
+        if not parts:
+            continue  # reasoning alone is not replayed to Gemini
+        if wire and wire[-1]["role"] == role:
+            wire[-1]["parts"].extend(parts)
+            ledger.claim(wire[-1])
+            continue
+        wire.append({"role": role, "parts": parts})
+        ledger.claim(wire[-1])
+        roles.append("assistant" if role == "model" else "user")
+    out = {"contents": wire}
+    lists = [(out, "contents")]
+    system_parts = [{"text": s} for s in system]
+    if system_parts:
+        out["systemInstruction"] = {"parts": system_parts}
+        lists.append((out["systemInstruction"], "parts"))
+    if tools:
+        out["tools"] = [{"functionDeclarations": [
+            {"name": t.name, "description": t.description, "parameters": t.input_schema or {"type": "object"}}
+            for t in tools
+        ]}]
+    out["generationConfig"] = {"maxOutputTokens": max_output}
+    return Lowered(out, system_parts, wire, roles, lists, (out["generationConfig"], "maxOutputTokens"))

@@ -1,0 +1,18 @@
+"""What a format module returns: the body and where its measured elements sit."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class Lowered:
+    body: dict
+    system: list  # system elements, in order (the estimate's "leading system messages")
+    messages: list  # non-system message elements, in order
+    roles: list  # "user" | "assistant" | "tool" per element of messages
+    lists: list = field(default_factory=list)  # (dict, key) of the body lists holding elements
+    max_output_at: tuple = ()  # (dict, key) where the output-token cap goes
+
+    def set_max_output(self, tokens: int) -> None:
+        parent, key = self.max_output_at
+        parent[key] = tokens

@@ -1,0 +1,155 @@
+"""Stored messages -> provider-neutral model messages (SPEC section 6, "Lowering")."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import model as m
+
+COMPACTED_OUTPUT = "[Old tool result content cleared]"
+INTERRUPTED_OUTPUT = "[Tool execution was interrupted]"
+COMPACTION_PROMPT = "What did we do so far?"
+ABORTED_ERROR = "MessageAbortedError"  # an interrupted message keeps what it produced
+
+
+@dataclass(slots=True)
+class MText:
+    text: str
+
+
+@dataclass(slots=True)
+class MReasoning:
+    text: str
+    signature: str = ""
+    redacted: str = ""
+
+
+@dataclass(slots=True)
+class MMedia:
+    mime: str
+    filename: str
+    data: bytes | None = None
+    url: str = ""
+
+
+@dataclass(slots=True)
+class MToolCall:
+    call_id: str
+    name: str
+    input: object
+
+
+@dataclass(slots=True)
+class MToolResult:
+    call_id: str
+    name: str
+    text: str
+    is_error: bool = False
+    media: list = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class MMessage:
+    role: str  # "user", "assistant" or "tool"
+    content: list
+    source_id: str = ""
+
+
+def attachment_note(f: m.File) -> str:
+    """The text a non-media file, or stripped media, becomes."""
+    return f"[Attached {f.mime}: {f.filename or 'file'}]"
+
+
+def _file(f: m.File):
+    if f.is_media:
+        return MMedia(f.mime, f.filename, f.data, f.url)
+    return MText(attachment_note(f))
+
+
+def _user(msg: m.Message) -> MMessage:
+    content = []
+    for part in msg.parts:
+        c = part.content
+        if isinstance(c, m.Text):
+            if not c.ignored and c.text:
+                content.append(MText(c.text))
+        elif isinstance(c, m.File):
+            content.append(_file(c))
+        elif isinstance(c, m.Compaction):
+            content.append(MText(COMPACTION_PROMPT))
+        elif isinstance(c, m.Subtask) and c.prompt:
+            content.append(MText(c.prompt))
+    return MMessage("user", content, msg.id)
+
+
+def _tool_result(t: m.Tool) -> MToolResult:
+    if t.status in (m.PENDING, m.RUNNING):
+        return MToolResult(t.call_id, t.tool, INTERRUPTED_OUTPUT, is_error=True)
+    if t.status == m.ERROR:
+        return MToolResult(t.call_id, t.tool, t.error or "error", is_error=True)
+    if t.compacted:
+        return MToolResult(t.call_id, t.tool, COMPACTED_OUTPUT)
+    media = [MMedia(a.mime, a.filename, a.data, a.url) for a in t.attachments if a.is_media]
+    return MToolResult(t.call_id, t.tool, t.output, media=media)
+
+
+def _assistant(msg: m.Message) -> list:
+    """One assistant message per step, each followed by the tool results of its calls."""
+    out = []
+    steps = [[]]
+    for part in msg.parts:
+        if isinstance(part.content, m.StepStart) and steps[-1]:
+            steps.append([])
+        steps[-1].append(part.content)
+    for step in steps:
+        content, results = [], []
+        for c in step:
+            if isinstance(c, m.Text):
+                if not c.ignored:
+                    content.append(MText(c.text))
+            elif isinstance(c, m.Reasoning):
+                content.append(MReasoning(c.text, c.signature, c.redacted_data))
+            elif isinstance(c, m.Tool):
+                content.append(MToolCall(c.call_id, c.tool, c.input))
+                results.append(_tool_result(c))
+        content = _drop_empty_text(content)
+        if content:
+            out.append(MMessage("assistant", content, msg.id))
+        if results:
+            out.append(MMessage("tool", results, msg.id))
+    return out
+
+
+def _drop_empty_text(content: list) -> list:
+    """Empty text goes, except between two signed reasoning blocks, where it stays as " "."""
+    kept = []
+    for i, c in enumerate(content):
+        if isinstance(c, MText) and not c.text:
+            before = content[i - 1] if i > 0 else None
+            after = content[i + 1] if i + 1 < len(content) else None
+            if _signed(before) and _signed(after):
+                kept.append(MText(" "))
+            continue
+        kept.append(c)
+    return kept
+
+
+def _signed(c) -> bool:
+    return isinstance(c, MReasoning) and bool(c.signature or c.redacted)
+
+
+def _has_content(msg: m.Message) -> bool:
+    return any(isinstance(p.content, (m.Text, m.Reasoning, m.Tool)) for p in msg.parts)
+
+
+def to_model_messages(messages: list) -> list:
+    out = []
+    for msg in messages:
+        if msg.role == m.USER:
+            lowered = _user(msg)
+            if lowered.content:
+                out.append(lowered)
+        else:
+            if msg.error is not None and not (msg.error.name == ABORTED_ERROR and _has_content(msg)):
+                continue
+            out.extend(_assistant(msg))
+    return out

@@ -1,0 +1,84 @@
+"""OpenAI Chat Completions body (POST /v1/chat/completions), and gateways speaking it."""
+from __future__ import annotations
+
+import json
+
+from .. import model as m
+from .lowered import Lowered
+from .media import MediaLedger, split_data_url
+from .neutral import MMedia, MText, MToolCall, MToolResult, attachment_note
+
+
+def _arguments(value) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _media(x: MMedia, ledger: MediaLedger) -> dict:
+    if x.data is not None:
+        import base64
+
+        url = f"data:{x.mime};base64,{base64.b64encode(x.data).decode('ascii')}"
+        value = ledger.encoded(url, len(x.data))
+    elif x.url:
+        parsed = split_data_url(x.url)
+        value = ledger.encoded(x.url, len(parsed[1]) * 3 // 4) if parsed else ledger.url(x.url)
+    else:
+        return {"type": "text", "text": attachment_note(x)}
+    if x.mime == "application/pdf":
+        return {"type": "file", "file": {"filename": x.filename or "file.pdf", "file_data": value}}
+    return {"type": "image_url", "image_url": {"url": value}}
+
+
+def _user_content(parts: list, ledger: MediaLedger):
+    blocks = [{"type": "text", "text": c.text} if isinstance(c, MText) else _media(c, ledger)
+              for c in parts]
+    if len(blocks) == 1 and blocks[0]["type"] == "text":
+        return blocks[0]["text"]  # a lone text goes as a plain string
+    return blocks
+
+
+def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="") -> Lowered:
+    system_msgs = [{"role": "system", "content": s} for s in system]
+    wire, roles = [], []
+    for msg in messages:
+        if msg.role == "user":
+            wire.append({"role": "user", "content": _user_content(msg.content, ledger)})
+            ledger.claim(wire[-1])
+            roles.append("user")
+        elif msg.role == "assistant":
+            text = "".join(c.text for c in msg.content if isinstance(c, MText))
+            calls = [
+                {"id": c.call_id, "type": "function",
+                 "function": {"name": c.name, "arguments": _arguments(c.input)}}
+                for c in msg.content if isinstance(c, MToolCall)
+            ]
+            if not text and not calls:
+                continue  # reasoning alone has no place in this format
+            out_msg = {"role": "assistant", "content": text or None}
+            if calls:
+                out_msg["tool_calls"] = calls
+            wire.append(out_msg)
+            roles.append("assistant")
+        else:
+            moved = []
+            for r in msg.content:
+                assert isinstance(r, MToolResult)
+                wire.append({"role": "tool", "tool_call_id": r.call_id, "content": r.text})
+                roles.append("tool")
+                moved.extend(r.media)
+            if moved:  # tool messages carry text only: media follows as a user message
+                wire.append({"role": "user", "content": [_media(x, ledger) for x in moved]})
+                ledger.claim(wire[-1])
+                roles.append("user")
+    all_msgs = system_msgs + wire
+    token_field = "max_completion_tokens" if provider == m.OPENAI else "max_tokens"
+    out = {"model": model_id, "messages": all_msgs, token_field: max_output}
+    if tools:
+        out["tools"] = [
+            {"type": "function", "function": {"name": t.name, "description": t.description,
+                                              "parameters": t.input_schema or {"type": "object"}}}
+            for t in tools
+        ]
+    if session_id and provider in (m.OPENAI, m.OPENROUTER):
+        out["prompt_cache_key"] = session_id  # routes the session to a warm cache
+    return Lowered(out, system_msgs, wire, roles, [(out, "messages")], (out, token_field))

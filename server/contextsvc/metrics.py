@@ -1,0 +1,50 @@
+"""Prometheus metrics (SPEC section 8). One registry per server, served over HTTP.
+
+Label sets are bounded: method and code come from the service definition and the gRPC status
+enum, never from request data.
+"""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+
+# Latency buckets from 0.5 ms (a small Measure) to 60 s (an LLM summary).
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
+                   10, 30, 60)
+# Request sizes from 1 KiB to the 64 MiB default limit.
+SIZE_BUCKETS = tuple(1024 * 4 ** i for i in range(9)) + (64 * 1024 * 1024,)
+
+
+class Metrics:
+    def __init__(self):
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.rpcs = Counter("contextsvc_rpcs", "RPCs handled, by method and status code.",
+                            ["method", "code"], registry=r)
+        self.latency = Histogram("contextsvc_rpc_duration_seconds",
+                                 "RPC handling time, by method and status code.",
+                                 ["method", "code"], buckets=LATENCY_BUCKETS, registry=r)
+        self.request_bytes = Histogram("contextsvc_request_bytes", "Serialized request size, by method.",
+                                       ["method"], buckets=SIZE_BUCKETS, registry=r)
+        self.measured = Counter("contextsvc_measure_requests",
+                                "Measured requests; the overflow rate is overflowed / measured.",
+                                ["provider"], registry=r)
+        self.overflowed = Counter("contextsvc_measure_overflowed",
+                                  "Measured requests whose projection reached the compaction limit.",
+                                  ["provider"], registry=r)
+        self._http = None
+
+    def serve(self, host: str, port: int) -> int:
+        """Starts the /metrics endpoint; returns the bound port (port 0 picks a free one)."""
+        self._http, _ = start_http_server(port, addr=host, registry=self.registry)
+        return self._http.server_port
+
+    def stop(self) -> None:
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
+
+    def record_measure(self, provider: str, should_compact: bool) -> None:
+        self.measured.labels(provider).inc()
+        if should_compact:
+            self.overflowed.labels(provider).inc()

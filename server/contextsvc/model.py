@@ -1,0 +1,251 @@
+"""The conversation data model as plain Python types (SPEC section 2).
+
+The core works on these; the RPC layer converts protobuf to them and back. Enum-like fields are
+short strings so the core reads like the SPEC.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Union
+
+USER = "user"
+ASSISTANT = "assistant"
+
+PENDING = "pending"
+RUNNING = "running"
+COMPLETED = "completed"
+ERROR = "error"
+
+ANTHROPIC = "anthropic"
+OPENAI = "openai"
+OPENAI_COMPATIBLE = "openai-compatible"
+BEDROCK = "bedrock"
+OPENROUTER = "openrouter"
+ALIBABA = "alibaba"
+COPILOT = "copilot"
+GEMINI = "gemini"
+PROVIDERS = (ANTHROPIC, OPENAI, OPENAI_COMPATIBLE, BEDROCK, OPENROUTER, ALIBABA, COPILOT, GEMINI)
+
+
+@dataclass(slots=True)
+class Usage:
+    input: int = 0
+    output: int = 0
+    reasoning: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    total: int = 0
+
+    def count(self) -> int:
+        """Everything the request occupied; the provider's total when the parts are all 0."""
+        parts = self.input + self.output + self.reasoning + self.cache_read + self.cache_write
+        return parts or self.total
+
+    def input_side(self) -> int:
+        return self.input + self.cache_read + self.cache_write
+
+
+@dataclass(slots=True)
+class Text:
+    text: str
+    synthetic: bool = False
+    ignored: bool = False
+
+
+@dataclass(slots=True)
+class Reasoning:
+    text: str
+    signature: str = ""
+    redacted_data: str = ""
+
+
+@dataclass(slots=True)
+class File:
+    mime: str
+    filename: str = ""
+    url: str = ""
+    data: Optional[bytes] = None
+
+    @property
+    def is_media(self) -> bool:
+        return self.mime.startswith("image/") or self.mime == "application/pdf"
+
+
+@dataclass(slots=True)
+class Tool:
+    call_id: str
+    tool: str
+    status: str
+    input: object = field(default_factory=dict)  # parsed JSON arguments
+    output: str = ""
+    error: str = ""
+    title: str = ""
+    attachments: list = field(default_factory=list)  # list[File]
+    time_start_ms: int = 0
+    time_end_ms: int = 0
+    time_compacted_ms: int = 0
+
+    @property
+    def compacted(self) -> bool:
+        return self.time_compacted_ms > 0
+
+
+@dataclass(slots=True)
+class StepStart:
+    snapshot: str = ""
+
+
+@dataclass(slots=True)
+class StepFinish:
+    reason: str = ""
+    tokens: Usage = field(default_factory=Usage)
+    cost: float = 0.0
+
+
+@dataclass(slots=True)
+class Compaction:
+    auto: bool = False
+    overflow: bool = False
+    tail_start_id: str = ""
+
+
+@dataclass(slots=True)
+class Subtask:
+    prompt: str = ""
+    description: str = ""
+    agent: str = ""
+
+
+@dataclass(slots=True)
+class Agent:
+    name: str = ""
+
+
+@dataclass(slots=True)
+class Retry:
+    attempt: int = 0
+    error: str = ""
+
+
+@dataclass(slots=True)
+class Snapshot:
+    snapshot: str = ""
+
+
+@dataclass(slots=True)
+class Patch:
+    hash: str = ""
+    files: list = field(default_factory=list)
+
+
+Content = Union[Text, Reasoning, File, Tool, StepStart, StepFinish, Compaction, Subtask, Agent,
+                Retry, Snapshot, Patch]
+
+
+@dataclass(slots=True)
+class Part:
+    id: str
+    content: Content
+
+
+@dataclass(slots=True)
+class MessageError:
+    name: str
+    message: str = ""
+
+
+@dataclass(slots=True)
+class Message:
+    id: str
+    role: str
+    parts: list  # list[Part]
+    time_created_ms: int = 0
+    time_completed_ms: int = 0
+    usage: Usage = field(default_factory=Usage)
+    model_id: str = ""
+    provider_id: str = ""
+    error: Optional[MessageError] = None
+    summary: bool = False
+    parent_id: str = ""
+    agent: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.time_completed_ms > 0
+
+    def compaction(self) -> Optional[Compaction]:
+        for part in self.parts:
+            if isinstance(part.content, Compaction):
+                return part.content
+        return None
+
+
+@dataclass(slots=True)
+class Conversation:
+    messages: list  # list[Message], strictly increasing ids
+    session_id: str = ""
+
+
+@dataclass(slots=True)
+class ModelLimits:
+    context: int = 0
+    input: int = 0
+    output: int = 0
+
+
+@dataclass(slots=True)
+class Model:
+    id: str
+    provider: str
+    limits: ModelLimits = field(default_factory=ModelLimits)
+    prompt: str = ""
+    media_in_tool_results: bool = False
+
+
+@dataclass(slots=True)
+class ToolDefinition:
+    name: str
+    description: str = ""
+    input_schema: object = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class EnvInfo:
+    working_directory: str = ""
+    is_git_repo: bool = False
+    platform: str = ""
+    date: str = ""
+    config_dir: str = ""
+    shell: str = ""
+
+
+@dataclass(slots=True)
+class Instruction:
+    path: str
+    content: str
+
+
+@dataclass(slots=True)
+class Skill:
+    name: str
+    description: str = ""
+
+
+@dataclass(slots=True)
+class SystemPrompt:
+    soul: str = ""
+    agent_prompt: str = ""
+    env: Optional[EnvInfo] = None
+    instructions: list = field(default_factory=list)  # list[Instruction]
+    skills: list = field(default_factory=list)  # list[Skill]
+
+
+@dataclass(slots=True)
+class CompactionSettings:
+    """Per-request overrides; None means "use the service config"."""
+    auto: Optional[bool] = None
+    threshold_percent: Optional[float] = None
+    reserved: Optional[int] = None
+    prune: Optional[bool] = None
+    tail_turns: Optional[int] = None
+    preserve_recent_tokens: Optional[int] = None

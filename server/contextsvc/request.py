@@ -1,0 +1,86 @@
+"""Builds a provider request from a conversation: shared by Measure and Assemble, so the bytes
+Measure reports are the bytes Assemble emits."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from . import history, model as m, native, system_prompt
+from .lowering import MediaLedger, lower, to_model_messages
+from .lowering.lowered import Lowered
+
+
+@dataclass(slots=True)
+class Built:
+    lowered: Lowered
+    ledger: MediaLedger
+    lengths: dict  # id(element) -> (utf8 bytes, utf16 units) of each system/message element
+
+    def units(self, elements: list) -> list:
+        """UTF-16 units of each element, media and opaque values counted as placeholders."""
+        saved = self.ledger.saved_by
+        return [self.lengths[id(e)][1] - saved.get(id(e), 0) for e in elements]
+
+    def body_bytes(self) -> int:
+        """Exact UTF-8 size of the body JSON, reusing the per-element walk."""
+        body = self.lowered.body
+        held = []
+        for parent, key in self.lowered.lists:
+            held.append((parent, key, parent[key]))
+            parent[key] = []
+        try:
+            total = native.json_size(body)
+        finally:
+            for parent, key, items in held:
+                parent[key] = items
+        for _, _, items in held:
+            if items:
+                total += sum(self.lengths[id(e)][0] for e in items) + len(items) - 1
+        return total
+
+    def body_json(self) -> bytes:
+        return json.dumps(self.lowered.body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def lower_request(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPrompt,
+                  prompt_dir: str, placeholders: bool = False) -> tuple[Lowered, MediaLedger]:
+    messages = to_model_messages(history.project(conv.messages))
+    ledger = MediaLedger(placeholders=placeholders)
+    lowered = lower(
+        mdl.provider,
+        model_id=mdl.id,
+        system=system_prompt.blocks(system, mdl, prompt_dir),
+        messages=messages,
+        tools=tools,
+        max_output=0,
+        ledger=ledger,
+        session_id=conv.session_id,
+    )
+    return lowered, ledger
+
+
+def build(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPrompt,
+          prompt_dir: str = "") -> Built:
+    lowered, ledger = lower_request(conv, mdl, tools, system, prompt_dir)
+    lengths = {}
+    json_lengths = native.json_lengths
+    for parent, key in lowered.lists:
+        for e in parent[key]:
+            lengths[id(e)] = json_lengths(e)
+    return Built(lowered, ledger, lengths)
+
+
+def estimate_text(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPrompt,
+                  prompt_dir: str = "") -> str:
+    """The text the estimate stands for: system and messages with placeholders, then tools."""
+    lowered, _ = lower_request(conv, mdl, tools, system, prompt_dir, placeholders=True)
+    text = json.dumps(lowered.system + lowered.messages, ensure_ascii=False, separators=(",", ":"))
+    if tools:
+        text += json.dumps(tool_schema_list(tools), ensure_ascii=False, separators=(",", ":"))
+    return text
+
+
+def tool_schema_list(tools: list) -> list:
+    """What tool definitions count as: the JSON of [{name, description, inputSchema}]."""
+    return [{"name": t.name, "description": t.description, "inputSchema": t.input_schema}
+            for t in tools]

@@ -1,0 +1,78 @@
+"""The gRPC servicer: protobuf -> core types -> core call -> protobuf. Nothing else.
+
+Errors raised by the core are mapped to statuses by interceptors.ServiceInterceptor.
+"""
+from __future__ import annotations
+
+import grpc
+
+from . import convert, measure
+from .config import Config
+from .tokens import ExactCounter
+from .v1 import context_pb2 as pb
+from .v1 import context_pb2_grpc as pb_grpc
+
+
+class ContextService(pb_grpc.ContextServiceServicer):
+    def __init__(self, cfg: Config, metrics=None, truncation=None):
+        self._cfg = cfg
+        self._metrics = metrics
+        self._exact = ExactCounter(cfg.measure.exact_encoding)
+        self._truncation = truncation
+
+    def Measure(self, request: pb.MeasureRequest, context) -> pb.MeasureResponse:
+        convert.require(request, "conversation", "model")
+        inp = measure.MeasureInput(
+            conversation=convert.conversation(request.conversation),
+            model=convert.model(request.model),
+            tools=convert.tools(request.tools),
+            system=convert.system(request.system),
+            compaction=convert.compaction_settings(request.compaction),
+            exact=request.exact,
+            configured_output_tokens=request.configured_output_tokens,
+        )
+        r = measure.measure(inp, self._cfg, self._exact)
+        if self._metrics is not None:
+            self._metrics.record_measure(inp.model.provider, r.overflow or r.should_compact)
+        return pb.MeasureResponse(
+            body_bytes=r.body_bytes,
+            estimate=convert.token_count(r.estimate),
+            normalized=convert.token_count(r.normalized),
+            raw=convert.token_count(r.raw),
+            extra=r.extra,
+            tools=r.tools,
+            tail=r.tail,
+            overhead=r.overhead,
+            exact=convert.token_count(r.exact) if r.exact else None,
+            exact_for_model=r.exact_for_model,
+            usable=r.usable,
+            limit=r.limit,
+            reported=r.reported,
+            overflow=r.overflow,
+            has_baseline=r.has_baseline,
+            projected=r.projected,
+            mid_tool_round_trip=r.mid_tool_round_trip,
+            should_compact=r.should_compact,
+            max_output_tokens=r.max_output_tokens,
+            output_tokens=r.output_tokens,
+            media_count=r.media_count,
+        )
+
+    def _unimplemented(self, context, name: str):
+        context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                      f"{name} is not available in this version of the service yet")
+
+    def Prune(self, request, context):
+        self._unimplemented(context, "Prune")
+
+    def Compact(self, request, context):
+        self._unimplemented(context, "Compact")
+
+    def Assemble(self, request, context):
+        self._unimplemented(context, "Assemble")
+
+    def TruncateToolOutput(self, request, context):
+        self._unimplemented(context, "TruncateToolOutput")
+
+    def ReadTruncated(self, request, context):
+        self._unimplemented(context, "ReadTruncated")

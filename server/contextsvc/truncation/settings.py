@@ -1,0 +1,110 @@
+"""Settings of tool-output truncation and of the store that keeps the full outputs.
+
+`TruncationSettings` holds every tunable of the subsystem; `from_mapping` builds it from a
+config-file table (for example ``[truncation]`` in TOML), rejecting unknown keys and bad
+values with a `ValueError` that names the key.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+__all__ = ["TruncationSettings", "default_directory"]
+
+_GIB = 1024 * 1024 * 1024
+
+
+def default_directory() -> str:
+    """``$XDG_CACHE_HOME/contextsvc/tool-output``, or ``~/.cache/contextsvc/tool-output``.
+
+    The XDG base-directory spec says a relative ``XDG_CACHE_HOME`` is invalid and must be
+    ignored, so only an absolute value is used.
+    """
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not base or not os.path.isabs(base):
+        base = os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "contextsvc", "tool-output")
+
+
+@dataclass(frozen=True)
+class TruncationSettings:
+    """Every constant of tool-output truncation. Values are validated on construction."""
+
+    # 2000 lines is about what a model can usefully scan in one tool result; more is noise.
+    max_lines: int = 2000
+    # 50 KiB (~12k tokens) keeps one tool result from eating a large share of the window.
+    max_bytes: int = 51200
+    # 7 days covers a long-running session being resumed later, without keeping data forever.
+    retention_seconds: float = 7 * 24 * 3600
+    # Hourly is frequent enough that expired outputs do not pile up; each run is cheap.
+    cleanup_interval_seconds: float = 3600
+    # A minute after start keeps the first scan off the start-up path of the service.
+    cleanup_first_delay_seconds: float = 60
+    # 1 GiB bounds disk use at ~20k full 50 KiB outputs; 0 disables the cap (retention only).
+    max_store_bytes: int = _GIB
+    # Same as max_lines: a default ranged read returns at most what a preview would show.
+    read_default_limit: int = 2000
+    # A temp file older than this that no live writer owns is a crash leftover (10 minutes
+    # is far longer than any write takes, so a slow writer in another process is never hit).
+    temp_grace_seconds: float = 600
+    # A cache directory: the outputs are re-creatable and may be deleted by the user at will.
+    directory: str = field(default_factory=default_directory)
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            _check(f.name, getattr(self, f.name))
+
+    @classmethod
+    def from_mapping(cls, d: Mapping[str, Any]) -> "TruncationSettings":
+        """Build settings from a config table; keys absent from ``d`` keep their defaults.
+
+        Raises ValueError naming the key for an unknown key, a value of the wrong type
+        (booleans are not accepted as numbers) or a value out of range.
+        """
+        if not isinstance(d, Mapping):
+            raise ValueError(f"truncation settings must be a table, got {type(d).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        for key in d:
+            if key not in known:
+                raise ValueError(
+                    f"unknown truncation setting {key!r} (known: {', '.join(sorted(known))})"
+                )
+        values: dict[str, Any] = {}
+        for key, value in d.items():
+            _check(key, value)
+            if key == "directory":
+                value = os.path.expanduser(value)
+            values[key] = value
+        return cls(**values)
+
+
+# name -> (accepted types, minimum, minimum is exclusive)
+_RULES: dict[str, tuple[tuple[type, ...], float | None, bool]] = {
+    "max_lines": ((int,), 0, True),
+    "max_bytes": ((int,), 0, True),
+    "retention_seconds": ((int, float), 0, True),
+    "cleanup_interval_seconds": ((int, float), 0, True),
+    "cleanup_first_delay_seconds": ((int, float), 0, False),
+    "max_store_bytes": ((int,), 0, False),
+    "read_default_limit": ((int,), 0, True),
+    "temp_grace_seconds": ((int, float), 0, False),
+    "directory": ((str,), None, False),
+}
+
+
+def _check(key: str, value: Any) -> None:
+    types, minimum, exclusive = _RULES[key]
+    names = " or ".join(t.__name__ for t in types)
+    if isinstance(value, bool) or not isinstance(value, types):
+        raise ValueError(f"truncation setting {key!r} must be {names}, got {type(value).__name__}")
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        raise ValueError(f"truncation setting {key!r} must be finite, got {value!r}")
+    if minimum is not None:
+        if exclusive and not value > minimum:
+            raise ValueError(f"truncation setting {key!r} must be > {minimum}, got {value!r}")
+        if not exclusive and not value >= minimum:
+            raise ValueError(f"truncation setting {key!r} must be >= {minimum}, got {value!r}")
+    if key == "directory" and (not value or "\0" in value):
+        raise ValueError(f"truncation setting {key!r} must be a non-empty path without NUL")
