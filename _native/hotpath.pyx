@@ -49,11 +49,16 @@ cdef extern from "Python.h":
     long long cs_as_longlong "PyLong_AsLongLongAndOverflow" (PyObject *o, int *overflow) except? -1
     char *cs_bytes_data "PyBytes_AS_STRING" (object o)
     char *cs_bytearray_data "PyByteArray_AS_STRING" (object o)
+    PyObject *cs_none "Py_None"
+    PyObject *cs_true "Py_True"
+    PyObject *cs_false "Py_False"
 
 cdef extern from "jsonscan.h":
     ctypedef struct cs_acc:
         Py_ssize_t u8
-        Py_ssize_t u16
+        Py_ssize_t d16
+        Py_ssize_t epoch
+    void CS_PREFETCH(const void *p)
     int cs_add_str(PyObject *s, cs_acc *acc) except -1
     Py_ssize_t cs_utf16_len(PyObject *s) except -1
     Py_ssize_t cs_int_len(PyObject *o) except -1
@@ -67,8 +72,7 @@ cdef int _depth_error() except -1:
 
 
 cdef inline void _add(cs_acc *acc, Py_ssize_t n) noexcept:
-    acc.u8 += n
-    acc.u16 += n
+    acc.u8 += n  # ASCII text: as many UTF-16 units as bytes
 
 
 cdef int _walk(PyObject *o, Py_ssize_t depth, cs_acc *acc) except -1:
@@ -83,10 +87,10 @@ cdef int _walk(PyObject *o, Py_ssize_t depth, cs_acc *acc) except -1:
     if t == <PyObject *>int:
         _add(acc, cs_int_len(o))
         return 0
-    if o == <PyObject *>None or o == <PyObject *>True:
+    if o == cs_none or o == cs_true:
         _add(acc, 4)
         return 0
-    if o == <PyObject *>False:
+    if o == cs_false:
         _add(acc, 5)
         return 0
     if t == <PyObject *>float:
@@ -124,9 +128,9 @@ cdef int _walk_key(PyObject *k, cs_acc *acc) except -1:
         return cs_add_str(k, acc)
     if cs_is_float(k):
         _add(acc, cs_float_len(k) + 2)
-    elif k == <PyObject *>True or k == <PyObject *>None:
+    elif k == cs_true or k == cs_none:
         _add(acc, 6)
-    elif k == <PyObject *>False:
+    elif k == cs_false:
         _add(acc, 7)
     elif cs_is_int(k):
         _add(acc, cs_int_len(k) + 2)
@@ -147,7 +151,11 @@ cdef int _walk_list(PyObject *o, Py_ssize_t depth, cs_acc *acc) except -1:
         _depth_error()
     cdef object hold = <object>o
     cdef Py_ssize_t i = 0
+    if cs_list_size(o) > 1:
+        CS_PREFETCH(cs_list_item(o, 1))
     while i < cs_list_size(o):  # re-read: Python code below may resize the list
+        if i + 2 < cs_list_size(o):
+            CS_PREFETCH(cs_list_item(o, i + 2))
         _walk_value(cs_list_item(o, i), depth, acc)
         i += 1
     _add_brackets(acc, i)
@@ -165,20 +173,44 @@ cdef int _walk_tuple(PyObject *o, Py_ssize_t depth, cs_acc *acc) except -1:
     return 0
 
 
+cdef enum:
+    BATCH = 8  # dict entries read ahead
+
+
 cdef int _walk_dict(PyObject *o, Py_ssize_t depth, cs_acc *acc) except -1:
+    """An exact dict, BATCH entries at a time so their values can be prefetched together.
+
+    A batch holds borrowed pointers; they stay valid as long as no Python code runs, which
+    only a dict subclass can cause (it bumps acc.epoch first). When that happens mid-batch the
+    rest of the batch is dropped and re-read from the dict.
+    """
     if depth > _max_depth:
         _depth_error()
     cdef object hold = <object>o
-    cdef Py_ssize_t pos = 0, count = 0
-    cdef PyObject *k
-    cdef PyObject *v
-    while cs_dict_next(o, &pos, &k, &v):
-        if cs_type(k) == <PyObject *>str:
-            cs_add_str(k, acc)
-        else:
-            _walk_key(k, acc)
-        _walk_value(v, depth, acc)
-        count += 1
+    cdef Py_ssize_t pos = 0, count = 0, m, i, epoch
+    cdef Py_ssize_t after[BATCH]
+    cdef PyObject *keys[BATCH]
+    cdef PyObject *vals[BATCH]
+    cdef bint more = True
+    while more:
+        m = 0
+        while m < BATCH and cs_dict_next(o, &pos, &keys[m], &vals[m]):
+            CS_PREFETCH(vals[m])
+            after[m] = pos
+            m += 1
+        more = m == BATCH
+        epoch = acc.epoch
+        for i in range(m):
+            if acc.epoch != epoch:
+                pos = after[i - 1]
+                more = True
+                break
+            if cs_type(keys[i]) == <PyObject *>str:
+                cs_add_str(keys[i], acc)
+            else:
+                _walk_key(keys[i], acc)
+            _walk_value(vals[i], depth, acc)
+            count += 1
     _add_brackets(acc, count)
     _add(acc, count)  # colons
     return 0
@@ -188,6 +220,7 @@ cdef int _walk_items(object mapping, Py_ssize_t depth, cs_acc *acc) except -1:
     """A dict subclass: json.dumps goes through its items(), so this does too."""
     if depth > _max_depth:
         _depth_error()
+    acc.epoch += 1  # Python code runs from here on: batches in progress are stale
     cdef list items = list(cs_mapping_items(mapping))
     cdef object pair
     for pair in items:
@@ -204,7 +237,8 @@ def json_size(value):
     """UTF-8 byte length of json.dumps(value, ensure_ascii=False, separators=(",", ":"))."""
     cdef cs_acc acc
     acc.u8 = 0
-    acc.u16 = 0
+    acc.d16 = 0
+    acc.epoch = 0
     _walk_value(<PyObject *>value, 0, &acc)
     return acc.u8
 
@@ -213,9 +247,10 @@ def json_lengths(value):
     """(UTF-8 bytes, UTF-16 units) of the JSON text of value, in one pass."""
     cdef cs_acc acc
     acc.u8 = 0
-    acc.u16 = 0
+    acc.d16 = 0
+    acc.epoch = 0
     _walk_value(<PyObject *>value, 0, &acc)
-    return acc.u8, acc.u16
+    return acc.u8, acc.u8 - acc.d16
 
 
 def utf16_len(s):
@@ -268,9 +303,9 @@ def split_turns(starts):
     items = cs_fast_items(fast)
     for i in range(n):
         item = items[i]
-        if item == <PyObject *>True:
+        if item == cs_true:
             out.append(i)
-        elif item == <PyObject *>False:
+        elif item == cs_false:
             continue
         elif cs_truth(item):
             out.append(i)

@@ -23,6 +23,7 @@
 #define CONTEXTSVC_JSONSCAN_H
 
 #include <Python.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -35,11 +36,24 @@
 #define CS_SSE2 0
 #endif
 
-/* Running totals of a measurement: UTF-8 bytes and UTF-16 units. */
+/*
+ * Running totals of a measurement: UTF-8 bytes, and UTF-8 bytes minus UTF-16 units (which only
+ * non-ASCII strings change, so the common path updates a single counter). `epoch` counts the
+ * times the walk let Python code run (see hotpath.pyx).
+ */
 typedef struct {
     Py_ssize_t u8;
-    Py_ssize_t u16;
+    Py_ssize_t d16;
+    Py_ssize_t epoch;
 } cs_acc;
+
+#if defined(__GNUC__) || defined(__clang__)
+#define CS_PREFETCH(p) __builtin_prefetch((const void *)(p))
+#elif CS_SSE2
+#define CS_PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#else
+#define CS_PREFETCH(p) ((void)0)
+#endif
 
 /* What escaping adds to a code point < 0x100 (0 for the Latin-1 upper half). */
 static const unsigned char cs_esc_extra[256] = {
@@ -51,16 +65,13 @@ static const unsigned char cs_esc_extra[256] = {
     0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, /* 0x50: '\\' */
 };
 
-static inline int cs_popcount(unsigned int x)
+/* Set bits of a 16-bit mask (no POPCNT in the x86-64 baseline). */
+static inline int cs_popcount16(unsigned int x)
 {
-#if defined(__GNUC__) || defined(__clang__)
-    return __builtin_popcount(x);
-#else
-    int n = 0;
-    for (; x; x &= x - 1)
-        n++;
-    return n;
-#endif
+    x = x - ((x >> 1) & 0x5555u);
+    x = (x & 0x3333u) + ((x >> 2) & 0x3333u);
+    x = (x + (x >> 4)) & 0x0F0Fu;
+    return (int)((x + (x >> 8)) & 0x1Fu);
 }
 
 /* One code point of a 2- or 4-byte string (the scalar rule, used for tails and fallbacks). */
@@ -156,8 +167,8 @@ static Py_ssize_t cs_ascii_extra(const unsigned char *p, Py_ssize_t n)
         __m128i v = _mm_loadu_si128((const __m128i *)(end - 16)), esc, lng;
         __m128i keep = _mm_loadu_si128((const __m128i *)(cs_tail_mask + r));
         cs_classify8(v, _mm_cmplt_epi8(v, space), &esc, &lng);
-        total += cs_popcount((unsigned)_mm_movemask_epi8(_mm_and_si128(esc, keep)));
-        total += 4 * cs_popcount((unsigned)_mm_movemask_epi8(_mm_and_si128(lng, keep)));
+        total += cs_popcount16((unsigned)_mm_movemask_epi8(_mm_and_si128(esc, keep)));
+        total += 4 * cs_popcount16((unsigned)_mm_movemask_epi8(_mm_and_si128(lng, keep)));
     }
     return total;
 }
@@ -191,9 +202,9 @@ static void cs_latin1_extra(const unsigned char *p, Py_ssize_t n, Py_ssize_t *es
         __m128i v = _mm_loadu_si128((const __m128i *)(end - 16)), esc, lng;
         __m128i keep = _mm_loadu_si128((const __m128i *)(cs_tail_mask + r));
         cs_classify8(v, _mm_cmpeq_epi8(_mm_min_epu8(v, c1f), v), &esc, &lng);
-        esc_total += cs_popcount((unsigned)_mm_movemask_epi8(_mm_and_si128(esc, keep)));
-        esc_total += 4 * cs_popcount((unsigned)_mm_movemask_epi8(_mm_and_si128(lng, keep)));
-        hi_total += cs_popcount((unsigned)(_mm_movemask_epi8(v) & _mm_movemask_epi8(keep)));
+        esc_total += cs_popcount16((unsigned)_mm_movemask_epi8(_mm_and_si128(esc, keep)));
+        esc_total += 4 * cs_popcount16((unsigned)_mm_movemask_epi8(_mm_and_si128(lng, keep)));
+        hi_total += cs_popcount16((unsigned)(_mm_movemask_epi8(v) & _mm_movemask_epi8(keep)));
     }
     *esc_out = esc_total;
     *hi_out = hi_total;
@@ -391,7 +402,7 @@ static int cs_add_str_general(PyObject *s, cs_acc *acc)
         cs_ucs4_extra((const Py_UCS4 *)PyUnicode_DATA(s), n, &esc, &x8, &x16);
     }
     acc->u8 += n + 2 + esc + x8;
-    acc->u16 += n + 2 + esc + x16;
+    acc->d16 += x8 - x16;
     return 0;
 }
 
@@ -413,7 +424,6 @@ static inline int cs_add_str(PyObject *s, cs_acc *acc)
     for (i = 0; i < n; i++)
         esc += cs_esc_extra[p[i]];
     acc->u8 += n + 2 + esc;
-    acc->u16 += n + 2 + esc;
     return 0;
 }
 
@@ -473,19 +483,49 @@ static Py_ssize_t cs_int_len(PyObject *o)
     return n;
 }
 
-/* Length of a float as json.dumps writes it: float.__repr__, or NaN / Infinity / -Infinity. */
+static const double cs_pow10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8};
+
+/*
+ * Length of a float as json.dumps writes it: float.__repr__, or NaN / Infinity / -Infinity.
+ *
+ * repr is the shortest decimal that reads back as the same double, in fixed notation for
+ * 1e-4 <= |d| < 1e16. Two fast cases avoid running dtoa:
+ *   - integral |d| < 1e16: the integer's digits then ".0" ("-0.0" included);
+ *   - |d| = m / 10^k exactly as a double for some k <= 8 with m * 10^k small: the smallest such
+ *     k is the number of decimals of repr (fewer decimals = fewer significant digits at a given
+ *     magnitude). m < 2^53 and 10^k are exact, and IEEE division is correctly rounded, so
+ *     m / 10^k == |d| is precisely "the decimal m e-k reads back as |d|". The product |d| * 10^k
+ *     is kept below 2^50 so that its rounding error cannot hide the right m from m-1..m+1.
+ * Anything else goes to PyOS_double_to_string, which float.__repr__ itself calls.
+ */
 static Py_ssize_t cs_float_len(PyObject *o)
 {
-    double d = PyFloat_AS_DOUBLE(o);
+    double d = PyFloat_AS_DOUBLE(o), a = fabs(d);
+    Py_ssize_t sign = signbit(d) ? 1 : 0;
     char *text;
     Py_ssize_t n;
     if (!isfinite(d))
         return isnan(d) ? 3 : (d > 0 ? 8 : 9);
-    /* integral and below 1e16: repr is the integer's digits then ".0" (-0.0 included) */
-    if (fabs(d) < 1e16 && d == (double)(long long)d) {
-        long long v = (long long)d;
-        return cs_digits((unsigned long long)(v < 0 ? -v : v)) + 2 + (signbit(d) ? 1 : 0);
+    if (a < 1e16 && a == (double)(long long)a)
+        return cs_digits((unsigned long long)a) + 2 + sign;
+#if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD == 0
+    if (a >= 1e-4 && a < 1e16) {
+        int k;
+        for (k = 1; k <= 8; k++) {
+            double p = cs_pow10[k], v = a * p;
+            long long m, c;
+            if (v >= 1125899906842624.0) /* 2^50 */
+                break;
+            m = (long long)(v + 0.5);
+            for (c = m - 1; c <= m + 1; c++) {
+                if (c > 0 && (double)c / p == a) {
+                    Py_ssize_t digits = cs_digits((unsigned long long)c);
+                    return sign + 1 + (digits > k ? digits : k + 1);
+                }
+            }
+        }
     }
+#endif
     text = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
     if (text == NULL)
         return -1;

@@ -70,7 +70,7 @@ def preview_of(result, direction="head") -> str:
     task_hint = build_hint(result.output_id, True)
     content = result.content
     if direction == "head":
-        head, _, _ = content.rpartition("\n\n..." )
+        head, _, _ = content.rpartition("\n\n...")
         return head
     for h in (hint, task_hint):
         if h in content:
@@ -287,6 +287,8 @@ def test_read_lines_ranges(tmp_path):
     no_trailing = store.put("a\n\nb")
     r = read_lines(store, no_trailing, 0, 10)
     assert (r.text, r.total_lines, r.eof) == ("a\n\nb", 3, True)
+    blank = store.put("\n")  # one empty line
+    assert read_lines(store, blank, 0, 10) == store_mod.ReadResult("", 1, 0, 1, True)
     empty = store.put("")
     assert read_lines(store, empty, 0, 10) == store_mod.ReadResult("", 0, 0, 0, True)
     with pytest.raises(OutputNotFound):

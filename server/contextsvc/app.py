@@ -32,6 +32,7 @@ class Server:
         self.port = None
         self.metrics_port = None
         self._stopped = threading.Event()
+        self._done = threading.Event()
         s = cfg.server
         self._grpc = grpc.server(
             futures.ThreadPoolExecutor(max_workers=s.workers, thread_name_prefix="rpc"),
@@ -74,9 +75,11 @@ class Server:
         if self.metrics is not None:
             self.metrics.stop()
         log.info("contextsvc stopped")
+        self._done.set()
 
     def wait(self) -> None:
-        self._grpc.wait_for_termination()
+        """Blocks until stop() has drained in-flight calls."""
+        self._done.wait()
 
     def stop_on_signals(self) -> None:
         def handle(signum, _frame):

@@ -5,8 +5,8 @@ Output ids
     digits of a per-process sequence + 10 hex digits of randomness, all lowercase, e.g.
     ``tool_018f3a2b4c5d0000a1b2c3d4e5``. Within one process ids strictly increase (the
     sequence breaks ties inside a millisecond, and the time part never goes back even when
-    the wall clock does); ids of different replicas sort by time and do not collide (40
-    random bits). Sorting ids as strings sorts them by creation time, and the age of an
+    the wall clock does); ids of different replicas sort by time, and two of them collide only
+    if they share the millisecond, the sequence and 40 random bits. Sorting ids as strings sorts them by creation time, and the age of an
     output is read from its id, never from file metadata (which copies, restores and object
     stores do not preserve).
 
@@ -575,13 +575,14 @@ def read_lines(
     if limit == 0:
         raise ValueError("default_limit must be > 0")
     text = store.get(output_id)
-    body = text[:-1] if text.endswith("\n") else text
-    total = body.count("\n") + 1 if text else 0
+    body_end = len(text) - 1 if text.endswith("\n") else len(text)
+    total = text.count("\n", 0, body_end) + 1 if text else 0
     if offset >= total:
         return ReadResult("", total, offset, 0, True)
-    # Split only as far as needed: the last piece holds the unsplit rest.
-    pieces = body.split("\n", offset + limit)
-    chosen = pieces[offset : offset + limit]
+    # Split only as far as needed (the last piece holds the unsplit rest); stopping at
+    # `total` drops the empty piece after a trailing newline.
+    pieces = text.split("\n", offset + limit)
+    chosen = pieces[offset : min(offset + limit, total)]
     return ReadResult("\n".join(chosen), total, offset, len(chosen), offset + len(chosen) >= total)
 
 

@@ -31,7 +31,6 @@ costs about as much as encoding and storing it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from .store import Store
 
@@ -39,8 +38,6 @@ __all__ = ["TruncationResult", "truncate_output", "build_hint", "HEAD", "TAIL"]
 
 HEAD = "head"
 TAIL = "tail"
-
-Direction = Literal["head", "tail"]
 
 
 @dataclass(frozen=True)
@@ -137,18 +134,17 @@ def truncate_output(
     size = len(data)
     # `body_end` excludes one trailing newline: it ends the last line, it is not a line.
     body_end = size - 1 if size and data[size - 1] == 0x0A else size
-    newlines_in_body = data.count(b"\n", 0, body_end)
-    total_lines = newlines_in_body + 1 if size else 0
+    newlines: int | None = None  # newlines inside the body; counted once, lazily
+    if size <= max_bytes:
+        newlines = data.count(b"\n", 0, body_end)
+        if newlines + 1 <= max_lines:
+            return TruncationResult(text, False, "", 0, 0, "")
 
-    if total_lines <= max_lines and size <= max_bytes:
-        return TruncationResult(text, False, "", 0, 0, "")
-
-    if direction == HEAD:
-        start, end, kept_lines, cut_by = _head(data, body_end, newlines_in_body, max_lines, max_bytes)
-    else:
-        start, end, kept_lines, cut_by = _tail(data, body_end, newlines_in_body, max_lines, max_bytes)
+    pick = _head if direction == HEAD else _tail
+    start, end, kept_lines, cut_by, newlines = pick(data, body_end, newlines, max_lines, max_bytes)
 
     preview = data[start:end].decode("utf-8")
+    total_lines = newlines + 1 if size else 0
     removed_lines = total_lines - kept_lines
     removed_bytes = size - (end - start)
 
@@ -163,16 +159,22 @@ def truncate_output(
     return TruncationResult(content, True, output_id, removed_lines, removed_bytes, cut_by)
 
 
+# _head and _tail return (start, end, whole lines kept, cut_by, newlines in the body) for the
+# preview slice data[start:end]. `newlines` is passed when already counted; otherwise they
+# count it from disjoint ranges, so each byte of the text is scanned by `count` only once.
+
+
 def _head(
-    data: bytes, body_end: int, newlines: int, max_lines: int, max_bytes: int
-) -> tuple[int, int, int, str]:
-    """Returns (start, end, whole lines kept, cut_by) of the preview slice of ``data``."""
+    data: bytes, body_end: int, newlines: int | None, max_lines: int, max_bytes: int
+) -> tuple[int, int, int, str, int]:
     # Line i (0-based) ending at newline position q costs q + 1 bytes together with all lines
     # before it, so the lines that fit by bytes are exactly those whose newline lies in
     # data[:max_bytes]. The last line of the body has no newline in it; it costs
     # body_end + 1, and only fits when the whole text is under the byte limit.
     window = min(max_bytes, body_end)
     fit_by_bytes = data.count(b"\n", 0, window)
+    if newlines is None:
+        newlines = fit_by_bytes + data.count(b"\n", window, body_end)
     if body_end + 1 <= max_bytes:
         fit_by_bytes = newlines + 1
     if fit_by_bytes >= max_lines:
@@ -180,40 +182,44 @@ def _head(
         end = -1
         for _ in range(max_lines):
             end = data.find(b"\n", end + 1, body_end)
-        return 0, end, max_lines, "lines"
+        return 0, end, max_lines, "lines", newlines
     if fit_by_bytes > 0:
         end = data.rfind(b"\n", 0, window)
-        return 0, end, fit_by_bytes, "bytes"
+        return 0, end, fit_by_bytes, "bytes", newlines
     # Not even the first line fits: keep a character-safe prefix of it, charged +1 like a line.
     end = _utf8_prefix_end(data, 0, max_bytes - 1)
-    return 0, end, 0, "bytes"
+    return 0, end, 0, "bytes", newlines
 
 
 def _tail(
-    data: bytes, body_end: int, newlines: int, max_lines: int, max_bytes: int
-) -> tuple[int, int, int, str]:
-    """Returns (start, end, whole lines kept, cut_by) of the preview slice of ``data``."""
+    data: bytes, body_end: int, newlines: int | None, max_lines: int, max_bytes: int
+) -> tuple[int, int, int, str, int]:
     # Keeping the lines from line start s to the end costs (body_end - s) + 1 bytes: every
     # kept line but the last is followed by its newline inside the body, the last gets +1.
     lowest = body_end + 1 - max_bytes  # smallest line start that fits by bytes
     if lowest <= 0:
+        if newlines is None:
+            newlines = data.count(b"\n", 0, body_end)
         fit_by_bytes = newlines + 1
         first = 0
     else:
         nl = data.find(b"\n", lowest - 1, body_end)
         if nl < 0:
             fit_by_bytes = 0
-            first = body_end
+            if newlines is None:
+                newlines = data.count(b"\n", 0, lowest - 1)
         else:
             first = nl + 1
             fit_by_bytes = data.count(b"\n", first, body_end) + 1
+            if newlines is None:
+                newlines = fit_by_bytes - 1 + data.count(b"\n", 0, first)
     if fit_by_bytes >= max_lines:
         start = body_end
         for _ in range(max_lines):
             start = data.rfind(b"\n", 0, start)
-        return start + 1, body_end, max_lines, "lines"
+        return start + 1, body_end, max_lines, "lines", newlines
     if fit_by_bytes > 0:
-        return first, body_end, fit_by_bytes, "bytes"
+        return first, body_end, fit_by_bytes, "bytes", newlines
     # Not even the last line fits: keep a character-safe suffix of it, charged +1 like a line.
     start = _utf8_suffix_start(data, body_end - (max_bytes - 1), body_end)
-    return start, body_end, 0, "bytes"
+    return start, body_end, 0, "bytes", newlines

@@ -1,0 +1,317 @@
+"""Benchmark: measuring an Anthropic Messages request body's JSON size.
+
+Times, side by side in one run, on the same generated bodies:
+  - json_size from the compiled extension (contextsvc._native_c), when it is built,
+  - json_size from the pure-Python twin (contextsvc._native_py),
+  - len(json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()),
+  - len(orjson.dumps(body)), when orjson is installed.
+
+Bodies (deterministic, seeded): one large conversation (about 1.25 MB of JSON, about 900
+messages: prose and code with newlines and quotes, some CJK and emoji, tool_use blocks with
+nested inputs, tool_result blocks) and 10,000 small 3-message requests. Prints the median time
+per call, throughput and ratios. Usage: python bench/bench_json_size.py [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+
+from contextsvc import _native_py
+
+try:
+    from contextsvc import _native_c
+except ImportError:
+    _native_c = None
+
+try:
+    import orjson
+except ImportError:
+    orjson = None
+
+WORDS = (
+    "the context window holds every message of the conversation so far and the model reads "
+    "all of it again on each turn which is why a long session gets slow and expensive unless "
+    "older tool output is pruned or summarised before it is sent request response token budget "
+    "cache prefix compaction marker assistant user system tool result error retry stream delta "
+    "function argument schema property required optional default value string number array"
+).split()
+CJK = "上下文窗口包含对话中的每一条消息模型在每一轮都会重新读取所有内容因此长时间的会话会变慢"
+EMOJI = "😀🚀✨🔥👍🎉💡📦🧪✅"
+IDENTS = ["ctx", "budget", "tokens", "messages", "turn", "result", "payload", "stream", "cache"]
+PATHS = ["server/app.py", "lib/context/window.ts", "src/main.rs", "tests/test_prune.py", "README.md"]
+
+
+def _sentence(rng: random.Random) -> str:
+    words = rng.choices(WORDS, k=rng.randint(6, 18))
+    if rng.random() < 0.25:
+        i = rng.randrange(len(words))
+        words[i] = f'"{words[i]}"'
+    return " ".join(words).capitalize() + rng.choice([".", ".", "?", ":"])
+
+
+def _prose(rng: random.Random, chars: int) -> str:
+    parts, size = [], 0
+    while size < chars:
+        para = " ".join(_sentence(rng) for _ in range(rng.randint(2, 5)))
+        parts.append(para)
+        size += len(para) + 2
+    return "\n\n".join(parts)
+
+
+def _code(rng: random.Random, chars: int) -> str:
+    lines, size = [], 0
+    depth = 0
+    while size < chars:
+        a, b = rng.choice(IDENTS), rng.choice(IDENTS)
+        kind = rng.random()
+        if kind < 0.2:
+            line = f"def {a}_{b}({a}, {b}=None):"
+            depth = 1
+        elif kind < 0.45:
+            line = f'{a} = {b}.get("{rng.choice(WORDS)}", {rng.randint(0, 999)})'
+        elif kind < 0.6:
+            line = f'if not re.match(r"^\\w+\\s*=\\s*\\d+$", {a}):'
+        elif kind < 0.8:
+            line = f'raise ValueError(f"bad {{{a}!r}} for \\"{b}\\"")'
+        else:
+            line = f"return [{a} for {a} in {b} if {a}]  # {rng.choice(WORDS)}"
+        line = "    " * depth + line
+        lines.append(line)
+        size += len(line) + 1
+    return "\n".join(lines)
+
+
+def _text(rng: random.Random, chars: int) -> str:
+    if rng.random() < 0.35:
+        text = _prose(rng, chars // 2) + "\n\n```python\n" + _code(rng, chars // 2) + "\n```\n"
+    else:
+        text = _prose(rng, chars)
+    r = rng.random()
+    if r < 0.10:
+        start = rng.randrange(len(CJK) - 12)
+        text += "\n\n" + CJK[start : start + rng.randint(6, 12)] + "。"
+    elif r < 0.15:
+        text += " " + "".join(rng.choices(EMOJI, k=rng.randint(1, 3)))
+    return text
+
+
+def _tool_use(rng: random.Random, n: int) -> dict:
+    name = rng.choice(["read_file", "run_command", "search", "edit_file"])
+    return {
+        "type": "tool_use",
+        "id": f"toolu_{rng.getrandbits(64):016x}{n:06d}",
+        "name": name,
+        "input": {
+            "path": rng.choice(PATHS),
+            "command": f"grep -rn \"{rng.choice(WORDS)}\" {rng.choice(PATHS)} | head -{rng.randint(5, 50)}",
+            "options": {
+                "recursive": rng.random() < 0.5,
+                "max_results": rng.randint(1, 500),
+                "timeout": round(rng.uniform(1, 120), 2),
+                "patterns": [f"*.{ext}" for ext in rng.sample(["py", "ts", "rs", "md", "json"], 3)],
+                "context": None,
+            },
+        },
+    }
+
+
+def _tool_result(rng: random.Random, tool_id: str, chars: int) -> dict:
+    body = _code(rng, chars) if rng.random() < 0.5 else _prose(rng, chars)
+    if rng.random() < 0.05:
+        body += "\n\x1b[31mFAILED\x1b[0m\t(exit status 1)"
+    block = {"type": "tool_result", "tool_use_id": tool_id}
+    if rng.random() < 0.5:
+        block["content"] = body
+    else:
+        block["content"] = [{"type": "text", "text": body}]
+    if rng.random() < 0.1:
+        block["is_error"] = True
+    return block
+
+
+TOOLS = [
+    {
+        "name": name,
+        "description": f"{name.replace('_', ' ').capitalize()} in the workspace. " + " ".join(WORDS[:20]),
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "Path relative to the workspace root."},
+                "command": {"type": "string"},
+                "options": {
+                    "type": "object",
+                    "properties": {
+                        "recursive": {"type": "boolean", "default": False},
+                        "max_results": {"type": "integer", "minimum": 1, "maximum": 1000},
+                    },
+                },
+            },
+            "required": ["path"],
+        },
+    }
+    for name in ("read_file", "run_command", "search", "edit_file")
+]
+
+
+def large_body(seed: int = 1234, messages: int = 900) -> dict:
+    rng = random.Random(seed)
+    msgs = []
+    pending_tool = None
+    for i in range(messages):
+        if i % 2 == 0:  # user
+            if pending_tool is not None:
+                content = [_tool_result(rng, pending_tool, rng.randint(600, 3200))]
+                if rng.random() < 0.2:
+                    content.append({"type": "text", "text": _text(rng, rng.randint(40, 300))})
+            else:
+                content = [{"type": "text", "text": _text(rng, rng.randint(100, 1600))}]
+            msgs.append({"role": "user", "content": content})
+            pending_tool = None
+        else:  # assistant
+            content = [{"type": "text", "text": _text(rng, rng.randint(80, 1200))}]
+            if rng.random() < 0.7:
+                use = _tool_use(rng, i)
+                content.append(use)
+                pending_tool = use["id"]
+            msgs.append({"role": "assistant", "content": content})
+    return {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 8192,
+        "system": [
+            {"type": "text", "text": _prose(rng, 4000), "cache_control": {"type": "ephemeral"}}
+        ],
+        "tools": TOOLS,
+        "messages": msgs,
+        "stream": True,
+    }
+
+
+def small_bodies(count: int = 10_000, seed: int = 99) -> list:
+    rng = random.Random(seed)
+    bodies = []
+    for n in range(count):
+        use = _tool_use(rng, n)
+        bodies.append(
+            {
+                "model": "claude-haiku-4-5",
+                "max_tokens": 1024,
+                "system": _prose(rng, rng.randint(200, 600)),
+                "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": _text(rng, rng.randint(60, 400))}]},
+                    {
+                        "role": "assistant",
+                        "content": [{"type": "text", "text": _text(rng, rng.randint(40, 300))}, use],
+                    },
+                    {"role": "user", "content": [_tool_result(rng, use["id"], rng.randint(100, 900))]},
+                ],
+            }
+        )
+    return bodies
+
+
+def _dumps_len(body) -> int:
+    return len(json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def _contenders() -> list:
+    found = []
+    if _native_c is not None:
+        found.append(("compiled json_size", _native_c.json_size))
+    found.append(("python twin json_size", _native_py.json_size))
+    found.append(("json.dumps+encode", _dumps_len))
+    if orjson is not None:
+        found.append(("orjson.dumps", lambda body: len(orjson.dumps(body))))
+    return found
+
+
+def _time_single(fn, body, repeats: int) -> float:
+    """Median ns per call, each call timed on its own."""
+    fn(body)
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter_ns()
+        fn(body)
+        samples.append(time.perf_counter_ns() - t0)
+    return statistics.median(samples)
+
+
+def _time_many(fn, bodies, repeats: int) -> float:
+    """Median over repeats of (ns for one pass over all bodies) / len(bodies)."""
+    for body in bodies[:100]:
+        fn(body)
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter_ns()
+        for body in bodies:
+            fn(body)
+        samples.append((time.perf_counter_ns() - t0) / len(bodies))
+    return statistics.median(samples)
+
+
+def _fmt_time(ns: float) -> str:
+    if ns >= 1e6:
+        return f"{ns / 1e6:9.3f} ms"
+    return f"{ns / 1e3:9.2f} us"
+
+
+def _report(title: str, size_bytes: float, timings: list) -> None:
+    by_name = dict(timings)
+    ref_json = by_name.get("json.dumps+encode")
+    ref_orjson = by_name.get("orjson.dumps")
+    print(f"\n{title}  ({size_bytes / 1e6:.3f} MB of JSON per call)")
+    print(f"  {'':24}{'median/call':>13}{'MB/s':>10}{'vs json.dumps':>16}{'vs orjson':>12}")
+    for name, ns in timings:
+        mbps = size_bytes / (ns / 1e9) / 1e6
+        vs_json = f"{ref_json / ns:13.1f}x" if ref_json else f"{'-':>14}"
+        vs_orjson = f"{ref_orjson / ns:9.2f}x" if ref_orjson else f"{'-':>10}"
+        print(f"  {name:24}{_fmt_time(ns):>13}{mbps:10.0f}{vs_json:>16}{vs_orjson:>12}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats and small bodies")
+    args = parser.parse_args(argv)
+    scale = 5 if args.quick else 1
+
+    big = large_body()
+    smalls = small_bodies(2_000 if args.quick else 10_000)
+    contenders = _contenders()
+
+    # Every contender must agree before any of them is timed.
+    expected_big = _dumps_len(big)
+    expected_small = [_dumps_len(b) for b in smalls]
+    for name, fn in contenders:
+        if fn(big) != expected_big or [fn(b) for b in smalls] != expected_small:
+            print(f"{name} disagrees with json.dumps", file=sys.stderr)
+            return 1
+
+    print(f"python {sys.version.split()[0]}; compiled extension: "
+          f"{'present' if _native_c is not None else 'ABSENT'}; orjson: "
+          f"{orjson.__version__ if orjson is not None else 'absent'}")
+    print(f"large body: {len(big['messages'])} messages, {expected_big} bytes; "
+          f"small bodies: {len(smalls)}, mean {statistics.mean(expected_small):.0f} bytes")
+
+    repeats_big = {
+        "compiled json_size": 400, "orjson.dumps": 400, "json.dumps+encode": 40,
+        "python twin json_size": 15,
+    }
+    timings = [(name, _time_single(fn, big, max(3, repeats_big[name] // scale)))
+               for name, fn in contenders]
+    _report("large body, 1 call", expected_big, timings)
+
+    repeats_small = {
+        "compiled json_size": 15, "orjson.dumps": 15, "json.dumps+encode": 5,
+        "python twin json_size": 3,
+    }
+    timings = [(name, _time_many(fn, smalls, max(1, repeats_small[name] // scale)))
+               for name, fn in contenders]
+    _report(f"small bodies, per body over {len(smalls)}", statistics.mean(expected_small), timings)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""`contextsvc serve` as a real process: startup line, answers, SIGTERM drains in-flight work."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+import convo
+from contextsvc.v1 import context_pb2_grpc as pb_grpc
+
+STARTED = re.compile(r"serving gRPC on 127\.0\.0\.1:(\d+), metrics http://127\.0\.0\.1:(\d+)/metrics, hot path (\w+)")
+
+
+def launch(*args, config_text=None, tmp_path=None):
+    cmd = [sys.executable, "-m", "contextsvc", "serve", "--port", "0", "--metrics-port", "0", *args]
+    if config_text is not None:
+        path = tmp_path / "contextsvc.toml"
+        path.write_text(config_text)
+        cmd += ["--config", str(path)]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 30
+    lines = []
+    while time.time() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        match = STARTED.search(line)
+        if match:
+            threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
+            return proc, int(match.group(1)), int(match.group(2)), match.group(3)
+    proc.kill()
+    raise AssertionError("server did not start:\n" + "".join(lines))
+
+
+def test_serve_logs_one_start_line_and_answers(tmp_path):
+    proc, port, metrics_port, impl = launch()
+    try:
+        assert impl == ("python" if os.environ.get("CONTEXTSVC_NO_EXTENSIONS") == "1" else "cython")
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            r = pb_grpc.ContextServiceStub(ch).Measure(convo.measure_request(), timeout=10)
+            assert r.body_bytes > 0
+            status = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5).status
+            assert status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+
+
+def test_sigterm_finishes_in_flight_calls_and_refuses_new_ones():
+    proc, port, _, _ = launch()
+    conv = convo.small_conversation()
+    # a call that takes a while: exact counting of 12 MB of prose
+    conv.messages[2].parts[0].text.text = "the quick brown fox jumps over the lazy dog. " * 280_000
+    results, errors = [], []
+    ch = grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 64 << 20)])
+    stub = pb_grpc.ContextServiceStub(ch)
+
+    def call():
+        try:
+            results.append(stub.Measure(convo.measure_request(conv, exact=True), timeout=60))
+        except grpc.RpcError as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=call) for _ in range(2)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)  # the requests are in flight
+    proc.send_signal(signal.SIGTERM)
+    for t in threads:
+        t.join(60)
+    assert proc.wait(timeout=60) == 0
+    assert not errors and len(results) == 2 and all(r.exact.tokens > 2_000_000 for r in results)
+    with pytest.raises(grpc.RpcError) as e:
+        stub.Measure(convo.measure_request(), timeout=5)
+    assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+    ch.close()
+
+
+def test_bad_config_fails_fast_with_a_message(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("[measure]\noutput_token_maxx = 5\n")
+    p = subprocess.run([sys.executable, "-m", "contextsvc", "serve", "--config", str(path)],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2 and "unknown key 'output_token_maxx'" in p.stderr
+
+
+def test_config_file_values_take_effect(tmp_path):
+    proc, port, _, _ = launch(config_text="[measure]\noutput_token_max = 4096\n", tmp_path=tmp_path)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            r = pb_grpc.ContextServiceStub(ch).Measure(convo.measure_request(), timeout=10)
+            assert r.max_output_tokens == 4096 and r.usable == 200_000 - 4096
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)

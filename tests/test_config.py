@@ -1,0 +1,45 @@
+"""Config: the SPEC's defaults, TOML overrides, and loud failure on mistakes."""
+from __future__ import annotations
+
+import pytest
+
+from contextsvc import config
+
+
+def test_defaults_are_the_specs():
+    c = config.Config()
+    assert c.server.port == 50051 and c.server.metrics_port == 9464
+    assert c.server.max_request_bytes == 64 * 1024 * 1024
+    assert c.measure.output_token_max == 32_000 and str(c.measure.factor) == "13/10"
+    assert c.measure.reserved_max == 20_000 and c.measure.chars_per_token == 4
+    assert (c.prune.protect_tokens, c.prune.minimum_tokens, c.prune.protected_turns) == (40_000, 20_000, 2)
+    assert c.prune.protected_tools == ("skill",) and c.prune.enabled is False
+    assert (c.compact.tail_turns, c.compact.preserve_recent_min, c.compact.preserve_recent_max) == (2, 2000, 8000)
+    assert c.compact.tool_output_max_chars == 2000 and c.compact.max_attempts == 3
+    assert c.assemble.request_prune_bytes == 1_250_000
+    assert c.summarizer.backend == "offline"
+    assert (c.truncation.max_lines, c.truncation.max_bytes) == (2000, 51_200)
+
+
+def test_toml_overrides(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text('[measure]\noutput_token_max = 8000\npreflight_factor = 1.5\n'
+                 '[prune]\nenabled = true\nprotected_tools = ["skill", "todo"]\n')
+    c = config.load(str(p))
+    assert c.measure.output_token_max == 8000 and str(c.measure.factor) == "3/2"
+    assert c.prune.enabled and c.prune.protected_tools == ("skill", "todo")
+    assert c.compact == config.CompactConfig()
+
+
+@pytest.mark.parametrize("data,message", [
+    ({"nope": {}}, "unknown config section [nope]"),
+    ({"measure": {"typo": 1}}, "unknown key 'typo'"),
+    ({"measure": {"output_token_max": -1}}, "non-negative integer"),
+    ({"measure": {"output_token_max": "12"}}, "non-negative integer"),
+    ({"prune": {"enabled": 1}}, "true or false"),
+    ({"measure": {"preflight_factor": "abc"}}, "decimal number"),
+    ({"summarizer": {"backend": "gpt"}}, "backend must be"),
+])
+def test_mistakes_are_errors(data, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        config.from_mapping(data)

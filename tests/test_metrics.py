@@ -1,0 +1,66 @@
+"""Metrics scraped from the real /metrics endpoint after real RPCs."""
+from __future__ import annotations
+
+import urllib.request
+
+import grpc
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import convo
+from conftest import start_server
+from contextsvc.v1 import context_pb2 as pb
+from contextsvc.v1 import context_pb2_grpc as pb_grpc
+
+
+def scrape(port) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        assert r.status == 200
+        text = r.read().decode()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples
+
+
+@pytest.fixture()
+def fresh():
+    s = start_server()
+    ch = grpc.insecure_channel(f"127.0.0.1:{s.port}")
+    yield s, pb_grpc.ContextServiceStub(ch)
+    ch.close()
+    s.stop(grace=1)
+
+
+def test_rpc_counts_latency_and_overflow_rate(fresh):
+    server, stub = fresh
+    for _ in range(3):
+        stub.Measure(convo.measure_request(), timeout=10)
+    over = convo.small_conversation()
+    over.messages[1].usage.input = 500_000
+    stub.Measure(convo.measure_request(over), timeout=10)
+    with pytest.raises(grpc.RpcError):
+        stub.Measure(pb.MeasureRequest(), timeout=10)
+    with pytest.raises(grpc.RpcError):
+        stub.Prune(pb.PruneRequest(), timeout=10)
+
+    s = scrape(server.metrics_port)
+    assert s[("contextsvc_rpcs_total", (("code", "OK"), ("method", "Measure")))] == 4
+    assert s[("contextsvc_rpcs_total", (("code", "INVALID_ARGUMENT"), ("method", "Measure")))] == 1
+    assert s[("contextsvc_rpcs_total", (("code", "UNIMPLEMENTED"), ("method", "Prune")))] == 1
+    assert s[("contextsvc_rpc_duration_seconds_count", (("code", "OK"), ("method", "Measure")))] == 4
+    assert s[("contextsvc_request_bytes_count", (("method", "Measure"),))] == 5
+    measured = s[("contextsvc_measure_requests_total", (("provider", "anthropic"),))]
+    overflowed = s[("contextsvc_measure_overflowed_total", (("provider", "anthropic"),))]
+    assert (measured, overflowed) == (4, 1)  # overflow rate 0.25
+
+
+def test_health_checks_are_not_counted_as_service_rpcs(fresh):
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    server, _ = fresh
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as ch:
+        health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
+    s = scrape(server.metrics_port)
+    assert not any(k[0] == "contextsvc_rpcs_total" for k in s)
