@@ -64,3 +64,22 @@ def test_health_checks_are_not_counted_as_service_rpcs(fresh):
         health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
     s = scrape(server.metrics_port)
     assert not any(k[0] == "contextsvc_rpcs_total" for k in s)
+
+
+def test_truncation_store_eviction_is_reported():
+    s = start_server(truncation_overrides={"max_store_bytes": 100_000})
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
+            stub = pb_grpc.ContextServiceStub(ch)
+            ids = [stub.TruncateToolOutput(pb.TruncateToolOutputRequest(text="line\n" * 12_000), timeout=10).output_id
+                   for _ in range(3)]  # 60 KB each against a 100 KB cap
+            with pytest.raises(grpc.RpcError) as e:
+                stub.ReadTruncated(pb.ReadTruncatedRequest(output_id=ids[0]), timeout=10)
+            assert e.value.code() == grpc.StatusCode.NOT_FOUND  # the oldest went first
+            assert stub.ReadTruncated(pb.ReadTruncatedRequest(output_id=ids[2]), timeout=10).total_lines == 12_000
+        samples = scrape(s.metrics_port)
+        assert samples[("contextsvc_truncation_evicted_outputs_total", ())] == 2
+        assert samples[("contextsvc_truncation_evicted_bytes_total", ())] == 120_000
+        assert samples[("contextsvc_truncations_total", (("cut_by", "lines"),))] == 3
+    finally:
+        s.stop(grace=1)

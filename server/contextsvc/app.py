@@ -10,7 +10,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from . import native
+from . import native, truncation
 from .config import Config
 from .interceptors import ServiceInterceptor
 from .metrics import Metrics
@@ -43,7 +43,12 @@ class Server:
                 ("grpc.so_reuseport", 0),
             ],
         )
-        pb_grpc.add_ContextServiceServicer_to_server(ContextService(cfg, self.metrics), self._grpc)
+        m = self.metrics
+        self.store = truncation.LocalDiskStore(cfg.truncation.directory, cfg.truncation,
+                                               on_evict=m.record_eviction if m else None)
+        self._cleanup = truncation.CleanupScheduler(self.store, cfg.truncation,
+                                                    on_report=m.record_cleanup if m else None)
+        pb_grpc.add_ContextServiceServicer_to_server(ContextService(cfg, m, self.store), self._grpc)
         self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
         reflection.enable_server_reflection(
@@ -57,6 +62,7 @@ class Server:
         self._grpc.start()
         if self.metrics is not None:
             self.metrics_port = self.metrics.serve(s.host, s.metrics_port)
+        self._cleanup.start()
         for name in ("", SERVICE_NAME):
             self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         metrics = f"http://{s.host}:{self.metrics_port}/metrics" if self.metrics else "off"
@@ -72,6 +78,7 @@ class Server:
         self._health.enter_graceful_shutdown()
         grace = self.cfg.server.shutdown_grace_seconds if grace is None else grace
         self._grpc.stop(grace).wait()
+        self._cleanup.stop()
         if self.metrics is not None:
             self.metrics.stop()
         log.info("contextsvc stopped")

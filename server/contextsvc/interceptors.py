@@ -13,12 +13,16 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from .errors import BadInput, Exhausted, NotFound, Unavailable
+from .truncation import InvalidOutputId, OutputNotFound, StoreUnavailable
 
 log = logging.getLogger("contextsvc")
 
 _STATUS_FOR = (
     (BadInput, grpc.StatusCode.INVALID_ARGUMENT),
+    (InvalidOutputId, grpc.StatusCode.INVALID_ARGUMENT),
     (NotFound, grpc.StatusCode.NOT_FOUND),
+    (OutputNotFound, grpc.StatusCode.NOT_FOUND),
+    (StoreUnavailable, grpc.StatusCode.UNAVAILABLE),
     (Exhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
 )

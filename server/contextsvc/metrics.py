@@ -31,7 +31,22 @@ class Metrics:
         self.overflowed = Counter("contextsvc_measure_overflowed",
                                   "Measured requests whose projection reached the compaction limit.",
                                   ["provider"], registry=r)
+        self.truncations = Counter("contextsvc_truncations", "TruncateToolOutput calls, by what cut.",
+                                   ["cut_by"], registry=r)
+        self.store_evicted = Counter("contextsvc_truncation_evicted_outputs",
+                                     "Stored outputs evicted to stay under the size cap.", registry=r)
+        self.store_evicted_bytes = Counter("contextsvc_truncation_evicted_bytes",
+                                           "Bytes of stored outputs evicted by the size cap.", registry=r)
+        self.store_expired = Counter("contextsvc_truncation_expired_outputs",
+                                     "Stored outputs removed after their retention.", registry=r)
         self._http = None
+
+    def record_eviction(self, count: int, nbytes: int) -> None:
+        self.store_evicted.inc(count)
+        self.store_evicted_bytes.inc(nbytes)
+
+    def record_cleanup(self, report) -> None:
+        self.store_expired.inc(report.expired)
 
     def serve(self, host: str, port: int) -> int:
         """Starts the /metrics endpoint; returns the bound port (port 0 picks a free one)."""

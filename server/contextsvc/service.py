@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import grpc
 
-from . import convert, measure
+from . import convert, measure, truncation
 from .config import Config
+from .errors import BadInput
 from .tokens import ExactCounter
 from .v1 import context_pb2 as pb
 from .v1 import context_pb2_grpc as pb_grpc
@@ -71,8 +72,37 @@ class ContextService(pb_grpc.ContextServiceServicer):
     def Assemble(self, request, context):
         self._unimplemented(context, "Assemble")
 
-    def TruncateToolOutput(self, request, context):
-        self._unimplemented(context, "TruncateToolOutput")
+    def TruncateToolOutput(self, request: pb.TruncateToolOutputRequest, context):
+        settings = self._cfg.truncation
+        for name in ("max_lines", "max_bytes"):
+            if getattr(request, name) < 0:
+                raise BadInput(name, "must not be negative (0 means the configured default)")
+        directions = {pb.TRUNCATE_DIRECTION_UNSPECIFIED: truncation.HEAD,
+                      pb.TRUNCATE_DIRECTION_HEAD: truncation.HEAD,
+                      pb.TRUNCATE_DIRECTION_TAIL: truncation.TAIL}
+        if request.direction not in directions:
+            raise BadInput("direction", f"unknown value {request.direction}")
+        r = truncation.truncate_output(
+            request.text,
+            max_lines=request.max_lines or settings.max_lines,
+            max_bytes=request.max_bytes or settings.max_bytes,
+            direction=directions[request.direction],
+            has_task_tool=request.has_task_tool,
+            store=self._truncation,
+        )
+        if self._metrics is not None:
+            self._metrics.truncations.labels(r.cut_by or "none").inc()
+        return pb.TruncateToolOutputResponse(
+            content=r.content, truncated=r.truncated, output_id=r.output_id or "",
+            removed_lines=r.removed_lines, removed_bytes=r.removed_bytes, cut_by=r.cut_by or "")
 
-    def ReadTruncated(self, request, context):
-        self._unimplemented(context, "ReadTruncated")
+    def ReadTruncated(self, request: pb.ReadTruncatedRequest, context):
+        if not request.output_id:
+            raise BadInput("output_id", "is required")
+        for name in ("offset", "limit"):
+            if getattr(request, name) < 0:
+                raise BadInput(name, "must not be negative")
+        r = truncation.read_lines(self._truncation, request.output_id, request.offset, request.limit,
+                                  default_limit=self._cfg.truncation.read_default_limit)
+        return pb.ReadTruncatedResponse(text=r.text, total_lines=r.total_lines, offset=r.offset,
+                                        lines=r.lines, eof=r.eof)
