@@ -53,6 +53,8 @@ if os.environ.get("CONTEXTSVC_NO_EXTENSIONS") != "1":
             Extension(
                 "contextsvc._native_c",
                 ["_native/hotpath.pyx"],
+                include_dirs=["_native"],
+                depends=["_native/jsonscan.h"],
                 extra_compile_args=["-O3"],
             )
         ],

@@ -41,18 +41,23 @@ def _enum(table, value, field, enum_type):
         raise BadInput(field, f"unknown value {value} (expected one of {names})") from None
 
 
-def _json_object(text: str, field: str):
+def _json_object(text: str, path, suffix: str = ""):
+    """Parses a JSON object; path is the field path, or a callable building its prefix."""
     if not text:
         return {}
     try:
         value = json.loads(text)
     except RecursionError:
-        raise BadInput(field, "JSON nested too deeply") from None
+        raise BadInput(_path(path, suffix), "JSON nested too deeply") from None
     except ValueError as e:
-        raise BadInput(field, f"not valid JSON ({e})") from None
+        raise BadInput(_path(path, suffix), f"not valid JSON ({e})") from None
     if not isinstance(value, dict):
-        raise BadInput(field, f"must be a JSON object, got {type(value).__name__}")
+        raise BadInput(_path(path, suffix), f"must be a JSON object, got {type(value).__name__}")
     return value
+
+
+def _path(path, suffix: str) -> str:
+    return (path() if callable(path) else path) + suffix
 
 
 def require(request, *fields) -> None:
@@ -76,68 +81,73 @@ def _file(f) -> m.File:
     )
 
 
-def _part(p, path: str) -> m.Part:
-    kind = p.WhichOneof("kind")
-    if kind == "text":
-        t = p.text
-        content = m.Text(t.text, t.synthetic, t.ignored)
-    elif kind == "tool":
-        t = p.tool
-        s = t.state
-        content = m.Tool(
-            call_id=t.call_id,
-            tool=t.tool,
-            status=_enum(_STATUSES, s.status, f"{path}.tool.state.status", pb.ToolStatus),
-            input=_json_object(s.input_json, f"{path}.tool.state.input_json"),
-            output=s.output,
-            error=s.error,
-            title=s.title,
-            attachments=[_file(a) for a in s.attachments],
-            time_start_ms=s.time_start_ms,
-            time_end_ms=s.time_end_ms,
-            time_compacted_ms=s.time_compacted_ms,
-        )
-    elif kind == "reasoning":
-        r = p.reasoning
-        content = m.Reasoning(r.text, r.signature, r.redacted_data)
-    elif kind == "file":
-        content = _file(p.file)
-    elif kind == "step_start":
-        content = m.StepStart(p.step_start.snapshot)
-    elif kind == "step_finish":
-        s = p.step_finish
-        content = m.StepFinish(s.reason, _usage(s.tokens), s.cost)
-    elif kind == "compaction":
-        c = p.compaction
-        content = m.Compaction(c.auto, c.overflow, c.tail_start_id)
-    elif kind == "subtask":
-        s = p.subtask
-        content = m.Subtask(s.prompt, s.description, s.agent)
-    elif kind == "agent":
-        content = m.Agent(p.agent.name)
-    elif kind == "retry":
-        content = m.Retry(p.retry.attempt, p.retry.error)
-    elif kind == "snapshot":
-        content = m.Snapshot(p.snapshot.snapshot)
-    elif kind == "patch":
-        content = m.Patch(p.patch.hash, list(p.patch.files))
-    else:
-        raise BadInput(f"{path}.kind", "no part kind set (or a kind this service does not know)")
-    return m.Part(p.id, content)
+def _tool(t, path) -> m.Tool:
+    s = t.state
+    status = _STATUSES.get(s.status)
+    if status is None:
+        _enum(_STATUSES, s.status, f"{path()}.tool.state.status", pb.ToolStatus)
+    return m.Tool(
+        call_id=t.call_id,
+        tool=t.tool,
+        status=status,
+        input=_json_object(s.input_json, path, ".tool.state.input_json"),
+        output=s.output,
+        error=s.error,
+        title=s.title,
+        attachments=[_file(a) for a in s.attachments],
+        time_start_ms=s.time_start_ms,
+        time_end_ms=s.time_end_ms,
+        time_compacted_ms=s.time_compacted_ms,
+    )
+
+
+def _step_finish(s, path):
+    return m.StepFinish(s.reason, _usage(s.tokens), s.cost)
+
+
+# Part kind -> builder(field message, lazy path) -> core content.
+_PART_BUILDERS = {
+    "text": lambda t, path: m.Text(t.text, t.synthetic, t.ignored),
+    "tool": _tool,
+    "reasoning": lambda r, path: m.Reasoning(r.text, r.signature, r.redacted_data),
+    "file": lambda f, path: _file(f),
+    "step_start": lambda s, path: m.StepStart(s.snapshot),
+    "step_finish": _step_finish,
+    "compaction": lambda c, path: m.Compaction(c.auto, c.overflow, c.tail_start_id),
+    "subtask": lambda s, path: m.Subtask(s.prompt, s.description, s.agent),
+    "agent": lambda a, path: m.Agent(a.name),
+    "retry": lambda r, path: m.Retry(r.attempt, r.error),
+    "snapshot": lambda s, path: m.Snapshot(s.snapshot),
+    "patch": lambda p, path: m.Patch(p.hash, list(p.files)),
+}
 
 
 def conversation(c, path: str = "conversation") -> m.Conversation:
+    """Field paths are built only when something is wrong: this runs for every message."""
     messages = []
+    builders = _PART_BUILDERS
+    empty_usage = m.Usage
     for i, msg in enumerate(c.messages):
-        mp = f"{path}.messages[{i}]"
+        role = _ROLES.get(msg.role)
+        if role is None:
+            _enum(_ROLES, msg.role, f"{path}.messages[{i}].role", pb.Role)
+        parts = []
+        for j, p in enumerate(msg.parts):
+            kind = p.WhichOneof("kind")
+            builder = builders.get(kind)
+            if builder is None:
+                raise BadInput(f"{path}.messages[{i}].parts[{j}].kind",
+                               "no part kind set (or a kind this service does not know)")
+            where = lambda i=i, j=j: f"{path}.messages[{i}].parts[{j}]"  # noqa: E731
+            parts.append(m.Part(p.id, builder(getattr(p, kind), where)))
         error = m.MessageError(msg.error.name, msg.error.message) if msg.HasField("error") else None
         messages.append(m.Message(
             id=msg.id,
-            role=_enum(_ROLES, msg.role, f"{mp}.role", pb.Role),
-            parts=[_part(p, f"{mp}.parts[{j}]") for j, p in enumerate(msg.parts)],
+            role=role,
+            parts=parts,
             time_created_ms=msg.time_created_ms,
             time_completed_ms=msg.time_completed_ms,
-            usage=_usage(msg.usage),
+            usage=_usage(msg.usage) if msg.HasField("usage") else empty_usage(),
             model_id=msg.model_id,
             provider_id=msg.provider_id,
             error=error,

@@ -8,47 +8,54 @@ from .errors import BadInput
 
 
 def conversation(conv: m.Conversation, path: str = "conversation") -> None:
+    """Runs on every call, so field paths are only formatted for the error raised."""
     if not conv.messages:
         raise BadInput(f"{path}.messages", "must hold at least one message")
     previous = None
     part_ids = {}
     for i, msg in enumerate(conv.messages):
-        mp = f"{path}.messages[{i}]"
-        if not msg.id:
-            raise BadInput(f"{mp}.id", "is required")
-        if previous is not None and msg.id <= previous:
+        if not msg.id or (previous is not None and msg.id <= previous):
+            mp = f"{path}.messages[{i}]"
+            if not msg.id:
+                raise BadInput(f"{mp}.id", "is required")
             what = "duplicates" if msg.id == previous else "is not greater than"
             raise BadInput(f"{mp}.id", f"{msg.id!r} {what} the previous id {previous!r}; "
                            "ids must be unique and strictly increasing")
         previous = msg.id
-        for name in ("time_created_ms", "time_completed_ms"):
-            if getattr(msg, name) < 0:
-                raise BadInput(f"{mp}.{name}", "must not be negative")
-        _usage(msg.usage, f"{mp}.usage")
+        if msg.time_created_ms < 0 or msg.time_completed_ms < 0:
+            name = "time_created_ms" if msg.time_created_ms < 0 else "time_completed_ms"
+            raise BadInput(f"{path}.messages[{i}].{name}", "must not be negative")
+        _usage(msg.usage, lambda i=i: f"{path}.messages[{i}].usage")
         for j, part in enumerate(msg.parts):
-            pp = f"{mp}.parts[{j}]"
+            c = part.content
             if part.id:
                 if part.id in part_ids:
-                    raise BadInput(f"{pp}.id", f"{part.id!r} duplicates {part_ids[part.id]}.id")
-                part_ids[part.id] = pp
-            c = part.content
+                    first_i, first_j = part_ids[part.id]
+                    raise BadInput(f"{path}.messages[{i}].parts[{j}].id", f"{part.id!r} duplicates "
+                                   f"{path}.messages[{first_i}].parts[{first_j}].id")
+                part_ids[part.id] = (i, j)
             if isinstance(c, m.Tool):
+                pp = None
                 if not c.call_id:
-                    raise BadInput(f"{pp}.tool.call_id", "is required on a tool part")
-                if not c.tool:
-                    raise BadInput(f"{pp}.tool.tool", "is required (the tool name)")
-                if msg.role != m.ASSISTANT:
-                    raise BadInput(f"{pp}.tool", "tool calls belong to assistant messages")
-                if c.time_compacted_ms < 0:
-                    raise BadInput(f"{pp}.tool.state.time_compacted_ms", "must not be negative")
+                    pp = ("tool.call_id", "is required on a tool part")
+                elif not c.tool:
+                    pp = ("tool.tool", "is required (the tool name)")
+                elif msg.role != m.ASSISTANT:
+                    pp = ("tool", "tool calls belong to assistant messages")
+                elif c.time_compacted_ms < 0:
+                    pp = ("tool.state.time_compacted_ms", "must not be negative")
+                if pp:
+                    raise BadInput(f"{path}.messages[{i}].parts[{j}].{pp[0]}", pp[1])
             elif isinstance(c, m.StepFinish):
-                _usage(c.tokens, f"{pp}.step_finish.tokens")
+                _usage(c.tokens, lambda i=i, j=j: f"{path}.messages[{i}].parts[{j}].step_finish.tokens")
 
 
-def _usage(u: m.Usage, path: str) -> None:
+def _usage(u: m.Usage, path) -> None:
+    if min(u.input, u.output, u.reasoning, u.cache_read, u.cache_write, u.total) >= 0:
+        return
     for name in ("input", "output", "reasoning", "cache_read", "cache_write", "total"):
         if getattr(u, name) < 0:
-            raise BadInput(f"{path}.{name}", "must not be negative")
+            raise BadInput(f"{path()}.{name}", "must not be negative")
 
 
 def model(x: m.Model, path: str = "model") -> None:
