@@ -122,7 +122,7 @@ def test_large_string_under_the_limit_is_measured(stub):
 
 
 def test_rpcs_not_built_yet_say_so(stub):
-    for call, req in ((stub.Prune, pb.PruneRequest()), (stub.Compact, pb.CompactRequest()),
+    for call, req in ((stub.Compact, pb.CompactRequest()),
                       (stub.Assemble, pb.AssembleRequest())):
         with pytest.raises(grpc.RpcError) as e:
             call(req, timeout=10)

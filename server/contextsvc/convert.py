@@ -29,6 +29,11 @@ _PROVIDERS = {
     pb.PROVIDER_GEMINI: m.GEMINI,
 }
 PROVIDER_TO_PB = {v: k for k, v in _PROVIDERS.items()}
+_PRUNE_REASONS = {
+    pb.PRUNE_REASON_NORMAL: "normal",
+    pb.PRUNE_REASON_PAYLOAD_LIMIT: "payload-limit",
+    pb.PRUNE_REASON_POST_COMPACTION: "post-compaction",
+}
 
 
 def _enum(table, value, field, enum_type):
@@ -156,6 +161,10 @@ def conversation(c, path: str = "conversation") -> m.Conversation:
             agent=msg.agent,
         ))
     return m.Conversation(messages=messages, session_id=c.session_id)
+
+
+def prune_reason(value: int) -> str:
+    return _enum(_PRUNE_REASONS, value, "reason", pb.PruneReason)
 
 
 def model(x, path: str = "model") -> m.Model:

@@ -31,6 +31,10 @@ class Metrics:
         self.overflowed = Counter("contextsvc_measure_overflowed",
                                   "Measured requests whose projection reached the compaction limit.",
                                   ["provider"], registry=r)
+        self.prune_runs = Counter("contextsvc_prune_runs", "Prune runs, by reason and whether they acted.",
+                                  ["reason", "acted"], registry=r)
+        self.prune_tokens = Counter("contextsvc_prune_tokens_freed", "Estimated tokens freed by prune, by reason.",
+                                    ["reason"], registry=r)
         self.truncations = Counter("contextsvc_truncations", "TruncateToolOutput calls, by what cut.",
                                    ["cut_by"], registry=r)
         self.store_evicted = Counter("contextsvc_truncation_evicted_outputs",
@@ -40,6 +44,11 @@ class Metrics:
         self.store_expired = Counter("contextsvc_truncation_expired_outputs",
                                      "Stored outputs removed after their retention.", registry=r)
         self._http = None
+
+    def record_prune(self, reason: str, acted: bool, tokens_freed: int) -> None:
+        self.prune_runs.labels(reason, "true" if acted else "false").inc()
+        if acted:
+            self.prune_tokens.labels(reason).inc(tokens_freed)
 
     def record_eviction(self, count: int, nbytes: int) -> None:
         self.store_evicted.inc(count)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import grpc
 
-from . import convert, measure, truncation
+from . import convert, measure, prune, truncation
 from .config import Config
 from .errors import BadInput
 from .tokens import ExactCounter
@@ -63,8 +63,16 @@ class ContextService(pb_grpc.ContextServiceServicer):
         context.abort(grpc.StatusCode.UNIMPLEMENTED,
                       f"{name} is not available in this version of the service yet")
 
-    def Prune(self, request, context):
-        self._unimplemented(context, "Prune")
+    def Prune(self, request: pb.PruneRequest, context) -> pb.PruneResponse:
+        convert.require(request, "conversation")
+        reason = convert.prune_reason(request.reason)
+        r = prune.prune(convert.conversation(request.conversation), reason,
+                        convert.compaction_settings(request.compaction), self._cfg)
+        if self._metrics is not None:
+            self._metrics.record_prune(r.reason, r.acted, r.tokens_freed)
+        return pb.PruneResponse(part_ids=r.part_ids, tokens_freed=r.tokens_freed, acted=r.acted,
+                                stopped_by=r.stopped_by, reason=request.reason,
+                                tokens_scanned=r.tokens_scanned)
 
     def Compact(self, request, context):
         self._unimplemented(context, "Compact")
