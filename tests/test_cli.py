@@ -7,7 +7,9 @@ import signal
 import subprocess
 import sys
 import threading
+import tempfile
 import time
+from pathlib import Path
 
 import grpc
 import pytest
@@ -19,12 +21,13 @@ from contextsvc.v1 import context_pb2_grpc as pb_grpc
 STARTED = re.compile(r"serving gRPC on 127\.0\.0\.1:(\d+), metrics http://127\.0\.0\.1:(\d+)/metrics, hot path (\w+)")
 
 
-def launch(*args, config_text=None, tmp_path=None):
+def launch(*args, config_text="", tmp_path=None):
     cmd = [sys.executable, "-m", "contextsvc", "serve", "--port", "0", "--metrics-port", "0", *args]
-    if config_text is not None:
-        path = tmp_path / "contextsvc.toml"
-        path.write_text(config_text)
-        cmd += ["--config", str(path)]
+    config_dir = tmp_path or Path(tempfile.mkdtemp(prefix="contextsvc-cli-"))
+    path = config_dir / "contextsvc.toml"
+    path.write_text(f'[server]\nshutdown_grace_seconds = 20.0\n[truncation]\ndirectory = "{config_dir / "store"}"\n'
+                    + config_text)
+    cmd += ["--config", str(path)]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 30
     lines = []
@@ -52,7 +55,7 @@ def test_serve_logs_one_start_line_and_answers(tmp_path):
             assert status == health_pb2.HealthCheckResponse.SERVING
     finally:
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
+        assert proc.wait(timeout=60) == 0
 
 
 def test_sigterm_finishes_in_flight_calls_and_refuses_new_ones():
@@ -101,4 +104,4 @@ def test_config_file_values_take_effect(tmp_path):
             assert r.max_output_tokens == 4096 and r.usable == 200_000 - 4096
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
+        proc.wait(timeout=60)

@@ -78,6 +78,7 @@ class Server:
         self._health.enter_graceful_shutdown()
         grace = self.cfg.server.shutdown_grace_seconds if grace is None else grace
         self._grpc.stop(grace).wait()
+        log.info("contextsvc: in-flight calls finished")
         self._cleanup.stop()
         if self.metrics is not None:
             self.metrics.stop()
@@ -90,8 +91,8 @@ class Server:
 
     def stop_on_signals(self) -> None:
         def handle(signum, _frame):
-            log.info("signal %d: finishing in-flight calls", signum)
-            threading.Thread(target=self.stop, daemon=True).start()
+            log.info("signal %d: refusing new calls, finishing in-flight ones", signum)
+            threading.Thread(target=self.stop, name="stop", daemon=True).start()
 
         signal.signal(signal.SIGTERM, handle)
         signal.signal(signal.SIGINT, handle)

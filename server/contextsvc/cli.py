@@ -37,11 +37,11 @@ def main(argv=None) -> int:
     from .app import Server
 
     server = Server(cfg, metrics_enabled=not args.no_metrics)
+    server.stop_on_signals()  # before start: a signal right after the start line is honoured
     try:
         server.start()
     except OSError as e:
         print(f"contextsvc: {e}", file=sys.stderr)
         return 1
-    server.stop_on_signals()
     server.wait()
     return 0
