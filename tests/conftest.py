@@ -12,13 +12,14 @@ from contextsvc.app import Server
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
 
 
-def start_server(truncation_overrides=None, **server_overrides) -> Server:
+def start_server(truncation_overrides=None, summarizer_overrides=None, **server_overrides) -> Server:
     base = config.Config()
     store = tempfile.mkdtemp(prefix="contextsvc-test-store-")
     cfg = dataclasses.replace(
         base,
         server=dataclasses.replace(base.server, host="127.0.0.1", port=0, metrics_port=0, **server_overrides),
         truncation=dataclasses.replace(base.truncation, directory=store, **(truncation_overrides or {})),
+        summarizer=dataclasses.replace(base.summarizer, **(summarizer_overrides or {})),
     )
     return Server(cfg).start()
 

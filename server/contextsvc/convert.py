@@ -215,6 +215,58 @@ def compaction_settings(c) -> m.CompactionSettings:
 
 # ---- core -> protobuf ------------------------------------------------------------------------
 
+_ROLE_TO_PB = {v: k for k, v in _ROLES.items()}
+_STATUS_TO_PB = {v: k for k, v in _STATUSES.items()}
+
+
+def _pb_usage(u: m.Usage) -> pb.Usage:
+    return pb.Usage(input=u.input, output=u.output, reasoning=u.reasoning, cache_read=u.cache_read,
+                    cache_write=u.cache_write, total=u.total)
+
+
+def _pb_file(f: m.File) -> pb.FilePart:
+    if f.data is not None:
+        return pb.FilePart(mime=f.mime, filename=f.filename, data=f.data)
+    return pb.FilePart(mime=f.mime, filename=f.filename, url=f.url)
+
+
+def _pb_part(part: m.Part) -> pb.Part:
+    c = part.content
+    if isinstance(c, m.Text):
+        return pb.Part(id=part.id, text=pb.TextPart(text=c.text, synthetic=c.synthetic, ignored=c.ignored))
+    if isinstance(c, m.File):
+        return pb.Part(id=part.id, file=_pb_file(c))
+    if isinstance(c, m.Reasoning):
+        return pb.Part(id=part.id, reasoning=pb.ReasoningPart(text=c.text, signature=c.signature,
+                                                              redacted_data=c.redacted_data))
+    if isinstance(c, m.Compaction):
+        return pb.Part(id=part.id, compaction=pb.CompactionPart(auto=c.auto, overflow=c.overflow,
+                                                                tail_start_id=c.tail_start_id))
+    if isinstance(c, m.Tool):
+        return pb.Part(id=part.id, tool=pb.ToolPart(call_id=c.call_id, tool=c.tool, state=pb.ToolState(
+            status=_STATUS_TO_PB[c.status], input_json=json.dumps(c.input, ensure_ascii=False),
+            output=c.output, error=c.error, title=c.title, attachments=[_pb_file(a) for a in c.attachments],
+            time_start_ms=c.time_start_ms, time_end_ms=c.time_end_ms, time_compacted_ms=c.time_compacted_ms)))
+    if isinstance(c, m.StepStart):
+        return pb.Part(id=part.id, step_start=pb.StepStartPart(snapshot=c.snapshot))
+    if isinstance(c, m.StepFinish):
+        return pb.Part(id=part.id, step_finish=pb.StepFinishPart(reason=c.reason, tokens=_pb_usage(c.tokens),
+                                                                 cost=c.cost))
+    raise TypeError(f"no wire form for {type(c).__name__}")  # the core only creates the kinds above
+
+
+def message_to_pb(msg: m.Message) -> pb.Message:
+    out = pb.Message(
+        id=msg.id, role=_ROLE_TO_PB[msg.role], parts=[_pb_part(p) for p in msg.parts],
+        time_created_ms=msg.time_created_ms, time_completed_ms=msg.time_completed_ms,
+        usage=_pb_usage(msg.usage), model_id=msg.model_id, provider_id=msg.provider_id,
+        summary=msg.summary, parent_id=msg.parent_id, agent=msg.agent,
+    )
+    if msg.error is not None:
+        out.error.name, out.error.message = msg.error.name, msg.error.message
+    return out
+
+
 def token_count(pair) -> pb.TokenCount:
     tokens, method = pair
     return pb.TokenCount(tokens=tokens, method=method)

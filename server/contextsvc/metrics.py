@@ -35,6 +35,17 @@ class Metrics:
                                   ["reason", "acted"], registry=r)
         self.prune_tokens = Counter("contextsvc_prune_tokens_freed", "Estimated tokens freed by prune, by reason.",
                                     ["reason"], registry=r)
+        self.compactions = Counter("contextsvc_compaction_attempts",
+                                   "Compact calls, by outcome and the summarizer that answered.",
+                                   ["outcome", "backend"], registry=r)
+        self.summarizer_fallbacks = Counter("contextsvc_summarizer_fallbacks",
+                                            "Summaries the offline summarizer made after the configured "
+                                            "backend failed.", registry=r)
+        self.retention = Histogram("contextsvc_summary_retention_ratio",
+                                   "Share of the head's verbatim items (paths, commands, errors, "
+                                   "identifiers) found verbatim in the new summary.",
+                                   buckets=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0),
+                                   registry=r)
         self.truncations = Counter("contextsvc_truncations", "TruncateToolOutput calls, by what cut.",
                                    ["cut_by"], registry=r)
         self.store_evicted = Counter("contextsvc_truncation_evicted_outputs",
@@ -49,6 +60,13 @@ class Metrics:
         self.prune_runs.labels(reason, "true" if acted else "false").inc()
         if acted:
             self.prune_tokens.labels(reason).inc(tokens_freed)
+
+    def record_compaction(self, outcome: str, backend: str, fell_back: bool, retention) -> None:
+        self.compactions.labels(outcome, backend or "none").inc()
+        if fell_back:
+            self.summarizer_fallbacks.inc()
+        if retention is not None and retention.items:
+            self.retention.observe(retention.ratio)
 
     def record_eviction(self, count: int, nbytes: int) -> None:
         self.store_evicted.inc(count)

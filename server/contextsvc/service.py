@@ -7,11 +7,20 @@ from __future__ import annotations
 import grpc
 
 from . import convert, measure, prune, truncation
+from .compact import compact as compaction
 from .config import Config
 from .errors import BadInput
 from .tokens import ExactCounter
 from .v1 import context_pb2 as pb
 from .v1 import context_pb2_grpc as pb_grpc
+
+
+_OUTCOMES = {
+    compaction.COMPACTED: pb.COMPACT_OUTCOME_COMPACTED,
+    compaction.INSUFFICIENT: pb.COMPACT_OUTCOME_INSUFFICIENT,
+    compaction.CONTEXT_OVERFLOW: pb.COMPACT_OUTCOME_CONTEXT_OVERFLOW,
+    compaction.NOTHING_TO_DO: pb.COMPACT_OUTCOME_NOTHING_TO_DO,
+}
 
 
 class ContextService(pb_grpc.ContextServiceServicer):
@@ -20,6 +29,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
         self._metrics = metrics
         self._exact = ExactCounter(cfg.measure.exact_encoding)
         self._truncation = truncation
+        self._summarizer = compaction.make_summarizer(cfg)
 
     def Measure(self, request: pb.MeasureRequest, context) -> pb.MeasureResponse:
         convert.require(request, "conversation", "model")
@@ -74,8 +84,38 @@ class ContextService(pb_grpc.ContextServiceServicer):
                                 stopped_by=r.stopped_by, reason=request.reason,
                                 tokens_scanned=r.tokens_scanned)
 
-    def Compact(self, request, context):
-        self._unimplemented(context, "Compact")
+    def Compact(self, request: pb.CompactRequest, context) -> pb.CompactResponse:
+        convert.require(request, "conversation", "model")
+        if request.attempts < 0:
+            raise BadInput("attempts", "must not be negative")
+        inp = compaction.CompactInput(
+            conversation=convert.conversation(request.conversation),
+            model=convert.model(request.model),
+            tools=convert.tools(request.tools),
+            system=convert.system(request.system),
+            compaction=convert.compaction_settings(request.compaction),
+            overflow=request.overflow,
+            auto=request.auto,
+            attempts=request.attempts,
+        )
+        r = compaction.compact(inp, self._cfg, self._summarizer)
+        if self._metrics is not None:
+            self._metrics.record_compaction(r.outcome, r.backend, r.fell_back, r.retention)
+        out = pb.CompactResponse(
+            outcome=_OUTCOMES[r.outcome], tail_start_id=r.tail_start_id or "",
+            summarized_ids=r.summarized_ids, pruned_part_ids=r.pruned_part_ids,
+            under_limit=r.under_limit, tokens_before=r.tokens_before, tokens_after=r.tokens_after,
+            limit=r.limit, attempts=r.attempts, backend=r.backend or "", fell_back=r.fell_back,
+            fallback_reason=r.fallback_reason or "", chunked=r.chunked,
+        )
+        if r.summary is not None:
+            out.summary.CopyFrom(convert.message_to_pb(r.summary))
+        if r.continue_message is not None:
+            out.continue_message.CopyFrom(convert.message_to_pb(r.continue_message))
+        if r.retention is not None:
+            out.retention.CopyFrom(pb.Retention(items=r.retention.items, retained=r.retention.retained,
+                                                ratio=r.retention.ratio))
+        return out
 
     def Assemble(self, request, context):
         self._unimplemented(context, "Assemble")

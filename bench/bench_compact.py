@@ -1,0 +1,85 @@
+"""Compact's hot path and end-to-end latency, in process.
+
+1. split_turns + select_tail on a 10,000-message history, compiled vs the Python twin
+   (every implementation native.implementations() finds), sizes precomputed.
+2. Sizing those 10,000 messages (lowering + JSON lengths), the part select pays once per call.
+3. Offline compact of a ~1.25 MB conversation, end to end (select, serialize, summarize,
+   post-compaction prune, measuring before and after).
+Prints medians. Usage: python bench/bench_compact.py [--repeat 7]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import workload  # noqa: E402
+
+from contextsvc import config, convert, measure, model as m, native  # noqa: E402
+from contextsvc.compact import compact as cmod, select  # noqa: E402
+
+
+def median_ms(fn, repeat):
+    fn()  # warm up
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1000)
+    return statistics.median(times)
+
+
+def history(n):
+    """n messages: user turns every few messages, assistant messages of varied size."""
+    msgs = []
+    for i in range(n):
+        if i % 4 == 0:
+            msgs.append(m.Message(f"msg_{i:06d}", m.USER, [m.Part(f"p{i}", m.Text("question " * (i % 7 + 1)))]))
+        else:
+            out = "line of output\n" * (i % 50)
+            msgs.append(m.Message(f"msg_{i:06d}", m.ASSISTANT, [
+                m.Part(f"p{i}", m.Text("answer")),
+                m.Part(f"t{i}", m.Tool(f"c{i}", "read", m.COMPLETED, {"path": f"src/f{i}.py"}, output=out))],
+                time_completed_ms=1))
+    return msgs
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=7)
+    args = ap.parse_args()
+    cfg = config.Config()
+    mdl = m.Model("claude-sonnet-4-5", m.ANTHROPIC, m.ModelLimits(200_000, 0, 64_000))
+    usable = measure.usable(mdl, m.CompactionSettings(), cfg)
+
+    msgs = history(10_000)
+    sizes = select.sizes(msgs, mdl)
+    flags = [select.starts_turn(x) for x in msgs]
+    budget = select.budget(usable, m.CompactionSettings(), cfg)
+    print(f"native.IMPLEMENTATION = {native.IMPLEMENTATION}")
+    print("split_turns + select_tail, 10,000 messages (median):")
+    for name, impl in native.implementations().items():
+        def step(impl=impl):
+            impl.select_tail(impl.split_turns(flags), sizes, cfg.compact.tail_turns, budget)
+        print(f"  {name:7s} {median_ms(step, args.repeat * 10):8.3f} ms")
+    print(f"sizing 10,000 messages (lowering + json_lengths): "
+          f"{median_ms(lambda: select.sizes(msgs, mdl), args.repeat):8.1f} ms")
+    print(f"select() end to end, 10,000 messages:            "
+          f"{median_ms(lambda: select.select(msgs, mdl, usable, m.CompactionSettings(), cfg), args.repeat):8.1f} ms")
+
+    req = workload.measure_request(1_250_000)
+    conv = convert.conversation(req.conversation)
+    inp = cmod.CompactInput(conv, convert.model(req.model), convert.tools(req.tools),
+                            convert.system(req.system), m.CompactionSettings(), now_ms=1)
+    result = cmod.compact(inp, cfg)
+    print(f"offline compact, {len(conv.messages)} messages (~1.25 MB): "
+          f"{median_ms(lambda: cmod.compact(inp, cfg), args.repeat):8.1f} ms "
+          f"(outcome {result.outcome}, tokens {result.tokens_before} -> {result.tokens_after}, "
+          f"chunked {result.chunked})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""The summarizer backed by the Anthropic Messages API, through the official SDK.
+
+The system block (template and rules) is the same for every request and carries the cache
+marker; the transcript goes in the user turn. Every SDK failure surfaces as errors.Unavailable
+with a message saying what failed, so the caller can fall back to the offline summarizer.
+"""
+from __future__ import annotations
+
+import os
+
+from ..config import Config
+from ..errors import Unavailable
+from . import template
+from .job import ContextTooLong
+
+NAME = "anthropic"
+
+
+class AnthropicSummarizer:
+    name = NAME
+
+    def __init__(self, cfg: Config, client=None):
+        self.cfg = cfg.summarizer
+        self._client = client
+
+    def client(self):
+        if self._client is None:
+            import anthropic
+
+            sc = self.cfg
+            key = os.environ.get(sc.api_key_env, "")
+            if not key:
+                raise Unavailable(f"anthropic summarizer: no API key in ${sc.api_key_env}")
+            self._client = anthropic.Anthropic(
+                api_key=key,
+                base_url=sc.base_url or None,
+                timeout=sc.timeout_seconds,
+                max_retries=sc.max_retries,
+            )
+        return self._client
+
+    def _create(self, user_text: str, max_tokens: int) -> str:
+        import anthropic
+
+        sc = self.cfg
+        try:
+            response = self.client().messages.create(
+                model=sc.model,
+                max_tokens=max_tokens,
+                system=[{"type": "text", "text": template.TEMPLATE_RULES,
+                         "cache_control": {"type": "ephemeral"}}],
+                messages=[{"role": "user", "content": [{"type": "text", "text": user_text}]}],
+            )
+        except anthropic.APITimeoutError as exc:
+            raise Unavailable(f"anthropic summarizer: timed out after {sc.timeout_seconds}s") from exc
+        except anthropic.AuthenticationError as exc:
+            raise Unavailable(f"anthropic summarizer: authentication failed (401): {_detail(exc)}") from exc
+        except anthropic.APIStatusError as exc:
+            detail = _detail(exc)
+            if exc.status_code in (400, 413) and _too_long(detail):
+                raise ContextTooLong(f"anthropic summarizer: request too long: {detail}") from exc
+            raise Unavailable(
+                f"anthropic summarizer: HTTP {exc.status_code}: {_detail(exc)}") from exc
+        except anthropic.APIConnectionError as exc:
+            raise Unavailable(f"anthropic summarizer: connection failed: {exc}") from exc
+        except anthropic.AnthropicError as exc:
+            raise Unavailable(f"anthropic summarizer: {exc}") from exc
+        text = "".join(getattr(b, "text", "") for b in response.content
+                       if getattr(b, "type", "") == "text").strip()
+        if not text:
+            raise Unavailable("anthropic summarizer: the response held no text")
+        return text
+
+    def summarize(self, job) -> str:
+        return self._create(template.prompt(job.transcript, job.previous), job.max_tokens)
+
+    def merge(self, partials: list, previous: str = "", max_tokens: int = 0) -> str:
+        return self._create(template.merge_prompt(partials, previous), max_tokens)
+
+
+def _too_long(detail: str) -> bool:
+    low = detail.lower()
+    return "too long" in low or "too large" in low or "context" in low and "exceed" in low
+
+
+def _detail(exc) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+    return getattr(exc, "message", "") or str(exc)

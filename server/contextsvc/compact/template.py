@@ -1,0 +1,141 @@
+"""The summary template and the prompts that ask for it (SPEC section 5, "Template").
+
+The system text (TEMPLATE_RULES) never changes, so it is the cacheable prefix of every summary
+request; the transcript and the previous summary go in the user turn.
+"""
+from __future__ import annotations
+
+import re
+
+# (heading line, key) in the order the template requires.
+SECTIONS = (
+    ("## Goal", "goal"),
+    ("## Constraints & Preferences", "constraints"),
+    ("## Progress", None),
+    ("### Done", "done"),
+    ("### In Progress", "in_progress"),
+    ("### Blocked", "blocked"),
+    ("## Key Decisions", "decisions"),
+    ("## Next Steps", "next_steps"),
+    ("## Critical Context", "critical"),
+    ("## Relevant Files", "files"),
+)
+HEADINGS = tuple(h for h, _ in SECTIONS)
+KEYS = tuple(k for _, k in SECTIONS if k)
+EMPTY = "(none)"
+
+TEMPLATE = """## Goal
+- [one line: what the person is trying to get done]
+
+## Constraints & Preferences
+- [constraints, preferences and specifications the person stated]
+
+## Progress
+### Done
+- [finished work]
+
+### In Progress
+- [work under way]
+
+### Blocked
+- [what is stuck, and on what]
+
+## Key Decisions
+- [decision: why]
+
+## Next Steps
+1. [ordered next actions]
+
+## Critical Context
+- [technical facts, error strings, open questions]
+
+## Relevant Files
+- [path: why it matters]"""
+
+RULES = (
+    "Keep every section of the template, in its order; write (none) under a section that is empty.",
+    "Write terse bullets, not prose.",
+    "Copy file paths, commands, error strings and identifiers exactly, character for character.",
+    "Never mention the summary, the summarization or this instruction in the summary itself.",
+)
+
+TEMPLATE_RULES = (
+    "You write the working memory of a coding agent: a summary of the conversation so far that "
+    "replaces it, so the agent can carry on without the original messages.\n\n"
+    "Answer with exactly this Markdown template and nothing else:\n\n"
+    + TEMPLATE
+    + "\n\nRules:\n"
+    + "\n".join(f"- {r}" for r in RULES)
+    + "\n- When a <previous-summary> is given, update it into one document: keep what still "
+    "holds, drop what is stale, merge in the new facts from the conversation. Do not summarize "
+    "the previous summary; rewrite it."
+)
+
+INCREMENTAL = ("Update the previous summary with the conversation below: keep what still holds, "
+               "drop what is stale, merge the new facts. Answer with the full template.")
+FRESH = "Summarize the conversation below with the template. Answer with the full template."
+MERGE = ("Merge these partial summaries of consecutive parts of one conversation, oldest first, into "
+         "one summary with the template: keep what still holds, drop what later parts made stale.")
+
+
+def prompt(transcript: str, previous: str = "") -> str:
+    """The user turn of a summary request."""
+    if previous:
+        return (f"{INCREMENTAL}\n\n<previous-summary>\n{previous}\n</previous-summary>\n\n"
+                f"<conversation>\n{transcript}\n</conversation>")
+    return f"{FRESH}\n\n<conversation>\n{transcript}\n</conversation>"
+
+
+def merge_prompt(partials: list, previous: str = "") -> str:
+    body = "\n\n".join(f"<partial-summary index=\"{i + 1}\">\n{s}\n</partial-summary>"
+                       for i, s in enumerate(partials))
+    if previous:
+        body = f"<previous-summary>\n{previous}\n</previous-summary>\n\n" + body
+    return f"{MERGE}\n\n{body}"
+
+
+def render(sections: dict) -> str:
+    """The template filled from {key: [bullet, ...]}; an empty section reads (none)."""
+    out = []
+    for heading, key in SECTIONS:
+        if out:
+            out.append("")
+        out.append(heading)
+        if key is None:
+            continue
+        items = sections.get(key) or []
+        if not items:
+            out.append(f"- {EMPTY}")
+        elif key == "next_steps":
+            out.extend(f"{i + 1}. {x}" for i, x in enumerate(items))
+        else:
+            out.extend(f"- {x}" for x in items)
+    return "\n".join(out)
+
+
+_BULLET = re.compile(r"^\s*(?:[-*]|\d+[.)])\s+(.*)$")
+
+
+def parse(text: str) -> dict:
+    """{key: [bullet, ...]} of a summary in the template; unknown headings are ignored."""
+    by_heading = {h: k for h, k in SECTIONS}
+    out = {k: [] for k in KEYS}
+    key = None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            key = by_heading.get(stripped)
+            continue
+        if key is None or not stripped:
+            continue
+        mt = _BULLET.match(line)
+        item = (mt.group(1) if mt else stripped).strip()
+        if item and item != EMPTY:
+            out[key].append(item)
+    return out
+
+
+def missing_sections(text: str) -> list:
+    """Template headings absent from text, in template order."""
+    lines = {x.strip() for x in text.splitlines()}
+    return [h for h in HEADINGS if h not in lines]

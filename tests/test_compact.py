@@ -1,0 +1,585 @@
+"""Compact on core types (SPEC section 5): select, serialize, template, summarizers, outcomes."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from contextsvc import config, measure, model as m, native
+from contextsvc.compact import compact as cmod, offline, retention, select, serialize, template
+from contextsvc.compact.anthropic_backend import AnthropicSummarizer
+from contextsvc.compact.job import SummaryJob
+from contextsvc.errors import BadInput, Unavailable
+
+CFG = config.Config()
+SONNET = m.Model("claude-sonnet-4-5", m.ANTHROPIC, m.ModelLimits(200_000, 0, 64_000))
+NO = m.CompactionSettings()
+
+
+class Conv:
+    """A conversation builder with sortable ids."""
+
+    def __init__(self):
+        self.messages = []
+
+    def _id(self):
+        return f"msg_{len(self.messages):05d}"
+
+    def user(self, *texts, parts=()):
+        mid = self._id()
+        ps = [m.Part(f"{mid}-{k}", m.Text(t)) for k, t in enumerate(texts)]
+        ps += [m.Part(f"{mid}-x{k}", c) for k, c in enumerate(parts)]
+        self.messages.append(m.Message(mid, m.USER, ps))
+        return self
+
+    def marker(self, auto=True, overflow=False):
+        mid = self._id()
+        self.messages.append(m.Message(mid, m.USER, [m.Part(f"{mid}-c", m.Compaction(auto, overflow))]))
+        return self
+
+    def assistant(self, *contents, summary=False, parent_id="", usage=None):
+        mid = self._id()
+        ps = [m.Part(f"{mid}-{k}", m.Text(c) if isinstance(c, str) else c) for k, c in enumerate(contents)]
+        self.messages.append(m.Message(mid, m.ASSISTANT, ps, time_completed_ms=1, summary=summary,
+                                       parent_id=parent_id, usage=usage or m.Usage()))
+        return self
+
+    def conv(self):
+        return m.Conversation(list(self.messages), "s1")
+
+
+def bash(cmd, output="ok", status=m.COMPLETED, error=""):
+    return m.Tool(f"call-{cmd}-{status}", "bash", status, {"command": cmd}, output=output, error=error)
+
+
+def read(path, output="content"):
+    return m.Tool(f"call-read-{path}-{len(output)}", "read", m.COMPLETED, {"path": path}, output=output)
+
+
+def edit(path):
+    return m.Tool(f"call-edit-{path}", "edit", m.COMPLETED, {"file_path": path, "old": "a", "new": "b"},
+                  output="applied")
+
+
+def run(conv, model_=SONNET, settings=NO, cfg=CFG, summarizer=None, **kw):
+    return cmod.compact(cmod.CompactInput(conv, model_, compaction=settings, now_ms=1000, **kw), cfg,
+                        summarizer)
+
+
+# ---- select ------------------------------------------------------------------------------------
+
+def sized(conv):
+    return select.sizes(conv.messages, SONNET)
+
+
+def test_select_keeps_whole_turns_that_fit():
+    c = Conv()
+    for i in range(4):
+        c.user(f"question {i}").assistant(f"answer {i}")
+    sz = sized(c)
+    budget = sum(sz[4:])  # exactly the last two turns
+    s = select.select(c.messages, SONNET, 100_000, m.CompactionSettings(preserve_recent_tokens=budget), CFG)
+    assert s.tail_start_id == c.messages[4].id
+    assert [x.id for x in s.head] == [x.id for x in c.messages[:4]]
+    assert s.tail == c.messages[4:]
+    # tail_turns limits the walk even when the budget is larger
+    s = select.select(c.messages, SONNET, 100_000,
+                      m.CompactionSettings(preserve_recent_tokens=10**6, tail_turns=1), CFG)
+    assert s.tail_start_id == c.messages[6].id
+
+
+def test_select_splits_inside_a_turn():
+    c = Conv()
+    c.user("old").assistant("old answer")
+    c.user("do it").assistant("x" * 4000).assistant("step two").assistant("done")
+    sz = sized(c)
+    budget = sz[4] + sz[5]  # the last turn's last two messages only
+    s = select.select(c.messages, SONNET, 100_000, m.CompactionSettings(preserve_recent_tokens=budget), CFG)
+    assert s.tail_start_id == c.messages[4].id
+    assert len(s.head) == 4
+
+
+def test_select_nothing_fits_summarizes_everything():
+    c = Conv()
+    c.user("old").assistant("a" * 8000).user("new").assistant("b" * 8000)
+    s = select.select(c.messages, SONNET, 100_000, m.CompactionSettings(preserve_recent_tokens=10), CFG)
+    assert (s.tail_start_id, s.tail, len(s.head)) == ("", [], 4)
+    s = select.select(c.messages, SONNET, 100_000, m.CompactionSettings(tail_turns=0), CFG)
+    assert s.tail_start_id == "" and len(s.head) == 4
+
+
+def test_select_huge_tool_output_at_start_of_last_turn():
+    c = Conv()
+    c.user("earlier").assistant("fine")
+    c.user("run the suite").assistant(bash("pytest", "F" * 800_000)).assistant("3 tests fail in parser.py")
+    s = select.select(c.messages, SONNET, 200_000, NO, CFG)
+    assert s.budget == CFG.compact.preserve_recent_max
+    # the 200K-token log is summarized; the conclusion after it is kept verbatim
+    assert s.tail_start_id == c.messages[4].id
+    assert [x.id for x in s.head] == [x.id for x in c.messages[:4]]
+
+
+def test_select_kept_start_at_first_message_is_all_head():
+    c = Conv()
+    c.user("only").assistant("turn")
+    s = select.select(c.messages, SONNET, 100_000, NO, CFG)
+    assert s.tail_start_id == "" and len(s.head) == 2
+
+
+@pytest.mark.parametrize("usable,expected", [(0, 2000), (4000, 2000), (20_000, 5000), (200_000, 8000)])
+def test_select_budget(usable, expected):
+    assert select.budget(usable, NO, CFG) == expected
+    assert select.budget(usable, m.CompactionSettings(preserve_recent_tokens=123), CFG) == 123
+
+
+def test_sizes_are_json_estimates_of_lowered_messages():
+    c = Conv().user("hello")
+    assert sized(c) == [native.estimate_tokens(len('{"role":"user","content":[{"type":"text","text":"hello"}]}'))]
+
+
+def test_compaction_marker_does_not_start_a_turn():
+    c = Conv().user("a").assistant("b").marker()
+    assert native.split_turns([select.starts_turn(x) for x in c.messages]) == [0]
+
+
+# ---- serialize ---------------------------------------------------------------------------------
+
+def test_serialize_placeholders_exactly():
+    c = Conv()
+    c.user("look", parts=[m.File("image/png", "foo.png", data=b"\x89PNG" * 1000)])
+    out = "é" * 1990 + "😀" * 30  # 2020 characters, the cut lands between two emoji
+    c.assistant(m.Tool("c1", "read", m.COMPLETED, {"path": "a.py"}, output=out,
+                       attachments=[m.File("application/pdf", "spec.pdf", url="http://x/spec.pdf")]))
+    t = serialize.serialize(c.messages, CFG.compact.tool_output_max_chars)
+    assert "[Attached image/png: foo.png]" in t.text
+    assert "[Attached application/pdf: spec.pdf]" in t.text
+    assert "PNG" not in t.text
+    assert "é" * 1990 + "😀" * 10 + "\n[Tool output truncated for compaction: omitted 20 chars]" in t.text
+    assert "😀" * 11 not in t.text
+    assert serialize.clip("abc", 3) == "abc"
+
+
+def test_serialize_hides_compaction_pairs_and_extracts_previous_summary():
+    c = Conv()
+    c.user("first task").assistant("did it")
+    c.marker()
+    c.assistant("## Goal\n- first task", summary=True, parent_id=c.messages[-1].id)
+    c.user("second task").assistant("working")
+    t = serialize.serialize(c.messages, 2000)
+    assert t.previous_summary == "## Goal\n- first task"
+    assert "What did we do so far" not in t.text and "## Goal" not in t.text
+    assert [x.id for x in t.messages] == [c.messages[i].id for i in (0, 1, 4, 5)]
+
+
+# ---- template ----------------------------------------------------------------------------------
+
+HEADINGS = ["## Goal", "## Constraints & Preferences", "## Progress", "### Done", "### In Progress",
+            "### Blocked", "## Key Decisions", "## Next Steps", "## Critical Context", "## Relevant Files"]
+
+
+def _in_order(text):
+    lines = [x.strip() for x in text.splitlines()]
+    return [h for h in lines if h.startswith("#")] == HEADINGS
+
+
+def test_template_sections_and_rules():
+    assert list(template.HEADINGS) == HEADINGS
+    assert _in_order(template.TEMPLATE)
+    assert _in_order(template.render({}))
+    assert template.render({}).count("(none)") == 9  # every section but the Progress parent
+    rules = template.TEMPLATE_RULES.lower()
+    for rule in ("write (none) under a section that is empty", "terse bullets",
+                 "copy file paths, commands, error strings and identifiers exactly",
+                 "never mention the summary"):
+        assert rule in rules, rule
+    p = template.prompt("T", "PREV")
+    assert "<previous-summary>\nPREV\n</previous-summary>" in p
+    assert "keep what still holds, drop what is stale, merge the new facts" in p
+    assert "<previous-summary>" not in template.prompt("T")
+    # parse reads back what render wrote
+    sections = {"goal": ["g"], "next_steps": ["a", "b"], "files": ["`x.py`: read"]}
+    parsed = template.parse(template.render(sections))
+    assert parsed["goal"] == ["g"] and parsed["next_steps"] == ["a", "b"] and parsed["done"] == []
+
+
+# ---- the offline summarizer --------------------------------------------------------------------
+
+def working_session():
+    c = Conv()
+    c.user("Fix the crash in src/app/server.py when the config is empty. Never change the public API "
+           "of `ConfigLoader`; keep Python 3.11 compatibility.")
+    c.assistant("Reading the server first.", read("src/app/server.py", "def main():\n    load_config()\n"))
+    c.assistant(bash("pytest tests/test_server.py -x", "E   KeyError: 'port'\nFAILED tests/test_server.py::test_empty"))
+    c.assistant("I'll default the port in load_config instead because callers rely on it. "
+                "Next I will add a regression test.", edit("src/app/config.py"))
+    c.assistant(bash("npm run lint", status=m.ERROR, error="Error: eslint not found\nexit 127"))
+    c.user("Also update docs/CHANGELOG.md")
+    c.assistant("ok")
+    return c
+
+
+def test_offline_summary_is_deterministic_and_verbatim():
+    msgs = working_session().messages
+    a = offline.summarize(msgs)
+    assert a == offline.summarize(msgs)
+    assert _in_order(a)
+    for verbatim in ("src/app/server.py", "src/app/config.py", "docs/CHANGELOG.md",
+                     "pytest tests/test_server.py -x", "KeyError: 'port'", "Error: eslint not found",
+                     "load_config", "ConfigLoader", "FAILED tests/test_server.py::test_empty",
+                     "Never change the public API"):
+        assert verbatim in a, verbatim
+    s = template.parse(a)
+    assert s["goal"][-1] == "Also update docs/CHANGELOG.md"
+    assert any("npm run lint" in x and "failed" in x for x in s["blocked"])
+    assert any("pytest tests/test_server.py -x" in x for x in s["done"])
+    assert any("default the port" in x for x in s["decisions"])
+    assert any("regression test" in x for x in s["next_steps"])
+    assert any("src/app/config.py" in x and "edited" in x for x in s["files"])
+    assert "(none)" in a  # in progress is empty
+
+
+def test_offline_empty_sections_read_none():
+    text = offline.summarize(Conv().user("hi").messages)
+    assert text.count("(none)") >= 6 and _in_order(text)
+
+
+def test_five_rolling_updates_with_retention():
+    cfg = CFG
+    c = Conv()
+    previous = ""
+    seen_files = []
+    for round_ in range(5):
+        path = f"pkg/module_{round_}.py"
+        seen_files.append(path)
+        c.user(f"Round {round_}: refactor {path} keeping handle_request_{round_} stable")
+        c.assistant("I'll split it because it is long.", edit(path),
+                    bash(f"pytest -k round_{round_}", "passed"))
+        c.user("next")
+        c.assistant("ok")
+        r = run(c.conv(), settings=m.CompactionSettings(tail_turns=1), cfg=cfg)
+        assert r.outcome == "compacted" and r.backend == "offline" and r.under_limit
+        text = r.summary.parts[0].content.text
+        assert _in_order(text)
+        # one rolling document: earlier facts survive (bounded), no nested summaries
+        for p in seen_files:
+            assert p in text
+        assert text.count("## Goal") == 1
+        assert r.retention.items > 0 and 0 < r.retention.ratio <= 1
+        assert r.retention.retained == r.retention.items - len(r.retention.missing)
+        # store the result the way a caller does: marker, summary, then the kept tail continues
+        marker_id = c.messages[-1].id + "~m"
+        c.messages.append(m.Message(marker_id, m.USER, [m.Part(marker_id + "c", m.Compaction(
+            True, False, r.tail_start_id))]))
+        summary = dataclasses.replace(r.summary, id=marker_id + "~s", parent_id=marker_id)
+        c.messages.append(summary)
+        if previous:
+            assert template.parse(previous)["files"][0] in text or len(seen_files) > 12
+        previous = text
+    assert len(template.parse(previous)["files"]) <= offline.OfflineLimits().max_items
+
+
+def test_offline_merge_is_bounded():
+    limits = offline.OfflineLimits(max_items=3)
+    merged = offline.merge({"done": ["a", "b", "c"]}, {"done": ["b", "d"]}, limits)
+    assert merged["done"] == ["c", "b", "d"]
+
+
+# ---- compact: outcomes -------------------------------------------------------------------------
+
+def test_attempts_cap_returns_context_overflow_without_summarizing():
+    class Boom:
+        name = "boom"
+
+        def summarize(self, job):
+            raise AssertionError("must not summarize")
+
+    r = run(working_session().conv(), attempts=CFG.compact.max_attempts, summarizer=Boom())
+    assert r.outcome == "context_overflow" and r.attempts == CFG.compact.max_attempts
+    assert r.summary is None and not r.summarized_ids
+
+
+def test_compact_result_messages():
+    c = working_session()
+    c.marker()
+    r = run(c.conv(), settings=m.CompactionSettings(tail_turns=1, preserve_recent_tokens=100_000))
+    last = c.messages[-1]
+    assert r.outcome == "compacted" and r.attempts == 1
+    assert r.summary.role == m.ASSISTANT and r.summary.summary and r.summary.finished
+    assert r.summary.parent_id == last.id and r.summary.id > last.id
+    assert r.tail_start_id == c.messages[5].id  # the last real turn is kept
+    assert r.summarized_ids == [x.id for x in c.messages[:5]]
+    assert r.continue_message.role == m.USER and r.continue_message.id > r.summary.id
+    assert r.continue_message.parts[0].content.text == cmod.CONTINUE_PROMPT
+    assert r.continue_message.parts[0].content.synthetic
+    assert r.tokens_after < r.tokens_before and r.limit == measure.limit(SONNET, NO, CFG)
+
+
+def test_overflow_replays_last_user_message_with_placeholders():
+    c = working_session()
+    c.user("Now look at this", parts=[m.File("image/png", "shot.png", data=b"123")])
+    c.assistant("partial").marker(overflow=True)
+    r = run(c.conv(), overflow=True)
+    texts = [p.content.text for p in r.continue_message.parts]
+    assert texts == ["Now look at this", "[Attached image/png: shot.png]"]
+    assert c.messages[7].id not in r.summarized_ids  # the replayed message is not summarized
+
+
+def test_overflow_replay_too_big_is_summarized_with_a_note():
+    c = working_session()
+    c.user("Apply this patch to src/app/big.py\n" + "+ added line\n" * 50_000)
+    c.assistant("partial").marker(overflow=True)
+    r = run(c.conv(), overflow=True)
+    (part,) = r.continue_message.parts
+    assert part.content.text.startswith(cmod.REPLAY_NOTE)
+    assert "src/app/big.py" in part.content.text and len(part.content.text) < 20_000
+    assert r.outcome == "compacted" and r.under_limit
+
+
+def test_nothing_to_do():
+    # everything since the last compaction point is that compaction pair: nothing new to fold in
+    c = Conv().user("hello").assistant("hi").marker()
+    c.assistant("## Goal\n- hello", summary=True, parent_id=c.messages[-1].id)
+    c.marker()
+    r = run(c.conv())
+    assert r.outcome == "nothing_to_do" and r.summary is None and r.under_limit
+
+
+def test_needs_a_user_message():
+    with pytest.raises(BadInput):
+        run(Conv().assistant("x").conv())
+
+
+@pytest.mark.parametrize("context", [8_192, 200_000, 1_000_000])
+def test_insufficient_is_never_reported_as_compacted(context):
+    mdl = m.Model("claude-sonnet-4-5", m.ANTHROPIC, m.ModelLimits(context, 0, 4096))
+    lim = measure.limit(mdl, NO, CFG)
+    c = working_session()
+    huge = m.SystemPrompt(soul="rules " * (lim * 4 // 6 + 10))  # the system prompt alone is over
+    r = cmod.compact(cmod.CompactInput(c.conv(), mdl, system=huge, now_ms=1), CFG)
+    assert r.outcome == "insufficient" and not r.under_limit
+    assert r.tokens_after >= r.limit == lim
+    assert r.summary is not None  # the summary is still made and returned
+    # the same conversation without the oversized system prompt compacts fine
+    ok = cmod.compact(cmod.CompactInput(c.conv(), mdl, now_ms=1), CFG)
+    assert ok.outcome == "compacted" and ok.under_limit and ok.tokens_after < lim
+
+
+def test_post_compaction_prune_runs():
+    c = Conv()
+    for i in range(8):
+        c.user(f"task {i}").assistant(read(f"f{i}.py", "z" * 4 * 10_000))
+    c.user("a").assistant("b").user("c").assistant("d")
+    c.marker()
+    r = run(c.conv(), settings=m.CompactionSettings(tail_turns=0))
+    assert len(r.pruned_part_ids) == 4  # 80K of outputs, 40K protected
+
+
+# ---- chunked -----------------------------------------------------------------------------------
+
+def big_session(n=40):
+    c = Conv()
+    for i in range(n):
+        c.user(f"Step {i}: update lib/part_{i}.py")
+        c.assistant(f"Editing lib/part_{i}.py.", edit(f"lib/part_{i}.py"),
+                    bash(f"make test-{i}", "y" * 1500))
+    c.user("done?")
+    return c
+
+
+def test_chunked_fallback_offline():
+    mdl = m.Model("claude-sonnet-4-5", m.ANTHROPIC, m.ModelLimits(16_000, 0, 4_000))
+    r = run(big_session().conv(), model_=mdl)
+    assert r.chunked and r.outcome == "compacted"
+    text = r.summary.parts[0].content.text
+    assert _in_order(text) and "lib/part_38.py" in text
+    assert r.tail_start_id == "msg_00078"  # the last two turns stay verbatim
+
+
+def test_chunk_split_is_greedy_and_bounded():
+    t = serialize.serialize(big_session(10).messages, 2000)
+    budget = cmod.chunk_budget(1000, CFG)
+    assert budget == CFG.compact.chunk_min_tokens
+    chunks = cmod.split_chunks(t, budget)
+    assert sum(len(b) for _, b in chunks) == len(t.blocks)
+    for _, blocks in chunks:
+        assert len(blocks) == 1 or sum(native.estimate_tokens(b) for b in blocks) <= budget
+
+
+class Recorder:
+    name = "anthropic"
+
+    def __init__(self):
+        self.jobs, self.merges = [], []
+
+    def summarize(self, job):
+        self.jobs.append(job)
+        return template.render({"done": [f"chunk {len(self.jobs)}"]})
+
+    def merge(self, partials, previous="", max_tokens=0):
+        self.merges.append(list(partials))
+        return template.render({"done": ["merged"]})
+
+
+def test_chunked_with_a_model_backend_merges_partials():
+    mdl = m.Model("claude-sonnet-4-5", m.ANTHROPIC, m.ModelLimits(16_000, 0, 4_000))
+    rec = Recorder()
+    r = run(big_session().conv(), model_=mdl, summarizer=rec)
+    assert r.chunked and len(rec.jobs) > 1 and len(rec.merges) == 1
+    assert all(j.max_tokens == CFG.compact.chunk_output_tokens for j in rec.jobs)
+    assert "merged" in r.summary.parts[0].content.text
+
+
+# ---- the anthropic backend through the real SDK -----------------------------------------------
+
+SUMMARY = template.render({"goal": ["Fix src/app/server.py"], "files": ["`src/app/server.py`: read"]})
+
+
+class FakeMessagesAPI:
+    def __init__(self, mode="ok"):
+        self.mode = mode
+        self.requests = []
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                api.requests.append((self.path, dict(self.headers), body))
+                if api.mode == "slow":
+                    time.sleep(1.0)
+                    status, payload = 200, api.ok(body)
+                elif api.mode == "500":
+                    status, payload = 500, {"type": "error", "error": {"type": "api_error", "message": "boom"}}
+                elif api.mode == "too-long":
+                    api.mode = "ok"  # only the first, whole-head request is refused
+                    status, payload = 400, {"type": "error", "error": {
+                        "type": "invalid_request_error",
+                        "message": "prompt is too long: 250000 tokens > 200000 maximum"}}
+                elif api.mode == "401":
+                    status, payload = 401, {"type": "error", "error": {
+                        "type": "authentication_error", "message": "invalid x-api-key"}}
+                else:
+                    status, payload = 200, api.ok(body)
+                data = json.dumps(payload).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
+                                       daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    @staticmethod
+    def ok(body):
+        return {"id": "msg_test", "type": "message", "role": "assistant", "model": body["model"],
+                "content": [{"type": "text", "text": SUMMARY}], "stop_reason": "end_turn",
+                "stop_sequence": None, "usage": {"input_tokens": 100, "output_tokens": 50}}
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def api(monkeypatch):
+    monkeypatch.setenv("CONTEXTSVC_TEST_KEY", "sk-test-123")
+    server = FakeMessagesAPI()
+    yield server
+    server.close()
+
+
+def anthropic_cfg(api, fallback=True, timeout=5.0):
+    return dataclasses.replace(CFG, summarizer=dataclasses.replace(
+        CFG.summarizer, backend="anthropic", base_url=api.url, api_key_env="CONTEXTSVC_TEST_KEY",
+        timeout_seconds=timeout, max_retries=0, fallback_to_offline=fallback))
+
+
+def test_anthropic_backend_request_and_response(api):
+    cfg = anthropic_cfg(api)
+    r = run(working_session().conv(), cfg=cfg)
+    assert (r.outcome, r.backend, r.fell_back) == ("compacted", "anthropic", False)
+    assert r.summary.parts[0].content.text == SUMMARY
+    assert r.retention.items > 0 and r.retention.retained >= 1
+    path, headers, body = api.requests[0]
+    assert path == "/v1/messages"
+    assert "sk-test-123" in (headers.get("x-api-key", "") + headers.get("Authorization", ""))
+    assert body["model"] == cfg.summarizer.model
+    assert body["max_tokens"] == measure.max_output(SONNET, cfg)
+    system = body["system"]
+    assert len(system) == 1 and system[0]["type"] == "text"
+    assert system[0]["text"] == template.TEMPLATE_RULES
+    assert system[0]["cache_control"] == {"type": "ephemeral"}
+    (message,) = body["messages"]
+    assert message["role"] == "user"
+    text = message["content"][0]["text"]
+    assert "src/app/server.py" in text and "pytest tests/test_server.py -x" in text
+    assert "cache_control" not in message["content"][0]  # only the stable block is marked
+
+
+def test_anthropic_incremental_prompt_carries_previous_summary(api):
+    s = AnthropicSummarizer(anthropic_cfg(api))
+    assert s.summarize(SummaryJob([], "User:\nhi", "## Goal\n- old", 100)) == SUMMARY
+    text = api.requests[0][2]["messages"][0]["content"][0]["text"]
+    assert "<previous-summary>\n## Goal\n- old\n</previous-summary>" in text
+
+
+@pytest.mark.parametrize("mode,needle", [("slow", "timed out"), ("500", "HTTP 500"),
+                                         ("401", "authentication failed (401)")])
+def test_anthropic_failures(api, mode, needle):
+    api.mode = mode
+    cfg = anthropic_cfg(api, fallback=False, timeout=0.3)
+    with pytest.raises(Unavailable, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        run(working_session().conv(), cfg=cfg)
+    r = run(working_session().conv(), cfg=anthropic_cfg(api, fallback=True, timeout=0.3))
+    assert r.fell_back and r.backend == "offline" and needle in r.fallback_reason
+    assert r.outcome == "compacted" and _in_order(r.summary.parts[0].content.text)
+
+
+def test_anthropic_context_overflow_switches_to_chunks(api):
+    api.mode = "too-long"
+    r = run(working_session().conv(), cfg=anthropic_cfg(api))
+    assert r.chunked and r.backend == "anthropic" and not r.fell_back
+    assert len(api.requests) >= 2
+    assert api.requests[1][2]["max_tokens"] == CFG.compact.chunk_output_tokens
+
+
+def test_anthropic_without_key_falls_back(monkeypatch, api):
+    monkeypatch.delenv("CONTEXTSVC_TEST_KEY")
+    r = run(working_session().conv(), cfg=anthropic_cfg(api))
+    assert r.fell_back and "CONTEXTSVC_TEST_KEY" in r.fallback_reason and not api.requests
+
+
+def test_connection_refused_maps_to_unavailable(monkeypatch):
+    monkeypatch.setenv("CONTEXTSVC_TEST_KEY", "k")
+    cfg = dataclasses.replace(CFG, summarizer=dataclasses.replace(
+        CFG.summarizer, backend="anthropic", base_url="http://127.0.0.1:9", api_key_env="CONTEXTSVC_TEST_KEY",
+        timeout_seconds=2, max_retries=0))
+    with pytest.raises(Unavailable, match="connection failed"):
+        AnthropicSummarizer(cfg).summarize(SummaryJob([], "x", "", 10))
+
+
+# ---- retention ---------------------------------------------------------------------------------
+
+def test_retention_counts_verbatim_items():
+    msgs = working_session().messages
+    items = retention.extract(msgs)
+    for x in ("src/app/server.py", "pytest tests/test_server.py -x", "ConfigLoader", "load_config",
+              "Error: eslint not found", "docs/CHANGELOG.md"):
+        assert x in items, x
+    r = retention.measure(items, "only src/app/server.py here")
+    assert r.items == len(items) and r.retained == 1 and r.ratio == pytest.approx(1 / len(items))
+    assert retention.measure([], "").ratio == 1.0

@@ -1,0 +1,127 @@
+"""Compact over loopback: offline by default, the Anthropic backend through the real SDK."""
+from __future__ import annotations
+
+import grpc
+import pytest
+
+import convo
+from conftest import start_server
+from contextsvc.v1 import context_pb2 as pb
+from contextsvc.v1 import context_pb2_grpc as pb_grpc
+from test_compact import FakeMessagesAPI
+from test_metrics import scrape
+
+SECTIONS = ("## Goal", "## Constraints & Preferences", "## Progress", "### Done", "### In Progress",
+            "### Blocked", "## Key Decisions", "## Next Steps", "## Critical Context", "## Relevant Files")
+
+
+def session(turns=8, output_chars=8_000):
+    msgs, n = [], 0
+    for t in range(turns):
+        n += 1
+        msgs.append(convo.user(f"msg_{n:03d}", convo.text(f"u{n}", f"Please fix src/module_{t}.py; keep the API stable")))
+        n += 1
+        msgs.append(convo.assistant(
+            f"msg_{n:03d}",
+            convo.tool(f"t{n}", f"call_{n}", "bash", {"command": f"pytest tests/test_module_{t}.py"},
+                       f"FAILED tests/test_module_{t}.py::test_parse - ValueError: bad token\n" + "." * output_chars),
+            convo.text(f"a{n}", f"Decided to rewrite parse_token in src/module_{t}.py"),
+            usage=pb.Usage(input=2_000 * n, output=100)))
+    n += 1
+    msgs.append(convo.user(f"msg_{n:03d}", convo.text(f"u{n}", "now run the whole suite")))
+    return pb.Conversation(session_id="s", messages=msgs)
+
+
+def compact_request(conv=None, context=30_000, **kw):
+    return pb.CompactRequest(conversation=conv or session(), model=convo.model(context=context, output=4_000), **kw)
+
+
+def test_offline_compaction_end_to_end(stub):
+    r = stub.Compact(compact_request(auto=True), timeout=30)
+    assert r.outcome == pb.COMPACT_OUTCOME_COMPACTED and r.under_limit
+    assert r.backend == "offline" and not r.fell_back
+    assert r.tokens_after < r.tokens_before and r.limit == 26_000
+    assert r.summary.summary and r.summary.role == pb.ROLE_ASSISTANT
+    text = r.summary.parts[0].text.text
+    for section in SECTIONS:
+        assert section in text
+    assert "src/module_0.py" in text and "pytest tests/test_module_0.py" in text
+    assert r.summarized_ids and r.summarized_ids[0] == "msg_001"
+    assert r.tail_start_id > r.summarized_ids[-1]
+    assert r.retention.items > 0 and 0 < r.retention.ratio <= 1
+    assert r.continue_message.role == pb.ROLE_USER
+    assert r.attempts == 1
+
+
+def test_attempt_cap_is_context_overflow(stub):
+    r = stub.Compact(compact_request(attempts=3), timeout=30)
+    assert r.outcome == pb.COMPACT_OUTCOME_CONTEXT_OVERFLOW and not r.under_limit
+    assert not r.HasField("summary") and r.attempts == 3
+
+
+def test_tiny_window_is_insufficient_not_success(stub):
+    r = stub.Compact(compact_request(context=4_500), timeout=30)
+    assert r.outcome == pb.COMPACT_OUTCOME_INSUFFICIENT and not r.under_limit
+
+
+@pytest.mark.parametrize("req,field", [
+    (pb.CompactRequest(model=convo.model()), "conversation"),
+    (pb.CompactRequest(conversation=session()), "model"),
+    (compact_request(attempts=-1), "attempts"),
+])
+def test_bad_compact_requests(stub, req, field):
+    with pytest.raises(grpc.RpcError) as e:
+        stub.Compact(req, timeout=30)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and field in e.value.details()
+
+
+@pytest.fixture()
+def api(monkeypatch):
+    monkeypatch.setenv("CONTEXTSVC_TEST_KEY", "sk-test-123")
+    fake = FakeMessagesAPI()
+    yield fake
+    fake.close()
+
+
+def _anthropic_server(api, fallback):
+    return start_server(summarizer_overrides=dict(
+        backend="anthropic", base_url=api.url, api_key_env="CONTEXTSVC_TEST_KEY",
+        timeout_seconds=0.5, max_retries=0, fallback_to_offline=fallback))
+
+
+def test_anthropic_backend_through_the_server(api):
+    s = _anthropic_server(api, fallback=False)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
+            r = pb_grpc.ContextServiceStub(ch).Compact(compact_request(), timeout=30)
+        assert r.backend == "anthropic" and not r.fell_back
+        path, headers, body = api.requests[-1]
+        assert path == "/v1/messages" and body["model"] == "claude-haiku-4-5"
+        assert body["system"][-1]["cache_control"] == {"type": "ephemeral"}
+        assert "src/module_0.py" in body["messages"][0]["content"][0]["text"]
+        assert "## Goal" in r.summary.parts[0].text.text
+        samples = scrape(s.metrics_port)
+        assert samples[("contextsvc_compaction_attempts_total",
+                        (("backend", "anthropic"), ("outcome", "compacted")))] == 1
+        assert samples[("contextsvc_summary_retention_ratio_count", ())] == 1
+    finally:
+        s.stop(grace=1)
+
+
+@pytest.mark.parametrize("mode", ["500", "401", "slow"])
+def test_anthropic_failures_status_or_fallback(api, mode):
+    api.mode = mode
+    strict, lenient = _anthropic_server(api, fallback=False), _anthropic_server(api, fallback=True)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{strict.port}") as ch:
+            with pytest.raises(grpc.RpcError) as e:
+                pb_grpc.ContextServiceStub(ch).Compact(compact_request(), timeout=30)
+            assert e.value.code() == grpc.StatusCode.UNAVAILABLE and "anthropic" in e.value.details().lower()
+        with grpc.insecure_channel(f"127.0.0.1:{lenient.port}") as ch:
+            r = pb_grpc.ContextServiceStub(ch).Compact(compact_request(), timeout=30)
+            assert r.fell_back and r.backend == "offline" and r.fallback_reason
+            assert r.outcome == pb.COMPACT_OUTCOME_COMPACTED
+        assert scrape(lenient.metrics_port)[("contextsvc_summarizer_fallbacks_total", ())] == 1
+    finally:
+        strict.stop(grace=1)
+        lenient.stop(grace=1)
