@@ -88,8 +88,8 @@ def test_estimate_matches_reference_text_and_js_rounding():
         msg(3, m.USER, txt("c", "next")),
     ])
     r = run(conv, mdl())
-    lowered, _ = request.lower_request(conv, mdl(), [], m.SystemPrompt(), "", placeholders=True)
-    text = json.dumps(lowered.system + lowered.messages, ensure_ascii=False, separators=(",", ":"))
+    text = request.estimate_text(conv, mdl(), [], m.SystemPrompt())
+    assert text.count('"cache_control":{"type":"ephemeral"}') == 1  # what is sent, marker included
     units = len(text.encode("utf-16-le")) // 2
     assert r.estimate == (math.floor(units / 4 + 0.5), tokens.ESTIMATE)
     assert r.normalized[0] == math.ceil(r.estimate[0] * 13 / 10 - 1e-9)
@@ -101,8 +101,7 @@ def test_media_counted_twice():
     r = run(conv, mdl())
     assert r.media_count == 1
     assert r.extra == 1500
-    lowered, _ = request.lower_request(conv, mdl(), [], m.SystemPrompt(), "", placeholders=True)
-    text = json.dumps(lowered.messages, ensure_ascii=False, separators=(",", ":"))
+    text = request.estimate_text(conv, mdl(), [], m.SystemPrompt())
     assert MEDIA_PLACEHOLDER in text and "AAEAAQ" not in text
     assert r.estimate[0] == native.estimate_tokens(text)
     assert r.raw[0] == tokens.preflight(r.estimate[0] + 1500, CFG.measure.factor)
@@ -135,9 +134,9 @@ def test_forward_projection_uses_the_baseline_or_normalized():
     r = run(conv, model_)
     assert r.has_baseline and r.reported == 1_010
     assert r.projected == 1_010 + r.tail + r.overhead
-    assert r.tail == tokens.preflight(native.estimate_tokens(
-        json.dumps([{"role": "user", "content": [{"type": "text", "text": "y" * 400}]}],
-                   separators=(",", ":"))), CFG.measure.factor)
+    assert r.tail == tokens.preflight(native.estimate_tokens(json.dumps(
+        [{"role": "user", "content": [{"type": "text", "text": "y" * 400, "cache_control": {"type": "ephemeral"}}]}],
+        separators=(",", ":"))), CFG.measure.factor)
     # no baseline: a summary, an unfinished trailing assistant, or zero input side
     for last in (
         finished(2, txt("b", "ok"), usage=m.Usage(input=1_000), summary=True),

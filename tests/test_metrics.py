@@ -43,12 +43,12 @@ def test_rpc_counts_latency_and_overflow_rate(fresh):
     with pytest.raises(grpc.RpcError):
         stub.Measure(pb.MeasureRequest(), timeout=10)
     with pytest.raises(grpc.RpcError):
-        stub.Assemble(pb.AssembleRequest(), timeout=10)
+        stub.Assemble(pb.AssembleRequest(conversation=convo.small_conversation()), timeout=10)
 
     s = scrape(server.metrics_port)
     assert s[("contextsvc_rpcs_total", (("code", "OK"), ("method", "Measure")))] == 4
     assert s[("contextsvc_rpcs_total", (("code", "INVALID_ARGUMENT"), ("method", "Measure")))] == 1
-    assert s[("contextsvc_rpcs_total", (("code", "UNIMPLEMENTED"), ("method", "Assemble")))] == 1
+    assert s[("contextsvc_rpcs_total", (("code", "INVALID_ARGUMENT"), ("method", "Assemble")))] == 1
     assert s[("contextsvc_rpc_duration_seconds_count", (("code", "OK"), ("method", "Measure")))] == 4
     assert s[("contextsvc_request_bytes_count", (("method", "Measure"),))] == 5
     measured = s[("contextsvc_measure_requests_total", (("provider", "anthropic"),))]

@@ -121,12 +121,6 @@ def test_large_string_under_the_limit_is_measured(stub):
     assert r.should_compact  # ~6.8M pre-flight tokens against a 168K limit
 
 
-def test_assemble_is_not_built_yet_and_says_so(stub):
-    with pytest.raises(grpc.RpcError) as e:
-        stub.Assemble(pb.AssembleRequest(), timeout=10)
-    assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert "not available" in e.value.details()
-
 
 def test_health(channel):
     h = health_pb2_grpc.HealthStub(channel)

@@ -77,6 +77,7 @@ class AssembleConfig:
     anthropic_max_breakpoints: int = 4  # the Messages API accepts at most four cache markers
     anthropic_auto_breakpoints: int = 3  # the auto policy leaves one marker for the caller
     prompt_dir: str = ""  # operator-supplied model-family prompt texts; "" = none
+    prefix_sessions: int = 10000  # sessions whose breakpoint hashes are kept to detect prefix breaks
 
 
 @dataclass(frozen=True)

@@ -130,10 +130,18 @@ def check(inp: MeasureInput) -> None:
 
 
 def measure(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.ExactCounter] = None) -> Measurement:
+    return evaluate(inp, cfg, exact_counter)[0]
+
+
+def evaluate(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.ExactCounter] = None,
+             policy=None) -> tuple:
+    """(Measurement, the built request): Assemble serializes exactly what was measured."""
     check(inp)
     mdl, settings, msgs = inp.model, inp.compaction, inp.conversation.messages
     factor = cfg.measure.factor
-    built = request.build(inp.conversation, mdl, inp.tools, inp.system, cfg.assemble.prompt_dir)
+    a = cfg.assemble
+    built = request.build(inp.conversation, mdl, inp.tools, inp.system, a.prompt_dir, policy,
+                          a.anthropic_max_breakpoints, a.anthropic_auto_breakpoints)
     low = built.lowered
 
     system_units = built.units(low.system)
@@ -173,7 +181,8 @@ def measure(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.Exact
     exact = None
     if inp.exact:
         counter = exact_counter or tokens.ExactCounter(cfg.measure.exact_encoding)
-        text = request.estimate_text(inp.conversation, mdl, inp.tools, inp.system, cfg.assemble.prompt_dir)
+        text = request.estimate_text(inp.conversation, mdl, inp.tools, inp.system, a.prompt_dir, policy,
+                                     a.anthropic_max_breakpoints, a.anthropic_auto_breakpoints)
         exact = (counter.count(text), counter.method)
 
     return Measurement(
@@ -198,4 +207,4 @@ def measure(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.Exact
         max_output_tokens=max_out,
         output_tokens=out_tokens,
         media_count=built.ledger.media_count,
-    )
+    ), built

@@ -46,6 +46,14 @@ class Metrics:
                                    "identifiers) found verbatim in the new summary.",
                                    buckets=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0),
                                    registry=r)
+        self.breakpoints = Counter("contextsvc_cache_breakpoints", "Cache breakpoints placed, by provider.",
+                                   ["provider"], registry=r)
+        self.prefix_breaks = Counter("contextsvc_prefix_breaks",
+                                     "Assembles whose cached prefix changed since the session's last "
+                                     "request, by the segment that changed.", ["segment"], registry=r)
+        self.payload_guard = Counter("contextsvc_payload_guard_trips",
+                                     "Assembles over REQUEST_PRUNE_BYTES, by whether the guard got them under.",
+                                     ["result"], registry=r)
         self.truncations = Counter("contextsvc_truncations", "TruncateToolOutput calls, by what cut.",
                                    ["cut_by"], registry=r)
         self.store_evicted = Counter("contextsvc_truncation_evicted_outputs",
@@ -67,6 +75,14 @@ class Metrics:
             self.summarizer_fallbacks.inc()
         if retention is not None and retention.items:
             self.retention.observe(retention.ratio)
+
+    def record_assemble(self, provider: str, breakpoints: int, broken_segment: str, tripped: bool,
+                        still_over: bool) -> None:
+        self.breakpoints.labels(provider).inc(breakpoints)
+        if broken_segment:
+            self.prefix_breaks.labels(broken_segment).inc()
+        if tripped:
+            self.payload_guard.labels("still-over" if still_over else "under").inc()
 
     def record_eviction(self, count: int, nbytes: int) -> None:
         self.store_evicted.inc(count)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from . import history, model as m, native, system_prompt
+from . import cache, history, model as m, native, system_prompt
 from .lowering import MediaLedger, lower, to_model_messages
 from .lowering.lowered import Lowered
 
@@ -15,6 +15,7 @@ class Built:
     lowered: Lowered
     ledger: MediaLedger
     lengths: dict  # id(element) -> (utf8 bytes, utf16 units) of each system/message element
+    breakpoints: list  # cache.Breakpoint, with prefix hashes
 
     def units(self, elements: list) -> list:
         """UTF-16 units of each element, media and opaque values counted as placeholders."""
@@ -60,20 +61,30 @@ def lower_request(conv: m.Conversation, mdl: m.Model, tools: list, system: m.Sys
 
 
 def build(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPrompt,
-          prompt_dir: str = "") -> Built:
+          prompt_dir: str = "", policy: cache.Policy | None = None, max_markers: int = 4,
+          auto_markers: int = 3) -> Built:
+    """Lowers the request and places its cache breakpoints (the auto policy unless hinted)."""
     lowered, ledger = lower_request(conv, mdl, tools, system, prompt_dir)
+    breakpoints = cache.choose(lowered, mdl.provider, tools, policy or cache.Policy(), max_markers,
+                               auto_markers)
+    cache.prefix_hashes(lowered, mdl.provider, breakpoints)
+    cache.place(lowered, mdl.provider, breakpoints)
     lengths = {}
     json_lengths = native.json_lengths
     for parent, key in lowered.lists:
         for e in parent[key]:
             lengths[id(e)] = json_lengths(e)
-    return Built(lowered, ledger, lengths)
+    return Built(lowered, ledger, lengths, breakpoints)
 
 
 def estimate_text(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPrompt,
-                  prompt_dir: str = "") -> str:
-    """The text the estimate stands for: system and messages with placeholders, then tools."""
+                  prompt_dir: str = "", policy: cache.Policy | None = None, max_markers: int = 4,
+                  auto_markers: int = 3) -> str:
+    """The text the estimate stands for: system and messages as sent (cache markers included)
+    with media and opaque state as placeholders, then the tool definitions."""
     lowered, _ = lower_request(conv, mdl, tools, system, prompt_dir, placeholders=True)
+    cache.place(lowered, mdl.provider, cache.choose(lowered, mdl.provider, tools, policy or cache.Policy(),
+                                                    max_markers, auto_markers))
     text = json.dumps(lowered.system + lowered.messages, ensure_ascii=False, separators=(",", ":"))
     if tools:
         text += json.dumps(tool_schema_list(tools), ensure_ascii=False, separators=(",", ":"))

@@ -4,9 +4,7 @@ Errors raised by the core are mapped to statuses by interceptors.ServiceIntercep
 """
 from __future__ import annotations
 
-import grpc
-
-from . import convert, measure, prune, truncation
+from . import assemble, cache, convert, measure, prune, truncation
 from .compact import compact as compaction
 from .config import Config
 from .errors import BadInput
@@ -30,6 +28,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
         self._exact = ExactCounter(cfg.measure.exact_encoding)
         self._truncation = truncation
         self._summarizer = compaction.make_summarizer(cfg)
+        self._prefixes = cache.PrefixTracker(cfg.assemble.prefix_sessions)
 
     def Measure(self, request: pb.MeasureRequest, context) -> pb.MeasureResponse:
         convert.require(request, "conversation", "model")
@@ -68,10 +67,6 @@ class ContextService(pb_grpc.ContextServiceServicer):
             output_tokens=r.output_tokens,
             media_count=r.media_count,
         )
-
-    def _unimplemented(self, context, name: str):
-        context.abort(grpc.StatusCode.UNIMPLEMENTED,
-                      f"{name} is not available in this version of the service yet")
 
     def Prune(self, request: pb.PruneRequest, context) -> pb.PruneResponse:
         convert.require(request, "conversation")
@@ -117,8 +112,43 @@ class ContextService(pb_grpc.ContextServiceServicer):
                                                 ratio=r.retention.ratio))
         return out
 
-    def Assemble(self, request, context):
-        self._unimplemented(context, "Assemble")
+    def Assemble(self, request: pb.AssembleRequest, context) -> pb.AssembleResponse:
+        convert.require(request, "conversation", "model")
+        inp = assemble.AssembleInput(
+            conversation=convert.conversation(request.conversation),
+            model=convert.model(request.model),
+            tools=convert.tools(request.tools),
+            system=convert.system(request.system),
+            compaction=convert.compaction_settings(request.compaction),
+            editor=convert.editor(request.editor) if request.HasField("editor") else None,
+            step=request.step,
+            max_steps=request.max_steps,
+            plan_reminder=request.plan_reminder,
+            policy=convert.cache_policy(request.cache_hints, request.cache_ttl),
+            configured_output_tokens=request.configured_output_tokens,
+            tools_disabled=request.tools_disabled,
+        )
+        if inp.configured_output_tokens < 0:
+            raise BadInput("configured_output_tokens", "must not be negative")
+        r = assemble.assemble(inp, self._cfg)
+        broken = self._prefixes.observe(inp.conversation.session_id, r.breakpoints)
+        if self._metrics is not None:
+            self._metrics.record_assemble(inp.model.provider, len(r.breakpoints), broken, r.guard_tripped,
+                                          r.over_payload_limit)
+        return pb.AssembleResponse(
+            body=r.body,
+            body_bytes=r.measurement.body_bytes,
+            estimate=convert.token_count(r.measurement.estimate),
+            breakpoints=[pb.Breakpoint(location=b.location, segment=b.segment, prefix_bytes=b.prefix_bytes,
+                                       prefix_sha256=b.prefix_sha256) for b in r.breakpoints],
+            pruned_part_ids=r.pruned_part_ids,
+            media_stripped=r.media_stripped,
+            injected=r.injected,
+            over_payload_limit=r.over_payload_limit,
+            guard_tripped=r.guard_tripped,
+            environment_details=r.environment_details,
+            output_tokens=r.measurement.output_tokens,
+        )
 
     def TruncateToolOutput(self, request: pb.TruncateToolOutputRequest, context):
         settings = self._cfg.truncation

@@ -47,8 +47,7 @@ def _block(c, ledger: MediaLedger):
 
 
 def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="") -> Lowered:
-    wire = []
-    roles = []
+    wire, roles, sources = [], [], []
     for msg in messages:
         role = "assistant" if msg.role == "assistant" else "user"
         blocks = [b for b in (_block(c, ledger) for c in msg.content) if b is not None]
@@ -57,10 +56,12 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
         if wire and wire[-1]["role"] == role:
             wire[-1]["content"].extend(blocks)  # the API wants alternating roles
             ledger.claim(wire[-1])
+            sources[-1].append(msg.source_id)
             continue
         wire.append({"role": role, "content": blocks})
         ledger.claim(wire[-1])
         roles.append(role)
+        sources.append([msg.source_id])
     system_blocks = [{"type": "text", "text": s} for s in system]
     out = {"model": model_id, "max_tokens": max_output}
     lists = []
@@ -74,4 +75,4 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
             {"name": t.name, "description": t.description, "input_schema": t.input_schema or {"type": "object"}}
             for t in tools
         ]
-    return Lowered(out, system_blocks, wire, roles, lists, (out, "max_tokens"))
+    return Lowered(out, system_blocks, wire, roles, sources, lists, (out, "max_tokens"))

@@ -47,7 +47,7 @@ def _block(c, ledger: MediaLedger):
 
 
 def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="") -> Lowered:
-    wire, roles = [], []
+    wire, roles, sources = [], [], []
     for msg in messages:
         role = "assistant" if msg.role == "assistant" else "user"
         blocks = [_block(c, ledger) for c in msg.content]
@@ -56,10 +56,12 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
         if wire and wire[-1]["role"] == role:
             wire[-1]["content"].extend(blocks)  # Converse wants alternating roles
             ledger.claim(wire[-1])
+            sources[-1].append(msg.source_id)
             continue
         wire.append({"role": role, "content": blocks})
         ledger.claim(wire[-1])
         roles.append(role)
+        sources.append([msg.source_id])
     system_blocks = [{"text": s} for s in system]
     out = {"messages": wire}
     lists = [(out, "messages")]
@@ -73,4 +75,4 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
                           "inputSchema": {"json": t.input_schema or {"type": "object"}}}}
             for t in tools
         ]}
-    return Lowered(out, system_blocks, wire, roles, lists, (out["inferenceConfig"], "maxTokens"))
+    return Lowered(out, system_blocks, wire, roles, sources, lists, (out["inferenceConfig"], "maxTokens"))

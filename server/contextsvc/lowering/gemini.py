@@ -19,7 +19,7 @@ def _media(x: MMedia, ledger: MediaLedger) -> dict:
 
 
 def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="") -> Lowered:
-    wire, roles = [], []
+    wire, roles, sources = [], [], []
     for msg in messages:
         role = "model" if msg.role == "assistant" else "user"
         parts, moved = [], []
@@ -40,10 +40,12 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
         if wire and wire[-1]["role"] == role:
             wire[-1]["parts"].extend(parts)
             ledger.claim(wire[-1])
+            sources[-1].append(msg.source_id)
             continue
         wire.append({"role": role, "parts": parts})
         ledger.claim(wire[-1])
         roles.append("assistant" if role == "model" else "user")
+        sources.append([msg.source_id])
     out = {"contents": wire}
     lists = [(out, "contents")]
     system_parts = [{"text": s} for s in system]
@@ -56,4 +58,4 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
             for t in tools
         ]}]
     out["generationConfig"] = {"maxOutputTokens": max_output}
-    return Lowered(out, system_parts, wire, roles, lists, (out["generationConfig"], "maxOutputTokens"))
+    return Lowered(out, system_parts, wire, roles, sources, lists, (out["generationConfig"], "maxOutputTokens"))

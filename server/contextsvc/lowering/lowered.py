@@ -10,6 +10,7 @@ class Lowered:
     system: list  # system elements, in order (the estimate's "leading system messages")
     messages: list  # non-system message elements, in order
     roles: list  # "user" | "assistant" | "tool" per element of messages
+    sources: list  # per element of messages: the ids of the stored messages lowered into it
     lists: list = field(default_factory=list)  # (dict, key) of the body lists holding elements
     max_output_at: tuple = ()  # (dict, key) where the output-token cap goes
 

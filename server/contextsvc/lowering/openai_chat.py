@@ -39,12 +39,13 @@ def _user_content(parts: list, ledger: MediaLedger):
 
 def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="") -> Lowered:
     system_msgs = [{"role": "system", "content": s} for s in system]
-    wire, roles = [], []
+    wire, roles, sources = [], [], []
     for msg in messages:
         if msg.role == "user":
             wire.append({"role": "user", "content": _user_content(msg.content, ledger)})
             ledger.claim(wire[-1])
             roles.append("user")
+            sources.append([msg.source_id])
         elif msg.role == "assistant":
             text = "".join(c.text for c in msg.content if isinstance(c, MText))
             calls = [
@@ -59,17 +60,20 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
                 out_msg["tool_calls"] = calls
             wire.append(out_msg)
             roles.append("assistant")
+            sources.append([msg.source_id])
         else:
             moved = []
             for r in msg.content:
                 assert isinstance(r, MToolResult)
                 wire.append({"role": "tool", "tool_call_id": r.call_id, "content": r.text})
                 roles.append("tool")
+                sources.append([msg.source_id])
                 moved.extend(r.media)
             if moved:  # tool messages carry text only: media follows as a user message
                 wire.append({"role": "user", "content": [_media(x, ledger) for x in moved]})
                 ledger.claim(wire[-1])
                 roles.append("user")
+                sources.append([msg.source_id])
     all_msgs = system_msgs + wire
     token_field = "max_completion_tokens" if provider == m.OPENAI else "max_tokens"
     out = {"model": model_id, "messages": all_msgs, token_field: max_output}
@@ -81,4 +85,4 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
         ]
     if session_id and provider in (m.OPENAI, m.OPENROUTER):
         out["prompt_cache_key"] = session_id  # routes the session to a warm cache
-    return Lowered(out, system_msgs, wire, roles, [(out, "messages")], (out, token_field))
+    return Lowered(out, system_msgs, wire, roles, sources, [(out, "messages")], (out, token_field))

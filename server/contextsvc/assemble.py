@@ -1,0 +1,218 @@
+"""Assemble (SPEC section 6): the provider-ready body and everything done to it.
+
+Per-turn injections touch only the tail; the payload guard prunes and strips historical media
+when the body is too big; the body, its size, estimate and breakpoints come from the same
+evaluation Measure runs, so Measure's bytes are Assemble's bytes for the same input.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from typing import Optional
+
+from . import cache, history, measure, model as m, prune
+from .config import Config
+from .errors import BadInput
+from .lowering.neutral import attachment_note
+
+MAX_STEPS_PROMPT = """CRITICAL - MAXIMUM STEPS REACHED
+
+The maximum number of steps allowed for this task has been reached. Tools are disabled until next user input. Respond with text only.
+
+STRICT REQUIREMENTS:
+1. Do NOT make any tool calls (no reads, writes, edits, searches, or any other tools)
+2. MUST provide a text response summarizing work done so far
+3. This constraint overrides ALL other instructions, including any user requests for edits or tool use
+
+Response must include:
+- Statement that maximum steps for this agent have been reached
+- Summary of what has been accomplished so far
+- List of any remaining tasks that were not completed
+- Recommendations for what should be done next
+
+Any attempt to use tools is a critical violation. Respond with text ONLY."""
+
+
+@dataclass(slots=True)
+class Editor:
+    current_time: str = ""
+    working_directory: str = ""
+    workspace_root: str = ""
+    active_file: str = ""
+    visible_files: list = field(default_factory=list)
+    open_tabs: list = field(default_factory=list)
+    environment_details: str = ""  # the block this user message got before, passed back
+
+
+@dataclass(slots=True)
+class AssembleInput:
+    conversation: m.Conversation
+    model: m.Model
+    tools: list
+    system: m.SystemPrompt
+    compaction: m.CompactionSettings
+    editor: Optional[Editor] = None
+    step: int = 1
+    max_steps: int = 0
+    plan_reminder: str = ""
+    policy: cache.Policy = field(default_factory=cache.Policy)
+    configured_output_tokens: int = 0
+    tools_disabled: bool = False
+
+
+@dataclass(slots=True)
+class Assembled:
+    body: bytes
+    measurement: measure.Measurement
+    breakpoints: list
+    pruned_part_ids: list
+    media_stripped: int
+    injected: list
+    guard_tripped: bool
+    over_payload_limit: bool
+    environment_details: str
+
+
+# ---- per-turn injections (tail only) ---------------------------------------------------------
+
+def environment_details(editor: Editor, now: Optional[dt.datetime] = None) -> str:
+    """The volatile editor facts, as a block for the end of the last user message."""
+    if editor.current_time:
+        stamp = editor.current_time
+    else:
+        stamp = (now or dt.datetime.now().astimezone()).isoformat(timespec="seconds")
+    lines = ["<environment_details>", "# Current Time", stamp]
+    for title, value in (("Working Directory", editor.working_directory),
+                         ("Workspace Root", editor.workspace_root), ("Active File", editor.active_file)):
+        if value:
+            lines += [f"# {title}", value]
+    for title, items in (("Visible Files", editor.visible_files), ("Open Tabs", editor.open_tabs)):
+        if items:
+            lines.append(f"# {title}")
+            lines += [f"  {x}" for x in items]
+    lines.append("</environment_details>")
+    return "\n".join(lines)
+
+
+def _synthetic(pid: str, text: str) -> m.Part:
+    return m.Part(pid, m.Text(text, synthetic=True))
+
+
+def _last(messages, pred) -> int:
+    return next((i for i in range(len(messages) - 1, -1, -1) if pred(messages[i])), -1)
+
+
+def _wrap_mid_run(msg: m.Message) -> m.Message:
+    parts = []
+    for p in msg.parts:
+        c = p.content
+        if isinstance(c, m.Text) and not c.synthetic and not c.ignored:
+            text = "\n".join(["<system-reminder>", "The user sent the following message:", c.text, "",
+                              "Please address this message and continue with your tasks.",
+                              "</system-reminder>"])
+            p = m.Part(p.id, dataclasses.replace(c, text=text))
+        parts.append(p)
+    return dataclasses.replace(msg, parts=parts)
+
+
+def inject(inp: AssembleInput, now: Optional[dt.datetime] = None) -> tuple:
+    """(messages to send, what was injected, the environment block used)."""
+    messages = list(inp.conversation.messages)
+    injected, block = [], ""
+    u = _last(messages, lambda x: x.role == m.USER)
+    if u >= 0:
+        user = messages[u]
+        extra = []
+        if inp.editor is not None:
+            block = inp.editor.environment_details or environment_details(inp.editor, now)
+            extra.append(_synthetic(f"{user.id}~environment", "\n\n" + block))
+            injected.append("environment_details")
+        if inp.plan_reminder:
+            extra.append(_synthetic(f"{user.id}~reminder",
+                                    f"<system-reminder>\n{inp.plan_reminder}\n</system-reminder>"))
+            injected.append("plan_reminder")
+        finished = _last(messages, lambda x: x.role == m.ASSISTANT and x.finished)
+        if inp.step > 1 and finished >= 0 and u > finished and not user.compaction():
+            user = _wrap_mid_run(user)
+            injected.append("mid_run_reminder")
+        if extra:
+            user = dataclasses.replace(user, parts=[*user.parts, *extra])
+        messages[u] = user
+    if inp.max_steps and inp.step >= inp.max_steps:
+        last_id = messages[-1].id
+        messages.append(m.Message(f"{last_id}~max-steps", m.USER, [_synthetic(f"{last_id}~max-steps-text",
+                                                                                 MAX_STEPS_PROMPT)]))
+        injected.append("max_steps")
+    return messages, injected, block
+
+
+# ---- payload guard ---------------------------------------------------------------------------
+
+def strip_historical_media(messages: list) -> tuple:
+    """Media before the last user message with a real part become notes, once a summary exists."""
+    if not any(x.role == m.ASSISTANT and x.summary and x.finished for x in messages):
+        return messages, 0
+    cut = _last(messages, lambda x: x.role == m.USER and any(
+        not (isinstance(p.content, m.Text) and p.content.synthetic) for p in x.parts))
+    sent = {x.id for x in history.project(messages)}  # what is not sent needs no stripping
+    stripped, out = 0, []
+    for i, msg in enumerate(messages):
+        if i >= cut or msg.id not in sent:
+            out.append(msg)
+            continue
+        parts, changed = [], False
+        for p in msg.parts:
+            c = p.content
+            if isinstance(c, m.File) and c.is_media:
+                parts.append(m.Part(p.id, m.Text(attachment_note(c), synthetic=True)))
+                stripped += 1
+                changed = True
+            elif isinstance(c, m.Tool) and any(a.is_media for a in c.attachments):
+                stripped += sum(a.is_media for a in c.attachments)
+                parts.append(m.Part(p.id, dataclasses.replace(
+                    c, attachments=[a for a in c.attachments if not a.is_media])))
+                changed = True
+            else:
+                parts.append(p)
+        out.append(dataclasses.replace(msg, parts=parts) if changed else msg)
+    return out, stripped
+
+
+def assemble(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None) -> Assembled:
+    if inp.step < 0 or inp.max_steps < 0:
+        raise BadInput("step" if inp.step < 0 else "max_steps", "must not be negative")
+    messages, injected, block = inject(inp, now)
+    tools = [] if inp.tools_disabled or "max_steps" in injected else inp.tools
+    conv = dataclasses.replace(inp.conversation, messages=messages)
+
+    def evaluate(c):
+        return measure.evaluate(measure.MeasureInput(c, inp.model, tools, inp.system, inp.compaction,
+                                                     configured_output_tokens=inp.configured_output_tokens),
+                                cfg, policy=inp.policy)
+
+    result, built = evaluate(conv)
+    pruned, stripped, tripped = [], 0, False
+    if result.body_bytes > cfg.assemble.request_prune_bytes:
+        tripped = True
+        p = prune.prune(conv, prune.PAYLOAD_LIMIT, inp.compaction, cfg)
+        pruned = p.part_ids
+        now_ms = int((now or dt.datetime.now()).timestamp() * 1000)
+        shrunk = prune.apply(conv, pruned, now_ms) if pruned else conv
+        stripped_messages, stripped = strip_historical_media(shrunk.messages)
+        shrunk = dataclasses.replace(shrunk, messages=stripped_messages)
+        if pruned or stripped:
+            result, built = evaluate(shrunk)
+    body = built.body_json()  # tests hold len(body) == result.body_bytes
+    return Assembled(
+        body=body,
+        measurement=result,
+        breakpoints=built.breakpoints,
+        pruned_part_ids=pruned,
+        media_stripped=stripped,
+        injected=injected,
+        guard_tripped=tripped,
+        over_payload_limit=result.body_bytes > cfg.assemble.request_prune_bytes,
+        environment_details=block,
+    )

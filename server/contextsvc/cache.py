@@ -1,0 +1,206 @@
+"""Prompt-cache breakpoints (SPEC section 6): where markers go, their shape per provider, and
+hashes of the body prefix up to each one."""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from threading import Lock
+
+from . import model as m
+from .errors import BadInput
+
+TTL_DEFAULT = ""
+TTL_1H = "1h"
+
+# Providers whose cache is implicit: no markers (OpenAI also gets prompt_cache_key).
+IMPLICIT = (m.OPENAI, m.GEMINI)
+# Providers with Anthropic's native "auto" policy: last tool, last system block, latest user.
+NATIVE_AUTO = (m.ANTHROPIC,)
+
+
+@dataclass(slots=True)
+class Hint:
+    """A caller-chosen breakpoint: exactly one target."""
+    system_block: int = -1
+    message_id: str = ""
+    last_tool: bool = False
+    ttl: str = TTL_DEFAULT
+
+
+@dataclass(slots=True)
+class Breakpoint:
+    kind: str  # "tools", "system" or "message"
+    index: int  # index within that list of the body
+    segment: str  # "tools", "system", "history" or "tail"
+    ttl: str = TTL_DEFAULT
+    prefix_bytes: int = 0
+    prefix_sha256: str = ""
+
+    @property
+    def location(self) -> str:
+        return f"{self.kind if self.kind != 'message' else 'messages'}[{self.index}]"
+
+
+@dataclass(slots=True)
+class Policy:
+    hints: list = field(default_factory=list)  # list[Hint]; explicit hints win over auto
+    ttl: str = TTL_DEFAULT
+
+
+def _segment(lowered, index: int) -> str:
+    last_user = max((i for i, r in enumerate(lowered.roles) if r == "user"), default=-1)
+    return "tail" if index >= last_user else "history"
+
+
+def choose(lowered, provider: str, tools: list, policy: Policy, max_markers: int,
+           auto_markers: int) -> list:
+    """The breakpoints to place, ordered as the provider's prefix is (tools, system, messages)."""
+    if provider in IMPLICIT:
+        return []
+    n_sys, n_msg = len(lowered.system), len(lowered.messages)
+    chosen = []
+    if policy.hints:
+        for k, h in enumerate(policy.hints):
+            if h.last_tool:
+                if not tools:
+                    raise BadInput(f"cache_hints[{k}].last_tool", "there are no tools to mark")
+                chosen.append(Breakpoint("tools", len(tools) - 1, "tools", h.ttl))
+            elif h.message_id:
+                idx = max((i for i, ids in enumerate(lowered.sources) if h.message_id in ids), default=-1)
+                if idx < 0:
+                    raise BadInput(f"cache_hints[{k}].message_id", f"{h.message_id!r} is not in the request")
+                chosen.append(Breakpoint("message", idx, _segment(lowered, idx), h.ttl))
+            else:
+                if not 0 <= h.system_block < n_sys:
+                    raise BadInput(f"cache_hints[{k}].system_block",
+                                   f"{h.system_block} is not a system block index (0..{n_sys - 1})")
+                chosen.append(Breakpoint("system", h.system_block, "system", h.ttl))
+    elif provider in NATIVE_AUTO:
+        if tools:
+            chosen.append(Breakpoint("tools", len(tools) - 1, "tools", policy.ttl))
+        if n_sys:
+            chosen.append(Breakpoint("system", n_sys - 1, "system", policy.ttl))
+        users = [i for i, r in enumerate(lowered.roles) if r == "user"]
+        if users:
+            chosen.append(Breakpoint("message", users[-1], "tail", policy.ttl))
+        chosen = chosen[:auto_markers]
+    else:
+        # The first two system messages and the last two non-system messages.
+        chosen += [Breakpoint("system", i, "system", policy.ttl) for i in range(min(2, n_sys))]
+        chosen += [Breakpoint("message", i, _segment(lowered, i), policy.ttl)
+                   for i in range(max(0, n_msg - 2), n_msg)]
+    if provider == m.BEDROCK:  # one cachePoint closes the system list
+        system = [b for b in chosen if b.kind == "system"]
+        chosen = [b for b in chosen if b.kind != "system"]
+        if system:
+            chosen.append(Breakpoint("system", n_sys - 1, "system", system[0].ttl))
+    unique = {}
+    for b in chosen:
+        unique.setdefault((b.kind, b.index), b)
+    chosen = sorted(unique.values(), key=lambda b: ({"tools": 0, "system": 1, "message": 2}[b.kind], b.index))
+    if provider == m.ANTHROPIC and len(chosen) > max_markers:
+        raise BadInput("cache_hints", f"{len(chosen)} breakpoints; Anthropic accepts at most {max_markers}")
+    return chosen
+
+
+def _marker(provider: str, ttl: str) -> tuple:
+    """(key, value) of the marker for this provider."""
+    if provider == m.BEDROCK:
+        return "cachePoint", {"type": "default"}
+    value = {"type": "ephemeral"}
+    if ttl == TTL_1H and provider == m.ANTHROPIC:
+        value["ttl"] = "1h"
+    key = "copilot_cache_control" if provider == m.COPILOT else "cache_control"
+    return key, value
+
+
+def place(lowered, provider: str, breakpoints: list) -> None:
+    """Puts each marker into the body, in the provider's wire format."""
+    body = lowered.body
+    for b in breakpoints:
+        key, value = _marker(provider, b.ttl)
+        if b.kind == "tools":
+            tools = body["toolConfig"]["tools"] if provider == m.BEDROCK else body["tools"]
+            if provider == m.BEDROCK:
+                tools.append({key: value})  # a cachePoint block after the tool specs
+            else:
+                tools[b.index][key] = value
+            continue
+        element = (lowered.system if b.kind == "system" else lowered.messages)[b.index]
+        if provider == m.BEDROCK:
+            if b.kind == "system":
+                lowered.system.append({key: value})  # the block after the last system text
+            else:
+                element["content"].append({key: value})
+        elif provider == m.ANTHROPIC:
+            if b.kind == "system":
+                element[key] = value
+            else:
+                element["content"][-1][key] = value
+        else:  # Chat Completions shapes: on the last content part, or the message itself
+            content = element.get("content")
+            if isinstance(content, list) and content:
+                content[-1][key] = value
+            else:
+                element[key] = value
+
+
+def prefix_hashes(lowered, provider: str, breakpoints: list) -> None:
+    """Fills prefix_bytes/prefix_sha256: the canonical JSON of the elements the cache covers,
+    in prefix order (tools, then system, then messages), up to and including each marked one.
+
+    Runs before the markers are placed: a marker moving along the history is not a change of
+    the cached content.
+    """
+    if not breakpoints:
+        return
+    body = lowered.body
+    tools = (body.get("toolConfig") or {}).get("tools", []) if provider == m.BEDROCK else body.get("tools", [])
+    order = [("tools", i, t) for i, t in enumerate(tools)]
+    order += [("system", i, s) for i, s in enumerate(lowered.system)]
+    order += [("message", i, e) for i, e in enumerate(lowered.messages)]
+    wanted = {}
+    for b in breakpoints:
+        wanted.setdefault((b.kind, b.index), []).append(b)
+    h = hashlib.sha256()
+    size = 0
+    for kind, i, element in order:
+        chunk = json.dumps(element, ensure_ascii=False, separators=(",", ":")).encode()
+        h.update(chunk)
+        size += len(chunk)
+        for b in wanted.get((kind, i), ()):
+            b.prefix_bytes = size
+            b.prefix_sha256 = h.hexdigest()
+
+
+class PrefixTracker:
+    """Remembers each session's breakpoint hashes to tell, request to request, whether the cached
+    prefix survived and which segment broke it. Bounded: least recently seen sessions go first."""
+
+    def __init__(self, max_sessions: int):
+        self._max = max_sessions
+        self._seen = OrderedDict()
+        self._lock = Lock()
+
+    def observe(self, session_id: str, breakpoints: list) -> str:
+        """The segment whose prefix changed since this session's last request, or ""."""
+        if not session_id or not breakpoints:
+            return ""
+        now = {(b.kind, b.index): (b.prefix_sha256, b.segment) for b in breakpoints}
+        with self._lock:
+            before = self._seen.pop(session_id, None)
+            self._seen[session_id] = now
+            while len(self._seen) > self._max:
+                self._seen.popitem(last=False)
+        if before is None:
+            return ""
+        for key, (digest, segment) in before.items():
+            if segment == "tail":
+                continue  # the tail moves every step by design
+            if key in now and now[key][0] != digest:
+                return segment
+            if key not in now:
+                return segment
+        return ""

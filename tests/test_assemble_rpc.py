@@ -1,0 +1,230 @@
+"""Assemble over loopback: the exact body, breakpoints, byte-stable prefix, guard, injections."""
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import anthropic
+import grpc
+import pytest
+
+import convo
+from conftest import start_server
+from contextsvc.v1 import context_pb2 as pb
+from contextsvc.v1 import context_pb2_grpc as pb_grpc
+from test_metrics import scrape
+
+TOOLS = [pb.ToolDefinition(name="read", description="Read a file",
+                           input_schema_json='{"type":"object","properties":{"path":{"type":"string"}}}')]
+SYSTEM = pb.SystemPrompt(soul="You are a careful coding agent.", agent_prompt="Prefer small diffs.",
+                         env=pb.EnvInfo(working_directory="/repo", is_git_repo=True, platform="linux",
+                                        date="2026-12-02"),
+                         instructions=[pb.Instruction(path="AGENTS.md", content="Run the tests.")])
+
+
+def request(conv=None, provider=pb.PROVIDER_ANTHROPIC, **kw):
+    return pb.AssembleRequest(conversation=conv or convo.small_conversation(),
+                              model=convo.model(provider=provider), tools=TOOLS, system=SYSTEM, **kw)
+
+
+def test_body_is_the_measured_body_for_every_provider(stub):
+    for provider in range(1, 9):
+        a = stub.Assemble(request(provider=provider), timeout=10)
+        m = stub.Measure(pb.MeasureRequest(conversation=convo.small_conversation(),
+                                           model=convo.model(provider=provider), tools=TOOLS, system=SYSTEM),
+                         timeout=10)
+        assert a.body_bytes == len(a.body) == m.body_bytes, provider
+        assert a.estimate.tokens == m.estimate.tokens
+        json.loads(a.body)
+
+
+def test_anthropic_shape_and_auto_breakpoints(stub):
+    a = stub.Assemble(request(), timeout=10)
+    body = json.loads(a.body)
+    assert body["model"] == "claude-sonnet-4-5" and body["max_tokens"] == a.output_tokens == 32_000
+    assert [b["text"] for b in body["system"]][0] == "You are a careful coding agent."
+    assert "Instructions from: AGENTS.md\nRun the tests." in body["system"][1]["text"]
+    assert body["system"][1]["cache_control"] == {"type": "ephemeral"}
+    assert "cache_control" not in body["system"][0]
+    assert body["tools"][-1]["cache_control"] == {"type": "ephemeral"}
+    # the latest user message carries the marker on its last content block
+    assert body["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+    kinds = [b["type"] for msg in body["messages"] for b in msg["content"]]
+    assert kinds == ["text", "text", "tool_use", "tool_result", "text"]
+    assert [b.location for b in a.breakpoints] == ["tools[0]", "system[1]", "messages[2]"]
+    assert [b.segment for b in a.breakpoints] == ["tools", "system", "tail"]
+    sizes = [b.prefix_bytes for b in a.breakpoints]
+    assert sizes == sorted(sizes) and all(len(b.prefix_sha256) == 64 for b in a.breakpoints)
+
+
+def test_marker_shapes_per_provider(stub):
+    bedrock = json.loads(stub.Assemble(request(provider=pb.PROVIDER_BEDROCK), timeout=10).body)
+    assert bedrock["system"][-1] == {"cachePoint": {"type": "default"}}
+    assert bedrock["messages"][-1]["content"][-1] == {"cachePoint": {"type": "default"}}
+    assert "max_tokens" not in bedrock and bedrock["inferenceConfig"]["maxTokens"] == 32_000
+    openai = json.loads(stub.Assemble(request(provider=pb.PROVIDER_OPENAI), timeout=10).body)
+    assert "cache_control" not in json.dumps(openai) and openai["prompt_cache_key"] == "sess-1"
+    assert openai["messages"][3]["tool_calls"][0]["function"]["arguments"] == '{"path":"tests/test_app.py"}'
+    assert openai["messages"][4] == {"role": "tool", "tool_call_id": "call_1",
+                                     "content": "def test_x():\n    assert f() == 2\n"}
+    compat = json.loads(stub.Assemble(request(provider=pb.PROVIDER_OPENAI_COMPATIBLE), timeout=10).body)
+    assert compat["messages"][0]["cache_control"] == {"type": "ephemeral"}  # string content: on the message
+    assert compat["messages"][-1]["cache_control"] == {"type": "ephemeral"}
+    copilot = json.loads(stub.Assemble(request(provider=pb.PROVIDER_COPILOT), timeout=10).body)
+    assert copilot["messages"][-1]["copilot_cache_control"] == {"type": "ephemeral"}
+    gemini = json.loads(stub.Assemble(request(provider=pb.PROVIDER_GEMINI), timeout=10).body)
+    assert gemini["generationConfig"]["maxOutputTokens"] == 32_000 and "cache" not in json.dumps(gemini)
+
+
+def test_two_steps_of_one_turn_keep_the_cached_prefix(stub):
+    editor = pb.EditorContext(current_time="2026-12-02T17:08:32+00:00", working_directory="/repo",
+                              active_file="src/app.py", visible_files=["src/app.py", "tests/test_app.py"])
+    first = stub.Assemble(request(editor=editor, step=1), timeout=10)
+    assert "# Current Time\n2026-12-02T17:08:32+00:00" in first.environment_details
+    # step 2: the model called a tool, the clock moved, the client passes the block back
+    conv = convo.small_conversation()
+    conv.messages.append(convo.assistant("msg_004", convo.tool("p9", "call_9", "read", {"path": "src/app.py"}, "x = 1\n"),
+                                         usage=pb.Usage(input=1500, output=30)))
+    moved = pb.EditorContext(current_time="2026-12-02T17:09:58+00:00", working_directory="/repo",
+                             environment_details=first.environment_details)
+    second = stub.Assemble(request(conv, editor=moved, step=2), timeout=10)
+    assert second.environment_details == first.environment_details
+    one, two = unmarked(json.loads(first.body)), unmarked(json.loads(second.body))
+    # everything up to the first request's last breakpoint (the turn's user message) is identical
+    assert one["tools"] == two["tools"] and one["system"] == two["system"]
+    assert one["messages"] == two["messages"][:3]
+    assert "2026-12-02T17:08:32+00:00" in json.dumps(two["messages"][2], ensure_ascii=False)
+    same = {b.location: b.prefix_sha256 for b in second.breakpoints}
+    for b in first.breakpoints[:-1]:  # tools and system breakpoints sit at the same places
+        assert same[b.location] == b.prefix_sha256, b.location
+
+
+def unmarked(value):
+    """The body without cache markers: what the provider's cache keys on."""
+    if isinstance(value, dict):
+        return {k: unmarked(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [unmarked(v) for v in value]
+    return value
+
+
+def test_max_steps_sends_a_trailing_user_message_and_no_tools(stub):
+    a = stub.Assemble(request(step=5, max_steps=5), timeout=10)
+    body = json.loads(a.body)
+    assert "tools" not in body and "max_steps" in a.injected
+    last = body["messages"][-1]
+    assert last["role"] == "user" and "MAXIMUM STEPS REACHED" in last["content"][-1]["text"]
+
+
+def test_mid_run_user_message_is_wrapped(stub):
+    conv = convo.small_conversation()
+    a = stub.Assemble(request(conv, step=3), timeout=10)
+    text = json.loads(a.body)["messages"][-1]["content"][-1]["text"]
+    assert text.startswith("<system-reminder>\nThe user sent the following message:\nAlso keep")
+    assert "mid_run_reminder" in a.injected
+
+
+def test_explicit_hints_win_and_are_bounded(stub):
+    a = stub.Assemble(request(cache_hints=[pb.CacheHint(message_id="msg_001", ttl=pb.CACHE_TTL_1H)]), timeout=10)
+    body = json.loads(a.body)
+    assert body["messages"][0]["content"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+    assert "cache_control" not in json.dumps(body["system"]) and len(a.breakpoints) == 1
+    too_many = [pb.CacheHint(system_block=0), pb.CacheHint(system_block=1), pb.CacheHint(last_tool=True),
+                pb.CacheHint(message_id="msg_001"), pb.CacheHint(message_id="msg_003")]
+    for hints, field in ((too_many, "cache_hints"), ([pb.CacheHint(message_id="nope")], "cache_hints[0].message_id"),
+                         ([pb.CacheHint(system_block=7)], "cache_hints[0].system_block")):
+        with pytest.raises(grpc.RpcError) as e:
+            stub.Assemble(request(cache_hints=hints), timeout=10)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and field in e.value.details()
+
+
+def big_conversation_with_summary():
+    msgs = [convo.user("msg_001", convo.text("u1", "start"), pb.Part(id="img1", file=pb.FilePart(
+                mime="image/png", filename="shot.png", data=b"\x89PNG" * 50_000))),
+            convo.assistant("msg_002", convo.text("a2", "looked")),
+            pb.Message(id="msg_003", role=pb.ROLE_USER, parts=[pb.Part(id="c3", compaction=pb.CompactionPart(auto=True))]),
+            convo.assistant("msg_004", convo.text("s4", "## Goal\n- ship"), summary=True, parent_id="msg_003"),
+            convo.user("msg_005", convo.text("u5", "go on"), pb.Part(id="img5", file=pb.FilePart(
+                mime="image/png", filename="after.png", data=b"\x89PNG" * 10_000)))]
+    n = 5
+    for t in range(6):
+        n += 1
+        msgs.append(convo.assistant(f"msg_{n:03d}", convo.tool(f"t{n}", f"call_{n}", "read", {"path": f"f{t}"},
+                                                               "y" * 250_000)))
+        n += 1
+        msgs.append(convo.user(f"msg_{n:03d}", convo.text(f"u{n}", f"next {t}")))
+    return pb.Conversation(session_id="big", messages=msgs)
+
+
+def test_payload_guard_prunes_then_reports(stub):
+    a = stub.Assemble(request(big_conversation_with_summary()), timeout=30)
+    assert a.guard_tripped and list(a.pruned_part_ids) == ["t14", "t12", "t10", "t8", "t6"]
+    assert a.media_stripped == 1 and b"[Attached image/png: after.png]" in a.body
+    assert a.body_bytes == len(a.body) and not a.over_payload_limit
+    assert a.body.count(b"[Old tool result content cleared]") == 5
+    assert b"shot.png" not in a.body  # before the compaction point: not sent at all
+
+
+def test_payload_guard_still_over_sends_anyway(stub):
+    conv = convo.small_conversation()
+    conv.messages[2].parts[0].text.text = "z" * 2_000_000  # fresh content: nothing may be pruned
+    a = stub.Assemble(request(conv), timeout=30)
+    assert a.guard_tripped and a.over_payload_limit and not a.pruned_part_ids and a.body_bytes > 2_000_000
+
+
+class MessagesEndpoint:
+    """A loopback endpoint speaking the Messages API, recording the raw request body."""
+
+    def __init__(self):
+        self.bodies = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                outer.bodies.append(self.rfile.read(int(self.headers["content-length"])))
+                data = json.dumps({"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+                                   "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
+                                   "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 1}}).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+def test_anthropic_sdk_sends_exactly_the_assembled_body(stub):
+    endpoint = MessagesEndpoint()
+    try:
+        a = stub.Assemble(request(editor=pb.EditorContext(current_time="2026-12-02T17:00:00+00:00")), timeout=10)
+        client = anthropic.Anthropic(api_key="sk-test", base_url=endpoint.url, max_retries=0, timeout=30)
+        reply = client.messages.create(**json.loads(a.body))
+        assert reply.content[0].text == "ok"
+        assert json.loads(endpoint.bodies[-1]) == json.loads(a.body)
+    finally:
+        endpoint.server.shutdown()
+
+
+def test_prefix_breaks_are_counted_by_segment():
+    s = start_server()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
+            stub = pb_grpc.ContextServiceStub(ch)
+            stub.Assemble(request(), timeout=10)
+            stub.Assemble(request(), timeout=10)  # same prefix: no break
+            volatile = pb.AssembleRequest()
+            volatile.CopyFrom(request())
+            volatile.system.soul = "You are a careful coding agent. It is 17:09:58."  # a timestamp in the system
+            stub.Assemble(volatile, timeout=10)
+        samples = scrape(s.metrics_port)
+        assert samples[("contextsvc_prefix_breaks_total", (("segment", "system"),))] == 1
+        assert samples[("contextsvc_cache_breakpoints_total", (("provider", "anthropic"),))] == 9
+    finally:
+        s.stop(grace=1)
