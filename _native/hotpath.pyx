@@ -2,12 +2,13 @@
 """Compiled hot path (built as contextsvc._native_c).
 
 Same functions, results and exceptions as contextsvc._native_py, which is the specification
-and is what the tests compare this module with. The string kernels (SSE2 on x86) live in
-jsonscan.h next to this file; this module walks the containers.
+and is what the tests compare this module with. The string kernels (portable, SSE2 and
+AVX2, chosen at import from what the CPU supports) live in jsonscan.h next to this file; this
+module walks the containers.
 
-Walking uses borrowed references and exact-type checks first. Only a dict subclass (whose
-items() json.dumps honours) can run Python code during a walk, so every container is held
-by a reference while it is walked.
+Walking uses borrowed references and exact-type checks first. Only subclasses of dict, list
+and tuple (whose items() or __iter__ json.dumps honours) can run Python code during a walk, so
+every container is held by a reference while it is walked.
 """
 
 from cpython.ref cimport PyObject
@@ -41,6 +42,7 @@ cdef extern from "Python.h":
     Py_ssize_t cs_tuple_size "PyTuple_GET_SIZE" (PyObject *o)
     PyObject *cs_tuple_item "PyTuple_GET_ITEM" (PyObject *o, Py_ssize_t i)
     bint cs_dict_next "PyDict_Next" (PyObject *d, Py_ssize_t *pos, PyObject **k, PyObject **v)
+    Py_ssize_t cs_dict_size "PyDict_GET_SIZE" (PyObject *o)
     object cs_mapping_items "PyMapping_Items" (object o)
     object cs_sequence_fast "PySequence_Fast" (object o, const char *message)
     Py_ssize_t cs_fast_size "PySequence_Fast_GET_SIZE" (object o)
@@ -57,14 +59,42 @@ cdef extern from "jsonscan.h":
     ctypedef struct cs_acc:
         Py_ssize_t u8
         Py_ssize_t d16
-        Py_ssize_t epoch
-    void CS_PREFETCH(const void *p)
     int cs_add_str(PyObject *s, cs_acc *acc) except -1
     Py_ssize_t cs_utf16_len(PyObject *s) except -1
     Py_ssize_t cs_int_len(PyObject *o) except -1
     Py_ssize_t cs_float_len(PyObject *o) except -1
+    void cs_init_kernels()
+    int cs_kernel_count()
+    const char *cs_kernel_name(int i)
+    const char *cs_current_kernel()
+    bint cs_kernel_usable(int i)
+    int cs_use_kernel(int i)
 
 cdef Py_ssize_t _max_depth = MAX_JSON_DEPTH
+
+cs_init_kernels()
+
+
+def _kernels():
+    """Names of the string kernel sets this CPU can run, best first."""
+    return [cs_kernel_name(i).decode() for i in range(cs_kernel_count()) if cs_kernel_usable(i)]
+
+
+def _kernel():
+    """Name of the string kernel set in use."""
+    return cs_current_kernel().decode()
+
+
+def _use_kernel(name):
+    """Switches the string kernel set (for tests and benchmarks); returns the previous name."""
+    cdef int i
+    previous = _kernel()
+    for i in range(cs_kernel_count()):
+        if cs_kernel_name(i).decode() == name:
+            if cs_use_kernel(i) == 0:
+                return previous
+            raise ValueError(f"kernel set {name!r} cannot run on this CPU")
+    raise ValueError(f"unknown kernel set {name!r}")
 
 
 cdef int _depth_error() except -1:
@@ -75,8 +105,8 @@ cdef inline void _add(cs_acc *acc, Py_ssize_t n) noexcept:
     acc.u8 += n  # ASCII text: as many UTF-16 units as bytes
 
 
-cdef int _walk(PyObject *o, Py_ssize_t depth, cs_acc *acc) except -1:
-    """Adds the JSON text of o; depth = containers enclosing o."""
+cdef inline int _walk_value(PyObject *o, Py_ssize_t depth, cs_acc *acc) except -1:
+    """Adds the JSON text of o; depth = containers enclosing o. Common types inline."""
     cdef PyObject *t = cs_type(o)
     if t == <PyObject *>str:
         return cs_add_str(o, acc)
@@ -93,12 +123,17 @@ cdef int _walk(PyObject *o, Py_ssize_t depth, cs_acc *acc) except -1:
     if o == cs_false:
         _add(acc, 5)
         return 0
+    return _walk_other(o, depth, acc)
+
+
+cdef int _walk_other(PyObject *o, Py_ssize_t depth, cs_acc *acc) except -1:
+    """The rest of _walk_value: floats, tuples, then subclasses in json.dumps's order."""
+    cdef PyObject *t = cs_type(o)
     if t == <PyObject *>float:
         _add(acc, cs_float_len(o))
         return 0
     if t == <PyObject *>tuple:
         return _walk_tuple(o, depth + 1, acc)
-    # subclasses, in json.dumps's order
     if cs_is_str(o):
         return cs_add_str(o, acc)
     if cs_is_int(o):
@@ -107,19 +142,11 @@ cdef int _walk(PyObject *o, Py_ssize_t depth, cs_acc *acc) except -1:
     if cs_is_float(o):
         _add(acc, cs_float_len(o))
         return 0
-    if cs_is_list(o):
-        return _walk_list(o, depth + 1, acc)
-    if cs_is_tuple(o):
-        return _walk_tuple(o, depth + 1, acc)
+    if cs_is_list(o) or cs_is_tuple(o):
+        return _walk_iterated(<object>o, depth + 1, acc)
     if cs_is_dict(o):
         return _walk_items(<object>o, depth + 1, acc)
     raise TypeError(f"Object of type {type(<object>o).__name__} is not JSON serializable")
-
-
-cdef inline int _walk_value(PyObject *o, Py_ssize_t depth, cs_acc *acc) except -1:
-    if cs_type(o) == <PyObject *>str:
-        return cs_add_str(o, acc)
-    return _walk(o, depth, acc)
 
 
 cdef int _walk_key(PyObject *k, cs_acc *acc) except -1:
@@ -151,11 +178,7 @@ cdef int _walk_list(PyObject *o, Py_ssize_t depth, cs_acc *acc) except -1:
         _depth_error()
     cdef object hold = <object>o
     cdef Py_ssize_t i = 0
-    if cs_list_size(o) > 1:
-        CS_PREFETCH(cs_list_item(o, 1))
     while i < cs_list_size(o):  # re-read: Python code below may resize the list
-        if i + 2 < cs_list_size(o):
-            CS_PREFETCH(cs_list_item(o, i + 2))
         _walk_value(cs_list_item(o, i), depth, acc)
         i += 1
     _add_brackets(acc, i)
@@ -173,54 +196,40 @@ cdef int _walk_tuple(PyObject *o, Py_ssize_t depth, cs_acc *acc) except -1:
     return 0
 
 
-cdef enum:
-    BATCH = 8  # dict entries read ahead
-
-
 cdef int _walk_dict(PyObject *o, Py_ssize_t depth, cs_acc *acc) except -1:
-    """An exact dict, BATCH entries at a time so their values can be prefetched together.
-
-    A batch holds borrowed pointers; they stay valid as long as no Python code runs, which
-    only a dict subclass can cause (it bumps acc.epoch first). When that happens mid-batch the
-    rest of the batch is dropped and re-read from the dict.
-    """
     if depth > _max_depth:
         _depth_error()
     cdef object hold = <object>o
-    cdef Py_ssize_t pos = 0, count = 0, m, i, epoch
-    cdef Py_ssize_t after[BATCH]
-    cdef PyObject *keys[BATCH]
-    cdef PyObject *vals[BATCH]
-    cdef bint more = True
-    while more:
-        m = 0
-        while m < BATCH and cs_dict_next(o, &pos, &keys[m], &vals[m]):
-            CS_PREFETCH(vals[m])
-            after[m] = pos
-            m += 1
-        more = m == BATCH
-        epoch = acc.epoch
-        for i in range(m):
-            if acc.epoch != epoch:
-                pos = after[i - 1]
-                more = True
-                break
-            if cs_type(keys[i]) == <PyObject *>str:
-                cs_add_str(keys[i], acc)
-            else:
-                _walk_key(keys[i], acc)
-            _walk_value(vals[i], depth, acc)
-            count += 1
+    cdef Py_ssize_t pos = 0, count = 0
+    cdef PyObject *k
+    cdef PyObject *v
+    while cs_dict_next(o, &pos, &k, &v):
+        if cs_type(k) == <PyObject *>str:
+            cs_add_str(k, acc)
+        else:
+            _walk_key(k, acc)
+        _walk_value(v, depth, acc)
+        count += 1
     _add_brackets(acc, count)
     _add(acc, count)  # colons
     return 0
 
 
-cdef int _walk_items(object mapping, Py_ssize_t depth, cs_acc *acc) except -1:
-    """A dict subclass: json.dumps goes through its items(), so this does too."""
+cdef int _walk_iterated(object seq, Py_ssize_t depth, cs_acc *acc) except -1:
+    """A list or tuple subclass: json.dumps iterates it (its __iter__ is honoured)."""
     if depth > _max_depth:
         _depth_error()
-    acc.epoch += 1  # Python code runs from here on: batches in progress are stale
+    cdef list items = list(seq)
+    return _walk_list(<PyObject *>items, depth, acc)
+
+
+cdef int _walk_items(object mapping, Py_ssize_t depth, cs_acc *acc) except -1:
+    """A dict subclass: json.dumps goes through its items() (unless the dict is empty)."""
+    if depth > _max_depth:
+        _depth_error()
+    if cs_dict_size(<PyObject *>mapping) == 0:
+        _add(acc, 2)
+        return 0
     cdef list items = list(cs_mapping_items(mapping))
     cdef object pair
     for pair in items:
@@ -238,7 +247,6 @@ def json_size(value):
     cdef cs_acc acc
     acc.u8 = 0
     acc.d16 = 0
-    acc.epoch = 0
     _walk_value(<PyObject *>value, 0, &acc)
     return acc.u8
 
@@ -248,7 +256,6 @@ def json_lengths(value):
     cdef cs_acc acc
     acc.u8 = 0
     acc.d16 = 0
-    acc.epoch = 0
     _walk_value(<PyObject *>value, 0, &acc)
     return acc.u8, acc.u8 - acc.d16
 
@@ -273,7 +280,7 @@ def estimate_tokens(x):
         if overflow == 0:
             if v < 0:
                 raise ValueError(f"estimate_tokens() needs a non-negative count, got {v}")
-            return (v + 2) // 4
+            return (v >> 2) + ((v & 3) >= 2)  # (v + 2) // 4 without overflowing
         return _native_py.estimate_tokens(x)
     raise TypeError(f"estimate_tokens() expects str or int, not {type(x).__name__}")
 
@@ -335,7 +342,6 @@ def select_tail(starts, sizes, tail_turns, budget):
     """First message index of the kept tail, or -1 when nothing is kept (see _native_py)."""
     cdef long long tt, bud
     cdef Py_ssize_t n, t, k, first, s, e, i, j, prev
-    cdef int64_t *buf = NULL
     cdef int64_t *sz
     cdef int64_t *st
     cdef int64_t total, remaining, size, suffix
@@ -346,17 +352,18 @@ def select_tail(starts, sizes, tail_turns, budget):
     cdef object fsizes = cs_sequence_fast(sizes, "sizes must be a sequence of ints")
     cdef object fstarts
     n = cs_fast_size(fsizes)
-    buf = <int64_t *>PyMem_Malloc((n + 1) * sizeof(int64_t))
-    if buf == NULL:
+    sz = <int64_t *>PyMem_Malloc((n + 1) * sizeof(int64_t))
+    if sz == NULL:
         raise MemoryError()
     try:
-        sz = buf
+        # Past int64 (a size, a sum of sizes or a start), Python ints take over. The sequences
+        # are passed on as read, since starts or sizes may be one-shot iterators.
         if _read_counts(fsizes, sz, n, True):
-            return _native_py.select_tail(starts, sizes, tail_turns, budget)
+            return _native_py.select_tail(starts, fsizes, tail_turns, budget)
         total = 0
         for i in range(n):
-            if sz[i] > INT64_MAX - total:  # sums could overflow: leave it to Python ints
-                return _native_py.select_tail(starts, sizes, tail_turns, budget)
+            if sz[i] > INT64_MAX - total:
+                return _native_py.select_tail(starts, fsizes, tail_turns, budget)
             total += sz[i]
         fstarts = cs_sequence_fast(starts, "starts must be a sequence of ints")
         t = cs_fast_size(fstarts)
@@ -369,13 +376,13 @@ def select_tail(starts, sizes, tail_turns, budget):
             for k in range(t):
                 if overflow or not (prev < st[k] < n):
                     # reports the offending value exactly as the Python version does
-                    return _native_py.select_tail(starts, sizes, tail_turns, budget)
+                    return _native_py.select_tail(fstarts, fsizes, tail_turns, budget)
                 prev = <Py_ssize_t>st[k]
             tt = tail_turns if tail_turns < t else t
             if budget > total:
                 # every turn fits whatever the excess: total + 1 decides alike
                 if total == INT64_MAX:
-                    return _native_py.select_tail(starts, sizes, tail_turns, budget)
+                    return _native_py.select_tail(fstarts, fsizes, tail_turns, budget)
                 bud = total + 1
             else:
                 bud = budget
@@ -407,4 +414,4 @@ def select_tail(starts, sizes, tail_turns, budget):
         finally:
             PyMem_Free(st)
     finally:
-        PyMem_Free(buf)
+        PyMem_Free(sz)

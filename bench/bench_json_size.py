@@ -6,10 +6,14 @@ Times, side by side in one run, on the same generated bodies:
   - len(json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()),
   - len(orjson.dumps(body)), when orjson is installed.
 
-Bodies (deterministic, seeded): one large conversation (about 1.25 MB of JSON, about 900
-messages: prose and code with newlines and quotes, some CJK and emoji, tool_use blocks with
-nested inputs, tool_result blocks) and 10,000 small 3-message requests. Prints the median time
-per call, throughput and ratios. Usage: python bench/bench_json_size.py [--quick]
+Bodies (deterministic, seeded): one large conversation (about 1.3 MB of JSON, 900 messages:
+prose and code with newlines and quotes, some CJK and emoji, tool_use blocks with nested
+inputs, tool_result blocks) and 10,000 small 3-message requests, timed as one body called
+repeatedly (cache-hot) and as one pass over all of them (cache-cold). Contenders are
+interleaved round by round, so a change of machine load hits them alike. Prints the median
+time per call, throughput and ratios.
+
+Usage: python bench/bench_json_size.py [--quick] [--kernel avx2|sse2|portable]
 """
 from __future__ import annotations
 
@@ -217,39 +221,73 @@ def _dumps_len(body) -> int:
     return len(json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode())
 
 
-def _contenders() -> list:
+def _orjson_len(body) -> int:
+    return len(orjson.dumps(body))
+
+
+class Contender:
+    """One way of measuring; `kernel` pins the compiled module's string kernel set."""
+
+    def __init__(self, name, fn, kernel=None, weight=1.0):
+        self.name, self.fn, self.kernel, self.weight = name, fn, kernel, weight
+
+    def __enter__(self):
+        self._previous = _native_c._use_kernel(self.kernel) if self.kernel else None
+        return self.fn
+
+    def __exit__(self, *exc):
+        if self._previous:
+            _native_c._use_kernel(self._previous)
+
+
+def _contenders(kernel_override=None) -> list:
     found = []
     if _native_c is not None:
-        found.append(("compiled json_size", _native_c.json_size))
-    found.append(("python twin json_size", _native_py.json_size))
-    found.append(("json.dumps+encode", _dumps_len))
+        best = kernel_override or _native_c._kernel()
+        found.append(Contender(f"compiled [{best}]", _native_c.json_size, best))
+        if "sse2" in _native_c._kernels() and best != "sse2":
+            found.append(Contender("compiled [sse2]", _native_c.json_size, "sse2"))
+    found.append(Contender("python twin", _native_py.json_size, weight=0.02))
+    found.append(Contender("json.dumps+encode", _dumps_len, weight=0.1))
     if orjson is not None:
-        found.append(("orjson.dumps", lambda body: len(orjson.dumps(body))))
+        found.append(Contender("orjson.dumps", _orjson_len))
     return found
 
 
-def _time_single(fn, body, repeats: int) -> float:
-    """Median ns per call, each call timed on its own."""
-    fn(body)
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter_ns()
-        fn(body)
-        samples.append(time.perf_counter_ns() - t0)
-    return statistics.median(samples)
+def _rounds(contenders, rounds: int, sample) -> dict:
+    """Interleaves the contenders round by round (so load changes hit all of them alike);
+    sample(fn, weight) returns a list of ns-per-call samples. Returns name -> median."""
+    samples = {c.name: [] for c in contenders}
+    for _ in range(rounds):
+        for c in contenders:
+            with c as fn:
+                samples[c.name].extend(sample(fn, c.weight))
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
-def _time_many(fn, bodies, repeats: int) -> float:
-    """Median over repeats of (ns for one pass over all bodies) / len(bodies)."""
-    for body in bodies[:100]:
-        fn(body)
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter_ns()
-        for body in bodies:
+def _single_calls(body, calls: int):
+    def sample(fn, weight):
+        out = []
+        for _ in range(max(1, round(calls * weight))):
+            t0 = time.perf_counter_ns()
             fn(body)
-        samples.append((time.perf_counter_ns() - t0) / len(bodies))
-    return statistics.median(samples)
+            out.append(time.perf_counter_ns() - t0)
+        return out
+
+    return sample
+
+
+def _batch(bodies, calls: int):
+    """One sample = mean ns per call over `calls` calls cycling through bodies."""
+    def sample(fn, weight):
+        n = max(1, round(calls * weight))
+        todo = [bodies[i % len(bodies)] for i in range(n)]
+        t0 = time.perf_counter_ns()
+        for body in todo:
+            fn(body)
+        return [(time.perf_counter_ns() - t0) / n]
+
+    return sample
 
 
 def _fmt_time(ns: float) -> str:
@@ -258,58 +296,56 @@ def _fmt_time(ns: float) -> str:
     return f"{ns / 1e3:9.2f} us"
 
 
-def _report(title: str, size_bytes: float, timings: list) -> None:
-    by_name = dict(timings)
-    ref_json = by_name.get("json.dumps+encode")
-    ref_orjson = by_name.get("orjson.dumps")
-    print(f"\n{title}  ({size_bytes / 1e6:.3f} MB of JSON per call)")
-    print(f"  {'':24}{'median/call':>13}{'MB/s':>10}{'vs json.dumps':>16}{'vs orjson':>12}")
-    for name, ns in timings:
+def _report(title: str, size_bytes: float, medians: dict) -> None:
+    ref_json = medians.get("json.dumps+encode")
+    ref_orjson = medians.get("orjson.dumps")
+    print(f"\n{title}  ({size_bytes / 1e3:.1f} kB of JSON per call)")
+    print(f"  {'':22}{'median/call':>13}{'MB/s':>9}{'vs json.dumps':>15}{'vs orjson':>11}")
+    for name, ns in medians.items():
         mbps = size_bytes / (ns / 1e9) / 1e6
-        vs_json = f"{ref_json / ns:13.1f}x" if ref_json else f"{'-':>14}"
+        vs_json = f"{ref_json / ns:12.1f}x" if ref_json else f"{'-':>13}"
         vs_orjson = f"{ref_orjson / ns:9.2f}x" if ref_orjson else f"{'-':>10}"
-        print(f"  {name:24}{_fmt_time(ns):>13}{mbps:10.0f}{vs_json:>16}{vs_orjson:>12}")
+        print(f"  {name:22}{_fmt_time(ns):>13}{mbps:9.0f}{vs_json:>15}{vs_orjson:>11}")
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer repeats and small bodies")
+    parser.add_argument("--quick", action="store_true", help="fewer rounds and bodies")
+    parser.add_argument("--kernel", help="string kernel set of the compiled module "
+                        "(default: the best this CPU runs)")
     args = parser.parse_args(argv)
-    scale = 5 if args.quick else 1
+    quick = 4 if args.quick else 1
 
     big = large_body()
-    smalls = small_bodies(2_000 if args.quick else 10_000)
-    contenders = _contenders()
+    smalls = small_bodies(10_000 // quick)
+    contenders = _contenders(args.kernel)
 
     # Every contender must agree before any of them is timed.
     expected_big = _dumps_len(big)
     expected_small = [_dumps_len(b) for b in smalls]
-    for name, fn in contenders:
-        if fn(big) != expected_big or [fn(b) for b in smalls] != expected_small:
-            print(f"{name} disagrees with json.dumps", file=sys.stderr)
-            return 1
+    for c in contenders:
+        with c as fn:
+            if fn(big) != expected_big or [fn(b) for b in smalls] != expected_small:
+                print(f"{c.name} disagrees with json.dumps", file=sys.stderr)
+                return 1
 
     print(f"python {sys.version.split()[0]}; compiled extension: "
-          f"{'present' if _native_c is not None else 'ABSENT'}; orjson: "
-          f"{orjson.__version__ if orjson is not None else 'absent'}")
+          + (f"present, kernels {_native_c._kernels()}" if _native_c is not None else "ABSENT")
+          + f"; orjson {orjson.__version__ if orjson is not None else 'absent'}")
     print(f"large body: {len(big['messages'])} messages, {expected_big} bytes; "
-          f"small bodies: {len(smalls)}, mean {statistics.mean(expected_small):.0f} bytes")
+          f"small bodies: {len(smalls)} of 3 messages, mean {statistics.mean(expected_small):.0f} bytes")
+    print("times: medians over interleaved rounds (time.perf_counter_ns)")
 
-    repeats_big = {
-        "compiled json_size": 400, "orjson.dumps": 400, "json.dumps+encode": 40,
-        "python twin json_size": 15,
-    }
-    timings = [(name, _time_single(fn, big, max(3, repeats_big[name] // scale)))
-               for name, fn in contenders]
-    _report("large body, 1 call", expected_big, timings)
+    medians = _rounds(contenders, 24 // quick, _single_calls(big, 10))
+    _report("large body, single calls", expected_big, medians)
 
-    repeats_small = {
-        "compiled json_size": 15, "orjson.dumps": 15, "json.dumps+encode": 5,
-        "python twin json_size": 3,
-    }
-    timings = [(name, _time_many(fn, smalls, max(1, repeats_small[name] // scale)))
-               for name, fn in contenders]
-    _report(f"small bodies, per body over {len(smalls)}", statistics.mean(expected_small), timings)
+    hot = smalls[0]
+    medians = _rounds(contenders, 24 // quick, _batch([hot], 400))
+    _report("one small body, called repeatedly (cache-hot)", expected_small[0], medians)
+
+    medians = _rounds(contenders, 6 // quick if quick < 6 else 1, _batch(smalls, len(smalls)))
+    _report(f"{len(smalls)} distinct small bodies, one pass (cache-cold), per body",
+            statistics.mean(expected_small), medians)
     return 0
 
 

@@ -87,7 +87,7 @@ def _depth_error() -> ValueError:
     return ValueError(f"JSON nesting deeper than {MAX_JSON_DEPTH} containers")
 
 
-_KEY = object()  # tags a pending dict key on the work stack
+_ITEM = object()  # tags a pending (key, value) pair of a dict on the work stack
 
 
 def json_lengths(value) -> tuple[int, int]:
@@ -98,20 +98,21 @@ def json_lengths(value) -> tuple[int, int]:
     met is the one json.dumps would complain about.
     """
     utf8 = utf16 = 0
-    stack = [(value, 0)]  # (value, depth of its enclosing container) or (_KEY, key)
+    stack = [(value, 0)]  # (value, depth of its enclosing container) or (_ITEM, (pair, depth))
     pop, push = stack.pop, stack.append
     while stack:
         obj, depth = pop()
-        if obj is _KEY:
-            key = depth
+        if obj is _ITEM:
+            pair, depth = depth
+            if not (isinstance(pair, tuple) and len(pair) == 2):
+                raise ValueError("items must return 2-tuples")
+            key, obj = pair
+            push((obj, depth))  # the value comes next, after its key
             if isinstance(key, str):
                 b, u = _str_lengths(key)
             else:
                 b = u = len(_key_text(key)) + 2
-            utf8 += b
-            utf16 += u
-            continue
-        if obj is None or obj is True:
+        elif obj is None or obj is True:
             b = u = 4
         elif obj is False:
             b = u = 5
@@ -124,21 +125,18 @@ def json_lengths(value) -> tuple[int, int]:
         elif isinstance(obj, (list, tuple)):
             if depth + 1 > MAX_JSON_DEPTH:
                 raise _depth_error()
-            items = list(list.__iter__(obj) if isinstance(obj, list) else tuple.__iter__(obj))
+            items = list(obj)  # as json.dumps: a subclass's __iter__ is honoured
             b = u = 2 + max(len(items) - 1, 0)  # brackets and commas
             for item in reversed(items):
                 push((item, depth + 1))
         elif isinstance(obj, dict):
             if depth + 1 > MAX_JSON_DEPTH:
                 raise _depth_error()
-            items = list(obj.items())  # as json.dumps: a subclass's items() is honoured
+            # as json.dumps: an empty dict is "{}", otherwise a subclass's items() is honoured
+            items = list(obj.items()) if dict.__len__(obj) else []
             b = u = 2 + 2 * len(items) - (1 if items else 0)  # braces, colons, commas
             for pair in reversed(items):
-                if not (isinstance(pair, tuple) and len(pair) == 2):
-                    raise ValueError("items must return 2-tuples")
-                key, item = pair
-                push((item, depth + 1))
-                push((_KEY, key))
+                push((_ITEM, (pair, depth + 1)))
         else:
             raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
         utf8 += b

@@ -1,0 +1,682 @@
+"""The hot path: the compiled module and its Python twin, against references and each other.
+
+Every test taking `impl` runs once with the Python twin and once with the compiled module;
+string tests run the compiled module with each of its string-kernel sets (AVX2, SSE2,
+portable: whichever this CPU runs) and compare it with the twin. The compiled module must be
+importable unless CONTEXTSVC_NO_EXTENSIONS=1: a missing build fails here, it is not skipped.
+"""
+from __future__ import annotations
+
+import collections
+import enum
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+from fractions import Fraction
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from contextsvc import _native_py, native
+
+NO_EXTENSIONS = os.environ.get("CONTEXTSVC_NO_EXTENSIONS") == "1"
+IMPL_NAMES = ["python"] if NO_EXTENSIONS else ["python", "cython"]
+
+
+def _compiled():
+    import contextsvc._native_c as compiled
+
+    return compiled
+
+
+@pytest.fixture(scope="module", params=IMPL_NAMES)
+def impl(request):
+    if request.param == "python":
+        return _native_py
+    try:
+        return _compiled()
+    except ImportError as exc:
+        pytest.fail(f"contextsvc._native_c is not importable ({exc}); build it, or set "
+                    "CONTEXTSVC_NO_EXTENSIONS=1 to test the Python implementation alone")
+
+
+def kernels(module):
+    """Iterates once per string-kernel set of module (once for the twin, which has none)."""
+    if not hasattr(module, "_kernels"):
+        yield "python"
+        return
+    previous = module._kernel()
+    try:
+        for name in module._kernels():
+            module._use_kernel(name)
+            yield name
+    finally:
+        module._use_kernel(previous)
+
+
+def check_lengths(module, value, expected):
+    """module.json_lengths/json_size give expected with every kernel set, as the twin does."""
+    if module is not _native_py:
+        assert _native_py.json_lengths(value) == expected
+    for kernel in kernels(module):
+        assert module.json_lengths(value) == expected, kernel
+        assert module.json_size(value) == expected[0], kernel
+
+
+# ---------------------------------------------------------------------------------------------
+# References
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def ref_text(value) -> str:
+    """The JSON text as specified: json.dumps, with lone surrogates written as \\udXXX."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _SURROGATE.sub(lambda m: "\\u%04x" % ord(m.group()), text)
+
+
+def ref_lengths(value) -> tuple[int, int]:
+    text = ref_text(value)
+    return len(text.encode("utf-8")), len(text.encode("utf-16-le")) // 2
+
+
+def ref_utf16_len(s: str) -> int:
+    return len(s.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def ref_estimate(chars: int) -> int:
+    """max(0, Math.round(chars / 4)): JavaScript rounds halves up, i.e. floor(x + 1/2)."""
+    return max(0, math.floor(Fraction(chars, 4) + Fraction(1, 2)))
+
+
+def ref_select_tail(starts, sizes, tail_turns, budget) -> int:
+    """The select step, spelled out with quadratic sums."""
+    if tail_turns == 0:
+        return -1
+    n = len(sizes)
+    turns = [(s, starts[k + 1] if k + 1 < len(starts) else n) for k, s in enumerate(starts)]
+    remaining, kept = budget, -1
+    for start, end in reversed(turns[-tail_turns:]):
+        if remaining <= 0:
+            break
+        size = sum(sizes[start:end])
+        if size <= remaining:
+            remaining -= size
+            kept = start
+            continue
+        for j in range(start + 1, end):
+            if sum(sizes[j:end]) <= remaining:
+                kept = j
+                break
+        break
+    return kept
+
+
+# ---------------------------------------------------------------------------------------------
+# Strategies
+
+CONTROL = [chr(c) for c in range(0x20)] + ["\x7f"]
+SPECIAL = CONTROL + ['"', "\\", "/", "a", " ", "é", "\xff", "ߧ", "中", "\uffff", "😀", "\U0010ffff"]
+FILLS = ["a", "é", "中", "😀"]  # one per string kind: ASCII, Latin-1, UCS-2, UCS-4
+ESCAPES = ['"', "\\", "\n", "\t", "\b", "\x00", "\x0b", "\x1f", "\x7f", "é", "中", "😀"]
+
+unicode_chars = st.characters(exclude_categories=("Cs",))
+
+
+@st.composite
+def boundary_text(draw):
+    """Strings around the SIMD widths with an interesting character at any position."""
+    n = draw(st.sampled_from([1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65, 97]))
+    chars = [draw(st.sampled_from(FILLS))] * n
+    for _ in range(draw(st.integers(1, 3))):
+        chars[draw(st.integers(0, n - 1))] = draw(st.sampled_from(ESCAPES))
+    return "".join(chars)
+
+
+texts = st.one_of(
+    st.text(unicode_chars, max_size=24),
+    st.text(st.sampled_from(SPECIAL), max_size=40),
+    st.text(unicode_chars, min_size=65, max_size=300),
+    st.text(st.sampled_from(SPECIAL[:40]), min_size=65, max_size=300),
+    boundary_text(),
+    st.just(""),
+)
+
+floats = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0.0, -0.0, 1e16, -1e16, 1e15, 9999999999999998.0, 5e-324, 1e-4, 9.9e-5,
+                     0.1, 0.30000000000000004, 37.45, -2.5, 1.7976931348623157e308,
+                     float("nan"), float("inf"), float("-inf")]),
+    st.builds(lambda m, k: round(m / 10**k, k), st.integers(-10**9, 10**9), st.integers(0, 9)),
+)
+
+ints = st.one_of(st.integers(), st.integers(-10**300, 10**300), st.sampled_from([
+    0, -1, 9, 10, 99, 100, 2**31, 2**63 - 1, 2**63, -2**63, -2**63 - 1, 2**64, 10**19, 10**20]))
+
+scalars = st.one_of(st.none(), st.booleans(), ints, floats, texts)
+keys = st.one_of(texts, texts, st.integers(), floats, st.booleans(), st.none())
+
+json_trees = st.recursive(
+    scalars,
+    lambda children: st.one_of(
+        st.lists(children, max_size=6),
+        st.lists(children, max_size=4).map(tuple),
+        st.dictionaries(keys, children, max_size=6),
+    ),
+    max_leaves=20,
+)
+
+surrogate_text = st.lists(
+    st.one_of(unicode_chars, st.integers(0xD800, 0xDFFF).map(chr), st.sampled_from(SPECIAL)),
+    max_size=80,
+).map("".join)
+
+TREE_SETTINGS = settings(max_examples=200, deadline=None,
+                         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+# ---------------------------------------------------------------------------------------------
+# Implementation choice
+
+def test_compiled_is_chosen():
+    if NO_EXTENSIONS:
+        assert native.IMPLEMENTATION == "python"
+        return
+    compiled = _compiled()
+    assert native.IMPLEMENTATION == "cython"
+    assert native.json_size is compiled.json_size
+    assert native.select_tail is compiled.select_tail
+    assert set(native.implementations()) == {"python", "cython"}
+
+
+def test_env_var_selects_python():
+    env = dict(os.environ, CONTEXTSVC_NO_EXTENSIONS="1")
+    out = subprocess.run(
+        [sys.executable, "-c", "from contextsvc import native; print(native.IMPLEMENTATION)"],
+        env=env, capture_output=True, text=True, check=True,
+    )
+    assert out.stdout.strip() == "python"
+
+
+def test_one_depth_limit():
+    assert native.MAX_JSON_DEPTH == _native_py.MAX_JSON_DEPTH == 1000
+    if not NO_EXTENSIONS:
+        assert _compiled().MAX_JSON_DEPTH is _native_py.MAX_JSON_DEPTH
+
+
+def test_same_api(impl):
+    names = {"json_size", "json_lengths", "utf16_len", "estimate_tokens", "split_turns",
+             "select_tail", "MAX_JSON_DEPTH"}
+    assert names <= set(dir(impl))
+    assert set(impl.__all__) == names
+
+
+# ---------------------------------------------------------------------------------------------
+# json_size / json_lengths
+
+@TREE_SETTINGS
+@given(tree=json_trees)
+def test_json_lengths_match_json_dumps(impl, tree):
+    text = json.dumps(tree, ensure_ascii=False, separators=(",", ":"))
+    check_lengths(impl, tree, (len(text.encode()), len(text.encode("utf-16-le")) // 2))
+
+
+@settings(max_examples=300, deadline=None)
+@given(s=texts)
+def test_strings(impl, s):
+    check_lengths(impl, s, ref_lengths(s))
+    check_lengths(impl, [s, {s: s}], ref_lengths([s, {s: s}]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(s=surrogate_text)
+def test_lone_surrogates_are_six_byte_escapes(impl, s):
+    check_lengths(impl, s, ref_lengths(s))
+    check_lengths(impl, [s, {s: 1}], ref_lengths([s, {s: 1}]))
+
+
+@pytest.mark.parametrize("s", ["\ud800", "\udfff", "a\udc00b", "\ud83d\ude00", "é\ud800",
+                               "中\udbff" * 20, "😀\ud800" * 9])
+def test_lone_surrogate_cases(impl, s):
+    # Built by hand: json.dumps with ensure_ascii escapes surrogates as \udXXX too, but it also
+    # escapes everything else that is not ASCII; here only the surrogates are escaped.
+    pieces = []
+    for ch in s:
+        pieces.append("\\u%04x" % ord(ch) if 0xD800 <= ord(ch) <= 0xDFFF else ch)
+    text = '"' + "".join(pieces) + '"'
+    check_lengths(impl, s, (len(text.encode()), len(text.encode("utf-16-le")) // 2))
+    assert impl.json_size(chr(0xD800)) == len(json.dumps(chr(0xD800), ensure_ascii=True)) == 8
+
+
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 31, 32, 33, 64, 4080, 4081, 8160, 8161])
+@pytest.mark.parametrize("fill", FILLS)
+def test_escape_at_every_position(impl, n, fill):
+    base = fill * n
+    for pos in sorted({0, 1, n // 2, n - 2, n - 1} & set(range(n))) or [None]:
+        for esc in ['"', "\\", "\n", "\x01", "\x0b", "\x7f"]:
+            s = base if pos is None else base[:pos] + esc + base[pos + 1:]
+            check_lengths(impl, s, ref_lengths(s))
+
+
+@pytest.mark.parametrize("n", [32768 + 3, 65536 + 17])  # past the 16-bit counter flushes
+@pytest.mark.parametrize("fill", FILLS)
+def test_long_strings(impl, n, fill):
+    s = (fill * n)[: n - 3] + "\n\x01" + fill
+    check_lengths(impl, s, ref_lengths(s))
+    check_lengths(impl, "\ud800" + s, ref_lengths("\ud800" + s))
+
+
+def test_every_control_char(impl):
+    for c in range(0x80):
+        for s in (chr(c), chr(c) * 40, "é" * 20 + chr(c) * 3, "中" * 9 + chr(c), "😀" * 9 + chr(c)):
+            text = json.dumps(s, ensure_ascii=False)
+            check_lengths(impl, s, (len(text.encode()), len(text.encode("utf-16-le")) // 2))
+    assert impl.json_size("\x7f") == 3  # DEL is not escaped
+    assert impl.json_size("\x1f") == 8  # "\u001f"
+    assert impl.json_size("\n") == 4  # "\n"
+
+
+def test_scalars(impl):
+    cases = [None, True, False, 0, -0, 7, -7, 10**18, -(10**18), 2**63, -(2**63) - 1, 10**200,
+             0.0, -0.0, 1.5, -2.25, 1e16, 1e15, 123456789.125, 5e-324, 1e-4, 9.99e-5, 1e22,
+             float("nan"), float("inf"), float("-inf"), "", "x"]
+    for value in cases:
+        text = json.dumps(value, separators=(",", ":"))
+        assert impl.json_lengths(value) == (len(text), len(text)), value
+
+
+@settings(max_examples=300, deadline=None)
+@given(x=floats)
+def test_floats(impl, x):
+    assert impl.json_size(x) == len(json.dumps(x))
+    assert impl.json_size({x: x}) == len(json.dumps({x: x}, separators=(",", ":")))
+
+
+@settings(max_examples=300, deadline=None)
+@given(x=ints)
+def test_ints(impl, x):
+    assert impl.json_size(x) == len(json.dumps(x))
+    assert impl.json_size({x: [x]}) == len(json.dumps({x: [x]}, separators=(",", ":")))
+
+
+def test_non_str_keys(impl):
+    d = {1: "a", -2: "b", 2.5: "c", float("nan"): 1, True: 1, None: 2, 10**30: 3}
+    d2 = {False: 0, float("-inf"): 1, 0.1: 2}
+    for value in (d, d2):
+        assert impl.json_size(value) == len(json.dumps(value, separators=(",", ":")))
+
+
+def test_tuples(impl):
+    Point = collections.namedtuple("Point", "x y")
+    for value in [(), (1,), (1, "a", (2, [3, ()])), Point(1, 2), [Point(3, "é")]]:
+        assert impl.json_lengths(value) == ref_lengths(value)
+
+
+class _Str(str):
+    def __str__(self):
+        return "overridden"
+
+    def encode(self, *args, **kwargs):
+        return b"overridden"
+
+
+class _Int(int):
+    def __repr__(self):
+        return "overridden"
+
+    __str__ = __repr__
+
+
+class _Float(float):
+    def __repr__(self):
+        return "overridden"
+
+
+class _List(list):
+    def __iter__(self):
+        return iter([1, 2, 3, 4, 5, 6])
+
+    def __len__(self):
+        return 99
+
+
+class _Tuple(tuple):
+    pass
+
+
+class _Dict(dict):
+    pass
+
+
+class _ItemsDict(dict):
+    def items(self):  # json.dumps honours this for dict subclasses
+        return [("extra", 1), *super().items()]
+
+
+class _Color(enum.IntEnum):
+    RED = 1
+    BLUE = 22
+
+
+def test_subclasses_behave_like_base_types(impl):
+    values = [
+        _Str("héllo\n"), _Int(12345), _Float(2.5), _Float("nan"), _List(["a", "b"]),
+        _Tuple((1, 2)), _Dict(a=1, b=[2]), _ItemsDict(a=2), _Color.BLUE,
+        collections.OrderedDict([("z", 1), ("a", 2)]), {_Str("k"): _Int(3), _Int(4): _Float(1.0)},
+        [_Str("x" * 70 + "\t"), {_Color.RED: _Color.BLUE}],
+    ]
+    for value in values:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        check_lengths(impl, value, (len(text.encode()), len(text.encode("utf-16-le")) // 2))
+
+
+def test_dict_subclass_items_must_be_pairs(impl):
+    class Bad(dict):
+        def items(self):
+            return [("a", 1, 2)]
+
+    with pytest.raises(ValueError):
+        json.dumps(Bad(a=1))
+    with pytest.raises(ValueError):
+        impl.json_size(Bad(a=1))
+    # an empty dict is "{}" without asking items()
+    assert impl.json_size([Bad()]) == len(json.dumps([Bad()])) == 4
+
+
+def test_dict_subclass_mutating_its_parent(impl):
+    """Python code run by items() may drop objects the walk still uses: it must not crash."""
+    parent = []
+
+    class Evil(dict):
+        def items(self):
+            parent.clear()
+            return [("k", "v" * 100)]
+
+    parent.extend([Evil(), {"x": "y" * 50}, ["z"] * 10])
+    assert impl.json_size(parent) >= 2  # whatever the count, it must not crash
+    inner = {}
+
+    class Evil2(dict):
+        def items(self):
+            inner.clear()
+            return []
+
+    inner.update(a=Evil2(), b="b" * 40, c=[1, 2, 3])
+    assert impl.json_size(inner) >= 2
+
+
+@pytest.mark.parametrize("value", [{1, 2}, object(), b"bytes", bytearray(b"x"), 1j,
+                                   [1, {"a": {2}}], {"k": object()}, range(3)])
+def test_type_error(impl, value):
+    with pytest.raises(TypeError) as err:
+        impl.json_size(value)
+    inner = value
+    while isinstance(inner, (list, dict)):
+        inner = list(inner.values() if isinstance(inner, dict) else inner)[-1]
+    assert type(inner).__name__ in str(err.value)
+    with pytest.raises(TypeError):
+        impl.json_lengths(value)
+
+
+@pytest.mark.parametrize("key", [(1, 2), frozenset(), b"k", object()])
+def test_bad_key(impl, key):
+    with pytest.raises(TypeError, match=type(key).__name__):
+        impl.json_size({key: 1})
+
+
+def _nested(depth, kind):
+    value = "leaf"
+    for i in range(depth):
+        if kind == "list":
+            value = [value]
+        elif kind == "tuple":
+            value = (value,)
+        elif kind == "dict":
+            value = {"k": value}
+        else:
+            value = [value] if i % 2 else {"k": value}
+    return value
+
+
+def _nested_size(depth, kind):
+    if kind == "dict":
+        return len('{"k":') * depth + len('"leaf"') + depth
+    if kind == "mixed":
+        dicts = (depth + 1) // 2
+        return 6 * dicts + 2 * (depth - dicts) + len('"leaf"')
+    return 2 * depth + len('"leaf"')
+
+
+@pytest.mark.parametrize("kind", ["list", "tuple", "dict", "mixed"])
+def test_depth_limit(impl, kind):
+    limit = impl.MAX_JSON_DEPTH
+    ok = _nested(limit, kind)
+    assert impl.json_lengths(ok) == (_nested_size(limit, kind),) * 2
+    assert impl.json_size(_nested(10, kind)) == len(
+        json.dumps(_nested(10, kind), separators=(",", ":")))
+    with pytest.raises(ValueError):
+        impl.json_size(_nested(limit + 1, kind))
+    with pytest.raises(ValueError):
+        impl.json_lengths([_nested(limit, kind)])
+
+
+def test_cycles_raise_value_error(impl):
+    loop = []
+    loop.append(loop)
+    with pytest.raises(ValueError):
+        impl.json_size(loop)
+    d = {}
+    d["self"] = [d]
+    with pytest.raises(ValueError):
+        impl.json_size(d)
+
+
+def test_int_too_long_for_str(impl):
+    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
+    if not limit:
+        pytest.skip("no int/str conversion limit in this Python")
+    big = 10 ** (limit + 10)
+    with pytest.raises(ValueError):
+        json.dumps(big)
+    with pytest.raises(ValueError):
+        impl.json_size([big])
+
+
+def test_realistic_body(impl):
+    body = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 4096,
+        "temperature": 0.7,
+        "system": [{"type": "text", "text": "You are helpful.\n" * 40,
+                    "cache_control": {"type": "ephemeral"}}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": 'Fix "this":\n\tprint(1)\n'}]},
+            {"role": "assistant", "content": [
+                {"type": "text", "text": "好的，我来看看。😀 " * 30},
+                {"type": "tool_use", "id": "toolu_01", "name": "run",
+                 "input": {"cmd": "grep -rn \"x\\\\y\" .", "opts": {"n": 5, "f": 1.25, "r": None}}},
+            ]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_01",
+                                          "content": "line\x1b[0m\n" * 200, "is_error": False}]},
+        ],
+    }
+    assert impl.json_lengths(body) == ref_lengths(body)
+
+
+# ---------------------------------------------------------------------------------------------
+# utf16_len / estimate_tokens
+
+@settings(max_examples=200, deadline=None)
+@given(s=st.one_of(texts, surrogate_text))
+def test_utf16_len(impl, s):
+    assert impl.utf16_len(s) == ref_utf16_len(s)
+
+
+def test_utf16_len_cases(impl):
+    assert impl.utf16_len("") == 0
+    assert impl.utf16_len("abc") == 3
+    assert impl.utf16_len("é中") == 2
+    assert impl.utf16_len("😀") == 2
+    assert impl.utf16_len("a😀b\U0010ffff" * 50) == 300
+    assert impl.utf16_len("\ud800") == 1
+    assert impl.utf16_len(_Str("😀x")) == 3
+    with pytest.raises(TypeError):
+        impl.utf16_len(b"abc")
+    with pytest.raises(TypeError):
+        impl.utf16_len(3)
+
+
+def test_estimate_tokens_rounds_halves_up(impl):
+    assert impl.estimate_tokens(10) == 3  # 2.5 -> 3 (Python's round would say 2)
+    assert round(10 / 4) == 2
+    assert impl.estimate_tokens("a" * 10) == 3
+    assert impl.estimate_tokens("😀" * 5) == 3  # 10 UTF-16 units
+    assert impl.estimate_tokens(2) == 1  # 0.5 -> 1
+    assert impl.estimate_tokens(6) == 2  # 1.5 -> 2
+    assert [impl.estimate_tokens(n) for n in range(8)] == [0, 0, 1, 1, 1, 1, 2, 2]
+    assert impl.estimate_tokens("") == 0
+    assert impl.estimate_tokens(10**30) == ref_estimate(10**30)
+    assert impl.estimate_tokens(2**63 - 1) == ref_estimate(2**63 - 1)
+    assert impl.estimate_tokens(_Color.BLUE) == ref_estimate(22)
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.one_of(st.integers(0, 10**6), st.integers(0, 2**70)), s=st.one_of(texts, surrogate_text))
+def test_estimate_tokens(impl, n, s):
+    assert impl.estimate_tokens(n) == ref_estimate(n) == (n + 2) // 4
+    assert impl.estimate_tokens(s) == ref_estimate(ref_utf16_len(s))
+
+
+@pytest.mark.parametrize("bad, error", [(-1, ValueError), (-(2**70), ValueError),
+                                        (2.5, TypeError), (None, TypeError), (True, TypeError),
+                                        (b"ab", TypeError), ([1], TypeError)])
+def test_estimate_tokens_rejects(impl, bad, error):
+    with pytest.raises(error):
+        impl.estimate_tokens(bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# split_turns / select_tail
+
+@settings(max_examples=150, deadline=None)
+@given(flags=st.lists(st.one_of(st.booleans(), st.integers(0, 3))))
+def test_split_turns(impl, flags):
+    expected = [i for i, f in enumerate(flags) if f]
+    assert impl.split_turns(flags) == expected
+    assert impl.split_turns(tuple(flags)) == expected
+    as_bytes = bytes(min(f, 255) for f in flags)
+    assert impl.split_turns(as_bytes) == expected
+    assert impl.split_turns(bytearray(as_bytes)) == expected
+
+
+def test_split_turns_cases(impl):
+    assert impl.split_turns([]) == []
+    assert impl.split_turns(b"") == []
+    assert impl.split_turns([False, True, False, True, True]) == [1, 3, 4]
+    assert impl.split_turns(b"\x00\x01\x00\x02") == [1, 3]
+    assert impl.split_turns(iter([1, 0, 1])) == [0, 2]
+    with pytest.raises(TypeError):
+        impl.split_turns("101")
+    with pytest.raises(TypeError):
+        impl.split_turns(5)
+
+
+@st.composite
+def select_inputs(draw):
+    messages = draw(st.lists(st.tuples(st.booleans(), st.integers(0, 300)), max_size=40))
+    sizes = [size if size < 150 else size * 10 for _, size in messages]
+    starts = [i for i, (start, _) in enumerate(messages) if start]
+    tail_turns = draw(st.integers(0, len(starts) + 2))
+    budget = draw(st.integers(0, sum(sizes) + 10))
+    return starts, sizes, tail_turns, budget
+
+
+@settings(max_examples=300, deadline=None)
+@given(args=select_inputs())
+def test_select_tail_matches_reference(impl, args):
+    starts, sizes, tail_turns, budget = args
+    assert impl.select_tail(starts, sizes, tail_turns, budget) == ref_select_tail(*args)
+
+
+SELECT_CASES = [
+    # (starts, sizes, tail_turns, budget, expected)
+    ([0, 2, 4], [1] * 6, 3, 100, 0),  # every turn fits whole
+    ([0, 2, 4], [1] * 6, 2, 100, 2),  # only the last two turns are considered
+    ([0, 2, 4], [1] * 6, 99, 100, 0),  # more turns asked for than exist
+    ([0, 3], [5, 5, 5, 10, 4, 3], 2, 12, 4),  # split inside the last turn
+    ([0, 3], [5, 5, 5, 1, 1, 1], 2, 10, 2),  # last turn whole, split inside the previous one
+    ([0], [10, 10], 1, 5, -1),  # nothing fits
+    ([0, 2], [1, 1, 1000, 2, 3], 2, 10, 3),  # huge first message: the suffix after it is kept
+    ([0, 2], [1, 1, 1000], 2, 10, -1),  # a single huge message has no suffix to keep
+    ([0, 2], [1, 1, 2, 3], 0, 100, -1),  # tail_turns 0
+    ([0, 2], [1, 1, 2, 3], 2, 0, -1),  # no budget
+    ([0, 1], [0, 5], 2, 5, 1),  # budget used up exactly: the older (empty) turn is not reached
+    ([2], [100, 100, 1, 1], 5, 10, 2),  # messages before the first start belong to no turn
+    ([], [1, 2, 3], 3, 10, -1),  # no turns at all
+    ([0, 2, 4], [3, 3, 3, 3, 3, 3], 3, 16, 1),  # two whole turns, then 4 left: j=1 fits
+    ([0, 2, 4], [3, 3, 3, 3, 3, 3], 3, 13, 2),  # two whole turns, then 1 left: no suffix fits
+    ([0, 2, 4], [3, 3, 3, 3, 3, 3], 3, 12, 2),  # two whole turns, then nothing left
+]
+
+
+@pytest.mark.parametrize("starts, sizes, tail_turns, budget, expected", SELECT_CASES)
+def test_select_tail_cases(impl, starts, sizes, tail_turns, budget, expected):
+    assert ref_select_tail(starts, sizes, tail_turns, budget) == expected
+    assert impl.select_tail(starts, sizes, tail_turns, budget) == expected
+    assert impl.select_tail(tuple(starts), tuple(sizes), tail_turns, budget) == expected
+
+
+def test_select_tail_big_numbers(impl):
+    big = 2**70
+    assert impl.select_tail([0, 2], [1, big, 3, 4], 2, big) == 2
+    assert impl.select_tail([0, 2], [1, big, 3, 4], 2, big + 8) == 0
+    assert impl.select_tail([0, 2], [1, 2, 3, 4], 2, big) == 0
+    assert impl.select_tail([0], [2**62, 2**62, 2**62], 1, 2**63) == 1
+    assert impl.select_tail([0, 1], [5, 2**63 - 1], 2, 2**63 - 1) == 1
+    # one-shot iterators survive the switch to Python ints
+    assert impl.select_tail(iter([0, 2]), iter([1, big, 3, 4]), 2, big) == 2
+    assert impl.select_tail(iter([0, 2]), iter([1, 2, 3, 4]), 2, 6) == 3
+
+
+@pytest.mark.parametrize("args, error", [
+    (([0], [-1, 2], 1, 10), ValueError),  # negative size
+    (([0], [1, 2], -1, 10), ValueError),  # negative tail_turns
+    (([0], [1, 2], 1, -5), ValueError),  # negative budget
+    (([0, 2], [1, 2], 1, 10), ValueError),  # a start past the sizes
+    (([-1], [1, 2], 1, 10), ValueError),  # negative start
+    (([1, 0], [1, 2], 1, 10), ValueError),  # not ascending
+    (([1, 1], [1, 2], 1, 10), ValueError),  # repeated
+    (([0], [1, -(2**70)], 1, 10), ValueError),
+    (([0], [1.5], 1, 10), TypeError),
+    (([0.0], [1], 1, 10), TypeError),
+    (([0], [1], 1.0, 10), TypeError),
+    (([0], [1], 1, "10"), TypeError),
+    (([0], 5, 1, 10), TypeError),
+])
+def test_select_tail_validation(impl, args, error):
+    with pytest.raises(error):
+        impl.select_tail(*args)
+
+
+def test_select_tail_is_linear():
+    """10,000 messages in well under a millisecond for the compiled module."""
+    if NO_EXTENSIONS:
+        pytest.skip("compiled module disabled")
+    select_tail = _compiled().select_tail
+    n = 10_000
+    sizes = [(i * 37) % 500 + 1 for i in range(n)]
+    starts = list(range(0, n, 4))
+    budget = sum(sizes) - 1  # all but a sliver: nearly every turn is walked
+    expected = _native_py.select_tail(starts, sizes, len(starts), budget)
+    assert select_tail(starts, sizes, len(starts), budget) == expected
+    best = float("inf")
+    for _ in range(30):
+        t0 = time.perf_counter()
+        select_tail(starts, sizes, len(starts), budget)
+        best = min(best, time.perf_counter() - t0)
+    assert best < 1e-3, f"{best * 1e3:.3f} ms"
