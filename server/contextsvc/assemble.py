@@ -190,7 +190,7 @@ def assemble(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None)
     def evaluate(c):
         return measure.evaluate(measure.MeasureInput(c, inp.model, tools, inp.system, inp.compaction,
                                                      configured_output_tokens=inp.configured_output_tokens),
-                                cfg, policy=inp.policy)
+                                cfg, policy=inp.policy, hashes=True)
 
     result, built = evaluate(conv)
     pruned, stripped, tripped = [], 0, False

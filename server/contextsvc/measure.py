@@ -134,14 +134,14 @@ def measure(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.Exact
 
 
 def evaluate(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.ExactCounter] = None,
-             policy=None) -> tuple:
+             policy=None, hashes: bool = False) -> tuple:
     """(Measurement, the built request): Assemble serializes exactly what was measured."""
     check(inp)
     mdl, settings, msgs = inp.model, inp.compaction, inp.conversation.messages
     factor = cfg.measure.factor
     a = cfg.assemble
     built = request.build(inp.conversation, mdl, inp.tools, inp.system, a.prompt_dir, policy,
-                          a.anthropic_max_breakpoints, a.anthropic_auto_breakpoints)
+                          a.anthropic_max_breakpoints, a.anthropic_auto_breakpoints, hashes)
     low = built.lowered
 
     system_units = built.units(low.system)

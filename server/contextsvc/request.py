@@ -62,12 +62,14 @@ def lower_request(conv: m.Conversation, mdl: m.Model, tools: list, system: m.Sys
 
 def build(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPrompt,
           prompt_dir: str = "", policy: cache.Policy | None = None, max_markers: int = 4,
-          auto_markers: int = 3) -> Built:
-    """Lowers the request and places its cache breakpoints (the auto policy unless hinted)."""
+          auto_markers: int = 3, hashes: bool = False) -> Built:
+    """Lowers the request and places its cache breakpoints (the auto policy unless hinted);
+    with hashes, also the prefix hash at each breakpoint (costs a serialization pass)."""
     lowered, ledger = lower_request(conv, mdl, tools, system, prompt_dir)
     breakpoints = cache.choose(lowered, mdl.provider, tools, policy or cache.Policy(), max_markers,
                                auto_markers)
-    cache.prefix_hashes(lowered, mdl.provider, breakpoints)
+    if hashes:
+        cache.prefix_hashes(lowered, mdl.provider, breakpoints)
     cache.place(lowered, mdl.provider, breakpoints)
     lengths = {}
     json_lengths = native.json_lengths
