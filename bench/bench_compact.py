@@ -79,6 +79,40 @@ def main():
           f"{median_ms(lambda: cmod.compact(inp, cfg), args.repeat):8.1f} ms "
           f"(outcome {result.outcome}, tokens {result.tokens_before} -> {result.tokens_after}, "
           f"chunked {result.chunked})")
+    loopback(req, args.repeat)
+
+
+def loopback(req, repeats):
+    """Prune and Compact RPCs against a real `contextsvc serve` process."""
+    import grpc
+
+    from bench_measure import pct, start_server
+    from contextsvc.v1 import context_pb2 as pb
+    from contextsvc.v1 import context_pb2_grpc as pb_grpc
+
+    proc, port = start_server()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 64 << 20)]) as ch:
+            stub = pb_grpc.ContextServiceStub(ch)
+            calls = (
+                ("Prune (payload-limit)", stub.Prune,
+                 pb.PruneRequest(conversation=req.conversation, reason=pb.PRUNE_REASON_PAYLOAD_LIMIT)),
+                ("Compact (offline)", stub.Compact,
+                 pb.CompactRequest(conversation=req.conversation, model=req.model, tools=req.tools,
+                                   system=req.system)),
+            )
+            for name, call, message in calls:
+                call(message, timeout=120)
+                times = []
+                for _ in range(max(5, repeats)):
+                    t = time.perf_counter()
+                    call(message, timeout=120)
+                    times.append((time.perf_counter() - t) * 1000)
+                print(f"{name} RPC over loopback, 1.25 MB: p50 {statistics.median(times):8.1f} ms  "
+                      f"p99 {pct(times, 0.99):8.1f} ms")
+    finally:
+        proc.terminate()
+        proc.wait(30)
 
 
 if __name__ == "__main__":
