@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .lowered import Lowered
 from .media import MediaLedger, base64_size, split_data_url
-from .neutral import MMedia, MText, MToolCall, MToolResult, attachment_note
+from .neutral import MMedia, MSpacer, MText, MToolCall, MToolResult, attachment_note
 
 
 def _media(x: MMedia, ledger: MediaLedger) -> dict:
@@ -24,6 +24,8 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
         role = "model" if msg.role == "assistant" else "user"
         parts, moved = [], []
         for c in msg.content:
+            if isinstance(c, MSpacer):
+                continue  # reasoning is not replayed here, so neither is its spacer
             if isinstance(c, MText):
                 parts.append({"text": c.text})
             elif isinstance(c, MMedia):

@@ -16,6 +16,12 @@ class MText:
     text: str
 
 
+class MSpacer(MText):
+    """The " " kept between two signed reasoning blocks; formats that drop reasoning drop it."""
+
+    __slots__ = ()
+
+
 @dataclass(slots=True)
 class MReasoning:
     text: str
@@ -127,7 +133,7 @@ def _drop_empty_text(content: list) -> list:
             before = content[i - 1] if i > 0 else None
             after = content[i + 1] if i + 1 < len(content) else None
             if _signed(before) and _signed(after):
-                kept.append(MText(" "))
+                kept.append(MSpacer(" "))
             continue
         kept.append(c)
     return kept

@@ -6,7 +6,7 @@ import json
 from .. import model as m
 from .lowered import Lowered
 from .media import MediaLedger, split_data_url
-from .neutral import MMedia, MText, MToolCall, MToolResult, attachment_note
+from .neutral import MMedia, MSpacer, MText, MToolCall, MToolResult, attachment_note
 
 
 def _arguments(value) -> str:
@@ -47,7 +47,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
             roles.append("user")
             sources.append([msg.source_id])
         elif msg.role == "assistant":
-            text = "".join(c.text for c in msg.content if isinstance(c, MText))
+            text = "".join(c.text for c in msg.content if isinstance(c, MText) and not isinstance(c, MSpacer))
             calls = [
                 {"id": c.call_id, "type": "function",
                  "function": {"name": c.name, "arguments": _arguments(c.input)}}
