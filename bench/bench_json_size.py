@@ -336,14 +336,14 @@ def main(argv=None) -> int:
           f"small bodies: {len(smalls)} of 3 messages, mean {statistics.mean(expected_small):.0f} bytes")
     print("times: medians over interleaved rounds (time.perf_counter_ns)")
 
-    medians = _rounds(contenders, 24 // quick, _single_calls(big, 10))
+    medians = _rounds(contenders, 40 // quick, _single_calls(big, 10))
     _report("large body, single calls", expected_big, medians)
 
     hot = smalls[0]
-    medians = _rounds(contenders, 24 // quick, _batch([hot], 400))
+    medians = _rounds(contenders, 40 // quick, _batch([hot], 400))
     _report("one small body, called repeatedly (cache-hot)", expected_small[0], medians)
 
-    medians = _rounds(contenders, 6 // quick if quick < 6 else 1, _batch(smalls, len(smalls)))
+    medians = _rounds(contenders, 8 // quick, _batch(smalls, len(smalls)))
     _report(f"{len(smalls)} distinct small bodies, one pass (cache-cold), per body",
             statistics.mean(expected_small), medians)
     return 0

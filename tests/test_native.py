@@ -663,20 +663,11 @@ def test_select_tail_validation(impl, args, error):
         impl.select_tail(*args)
 
 
-def test_select_tail_is_linear():
-    """10,000 messages in well under a millisecond for the compiled module."""
-    if NO_EXTENSIONS:
-        pytest.skip("compiled module disabled")
-    select_tail = _compiled().select_tail
+def test_select_tail_on_a_long_history(impl):
+    """10,000 messages, nearly every turn walked: both agree with the reference (speed is in bench/)."""
     n = 10_000
     sizes = [(i * 37) % 500 + 1 for i in range(n)]
     starts = list(range(0, n, 4))
-    budget = sum(sizes) - 1  # all but a sliver: nearly every turn is walked
-    expected = _native_py.select_tail(starts, sizes, len(starts), budget)
-    assert select_tail(starts, sizes, len(starts), budget) == expected
-    best = float("inf")
-    for _ in range(30):
-        t0 = time.perf_counter()
-        select_tail(starts, sizes, len(starts), budget)
-        best = min(best, time.perf_counter() - t0)
-    assert best < 1e-3, f"{best * 1e3:.3f} ms"
+    budget = sum(sizes) - 1  # all but a sliver
+    assert impl.select_tail(starts, sizes, len(starts), budget) == _native_py.select_tail(
+        starts, sizes, len(starts), budget)
