@@ -746,15 +746,12 @@ def test_settings_from_mapping_rejects(table, key):
 # ---- scale --------------------------------------------------------------------------------
 
 
-def test_large_output_is_fast_and_exact(tmp_path):
+def test_large_output_is_exact(tmp_path):
     store = make_store(tmp_path)
     text = "".join(f"2024-01-01T00:00:00Z worker-{i % 7} request {i} ok\n" for i in range(400_000))
-    t0 = time.perf_counter()
     r = trunc(text, store, direction="tail")
-    elapsed = time.perf_counter() - t0
     assert r.cut_by == "bytes" and r.truncated
     prev = preview_of(r, "tail")
     assert text.endswith(prev + "\n") and len(prev.encode()) <= 51200
     assert r.removed_lines == 400_000 - (prev.count("\n") + 1)
     assert store.get(r.output_id) == text
-    assert elapsed < 2.0
