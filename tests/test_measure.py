@@ -274,3 +274,17 @@ def test_body_bytes_equal_emitted_json(conv, provider, context):
     assert json.loads(body)  # a real JSON object
     text = request.estimate_text(conv, model_, [], system)
     assert r.estimate[0] == native.estimate_tokens(text)
+
+
+def test_a_fresh_summary_is_not_an_overflow():
+    model_ = mdl(200_000, 0, 64_000)  # limit 168,000
+    conv = m.Conversation([
+        msg(1, m.USER, txt("a", "old")),
+        finished(2, txt("b", "old answer"), usage=m.Usage(input=150_000)),
+        msg(3, m.USER, m.Part("c", m.Compaction(auto=True))),
+        finished(4, txt("d", "## Goal\n- ship"), usage=m.Usage(input=170_000, output=2_000), summary=True,
+                 parent_id="msg_0003"),
+        msg(5, m.USER, txt("e", "continue")),
+    ])
+    r = run(conv, model_)
+    assert not r.overflow and not r.should_compact

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Optional
 
-from . import cache, history, measure, model as m, prune
+from . import cache, history, measure, model as m, prune, validate
 from .config import Config
 from .errors import BadInput
 from .lowering.neutral import attachment_note
@@ -181,6 +181,7 @@ def strip_historical_media(messages: list) -> tuple:
 
 
 def assemble(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None) -> Assembled:
+    validate.conversation(inp.conversation)
     if inp.step < 0 or inp.max_steps < 0:
         raise BadInput("step" if inp.step < 0 else "max_steps", "must not be negative")
     messages, injected, block = inject(inp, now)

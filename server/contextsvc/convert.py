@@ -51,7 +51,10 @@ def _json_object(text: str, path, suffix: str = ""):
     if not text:
         return {}
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_reject_constant)
+        # a \uD800-style escape decodes to a lone surrogate, which no UTF-8 body can carry
+        if "\\u" in text and _has_surrogate(value):
+            raise ValueError("contains a lone UTF-16 surrogate")
     except RecursionError:
         raise BadInput(_path(path, suffix), "JSON nested too deeply") from None
     except ValueError as e:
@@ -59,6 +62,20 @@ def _json_object(text: str, path, suffix: str = ""):
     if not isinstance(value, dict):
         raise BadInput(_path(path, suffix), f"must be a JSON object, got {type(value).__name__}")
     return value
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _has_surrogate(value) -> bool:
+    if isinstance(value, str):
+        return any("\ud800" <= ch <= "\udfff" for ch in value)
+    if isinstance(value, dict):
+        return any(_has_surrogate(k) or _has_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_surrogate(v) for v in value)
+    return False
 
 
 def _path(path, suffix: str) -> str:

@@ -165,7 +165,8 @@ def evaluate(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.Exac
     use = usable(mdl, settings, cfg)
     context_known = mdl.limits.context > 0
     auto = cfg.measure.auto if settings.auto is None else settings.auto
-    last = _last(msgs, lambda x: x.role == m.ASSISTANT)
+    # a summary's usage is the summarizer's own input (the old history): never an overflow signal
+    last = _last(msgs, lambda x: x.role == m.ASSISTANT and not x.summary)
     overflow = bool(auto and context_known and last >= 0 and msgs[last].usage.count() >= lim)
     base = baseline(msgs)
     reported = base.usage.count() if base is not None else 0
