@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Optional
 
-from . import cache, history, measure, model as m, prune, validate
+from . import cache, history, measure, model as m, prune
 from .config import Config
 from .errors import BadInput
 from .lowering.neutral import attachment_note
@@ -181,7 +181,8 @@ def strip_historical_media(messages: list) -> tuple:
 
 
 def assemble(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None) -> Assembled:
-    validate.conversation(inp.conversation)
+    measure.check(measure.MeasureInput(inp.conversation, inp.model, inp.tools, inp.system, inp.compaction,
+                                       configured_output_tokens=inp.configured_output_tokens))
     if inp.step < 0 or inp.max_steps < 0:
         raise BadInput("step" if inp.step < 0 else "max_steps", "must not be negative")
     messages, injected, block = inject(inp, now)
@@ -191,7 +192,7 @@ def assemble(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None)
     def evaluate(c):
         return measure.evaluate(measure.MeasureInput(c, inp.model, tools, inp.system, inp.compaction,
                                                      configured_output_tokens=inp.configured_output_tokens),
-                                cfg, policy=inp.policy, hashes=True)
+                                cfg, policy=inp.policy, hashes=True, checked=True)
 
     result, built = evaluate(conv)
     pruned, stripped, tripped = [], 0, False

@@ -180,6 +180,17 @@ def conversation(c, path: str = "conversation") -> m.Conversation:
     return m.Conversation(messages=messages, session_id=c.session_id)
 
 
+def shared_fields(request) -> dict:
+    """The core fields of Measure, Compact and Assemble requests, which share these five."""
+    return {
+        "conversation": conversation(request.conversation),
+        "model": model(request.model),
+        "tools": tools(request.tools),
+        "system": system(request.system),
+        "compaction": compaction_settings(request.compaction),
+    }
+
+
 def prune_reason(value: int) -> str:
     return _enum(_PRUNE_REASONS, value, "reason", pb.PruneReason)
 

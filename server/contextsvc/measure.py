@@ -7,6 +7,7 @@ from typing import Optional
 
 from . import model as m, native, request, tokens, validate
 from .config import Config
+from .errors import BadInput
 
 
 @dataclass(slots=True)
@@ -119,13 +120,8 @@ def output_budget(mdl: m.Model, configured: int, reported: int, normalized: int,
 # ---- the RPC ---------------------------------------------------------------------------------
 
 def check(inp: MeasureInput) -> None:
-    validate.conversation(inp.conversation)
-    validate.model(inp.model)
-    validate.tools(inp.tools)
-    validate.compaction_settings(inp.compaction)
+    validate.request(inp.conversation, inp.model, inp.tools, inp.compaction)
     if inp.configured_output_tokens < 0:
-        from .errors import BadInput
-
         raise BadInput("configured_output_tokens", "must not be negative")
 
 
@@ -134,9 +130,13 @@ def measure(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.Exact
 
 
 def evaluate(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.ExactCounter] = None,
-             policy=None, hashes: bool = False) -> tuple:
-    """(Measurement, the built request): Assemble serializes exactly what was measured."""
-    check(inp)
+             policy=None, hashes: bool = False, checked: bool = False) -> tuple:
+    """(Measurement, the built request): Assemble serializes exactly what was measured.
+
+    checked: the caller already ran check() on the request this input was derived from.
+    """
+    if not checked:
+        check(inp)
     mdl, settings, msgs = inp.model, inp.compaction, inp.conversation.messages
     factor = cfg.measure.factor
     a = cfg.assemble

@@ -33,11 +33,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
     def Measure(self, request: pb.MeasureRequest, context) -> pb.MeasureResponse:
         convert.require(request, "conversation", "model")
         inp = measure.MeasureInput(
-            conversation=convert.conversation(request.conversation),
-            model=convert.model(request.model),
-            tools=convert.tools(request.tools),
-            system=convert.system(request.system),
-            compaction=convert.compaction_settings(request.compaction),
+            **convert.shared_fields(request),
             exact=request.exact,
             configured_output_tokens=request.configured_output_tokens,
         )
@@ -81,14 +77,8 @@ class ContextService(pb_grpc.ContextServiceServicer):
 
     def Compact(self, request: pb.CompactRequest, context) -> pb.CompactResponse:
         convert.require(request, "conversation", "model")
-        if request.attempts < 0:
-            raise BadInput("attempts", "must not be negative")
         inp = compaction.CompactInput(
-            conversation=convert.conversation(request.conversation),
-            model=convert.model(request.model),
-            tools=convert.tools(request.tools),
-            system=convert.system(request.system),
-            compaction=convert.compaction_settings(request.compaction),
+            **convert.shared_fields(request),
             overflow=request.overflow,
             auto=request.auto,
             attempts=request.attempts,
@@ -115,11 +105,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
     def Assemble(self, request: pb.AssembleRequest, context) -> pb.AssembleResponse:
         convert.require(request, "conversation", "model")
         inp = assemble.AssembleInput(
-            conversation=convert.conversation(request.conversation),
-            model=convert.model(request.model),
-            tools=convert.tools(request.tools),
-            system=convert.system(request.system),
-            compaction=convert.compaction_settings(request.compaction),
+            **convert.shared_fields(request),
             editor=convert.editor(request.editor) if request.HasField("editor") else None,
             step=request.step,
             max_steps=request.max_steps,
@@ -128,8 +114,6 @@ class ContextService(pb_grpc.ContextServiceServicer):
             configured_output_tokens=request.configured_output_tokens,
             tools_disabled=request.tools_disabled,
         )
-        if inp.configured_output_tokens < 0:
-            raise BadInput("configured_output_tokens", "must not be negative")
         r = assemble.assemble(inp, self._cfg)
         broken = self._prefixes.observe(inp.conversation.session_id, r.breakpoints)
         if self._metrics is not None:

@@ -50,6 +50,14 @@ def conversation(conv: m.Conversation, path: str = "conversation") -> None:
                 _usage(c.tokens, lambda i=i, j=j: f"{path}.messages[{i}].parts[{j}].step_finish.tokens")
 
 
+def request(conv: m.Conversation, mdl: m.Model, tool_defs: list, settings: m.CompactionSettings) -> None:
+    """The checks every conversation-carrying request shares."""
+    conversation(conv)
+    model(mdl)
+    tools(tool_defs)
+    compaction_settings(settings)
+
+
 def _usage(u: m.Usage, path) -> None:
     if min(u.input, u.output, u.reasoning, u.cache_read, u.cache_write, u.total) >= 0:
         return

@@ -65,10 +65,7 @@ class CompactResult:
 
 
 def check(inp: CompactInput) -> None:
-    validate.conversation(inp.conversation)
-    validate.model(inp.model)
-    validate.tools(inp.tools)
-    validate.compaction_settings(inp.compaction)
+    validate.request(inp.conversation, inp.model, inp.tools, inp.compaction)
     if inp.attempts < 0:
         raise BadInput("attempts", "must not be negative")
     if not any(x.role == m.USER for x in inp.conversation.messages):
