@@ -228,3 +228,44 @@ def test_prefix_breaks_are_counted_by_segment():
         assert samples[("contextsvc_cache_breakpoints_total", (("provider", "anthropic"),))] == 9
     finally:
         s.stop(grace=1)
+
+
+def test_environment_goes_to_the_last_user_message_sent_after_a_compaction_with_a_tail(stub):
+    """Projection moves the compaction marker to the head; the block must not follow it there."""
+    compaction = pb.Part(id="p20", compaction=pb.CompactionPart(auto=True, tail_start_id="msg_003"))
+    conv = convo.small_conversation()
+    conv.messages.extend([
+        convo.assistant("msg_004", convo.text("p5", "Done with the test."), usage=pb.Usage(input=1300, output=20)),
+        convo.user("msg_005", compaction),
+        convo.assistant("msg_006", convo.text("p6", "## Goal\nFix the test."), summary=True, parent_id="msg_005"),
+    ])
+    editor = pb.EditorContext(current_time="2026-12-02T17:08:32+00:00", working_directory="/repo")
+    a = stub.Assemble(request(conv, editor=editor), timeout=10)
+    body = json.loads(a.body)
+    users = [msg for msg in body["messages"] if msg["role"] == "user"]
+    assert "<environment_details>" not in json.dumps(users[0])  # the compaction marker, now first
+    assert "<environment_details>" in json.dumps(users[-1])
+    assert "keep the public API stable" in json.dumps(users[-1], ensure_ascii=False)
+
+
+def test_moving_markers_of_the_last_two_messages_policy_are_not_prefix_breaks():
+    """OpenRouter-style markers sit on the last two messages and move every step; only a real
+    change of an already-cached message counts as a break."""
+    s = start_server()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
+            stub = pb_grpc.ContextServiceStub(ch)
+            conv = convo.small_conversation()
+            stub.Assemble(request(conv, provider=pb.PROVIDER_OPENROUTER), timeout=10)
+            conv.messages.append(convo.assistant("msg_004", convo.tool("p9", "call_9", "read", {"path": "a.py"}, "x\n")))
+            stub.Assemble(request(conv, provider=pb.PROVIDER_OPENROUTER), timeout=10)
+            conv.messages.append(convo.assistant("msg_005", convo.text("p10", "Now the fix.")))
+            conv.messages.append(convo.user("msg_006", convo.text("p11", "Go on")))
+            stub.Assemble(request(conv, provider=pb.PROVIDER_OPENROUTER), timeout=10)
+            assert ("contextsvc_prefix_breaks_total", (("segment", "history"),)) not in scrape(s.metrics_port)
+            conv.messages[1].parts[0].text.text = "Reading the test, again."  # an old, cached message changed
+            stub.Assemble(request(conv, provider=pb.PROVIDER_OPENROUTER), timeout=10)
+        samples = scrape(s.metrics_port)
+        assert samples[("contextsvc_prefix_breaks_total", (("segment", "history"),))] == 1
+    finally:
+        s.stop(grace=1)

@@ -73,6 +73,7 @@ class Assembled:
     guard_tripped: bool
     over_payload_limit: bool
     environment_details: str
+    prefix_chain: dict  # (kind, index) -> prefix digest at every element (cache.prefix_hashes)
 
 
 # ---- per-turn injections (tail only) ---------------------------------------------------------
@@ -121,7 +122,11 @@ def inject(inp: AssembleInput, now: Optional[dt.datetime] = None) -> tuple:
     """(messages to send, what was injected, the environment block used)."""
     messages = list(inp.conversation.messages)
     injected, block = [], ""
-    u = _last(messages, lambda x: x.role == m.USER)
+    # Injections go to the last user message in *send* order: after a compaction that kept a
+    # tail, the compaction marker moves to the head, so the original order would pick it.
+    sent = history.project(messages)
+    last_user = _last(sent, lambda x: x.role == m.USER and x.compaction() is None)
+    u = next(i for i, x in enumerate(messages) if x is sent[last_user]) if last_user >= 0 else -1
     if u >= 0:
         user = messages[u]
         extra = []
@@ -133,8 +138,8 @@ def inject(inp: AssembleInput, now: Optional[dt.datetime] = None) -> tuple:
             extra.append(_synthetic(f"{user.id}~reminder",
                                     f"<system-reminder>\n{inp.plan_reminder}\n</system-reminder>"))
             injected.append("plan_reminder")
-        finished = _last(messages, lambda x: x.role == m.ASSISTANT and x.finished)
-        if inp.step > 1 and finished >= 0 and u > finished and not user.compaction():
+        finished = _last(sent, lambda x: x.role == m.ASSISTANT and x.finished)
+        if inp.step > 1 and finished >= 0 and last_user > finished:
             user = _wrap_mid_run(user)
             injected.append("mid_run_reminder")
         if extra:
@@ -217,4 +222,5 @@ def assemble(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None)
         guard_tripped=tripped,
         over_payload_limit=result.body_bytes > cfg.assemble.request_prune_bytes,
         environment_details=block,
+        prefix_chain=built.prefix_chain,
     )

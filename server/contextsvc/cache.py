@@ -147,15 +147,15 @@ def place(lowered, provider: str, breakpoints: list) -> None:
                 element[key] = value
 
 
-def prefix_hashes(lowered, provider: str, breakpoints: list) -> None:
+def prefix_hashes(lowered, provider: str, breakpoints: list) -> dict:
     """Fills prefix_bytes/prefix_sha256: the canonical JSON of the elements the cache covers,
     in prefix order (tools, then system, then messages), up to and including each marked one.
+    Returns the prefix digest at every element, keyed (kind, index): the next request of the
+    session checks its old breakpoints against it, wherever the markers have moved since.
 
     Runs before the markers are placed: a marker moving along the history is not a change of
     the cached content.
     """
-    if not breakpoints:
-        return
     body = lowered.body
     tools = (body.get("toolConfig") or {}).get("tools", []) if provider == m.BEDROCK else body.get("tools", [])
     order = [("tools", i, t) for i, t in enumerate(tools)]
@@ -166,41 +166,45 @@ def prefix_hashes(lowered, provider: str, breakpoints: list) -> None:
         wanted.setdefault((b.kind, b.index), []).append(b)
     h = hashlib.sha256()
     size = 0
+    chain = {}
     for kind, i, element in order:
         chunk = json.dumps(element, ensure_ascii=False, separators=(",", ":")).encode()
         h.update(chunk)
         size += len(chunk)
+        chain[(kind, i)] = h.digest()
         for b in wanted.get((kind, i), ()):
             b.prefix_bytes = size
             b.prefix_sha256 = h.hexdigest()
+    return chain
 
 
 class PrefixTracker:
-    """Remembers each session's breakpoint hashes to tell, request to request, whether the cached
-    prefix survived and which segment broke it. Bounded: least recently seen sessions go first."""
+    """Remembers each session's breakpoint prefixes to tell, request to request, whether the
+    cached prefix survived and which segment broke it. Bounded: least recently seen sessions go
+    first."""
 
     def __init__(self, max_sessions: int):
         self._max = max_sessions
         self._seen = OrderedDict()
         self._lock = Lock()
 
-    def observe(self, session_id: str, breakpoints: list) -> str:
-        """The segment whose prefix changed since this session's last request, or ""."""
-        if not session_id or not breakpoints:
+    def observe(self, session_id: str, breakpoints: list, chain: dict) -> str:
+        """The segment whose cached prefix is gone since this session's last request, or "".
+
+        An old breakpoint's prefix survives when this request has the same prefix digest at the
+        same element, whether or not a marker sits there now (the last-two-messages policy
+        moves its older marker every step). The tail is not checked: it grows every step.
+        """
+        if not session_id or not breakpoints or chain is None:
             return ""
-        now = {(b.kind, b.index): (b.prefix_sha256, b.segment) for b in breakpoints}
+        now = [((b.kind, b.index), chain[(b.kind, b.index)], b.segment)
+               for b in breakpoints if b.segment != "tail"]
         with self._lock:
             before = self._seen.pop(session_id, None)
             self._seen[session_id] = now
             while len(self._seen) > self._max:
                 self._seen.popitem(last=False)
-        if before is None:
-            return ""
-        for key, (digest, segment) in before.items():
-            if segment == "tail":
-                continue  # the tail moves every step by design
-            if key in now and now[key][0] != digest:
-                return segment
-            if key not in now:
+        for key, digest, segment in before or ():
+            if chain.get(key) != digest:
                 return segment
         return ""

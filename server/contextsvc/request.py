@@ -16,6 +16,7 @@ class Built:
     ledger: MediaLedger
     lengths: dict  # id(element) -> (utf8 bytes, utf16 units) of each system/message element
     breakpoints: list  # cache.Breakpoint, with prefix hashes
+    prefix_chain: dict = None  # (kind, index) -> prefix digest at every element, when hashed
 
     def units(self, elements: list) -> list:
         """UTF-16 units of each element, media and opaque values counted as placeholders."""
@@ -68,15 +69,14 @@ def build(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPromp
     lowered, ledger = lower_request(conv, mdl, tools, system, prompt_dir)
     breakpoints = cache.choose(lowered, mdl.provider, tools, policy or cache.Policy(), max_markers,
                                auto_markers)
-    if hashes:
-        cache.prefix_hashes(lowered, mdl.provider, breakpoints)
+    chain = cache.prefix_hashes(lowered, mdl.provider, breakpoints) if hashes else None
     cache.place(lowered, mdl.provider, breakpoints)
     lengths = {}
     json_lengths = native.json_lengths
     for parent, key in lowered.lists:
         for e in parent[key]:
             lengths[id(e)] = json_lengths(e)
-    return Built(lowered, ledger, lengths, breakpoints)
+    return Built(lowered, ledger, lengths, breakpoints, chain)
 
 
 def estimate_text(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPrompt,

@@ -115,7 +115,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
             tools_disabled=request.tools_disabled,
         )
         r = assemble.assemble(inp, self._cfg)
-        broken = self._prefixes.observe(inp.conversation.session_id, r.breakpoints)
+        broken = self._prefixes.observe(inp.conversation.session_id, r.breakpoints, r.prefix_chain)
         if self._metrics is not None:
             self._metrics.record_assemble(inp.model.provider, len(r.breakpoints), broken, r.guard_tripped,
                                           r.over_payload_limit)

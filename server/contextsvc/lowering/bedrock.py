@@ -1,11 +1,22 @@
 """Amazon Bedrock Converse body (POST /model/{modelId}/converse; the model id is in the path)."""
 from __future__ import annotations
 
+import re
+
 from .lowered import Lowered
 from .media import MediaLedger, base64_size, split_data_url
 from .neutral import MMedia, MReasoning, MText, MToolCall, MToolResult, attachment_note
 
 _DOC_FORMATS = {"application/pdf": "pdf"}
+# Converse accepts document names of letters, digits, single spaces, hyphens, parentheses and
+# square brackets; anything else fails the whole request.
+_NAME_DISALLOWED = re.compile(r"[^A-Za-z0-9\s\-()\[\]]+")
+
+
+def document_name(filename: str) -> str:
+    stem = (filename or "").rsplit(".", 1)[0]
+    name = " ".join(_NAME_DISALLOWED.sub("-", stem).split())
+    return name if any(ch.isalnum() for ch in name) else "document"
 
 
 def _media(x: MMedia, ledger: MediaLedger) -> dict:
@@ -19,8 +30,8 @@ def _media(x: MMedia, ledger: MediaLedger) -> dict:
         mime, payload = parsed
         data = ledger.encoded(payload, base64_size(payload))
     if mime in _DOC_FORMATS:
-        name = (x.filename or "document").rsplit(".", 1)[0] or "document"
-        return {"document": {"format": _DOC_FORMATS[mime], "name": name, "source": {"bytes": data}}}
+        return {"document": {"format": _DOC_FORMATS[mime], "name": document_name(x.filename),
+                             "source": {"bytes": data}}}
     return {"image": {"format": mime.split("/", 1)[1], "source": {"bytes": data}}}
 
 
@@ -32,10 +43,9 @@ def _block(c, ledger: MediaLedger):
     if isinstance(c, MReasoning):
         if c.redacted:
             return {"reasoningContent": {"redactedContent": ledger.opaque(c.redacted)}}
-        text = {"text": c.text}
-        if c.signature:
-            text["signature"] = ledger.opaque(c.signature)
-        return {"reasoningContent": {"reasoningText": text}}
+        if not c.signature:
+            return None  # Converse rejects unsigned reasoning, as the Messages API does
+        return {"reasoningContent": {"reasoningText": {"text": c.text, "signature": ledger.opaque(c.signature)}}}
     if isinstance(c, MToolCall):
         return {"toolUse": {"toolUseId": c.call_id, "name": c.name, "input": c.input}}
     if isinstance(c, MToolResult):
@@ -50,7 +60,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     wire, roles, sources = [], [], []
     for msg in messages:
         role = "assistant" if msg.role == "assistant" else "user"
-        blocks = [_block(c, ledger) for c in msg.content]
+        blocks = [b for b in (_block(c, ledger) for c in msg.content) if b is not None]
         if not blocks:
             continue
         if wire and wire[-1]["role"] == role:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .lowered import Lowered
 from .media import MediaLedger, base64_size, split_data_url
-from .neutral import MMedia, MSpacer, MText, MToolCall, MToolResult, attachment_note
+from .neutral import MMedia, MReasoning, MSpacer, MText, MToolCall, MToolResult, attachment_note
 
 
 def _media(x: MMedia, ledger: MediaLedger) -> dict:
@@ -22,10 +22,15 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     wire, roles, sources = [], [], []
     for msg in messages:
         role = "model" if msg.role == "assistant" else "user"
-        parts, moved = [], []
+        parts, moved, signature = [], [], ""
         for c in msg.content:
             if isinstance(c, MSpacer):
                 continue  # reasoning is not replayed here, so neither is its spacer
+            if isinstance(c, MReasoning):
+                # Gemini returns a thought's signature on the part after it (a function call
+                # above all) and wants it back there; the thought text itself is not replayed.
+                signature = c.signature or signature
+                continue
             if isinstance(c, MText):
                 parts.append({"text": c.text})
             elif isinstance(c, MMedia):
@@ -36,6 +41,9 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
                 parts.append({"functionResponse": {"name": c.name,
                                                    "response": {"name": c.name, "content": c.text}}})
                 moved.extend(c.media)  # function responses carry text: media follows as parts
+            if signature and parts:
+                parts[-1]["thoughtSignature"] = ledger.opaque(signature)
+                signature = ""
         parts.extend(_media(x, ledger) for x in moved)
         if not parts:
             continue  # reasoning alone is not replayed to Gemini
