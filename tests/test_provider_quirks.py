@@ -57,3 +57,37 @@ def test_gemini_replays_the_thought_signature_on_the_function_call(stub):
 def test_gemini_drops_reasoning_without_signature(stub):
     b = body(stub, turn(reasoning("r1", "plain thought"), convo.text("p2", "Done.")), pb.PROVIDER_GEMINI)
     assert b["contents"][1]["parts"] == [{"text": "Done."}]
+
+
+def test_anthropic_rejects_a_1h_breakpoint_after_a_5m_one(stub):
+    import grpc
+    import pytest
+
+    conv = convo.small_conversation()
+    hints = [pb.CacheHint(system_block=0, ttl=pb.CACHE_TTL_5M), pb.CacheHint(message_id="msg_003", ttl=pb.CACHE_TTL_1H)]
+    system = pb.SystemPrompt(soul="You are a careful coding agent.")
+    with pytest.raises(grpc.RpcError) as e:
+        stub.Assemble(pb.AssembleRequest(conversation=conv, model=convo.model(), system=system, cache_hints=hints),
+                      timeout=10)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "cache_hints" in e.value.details() and "1h" in e.value.details()
+    # longer first is what the API accepts
+    hints = [pb.CacheHint(system_block=0, ttl=pb.CACHE_TTL_1H), pb.CacheHint(message_id="msg_003", ttl=pb.CACHE_TTL_5M)]
+    b = json.loads(stub.Assemble(pb.AssembleRequest(conversation=conv, model=convo.model(), system=system,
+                                                    cache_hints=hints), timeout=10).body)
+    assert b["system"][0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+    assert b["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+
+
+def test_openai_data_url_media_costs_its_decoded_size(stub):
+    """base64 padding is not payload: 4 chars with '==' decode to 1 byte."""
+    def extra(payload):
+        part = pb.Part(id="f1", file=pb.FilePart(mime="image/png", filename="a.png",
+                                                 url="data:image/png;base64," + payload))
+        conv = pb.Conversation(messages=[convo.user("m1", convo.text("p1", "Look"), part)])
+        return stub.Measure(pb.MeasureRequest(conversation=conv, model=convo.model(provider=pb.PROVIDER_OPENAI)),
+                            timeout=10)
+    # ceil(decoded bytes / 4): 28 chars are 21 bytes (6), or 19 with '==' (5); 24 chars are
+    # 18 bytes (5), or 16 with '==' (4), where ignoring the padding said 18
+    assert extra("A" * 24 + "AAAA").extra == 6 and extra("A" * 24 + "AA==").extra == 5
+    assert extra("A" * 20 + "AAAA").extra == 5 and extra("A" * 20 + "AA==").extra == 4

@@ -102,6 +102,13 @@ def choose(lowered, provider: str, tools: list, policy: Policy, max_markers: int
     chosen = sorted(unique.values(), key=lambda b: ({"tools": 0, "system": 1, "message": 2}[b.kind], b.index))
     if provider == m.ANTHROPIC and len(chosen) > max_markers:
         raise BadInput("cache_hints", f"{len(chosen)} breakpoints; Anthropic accepts at most {max_markers}")
+    if provider == m.ANTHROPIC:
+        # The Messages API rejects a 1-hour entry placed after a 5-minute one.
+        ttls = [b.ttl for b in chosen]
+        late = next((b for k, b in enumerate(chosen) if b.ttl == TTL_1H and TTL_DEFAULT in ttls[:k]), None)
+        if late is not None:
+            raise BadInput("cache_hints", f"the 1h breakpoint at {late.location} follows a 5m one; "
+                                          "Anthropic needs longer TTLs first")
     return chosen
 
 

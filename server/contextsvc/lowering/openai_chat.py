@@ -5,7 +5,7 @@ import json
 
 from .. import model as m
 from .lowered import Lowered
-from .media import MediaLedger, split_data_url
+from .media import MediaLedger, base64_size, split_data_url
 from .neutral import MMedia, MSpacer, MText, MToolCall, MToolResult, attachment_note
 
 
@@ -15,13 +15,11 @@ def _arguments(value) -> str:
 
 def _media(x: MMedia, ledger: MediaLedger) -> dict:
     if x.data is not None:
-        import base64
-
         url = f"data:{x.mime};base64,{base64.b64encode(x.data).decode('ascii')}"
         value = ledger.encoded(url, len(x.data))
     elif x.url:
         parsed = split_data_url(x.url)
-        value = ledger.encoded(x.url, len(parsed[1]) * 3 // 4) if parsed else ledger.url(x.url)
+        value = ledger.encoded(x.url, base64_size(parsed[1])) if parsed else ledger.url(x.url)
     else:
         return {"type": "text", "text": attachment_note(x)}
     if x.mime == "application/pdf":
