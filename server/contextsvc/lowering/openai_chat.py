@@ -1,6 +1,7 @@
 """OpenAI Chat Completions body (POST /v1/chat/completions), and gateways speaking it."""
 from __future__ import annotations
 
+import base64
 import json
 
 from .. import model as m
