@@ -279,11 +279,11 @@ def test_five_rolling_updates_with_retention():
         if previous:
             assert template.parse(previous)["files"][0] in text or len(seen_files) > 12
         previous = text
-    assert len(template.parse(previous)["files"]) <= offline.OfflineLimits().max_items
+    assert len(template.parse(previous)["files"]) <= offline.DEFAULT_LIMITS.max_items
 
 
 def test_offline_merge_is_bounded():
-    limits = offline.OfflineLimits(max_items=3)
+    limits = dataclasses.replace(offline.DEFAULT_LIMITS, max_items=3)
     merged = offline.merge({"done": ["a", "b", "c"]}, {"done": ["b", "d"]}, limits)
     assert merged["done"] == ["c", "b", "d"]
 
@@ -583,3 +583,16 @@ def test_retention_counts_verbatim_items():
     r = retention.measure(items, "only src/app/server.py here")
     assert r.items == len(items) and r.retained == 1 and r.ratio == pytest.approx(1 / len(items))
     assert retention.measure([], "").ratio == 1.0
+
+
+def test_offline_limits_come_from_config():
+    cfg = dataclasses.replace(CFG, summarizer=dataclasses.replace(CFG.summarizer, offline_max_items=2))
+    c = Conv()
+    for i in range(6):
+        c.user(f"refactor pkg/m{i}.py").assistant("on it", edit(f"pkg/m{i}.py"))
+    c.user("next").assistant("ok")
+    r = run(c.conv(), settings=m.CompactionSettings(tail_turns=1), cfg=cfg)
+    files = template.parse(r.summary.parts[0].content.text)["files"]
+    assert len(files) == 2 and "pkg/m5.py" in files[-1]  # the newest kept, the oldest out
+    wide = run(c.conv(), settings=m.CompactionSettings(tail_turns=1))
+    assert len(template.parse(wide.summary.parts[0].content.text)["files"]) > 2

@@ -89,6 +89,9 @@ class SummarizerConfig:
     timeout_seconds: float = 60.0  # one summary request
     max_retries: int = 2  # SDK retries on 429/5xx
     fallback_to_offline: bool = True  # a failing backend degrades instead of failing the call
+    offline_max_items: int = 12  # offline summary: bullets per section; the oldest go first
+    offline_max_goals: int = 3  # offline summary: the most recent user requests kept as the goal
+    offline_max_item_chars: int = 400  # offline summary: a longer bullet is cut (paths rarely are)
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,7 @@ def make_summarizer(cfg: Config):
         from .anthropic_backend import AnthropicSummarizer
 
         return AnthropicSummarizer(cfg)
-    return offline.OfflineSummarizer()
+    return offline.OfflineSummarizer(offline.OfflineLimits.of(cfg.summarizer))
 
 
 def _measure(conv: m.Conversation, inp: CompactInput, cfg: Config) -> measure.Measurement:
@@ -259,7 +259,7 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None) -> CompactResult:
                 raise
             result.fell_back = True
             result.fallback_reason = f"{exc}; the offline summarizer answered instead"
-            chosen = offline.OfflineSummarizer()  # once failed, the rest of the call stays offline
+            chosen = offline.OfflineSummarizer(offline.OfflineLimits.of(cfg.summarizer))  # once failed, the rest of the call stays offline
             text_, chunked_ = _run(chosen, tr, use, cap, cfg)
             return text_, chunked_, chosen.name
 

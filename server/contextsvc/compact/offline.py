@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from .. import model as m
+from ..config import SummarizerConfig
 from . import template
 
 NAME = "offline"
@@ -21,9 +22,18 @@ NAME = "offline"
 
 @dataclass(frozen=True)
 class OfflineLimits:
-    max_items: int = 12  # bullets per section; the oldest go first
-    max_goals: int = 3  # the most recent user requests kept as the goal
-    max_item_chars: int = 400  # a longer bullet is cut (a path or command rarely is)
+    """The bounds of an offline summary; their values live in config (summarizer.offline_*)."""
+    max_items: int
+    max_goals: int
+    max_item_chars: int
+
+    @classmethod
+    def of(cls, summarizer: SummarizerConfig) -> "OfflineLimits":
+        return cls(summarizer.offline_max_items, summarizer.offline_max_goals,
+                   summarizer.offline_max_item_chars)
+
+
+DEFAULT_LIMITS = OfflineLimits.of(SummarizerConfig())
 
 
 READ_TOOLS = ("read", "view", "cat", "grep", "glob", "list", "ls", "search", "codesearch", "find")
@@ -163,7 +173,7 @@ def _text_of(msg: m.Message, *, synthetic: bool) -> str:
                      and (synthetic or not p.content.synthetic) and p.content.text)
 
 
-def extract(messages: list, limits: OfflineLimits = OfflineLimits()) -> dict:
+def extract(messages: list, limits: OfflineLimits = DEFAULT_LIMITS) -> dict:
     """{section key: [bullet, ...]} extracted from these messages."""
     acc = _Acc()
     goals = []
@@ -270,7 +280,7 @@ def _packed(prefix: str, names: list, limits: OfflineLimits) -> list:
     return out
 
 
-def merge(previous: dict, new: dict, limits: OfflineLimits = OfflineLimits()) -> dict:
+def merge(previous: dict, new: dict, limits: OfflineLimits = DEFAULT_LIMITS) -> dict:
     """One rolling document: previous facts, then new ones; duplicates once; sections bounded."""
     out = {}
     for key in template.KEYS:
@@ -288,7 +298,7 @@ def merge(previous: dict, new: dict, limits: OfflineLimits = OfflineLimits()) ->
     return out
 
 
-def summarize(messages: list, previous: str = "", limits: OfflineLimits = OfflineLimits()) -> str:
+def summarize(messages: list, previous: str = "", limits: OfflineLimits = DEFAULT_LIMITS) -> str:
     sections = extract(messages, limits)
     if previous:
         sections = merge(template.parse(previous), sections, limits)
@@ -300,7 +310,7 @@ class OfflineSummarizer:
 
     name = NAME
 
-    def __init__(self, limits: OfflineLimits = OfflineLimits()):
+    def __init__(self, limits: OfflineLimits = DEFAULT_LIMITS):
         self.limits = limits
 
     def summarize(self, job) -> str:
