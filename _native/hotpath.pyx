@@ -12,11 +12,11 @@ every container is held by a reference while it is walked.
 """
 
 from cpython.ref cimport PyObject
-from libc.stdint cimport int64_t, INT64_MAX
+from libc.stdint cimport int64_t, INT64_MAX, uint8_t, uint16_t, uint32_t
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 
 from contextsvc import _native_py
-from contextsvc._native_py import MAX_JSON_DEPTH
+from contextsvc._native_py import MAX_JSON_DEPTH, PROFILE_BLOCK, TEXT_CLASSES
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -26,6 +26,9 @@ __all__ = [
     "estimate_tokens",
     "split_turns",
     "select_tail",
+    "TEXT_CLASSES",
+    "PROFILE_BLOCK",
+    "text_profile",
 ]
 
 cdef extern from "Python.h":
@@ -54,6 +57,10 @@ cdef extern from "Python.h":
     PyObject *cs_none "Py_None"
     PyObject *cs_true "Py_True"
     PyObject *cs_false "Py_False"
+    int cs_unicode_kind "PyUnicode_KIND" (object o)
+    void *cs_unicode_data "PyUnicode_DATA" (object o)
+    Py_ssize_t cs_unicode_length "PyUnicode_GET_LENGTH" (object o)
+    Py_UCS4 cs_unicode_read "PyUnicode_READ" (int kind, void *data, Py_ssize_t i)
 
 cdef extern from "jsonscan.h":
     ctypedef struct cs_acc:
@@ -415,3 +422,139 @@ def select_tail(starts, sizes, tail_turns, budget):
             PyMem_Free(st)
     finally:
         PyMem_Free(sz)
+
+
+
+# ---- text profile (see _native_py.text_profile, the specification) ---------------------------
+
+cdef enum:
+    K_HEX_LETTER = 0
+    K_LETTER = 1
+    K_DIGIT = 2
+    K_SPACE = 3
+    K_NEWLINE = 4
+    K_JSON = 5
+    K_BACKSLASH = 6
+    K_PUNCT = 7
+    K_CJK = 8
+    K_OTHER = 9
+    KINDS = 10
+    N_CLASSES = 7
+    C_PROSE = 0
+    C_CJK = 1
+    C_CODE = 2
+    C_JSON = 3
+    C_BASE64 = 4
+    C_HEX = 5
+    C_LOGS = 6
+
+cdef unsigned char _ascii_kinds[128]
+cdef unsigned char _run_groups[KINDS]
+cdef Py_ssize_t _profile_block = PROFILE_BLOCK
+assert len(TEXT_CLASSES) == N_CLASSES and _native_py.KINDS == KINDS
+for _i, _k in enumerate(_native_py.ASCII_KINDS):
+    _ascii_kinds[_i] = _k
+for _i, _k in enumerate(_native_py.RUN_GROUPS):
+    _run_groups[_i] = _k
+cdef unsigned char _switches[KINDS][KINDS]  # 1 where a letter meets a digit
+for _i in range(KINDS):
+    for _k in range(KINDS):
+        _switches[_i][_k] = ((_k == K_DIGIT and _i <= K_LETTER) or (_k <= K_LETTER and _i == K_DIGIT))
+
+
+cdef inline bint _is_cjk(Py_UCS4 cp) noexcept:
+    return ((0x2E80 <= cp <= 0x9FFF) or (0xAC00 <= cp <= 0xD7AF) or (0xF900 <= cp <= 0xFAFF)
+            or (0xFF00 <= cp <= 0xFFEF) or (0x20000 <= cp <= 0x3FFFF))
+
+
+cdef inline int _classify(Py_ssize_t *hist, Py_ssize_t upper, Py_ssize_t switches,
+                          Py_ssize_t n) noexcept:
+    cdef Py_ssize_t alnum = hist[K_HEX_LETTER] + hist[K_LETTER] + hist[K_DIGIT]
+    cdef Py_ssize_t space = hist[K_SPACE] + hist[K_NEWLINE]
+    if hist[K_CJK] * 4 >= n:
+        return C_CJK
+    if alnum * 10 >= n * 9 and space * 20 <= n:
+        if hist[K_LETTER] == 0 and hist[K_DIGIT] * 5 >= n * 2:
+            return C_HEX
+        if switches * 10 >= n or upper * 5 >= n:
+            return C_BASE64
+    if (hist[K_JSON] + hist[K_BACKSLASH]) * 100 >= n * 15:
+        return C_JSON
+    if hist[K_DIGIT] * 10 >= n:
+        return C_LOGS
+    if (hist[K_JSON] + hist[K_BACKSLASH] + hist[K_PUNCT]) * 10 >= n:
+        return C_CODE
+    return C_PROSE
+
+
+ctypedef fused cs_char:
+    uint8_t
+    uint16_t
+    uint32_t
+
+
+cdef inline int _profile_kind(Py_UCS4 cp) noexcept:
+    if cp < 128:
+        return _ascii_kinds[cp]
+    if _is_cjk(cp):
+        return K_CJK
+    return K_OTHER
+
+
+cdef void _profile(const cs_char *p, Py_ssize_t length, Py_ssize_t *units, Py_ssize_t *runs,
+                   Py_ssize_t *total) noexcept:
+    """The loop of text_profile over one storage width (1, 2 or 4 bytes per code point)."""
+    cdef Py_ssize_t hist[KINDS]
+    cdef Py_ssize_t start = 0, end, i, n, upper, switches, astral, block_runs
+    cdef int k, previous, group, cls
+    cdef Py_UCS4 cp
+    while start < length:
+        end = start + _profile_block
+        if end > length:
+            end = length
+        for k in range(KINDS):
+            hist[k] = 0
+        upper = switches = astral = block_runs = 0
+        previous = K_OTHER
+        group = -1
+        for i in range(start, end):
+            cp = p[i]
+            k = _profile_kind(cp)
+            upper += 65 <= cp <= 90
+            if cs_char is uint32_t:
+                astral += cp > 0xFFFF
+            hist[k] += 1
+            switches += _switches[previous][k]
+            block_runs += _run_groups[k] != group
+            group = _run_groups[k]
+            previous = k
+        n = end - start
+        cls = _classify(hist, upper, switches, n)
+        units[cls] += n + astral
+        runs[cls] += block_runs
+        total[0] += n + astral
+        start = end
+
+
+def text_profile(s):
+    """(UTF-16 length, UTF-16 units per content class, runs per content class) of s."""
+    if not isinstance(s, str):
+        raise TypeError(f"text_profile() expects str, not {type(s).__name__}")
+    cdef int kind = cs_unicode_kind(s)
+    cdef void *data = cs_unicode_data(s)
+    cdef Py_ssize_t length = cs_unicode_length(s)
+    cdef Py_ssize_t units[N_CLASSES]
+    cdef Py_ssize_t runs[N_CLASSES]
+    cdef Py_ssize_t total = 0
+    cdef int c
+    for c in range(N_CLASSES):
+        units[c] = 0
+        runs[c] = 0
+    if kind == 1:
+        _profile(<const uint8_t *>data, length, units, runs, &total)
+    elif kind == 2:
+        _profile(<const uint16_t *>data, length, units, runs, &total)
+    else:
+        _profile(<const uint32_t *>data, length, units, runs, &total)
+    return (total, tuple([units[c] for c in range(N_CLASSES)]),
+            tuple([runs[c] for c in range(N_CLASSES)]))

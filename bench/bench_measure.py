@@ -7,11 +7,8 @@ Usage: python bench/bench_measure.py [--seconds 5]
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
-import subprocess
 import sys
-import threading
 import time
 from concurrent import futures
 from pathlib import Path
@@ -20,20 +17,14 @@ import grpc
 
 sys.path.insert(0, str(Path(__file__).parent))
 import workload  # noqa: E402
+from server_process import serve  # noqa: E402
 
 from contextsvc import config, convert, measure, native  # noqa: E402
 from contextsvc.v1 import context_pb2_grpc as pb_grpc  # noqa: E402
 
 
 def start_server():
-    proc = subprocess.Popen([sys.executable, "-m", "contextsvc", "serve", "--port", "0", "--no-metrics"],
-                            stderr=subprocess.PIPE, text=True)
-    for line in proc.stderr:
-        m = re.search(r"serving gRPC on [\d.]+:(\d+)", line)
-        if m:
-            threading.Thread(target=proc.stderr.read, daemon=True).start()
-            return proc, int(m.group(1))
-    raise SystemExit("server did not start")
+    return serve("--no-metrics")
 
 
 def pct(values, q):

@@ -419,7 +419,7 @@ class Recorder:
         self.jobs.append(job)
         return template.render({"done": [f"chunk {len(self.jobs)}"]})
 
-    def merge(self, partials, previous="", max_tokens=0):
+    def merge(self, partials, previous="", max_tokens=0, deadline=None):
         self.merges.append(list(partials))
         return template.render({"done": ["merged"]})
 

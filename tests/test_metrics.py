@@ -83,3 +83,17 @@ def test_truncation_store_eviction_is_reported():
         assert samples[("contextsvc_truncations_total", (("cut_by", "lines"),))] == 3
     finally:
         s.stop(grace=1)
+
+
+def test_payload_guard_trips_by_outcome(fresh):
+    from test_assemble_rpc import big_conversation_with_summary, request
+
+    server, stub = fresh
+    assert not stub.Assemble(request(big_conversation_with_summary()), timeout=30).over_payload_limit
+    conv = convo.small_conversation()
+    conv.messages[2].parts[0].text.text = "z" * 2_000_000  # fresh content: nothing may be pruned
+    assert stub.Assemble(request(conv), timeout=30).over_payload_limit
+    stub.Assemble(request(convo.small_conversation()), timeout=30)  # under the limit: no trip
+    s = scrape(server.metrics_port)
+    assert s[("contextsvc_payload_guard_trips_total", (("outcome", "under"),))] == 1
+    assert s[("contextsvc_payload_guard_trips_total", (("outcome", "still-over"),))] == 1

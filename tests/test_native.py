@@ -15,7 +15,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from fractions import Fraction
 
 import pytest
@@ -211,7 +210,7 @@ def test_one_depth_limit():
 
 def test_same_api(impl):
     names = {"json_size", "json_lengths", "utf16_len", "estimate_tokens", "split_turns",
-             "select_tail", "MAX_JSON_DEPTH"}
+             "select_tail", "MAX_JSON_DEPTH", "text_profile", "TEXT_CLASSES", "PROFILE_BLOCK"}
     assert names <= set(dir(impl))
     assert set(impl.__all__) == names
 
@@ -671,3 +670,56 @@ def test_select_tail_on_a_long_history(impl):
     budget = sum(sizes) - 1  # all but a sliver
     assert impl.select_tail(starts, sizes, len(starts), budget) == _native_py.select_tail(
         starts, sizes, len(starts), budget)
+
+
+# ---------------------------------------------------------------------------------------------
+# text_profile: the histogram behind the calibrated estimate
+
+# Characters on every side of the classifier's thresholds: hex and other letters, digits,
+# spaces and newlines, JSON punctuation, backslashes, other punctuation, CJK, other non-ASCII,
+# astral characters and lone surrogates.
+_PROFILE_CHARS = st.sampled_from(list("abfAFZzq0379 \t\n\r\"{}:,\\+/=_;()\x00\x7f") +
+                                 ["中", "あ", "한", "ｱ", "é", "ж", "\xff", "😀", "\U00020000", "\ud800"])
+profile_texts = st.one_of(
+    texts, surrogate_text,
+    st.lists(_PROFILE_CHARS, max_size=1200).map("".join),
+    # long runs of one class, so that whole blocks cross each threshold
+    st.lists(st.tuples(_PROFILE_CHARS, st.integers(1, 300)), max_size=8).map(
+        lambda runs: "".join(c * n for c, n in runs)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(s=profile_texts)
+def test_text_profile_compiled_agrees_with_the_twin(impl, s):
+    total, units, runs = impl.text_profile(s)
+    assert (total, units, runs) == _native_py.text_profile(s)
+    assert total == ref_utf16_len(s) == sum(units)
+    assert len(units) == len(runs) == len(native.TEXT_CLASSES)
+    blocks = -(-len(s) // native.PROFILE_BLOCK)
+    assert blocks <= sum(runs) <= len(s)  # every block starts a run; a run holds a character
+
+
+@pytest.mark.parametrize("text, cls", [
+    ("the quick brown fox jumps over the lazy dog, again and again. " * 10, "prose"),
+    ("你好，世界。今天天气很好。" * 30, "cjk"),
+    ("def f(x):\n    return g(x) + h[x]\n" * 20, "code"),
+    ('{"name": "read", "args": ["a", "b"], "ok": true}, ' * 20, "json"),
+    ("QmFzZTY0IGVuY29kaW5nIG9mIHNvbWUgYnl0ZXMgMTIzNDU2Nzg5MA" * 10, "base64"),
+    ("3f2a9c0b7d6e5f41" * 40, "hex"),
+    ("2025-03-01 12:00:01 INFO request 1234 took 56ms\n" * 20, "logs"),
+])
+def test_text_profile_classes(impl, text, cls):
+    total, units, _ = impl.text_profile(text)
+    assert units[native.TEXT_CLASSES.index(cls)] == total == len(text)
+
+
+def test_text_profile_cases(impl):
+    assert impl.text_profile("") == (0, (0,) * 7, (0,) * 7)
+    assert impl.text_profile("😀")[0] == 2  # UTF-16 units, as the estimate counts
+    # the str data whatever a subclass overrides; digits are a tenth or more: logs; runs "ab", " ", "12"
+    assert impl.text_profile(_Str("ab 12")) == (5, (0, 0, 0, 0, 0, 0, 5), (0, 0, 0, 0, 0, 0, 3))
+    with pytest.raises(TypeError):
+        impl.text_profile(b"abc")
+    with pytest.raises(TypeError):
+        impl.text_profile(None)

@@ -64,8 +64,8 @@ def test_prune_metrics_by_reason():
             stub.Prune(pb.PruneRequest(conversation=long_session(), reason=pb.PRUNE_REASON_PAYLOAD_LIMIT), timeout=10)
             stub.Prune(pb.PruneRequest(conversation=long_session(), reason=pb.PRUNE_REASON_NORMAL), timeout=10)
         m = scrape(s.metrics_port)
-        assert m[("contextsvc_prune_runs_total", (("acted", "true"), ("reason", "payload-limit")))] == 1
-        assert m[("contextsvc_prune_runs_total", (("acted", "false"), ("reason", "normal")))] == 1
+        assert m[("contextsvc_prune_runs_total", (("outcome", "acted"), ("reason", "payload-limit")))] == 1
+        assert m[("contextsvc_prune_runs_total", (("outcome", "noop"), ("reason", "normal")))] == 1
         assert m[("contextsvc_prune_tokens_freed_total", (("reason", "payload-limit"),))] == 30_000
     finally:
         s.stop(grace=1)

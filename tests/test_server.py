@@ -1,7 +1,6 @@
 """The real server over loopback: Measure, bad input, health, reflection, limits."""
 from __future__ import annotations
 
-import json
 
 import grpc
 import pytest

@@ -25,6 +25,9 @@ __all__ = [
     "estimate_tokens",
     "split_turns",
     "select_tail",
+    "TEXT_CLASSES",
+    "PROFILE_BLOCK",
+    "text_profile",
 ]
 
 # Containers nested deeper than this raise ValueError (the compiled module imports it from here).
@@ -233,3 +236,122 @@ def select_tail(starts, sizes, tail_turns, budget) -> int:
             kept = j
         break
     return kept
+
+
+
+# ---- text profile: the content classes behind the calibrated estimate ----------------------
+
+# Content classes, in the order text_profile reports them (tokens.py holds a ratio for each).
+TEXT_CLASSES = ("prose", "cjk", "code", "json", "base64", "hex", "logs")
+PROSE, CJK, CODE, JSON, BASE64, HEX, LOGS = range(len(TEXT_CLASSES))
+
+# Text is classified in blocks of this many code points: small enough to follow a conversation
+# that mixes prose, code and tool output, large enough for a stable histogram.
+PROFILE_BLOCK = 256
+
+# Character kinds counted in a block's histogram.
+(K_HEX_LETTER, K_LETTER, K_DIGIT, K_SPACE, K_NEWLINE, K_JSON, K_BACKSLASH, K_PUNCT, K_CJK,
+ K_OTHER) = range(10)
+KINDS = 10
+
+
+def _ascii_kind(c: int) -> int:
+    ch = chr(c)
+    if ch in "abcdefABCDEF":
+        return K_HEX_LETTER
+    if ch.isalpha():
+        return K_LETTER
+    if ch.isdigit():
+        return K_DIGIT
+    if ch in " \t":
+        return K_SPACE
+    if ch in "\n\r":
+        return K_NEWLINE
+    if ch in '"{}[]:,':
+        return K_JSON
+    if ch == "\\":
+        return K_BACKSLASH
+    return K_PUNCT  # other punctuation and control characters
+
+
+# Kind of each ASCII code point (the compiled module copies this table).
+ASCII_KINDS = bytes(_ascii_kind(c) for c in range(128))
+
+# Runs: maximal stretches of one group of kinds (letters, digits, spaces, newlines,
+# punctuation, CJK, other), a cheap stand-in for the tokenizer's pre-split pieces.
+RUN_GROUPS = bytes([0, 0, 1, 2, 3, 4, 4, 4, 5, 6])
+
+
+def _is_cjk(cp: int) -> bool:
+    """CJK ideographs, kana, Hangul, CJK punctuation and full-width forms."""
+    return (0x2E80 <= cp <= 0x9FFF or 0xAC00 <= cp <= 0xD7AF or 0xF900 <= cp <= 0xFAFF
+            or 0xFF00 <= cp <= 0xFFEF or 0x20000 <= cp <= 0x3FFFF)
+
+
+def classify_block(hist, upper: int, switches: int, n: int) -> int:
+    """The content class of a block of n code points from its histogram of kinds, its count of
+    A-Z and its count of adjacent letter/digit pairs (integer thresholds: no rounding)."""
+    letters = hist[K_HEX_LETTER] + hist[K_LETTER]
+    alnum = letters + hist[K_DIGIT]
+    space = hist[K_SPACE] + hist[K_NEWLINE]
+    if hist[K_CJK] * 4 >= n:
+        return CJK
+    if alnum * 10 >= n * 9 and space * 20 <= n:  # an unbroken alphanumeric run
+        if hist[K_LETTER] == 0 and hist[K_DIGIT] * 5 >= n * 2:
+            return HEX
+        if switches * 10 >= n or upper * 5 >= n:
+            return BASE64
+    if (hist[K_JSON] + hist[K_BACKSLASH]) * 100 >= n * 15:
+        return JSON
+    if hist[K_DIGIT] * 10 >= n:
+        return LOGS
+    if (hist[K_JSON] + hist[K_BACKSLASH] + hist[K_PUNCT]) * 10 >= n:
+        return CODE
+    return PROSE
+
+
+def text_profile(s: str) -> tuple:
+    """(UTF-16 length, UTF-16 units per content class, runs per content class) of s, in one pass.
+
+    s is cut into blocks of PROFILE_BLOCK code points (the last may be shorter); each block is
+    classified by classify_block and its UTF-16 units (astral characters count two) and its
+    runs (a run starts at the block's first character and wherever the RUN_GROUPS group
+    changes) go to its class. The per-class units sum to the UTF-16 length.
+    """
+    if not isinstance(s, str):
+        raise TypeError(f"text_profile() expects str, not {type(s).__name__}")
+    s = str.__str__(s)
+    units = [0] * len(TEXT_CLASSES)
+    runs = [0] * len(TEXT_CLASSES)
+    total = 0
+    for start in range(0, len(s), PROFILE_BLOCK):
+        block = s[start:start + PROFILE_BLOCK]
+        hist = [0] * KINDS
+        upper = switches = astral = block_runs = 0
+        previous = K_OTHER
+        group = -1
+        for ch in block:
+            cp = ord(ch)
+            if cp < 128:
+                kind = ASCII_KINDS[cp]
+                if 65 <= cp <= 90:
+                    upper += 1
+            elif _is_cjk(cp):
+                kind = K_CJK
+            else:
+                kind = K_OTHER
+            if cp > 0xFFFF:
+                astral += 1
+            hist[kind] += 1
+            if (kind == K_DIGIT and previous <= K_LETTER) or (kind <= K_LETTER and previous == K_DIGIT):
+                switches += 1
+            if RUN_GROUPS[kind] != group:
+                block_runs += 1
+                group = RUN_GROUPS[kind]
+            previous = kind
+        n = len(block)
+        cls = classify_block(hist, upper, switches, n)
+        units[cls] += n + astral
+        runs[cls] += block_runs
+        total += n + astral
+    return total, tuple(units), tuple(runs)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from concurrent import futures
 
 import grpc
@@ -13,7 +14,9 @@ from grpc_reflection.v1alpha import reflection
 from . import native, truncation
 from .config import Config
 from .interceptors import ServiceInterceptor
+from .limits import InFlightLimit
 from .metrics import Metrics
+from .security import BearerTokenInterceptor, bearer_token, server_credentials
 from .service import ContextService
 from .v1 import context_pb2 as pb
 from .v1 import context_pb2_grpc as pb_grpc
@@ -34,14 +37,20 @@ class Server:
         self._stopped = threading.Event()
         self._done = threading.Event()
         s = cfg.server
+        self._admission = InFlightLimit(s.max_concurrent_rpcs)
+        interceptors = [ServiceInterceptor(self.metrics, f"/{SERVICE_NAME}/", self._admission)]
+        token = bearer_token(s)
+        if token:  # inside the metrics interceptor: refusals count as UNAUTHENTICATED RPCs
+            interceptors.append(BearerTokenInterceptor(token, f"/{SERVICE_NAME}/"))
         self._grpc = grpc.server(
             futures.ThreadPoolExecutor(max_workers=s.workers, thread_name_prefix="rpc"),
-            interceptors=[ServiceInterceptor(self.metrics, f"/{SERVICE_NAME}/")],
+            interceptors=interceptors,
             options=[
                 ("grpc.max_receive_message_length", s.max_request_bytes),
                 ("grpc.max_send_message_length", s.max_response_bytes),
                 ("grpc.so_reuseport", 0),
             ],
+            maximum_concurrent_rpcs=s.max_pending_rpcs or None,
         )
         m = self.metrics
         self.store = truncation.LocalDiskStore(cfg.truncation.directory, cfg.truncation,
@@ -56,7 +65,10 @@ class Server:
 
     def start(self) -> "Server":
         s = self.cfg.server
-        self.port = self._grpc.add_insecure_port(f"{s.host}:{s.port}")
+        creds = server_credentials(s)
+        address = f"{s.host}:{s.port}"
+        self.port = (self._grpc.add_secure_port(address, creds) if creds
+                     else self._grpc.add_insecure_port(address))
         if self.port == 0:
             raise OSError(f"cannot bind gRPC on {s.host}:{s.port}")
         self._grpc.start()
@@ -70,12 +82,19 @@ class Server:
                  s.host, self.port, metrics, native.IMPLEMENTATION)
         return self
 
-    def stop(self, grace: float | None = None) -> None:
-        """Stops taking work, lets in-flight calls finish within the grace period."""
+    def stop(self, grace: float | None = None, drain: float = 0.0) -> None:
+        """Stops taking work, lets in-flight calls finish within the grace period.
+
+        For drain seconds first, new calls are answered UNAVAILABLE by the service itself (and
+        health says NOT_SERVING): a call arriving as the listener closes would otherwise be
+        cancelled by the transport with no explanation."""
         if self._stopped.is_set():
             return
         self._stopped.set()
         self._health.enter_graceful_shutdown()
+        self._admission.close()
+        if drain > 0:
+            time.sleep(drain)
         grace = self.cfg.server.shutdown_grace_seconds if grace is None else grace
         self._grpc.stop(grace).wait()
         log.info("contextsvc: in-flight calls finished")
@@ -92,7 +111,8 @@ class Server:
     def stop_on_signals(self) -> None:
         def handle(signum, _frame):
             log.info("signal %d: refusing new calls, finishing in-flight ones", signum)
-            threading.Thread(target=self.stop, name="stop", daemon=True).start()
+            threading.Thread(target=self.stop, kwargs={"drain": self.cfg.server.drain_seconds},
+                             name="stop", daemon=True).start()
 
         signal.signal(signal.SIGTERM, handle)
         signal.signal(signal.SIGINT, handle)

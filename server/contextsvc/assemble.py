@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 from dataclasses import dataclass, field
 from typing import Optional
 

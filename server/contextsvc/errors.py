@@ -20,3 +20,7 @@ class Unavailable(RuntimeError):
 
 class Exhausted(RuntimeError):
     """A limit was reached (size, concurrency): RESOURCE_EXHAUSTED."""
+
+
+class DeadlineExceeded(RuntimeError):
+    """The caller's deadline passed (or it cancelled) before the work was done: DEADLINE_EXCEEDED."""

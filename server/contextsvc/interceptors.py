@@ -1,4 +1,4 @@
-"""Cross-cutting RPC concerns, once for every method: error mapping and metrics.
+"""Cross-cutting RPC concerns, once for every method: error mapping, metrics, the in-flight limit.
 
 Core exceptions become gRPC statuses here, so servicer methods stay plain conversions. A request
 whose bytes are not a valid protobuf message gets INVALID_ARGUMENT (grpc's own handling would
@@ -12,7 +12,8 @@ import time
 import grpc
 from google.protobuf.message import DecodeError
 
-from .errors import BadInput, Exhausted, NotFound, Unavailable
+from .errors import BadInput, DeadlineExceeded, Exhausted, NotFound, Unavailable
+from .limits import InFlightLimit
 from .truncation import InvalidOutputId, OutputNotFound, StoreUnavailable
 
 log = logging.getLogger("contextsvc")
@@ -25,6 +26,7 @@ _STATUS_FOR = (
     (StoreUnavailable, grpc.StatusCode.UNAVAILABLE),
     (Exhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
+    (DeadlineExceeded, grpc.StatusCode.DEADLINE_EXCEEDED),
 )
 
 
@@ -42,9 +44,10 @@ def _status_name(code) -> str:
 class ServiceInterceptor(grpc.ServerInterceptor):
     """Maps errors and records count, latency and request size per method and code."""
 
-    def __init__(self, metrics, service_prefix: str):
+    def __init__(self, metrics, service_prefix: str, limit: InFlightLimit | None = None):
         self._metrics = metrics
         self._prefix = service_prefix  # only this service's methods; health/reflection pass
+        self._limit = limit or InFlightLimit(0)
 
     def intercept_service(self, continuation, details):
         handler = continuation(details)
@@ -54,6 +57,7 @@ class ServiceInterceptor(grpc.ServerInterceptor):
         metrics = self._metrics
         deserialize = handler.request_deserializer
         inner = handler.unary_unary
+        limit = self._limit
 
         def read(data: bytes):
             if metrics is not None:
@@ -70,6 +74,12 @@ class ServiceInterceptor(grpc.ServerInterceptor):
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                   f"request: not a valid {method} request message ({request.error})")
                 try:
+                    limit.acquire(method)
+                except Exhausted as e:
+                    context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
+                except Unavailable as e:
+                    context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
+                try:
                     return inner(request, context)
                 except Exception as e:  # noqa: BLE001 - mapped below, or re-raised
                     for kind, code in _STATUS_FOR:
@@ -79,6 +89,8 @@ class ServiceInterceptor(grpc.ServerInterceptor):
                         raise  # an abort from the servicer itself
                     log.exception("%s failed", method)
                     context.abort(grpc.StatusCode.INTERNAL, f"{method}: internal error ({type(e).__name__})")
+                finally:
+                    limit.release()
             finally:
                 if metrics is not None:
                     code = _status_name(context.code())

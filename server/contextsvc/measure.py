@@ -1,6 +1,7 @@
 """Measure (SPEC section 3): bytes, token figures, usable window, overflow and output budget."""
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Optional
@@ -44,6 +45,14 @@ class Measurement:
     max_output_tokens: int
     output_tokens: int
     media_count: int
+    calibrated: tuple = (0, tokens.CALIBRATED)  # (tokens, method) of the same text as estimate+tools
+    self_calibrated: tuple = (0, tokens.CALIBRATED)
+    calibration_factor: float = 0.0  # provider-reported input / our calibrated prefix; 0 = none
+    calibration_anchor: str = ""  # the assistant message id the factor came from
+    projected_calibrated: int = 0
+    projected_self_calibrated: int = 0
+    projected_exact: int = 0  # 0 unless the exact count was asked for
+    compaction_figure: str = "estimate"  # the figure should_compact was decided on
 
 
 # ---- window arithmetic ---------------------------------------------------------------------
@@ -117,6 +126,146 @@ def output_budget(mdl: m.Model, configured: int, reported: int, normalized: int,
     return max(available, cfg.measure.min_output_tokens)
 
 
+# ---- calibrated, self-calibrated and exact figures -----------------------------------------
+
+def _dumps(value) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclass(slots=True)
+class _Estimated:
+    """The elements the estimate stands for (request.estimate_text is their JSON)."""
+    system: list  # system elements
+    messages: list  # non-system message elements
+    tools: str  # JSON of the tool definitions, "" without tools
+
+    @property
+    def elements(self) -> list:
+        return self.system + self.messages
+
+
+def _estimated(inp: MeasureInput, built: request.Built, cfg: Config, policy) -> _Estimated:
+    low, ledger = built.lowered, built.ledger
+    if ledger.media_count or ledger.saved_units or ledger.extra:
+        a = cfg.assemble  # media or opaque state in the body: the estimate sees placeholders
+        low = request.estimate_lowered(inp.conversation, inp.model, inp.tools, inp.system, a.prompt_dir,
+                                       policy, a.anthropic_max_breakpoints, a.anthropic_auto_breakpoints)
+    tools_text = _dumps(request.tool_schema_list(inp.tools)) if inp.tools else ""
+    return _Estimated(low.system, low.messages, tools_text)
+
+
+def _join_parts(elements: list, t: _Estimated) -> list:
+    """Parts whose join is the estimate's text: "[" e0, "," e1, ..., "]", then the tools;
+    elements are the JSON texts of t's elements."""
+    if not elements:
+        parts = ["[]"]
+    else:
+        parts = ["[" + elements[0]] + ["," + e for e in elements[1:]]
+        parts[-1] += "]"
+    if t.tools:
+        parts.append(t.tools)
+    return parts
+
+
+def _anchor(msgs: list, low_sources: list, model_id: str) -> tuple:
+    """(assistant message, index of its first lowered element) whose reported input anchors the
+    self-calibration: the last finished, non-summary one of this model still in the request."""
+    first = {}
+    for i, ids in enumerate(low_sources):
+        for mid in ids:
+            first.setdefault(mid, i)
+    for msg in reversed(msgs):
+        if (msg.role == m.ASSISTANT and msg.finished and not msg.summary and msg.usage.input_side() > 0
+                and msg.model_id in ("", model_id) and msg.id in first):
+            return msg, first[msg.id]
+    return None, -1
+
+
+def _calibrated_text(text: str) -> float:
+    """The unrounded calibrated estimate of text (native.text_profile, then the shipped ratios)."""
+    if not text:
+        return 0.0
+    _, units, runs = native.text_profile(text)
+    return tokens.ratios().tokens(units, runs)
+
+
+def _projection(base, reported: int, tail: int, overhead: int, total: int) -> int:
+    return reported + tail + overhead if base is not None else total
+
+
+@dataclass(slots=True)
+class _Figures:
+    calibrated: tuple
+    self_calibrated: tuple
+    factor: float
+    anchor_id: str
+    projected_calibrated: int
+    projected_self_calibrated: int
+    exact: Optional[tuple]
+    projected_exact: int
+
+
+def _figures(inp: MeasureInput, built: request.Built, cfg: Config, policy, exact_counter, base,
+             reported: int, last_assistant: int, has_tail: bool) -> _Figures:
+    """The calibrated, self-calibrated and (when asked) exact figures and their projections,
+    summed over the same stretches as the reference's (tail after the last assistant element,
+    overhead = system + tools)."""
+    msgs, mdl, low = inp.conversation.messages, inp.model, built.lowered
+    mc = cfg.measure
+    needs_text = mc.calibrated_figures or inp.exact
+    texts = _estimated(inp, built, cfg, policy) if needs_text else _Estimated([], [], "")
+    n_sys = len(texts.system)
+    tail_from = n_sys + last_assistant + 1  # element index where the tail starts
+
+    # calibrated: the class-aware estimate of each stretch of elements the sums below need
+    anchor, at = _anchor(msgs, low.sources, mdl.id)
+    elements = texts.elements
+    # exact counts need each element's JSON; otherwise one JSON text per stretch is enough
+    element_json = [_dumps(e) for e in elements] if inp.exact else None
+    cuts = [0, n_sys, n_sys + max(at, 0), tail_from, len(elements)]
+    if mc.calibrated_figures:
+        system_cal, head_cal, middle_cal, tail_cal = (
+            _calibrated_text("[" + ",".join(element_json[a:b]) + "]" if element_json else _dumps(elements[a:b]))
+            if b > a else 0.0 for a, b in zip(cuts, cuts[1:]))
+        tools_cal = _calibrated_text(texts.tools)
+    else:
+        system_cal = head_cal = middle_cal = tail_cal = tools_cal = 0.0
+    cal_total = tokens.round_half_up(system_cal + head_cal + middle_cal + tail_cal + tools_cal)
+    cal_tail = tokens.round_half_up(tail_cal) if has_tail else 0
+    cal_overhead = tokens.round_half_up(system_cal + tools_cal)
+    projected_cal = _projection(base, reported, cal_tail, cal_overhead, cal_total)
+
+    # self-calibrated: the provider's own count of a prefix over ours gives this model's factor
+    factor, anchor_id = 0.0, ""
+    if anchor is not None and mc.calibrated_figures:
+        ours = system_cal + head_cal + tools_cal
+        if ours >= mc.self_calibration_min_tokens:
+            f = anchor.usage.input_side() / ours
+            if mc.self_calibration_min_factor <= f <= mc.self_calibration_max_factor:
+                factor, anchor_id = f, anchor.id
+    if factor:
+        self_cal = (tokens.scaled(cal_total, factor), f"{tokens.SELF_CALIBRATED}{factor:.4f}x({anchor_id})")
+        projected_self = _projection(base, reported, tokens.scaled(cal_tail, factor),
+                                     tokens.scaled(cal_overhead, factor), self_cal[0])
+    else:  # nothing to calibrate against: the calibrated figure stands
+        self_cal, projected_self = (cal_total, tokens.CALIBRATED), projected_cal
+
+    exact = None
+    projected_exact = 0
+    if inp.exact:
+        counter = exact_counter or tokens.ExactCounter(mc.exact_encoding)
+        counts = counter.count_parts(_join_parts(element_json, texts))
+        exact = (sum(counts), counter.method)
+        n_el = n_sys + len(texts.messages)
+        ex_tools = counts[-1] if texts.tools else 0
+        ex_tail = sum(counts[tail_from:n_el]) if has_tail else 0
+        ex_overhead = sum(counts[:n_sys]) + ex_tools
+        projected_exact = _projection(base, reported, ex_tail, ex_overhead, exact[0])
+
+    return _Figures((cal_total, tokens.CALIBRATED), self_cal, factor, anchor_id, projected_cal,
+                    projected_self, exact, projected_exact)
+
+
 # ---- the RPC ---------------------------------------------------------------------------------
 
 def check(inp: MeasureInput) -> None:
@@ -172,19 +321,20 @@ def evaluate(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.Exac
     reported = base.usage.count() if base is not None else 0
     projected = reported + tail + overhead if base is not None else normalized
     mid = mid_tool_round_trip(msgs)
-    should = context_known and not mid and (overflow or projected >= lim)
 
     max_out = max_output(mdl, cfg)
     configured = inp.configured_output_tokens or max_out
     out_tokens = output_budget(mdl, configured, reported, normalized, built.ledger.media_count, cfg)
     low.set_max_output(out_tokens)
 
-    exact = None
-    if inp.exact:
-        counter = exact_counter or tokens.ExactCounter(cfg.measure.exact_encoding)
-        text = request.estimate_text(inp.conversation, mdl, inp.tools, inp.system, a.prompt_dir, policy,
-                                     a.anthropic_max_breakpoints, a.anthropic_auto_breakpoints)
-        exact = (counter.count(text), counter.method)
+    fig = _figures(inp, built, cfg, policy, exact_counter, base, reported, last_assistant,
+                   bool(tail_messages))
+    figure = cfg.measure.compaction_figure
+    if figure == "exact" and fig.exact is None:
+        figure = "estimate"  # exact counts are opt-in per request
+    chosen = {"estimate": projected, "calibrated": fig.projected_calibrated,
+              "self-calibrated": fig.projected_self_calibrated, "exact": fig.projected_exact}[figure]
+    should = context_known and not mid and (overflow or chosen >= lim)
 
     return Measurement(
         body_bytes=built.body_bytes(),
@@ -195,8 +345,8 @@ def evaluate(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.Exac
         tools=tool_tokens,
         tail=tail,
         overhead=overhead,
-        exact=exact,
-        exact_for_model=bool(exact) and tokens.cl100k_is_native(mdl.id),
+        exact=fig.exact,
+        exact_for_model=bool(fig.exact) and tokens.cl100k_is_native(mdl.id),
         usable=use,
         limit=lim,
         reported=reported,
@@ -208,4 +358,12 @@ def evaluate(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.Exac
         max_output_tokens=max_out,
         output_tokens=out_tokens,
         media_count=built.ledger.media_count,
+        calibrated=fig.calibrated,
+        self_calibrated=fig.self_calibrated,
+        calibration_factor=fig.factor,
+        calibration_anchor=fig.anchor_id,
+        projected_calibrated=fig.projected_calibrated,
+        projected_self_calibrated=fig.projected_self_calibrated,
+        projected_exact=fig.projected_exact,
+        compaction_figure=figure,
     ), built

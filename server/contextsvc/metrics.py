@@ -31,8 +31,8 @@ class Metrics:
         self.overflowed = Counter("contextsvc_measure_overflowed",
                                   "Measured requests whose projection reached the compaction limit.",
                                   ["provider"], registry=r)
-        self.prune_runs = Counter("contextsvc_prune_runs", "Prune runs, by reason and whether they acted.",
-                                  ["reason", "acted"], registry=r)
+        self.prune_runs = Counter("contextsvc_prune_runs", "Prune runs, by reason and outcome (acted or noop).",
+                                  ["reason", "outcome"], registry=r)
         self.prune_tokens = Counter("contextsvc_prune_tokens_freed", "Estimated tokens freed by prune, by reason.",
                                     ["reason"], registry=r)
         self.compactions = Counter("contextsvc_compaction_attempts",
@@ -52,8 +52,9 @@ class Metrics:
                                      "Assembles whose cached prefix changed since the session's last "
                                      "request, by the segment that changed.", ["segment"], registry=r)
         self.payload_guard = Counter("contextsvc_payload_guard_trips",
-                                     "Assembles over REQUEST_PRUNE_BYTES, by whether the guard got them under.",
-                                     ["result"], registry=r)
+                                     "Assembles over REQUEST_PRUNE_BYTES, by outcome: under (the guard "
+                                     "got them under) or still-over.",
+                                     ["outcome"], registry=r)
         self.truncations = Counter("contextsvc_truncations", "TruncateToolOutput calls, by what cut.",
                                    ["cut_by"], registry=r)
         self.store_evicted = Counter("contextsvc_truncation_evicted_outputs",
@@ -65,7 +66,7 @@ class Metrics:
         self._http = None
 
     def record_prune(self, reason: str, acted: bool, tokens_freed: int) -> None:
-        self.prune_runs.labels(reason, "true" if acted else "false").inc()
+        self.prune_runs.labels(reason, "acted" if acted else "noop").inc()
         if acted:
             self.prune_tokens.labels(reason).inc(tokens_freed)
 

@@ -25,6 +25,9 @@ __all__ = [
     "estimate_tokens",
     "split_turns",
     "select_tail",
+    "TEXT_CLASSES",
+    "PROFILE_BLOCK",
+    "text_profile",
 ]
 
 DISABLE_ENV = "CONTEXTSVC_NO_EXTENSIONS"
@@ -67,9 +70,12 @@ def implementations() -> dict[str, ModuleType]:
 _impl, IMPLEMENTATION = _choose()
 
 MAX_JSON_DEPTH = _native_py.MAX_JSON_DEPTH
+TEXT_CLASSES = _native_py.TEXT_CLASSES
+PROFILE_BLOCK = _native_py.PROFILE_BLOCK
 json_size = _impl.json_size
 json_lengths = _impl.json_lengths
 utf16_len = _impl.utf16_len
 estimate_tokens = _impl.estimate_tokens
 split_turns = _impl.split_turns
 select_tail = _impl.select_tail
+text_profile = _impl.text_profile

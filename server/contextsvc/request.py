@@ -84,13 +84,21 @@ def estimate_text(conv: m.Conversation, mdl: m.Model, tools: list, system: m.Sys
                   auto_markers: int = 3) -> str:
     """The text the estimate stands for: system and messages as sent (cache markers included)
     with media and opaque state as placeholders, then the tool definitions."""
-    lowered, _ = lower_request(conv, mdl, tools, system, prompt_dir, placeholders=True)
-    cache.place(lowered, mdl.provider, cache.choose(lowered, mdl.provider, tools, policy or cache.Policy(),
-                                                    max_markers, auto_markers))
+    lowered = estimate_lowered(conv, mdl, tools, system, prompt_dir, policy, max_markers, auto_markers)
     text = json.dumps(lowered.system + lowered.messages, ensure_ascii=False, separators=(",", ":"))
     if tools:
         text += json.dumps(tool_schema_list(tools), ensure_ascii=False, separators=(",", ":"))
     return text
+
+
+def estimate_lowered(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPrompt,
+                     prompt_dir: str = "", policy: cache.Policy | None = None, max_markers: int = 4,
+                     auto_markers: int = 3) -> Lowered:
+    """The lowered request whose elements estimate_text serializes (media as placeholders)."""
+    lowered, _ = lower_request(conv, mdl, tools, system, prompt_dir, placeholders=True)
+    cache.place(lowered, mdl.provider, cache.choose(lowered, mdl.provider, tools, policy or cache.Policy(),
+                                                    max_markers, auto_markers))
+    return lowered
 
 
 def tool_schema_list(tools: list) -> list:

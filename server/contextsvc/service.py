@@ -8,6 +8,8 @@ from . import assemble, cache, convert, measure, prune, truncation
 from .compact import compact as compaction
 from .config import Config
 from .errors import BadInput
+from .limits import Deadline
+from .message_cache import MessageCache
 from .tokens import ExactCounter
 from .v1 import context_pb2 as pb
 from .v1 import context_pb2_grpc as pb_grpc
@@ -25,15 +27,16 @@ class ContextService(pb_grpc.ContextServiceServicer):
     def __init__(self, cfg: Config, metrics=None, truncation=None):
         self._cfg = cfg
         self._metrics = metrics
-        self._exact = ExactCounter(cfg.measure.exact_encoding)
+        self._exact = ExactCounter(cfg.measure.exact_encoding, cfg.measure.exact_cache_entries)
         self._truncation = truncation
         self._summarizer = compaction.make_summarizer(cfg)
         self._prefixes = cache.PrefixTracker(cfg.assemble.prefix_sessions)
+        self._messages = MessageCache(cfg.server.message_cache_bytes) if cfg.server.message_cache_bytes else None
 
     def Measure(self, request: pb.MeasureRequest, context) -> pb.MeasureResponse:
         convert.require(request, "conversation", "model")
         inp = measure.MeasureInput(
-            **convert.shared_fields(request),
+            **convert.shared_fields(request, self._messages),
             exact=request.exact,
             configured_output_tokens=request.configured_output_tokens,
         )
@@ -62,12 +65,20 @@ class ContextService(pb_grpc.ContextServiceServicer):
             max_output_tokens=r.max_output_tokens,
             output_tokens=r.output_tokens,
             media_count=r.media_count,
+            calibrated=convert.token_count(r.calibrated),
+            self_calibrated=convert.token_count(r.self_calibrated),
+            calibration_factor=r.calibration_factor,
+            calibration_anchor=r.calibration_anchor,
+            projected_calibrated=r.projected_calibrated,
+            projected_self_calibrated=r.projected_self_calibrated,
+            projected_exact=r.projected_exact,
+            compaction_figure=r.compaction_figure,
         )
 
     def Prune(self, request: pb.PruneRequest, context) -> pb.PruneResponse:
         convert.require(request, "conversation")
         reason = convert.prune_reason(request.reason)
-        r = prune.prune(convert.conversation(request.conversation), reason,
+        r = prune.prune(convert.conversation(request.conversation, cache=self._messages), reason,
                         convert.compaction_settings(request.compaction), self._cfg)
         if self._metrics is not None:
             self._metrics.record_prune(r.reason, r.acted, r.tokens_freed)
@@ -78,12 +89,13 @@ class ContextService(pb_grpc.ContextServiceServicer):
     def Compact(self, request: pb.CompactRequest, context) -> pb.CompactResponse:
         convert.require(request, "conversation", "model")
         inp = compaction.CompactInput(
-            **convert.shared_fields(request),
+            **convert.shared_fields(request, self._messages),
             overflow=request.overflow,
             auto=request.auto,
             attempts=request.attempts,
         )
-        r = compaction.compact(inp, self._cfg, self._summarizer)
+        deadline = Deadline.after(context.time_remaining(), cancelled=lambda: not context.is_active())
+        r = compaction.compact(inp, self._cfg, self._summarizer, deadline)
         if self._metrics is not None:
             self._metrics.record_compaction(r.outcome, r.backend, r.fell_back, r.retention)
         out = pb.CompactResponse(
@@ -105,7 +117,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
     def Assemble(self, request: pb.AssembleRequest, context) -> pb.AssembleResponse:
         convert.require(request, "conversation", "model")
         inp = assemble.AssembleInput(
-            **convert.shared_fields(request),
+            **convert.shared_fields(request, self._messages),
             editor=convert.editor(request.editor) if request.HasField("editor") else None,
             step=request.step,
             max_steps=request.max_steps,
@@ -164,7 +176,10 @@ class ContextService(pb_grpc.ContextServiceServicer):
         for name in ("offset", "limit"):
             if getattr(request, name) < 0:
                 raise BadInput(name, "must not be negative")
-        r = truncation.read_lines(self._truncation, request.output_id, request.offset, request.limit,
-                                  default_limit=self._cfg.truncation.read_default_limit)
+        try:
+            r = truncation.read_lines(self._truncation, request.output_id, request.offset, request.limit,
+                                      default_limit=self._cfg.truncation.read_default_limit)
+        except truncation.InvalidOutputId as e:
+            raise BadInput("output_id", str(e)) from None
         return pb.ReadTruncatedResponse(text=r.text, total_lines=r.total_lines, offset=r.offset,
                                         lines=r.lines, eof=r.eof)

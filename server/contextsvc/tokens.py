@@ -1,17 +1,25 @@
-"""How many tokens: the reference estimator, the pre-flight factor and the exact counter.
+"""How many tokens: the reference estimator, the pre-flight factor, the calibrated estimate and
+the exact counter.
 
 Every figure is reported with the method that produced it.
 """
 from __future__ import annotations
 
+import json
+import math
 import threading
+from dataclasses import dataclass
 from fractions import Fraction
+from importlib import resources
 
-from . import native
+from . import exact_cache, native
 
 ESTIMATE = "estimate:chars/4"  # UTF-16 code units / 4, JavaScript Math.round
 PREFLIGHT = "estimate:ceil(chars/4*1.3)"
+CALIBRATED = "calibrated:cl100k-ratios"  # per-class ratios fitted by bench/calibrate.py
+SELF_CALIBRATED = "self-calibrated:"  # + "<factor>x" and the message it was derived from
 EXACT_PREFIX = "tiktoken:"
+RATIOS_FILE = "token_ratios.json"  # package data written by bench/calibrate.py
 
 
 def estimate_units(units: int) -> int:
@@ -38,13 +46,74 @@ def cl100k_is_native(model_id: str) -> bool:
     return mid.startswith("gpt-4") and not mid.startswith(("gpt-4o", "gpt-4.", "gpt-4-o"))
 
 
-class ExactCounter:
-    """tiktoken over the encoding shipped offline; loaded on first use (about 1 s)."""
+# ---- calibrated estimate ----------------------------------------------------------------------
 
-    def __init__(self, encoding_name: str):
+@dataclass(frozen=True)
+class Ratios:
+    """Per content class (native.TEXT_CLASSES order): tokens per UTF-16 unit and per run."""
+    per_unit: tuple
+    per_run: tuple
+
+    @classmethod
+    def from_mapping(cls, data: dict) -> "Ratios":
+        classes = native.TEXT_CLASSES
+        if tuple(data.get("classes", ())) != classes or data.get("block") != native.PROFILE_BLOCK:
+            raise ValueError(f"{RATIOS_FILE} was fitted for other content classes; rerun bench/calibrate.py")
+        return cls(tuple(float(data["tokens_per_unit"][c]) for c in classes),
+                   tuple(float(data["tokens_per_run"][c]) for c in classes))
+
+    def tokens(self, units, runs) -> float:
+        """The unrounded estimate of a profile; a class never counts below zero."""
+        return sum(max(0.0, a * u + b * r)
+                   for a, b, u, r in zip(self.per_unit, self.per_run, units, runs))
+
+
+_ratios = None
+
+
+def ratios() -> Ratios:
+    """The ratios shipped with the package (read once)."""
+    global _ratios
+    if _ratios is None:
+        text = resources.files(__package__).joinpath("data", RATIOS_FILE).read_text()
+        _ratios = Ratios.from_mapping(json.loads(text))
+    return _ratios
+
+
+def calibrated_profile(profiles) -> int:
+    """The calibrated estimate of texts given by their native.text_profile results."""
+    r = ratios()
+    return round_half_up(sum(r.tokens(p[1], p[2]) for p in profiles))
+
+
+def calibrated(text: str) -> int:
+    """The calibrated estimate of one text: class-aware, meant to track cl100k within 10%."""
+    return calibrated_profile([native.text_profile(text)])
+
+
+def round_half_up(x: float) -> int:
+    return math.floor(x + 0.5)
+
+
+def scaled(tokens: int, factor: float) -> int:
+    """ceil(tokens * factor) for a measured (float) correction factor."""
+    return math.ceil(tokens * factor - 1e-9)
+
+
+# ---- exact counts -----------------------------------------------------------------------------
+
+class ExactCounter:
+    """tiktoken over the encoding shipped offline; loaded on first use (about 1 s).
+
+    count_parts caches the counts of pieces by content in a bounded LRU of cache_entries
+    (0 = no cache), shared by every caller of this counter.
+    """
+
+    def __init__(self, encoding_name: str, cache_entries: int = 0):
         self.encoding_name = encoding_name
         self._encoding = None
         self._lock = threading.Lock()
+        self.cache = exact_cache.CountCache(cache_entries)
 
     @property
     def method(self) -> str:
@@ -62,3 +131,38 @@ class ExactCounter:
     def count(self, text: str) -> int:
         # Special-token strings in content are plain text to the model's tokenizer.
         return len(self._get().encode_ordinary(text))
+
+    def count_parts(self, parts: list) -> list:
+        """The exact count of "".join(parts), attributed to the parts: their sum is exact.
+
+        The text is split at piece boundaries near each part's start and end
+        (exact_cache.split_points); a split piece counts toward the part it starts in, and only
+        pieces not in the cache are tokenized.
+        """
+        text = "".join(parts)
+        starts, offset = [], 0
+        for p in parts:
+            starts.append(offset)
+            offset += len(p)
+        cuts = [0] + exact_cache.split_points(text, starts) + [len(text)]
+        pieces = [text[a:b] for a, b in zip(cuts, cuts[1:]) if b > a]
+        owners, part = [], 0
+        for a, b in zip(cuts, cuts[1:]):
+            if b > a:
+                while part + 1 < len(starts) and starts[part + 1] <= a:
+                    part += 1
+                owners.append(part)
+        keys = exact_cache.keys(self.encoding_name, pieces)
+        counts = self.cache.lookup(keys)
+        new, chars = [], 0
+        for i, c in enumerate(counts):
+            if c is None:
+                counts[i] = self.count(pieces[i])
+                new.append((keys[i], counts[i]))
+                chars += len(pieces[i])
+        if new:
+            self.cache.store(new, chars)
+        out = [0] * len(parts)
+        for owner, c in zip(owners, counts):
+            out[owner] += c
+        return out

@@ -3,13 +3,17 @@
 The system block (template and rules) is the same for every request and carries the cache
 marker; the transcript goes in the user turn. Every SDK failure surfaces as errors.Unavailable
 with a message saying what failed, so the caller can fall back to the offline summarizer.
+Retries are made here rather than inside the SDK, so that every attempt's timeout is cut to
+what the caller's deadline still allows and no attempt outlives it.
 """
 from __future__ import annotations
 
 import os
+import time
 
 from ..config import Config
-from ..errors import Unavailable
+from ..errors import DeadlineExceeded, Unavailable
+from ..limits import NO_DEADLINE
 from . import template
 from .job import ContextTooLong
 
@@ -35,16 +39,31 @@ class AnthropicSummarizer:
                 api_key=key,
                 base_url=sc.base_url or None,
                 timeout=sc.timeout_seconds,
-                max_retries=sc.max_retries,
+                max_retries=0,  # retried in _create, within the caller's deadline
             )
         return self._client
 
-    def _create(self, user_text: str, max_tokens: int) -> str:
+    def _create(self, user_text: str, max_tokens: int, deadline=NO_DEADLINE) -> str:
+        attempt = 0
+        while True:
+            try:
+                return self._attempt(user_text, max_tokens, deadline)
+            except _Retryable as exc:
+                attempt += 1
+                pause = self.cfg.retry_pause_seconds * 2 ** (attempt - 1)
+                left = deadline.remaining()
+                if attempt > self.cfg.max_retries or (left is not None and left <= pause):
+                    raise exc.error from exc.__cause__
+                time.sleep(pause)
+
+    def _attempt(self, user_text: str, max_tokens: int, deadline) -> str:
         import anthropic
 
         sc = self.cfg
+        deadline.check("compact: anthropic summarizer")
+        timeout = deadline.timeout(sc.timeout_seconds)
         try:
-            response = self.client().messages.create(
+            response = self.client().with_options(timeout=timeout).messages.create(
                 model=sc.model,
                 max_tokens=max_tokens,
                 system=[{"type": "text", "text": template.TEMPLATE_RULES,
@@ -52,19 +71,26 @@ class AnthropicSummarizer:
                 messages=[{"role": "user", "content": [{"type": "text", "text": user_text}]}],
             )
         except anthropic.APITimeoutError as exc:
-            raise Unavailable(f"anthropic summarizer: timed out after {sc.timeout_seconds}s") from exc
+            if deadline.expired():
+                raise DeadlineExceeded("compact: the caller's deadline passed while the anthropic "
+                                       "summarizer was answering") from exc
+            raise _Retryable(Unavailable(f"anthropic summarizer: timed out after {timeout:g}s")) from exc
         except anthropic.AuthenticationError as exc:
             raise Unavailable(f"anthropic summarizer: authentication failed (401): {_detail(exc)}") from exc
         except anthropic.APIStatusError as exc:
             detail = _detail(exc)
             if exc.status_code in (400, 413) and _too_long(detail):
                 raise ContextTooLong(f"anthropic summarizer: request too long: {detail}") from exc
-            raise Unavailable(
-                f"anthropic summarizer: HTTP {exc.status_code}: {_detail(exc)}") from exc
+            error = Unavailable(f"anthropic summarizer: HTTP {exc.status_code}: {_detail(exc)}")
+            if exc.status_code in (408, 409, 429) or exc.status_code >= 500:
+                raise _Retryable(error) from exc
+            raise error from exc
         except anthropic.APIConnectionError as exc:
-            raise Unavailable(f"anthropic summarizer: connection failed: {exc}") from exc
+            raise _Retryable(Unavailable(f"anthropic summarizer: connection failed: {exc}")) from exc
         except anthropic.AnthropicError as exc:
             raise Unavailable(f"anthropic summarizer: {exc}") from exc
+        except ValueError as exc:  # a 200 whose body is not JSON (a proxy's error page)
+            raise Unavailable(f"anthropic summarizer: the response was not valid JSON ({exc})") from exc
         text = "".join(getattr(b, "text", "") for b in response.content
                        if getattr(b, "type", "") == "text").strip()
         if not text:
@@ -72,10 +98,19 @@ class AnthropicSummarizer:
         return text
 
     def summarize(self, job) -> str:
-        return self._create(template.prompt(job.transcript, job.previous), job.max_tokens)
+        return self._create(template.prompt(job.transcript, job.previous), job.max_tokens, job.deadline)
 
-    def merge(self, partials: list, previous: str = "", max_tokens: int = 0) -> str:
-        return self._create(template.merge_prompt(partials, previous), max_tokens)
+    def merge(self, partials: list, previous: str = "", max_tokens: int = 0, deadline=NO_DEADLINE) -> str:
+        return self._create(template.merge_prompt(partials, previous), max_tokens, deadline)
+
+
+class _Retryable(Exception):
+    """A failure worth another attempt (timeout, connection, 408/409/429/5xx): wraps the error
+    raised once the attempts or the deadline run out."""
+
+    def __init__(self, error: Unavailable):
+        super().__init__(str(error))
+        self.error = error
 
 
 def _too_long(detail: str) -> bool:

@@ -12,6 +12,7 @@ from typing import Optional
 from .. import history, measure, model as m, native, prune, tokens, validate
 from ..config import Config
 from ..errors import BadInput, Unavailable
+from ..limits import NO_DEADLINE, Deadline
 from ..lowering.neutral import attachment_note
 from . import offline, retention as ret, select as sel_mod, serialize, template
 from .job import ContextTooLong, SummaryJob
@@ -131,21 +132,24 @@ def _chunk_text(blocks: list, budget: int, cfg: Config) -> str:
     return text
 
 
-def _reduce(summarizer, partials: list, previous: str, cap: int, depth: int, cfg: Config) -> str:
+def _reduce(summarizer, partials: list, previous: str, cap: int, depth: int, cfg: Config,
+            deadline: Deadline) -> str:
     """Merge partial summaries; on failure halve and reduce each half, at most merge_depth deep."""
+    deadline.check("compact")
     try:
-        return summarizer.merge(partials, previous, cap)
+        return summarizer.merge(partials, previous, cap, deadline=deadline)
     except ContextTooLong:
         if depth >= cfg.compact.merge_depth or len(partials) < 2:
             raise
     half = len(partials) // 2
-    left = _reduce(summarizer, partials[:half], "", cap, depth + 1, cfg)
-    right = _reduce(summarizer, partials[half:], "", cap, depth + 1, cfg)
-    return summarizer.merge([left, right], previous, cap)
+    left = _reduce(summarizer, partials[:half], "", cap, depth + 1, cfg, deadline)
+    right = _reduce(summarizer, partials[half:], "", cap, depth + 1, cfg, deadline)
+    deadline.check("compact")
+    return summarizer.merge([left, right], previous, cap, deadline=deadline)
 
 
 def _summarize_chunked(summarizer, transcript: serialize.Transcript, usable: int, cap: int,
-                       cfg: Config) -> str:
+                       cfg: Config, deadline: Deadline) -> str:
     budget = chunk_budget(usable, cfg)
     chunks = split_chunks(transcript, budget)
     out_cap = cfg.compact.chunk_output_tokens
@@ -153,25 +157,32 @@ def _summarize_chunked(summarizer, transcript: serialize.Transcript, usable: int
         # The extractive merge is the rolling update: fold the chunks in, oldest first.
         summary = transcript.previous_summary
         for msgs, blocks in chunks:
+            deadline.check("compact")  # a caller gone or out of time stops the work here
             summary = summarizer.summarize(SummaryJob(msgs, "\n\n".join(blocks), summary, out_cap))
         return summary
-    jobs = [SummaryJob(msgs, _chunk_text(blocks, budget, cfg), "", out_cap) for msgs, blocks in chunks]
+    jobs = [SummaryJob(msgs, _chunk_text(blocks, budget, cfg), "", out_cap, deadline) for msgs, blocks in chunks]
+
+    def one(job: SummaryJob) -> str:
+        deadline.check("compact")  # chunks not started yet when time is up are not sent
+        return summarizer.summarize(job)
+
     with ThreadPoolExecutor(max_workers=max(1, cfg.compact.chunk_concurrency)) as pool:
-        partials = list(pool.map(summarizer.summarize, jobs))
+        partials = list(pool.map(one, jobs))
     if len(partials) == 1 and not transcript.previous_summary:
         return partials[0]
-    return _reduce(summarizer, partials, transcript.previous_summary, cap, 1, cfg)
+    return _reduce(summarizer, partials, transcript.previous_summary, cap, 1, cfg, deadline)
 
 
 def _run(summarizer, transcript: serialize.Transcript, usable: int, cap: int,
-         cfg: Config) -> tuple[str, bool]:
-    job = SummaryJob(transcript.messages, transcript.text, transcript.previous_summary, cap)
+         cfg: Config, deadline: Deadline) -> tuple[str, bool]:
+    deadline.check("compact")
+    job = SummaryJob(transcript.messages, transcript.text, transcript.previous_summary, cap, deadline)
     if needs_chunks(job, usable, cfg):
-        return _summarize_chunked(summarizer, transcript, usable, cap, cfg), True
+        return _summarize_chunked(summarizer, transcript, usable, cap, cfg, deadline), True
     try:
         return summarizer.summarize(job), False
     except ContextTooLong:
-        return _summarize_chunked(summarizer, transcript, usable, cap, cfg), True
+        return _summarize_chunked(summarizer, transcript, usable, cap, cfg, deadline), True
 
 
 # ---- the new messages --------------------------------------------------------------------------
@@ -210,7 +221,9 @@ def _with_tail_start(marker: m.Message, tail_start_id: str) -> m.Message:
 
 # ---- the RPC -----------------------------------------------------------------------------------
 
-def compact(inp: CompactInput, cfg: Config, summarizer=None) -> CompactResult:
+def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline = NO_DEADLINE) -> CompactResult:
+    """deadline: the caller's; when it passes (or the caller cancels) the work stops with
+    errors.DeadlineExceeded, between summary requests and with each request's timeout cut to it."""
     check(inp)
     mdl, settings = inp.model, inp.compaction
     msgs = inp.conversation.messages
@@ -252,15 +265,16 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None) -> CompactResult:
     def summarize(tr: serialize.Transcript) -> tuple[str, bool, str]:
         nonlocal chosen
         try:
-            text_, chunked_ = _run(chosen, tr, use, cap, cfg)
+            text_, chunked_ = _run(chosen, tr, use, cap, cfg, deadline)
             return text_, chunked_, chosen.name
         except Unavailable as exc:
             if not cfg.summarizer.fallback_to_offline or isinstance(chosen, offline.OfflineSummarizer):
                 raise
+            deadline.check("compact")  # no time left for the fallback either
             result.fell_back = True
             result.fallback_reason = f"{exc}; the offline summarizer answered instead"
             chosen = offline.OfflineSummarizer(offline.OfflineLimits.of(cfg.summarizer))  # once failed, the rest of the call stays offline
-            text_, chunked_ = _run(chosen, tr, use, cap, cfg)
+            text_, chunked_ = _run(chosen, tr, use, cap, cfg, deadline)
             return text_, chunked_, chosen.name
 
     text, chunked, backend = summarize(transcript)

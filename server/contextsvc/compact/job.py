@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import Unavailable
+from ..limits import NO_DEADLINE, Deadline
 
 
 @dataclass(slots=True)
@@ -12,6 +13,7 @@ class SummaryJob:
     transcript: str  # the same messages as serialized text, for model backends
     previous: str = ""  # the previous summary, "" when none
     max_tokens: int = 0  # output budget of the summary request
+    deadline: Deadline = NO_DEADLINE  # the caller's: bounds the backend call's timeout
 
 
 class ContextTooLong(Unavailable):

@@ -316,7 +316,7 @@ class OfflineSummarizer:
     def summarize(self, job) -> str:
         return summarize(job.messages, job.previous, self.limits)
 
-    def merge(self, partials: list, previous: str = "", max_tokens: int = 0) -> str:
+    def merge(self, partials: list, previous: str = "", max_tokens: int = 0, deadline=None) -> str:
         merged = template.parse(previous) if previous else {k: [] for k in template.KEYS}
         for text in partials:
             merged = self.merge_sections(merged, template.parse(text))

@@ -1,0 +1,110 @@
+// Calls every ContextService RPC and the health check against a running server and checks the
+// answers. Usage: node check.js HOST:PORT   (exit 0 = all good, 1 = a mismatch or an error)
+"use strict";
+
+const assert = require("node:assert/strict");
+const { connect, status } = require("./client");
+
+const text = (id, s) => ({ id, text: { text: s } });
+const tool = (id, callId, name, input, output) => ({
+  id, tool: { call_id: callId, tool: name, state: { status: "TOOL_STATUS_COMPLETED",
+    input_json: JSON.stringify(input), output } } });
+const user = (id, ...parts) => ({ id, role: "ROLE_USER", parts });
+const assistant = (id, usage, ...parts) => ({ id, role: "ROLE_ASSISTANT", parts, usage, time_completed_ms: 1 });
+const model = { id: "claude-sonnet-4-5", provider: "PROVIDER_ANTHROPIC",
+  limits: { context: 30000, output: 4000 } };
+
+// An agent session: each turn a request, a test run with a long failing output, a decision.
+function session(turns) {
+  const messages = [];
+  let n = 0;
+  const id = () => `msg_${String(++n).padStart(3, "0")}`;
+  for (let t = 0; t < turns; t++) {
+    messages.push(user(id(), text(`u${n}`, `Please fix src/module_${t}.py; keep the API stable`)));
+    messages.push(assistant(id(), { input: 2000 * n, output: 100 },
+      tool(`t${n}`, `call_${n}`, "bash", { command: `pytest tests/test_module_${t}.py` },
+        `FAILED tests/test_module_${t}.py::test_parse - ValueError: bad token\n` + ".".repeat(60000)),
+      text(`a${n}`, `Decided to rewrite parse_token in src/module_${t}.py`)));
+  }
+  messages.push(user(id(), text(`u${n}`, "now run the whole suite")));
+  return { session_id: "node-check", messages };
+}
+
+async function main(address) {
+  const client = connect(address, { token: process.env.CONTEXTSVC_TOKEN });
+  const checked = [];
+  const check = async (name, fn) => { await fn(); checked.push(name); };
+  try {
+    await check("Health.Check", async () => {
+      const r = await client.Check({ service: "contextsvc.v1.ContextService" });
+      assert.equal(r.status, "SERVING");
+    });
+
+    const conversation = session(6);
+    await check("Measure", async () => {
+      const r = await client.Measure({ conversation, model });
+      assert.ok(r.body_bytes > 0 && r.estimate.tokens > 0, "sizes the request");
+      assert.ok(r.normalized.tokens >= r.estimate.tokens, "normalized is the padded estimate");
+      assert.equal(r.limit, 26000, "usable window minus the reserve");
+    });
+
+    await check("Assemble", async () => {
+      const r = await client.Assemble({ conversation, model, system: { soul: "You are a coding agent." } });
+      const body = JSON.parse(Buffer.from(r.body).toString("utf8"));
+      assert.equal(r.body_bytes, r.body.length, "body_bytes is the body's length");
+      assert.equal(body.model, "claude-sonnet-4-5");
+      assert.ok(Array.isArray(body.messages) && body.messages.length > 0);
+      assert.ok(r.breakpoints.length > 0, "places cache breakpoints");
+    });
+
+    await check("Prune", async () => {
+      const r = await client.Prune({ conversation, reason: "PRUNE_REASON_PAYLOAD_LIMIT" });
+      assert.equal(r.acted, true);
+      assert.equal(r.reason, "PRUNE_REASON_PAYLOAD_LIMIT");
+      assert.ok(r.part_ids.length > 0 && r.tokens_freed > 0, "frees old tool outputs");
+    });
+
+    await check("Compact", async () => {
+      const r = await client.Compact({ conversation: session(8), model, auto: true });
+      assert.equal(r.outcome, "COMPACT_OUTCOME_COMPACTED");
+      assert.equal(r.under_limit, true);
+      assert.equal(r.summary.summary, true);
+      assert.match(r.summary.parts[0].text.text, /src\/module_0\.py/, "keeps paths verbatim");
+      assert.equal(r.summarized_ids[0], "msg_001");
+    });
+
+    const full = Array.from({ length: 5000 }, (_, i) => `line ${i}`).join("\n");
+    let outputId;
+    await check("TruncateToolOutput", async () => {
+      const r = await client.TruncateToolOutput({ text: full, max_lines: 100 });
+      assert.equal(r.truncated, true);
+      assert.equal(r.cut_by, "lines");
+      assert.ok(r.output_id.length > 0);
+      outputId = r.output_id;
+    });
+
+    await check("ReadTruncated", async () => {
+      const r = await client.ReadTruncated({ output_id: outputId, offset: 4998, limit: 10 });
+      assert.equal(r.total_lines, 5000);
+      assert.equal(r.text, "line 4998\nline 4999");
+      assert.equal(r.eof, true);
+    });
+
+    await check("error status", async () => {
+      await assert.rejects(client.Measure({ model }), (e) => e.code === status.INVALID_ARGUMENT);
+    });
+  } finally {
+    client.close();
+  }
+  console.log(`ok: ${checked.join(", ")}`);
+}
+
+const address = process.argv[2];
+if (!address) {
+  console.error("usage: node check.js HOST:PORT");
+  process.exit(2);
+}
+main(address).catch((e) => {
+  console.error(`FAILED: ${e.stack || e}`);
+  process.exit(1);
+});

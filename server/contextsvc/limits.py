@@ -1,0 +1,78 @@
+"""Per-call limits that are not about one request's content: concurrency and the caller's deadline.
+
+Neither knows gRPC: the RPC layer builds a Deadline from its context, and the interceptor holds
+an InFlightLimit around each service call.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, Optional
+
+from .errors import DeadlineExceeded, Exhausted, Unavailable
+
+
+class InFlightLimit:
+    """At most `limit` calls at once; one more is refused at once instead of queued (0 = none).
+    Once closed (the server is stopping) every new call is refused as unavailable."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._slots = threading.BoundedSemaphore(limit) if limit else None
+        self._closed = threading.Event()
+
+    def close(self) -> None:
+        self._closed.set()
+
+    def acquire(self, what: str) -> None:
+        if self._closed.is_set():
+            raise Unavailable(f"{what}: the server is shutting down; retry on another replica")
+        if self._slots is not None and not self._slots.acquire(blocking=False):
+            raise Exhausted(f"{what}: server busy, {self.limit} calls already in flight "
+                            "(server.max_concurrent_rpcs); retry with backoff")
+
+    def release(self) -> None:  # only after a successful acquire
+        if self._slots is not None:
+            self._slots.release()
+
+
+class Deadline:
+    """The time a call may still take, and whether its caller has gone.
+
+    expires_at is a time.monotonic() value (None = no deadline); cancelled is polled between
+    steps of long work so an abandoned call stops instead of finishing for nobody.
+    """
+
+    __slots__ = ("expires_at", "_cancelled")
+
+    def __init__(self, expires_at: Optional[float] = None, cancelled: Callable[[], bool] = lambda: False):
+        self.expires_at = expires_at
+        self._cancelled = cancelled
+
+    @classmethod
+    def after(cls, seconds: Optional[float], cancelled: Callable[[], bool] = lambda: False) -> "Deadline":
+        return cls(None if seconds is None else time.monotonic() + seconds, cancelled)
+
+    def remaining(self) -> Optional[float]:
+        """Seconds left (never negative), None when there is no deadline."""
+        if self.expires_at is None:
+            return None
+        return max(0.0, self.expires_at - time.monotonic())
+
+    def timeout(self, configured: float) -> float:
+        """A dependency call's timeout: the configured one, cut to what the caller still allows."""
+        left = self.remaining()
+        return configured if left is None else min(configured, left)
+
+    def expired(self) -> bool:
+        return self._cancelled() or (self.expires_at is not None and time.monotonic() >= self.expires_at)
+
+    def check(self, what: str) -> None:
+        """Raises DeadlineExceeded when the caller's time is up or it has cancelled."""
+        if self._cancelled():
+            raise DeadlineExceeded(f"{what}: the caller cancelled the call")
+        if self.expires_at is not None and time.monotonic() >= self.expires_at:
+            raise DeadlineExceeded(f"{what}: the caller's deadline passed")
+
+
+NO_DEADLINE = Deadline()
