@@ -7,7 +7,7 @@ big tool outputs go through TruncateToolOutput and ReadTruncated. Loopback only,
 and duration. Prints requests/s, p50/p95/p99 per RPC, errors by code and the server's RSS
 before and after. Exits 1 on any error (speed is reported, never judged).
 
-Usage: python bench/load.py [--callers 8] [--seconds 60] [--json]
+Usage: python bench/load.py [--callers 8] [--seconds 60] [--processes 1] [--json]
 """
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import collections
 import json
 import os
 import random
-import re
 import sys
 import tempfile
 import threading
@@ -24,7 +23,7 @@ import time
 
 import grpc
 
-from server_process import serve
+from server_process import cpu_seconds, rss_mb, serve
 
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
@@ -48,26 +47,13 @@ _WORDS = ("the parser fails on nested input so we read src/app/main.py again and
 _CODE = 'def handle(request):\n    if not request.path:\n        raise ValueError("empty path")\n    return ROUTES[request.path](request)\n'
 
 
-def start_server(store_dir, message_cache_bytes):
+def start_server(store_dir, message_cache_bytes, processes):
     cfg = os.path.join(store_dir, "load.toml")
     with open(cfg, "w") as f:
         f.write(f'[truncation]\ndirectory = "{store_dir}/store"\n')
         if message_cache_bytes is not None:
             f.write(f"[server]\nmessage_cache_bytes = {message_cache_bytes}\n")
-    return serve("--metrics-port", "0", "--config", cfg)
-
-
-def cpu_seconds(pid) -> float:
-    """User + system CPU the process has used: shows whether the server (one GIL) is saturated."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def rss_mb(pid) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        kb = int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
-    return kb / 1024
+    return serve("--metrics-port", "0", "--config", cfg, "--processes", str(processes))
 
 
 class Session:
@@ -136,7 +122,9 @@ class Stats:
 
 def caller(port, seed, stop, stats):
     rng = random.Random(seed)
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+    # Its own connection, as a separate agent process has: the kernel spreads connections,
+    # not calls, over the server's processes (grpc would otherwise share one between channels).
+    with grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.use_local_subchannel_pool", 1)]) as ch:
         stub = pb_grpc.ContextServiceStub(ch)
         s, step = Session(rng, f"load-{seed}"), 0
         while not stop.is_set():
@@ -177,13 +165,15 @@ def main(argv=None) -> int:
     p.add_argument("--seconds", type=float, default=60, help=f"duration (at most {MAX_SECONDS})")
     p.add_argument("--message-cache-bytes", type=int,
                    help="the server's [server] message_cache_bytes (default: the config default)")
+    p.add_argument("--processes", type=int, default=1,
+                   help="the server's serving processes (--processes of contextsvc serve)")
     p.add_argument("--json", action="store_true", help="also print a JSON summary as the last line")
     args = p.parse_args(argv)
     if not 1 <= args.callers <= MAX_CALLERS or not 0 < args.seconds <= MAX_SECONDS:
         p.error("callers and seconds are bounded")
 
     with tempfile.TemporaryDirectory(prefix="contextsvc-load-") as tmp:
-        proc, port = start_server(tmp, args.message_cache_bytes)
+        proc, port = start_server(tmp, args.message_cache_bytes, args.processes)
         try:
             rss_before, cpu_before = rss_mb(proc.pid), cpu_seconds(proc.pid)
             stats, stop = Stats(), threading.Event()
@@ -219,13 +209,14 @@ def main(argv=None) -> int:
     for key, detail in stats.first_error.items():
         print(f"  first {key[0]} {key[1]}: {detail}")
     print(f"server RSS: {rss_before:.1f} MB before, {rss_after:.1f} MB after "
-          f"({rss_after - rss_before:+.1f} MB); server CPU {cpu / elapsed:.0%} of one core, "
+          f"({rss_after - rss_before:+.1f} MB); server CPU {cpu / elapsed:.0%} of one core "
+          f"({args.processes} process{'es' if args.processes > 1 else ''}), "
           f"load generator CPU {own_cpu / elapsed:.0%}")
     if args.json:
         print(json.dumps({"callers": args.callers, "seconds": elapsed, "requests": total,
                           "rps": total / elapsed, "per_rpc": per_rpc, "errors": errors,
                           "rss_before_mb": rss_before, "rss_after_mb": rss_after,
-                          "server_cpu_share": cpu / elapsed}))
+                          "server_cpu_share": cpu / elapsed, "processes": args.processes}))
     return 1 if errors else 0
 
 

@@ -1,6 +1,7 @@
 """A real `contextsvc serve` process on an ephemeral port, for the bench scripts."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -17,3 +18,37 @@ def serve(*args):
             threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
             return proc, int(m.group(1))
     raise SystemExit("server did not start")
+
+
+def process_tree(pid) -> list[int]:
+    """pid and its children (a server started with --processes N supervises N children)."""
+    children = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError):
+                continue
+            if ppid == pid:
+                children.append(int(entry))
+    return [pid] + sorted(children)
+
+
+def cpu_seconds(pid) -> float:
+    """User + system CPU the server's processes have used (shows whether they are saturated)."""
+    total = 0
+    for p in process_tree(pid):
+        with open(f"/proc/{p}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid) -> float:
+    """Resident memory of the server's processes, summed."""
+    kb = 0
+    for p in process_tree(pid):
+        with open(f"/proc/{p}/status") as f:
+            kb += int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+    return kb / 1024

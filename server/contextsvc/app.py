@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -27,10 +28,14 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ContextService"].full_name
 
 
 class Server:
-    """One service instance. start() binds; port and metrics_port then hold the bound ports."""
+    """One service instance. start() binds; port and metrics_port then hold the bound ports.
 
-    def __init__(self, cfg: Config, metrics_enabled: bool = True):
+    shared_port: this is one of several processes on one port (see supervisor.py): the port is
+    bound with SO_REUSEPORT and metrics are recorded for the supervisor to serve, not served."""
+
+    def __init__(self, cfg: Config, metrics_enabled: bool = True, shared_port: bool = False):
         self.cfg = cfg
+        self.shared_port = shared_port
         self.metrics = Metrics() if metrics_enabled else None
         self.port = None
         self.metrics_port = None
@@ -48,7 +53,7 @@ class Server:
             options=[
                 ("grpc.max_receive_message_length", s.max_request_bytes),
                 ("grpc.max_send_message_length", s.max_response_bytes),
-                ("grpc.so_reuseport", 0),
+                ("grpc.so_reuseport", int(shared_port)),
             ],
             maximum_concurrent_rpcs=s.max_pending_rpcs or None,
         )
@@ -72,11 +77,14 @@ class Server:
         if self.port == 0:
             raise OSError(f"cannot bind gRPC on {s.host}:{s.port}")
         self._grpc.start()
-        if self.metrics is not None:
+        if self.metrics is not None and not self.shared_port:
             self.metrics_port = self.metrics.serve(s.host, s.metrics_port)
         self._cleanup.start()
         for name in ("", SERVICE_NAME):
             self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        if self.shared_port:
+            log.info("contextsvc process %d serving gRPC on %s:%d", os.getpid(), s.host, self.port)
+            return self
         metrics = f"http://{s.host}:{self.metrics_port}/metrics" if self.metrics else "off"
         log.info("contextsvc serving gRPC on %s:%d, metrics %s, hot path %s",
                  s.host, self.port, metrics, native.IMPLEMENTATION)
@@ -99,7 +107,7 @@ class Server:
         self._grpc.stop(grace).wait()
         log.info("contextsvc: in-flight calls finished")
         self._cleanup.stop()
-        if self.metrics is not None:
+        if self.metrics is not None and not self.shared_port:
             self.metrics.stop()
         log.info("contextsvc stopped")
         self._done.set()

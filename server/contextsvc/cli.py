@@ -18,6 +18,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="gRPC port (default 50051; 0 picks a free one)")
     serve.add_argument("--metrics-port", type=int, help="Prometheus port (default 9464; 0 picks a free one)")
     serve.add_argument("--no-metrics", action="store_true", help="do not serve /metrics")
+    serve.add_argument("--processes", type=int,
+                       help="serving processes sharing the port (default 1; 0 = one per CPU)")
+    # one of a supervisor's processes (see supervisor.py), not for direct use
+    serve.add_argument("--shared-port", action="store_true", help=argparse.SUPPRESS)
     return p
 
 
@@ -31,13 +35,25 @@ def main(argv=None) -> int:
         print(f"contextsvc: config: {e}", file=sys.stderr)
         return 2
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port),
-                                   ("metrics_port", args.metrics_port)) if v is not None}
-    cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, **overrides))
+                                   ("metrics_port", args.metrics_port),
+                                   ("processes", args.processes)) if v is not None}
+    try:
+        cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, **overrides))
+    except ValueError as e:
+        print(f"contextsvc: config: {e}", file=sys.stderr)
+        return 2
 
     from .app import Server
+    from .supervisor import READY_LINE, Supervisor, follow_parent, process_count
 
     try:
-        server = Server(cfg, metrics_enabled=not args.no_metrics)
+        if args.shared_port:
+            follow_parent()
+            server = Server(cfg, metrics_enabled=not args.no_metrics, shared_port=True)
+        elif process_count(cfg) > 1:
+            server = Supervisor(cfg, args.config, metrics_enabled=not args.no_metrics)
+        else:
+            server = Server(cfg, metrics_enabled=not args.no_metrics)
     except (OSError, ValueError) as e:  # e.g. an unreadable token file, an unset token variable
         print(f"contextsvc: config: {e}", file=sys.stderr)
         return 2
@@ -47,5 +63,7 @@ def main(argv=None) -> int:
     except OSError as e:
         print(f"contextsvc: {e}", file=sys.stderr)
         return 1
+    if args.shared_port:
+        print(READY_LINE, flush=True)
     server.wait()
     return 0

@@ -24,6 +24,9 @@ class ServerConfig:
     metrics_port: int = 9464  # the conventional Prometheus exporter port; 0 disables metrics
     max_request_bytes: int = 64 * MiB  # a 1M-token conversation with media fits; larger is abuse
     max_response_bytes: int = 64 * MiB  # Assemble returns a body as large as its input
+    # serving processes sharing the port (SO_REUSEPORT, Linux): the hot path holds the GIL, so
+    # one process uses one core. 0 = one per CPU. Each has its own caches and limits below.
+    processes: int = 1
     workers: int = 20  # threads serving RPCs: max_concurrent_rpcs calls plus a few kept free
     # ContextService calls served at once; one more gets RESOURCE_EXHAUSTED at once instead of
     # queueing (the hot path is CPU-bound: a queue only adds latency). Below workers, so health
@@ -50,6 +53,8 @@ class ServerConfig:
     auth_token_env: str = ""  # the name of an environment variable holding the token
 
     def __post_init__(self):
+        if self.processes < 0:
+            raise ValueError("[server] processes must be 0 (one per CPU) or more")
         if self.workers < 1:
             raise ValueError("[server] workers must be at least 1")
         if self.max_concurrent_rpcs and self.max_concurrent_rpcs >= self.workers:

@@ -107,3 +107,21 @@ class Metrics:
         self.measured.labels(provider).inc()
         if should_compact:
             self.overflowed.labels(provider).inc()
+
+
+class CollectedMetrics:
+    """/metrics for several serving processes: prometheus_client's multiprocess mode.
+
+    Each process records to files in `directory` (the PROMETHEUS_MULTIPROC_DIR it was started
+    with); this endpoint sums them, so counters stay monotonic across a process restart."""
+
+    def __init__(self, directory: str):
+        from prometheus_client import multiprocess
+
+        self.directory = directory
+        self.registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(self.registry, path=directory)
+        self._http = None
+
+    serve = Metrics.serve
+    stop = Metrics.stop

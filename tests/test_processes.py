@@ -1,0 +1,158 @@
+"""`contextsvc serve --processes N`: N real serving processes on one port under a supervisor."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import grpc
+
+import convo
+from contextsvc.v1 import context_pb2 as pb
+from contextsvc.v1 import context_pb2_grpc as pb_grpc
+from test_cli import launch
+
+OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]  # one TCP connection per channel
+
+
+def children(pid):
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except (OSError, ValueError):
+                continue
+    return sorted(found)
+
+
+def cpu_ticks(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def scrape_rpcs(metrics_port, method):
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+    return sum(float(v) for v in re.findall(
+        rf'^contextsvc_rpcs_total{{[^}}]*method="{method}"[^}}]*}} (\S+)$', text, re.M))
+
+
+def big_measure_request():
+    # a few hundred KB: each call costs a process milliseconds of CPU, visible in its ticks
+    messages = []
+    for i in range(150):
+        messages.append(convo.user(f"u{i:04d}", convo.text(f"p{i}u", "please read the next file " * 20)))
+        messages.append(convo.assistant(f"u{i:04d}a", convo.tool(f"p{i}t", f"call_{i}", "read", {"path": f"f{i}.py"},
+                                                                  "def f():\n    return 1\n" * 60)))
+    return convo.measure_request(pb.Conversation(session_id="s", messages=messages))
+
+
+def wait_for(predicate, seconds, what):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def stop(proc):
+    proc.send_signal(signal.SIGTERM)
+    return proc.wait(60)
+
+
+def test_connections_spread_over_processes_and_metrics_are_summed():
+    proc, port, metrics_port, _ = launch("--processes", "2")
+    try:
+        workers = children(proc.pid)
+        assert len(workers) == 2
+        before = {w: cpu_ticks(w) for w in workers}
+        request, calls = big_measure_request(), 0
+        channels = [grpc.insecure_channel(f"127.0.0.1:{port}", options=OWN_CONNECTION) for _ in range(16)]
+        try:
+            for _ in range(3):
+                for ch in channels:
+                    assert pb_grpc.ContextServiceStub(ch).Measure(request, timeout=30).body_bytes > 0
+                    calls += 1
+        finally:
+            for ch in channels:
+                ch.close()
+        # 16 connections: both processes got some (all on one would be a 1-in-32,768 draw)
+        assert all(cpu_ticks(w) > before[w] for w in workers), "a serving process got no work"
+        assert scrape_rpcs(metrics_port, "Measure") == calls  # summed over both processes
+    finally:
+        assert stop(proc) == 0
+    assert children(proc.pid) == []
+
+
+def test_a_dead_process_is_replaced_and_its_counts_are_kept():
+    proc, port, metrics_port, _ = launch("--processes", "2")
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = pb_grpc.ContextServiceStub(ch)
+            for _ in range(5):
+                stub.Measure(convo.measure_request(), timeout=10)
+        assert scrape_rpcs(metrics_port, "Measure") == 5
+        victim = children(proc.pid)[0]
+        os.kill(victim, signal.SIGKILL)
+        replaced = wait_for(lambda: (lambda c: c if len(c) == 2 and victim not in c else None)(children(proc.pid)),
+                            30, "a replacement process")
+        assert victim not in replaced
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            r = pb_grpc.ContextServiceStub(ch).Measure(convo.measure_request(), timeout=10, wait_for_ready=True)
+            assert r.body_bytes > 0
+        assert scrape_rpcs(metrics_port, "Measure") == 6  # the dead process's five still count
+    finally:
+        assert stop(proc) == 0
+
+
+def test_processes_stop_when_the_supervisor_is_killed():
+    proc, port, _, _ = launch("--processes", "2")
+    workers = children(proc.pid)
+    assert len(workers) == 2
+    proc.kill()
+    proc.wait(10)
+    # each gets SIGTERM from the kernel (parent-death signal) and drains: no orphan keeps the port
+    wait_for(lambda: all(not os.path.exists(f"/proc/{w}") or _zombie(w) for w in workers), 30,
+             "the serving processes to exit")
+
+
+def _zombie(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_a_port_held_by_another_program_fails_the_start(tmp_path):
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    try:
+        taken = holder.getsockname()[1]
+        config = tmp_path / "c.toml"
+        config.write_text(f'[truncation]\ndirectory = "{tmp_path / "store"}"\n')
+        r = subprocess.run([sys.executable, "-m", "contextsvc", "serve", "--processes", "2", "--port", str(taken),
+                            "--metrics-port", "0", "--config", str(config)],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1
+        assert "Address already in use" in r.stderr
+    finally:
+        holder.close()
+
+
+def test_a_negative_process_count_is_a_config_error():
+    r = subprocess.run([sys.executable, "-m", "contextsvc", "serve", "--processes", "-1"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert "processes" in r.stderr
