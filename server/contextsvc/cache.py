@@ -123,9 +123,11 @@ def _marker(provider: str, ttl: str) -> tuple:
     return key, value
 
 
-def place(lowered, provider: str, breakpoints: list) -> None:
-    """Puts each marker into the body, in the provider's wire format."""
+def place(lowered, provider: str, breakpoints: list) -> list:
+    """Puts each marker into the body, in the provider's wire format; returns the system and
+    message elements it changed."""
     body = lowered.body
+    changed = []
     for b in breakpoints:
         key, value = _marker(provider, b.ttl)
         if b.kind == "tools":
@@ -136,6 +138,7 @@ def place(lowered, provider: str, breakpoints: list) -> None:
                 tools[b.index][key] = value
             continue
         element = (lowered.system if b.kind == "system" else lowered.messages)[b.index]
+        changed.append(element)
         if provider == m.BEDROCK:
             if b.kind == "system":
                 lowered.system.append({key: value})  # the block after the last system text
@@ -152,16 +155,18 @@ def place(lowered, provider: str, breakpoints: list) -> None:
                 content[-1][key] = value
             else:
                 element[key] = value
+    return changed
 
 
-def prefix_hashes(lowered, provider: str, breakpoints: list) -> dict:
+def prefix_hashes(lowered, provider: str, breakpoints: list, texts: dict | None = None) -> dict:
     """Fills prefix_bytes/prefix_sha256: the canonical JSON of the elements the cache covers,
     in prefix order (tools, then system, then messages), up to and including each marked one.
     Returns the prefix digest at every element, keyed (kind, index): the next request of the
     session checks its old breakpoints against it, wherever the markers have moved since.
 
     Runs before the markers are placed: a marker moving along the history is not a change of
-    the cached content.
+    the cached content. texts, when given, receives each system and message element's JSON
+    text by id(element), for the body to reuse.
     """
     body = lowered.body
     tools = (body.get("toolConfig") or {}).get("tools", []) if provider == m.BEDROCK else body.get("tools", [])
@@ -175,7 +180,10 @@ def prefix_hashes(lowered, provider: str, breakpoints: list) -> dict:
     size = 0
     chain = {}
     for kind, i, element in order:
-        chunk = json.dumps(element, ensure_ascii=False, separators=(",", ":")).encode()
+        text = json.dumps(element, ensure_ascii=False, separators=(",", ":"))
+        if texts is not None and kind != "tools":
+            texts[id(element)] = text
+        chunk = text.encode()
         h.update(chunk)
         size += len(chunk)
         chain[(kind, i)] = h.digest()

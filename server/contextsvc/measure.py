@@ -220,8 +220,13 @@ def _figures(inp: MeasureInput, built: request.Built, cfg: Config, policy, exact
     # calibrated: the class-aware estimate of each stretch of elements the sums below need
     anchor, at = _anchor(msgs, low.sources, mdl.id)
     elements = texts.elements
-    # exact counts need each element's JSON; otherwise one JSON text per stretch is enough
-    element_json = [_dumps(e) for e in elements] if inp.exact else None
+    # exact counts need each element's JSON; so does a build that already serialized its
+    # elements (Assemble's prefix hashing), for free; otherwise one JSON text per stretch
+    if inp.exact or (built.texts and texts.system is low.system):
+        element_json = ([built.element_text(e) for e in elements] if texts.system is low.system
+                        else [_dumps(e) for e in elements])
+    else:
+        element_json = None
     cuts = [0, n_sys, n_sys + max(at, 0), tail_from, len(elements)]
     if mc.calibrated_figures:
         system_cal, head_cal, middle_cal, tail_cal = (

@@ -3,6 +3,7 @@ Measure reports are the bytes Assemble emits."""
 from __future__ import annotations
 
 import json
+import secrets
 from dataclasses import dataclass
 
 from . import cache, history, model as m, native, system_prompt
@@ -17,6 +18,9 @@ class Built:
     lengths: dict  # id(element) -> (utf8 bytes, utf16 units) of each system/message element
     breakpoints: list  # cache.Breakpoint, with prefix hashes
     prefix_chain: dict = None  # (kind, index) -> prefix digest at every element, when hashed
+    # id(element) -> JSON text of system/message elements already serialized (by the prefix
+    # hashing; elements a marker changed afterwards are left out)
+    texts: dict = None
 
     def units(self, elements: list) -> list:
         """UTF-16 units of each element, media and opaque values counted as placeholders."""
@@ -40,8 +44,38 @@ class Built:
                 total += sum(self.lengths[id(e)][0] for e in items) + len(items) - 1
         return total
 
+    def element_text(self, element) -> str:
+        """The JSON text of a system or message element, serialized once per build."""
+        text = self.texts.get(id(element))
+        if text is None:
+            text = self.texts[id(element)] = _dumps(element)
+        return text
+
     def body_json(self) -> bytes:
-        return json.dumps(self.lowered.body, ensure_ascii=False, separators=(",", ":")).encode()
+        """The body's JSON; element lists are spliced in from element_text, so the elements the
+        prefix hashing serialized are not serialized again."""
+        body = self.lowered.body
+        held = []
+        for n, (parent, key) in enumerate(self.lowered.lists):
+            held.append((parent, key, parent[key]))
+            parent[key] = f"\x00{_SPLICE_TAG}{n}"  # no other string of the skeleton holds a NUL + tag
+        try:
+            text = _dumps(body)
+        finally:
+            for parent, key, items in held:
+                parent[key] = items
+        for n, (_, _, items) in enumerate(held):
+            spliced = "[" + ",".join(self.element_text(e) for e in items) + "]"
+            text = text.replace(_dumps(f"\x00{_SPLICE_TAG}{n}"), spliced, 1)
+        return text.encode()
+
+
+# marks where body_json splices each element list into the serialized skeleton
+_SPLICE_TAG = secrets.token_hex(8)
+
+
+def _dumps(value) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def lower_request(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPrompt,
@@ -69,14 +103,16 @@ def build(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPromp
     lowered, ledger = lower_request(conv, mdl, tools, system, prompt_dir)
     breakpoints = cache.choose(lowered, mdl.provider, tools, policy or cache.Policy(), max_markers,
                                auto_markers)
-    chain = cache.prefix_hashes(lowered, mdl.provider, breakpoints) if hashes else None
-    cache.place(lowered, mdl.provider, breakpoints)
+    texts = {}
+    chain = cache.prefix_hashes(lowered, mdl.provider, breakpoints, texts) if hashes else None
+    for element in cache.place(lowered, mdl.provider, breakpoints):
+        texts.pop(id(element), None)
     lengths = {}
     json_lengths = native.json_lengths
     for parent, key in lowered.lists:
         for e in parent[key]:
             lengths[id(e)] = json_lengths(e)
-    return Built(lowered, ledger, lengths, breakpoints, chain)
+    return Built(lowered, ledger, lengths, breakpoints, chain, texts)
 
 
 def estimate_text(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPrompt,
