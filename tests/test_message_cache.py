@@ -47,12 +47,13 @@ def test_invalid_messages_still_fail_with_their_path():
     assert e.value.field == "conversation.messages[1].parts[1].tool.state.input_json"
 
 
-def test_the_cache_is_bounded_by_wire_bytes_oldest_out():
-    cache = MessageCache(3000)
+def test_the_cache_is_bounded_by_estimated_memory_oldest_out():
+    # each message is about 920 wire bytes, so about 2,300 bytes of memory: three fit in 7,500
+    cache = MessageCache(7500)
     msgs = [convo.user(f"m{i}", convo.text(f"p{i}", "x" * 900)) for i in range(5)]
     for msg in msgs:
         convert.conversation(pb.Conversation(messages=[msg]), cache=cache)
-    assert cache.size_bytes <= 3000 and len(cache) == 3
+    assert cache.size_bytes <= 7500 and len(cache) == 3
     convert.conversation(pb.Conversation(messages=[msgs[0]]), cache=cache)  # evicted: converted again
     assert cache.hits == 0
     convert.conversation(pb.Conversation(messages=[msgs[4]]), cache=cache)  # newest: still there

@@ -39,7 +39,9 @@ class ServerConfig:
     # before that, new calls get a clear UNAVAILABLE this long while the listener still accepts
     # (a call racing a closed listener is cancelled with no reason given)
     drain_seconds: float = 1.0
-    message_cache_bytes: int = 32 * MiB  # converted messages (wire bytes) kept for the next step; 0 disables
+    # memory for converted messages kept for the next step (about 13 MiB of wire bytes: forty
+    # 300 KB sessions); 0 disables
+    message_cache_bytes: int = 32 * MiB
     # TLS: PEM certificate chain and private key; both empty = plaintext (loopback, or TLS ends
     # at a proxy in front)
     tls_cert_file: str = ""

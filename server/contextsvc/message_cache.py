@@ -4,13 +4,19 @@ An agent resends the same history on every step; only the newest messages are ne
 protobuf message to core types costs far more than serializing and hashing it, so converted
 messages are kept by the digest of their wire bytes. Core messages are never mutated after
 conversion (the core builds new ones with dataclasses.replace), so sharing them between requests
-and threads is safe. Bounded by the wire bytes of what it holds; least recently used go first.
+and threads is safe. Bounded in memory (estimated from wire bytes, see RESIDENT_PER_WIRE_BYTE);
+least recently used go first.
 """
 from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
 from threading import Lock
+
+
+# Python objects of a converted message take this many bytes per byte of its wire form
+# (tracemalloc over bench/load.py's agent sessions: 2.35); the bound is on memory, not wire bytes.
+RESIDENT_PER_WIRE_BYTE = 2.5
 
 
 class MessageCache:
@@ -36,7 +42,8 @@ class MessageCache:
             self.hits += 1
             return item[0]
 
-    def put(self, key: bytes, message, size: int) -> None:
+    def put(self, key: bytes, message, wire_size: int) -> None:
+        size = int(wire_size * RESIDENT_PER_WIRE_BYTE)
         if size > self._max:
             return
         with self._lock:
