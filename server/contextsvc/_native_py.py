@@ -14,8 +14,10 @@ JSON.stringify does (json.dumps would emit it raw, which cannot be encoded as UT
 """
 from __future__ import annotations
 
+import json
 import operator
 import re
+from importlib import resources
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -27,6 +29,7 @@ __all__ = [
     "select_tail",
     "TEXT_CLASSES",
     "PROFILE_BLOCK",
+    "CJK_COUNTS",
     "text_profile",
 ]
 
@@ -288,6 +291,35 @@ def _is_cjk(cp: int) -> bool:
             or 0xFF00 <= cp <= 0xFFEF or 0x20000 <= cp <= 0x3FFFF)
 
 
+# Counts of the CJK characters of CJK blocks, in the order text_profile reports them (tokens.py
+# holds a ratio for each). cl100k spends about one token on a kana but two or three on most Han
+# and Hangul, except on the few hundred it holds whole ("single", across the scripts).
+CJK_COUNTS = ("kana", "han", "hangul", "other", "single")
+KANA, HAN, HANGUL, OTHER_CJK, SINGLE = range(len(CJK_COUNTS))
+
+# BMP CJK characters that are one cl100k token on their own, written by bench/calibrate.py.
+SINGLE_TOKEN_FILE = "cjk_single_tokens.json"
+
+
+def _load_single_tokens() -> frozenset:
+    text = resources.files(__package__).joinpath("data", SINGLE_TOKEN_FILE).read_text(encoding="utf-8")
+    return frozenset(map(ord, json.loads(text)["characters"]))
+
+
+SINGLE_TOKEN_CJK = _load_single_tokens()
+
+
+def cjk_script(cp: int) -> int:
+    """KANA, HAN, HANGUL or OTHER_CJK for a CJK code point (_is_cjk)."""
+    if 0x3040 <= cp <= 0x30FF:
+        return KANA
+    if 0x4E00 <= cp <= 0x9FFF:
+        return HAN
+    if 0xAC00 <= cp <= 0xD7AF:
+        return HANGUL
+    return OTHER_CJK
+
+
 def classify_block(hist, upper: int, switches: int, n: int) -> int:
     """The content class of a block of n code points from its histogram of kinds, its count of
     A-Z and its count of adjacent letter/digit pairs (integer thresholds: no rounding)."""
@@ -311,22 +343,27 @@ def classify_block(hist, upper: int, switches: int, n: int) -> int:
 
 
 def text_profile(s: str) -> tuple:
-    """(UTF-16 length, UTF-16 units per content class, runs per content class) of s, in one pass.
+    """(UTF-16 length, UTF-16 units per content class, runs per content class, CJK counts) of
+    s, in one pass.
 
     s is cut into blocks of PROFILE_BLOCK code points (the last may be shorter); each block is
     classified by classify_block and its UTF-16 units (astral characters count two) and its
     runs (a run starts at the block's first character and wherever the RUN_GROUPS group
-    changes) go to its class. The per-class units sum to the UTF-16 length.
+    changes) go to its class. The per-class units sum to the UTF-16 length. The CJK counts
+    (CJK_COUNTS order) cover the blocks of class CJK only: their CJK characters by cjk_script,
+    and those of SINGLE_TOKEN_CJK.
     """
     if not isinstance(s, str):
         raise TypeError(f"text_profile() expects str, not {type(s).__name__}")
     s = str.__str__(s)
     units = [0] * len(TEXT_CLASSES)
     runs = [0] * len(TEXT_CLASSES)
+    cjk = [0] * len(CJK_COUNTS)
     total = 0
     for start in range(0, len(s), PROFILE_BLOCK):
         block = s[start:start + PROFILE_BLOCK]
         hist = [0] * KINDS
+        block_cjk = [0] * len(CJK_COUNTS)
         upper = switches = astral = block_runs = 0
         previous = K_OTHER
         group = -1
@@ -338,6 +375,8 @@ def text_profile(s: str) -> tuple:
                     upper += 1
             elif _is_cjk(cp):
                 kind = K_CJK
+                block_cjk[cjk_script(cp)] += 1
+                block_cjk[SINGLE] += cp in SINGLE_TOKEN_CJK
             else:
                 kind = K_OTHER
             if cp > 0xFFFF:
@@ -354,4 +393,6 @@ def text_profile(s: str) -> tuple:
         units[cls] += n + astral
         runs[cls] += block_runs
         total += n + astral
-    return total, tuple(units), tuple(runs)
+        if cls == CJK:
+            cjk = [a + b for a, b in zip(cjk, block_cjk)]
+    return total, tuple(units), tuple(runs), tuple(cjk)

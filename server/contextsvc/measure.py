@@ -185,8 +185,7 @@ def _calibrated_text(text: str) -> float:
     """The unrounded calibrated estimate of text (native.text_profile, then the shipped ratios)."""
     if not text:
         return 0.0
-    _, units, runs = native.text_profile(text)
-    return tokens.ratios().tokens(units, runs)
+    return tokens.calibrated_unrounded(text)
 
 
 def _projection(base, reported: int, tail: int, overhead: int, total: int) -> int:

@@ -27,6 +27,7 @@ __all__ = [
     "select_tail",
     "TEXT_CLASSES",
     "PROFILE_BLOCK",
+    "CJK_COUNTS",
     "text_profile",
 ]
 
@@ -72,6 +73,7 @@ _impl, IMPLEMENTATION = _choose()
 MAX_JSON_DEPTH = _native_py.MAX_JSON_DEPTH
 TEXT_CLASSES = _native_py.TEXT_CLASSES
 PROFILE_BLOCK = _native_py.PROFILE_BLOCK
+CJK_COUNTS = _native_py.CJK_COUNTS
 json_size = _impl.json_size
 json_lengths = _impl.json_lengths
 utf16_len = _impl.utf16_len

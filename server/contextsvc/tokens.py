@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import threading
+import zlib
 from dataclasses import dataclass
 from fractions import Fraction
 from importlib import resources
 
-from . import exact_cache, native
+from . import _native_py, exact_cache, native
 
 ESTIMATE = "estimate:chars/4"  # UTF-16 code units / 4, JavaScript Math.round
 PREFLIGHT = "estimate:ceil(chars/4*1.3)"
@@ -48,24 +50,44 @@ def cl100k_is_native(model_id: str) -> bool:
 
 # ---- calibrated estimate ----------------------------------------------------------------------
 
+def single_token_table_id() -> str:
+    """Names the one-token CJK table the profile counts with, so that ratios fitted with
+    another table are refused."""
+    chars = "".join(map(chr, sorted(_native_py.SINGLE_TOKEN_CJK)))
+    return f"{len(chars)}:{zlib.crc32(chars.encode()):08x}"
+
+
 @dataclass(frozen=True)
 class Ratios:
-    """Per content class (native.TEXT_CLASSES order): tokens per UTF-16 unit and per run."""
+    """Per content class (native.TEXT_CLASSES order): tokens per UTF-16 unit and per run; and
+    for the CJK class, tokens per CJK count of the profile (_native_py.CJK_COUNTS order)."""
     per_unit: tuple
     per_run: tuple
+    per_cjk: tuple
 
     @classmethod
     def from_mapping(cls, data: dict) -> "Ratios":
-        classes = native.TEXT_CLASSES
-        if tuple(data.get("classes", ())) != classes or data.get("block") != native.PROFILE_BLOCK:
-            raise ValueError(f"{RATIOS_FILE} was fitted for other content classes; rerun bench/calibrate.py")
+        classes, counts = native.TEXT_CLASSES, native.CJK_COUNTS
+        if (tuple(data.get("classes", ())) != classes or data.get("block") != native.PROFILE_BLOCK
+                or tuple(data.get("cjk_counts", ())) != counts
+                or data.get("single_token_table") != single_token_table_id()):
+            raise ValueError(f"{RATIOS_FILE} was fitted for another text profile; rerun bench/calibrate.py")
         return cls(tuple(float(data["tokens_per_unit"][c]) for c in classes),
-                   tuple(float(data["tokens_per_run"][c]) for c in classes))
+                   tuple(float(data["tokens_per_run"][c]) for c in classes),
+                   tuple(float(data["tokens_per_cjk"][c]) for c in counts))
 
-    def tokens(self, units, runs) -> float:
-        """The unrounded estimate of a profile; a class never counts below zero."""
-        return sum(max(0.0, a * u + b * r)
-                   for a, b, u, r in zip(self.per_unit, self.per_run, units, runs))
+    def tokens(self, units, runs, cjk) -> float:
+        """The unrounded estimate of a profile (text_profile without its length); a class
+        never counts below zero."""
+        total = 0.0
+        for i, u in enumerate(units):
+            if u:  # a class without units has no runs or CJK counts either: it adds nothing
+                t = self.per_unit[i] * u + self.per_run[i] * runs[i]
+                if i == _native_py.CJK:
+                    t += sum(map(operator.mul, self.per_cjk, cjk))
+                if t > 0.0:
+                    total += t
+        return total
 
 
 _ratios = None
@@ -83,12 +105,17 @@ def ratios() -> Ratios:
 def calibrated_profile(profiles) -> int:
     """The calibrated estimate of texts given by their native.text_profile results."""
     r = ratios()
-    return round_half_up(sum(r.tokens(p[1], p[2]) for p in profiles))
+    return round_half_up(sum(r.tokens(*p[1:]) for p in profiles))
 
 
 def calibrated(text: str) -> int:
     """The calibrated estimate of one text: class-aware, meant to track cl100k within 10%."""
     return calibrated_profile([native.text_profile(text)])
+
+
+def calibrated_unrounded(text: str) -> float:
+    """The calibrated estimate of one text before rounding (for sums over many texts)."""
+    return ratios().tokens(*native.text_profile(text)[1:])
 
 
 def round_half_up(x: float) -> int:
