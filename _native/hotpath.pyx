@@ -15,6 +15,8 @@ from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t, INT64_MAX, uint8_t, uint16_t, uint32_t, uint64_t
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 
+import json
+
 from contextsvc import _native_py
 from contextsvc._native_py import CJK_COUNTS, MAX_JSON_DEPTH, PROFILE_BLOCK, TEXT_CLASSES
 
@@ -30,6 +32,7 @@ __all__ = [
     "PROFILE_BLOCK",
     "CJK_COUNTS",
     "text_profile",
+    "json_profile",
 ]
 
 cdef extern from "Python.h":
@@ -652,3 +655,172 @@ def text_profile(s):
     return (total, tuple([units[c] for c in range(N_CLASSES)]),
             tuple([runs[c] for c in range(N_CLASSES)]),
             tuple([cjk[c] for c in range(N_CJK_COUNTS)]))
+
+
+# ---- JSON profile: text_profile of a value's JSON text, streamed from the walk ----------------
+
+cdef enum:
+    STREAM_BLOCK = 256
+
+assert PROFILE_BLOCK == STREAM_BLOCK
+
+
+cdef struct _Stream:
+    uint32_t buf[STREAM_BLOCK]  # the code points of the block being filled
+    Py_ssize_t n
+    Py_ssize_t units[N_CLASSES]
+    Py_ssize_t runs[N_CLASSES]
+    Py_ssize_t cjk[N_CJK_COUNTS]
+    Py_ssize_t total
+
+
+cdef inline void _emit(_Stream *s, uint32_t cp) noexcept:
+    s.buf[s.n] = cp
+    s.n += 1
+    if s.n == STREAM_BLOCK:
+        _profile(<const uint32_t *>s.buf, s.n, s.units, s.runs, s.cjk, &s.total)
+        s.n = 0
+
+
+cdef const char *_HEX = b"0123456789abcdef"
+
+
+cdef inline void _emit_escaped(_Stream *s, uint32_t cp) noexcept:
+    """One code point of a string as json.dumps(ensure_ascii=False) writes it."""
+    if cp >= 0x20 and cp != 0x22 and cp != 0x5C:
+        _emit(s, cp)
+        return
+    _emit(s, 0x5C)
+    if cp == 0x22 or cp == 0x5C:
+        _emit(s, cp)
+    elif cp == 0x0A:
+        _emit(s, 0x6E)  # n
+    elif cp == 0x0D:
+        _emit(s, 0x72)  # r
+    elif cp == 0x09:
+        _emit(s, 0x74)  # t
+    elif cp == 0x08:
+        _emit(s, 0x62)  # b
+    elif cp == 0x0C:
+        _emit(s, 0x66)  # f
+    else:
+        _emit(s, 0x75)  # u00XX
+        _emit(s, 0x30)
+        _emit(s, 0x30)
+        _emit(s, _HEX[cp >> 4])
+        _emit(s, _HEX[cp & 15])
+
+
+cdef void _stream_latin1(_Stream *s, const uint8_t *p, Py_ssize_t n) noexcept:
+    """A 1-byte string's characters, escaped: copied a block's room at a time, the rare
+    character that needs escaping through _emit_escaped."""
+    cdef Py_ssize_t i = 0, room, j
+    cdef uint8_t ch
+    while i < n:
+        room = STREAM_BLOCK - s.n
+        if room > n - i:
+            room = n - i
+        j = 0
+        while j < room:
+            ch = p[i + j]
+            if ch < 0x20 or ch == 0x22 or ch == 0x5C:
+                break
+            s.buf[s.n + j] = ch
+            j += 1
+        s.n += j
+        i += j
+        if s.n == STREAM_BLOCK:
+            _profile(<const uint32_t *>s.buf, s.n, s.units, s.runs, s.cjk, &s.total)
+            s.n = 0
+        if j < room:  # stopped at a character to escape
+            _emit_escaped(s, p[i])
+            i += 1
+
+
+cdef void _stream_str(_Stream *s, object text, bint quoted) noexcept:
+    """A string's JSON form (quoted and escaped), or, unquoted, text that is JSON already."""
+    cdef int kind = cs_unicode_kind(text)
+    cdef void *data = cs_unicode_data(text)
+    cdef Py_ssize_t i, n = cs_unicode_length(text)
+    if not quoted:
+        for i in range(n):
+            _emit(s, cs_unicode_read(kind, data, i))
+        return
+    _emit(s, 0x22)
+    if kind == 1:
+        _stream_latin1(s, <const uint8_t *>data, n)
+    elif kind == 2:
+        for i in range(n):
+            _emit_escaped(s, (<const uint16_t *>data)[i])
+    else:
+        for i in range(n):
+            _emit_escaped(s, (<const uint32_t *>data)[i])
+    _emit(s, 0x22)
+
+
+cdef int _stream_value(_Stream *s, object o, Py_ssize_t depth) except -1:
+    """The JSON text of o; depth = containers enclosing o. Exact str, dict, list, tuple, bool
+    and None are walked; anything else (numbers, subclasses) is streamed from json.dumps."""
+    cdef PyObject *t = cs_type(<PyObject *>o)
+    cdef Py_ssize_t i, n
+    cdef bint first
+    if t == <PyObject *>str:
+        _stream_str(s, o, True)
+    elif o is None:
+        _stream_str(s, "null", False)
+    elif o is True:
+        _stream_str(s, "true", False)
+    elif o is False:
+        _stream_str(s, "false", False)
+    elif t == <PyObject *>list or t == <PyObject *>tuple:
+        if depth + 1 > _max_depth:
+            _depth_error()
+        _emit(s, 0x5B)
+        n = len(o)
+        for i in range(n):
+            if i:
+                _emit(s, 0x2C)
+            _stream_value(s, o[i], depth + 1)
+        _emit(s, 0x5D)
+    elif t == <PyObject *>dict and all(type(k) is str for k in o):
+        if depth + 1 > _max_depth:
+            _depth_error()
+        _emit(s, 0x7B)
+        first = True
+        for k, v in (<dict>o).items():
+            if not first:
+                _emit(s, 0x2C)
+            first = False
+            _stream_str(s, k, True)
+            _emit(s, 0x3A)
+            _stream_value(s, v, depth + 1)
+        _emit(s, 0x7D)
+    else:
+        _native_py.json_lengths(o)  # depth and types checked as everywhere else
+        _stream_str(s, json.dumps(o, ensure_ascii=False, separators=(",", ":")), False)
+    return 0
+
+
+def json_profile(value):
+    """text_profile of the JSON text of value (json.dumps(value, ensure_ascii=False,
+    separators=(",", ":"))), streamed from a walk of value: the text is never built."""
+    cdef _Stream *s = <_Stream *>PyMem_Malloc(sizeof(_Stream))
+    cdef int c
+    if s == NULL:
+        raise MemoryError()
+    try:
+        s.n = 0
+        s.total = 0
+        for c in range(N_CLASSES):
+            s.units[c] = 0
+            s.runs[c] = 0
+        for c in range(N_CJK_COUNTS):
+            s.cjk[c] = 0
+        _stream_value(s, value, 0)
+        if s.n:
+            _profile(<const uint32_t *>s.buf, s.n, s.units, s.runs, s.cjk, &s.total)
+        return (s.total, tuple([s.units[c] for c in range(N_CLASSES)]),
+                tuple([s.runs[c] for c in range(N_CLASSES)]),
+                tuple([s.cjk[c] for c in range(N_CJK_COUNTS)]))
+    finally:
+        PyMem_Free(s)

@@ -212,7 +212,7 @@ def test_one_depth_limit():
 def test_same_api(impl):
     names = {"json_size", "json_lengths", "utf16_len", "estimate_tokens", "split_turns",
              "select_tail", "MAX_JSON_DEPTH", "text_profile", "TEXT_CLASSES", "PROFILE_BLOCK",
-             "CJK_COUNTS"}
+             "CJK_COUNTS", "json_profile"}
     assert names <= set(dir(impl))
     assert set(impl.__all__) == names
 
@@ -767,3 +767,54 @@ def test_text_profile_long_mixed_texts_agree(impl, alphabet):
         # runs of varied length, so that blocks fall on every side of each threshold
         s = "".join(rng.choice(alphabet) * rng.choice((1, 1, 2, 5, 40)) for _ in range(rng.randint(1, 400)))
         assert impl.text_profile(s) == _native_py.text_profile(s)
+
+
+# ---------------------------------------------------------------------------------------------
+# json_profile: text_profile of a value's JSON text, without the text
+
+def ref_json_profile(value):
+    return _native_py.text_profile(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
+@TREE_SETTINGS
+@given(value=json_trees)
+def test_json_profile_is_the_profile_of_the_json_text(impl, value):
+    assert impl.json_profile(value) == ref_json_profile(value)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(texts_=st.lists(profile_texts, max_size=6), keyed=st.booleans())
+def test_json_profile_across_blocks_agrees(impl, texts_, keyed):
+    # long strings of every class, quotes and escapes included, so that blocks straddle
+    # string boundaries, separators and escape sequences
+    value = {f"k{i}\n": t for i, t in enumerate(texts_)} if keyed else [texts_, {"x": texts_}]
+    assert impl.json_profile(value) == ref_json_profile(value)
+
+
+class _Dict(dict):
+    pass
+
+
+class _List(list):
+    pass
+
+
+class _Str(str):
+    pass
+
+
+def test_json_profile_subclasses_and_odd_keys_as_json_dumps(impl):
+    value = [_Dict(a=_List([_Str("s\t"), 1.5, 2**70])), {1: "x", None: [], 2.5: {}, True: "\x00"}, ("t",)]
+    assert impl.json_profile(value) == ref_json_profile(value)
+
+
+def test_json_profile_errors_as_every_json_walk(impl):
+    deep = []
+    for _ in range(_native_py.MAX_JSON_DEPTH + 1):
+        deep = [deep]
+    with pytest.raises(ValueError, match="nesting"):
+        impl.json_profile(deep)
+    with pytest.raises(TypeError):
+        impl.json_profile({"a": [object()]})
+    with pytest.raises(TypeError):
+        impl.json_profile({(1, 2): "tuple key"})

@@ -31,6 +31,7 @@ __all__ = [
     "PROFILE_BLOCK",
     "CJK_COUNTS",
     "text_profile",
+    "json_profile",
 ]
 
 # Containers nested deeper than this raise ValueError (the compiled module imports it from here).
@@ -396,3 +397,10 @@ def text_profile(s: str) -> tuple:
         if cls == CJK:
             cjk = [a + b for a, b in zip(cjk, block_cjk)]
     return total, tuple(units), tuple(runs), tuple(cjk)
+
+
+def json_profile(value) -> tuple:
+    """text_profile of the JSON text of value (json.dumps(value, ensure_ascii=False,
+    separators=(",", ":"))). The compiled module streams it from a walk of value instead."""
+    json_lengths(value)  # the same depth bound and type errors as every JSON walk here
+    return text_profile(json.dumps(value, ensure_ascii=False, separators=(",", ":")))

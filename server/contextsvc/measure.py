@@ -229,8 +229,9 @@ def _figures(inp: MeasureInput, built: request.Built, cfg: Config, policy, exact
     cuts = [0, n_sys, n_sys + max(at, 0), tail_from, len(elements)]
     if mc.calibrated_figures:
         system_cal, head_cal, middle_cal, tail_cal = (
-            _calibrated_text("[" + ",".join(element_json[a:b]) + "]" if element_json else _dumps(elements[a:b]))
-            if b > a else 0.0 for a, b in zip(cuts, cuts[1:]))
+            (_calibrated_text("[" + ",".join(element_json[a:b]) + "]") if element_json
+             else tokens.calibrated_json(elements[a:b])) if b > a else 0.0
+            for a, b in zip(cuts, cuts[1:]))
         tools_cal = _calibrated_text(texts.tools)
     else:
         system_cal = head_cal = middle_cal = tail_cal = tools_cal = 0.0

@@ -29,6 +29,7 @@ __all__ = [
     "PROFILE_BLOCK",
     "CJK_COUNTS",
     "text_profile",
+    "json_profile",
 ]
 
 DISABLE_ENV = "CONTEXTSVC_NO_EXTENSIONS"
@@ -81,3 +82,4 @@ estimate_tokens = _impl.estimate_tokens
 split_turns = _impl.split_turns
 select_tail = _impl.select_tail
 text_profile = _impl.text_profile
+json_profile = _impl.json_profile
