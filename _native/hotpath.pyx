@@ -758,9 +758,21 @@ cdef void _stream_str(_Stream *s, object text, bint quoted) noexcept:
     _emit(s, 0x22)
 
 
+cdef object _float_json(double x):
+    """A float as json.dumps writes it (its repr; NaN and the infinities by their JS names)."""
+    if x != x:
+        return "NaN"
+    if x == float("inf"):
+        return "Infinity"
+    if x == -float("inf"):
+        return "-Infinity"
+    return float.__repr__(x)
+
+
 cdef int _stream_value(_Stream *s, object o, Py_ssize_t depth) except -1:
-    """The JSON text of o; depth = containers enclosing o. Exact str, dict, list, tuple, bool
-    and None are walked; anything else (numbers, subclasses) is streamed from json.dumps."""
+    """The JSON text of o; depth = containers enclosing o. Exact str, int, float, dict, list,
+    tuple, bool and None are walked; anything else (subclasses, odd keys) is streamed from
+    json.dumps."""
     cdef PyObject *t = cs_type(<PyObject *>o)
     cdef Py_ssize_t i, n
     cdef bint first
@@ -772,6 +784,10 @@ cdef int _stream_value(_Stream *s, object o, Py_ssize_t depth) except -1:
         _stream_str(s, "true", False)
     elif o is False:
         _stream_str(s, "false", False)
+    elif t == <PyObject *>int:
+        _stream_str(s, int.__repr__(o), False)
+    elif t == <PyObject *>float:
+        _stream_str(s, _float_json(o), False)
     elif t == <PyObject *>list or t == <PyObject *>tuple:
         if depth + 1 > _max_depth:
             _depth_error()

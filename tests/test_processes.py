@@ -151,6 +151,29 @@ def test_a_port_held_by_another_program_fails_the_start(tmp_path):
         holder.close()
 
 
+def test_a_second_supervisor_on_the_same_port_fails_the_start(tmp_path):
+    proc, port, _, _ = launch("--processes", "2")
+    try:
+        config = tmp_path / "c.toml"
+        config.write_text(f'[truncation]\ndirectory = "{tmp_path / "store"}"\n')
+        r = subprocess.run([sys.executable, "-m", "contextsvc", "serve", "--processes", "2", "--port", str(port),
+                            "--metrics-port", "0", "--config", str(config)],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1  # SO_REUSEPORT must not let it join the running one's group
+        assert "Address already in use" in r.stderr
+    finally:
+        assert stop(proc) == 0
+
+
+def test_a_bad_token_file_fails_once_in_the_supervisor(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text(f'[server]\nauth_token_file = "{tmp_path / "missing"}"\n'
+                      f'[truncation]\ndirectory = "{tmp_path / "store"}"\n')
+    r = subprocess.run([sys.executable, "-m", "contextsvc", "serve", "--processes", "2", "--port", "0",
+                        "--metrics-port", "0", "--config", str(config)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.count("config:") == 1
+
+
 def test_a_negative_process_count_is_a_config_error():
     r = subprocess.run([sys.executable, "-m", "contextsvc", "serve", "--processes", "-1"],
                        capture_output=True, text=True, timeout=60)

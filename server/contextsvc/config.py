@@ -21,7 +21,7 @@ MiB = 1024 * 1024
 class ServerConfig:
     host: str = "127.0.0.1"  # loopback unless the operator opens it up
     port: int = 50051  # the conventional gRPC port
-    metrics_port: int = 9464  # the conventional Prometheus exporter port; 0 disables metrics
+    metrics_port: int = 9464  # the conventional Prometheus exporter port; 0 picks a free one
     max_request_bytes: int = 64 * MiB  # a 1M-token conversation with media fits; larger is abuse
     max_response_bytes: int = 64 * MiB  # Assemble returns a body as large as its input
     # serving processes sharing the port (SO_REUSEPORT, Linux): the hot path holds the GIL, so

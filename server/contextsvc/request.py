@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import cache, history, model as m, native, system_prompt
 from .lowering import MediaLedger, lower, to_model_messages
@@ -20,7 +20,7 @@ class Built:
     prefix_chain: dict = None  # (kind, index) -> prefix digest at every element, when hashed
     # id(element) -> JSON text of system/message elements already serialized (by the prefix
     # hashing; elements a marker changed afterwards are left out)
-    texts: dict = None
+    texts: dict = field(default_factory=dict)
 
     def units(self, elements: list) -> list:
         """UTF-16 units of each element, media and opaque values counted as placeholders."""

@@ -24,6 +24,7 @@ import time
 from . import native
 from .config import Config
 from .metrics import CollectedMetrics
+from .security import bearer_token, server_credentials
 
 log = logging.getLogger("contextsvc")
 
@@ -31,12 +32,17 @@ READY_LINE = "ready"  # what a shared-port process prints on stdout once it serv
 PARENT_ENV = "CONTEXTSVC_SUPERVISOR_PID"
 METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"  # read by prometheus_client at import
 START_TIMEOUT_SECONDS = 60.0  # a process not serving by then is a failed start
-RESTART_PAUSE_SECONDS = 1.0  # between restarts of one slot, so a crash loop does not spin
+# a process that died is started again after this pause, doubled for each death in a row
+# (one that served STABLE_SECONDS resets it), up to the cap: a crash loop does not spin
+RESTART_PAUSE_SECONDS = 1.0
+RESTART_PAUSE_MAX_SECONDS = 60.0
+STABLE_SECONDS = 60.0
 _PR_SET_PDEATHSIG = 1
 
 
 def process_count(cfg: Config) -> int:
-    return cfg.server.processes or os.cpu_count() or 1
+    """server.processes, or with 0 the CPUs this process may run on (a container's limit)."""
+    return cfg.server.processes or len(os.sched_getaffinity(0)) or 1
 
 
 def follow_parent() -> None:
@@ -56,6 +62,10 @@ def _reserve_port(host: str, port: int) -> socket.socket:
     """A bound, not listening, SO_REUSEPORT socket: fixes the port number (port 0 picks one)
     for the serving processes and fails early when another program holds the port."""
     family, _, _, _, address = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)[0]
+    if port:
+        # a plain bind first: SO_REUSEPORT alone would join another instance's group on the port
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind(address)
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
@@ -74,10 +84,15 @@ class _Slot:
         self.proc: subprocess.Popen | None = None
         self.ready = threading.Event()
         self.started_at = 0.0
+        self.died_at = None  # when the watch loop saw it exit
+        self.deaths = 0  # in a row, without STABLE_SECONDS of serving between
 
 
 class Supervisor:
     def __init__(self, cfg: Config, config_path: str | None, metrics_enabled: bool = True):
+        # what the serving processes will read: a bad token file or certificate fails here, once
+        bearer_token(cfg.server)
+        server_credentials(cfg.server)
         self.cfg = cfg
         self.config_path = config_path
         self.count = process_count(cfg)
@@ -159,21 +174,34 @@ class Supervisor:
     # -- keep them running ---------------------------------------------------------------------
 
     def _watch(self) -> None:
+        # Restarted processes are children of this thread (their parent-death signal follows
+        # it), so it must outlive every failure of a round.
         while not self._stopping.wait(0.2):
             for slot in self._slots:
-                with self._lock:
-                    if self._stopping.is_set():
-                        return
-                    code = slot.proc.poll()
-                    if code is None:
-                        continue
-                    pause = RESTART_PAUSE_SECONDS - (time.monotonic() - slot.started_at)
-                    if pause > 0:
-                        continue  # a crash loop: try again on a later round
-                    log.warning("serving process %d (pid %d) exited with code %s; starting another",
-                                slot.index, slot.proc.pid, code)
-                    self._forget(slot.proc.pid)
-                    self._spawn(slot)
+                try:
+                    with self._lock:
+                        if self._stopping.is_set():
+                            return
+                        self._restart_if_dead(slot)
+                except Exception:
+                    log.exception("supervising serving process %d failed; retrying", slot.index)
+
+    def _restart_if_dead(self, slot: _Slot) -> None:
+        code = slot.proc.poll()
+        if code is None:
+            return
+        now = time.monotonic()
+        if slot.died_at is None:
+            slot.died_at = now
+            slot.deaths = 1 if now - slot.started_at >= STABLE_SECONDS else slot.deaths + 1
+            self._forget(slot.proc.pid)
+        pause = min(RESTART_PAUSE_MAX_SECONDS, RESTART_PAUSE_SECONDS * 2 ** (slot.deaths - 1))
+        if now - slot.died_at < pause:
+            return
+        log.warning("serving process %d (pid %d) exited with code %s (%d in a row); starting another",
+                    slot.index, slot.proc.pid, code, slot.deaths)
+        slot.died_at = None
+        self._spawn(slot)
 
     def _forget(self, pid: int) -> None:
         if self._metrics_dir:
