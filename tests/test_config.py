@@ -43,3 +43,10 @@ def test_toml_overrides(tmp_path):
 def test_mistakes_are_errors(data, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         config.from_mapping(data)
+
+
+def test_ipv6_hosts_are_held_bare_and_bracketed_in_addresses():
+    for given in ("::", "[::]"):
+        s = config.ServerConfig(host=given)
+        assert s.host == "::" and s.address(50051) == "[::]:50051"
+    assert config.ServerConfig(host="0.0.0.0").address(9464) == "0.0.0.0:9464"

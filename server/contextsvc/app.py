@@ -71,11 +71,11 @@ class Server:
     def start(self) -> "Server":
         s = self.cfg.server
         creds = server_credentials(s)
-        address = f"{s.host}:{s.port}"
+        address = s.address(s.port)
         self.port = (self._grpc.add_secure_port(address, creds) if creds
                      else self._grpc.add_insecure_port(address))
         if self.port == 0:
-            raise OSError(f"cannot bind gRPC on {s.host}:{s.port}")
+            raise OSError(f"cannot bind gRPC on {address}")
         self._grpc.start()
         if self.metrics is not None and not self.shared_port:
             self.metrics_port = self.metrics.serve(s.host, s.metrics_port)
@@ -83,11 +83,11 @@ class Server:
         for name in ("", SERVICE_NAME):
             self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if self.shared_port:
-            log.info("contextsvc process %d serving gRPC on %s:%d", os.getpid(), s.host, self.port)
+            log.info("contextsvc process %d serving gRPC on %s", os.getpid(), s.address(self.port))
             return self
-        metrics = f"http://{s.host}:{self.metrics_port}/metrics" if self.metrics else "off"
-        log.info("contextsvc serving gRPC on %s:%d, metrics %s, hot path %s",
-                 s.host, self.port, metrics, native.IMPLEMENTATION)
+        metrics = f"http://{s.address(self.metrics_port)}/metrics" if self.metrics else "off"
+        log.info("contextsvc serving gRPC on %s, metrics %s, hot path %s",
+                 s.address(self.port), metrics, native.IMPLEMENTATION)
         return self
 
     def stop(self, grace: float | None = None, drain: float = 0.0) -> None:

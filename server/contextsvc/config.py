@@ -55,6 +55,8 @@ class ServerConfig:
     auth_token_env: str = ""  # the name of an environment variable holding the token
 
     def __post_init__(self):
+        # held bare ("::", not "[::]"): sockets and the metrics server take it so; address() brackets
+        object.__setattr__(self, "host", self.host.strip().removeprefix("[").removesuffix("]"))
         if self.processes < 0:
             raise ValueError("[server] processes must be 0 (one per CPU) or more")
         if self.workers < 1:
@@ -66,6 +68,10 @@ class ServerConfig:
             raise ValueError("[server] tls_cert_file and tls_key_file must be set together")
         if self.tls_client_ca_file and not self.tls_cert_file:
             raise ValueError("[server] tls_client_ca_file (mTLS) needs tls_cert_file and tls_key_file")
+
+    def address(self, port: int) -> str:
+        """host:port as gRPC and URLs write it (an IPv6 host in brackets)."""
+        return f"[{self.host}]:{port}" if ":" in self.host else f"{self.host}:{port}"
 
 
 COMPACTION_FIGURES = ("estimate", "calibrated", "self-calibrated", "exact")

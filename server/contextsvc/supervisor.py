@@ -61,7 +61,7 @@ def follow_parent() -> None:
 def _reserve_port(host: str, port: int) -> socket.socket:
     """A bound, not listening, SO_REUSEPORT socket: fixes the port number (port 0 picks one)
     for the serving processes and fails early when another program holds the port."""
-    family, _, _, _, address = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)[0]
+    family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     if port:
         # a plain bind first: SO_REUSEPORT alone would join another instance's group on the port
         with socket.socket(family, socket.SOCK_STREAM) as probe:
@@ -128,9 +128,9 @@ class Supervisor:
             self._release()
             raise
         threading.Thread(target=self._watch, name="supervisor", daemon=True).start()
-        metrics = f"http://{s.host}:{self.metrics_port}/metrics" if self._metrics else "off"
-        log.info("contextsvc serving gRPC on %s:%d, metrics %s, hot path %s, %d processes",
-                 s.host, self.port, metrics, native.IMPLEMENTATION, self.count)
+        metrics = f"http://{s.address(self.metrics_port)}/metrics" if self._metrics else "off"
+        log.info("contextsvc serving gRPC on %s, metrics %s, hot path %s, %d processes",
+                 s.address(self.port), metrics, native.IMPLEMENTATION, self.count)
         return self
 
     def _command(self) -> list[str]:
