@@ -35,14 +35,16 @@ def process_tree(pid) -> list[int]:
     return [pid] + sorted(children)
 
 
+def process_cpu_seconds(pid) -> float:
+    """User + system CPU one process has used."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(pid) -> float:
-    """User + system CPU the server's processes have used (shows whether they are saturated)."""
-    total = 0
-    for p in process_tree(pid):
-        with open(f"/proc/{p}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+    """CPU the server's processes have used, summed (shows whether they are saturated)."""
+    return sum(process_cpu_seconds(p) for p in process_tree(pid))
 
 
 def rss_mb(pid) -> float:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
+import time
 
 import grpc
 import pytest
@@ -10,6 +11,17 @@ import pytest
 from contextsvc import config
 from contextsvc.app import Server
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
+
+
+def wait_for(predicate, seconds=20.0):
+    """Polls until predicate() is true; the bound only keeps a broken build from hanging."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    return predicate()
 
 
 def start_server(truncation_overrides=None, summarizer_overrides=None, **server_overrides) -> Server:

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import convo
-from conftest import start_server
+from conftest import start_server, wait_for
 from contextsvc import config, truncation
 from contextsvc.app import Server
 from contextsvc.v1 import context_pb2 as pb
@@ -101,17 +100,6 @@ def anthropic_server(api, fallback=False, timeout=30.0, retries=0, **server):
     return start_server(summarizer_overrides=dict(
         backend="anthropic", base_url=api.url, api_key_env="CONTEXTSVC_TEST_KEY",
         timeout_seconds=timeout, max_retries=retries, fallback_to_offline=fallback), **server)
-
-
-def wait_for(predicate, seconds=20.0):
-    """Polls until predicate() is true; the bound only keeps a broken build from hanging."""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    return predicate()
 
 
 def code_count(server, method, code):

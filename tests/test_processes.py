@@ -2,41 +2,30 @@
 from __future__ import annotations
 
 import os
+import pathlib
 import re
 import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 
 import grpc
 
 import convo
+from conftest import wait_for
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
 from test_cli import launch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "bench"))
+from server_process import process_cpu_seconds, process_tree  # noqa: E402
 
 OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]  # one TCP connection per channel
 
 
 def children(pid):
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        found.append(int(entry))
-            except (OSError, ValueError):
-                continue
-    return sorted(found)
-
-
-def cpu_ticks(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
+    return process_tree(pid)[1:]
 
 
 def scrape_rpcs(metrics_port, method):
@@ -55,16 +44,6 @@ def big_measure_request():
     return convo.measure_request(pb.Conversation(session_id="s", messages=messages))
 
 
-def wait_for(predicate, seconds, what):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def stop(proc):
     proc.send_signal(signal.SIGTERM)
     return proc.wait(60)
@@ -75,7 +54,7 @@ def test_connections_spread_over_processes_and_metrics_are_summed():
     try:
         workers = children(proc.pid)
         assert len(workers) == 2
-        before = {w: cpu_ticks(w) for w in workers}
+        before = {w: process_cpu_seconds(w) for w in workers}
         request, calls = big_measure_request(), 0
         channels = [grpc.insecure_channel(f"127.0.0.1:{port}", options=OWN_CONNECTION) for _ in range(16)]
         try:
@@ -87,7 +66,7 @@ def test_connections_spread_over_processes_and_metrics_are_summed():
             for ch in channels:
                 ch.close()
         # 16 connections: both processes got some (all on one would be a 1-in-32,768 draw)
-        assert all(cpu_ticks(w) > before[w] for w in workers), "a serving process got no work"
+        assert all(process_cpu_seconds(w) > before[w] for w in workers), "a serving process got no work"
         assert scrape_rpcs(metrics_port, "Measure") == calls  # summed over both processes
     finally:
         assert stop(proc) == 0
@@ -105,7 +84,8 @@ def test_a_dead_process_is_replaced_and_its_counts_are_kept():
         victim = children(proc.pid)[0]
         os.kill(victim, signal.SIGKILL)
         replaced = wait_for(lambda: (lambda c: c if len(c) == 2 and victim not in c else None)(children(proc.pid)),
-                            30, "a replacement process")
+                            30)
+        assert replaced, "no replacement process"
         assert victim not in replaced
         with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
             r = pb_grpc.ContextServiceStub(ch).Measure(convo.measure_request(), timeout=10, wait_for_ready=True)
@@ -122,8 +102,8 @@ def test_processes_stop_when_the_supervisor_is_killed():
     proc.kill()
     proc.wait(10)
     # each gets SIGTERM from the kernel (parent-death signal) and drains: no orphan keeps the port
-    wait_for(lambda: all(not os.path.exists(f"/proc/{w}") or _zombie(w) for w in workers), 30,
-             "the serving processes to exit")
+    assert wait_for(lambda: all(not os.path.exists(f"/proc/{w}") or _zombie(w) for w in workers), 30), \
+        "the serving processes did not exit"
 
 
 def _zombie(pid):

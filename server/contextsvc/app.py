@@ -1,9 +1,9 @@
 """The running server: gRPC with health and reflection, the metrics endpoint, graceful stop."""
 from __future__ import annotations
 
+import functools
 import logging
 import os
-import signal
 import threading
 import time
 from concurrent import futures
@@ -19,6 +19,7 @@ from .limits import InFlightLimit
 from .metrics import Metrics
 from .security import BearerTokenInterceptor, bearer_token, server_credentials
 from .service import ContextService
+from .signals import stop_on_signals
 from .v1 import context_pb2 as pb
 from .v1 import context_pb2_grpc as pb_grpc
 
@@ -117,10 +118,5 @@ class Server:
         self._done.wait()
 
     def stop_on_signals(self) -> None:
-        def handle(signum, _frame):
-            log.info("signal %d: refusing new calls, finishing in-flight ones", signum)
-            threading.Thread(target=self.stop, kwargs={"drain": self.cfg.server.drain_seconds},
-                             name="stop", daemon=True).start()
-
-        signal.signal(signal.SIGTERM, handle)
-        signal.signal(signal.SIGINT, handle)
+        stop_on_signals(functools.partial(self.stop, drain=self.cfg.server.drain_seconds),
+                        "refusing new calls, finishing in-flight ones")

@@ -221,11 +221,11 @@ def _figures(inp: MeasureInput, built: request.Built, cfg: Config, policy, exact
     elements = texts.elements
     # exact counts need each element's JSON; so does a build that already serialized its
     # elements (Assemble's prefix hashing), for free; otherwise one JSON text per stretch
-    if inp.exact or (built.texts and texts.system is low.system):
-        element_json = ([built.element_text(e) for e in elements] if texts.system is low.system
-                        else [_dumps(e) for e in elements])
-    else:
-        element_json = None
+    built_elements = texts.system is low.system  # not the placeholder copy made for media
+    element_json = None
+    if inp.exact or (built_elements and built.texts):
+        text = built.element_text if built_elements else _dumps
+        element_json = [text(e) for e in elements]
     cuts = [0, n_sys, n_sys + max(at, 0), tail_from, len(elements)]
     if mc.calibrated_figures:
         system_cal, head_cal, middle_cal, tail_cal = (

@@ -14,7 +14,25 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 SIZE_BUCKETS = tuple(1024 * 4 ** i for i in range(9)) + (64 * 1024 * 1024,)
 
 
-class Metrics:
+class _Endpoint:
+    """Serves self.registry at /metrics."""
+
+    registry: CollectorRegistry
+    _http = None
+
+    def serve(self, host: str, port: int) -> int:
+        """Starts the /metrics endpoint; returns the bound port (port 0 picks a free one)."""
+        self._http, _ = start_http_server(port, addr=host, registry=self.registry)
+        return self._http.server_port
+
+    def stop(self) -> None:
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
+
+
+class Metrics(_Endpoint):
     def __init__(self):
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
@@ -63,7 +81,6 @@ class Metrics:
                                            "Bytes of stored outputs evicted by the size cap.", registry=r)
         self.store_expired = Counter("contextsvc_truncation_expired_outputs",
                                      "Stored outputs removed after their retention.", registry=r)
-        self._http = None
 
     def record_prune(self, reason: str, acted: bool, tokens_freed: int) -> None:
         self.prune_runs.labels(reason, "acted" if acted else "noop").inc()
@@ -92,24 +109,13 @@ class Metrics:
     def record_cleanup(self, report) -> None:
         self.store_expired.inc(report.expired)
 
-    def serve(self, host: str, port: int) -> int:
-        """Starts the /metrics endpoint; returns the bound port (port 0 picks a free one)."""
-        self._http, _ = start_http_server(port, addr=host, registry=self.registry)
-        return self._http.server_port
-
-    def stop(self) -> None:
-        if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
-            self._http = None
-
     def record_measure(self, provider: str, should_compact: bool) -> None:
         self.measured.labels(provider).inc()
         if should_compact:
             self.overflowed.labels(provider).inc()
 
 
-class CollectedMetrics:
+class CollectedMetrics(_Endpoint):
     """/metrics for several serving processes: prometheus_client's multiprocess mode.
 
     Each process records to files in `directory` (the PROMETHEUS_MULTIPROC_DIR it was started
@@ -121,7 +127,3 @@ class CollectedMetrics:
         self.directory = directory
         self.registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(self.registry, path=directory)
-        self._http = None
-
-    serve = Metrics.serve
-    stop = Metrics.stop

@@ -24,6 +24,7 @@ import time
 from . import native
 from .config import Config
 from .metrics import CollectedMetrics
+from .signals import stop_on_signals
 from .security import bearer_token, server_credentials
 
 log = logging.getLogger("contextsvc")
@@ -209,10 +210,6 @@ class Supervisor:
 
             multiprocess.mark_process_dead(pid, self._metrics_dir)
 
-    def pids(self) -> list[int]:
-        with self._lock:
-            return [slot.proc.pid for slot in self._slots if slot.proc and slot.proc.poll() is None]
-
     # -- stop ----------------------------------------------------------------------------------
 
     def stop(self) -> None:
@@ -254,9 +251,4 @@ class Supervisor:
         self._done.wait()
 
     def stop_on_signals(self) -> None:
-        def handle(signum, _frame):
-            log.info("signal %d: stopping %d serving processes", signum, self.count)
-            threading.Thread(target=self.stop, name="stop", daemon=True).start()
-
-        signal.signal(signal.SIGTERM, handle)
-        signal.signal(signal.SIGINT, handle)
+        stop_on_signals(self.stop, f"stopping {self.count} serving processes")
