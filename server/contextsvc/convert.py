@@ -251,6 +251,22 @@ def compaction_settings(c) -> m.CompactionSettings:
         prune=opt("prune"),
         tail_turns=opt("tail_turns"),
         preserve_recent_tokens=opt("preserve_recent_tokens"),
+        max_attempts=opt("max_attempts"),
+        prune_settings=prune_settings(c.prune_settings),
+    )
+
+
+def prune_settings(p) -> m.PruneSettings:
+    def opt(name):
+        return getattr(p, name) if p.HasField(name) else None
+
+    return m.PruneSettings(
+        protect=opt("protect"),
+        protected_results=opt("protected_results"),
+        protected_turns=opt("protected_turns"),
+        protect_tokens=opt("protect_tokens"),
+        minimum_tokens=opt("minimum_tokens"),
+        protected_tools=tuple(p.protected_tools) if p.protected_tools_set else None,
     )
 
 

@@ -182,7 +182,7 @@ class Message:
 
 @dataclass(slots=True)
 class Conversation:
-    messages: list  # list[Message], strictly increasing ids
+    messages: list  # list[Message], in send order; ids unique
     session_id: str = ""
 
 
@@ -241,6 +241,17 @@ class SystemPrompt:
 
 
 @dataclass(slots=True)
+class PruneSettings:
+    """Per-request prune thresholds; None means "use the service config" (SPEC section 4)."""
+    protect: Optional[str] = None  # "tool_results" or "turns"
+    protected_results: Optional[int] = None
+    protected_turns: Optional[int] = None
+    protect_tokens: Optional[int] = None
+    minimum_tokens: Optional[int] = None
+    protected_tools: Optional[tuple] = None
+
+
+@dataclass(slots=True)
 class CompactionSettings:
     """Per-request overrides; None means "use the service config"."""
     auto: Optional[bool] = None
@@ -249,3 +260,5 @@ class CompactionSettings:
     prune: Optional[bool] = None
     tail_turns: Optional[int] = None
     preserve_recent_tokens: Optional[int] = None
+    max_attempts: Optional[int] = None
+    prune_settings: PruneSettings = field(default_factory=PruneSettings)
