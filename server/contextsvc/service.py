@@ -73,6 +73,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
             projected_self_calibrated=r.projected_self_calibrated,
             projected_exact=r.projected_exact,
             compaction_figure=r.compaction_figure,
+            decision=convert.token_count(r.decision),
         )
 
     def Prune(self, request: pb.PruneRequest, context) -> pb.PruneResponse:
@@ -93,6 +94,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
             overflow=request.overflow,
             auto=request.auto,
             attempts=request.attempts,
+            id_prefix=request.id_prefix,
         )
         deadline = Deadline.after(context.time_remaining(), cancelled=lambda: not context.is_active())
         r = compaction.compact(inp, self._cfg, self._summarizer, deadline)
@@ -104,6 +106,8 @@ class ContextService(pb_grpc.ContextServiceServicer):
             under_limit=r.under_limit, tokens_before=r.tokens_before, tokens_after=r.tokens_after,
             limit=r.limit, attempts=r.attempts, backend=r.backend or "", fell_back=r.fell_back,
             fallback_reason=r.fallback_reason or "", chunked=r.chunked,
+            edits=[convert.compact_edit(e) for e in r.edits], omittable_ids=r.omittable_ids,
+            decision_method=r.decision_method,
         )
         if r.summary is not None:
             out.summary.CopyFrom(convert.message_to_pb(r.summary))

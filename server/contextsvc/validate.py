@@ -11,17 +11,16 @@ def conversation(conv: m.Conversation, path: str = "conversation") -> None:
     """Runs on every call, so field paths are only formatted for the error raised."""
     if not conv.messages:
         raise BadInput(f"{path}.messages", "must hold at least one message")
-    previous = None
+    ids = {}
     part_ids = {}
     for i, msg in enumerate(conv.messages):
-        if not msg.id or (previous is not None and msg.id <= previous):
+        if not msg.id or msg.id in ids:
             mp = f"{path}.messages[{i}]"
             if not msg.id:
                 raise BadInput(f"{mp}.id", "is required")
-            what = "duplicates" if msg.id == previous else "is not greater than"
-            raise BadInput(f"{mp}.id", f"{msg.id!r} {what} the previous id {previous!r}; "
-                           "ids must be unique and strictly increasing")
-        previous = msg.id
+            raise BadInput(f"{mp}.id", f"{msg.id!r} duplicates {path}.messages[{ids[msg.id]}].id; "
+                           "ids must be unique within the conversation")
+        ids[msg.id] = i
         if msg.time_created_ms < 0 or msg.time_completed_ms < 0:
             name = "time_created_ms" if msg.time_created_ms < 0 else "time_completed_ms"
             raise BadInput(f"{path}.messages[{i}].{name}", "must not be negative")
