@@ -297,7 +297,7 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
     stored_marker = _with_tail_start(marker, selection.tail_start_id) if marker is not None else None
     stored = [stored_marker if x is marker else x for x in msgs] + [summary, cont]
     pr = prune.prune(m.Conversation(stored, inp.conversation.session_id), prune.POST_COMPACTION,
-                     settings, cfg)
+                     settings, cfg, model=inp.model)
     pruned = pr.part_ids if pr.acted else []
 
     # What the next request holds: [compaction marker, summary, kept tail, continue message].
