@@ -384,14 +384,21 @@ def test_insufficient_is_never_reported_as_compacted(context):
     assert ok.outcome == "compacted" and ok.under_limit and ok.tokens_after < lim
 
 
-def test_post_compaction_prune_runs():
+def test_post_compaction_prune_reaches_the_kept_tail():
+    # One kept turn of 12 reads of 10,000 tokens. Sent, the tail follows the summary; stored, it
+    # precedes it, so a scan in stored order stops at the summary before reaching any of them.
     c = Conv()
-    for i in range(8):
-        c.user(f"task {i}").assistant(read(f"f{i}.py", "z" * 4 * 10_000))
-    c.user("a").assistant("b").user("c").assistant("d")
+    c.user("old task").assistant("done")
+    c.user("big task")
+    for i in range(12):
+        c.assistant(read(f"f{i}.py", "z" * 4 * 10_000))
     c.marker()
-    r = run(c.conv(), settings=m.CompactionSettings(tail_turns=0))
-    assert len(r.pruned_part_ids) == 4  # 80K of outputs, 40K protected
+    settings = m.CompactionSettings(tail_turns=1, preserve_recent_tokens=300_000)
+    r = run(c.conv(), settings=settings)
+    assert r.tail_start_id == "msg_00002"
+    # newest 5 results protected, the next 4 kept (40,000), the 3 oldest pruned (30,000 > 16,800)
+    assert r.pruned_part_ids == [f"{c.messages[k].id}-0" for k in (5, 4, 3)]
+    assert run(c.conv(), settings=dataclasses.replace(settings, prune=False)).pruned_part_ids == []
 
 
 # ---- chunked -----------------------------------------------------------------------------------

@@ -132,13 +132,33 @@ class MeasureConfig:
         return 1 + Fraction(self.decision_margin)
 
 
+PRUNE_PROTECT_RULES = ("tool_results", "turns")  # what protects the freshest tool outputs
+
+
 @dataclass(frozen=True)
 class PruneConfig:
     enabled: bool = False  # "normal" prune breaks the cache; off unless the operator asks
-    protect_tokens: int = 40000  # PRUNE_PROTECT: newest tool outputs kept up to this total
-    minimum_tokens: int = 20000  # PRUNE_MINIMUM: breaking the cache must free at least this
-    protected_turns: int = 2  # the last turns are never touched
+    # an agent turn can be 60 tool steps with no user message: count results, not turns
+    protect: str = "tool_results"
+    # newest completed results never touched: Claude Code's microcompact and OpenHands' masking
+    # window both keep 5
+    protected_results: int = 5
+    protected_turns: int = 2  # with protect = "turns": the reference never touches the last 2
+    # PRUNE_PROTECT: newest tool outputs kept up to this total (the reference's value); with a
+    # known window the gate is min(this, usable / 4), so a 32K window is not all protected
+    protect_tokens: int = 40000
+    # PRUNE_MINIMUM: breaking the cache must free more than this (the reference's value); with a
+    # known window min(this, usable / 10)
+    minimum_tokens: int = 20000
     protected_tools: tuple = ("skill",)  # loaded instructions are live rules
+
+    def __post_init__(self):
+        if self.protect not in PRUNE_PROTECT_RULES:
+            raise ValueError(f"[prune] protect must be one of {', '.join(PRUNE_PROTECT_RULES)}, "
+                             f"not {self.protect!r}")
+        for name in ("protected_results", "protected_turns", "protect_tokens", "minimum_tokens"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"[prune] {name} must not be negative")
 
 
 @dataclass(frozen=True)

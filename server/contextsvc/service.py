@@ -79,8 +79,9 @@ class ContextService(pb_grpc.ContextServiceServicer):
     def Prune(self, request: pb.PruneRequest, context) -> pb.PruneResponse:
         convert.require(request, "conversation")
         reason = convert.prune_reason(request.reason)
+        mdl = convert.model(request.model) if request.HasField("model") else None
         r = prune.prune(convert.conversation(request.conversation, cache=self._messages), reason,
-                        convert.compaction_settings(request.compaction), self._cfg)
+                        convert.compaction_settings(request.compaction), self._cfg, model=mdl)
         if self._metrics is not None:
             self._metrics.record_prune(r.reason, r.acted, r.tokens_freed)
         return pb.PruneResponse(part_ids=r.part_ids, tokens_freed=r.tokens_freed, acted=r.acted,

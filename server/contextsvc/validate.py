@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 from . import model as m
+from .config import PRUNE_PROTECT_RULES
 from .errors import BadInput
 
 
@@ -92,3 +93,11 @@ def compaction_settings(s: m.CompactionSettings, path: str = "compaction") -> No
         v = getattr(s, name)
         if v is not None and v < 0:
             raise BadInput(f"{path}.{name}", "must not be negative")
+    ps = s.prune_settings
+    if ps.protect is not None and ps.protect not in PRUNE_PROTECT_RULES:
+        raise BadInput(f"{path}.prune_settings.protect",
+                       f"must be one of {', '.join(PRUNE_PROTECT_RULES)}, got {ps.protect!r}")
+    for name in ("protected_results", "protected_turns", "protect_tokens", "minimum_tokens"):
+        v = getattr(ps, name)
+        if v is not None and v < 0:
+            raise BadInput(f"{path}.prune_settings.{name}", "must not be negative")

@@ -336,7 +336,7 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
         stored = ed.apply(msgs, edits)
         # the post-compaction prune reads the edited conversation, in send order
         pr = prune.prune(m.Conversation(stored, inp.conversation.session_id), prune.POST_COMPACTION,
-                         settings, cfg)
+                         settings, cfg, model=mdl)
         if pr.acted:
             edits.append(ed.MarkCompacted(list(pr.part_ids), now_ms))
             stored = ed.apply(stored, edits[-1:])
