@@ -180,3 +180,11 @@ def test_gemini_body_starts_with_a_user_turn():
              assistant("m2", m.StepStart(), call("c1")), user("m3", m.Text("Go on")))
     assert [c["role"] for c in b["contents"]] == ["user", "model", "user"]
     assert b["contents"][0]["parts"] == [{"text": "[Conversation start]"}]
+
+
+def test_gemini_replays_no_signature_that_is_not_base64():
+    # thoughtSignature is bytes on the wire: "sig-def" fails the whole request
+    b = body(m.GEMINI, user("m1", m.Text("Look at a.py")),
+             assistant("m2", m.StepStart(), m.Reasoning("think", signature="sig-def"), call("c1")),
+             user("m3", m.Text("Go on")))
+    assert b["contents"][1]["parts"] == [{"functionCall": {"name": "read", "args": {"path": "a.py"}}}]

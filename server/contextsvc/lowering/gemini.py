@@ -1,6 +1,9 @@
 """Google Gemini generateContent body (POST /v1beta/models/{model}:generateContent)."""
 from __future__ import annotations
 
+import base64
+import binascii
+
 from .lowered import Lowered
 from .media import MediaLedger, base64_size, split_data_url
 from .neutral import LEAD_USER_TEXT, MMedia, MReasoning, MSpacer, MText, MToolCall, MToolResult, attachment_note
@@ -16,6 +19,18 @@ def _media(x: MMedia, ledger: MediaLedger) -> dict:
     if x.url:
         return {"fileData": {"mimeType": x.mime, "fileUri": ledger.url(x.url)}}
     return {"text": attachment_note(x)}
+
+
+def _is_signature(value: str) -> bool:
+    """thoughtSignature is bytes on the wire: a string that is not canonical base64 (standard or
+    URL-safe alphabet, padding optional) fails the whole request, so it cannot be a signature
+    Gemini gave and is not replayed."""
+    text = value.replace("-", "+").replace("_", "/").rstrip("=")
+    text += "=" * (-len(text) % 4)
+    try:
+        return base64.b64encode(base64.b64decode(text, validate=True)).decode("ascii") == text
+    except (binascii.Error, ValueError):
+        return False
 
 
 def _sign_first_call(parts: list) -> None:
@@ -51,7 +66,8 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
             if isinstance(c, MReasoning):
                 # Gemini returns a thought's signature on the part after it (a function call
                 # above all) and wants it back there; the thought text itself is not replayed.
-                signature = c.signature or signature
+                if c.signature and _is_signature(c.signature):
+                    signature = c.signature
                 continue
             if isinstance(c, MText):
                 parts.append({"text": c.text})
