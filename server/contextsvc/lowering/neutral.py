@@ -9,6 +9,10 @@ COMPACTED_OUTPUT = "[Old tool result content cleared]"
 INTERRUPTED_OUTPUT = "[Tool execution was interrupted]"
 COMPACTION_PROMPT = "What did we do so far?"
 ABORTED_ERROR = "MessageAbortedError"  # an interrupted message keeps what it produced
+# Opens a body whose history starts with the model's turn (a first user message with nothing to
+# send, a projection starting at a summary): Bedrock and Gemini refuse a conversation that
+# does not start with a user message. A constant, so the cached prefix stays put.
+LEAD_USER_TEXT = "[Conversation start]"
 
 
 @dataclass(slots=True)
