@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import re
 
+from .. import model as m
 from .lowered import Lowered
 from .media import MediaLedger, base64_size, split_data_url
 from .neutral import MMedia, MReasoning, MText, MToolCall, MToolResult, attachment_note
+from .tool_ids import wire_id
 
 _DOC_FORMATS = {"application/pdf": "pdf"}
 # Converse accepts document names of letters, digits, single spaces, hyphens, parentheses and
@@ -47,16 +49,19 @@ def _block(c, ledger: MediaLedger):
             return None  # Converse rejects unsigned reasoning, as the Messages API does
         return {"reasoningContent": {"reasoningText": {"text": c.text, "signature": ledger.opaque(c.signature)}}}
     if isinstance(c, MToolCall):
-        return {"toolUse": {"toolUseId": c.call_id, "name": c.name, "input": c.input}}
+        return {"toolUse": {"toolUseId": wire_id(m.BEDROCK, c.call_id), "name": c.name, "input": c.input}}
     if isinstance(c, MToolResult):
         content = [{"text": c.text}] if c.text else []
         content.extend(_media(x, ledger) for x in c.media)
-        return {"toolResult": {"toolUseId": c.call_id, "content": content,
+        return {"toolResult": {"toolUseId": wire_id(m.BEDROCK, c.call_id), "content": content,
                                "status": "error" if c.is_error else "success"}}
     raise TypeError(type(c).__name__)
 
 
-def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="") -> Lowered:
+def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="",
+         tools_disabled=False) -> Lowered:
+    # Converse's toolChoice has no "none": with tools disabled the tool definitions stay (history
+    # may hold tool blocks) and the last-step message is what keeps the model from calling them.
     wire, roles, sources = [], [], []
     for msg in messages:
         role = "assistant" if msg.role == "assistant" else "user"

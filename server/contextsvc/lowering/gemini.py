@@ -18,7 +18,8 @@ def _media(x: MMedia, ledger: MediaLedger) -> dict:
     return {"text": attachment_note(x)}
 
 
-def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="") -> Lowered:
+def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="",
+         tools_disabled=False) -> Lowered:
     wire, roles, sources = [], [], []
     for msg in messages:
         role = "model" if msg.role == "assistant" else "user"
@@ -67,5 +68,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
             {"name": t.name, "description": t.description, "parameters": t.input_schema or {"type": "object"}}
             for t in tools
         ]}]
+        if tools_disabled:  # the definitions stay (history may hold calls); none is called
+            out["toolConfig"] = {"functionCallingConfig": {"mode": "NONE"}}
     out["generationConfig"] = {"maxOutputTokens": max_output}
     return Lowered(out, system_parts, wire, roles, sources, lists, (out["generationConfig"], "maxOutputTokens"))
