@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import re
 
+from .. import model as m
 from .lowered import Lowered
 from .media import MediaLedger, base64_size, split_data_url
 from .neutral import (LEAD_USER_TEXT, MMedia, MReasoning, MText, MToolCall, MToolResult,
                       attachment_note)
+from .tool_ids import wire_id
 
 _DOC_FORMATS = {"application/pdf": "pdf"}
 # Converse accepts document names of letters, digits, single spaces, hyphens, parentheses and
@@ -86,11 +88,11 @@ def _block(c, ledger: MediaLedger, names: _DocumentNames):
             return None  # Converse rejects unsigned reasoning, as the Messages API does
         return {"reasoningContent": {"reasoningText": {"text": c.text, "signature": ledger.opaque(c.signature)}}}
     if isinstance(c, MToolCall):
-        return {"toolUse": {"toolUseId": c.call_id, "name": c.name, "input": c.input}}
+        return {"toolUse": {"toolUseId": wire_id(m.BEDROCK, c.call_id), "name": c.name, "input": c.input}}
     if isinstance(c, MToolResult):
         content = [b for b in [_text(c.text)] if b is not None]
         content.extend(_media(x, ledger, names) for x in c.media)
-        return {"toolResult": {"toolUseId": c.call_id, "content": content or [{"text": NO_OUTPUT}],
+        return {"toolResult": {"toolUseId": wire_id(m.BEDROCK, c.call_id), "content": content or [{"text": NO_OUTPUT}],
                                "status": "error" if c.is_error else "success"}}
     raise TypeError(type(c).__name__)
 
@@ -103,7 +105,10 @@ def _with_text(blocks: list) -> list:
     return blocks + [{"text": docs[0]}] if docs else blocks
 
 
-def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="") -> Lowered:
+def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="",
+         tools_disabled=False) -> Lowered:
+    # Converse's toolChoice has no "none": with tools disabled the tool definitions stay (history
+    # may hold tool blocks) and the last-step message is what keeps the model from calling them.
     wire, roles, sources = [], [], []
     names = _DocumentNames()
     for msg in messages:

@@ -55,7 +55,8 @@ def _declaration(t) -> dict:
             "parametersJsonSchema": t.input_schema or {"type": "object"}}
 
 
-def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="") -> Lowered:
+def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="",
+         tools_disabled=False) -> Lowered:
     wire, roles, sources = [], [], []
     for msg in messages:
         role = "model" if msg.role == "assistant" else "user"
@@ -107,5 +108,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
         lists.append((out["systemInstruction"], "parts"))
     if tools:
         out["tools"] = [{"functionDeclarations": [_declaration(t) for t in tools]}]
+        if tools_disabled:  # the definitions stay (history may hold calls); none is called
+            out["toolConfig"] = {"functionCallingConfig": {"mode": "NONE"}}
     out["generationConfig"] = {"maxOutputTokens": max_output}
     return Lowered(out, system_parts, wire, roles, sources, lists, (out["generationConfig"], "maxOutputTokens"))
