@@ -249,9 +249,11 @@ def session(r: random.Random, provider: str, k: int) -> Case:
         # A 1h hint after a 5m one: Anthropic refuses that order.
         req.cache_hints.extend([pb.CacheHint(system_block=0), pb.CacheHint(message_id=ids[-1], ttl=pb.CACHE_TTL_1H)])
         may_refuse = True
-    if thinking_last and not req.cache_hints:
-        # A hint on that message: its marker must not land on the thinking block.
+    if thinking_last and not req.cache_hints and k % 6 != 5:
+        # A hint on that message: its marker must not land on the thinking block. Where the
+        # reasoning is not sent, the message lowers to nothing and the hint has no target.
         req.cache_hints.append(pb.CacheHint(message_id=thinking_last))
+        may_refuse = True
     return Case(f"{provider}-{k}", req, may_refuse, foreign)
 
 
