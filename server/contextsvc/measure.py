@@ -1,7 +1,6 @@
 """Measure (SPEC section 3): bytes, token figures, usable window, overflow and output budget."""
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Optional
@@ -128,8 +127,7 @@ def output_budget(mdl: m.Model, configured: int, reported: int, normalized: int,
 
 # ---- calibrated, self-calibrated and exact figures -----------------------------------------
 
-def _dumps(value) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+_dumps = native.json_text  # the body's JSON text, numbers as Node writes them
 
 
 @dataclass(slots=True)

@@ -2,7 +2,6 @@
 Measure reports are the bytes Assemble emits."""
 from __future__ import annotations
 
-import json
 import secrets
 from dataclasses import dataclass, field
 
@@ -74,8 +73,8 @@ class Built:
 _SPLICE_TAG = secrets.token_hex(8)
 
 
-def _dumps(value) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+# The body's JSON text (numbers as Node writes them): what every count here counts.
+_dumps = native.json_text
 
 
 def lower_request(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPrompt,
@@ -121,9 +120,9 @@ def estimate_text(conv: m.Conversation, mdl: m.Model, tools: list, system: m.Sys
     """The text the estimate stands for: system and messages as sent (cache markers included)
     with media and opaque state as placeholders, then the tool definitions."""
     lowered = estimate_lowered(conv, mdl, tools, system, prompt_dir, policy, max_markers, auto_markers)
-    text = json.dumps(lowered.system + lowered.messages, ensure_ascii=False, separators=(",", ":"))
+    text = _dumps(lowered.system + lowered.messages)
     if tools:
-        text += json.dumps(tool_schema_list(tools), ensure_ascii=False, separators=(",", ":"))
+        text += _dumps(tool_schema_list(tools))
     return text
 
 

@@ -2,16 +2,15 @@
 from __future__ import annotations
 
 import base64
-import json
 
-from .. import model as m
+from .. import model as m, native
 from .lowered import Lowered
 from .media import MediaLedger, base64_size, split_data_url
 from .neutral import MMedia, MSpacer, MText, MToolCall, MToolResult, attachment_note
 
 
 def _arguments(value) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return native.json_text(value)  # as JSON.stringify writes the input (numbers included)
 
 
 def _media(x: MMedia, ledger: MediaLedger) -> dict:
