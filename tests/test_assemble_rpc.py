@@ -166,6 +166,28 @@ def test_payload_guard_prunes_then_reports(stub):
     assert b"shot.png" not in a.body  # before the compaction point: not sent at all
 
 
+def test_measure_sizes_the_guarded_body(stub):
+    """Measure runs the payload guard as Assemble does: it reports the body that is sent
+    (issue 14: Measure said 2,527,452 bytes where Assemble sent 1,267,394)."""
+    conv = big_conversation_with_summary()
+    for provider in range(1, 9):
+        a = stub.Assemble(request(conv, provider=provider), timeout=30)
+        m = stub.Measure(pb.MeasureRequest(conversation=conv, model=convo.model(provider=provider), tools=TOOLS,
+                                           system=SYSTEM), timeout=30)
+        assert a.guard_tripped and a.pruned_part_ids, provider
+        assert m.body_bytes == a.body_bytes == len(a.body) < 1_250_000, provider
+        assert m.estimate == a.estimate and m.output_tokens == a.output_tokens, provider
+
+
+def test_measure_sizes_the_body_still_over(stub):
+    conv = convo.small_conversation()
+    conv.messages[2].parts[0].text.text = "z" * 2_000_000
+    a = stub.Assemble(request(conv), timeout=30)
+    m = stub.Measure(pb.MeasureRequest(conversation=conv, model=convo.model(), tools=TOOLS, system=SYSTEM),
+                     timeout=30)
+    assert a.over_payload_limit and m.body_bytes == a.body_bytes == len(a.body)
+
+
 def test_payload_guard_still_over_sends_anyway(stub):
     conv = convo.small_conversation()
     conv.messages[2].parts[0].text.text = "z" * 2_000_000  # fresh content: nothing may be pruned
