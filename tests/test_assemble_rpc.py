@@ -139,6 +139,50 @@ def test_explicit_hints_win_and_are_bounded(stub):
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and field in e.value.details()
 
 
+NUMBERS_JSON = ('{"a": 1.0, "b": 1e-07, "c": -0.0, "d": 1e21, "e": 1.2345678901234568e20, "f": 3.0, '
+                '"g": 123456789012345678901234567890, "h": 0.1, "i": 5e-324, "j": [2.50, 1E2, -7]}')
+NUMBERS_NODE = ('{"a":1,"b":1e-7,"c":0,"d":1e+21,"e":123456789012345680000,"f":3,'
+                '"g":123456789012345678901234567890,"h":0.1,"i":5e-324,"j":[2.5,100,-7]}')
+
+
+def numbers_conversation(input_json=NUMBERS_JSON):
+    conv = convo.small_conversation()
+    conv.messages[1].parts[1].tool.state.input_json = input_json
+    return conv
+
+
+def test_numbers_are_written_as_node_writes_them(stub):
+    """Tool input numbers reach every body as JSON.stringify writes them (big ints exactly as
+    written), and Measure counts those bytes."""
+    conv = numbers_conversation()
+    schema = pb.ToolDefinition(name="seek", description="Seek", input_schema_json=(
+        '{"type":"object","properties":{"t":{"type":"number","minimum":0.0,"maximum":1e21,"multipleOf":1e-07}}}'))
+    for provider in range(1, 9):
+        req = request(conv, provider=provider)
+        req.tools.append(schema)
+        a = stub.Assemble(req, timeout=10)
+        m = stub.Measure(pb.MeasureRequest(conversation=conv, model=convo.model(provider=provider),
+                                           tools=req.tools, system=SYSTEM), timeout=10)
+        assert a.body_bytes == len(a.body) == m.body_bytes, provider
+        text = a.body.decode()
+        # Chat Completions carries the input as a JSON string: its text is escaped once more
+        assert NUMBERS_NODE in text or json.dumps(NUMBERS_NODE) in text, provider
+        assert '"minimum":0,"maximum":1e+21,"multipleOf":1e-7' in text, provider
+        for bad in ("1.0", "1e-07", "-0.0", "e+20"):
+            assert bad not in text, (provider, bad)
+
+
+@pytest.mark.parametrize("number", ["1e400", "-1E999", "NaN", "Infinity"])
+def test_numbers_beyond_a_double_are_invalid_argument(stub, number):
+    conv = numbers_conversation('{"a": %s}' % number)
+    for call in (lambda: stub.Assemble(request(conv), timeout=10),
+                 lambda: stub.Measure(pb.MeasureRequest(conversation=conv, model=convo.model()), timeout=10)):
+        with pytest.raises(grpc.RpcError) as e:
+            call()
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "input_json" in e.value.details()
+
+
 def big_conversation_with_summary():
     msgs = [convo.user("msg_001", convo.text("u1", "start"), pb.Part(id="img1", file=pb.FilePart(
                 mime="image/png", filename="shot.png", data=b"\x89PNG" * 50_000))),
