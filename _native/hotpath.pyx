@@ -302,10 +302,10 @@ def has_float(value):
 
 
 def json_text(value):
-    """The JSON text of value, numbers as Node writes them (_native_py.json_text): json.dumps's
-    C encoder when value holds no float, the twin's writer otherwise."""
+    """The JSON text of value, numbers as Node writes them (_native_py.json_text), from
+    json.dumps's C encoder; floats as _native_py.json_text_with_floats writes them."""
     if _has_float(value, 0):
-        return _native_py._json_text_with_floats(value)
+        return _native_py.json_text_with_floats(value, has_float)
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 

@@ -454,7 +454,8 @@ def test_ints(impl, x):
 def test_non_str_keys(impl):
     d = {1: "a", -2: "b", 2.5: "c", 3.0: 1, True: 1, None: 2, 10**30: 3}
     d2 = {False: 0, 1e-7: 1, 0.1: 2}
-    for value in (d, d2):
+    merged = {1.5: 1, "1.5": [2.0], 3.0: {"3": 1e-7}}  # a float key written as another key's text
+    for value in (d, d2, merged):
         assert impl.json_size(value) == len(ref_text(value))
         assert impl.json_text(value) == ref_text(value)
 

@@ -22,6 +22,7 @@ import json
 import json.encoder
 import operator
 import re
+import secrets
 from importlib import resources
 
 __all__ = [
@@ -124,20 +125,64 @@ def _not_serializable(o):
 def json_text(value) -> str:
     """The JSON text of value (see the module docstring): the body Assemble emits is this text.
 
-    Without floats it is json.dumps's own (its C encoder); with one, json's pure-Python
-    encoder, which is the C encoder's reference, writes it with number_text for floats.
+    Without floats it is json.dumps's own (its C encoder); with some, see json_text_with_floats.
     """
     if not has_float(value):
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return _json_text_with_floats(value)
+    return json_text_with_floats(value, has_float)
 
 
-def _json_text_with_floats(value) -> str:
-    """json_text for a value holding floats (the compiled module's json_text calls this)."""
-    encode = json.encoder._make_iterencode(
-        {}, _not_serializable, json.encoder.encode_basestring, None, number_text, ":", ",",
-        False, False, True)
-    return "".join(encode(value, 0))
+# Marks, in the copy json_text_with_floats serializes, a number json.dumps cannot write as Node
+# does (no other string of a body holds a NUL and this tag)
+_NUMBER_TAG = secrets.token_hex(8)
+_NUMBER_MARK = re.compile('"\\\\u0000' + _NUMBER_TAG + r'(\d+)"')
+
+
+def json_text_with_floats(value, has_float) -> str:
+    """json_text of a value holding floats (has_float is the caller's implementation).
+
+    json.dumps's C encoder writes a copy of the paths that lead to floats (has_float says which
+    subtrees; the others are shared, not copied) in which each float is something it writes as
+    Node does: the float itself when its repr is Node's text (most non-integral ones), an int
+    for an integral one (below 1e21 Node writes all its digits), else a marked string put back
+    afterwards (1e-7, 1.5e-5, 1e21). A float dict key becomes its text. Should that make two
+    keys one, json's pure-Python encoder (the C encoder's reference) writes value instead.
+    """
+    numbers = []
+
+    def number(x):
+        text = number_text(x)
+        if text == float.__repr__(x):
+            return x
+        if "." not in text and "e" not in text:
+            return int(text)
+        numbers.append(text)
+        return f"\x00{_NUMBER_TAG}{len(numbers) - 1}"
+
+    def copy(o):
+        if isinstance(o, float):
+            return number(o)
+        if isinstance(o, (list, tuple)):
+            return [copy(v) if has_float(v) else v for v in o]
+        pairs = list(o.items())  # a dict: has_float found a float in it
+        out = {(number_text(k) if isinstance(k, float) else k): copy(v) if has_float(v) else v
+               for k, v in pairs}
+        if len(out) != len(pairs):
+            raise _KeysMerged
+        return out
+
+    try:
+        text = json.dumps(copy(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except _KeysMerged:
+        encode = json.encoder._make_iterencode(
+            {}, _not_serializable, json.encoder.encode_basestring, None, number_text, ":", ",",
+            False, False, True)
+        return "".join(encode(value, 0))
+    return _NUMBER_MARK.sub(lambda m: numbers[int(m.group(1))], text) if numbers else text
+
+
+class _KeysMerged(Exception):
+    """A float key's text is another key of the same dict."""
 
 
 def has_float(value) -> bool:
