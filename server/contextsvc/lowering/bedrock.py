@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from .. import model as m
-from .lowered import Lowered
+from .lowered import Lowered, open_with_user
 from .media import MediaLedger, base64_size, split_data_url
 from .neutral import (LEAD_USER_TEXT, MMedia, MReasoning, MText, MToolCall, MToolResult,
                       attachment_note)
@@ -125,10 +125,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
         ledger.claim(wire[-1])
         roles.append(role)
         sources.append([msg.source_id])
-    if wire and wire[0]["role"] == "assistant":
-        wire.insert(0, {"role": "user", "content": [{"text": LEAD_USER_TEXT}]})
-        roles.insert(0, "user")
-        sources.insert(0, [])
+    open_with_user(wire, roles, sources, {"role": "user", "content": [{"text": LEAD_USER_TEXT}]})
     system_blocks = [{"text": s} for s in system if s.strip()]
     out = {"messages": wire}
     lists = [(out, "messages")]

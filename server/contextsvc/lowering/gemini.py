@@ -4,7 +4,7 @@ from __future__ import annotations
 import base64
 import binascii
 
-from .lowered import Lowered
+from .lowered import Lowered, open_with_user
 from .media import MediaLedger, base64_size, split_data_url
 from .neutral import LEAD_USER_TEXT, MMedia, MReasoning, MSpacer, MText, MToolCall, MToolResult, attachment_note
 
@@ -96,10 +96,8 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
         ledger.claim(wire[-1])
         roles.append("assistant" if role == "model" else "user")
         sources.append([msg.source_id])
-    if wire and wire[0]["role"] == "model":  # Gemini wants a user turn first (a call must follow one)
-        wire.insert(0, {"role": "user", "parts": [{"text": LEAD_USER_TEXT}]})
-        roles.insert(0, "user")
-        sources.insert(0, [])
+    # Gemini wants a user turn first (a call must follow one)
+    open_with_user(wire, roles, sources, {"role": "user", "parts": [{"text": LEAD_USER_TEXT}]})
     out = {"contents": wire}
     lists = [(out, "contents")]
     system_parts = [{"text": s} for s in system]

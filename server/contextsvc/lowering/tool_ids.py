@@ -33,18 +33,21 @@ def _rule(char_class: str, max_len: int) -> IdRule:
 # documented, so a long foreign id never becomes the one thing a request is refused for.
 _WORD = _rule("a-zA-Z0-9_-", 64)
 # OpenAI refuses ids over 40 characters; any visible ASCII is taken (Kimi's `functions.read:1`
-# goes back to it unchanged through the gateways).
+# goes back to it unchanged).
 _CHAT = _rule("!-~", 40)
+# The gateways forward one body to whichever upstream serves the model, Claude and Bedrock
+# among them: their ids keep to the alphabet those take, within OpenAI's 40 characters.
+_GATEWAY = _rule("a-zA-Z0-9_-", 40)
 
 RULES = {
     m.ANTHROPIC: _WORD,
     m.BEDROCK: _WORD,
     m.GEMINI: _WORD,
     m.OPENAI: _CHAT,
-    m.OPENAI_COMPATIBLE: _CHAT,
-    m.OPENROUTER: _CHAT,
-    m.ALIBABA: _CHAT,
-    m.COPILOT: _CHAT,
+    m.OPENAI_COMPATIBLE: _GATEWAY,
+    m.OPENROUTER: _GATEWAY,
+    m.ALIBABA: _GATEWAY,
+    m.COPILOT: _GATEWAY,
 }
 
 # 12 hex digits (48 bits) of SHA-256: a collision among a session's few thousand ids is
