@@ -293,7 +293,7 @@ def test_anthropic_sends_reasoning_another_model_signed_as_plain_text():
 @pytest.mark.parametrize("provider", MARKED)
 def test_more_than_four_hints_is_refused_for_every_marked_provider(provider):
     conv = [user(f"m{i}", m.Text(f"q{i}")) if i % 2 else assistant(f"m{i}", m.Text(f"a{i}")) for i in range(1, 8)]
-    hints = [cache.Hint(message_id=f"m{i}") for i in (1, 3, 5, 7)] + [cache.Hint(last_tool=True)]
+    hints = [cache.Hint(message_id=f"m{i}") for i in (1, 3, 5, 7)] + [cache.Hint(system_block=0)]
     with pytest.raises(BadInput) as e:
         run(provider, conv, hints=hints)
     assert e.value.field == "cache_hints"
@@ -309,3 +309,21 @@ def test_gateway_markers_sit_on_the_last_content_part(provider):
     assert messages[-1] == {"role": "tool", "tool_call_id": "call_1",
                             "content": [{"type": "text", "text": "x = 1\n", key: {"type": "ephemeral"}}]}
     assert messages[0]["content"][-1][key] == {"type": "ephemeral"}
+
+
+@pytest.mark.parametrize("provider", GATEWAYS)
+def test_gateways_refuse_a_last_tool_hint_and_say_why(provider):
+    # the Chat Completions tool schema refuses cache_control on a tool definition
+    hints = [cache.Hint(system_block=0), cache.Hint(last_tool=True)]
+    with pytest.raises(BadInput) as e:
+        run(provider, tool_turn(read("call_1")), hints=hints)
+    assert e.value.field == "cache_hints[1].last_tool" and "message content parts only" in str(e.value)
+    b = body(provider, tool_turn(read("call_1")), hints=hints[:1])
+    assert all(set(t) == {"type", "function"} for t in b["tools"])
+
+
+@pytest.mark.parametrize("provider", (m.ANTHROPIC, m.BEDROCK))
+def test_native_formats_still_mark_the_last_tool(provider):
+    b = body(provider, tool_turn(read("call_1")), hints=[cache.Hint(last_tool=True)])
+    tools = b["tools"] if provider == m.ANTHROPIC else b["toolConfig"]["tools"]
+    assert ("cache_control" in tools[-1]) if provider == m.ANTHROPIC else tools[-1] == {"cachePoint": {"type": "default"}}
