@@ -10,6 +10,8 @@ import pytest
 from contextsvc import assemble, config, model as m
 
 PDF = b"%PDF-1.4 tiny"
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 8
+SVG = b'<svg xmlns="http://www.w3.org/2000/svg"/>'
 SCHEMA = {  # what an MCP server sends: JSON Schema, not Gemini's OpenAPI subset
     "$schema": "http://json-schema.org/draft-07/schema#",
     "type": "object",
@@ -139,6 +141,34 @@ def test_bedrock_body_starts_with_a_user_message():
     converse_accepts(b)
 
 
+def media_parts():
+    """One of each kind of media part the media table must sort, from every kind of source."""
+    b64 = lambda data: base64.b64encode(data).decode()  # noqa: E731
+    return [m.File("image/svg+xml", "logo.svg", data=SVG),
+            m.File("image/heic", "phone.heic", data=b"\x00\x00\x00\x18ftypheic"),
+            m.File("image/gif", "anim.gif", url=f"data:image/gif;base64,{b64(b'GIF89a')}"),
+            m.File("application/pdf", "report.pdf", url=f"data:application/pdf;name=report.pdf;base64,{b64(PDF)}"),
+            m.File("image/png", "a.png", url=f"data:image/png;name=a.png;base64,{b64(PNG)}"),
+            m.File("image/png", "web.png", url="https://example.com/web.png")]
+
+
+def test_bedrock_media_follow_the_shared_table():
+    files = media_parts()
+    shot = m.Tool("c1", "read", m.COMPLETED, {"path": "a.py"}, output="ok", attachments=files)
+    b = body(m.BEDROCK, user("m1", m.Text("Look"), *files), assistant("m2", m.StepStart(), shot),
+             user("m3", m.Text("Go on")))
+    expected = [{"text": "[Attached image/svg+xml: logo.svg]"}, {"text": "[Attached image/heic: phone.heic]"},
+                {"image": {"format": "gif", "source": {"bytes": base64.b64encode(b"GIF89a").decode()}}},
+                {"document": {"format": "pdf", "name": "report", "source": {"bytes": base64.b64encode(PDF).decode()}}},
+                {"image": {"format": "png", "source": {"bytes": base64.b64encode(PNG).decode()}}},
+                {"text": "[Attached image/png: web.png]"}]  # Converse takes bytes or S3, not web URLs
+    assert b["messages"][0]["content"][1:7] == expected
+    result = b["messages"][2]["content"][0]["toolResult"]["content"]
+    assert [next(iter(x)) for x in result] == ["text", "text", "text", "image", "document", "image", "text"]
+    assert result[4]["document"]["format"] == "pdf" and result[4]["document"]["name"] == "report (2)"
+    converse_accepts(b)
+
+
 def test_bedrock_auto_places_at_most_4_cache_points():
     msgs = []
     for k in range(6):
@@ -188,3 +218,20 @@ def test_gemini_replays_no_signature_that_is_not_base64():
              assistant("m2", m.StepStart(), m.Reasoning("think", signature="sig-def"), call("c1")),
              user("m3", m.Text("Go on")))
     assert b["contents"][1]["parts"] == [{"functionCall": {"name": "read", "args": {"path": "a.py"}}}]
+
+
+def test_gemini_media_follow_the_shared_table():
+    files = media_parts()
+    shot = m.Tool("c1", "read", m.COMPLETED, {"path": "a.py"}, output="ok", attachments=files)
+    b = body(m.GEMINI, user("m1", m.Text("Look"), *files), assistant("m2", m.StepStart(), shot),
+             user("m3", m.Text("Go on")))
+    user_parts = b["contents"][0]["parts"][1:]
+    assert user_parts[0] == {"text": "[Attached image/svg+xml: logo.svg]"}
+    assert user_parts[1]["inlineData"]["mimeType"] == "image/heic"  # Gemini takes heic
+    assert user_parts[2] == {"text": "[Attached image/gif: anim.gif]"}
+    assert user_parts[3] == {"inlineData": {"mimeType": "application/pdf", "data": base64.b64encode(PDF).decode()}}
+    assert user_parts[4] == {"inlineData": {"mimeType": "image/png", "data": base64.b64encode(PNG).decode()}}
+    assert user_parts[5] == {"fileData": {"mimeType": "image/png", "fileUri": "https://example.com/web.png"}}
+    moved = [p for c in b["contents"] for p in c["parts"] if "inlineData" in p or "fileData" in p]
+    assert {(p.get("inlineData") or p["fileData"])["mimeType"] for p in moved} == {"image/heic", "application/pdf", "image/png"}
+    assert "image/gif" not in json.dumps(moved) and "svg" not in json.dumps(moved)

@@ -7,20 +7,22 @@ model and the Converse documentation):
   (consecutive reasoningContent blocks need no separator);
 - two documents of one name anywhere in the request: later ones get " (2)", " (3)", ...;
 - a message with a document and no text block: the document's name is added as text;
-- a conversation whose first message is the assistant's: a constant user message opens it.
+- a conversation whose first message is the assistant's: a constant user message opens it;
+- an image or document format outside its enums (svg+xml, heic, ...): media go through the shared
+  table (media.source, BEDROCK_FORMATS), anything else is the attachment note.
 """
 from __future__ import annotations
 
 import re
 
 from .. import model as m
+from . import media
 from .lowered import Lowered, open_with_user
-from .media import MediaLedger, base64_size, split_data_url
+from .media import MediaLedger
 from .neutral import (LEAD_USER_TEXT, MMedia, MReasoning, MText, MToolCall, MToolResult,
                       attachment_note)
 from .tool_ids import wire_id
 
-_DOC_FORMATS = {"application/pdf": "pdf"}
 # Converse accepts document names of letters, digits, single spaces, hyphens, parentheses and
 # square brackets; anything else fails the whole request.
 _NAME_DISALLOWED = re.compile(r"[^A-Za-z0-9\s\-()\[\]]+")
@@ -57,19 +59,15 @@ class _DocumentNames:
 
 
 def _media(x: MMedia, ledger: MediaLedger, names: _DocumentNames) -> dict:
-    if x.data is not None:
-        data = ledger.binary(x.data)
-        mime = x.mime
-    else:
-        parsed = split_data_url(x.url)
-        if not parsed:  # Converse takes bytes (or S3), not web URLs
-            return {"text": attachment_note(x)}
-        mime, payload = parsed
-        data = ledger.encoded(payload, base64_size(payload))
-    if mime in _DOC_FORMATS:
-        return {"document": {"format": _DOC_FORMATS[mime], "name": names(x.filename),
-                             "source": {"bytes": data}}}
-    return {"image": {"format": mime.split("/", 1)[1], "source": {"bytes": data}}}
+    """Through the shared media table: a type Converse does not take, or a web URL (Converse takes
+    bytes or S3 only), becomes the attachment note."""
+    src = media.source(m.BEDROCK, x.mime, x.data, x.url)
+    if src is None:
+        return {"text": attachment_note(x)}
+    fmt, data = media.BEDROCK_FORMATS[src.mime], src.base64(ledger)
+    if src.kind == media.DOCUMENT:
+        return {"document": {"format": fmt, "name": names(x.filename), "source": {"bytes": data}}}
+    return {"image": {"format": fmt, "source": {"bytes": data}}}
 
 
 def _text(text: str):

@@ -4,21 +4,22 @@ from __future__ import annotations
 import base64
 import binascii
 
+from .. import model as m
+from . import media
 from .lowered import Lowered, open_with_user
-from .media import MediaLedger, base64_size, split_data_url
+from .media import MediaLedger
 from .neutral import LEAD_USER_TEXT, MMedia, MReasoning, MSpacer, MText, MToolCall, MToolResult, attachment_note
 
 
 def _media(x: MMedia, ledger: MediaLedger) -> dict:
-    if x.data is not None:
-        return {"inlineData": {"mimeType": x.mime, "data": ledger.binary(x.data)}}
-    parsed = split_data_url(x.url)
-    if parsed:
-        mime, payload = parsed
-        return {"inlineData": {"mimeType": mime, "data": ledger.encoded(payload, base64_size(payload))}}
-    if x.url:
-        return {"fileData": {"mimeType": x.mime, "fileUri": ledger.url(x.url)}}
-    return {"text": attachment_note(x)}
+    """Through the shared media table: a type Gemini does not take (gif, svg, ...) becomes the
+    attachment note; an http(s) URL goes as fileData, anything else inline."""
+    src = media.source(m.GEMINI, x.mime, x.data, x.url)
+    if src is None:
+        return {"text": attachment_note(x)}
+    if src.url:
+        return {"fileData": {"mimeType": src.mime, "fileUri": src.web_url(ledger)}}
+    return {"inlineData": {"mimeType": src.mime, "data": src.base64(ledger)}}
 
 
 def _is_signature(value: str) -> bool:
