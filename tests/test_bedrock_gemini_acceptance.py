@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 
 import pytest
 
@@ -39,15 +40,15 @@ def pdf(filename):
     return m.File("application/pdf", filename, data=PDF)
 
 
-def call(call_id, output="ok"):
-    return m.Tool(call_id, "read", m.COMPLETED, {"path": "a.py"}, output=output)
+def call(call_id, output="ok", name="read"):
+    return m.Tool(call_id, name, m.COMPLETED, {"path": "a.py"}, output=output)
 
 
-def body(provider, *messages, schema=None) -> dict:
+def body(provider, *messages, schema=None, name="read") -> dict:
     inp = assemble.AssembleInput(
         m.Conversation(session_id="sess-acc", messages=list(messages)),
         m.Model("model-x", provider, m.ModelLimits(200_000, 0, 16_000)),
-        [m.ToolDefinition("read", "Read a file", schema or {"type": "object", "properties": {"path": {"type": "string"}}})],
+        [m.ToolDefinition(name, "Read a file", schema or {"type": "object", "properties": {"path": {"type": "string"}}})],
         m.SystemPrompt(soul="You are a coding agent.", agent_prompt="Be brief."),
         m.CompactionSettings())
     return json.loads(assemble.assemble(inp, config.Config()).body)
@@ -235,3 +236,37 @@ def test_gemini_media_follow_the_shared_table():
     moved = [p for c in b["contents"] for p in c["parts"] if "inlineData" in p or "fileData" in p]
     assert {(p.get("inlineData") or p["fileData"])["mimeType"] for p in moved} == {"image/heic", "application/pdf", "image/png"}
     assert "image/gif" not in json.dumps(moved) and "svg" not in json.dumps(moved)
+
+
+# --- tool names -------------------------------------------------------------------------------
+
+ODD_NAMES = ["github.create issue/v2", "3d-render", "mcp__server__" + "t" * 80]
+
+
+@pytest.mark.parametrize("name", ODD_NAMES)
+def test_bedrock_tool_names_are_mapped_alike_in_definition_and_call(name):
+    from contextsvc.lowering import tool_ids
+    b = body(m.BEDROCK, user("m1", m.Text("hi")), assistant("m2", m.StepStart(), call("c1", name=name)),
+             user("m3", m.Text("go")), name=name)
+    spec = b["toolConfig"]["tools"][0]["toolSpec"]["name"]
+    used = b["messages"][1]["content"][0]["toolUse"]["name"]
+    assert spec == used == tool_ids.wire_name(m.BEDROCK, name) and len(spec) <= 64
+    assert re.fullmatch(r"[a-zA-Z0-9_-]+", spec)
+    converse_accepts(b)
+    assert tool_ids.wire_name(m.BEDROCK, "read_file") == "read_file"  # a valid name is unchanged
+
+
+@pytest.mark.parametrize("name", ODD_NAMES)
+def test_gemini_function_names_are_mapped_alike_in_declaration_call_and_response(name):
+    from contextsvc.lowering import tool_ids
+    b = body(m.GEMINI, user("m1", m.Text("hi")), assistant("m2", m.StepStart(), call("c1", name=name)),
+             user("m3", m.Text("go")), name=name)
+    declared = b["tools"][0]["functionDeclarations"][0]["name"]
+    parts = [p for c in b["contents"] for p in c["parts"]]
+    called = next(p["functionCall"]["name"] for p in parts if "functionCall" in p)
+    answered = next(p["functionResponse"]["name"] for p in parts if "functionResponse" in p)
+    assert declared == called == answered == tool_ids.wire_name(m.GEMINI, name)
+    assert re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_.:-]{0,63}", declared)
+    assert tool_ids.wire_name(m.GEMINI, "mcp.server:read") == "mcp.server:read"
+    from judges import judge_for
+    assert judge_for(m.GEMINI)(b) == []

@@ -21,7 +21,7 @@ from .lowered import Lowered, open_with_user
 from .media import MediaLedger
 from .neutral import (LEAD_USER_TEXT, MMedia, MReasoning, MText, MToolCall, MToolResult,
                       attachment_note)
-from .tool_ids import wire_id
+from .tool_ids import wire_id, wire_name
 
 # Converse accepts document names of letters, digits, single spaces, hyphens, parentheses and
 # square brackets; anything else fails the whole request.
@@ -86,7 +86,8 @@ def _block(c, ledger: MediaLedger, names: _DocumentNames):
             return None  # Converse rejects unsigned reasoning, as the Messages API does
         return {"reasoningContent": {"reasoningText": {"text": c.text, "signature": ledger.opaque(c.signature)}}}
     if isinstance(c, MToolCall):
-        return {"toolUse": {"toolUseId": wire_id(m.BEDROCK, c.call_id), "name": c.name, "input": c.input}}
+        return {"toolUse": {"toolUseId": wire_id(m.BEDROCK, c.call_id), "name": wire_name(m.BEDROCK, c.name),
+                            "input": c.input}}
     if isinstance(c, MToolResult):
         content = [b for b in [_text(c.text)] if b is not None]
         content.extend(_media(x, ledger, names) for x in c.media)
@@ -133,7 +134,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     out["inferenceConfig"] = {"maxTokens": max_output}
     if tools:
         out["toolConfig"] = {"tools": [
-            {"toolSpec": {"name": t.name, "description": t.description if (t.description or "").strip() else t.name,
+            {"toolSpec": {"name": wire_name(m.BEDROCK, t.name), "description": t.description if (t.description or "").strip() else t.name,
                           "inputSchema": {"json": t.input_schema or {"type": "object"}}}}
             for t in tools
         ]}

@@ -8,6 +8,7 @@ from .. import model as m
 from . import media
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
+from .tool_ids import wire_name
 from .neutral import LEAD_USER_TEXT, MMedia, MReasoning, MSpacer, MText, MToolCall, MToolResult, attachment_note
 
 
@@ -52,7 +53,7 @@ def _declaration(t) -> dict:
     # Tool schemas are JSON Schema ($schema, $ref, additionalProperties, anyOf, ...);
     # `parameters` takes only an OpenAPI subset and refuses the rest, so the schema goes as is
     # in `parametersJsonSchema`, which takes JSON Schema: nothing the tool says is lost.
-    return {"name": t.name, "description": t.description,
+    return {"name": wire_name(m.GEMINI, t.name), "description": t.description,
             "parametersJsonSchema": t.input_schema or {"type": "object"}}
 
 
@@ -76,10 +77,10 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
             elif isinstance(c, MMedia):
                 parts.append(_media(c, ledger))
             elif isinstance(c, MToolCall):
-                parts.append({"functionCall": {"name": c.name, "args": c.input}})
+                parts.append({"functionCall": {"name": wire_name(m.GEMINI, c.name), "args": c.input}})
             elif isinstance(c, MToolResult):
-                parts.append({"functionResponse": {"name": c.name,
-                                                   "response": {"name": c.name, "content": c.text}}})
+                name = wire_name(m.GEMINI, c.name)
+                parts.append({"functionResponse": {"name": name, "response": {"name": name, "content": c.text}}})
                 moved.extend(c.media)  # function responses carry text: media follows as parts
             if signature and parts:
                 parts[-1]["thoughtSignature"] = ledger.opaque(signature)
