@@ -17,6 +17,9 @@ TTL_1H = "1h"
 IMPLICIT = (m.OPENAI, m.GEMINI)
 # Providers with Anthropic's native "auto" policy: last tool, last system block, latest user.
 NATIVE_AUTO = (m.ANTHROPIC,)
+# Chat Completions gateways: markers go on message content parts only; the tool schema refuses
+# one on a tool definition.
+NO_TOOL_MARKER = (m.OPENAI_COMPATIBLE, m.OPENROUTER, m.ALIBABA, m.COPILOT)
 
 
 @dataclass(slots=True)
@@ -65,6 +68,10 @@ def choose(lowered, provider: str, tools: list, policy: Policy, max_markers: int
             if h.last_tool:
                 if not tools:
                     raise BadInput(f"cache_hints[{k}].last_tool", "there are no tools to mark")
+                if provider in NO_TOOL_MARKER:
+                    raise BadInput(f"cache_hints[{k}].last_tool",
+                                   f"{provider} takes cache markers on message content parts only; its tool "
+                                   "definitions refuse one (hint a system block or a message instead)")
                 chosen.append(Breakpoint("tools", len(tools) - 1, "tools", h.ttl))
             elif h.message_id:
                 idx = max((i for i, ids in enumerate(lowered.sources) if h.message_id in ids), default=-1)
