@@ -1,0 +1,132 @@
+"""contextsvc.client: applying CompactResponse and PruneResponse edits to a message list."""
+from __future__ import annotations
+
+import pytest
+
+from contextsvc.client import apply_compaction, apply_prune
+from contextsvc.v1 import context_pb2 as pb
+from convo import assistant, text, tool, user
+
+
+def _history():
+    return [
+        user("u1", text("p1", "Fix tests/test_app.py")),
+        assistant("a1", tool("t1", "call_1", "read", {"path": "app.py"}, "x" * 100),
+                  tool("t2", "call_2", "bash", {"command": "pytest"}, "FAILED"), usage=pb.Usage(input=100)),
+        user("u2", text("p2", "go on")),
+        assistant("a2", tool("t3", "call_3", "read", {"path": "b.py"}, "y" * 100), usage=pb.Usage(input=200)),
+    ]
+
+
+def _marker(mid, tail="", auto=True):
+    return pb.Message(id=mid, role=pb.ROLE_USER,
+                      parts=[pb.Part(id=mid + "-p", compaction=pb.CompactionPart(auto=auto, tail_start_id=tail))])
+
+
+def _summary(mid):
+    return pb.Message(id=mid, role=pb.ROLE_ASSISTANT, summary=True, time_completed_ms=1,
+                      parts=[pb.Part(id=mid + "-p", text=pb.TextPart(text="## Goal\n- fix"))])
+
+
+def _insert(after, message):
+    return pb.CompactEdit(insert=pb.InsertMessage(after_id=after, message=message))
+
+
+def test_inserts_chain_on_ids_inserted_by_earlier_edits_in_order():
+    cont = user("svc-c", text("svc-c-p", "Continue if you have next steps", synthetic=True))
+    r = pb.CompactResponse(outcome=pb.COMPACT_OUTCOME_COMPACTED, edits=[
+        _insert("a2", _marker("svc-m", tail="u2")),
+        _insert("svc-m", _summary("svc-s")),
+        _insert("svc-s", cont),
+    ])
+    before = _history()
+    after = apply_compaction(before, r)
+    assert [m.id for m in after] == ["u1", "a1", "u2", "a2", "svc-m", "svc-s", "svc-c"]
+    assert after[4].parts[0].compaction.tail_start_id == "u2"
+    assert [m.id for m in before] == ["u1", "a1", "u2", "a2"], "the caller's list is untouched"
+    assert after[0] is before[0], "unchanged messages are shared, not copied"
+    after[5].parts[0].text.text = "changed"
+    assert r.edits[1].insert.message.parts[0].text.text == "## Goal\n- fix", "inserted messages are copies"
+
+
+def test_insert_in_the_middle_keeps_the_rest_in_place():
+    r = pb.CompactResponse(edits=[_insert("a1", _marker("m")), _insert("m", _summary("s"))])
+    assert [m.id for m in apply_compaction(_history(), r)] == ["u1", "a1", "m", "s", "u2", "a2"]
+
+
+def test_set_tail_start_updates_a_copy_of_the_callers_marker():
+    before = _history() + [_marker("m0")]
+    r = pb.CompactResponse(edits=[
+        pb.CompactEdit(set_tail_start=pb.SetTailStart(message_id="m0", tail_start_id="u2")),
+        _insert("m0", _summary("s")),
+    ])
+    after = apply_compaction(before, r)
+    assert after[4].parts[0].compaction.tail_start_id == "u2"
+    assert before[4].parts[0].compaction.tail_start_id == "", "the original marker is not modified"
+    assert after[5].id == "s"
+
+
+def test_mark_compacted_sets_the_time_on_copies():
+    before = _history()
+    r = pb.CompactResponse(edits=[
+        pb.CompactEdit(mark_compacted=pb.MarkCompacted(part_ids=["t1", "t3"], time_compacted_ms=1234)),
+    ])
+    after = apply_compaction(before, r)
+    assert after[1].parts[0].tool.state.time_compacted_ms == 1234
+    assert after[1].parts[1].tool.state.time_compacted_ms == 0
+    assert after[3].parts[0].tool.state.time_compacted_ms == 1234
+    assert before[1].parts[0].tool.state.time_compacted_ms == 0
+    assert after[0] is before[0]
+
+
+def test_drop_omittable_leaves_out_the_listed_messages_only_when_asked():
+    r = pb.CompactResponse(edits=[_insert("a2", _marker("m", tail="u2")), _insert("m", _summary("s"))],
+                           omittable_ids=["u1", "a1"])
+    assert [m.id for m in apply_compaction(_history(), r)] == ["u1", "a1", "u2", "a2", "m", "s"]
+    assert [m.id for m in apply_compaction(_history(), r, drop_omittable=True)] == ["u2", "a2", "m", "s"]
+
+
+def test_empty_response_returns_an_equal_new_list():
+    before = _history()
+    after = apply_compaction(before, pb.CompactResponse(outcome=pb.COMPACT_OUTCOME_NOTHING_TO_DO))
+    assert after == before and after is not before
+
+
+@pytest.mark.parametrize("edit, field", [
+    (_insert("nope", _marker("m")), "edits[0].insert.after_id: no message 'nope'"),
+    (_insert("a2", _marker("u1")), "edits[0].insert.message.id: 'u1' is already"),
+    (pb.CompactEdit(set_tail_start=pb.SetTailStart(message_id="nope")), "edits[0].set_tail_start.message_id: no message"),
+    (pb.CompactEdit(set_tail_start=pb.SetTailStart(message_id="u1")), "has no compaction part"),
+    (pb.CompactEdit(mark_compacted=pb.MarkCompacted(part_ids=["t9"])), "mark_compacted.part_ids: no tool part 't9'"),
+    (pb.CompactEdit(mark_compacted=pb.MarkCompacted(part_ids=["p1"])), "'p1' is not a tool part"),
+    (pb.CompactEdit(), "edits[0]: no edit set"),
+])
+def test_unknown_ids_raise_a_clear_value_error(edit, field):
+    with pytest.raises(ValueError) as e:
+        apply_compaction(_history(), pb.CompactResponse(edits=[edit]))
+    assert field in str(e.value)
+
+
+def test_unknown_omittable_id_raises():
+    with pytest.raises(ValueError, match="omittable_ids: no message 'zz'"):
+        apply_compaction(_history(), pb.CompactResponse(omittable_ids=["zz"]), drop_omittable=True)
+
+
+def test_apply_prune_marks_the_parts_at_the_given_time():
+    before = _history()
+    after = apply_prune(before, pb.PruneResponse(part_ids=["t2"], acted=True), now_ms=99)
+    assert after[1].parts[1].tool.state.time_compacted_ms == 99
+    assert before[1].parts[1].tool.state.time_compacted_ms == 0
+    assert after[3] is before[3]
+
+
+def test_apply_prune_defaults_to_now_and_ignores_an_empty_answer():
+    after = apply_prune(_history(), pb.PruneResponse(part_ids=["t1"]))
+    assert after[1].parts[0].tool.state.time_compacted_ms > 1_600_000_000_000
+    before = _history()
+    assert apply_prune(before, pb.PruneResponse(acted=False)) == before
+
+
+def test_apply_prune_unknown_part_raises():
+    with pytest.raises(ValueError, match="part_ids: no tool part 'missing'"):
+        apply_prune(_history(), pb.PruneResponse(part_ids=["missing"]))
