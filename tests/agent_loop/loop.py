@@ -31,7 +31,6 @@ from contextsvc.client import apply_compaction, apply_prune
 from contextsvc.v1 import context_pb2 as pb
 
 from .fake_provider import unpaired_tool_calls
-from .session import TOOLS
 
 WINDOWS = {32_000: 4_096, 200_000: 8_192}   # context -> output limit of the two test models
 MODELS = {  # provider name -> (proto enum, model id)
@@ -52,9 +51,8 @@ def model(provider: str, window: int) -> pb.Model:
     return pb.Model(id=model_id, provider=enum, limits=pb.ModelLimits(context=window, output=WINDOWS[window]))
 
 
-def tool_definitions() -> list[pb.ToolDefinition]:
-    return [pb.ToolDefinition(name=t["name"], description=t["description"],
-                              input_schema_json=json.dumps(t["input_schema"])) for t in TOOLS]
+def tool_definitions(script: dict) -> list[pb.ToolDefinition]:
+    return [pb.ToolDefinition(**t) for t in script["tools"]]
 
 
 SYSTEM = pb.SystemPrompt(
@@ -99,7 +97,7 @@ class Session:
         self.provider = provider
         self.window = window
         self.model = model(provider, window)
-        self.tools = tool_definitions()
+        self.tools: list[pb.ToolDefinition] = []
         self.settings = pb.CompactionSettings(prune=True)
         self.deadlines = {**DEADLINES, "Compact": compact_deadline}
         self.messages: list[pb.Message] = []
@@ -234,6 +232,7 @@ class Session:
     def run(self, script: dict, steps: int | None = None) -> Summary:
         t0 = time.monotonic()
         self.session_id = script["session_id"]
+        self.tools = tool_definitions(script)
         step_in_turn = 0
         for i, spec in enumerate(script["steps"][:steps]):
             if spec["user"]:
@@ -243,8 +242,8 @@ class Session:
             self.summary.steps += 1
             if not self.compact_while_needed(i):
                 self.summary.turns_ended += 1   # the person would be asked; the script goes on
-                self.messages.append(pb.Message(id=f"continue-{spec['assistant']['id']}", role=pb.ROLE_USER,
-                                                parts=[pb.Part(id=f"continue-p-{i}", text=pb.TextPart(text="Continue."))]))
+                self.messages.append(pb.Message(id=f"{spec['assistant']['id']}-continue", role=pb.ROLE_USER,
+                                                parts=[pb.Part(id=f"{spec['assistant']['id']}-continue-p", text=pb.TextPart(text="Continue."))]))
                 self.attempts, step_in_turn = 0, 1
                 continue
             self.prune(i)

@@ -4,7 +4,7 @@ A script is what the model and the tools would produce, step by step; the agent 
 loop.py, Node in clients/node/agent_loop.js) replay it against the real service and a fake
 provider. Every id is in the script (UUIDs from the seed), so both loops build the same messages.
 
-    {"session_id", "seed", "steps": [
+    {"session_id", "seed", "tools": [{"name", "description", "input_schema_json"}], "steps": [
        {"user": null | {"id", "time_ms", "parts": [{"id", "type": "text", "text"} |
                                                   {"id", "type": "file", "mime", "filename", "data_b64"}]},
         "assistant": {"id", "time_ms", "text", "text_part_id", "step_start_id", "step_finish_id",
@@ -241,7 +241,9 @@ def generate(seed: int, steps: int = 60, big_every: int = 1, screenshot_every: i
     """
     rng = random.Random(seed)
     t0 = 1_767_600_000_000 + seed * 86_400_000
-    script = {"session_id": _uuid(rng), "seed": seed, "steps": []}
+    tools = [{"name": t["name"], "description": t["description"], "input_schema_json": json.dumps(t["input_schema"])}
+             for t in TOOLS]
+    script = {"session_id": _uuid(rng), "seed": seed, "tools": tools, "steps": []}
     second = max(1, int(steps * second_user_at))
     for i in range(steps):
         step: dict = {"user": None}
