@@ -148,10 +148,10 @@ def big_conversation_with_summary():
             convo.user("msg_005", convo.text("u5", "go on"), pb.Part(id="img5", file=pb.FilePart(
                 mime="image/png", filename="after.png", data=b"\x89PNG" * 10_000)))]
     n = 5
-    for t in range(6):
+    for t in range(14):  # 14 outputs of 25,000 tokens: 1.4 MB, over the payload guard
         n += 1
         msgs.append(convo.assistant(f"msg_{n:03d}", convo.tool(f"t{n}", f"call_{n}", "read", {"path": f"f{t}"},
-                                                               "y" * 250_000)))
+                                                               "y" * 100_000)))
         n += 1
         msgs.append(convo.user(f"msg_{n:03d}", convo.text(f"u{n}", f"next {t}")))
     return pb.Conversation(session_id="big", messages=msgs)
@@ -159,10 +159,11 @@ def big_conversation_with_summary():
 
 def test_payload_guard_prunes_then_reports(stub):
     a = stub.Assemble(request(big_conversation_with_summary()), timeout=30)
-    assert a.guard_tripped and list(a.pruned_part_ids) == ["t14", "t12", "t10", "t8", "t6"]
+    # the newest 5 results are protected (t32..t24), t22 is kept under PRUNE_PROTECT (40,000)
+    assert a.guard_tripped and list(a.pruned_part_ids) == [f"t{n}" for n in range(20, 5, -2)]
     assert a.media_stripped == 1 and b"[Attached image/png: after.png]" in a.body
     assert a.body_bytes == len(a.body) and not a.over_payload_limit
-    assert a.body.count(b"[Old tool result content cleared]") == 5
+    assert a.body.count(b"[Old tool result content cleared]") == 8
     assert b"shot.png" not in a.body  # before the compaction point: not sent at all
 
 

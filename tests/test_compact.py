@@ -9,8 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from contextsvc import config, measure, model as m, native
-from contextsvc.compact import compact as cmod, offline, retention, select, serialize, template
+from contextsvc import config, history, measure, model as m, native
+from contextsvc.compact import compact as cmod, edits, offline, retention, select, serialize, template
 from contextsvc.compact.anthropic_backend import AnthropicSummarizer
 from contextsvc.compact.job import SummaryJob
 from contextsvc.errors import BadInput, Unavailable
@@ -309,23 +309,39 @@ def test_compact_result_messages():
     last = c.messages[-1]
     assert r.outcome == "compacted" and r.attempts == 1
     assert r.summary.role == m.ASSISTANT and r.summary.summary and r.summary.finished
-    assert r.summary.parent_id == last.id and r.summary.id > last.id
+    assert r.summary.parent_id == last.id and r.summary.id not in {x.id for x in c.messages}
     assert r.tail_start_id == c.messages[5].id  # the last real turn is kept
     assert r.summarized_ids == [x.id for x in c.messages[:5]]
-    assert r.continue_message.role == m.USER and r.continue_message.id > r.summary.id
-    assert r.continue_message.parts[0].content.text == cmod.CONTINUE_PROMPT
-    assert r.continue_message.parts[0].content.synthetic
+    assert r.continue_message is None  # a manual compaction (auto: false) adds no continue prompt
     assert r.tokens_after < r.tokens_before and r.limit == measure.limit(SONNET, NO, CFG)
+    auto = run(c.conv(), settings=m.CompactionSettings(tail_turns=1, preserve_recent_tokens=100_000), auto=True)
+    assert auto.continue_message.role == m.USER
+    assert auto.continue_message.parts[0].content.text == cmod.CONTINUE_PROMPT
+    assert auto.continue_message.parts[0].content.synthetic
+    assert [e.message.id for e in auto.edits if isinstance(e, edits.InsertMessage)] == [
+        auto.summary.id, auto.continue_message.id]  # after the caller's own marker
 
 
-def test_overflow_replays_last_user_message_with_placeholders():
+def test_overflow_replays_last_user_message_with_placeholders_and_a_media_notice():
+    c = working_session()
+    c.user("Now look at this", parts=[m.File("image/png", "shot.png", data=b"123")])
+    c.assistant("partial").marker(overflow=True)
+    # a tail budget too small for the last turn: the user message goes into the head
+    r = run(c.conv(), overflow=True, settings=m.CompactionSettings(preserve_recent_tokens=1))
+    texts = [p.content.text for p in r.continue_message.parts]
+    assert texts == ["Now look at this", "[Attached image/png: shot.png]", cmod.MEDIA_REMOVED_NOTE]
+    # the turn in progress is summarized, never dropped
+    assert c.messages[7].id in r.summarized_ids and c.messages[8].id in r.summarized_ids
+
+
+def test_overflow_keeps_a_user_message_in_the_tail_instead_of_sending_it_twice():
     c = working_session()
     c.user("Now look at this", parts=[m.File("image/png", "shot.png", data=b"123")])
     c.assistant("partial").marker(overflow=True)
     r = run(c.conv(), overflow=True)
-    texts = [p.content.text for p in r.continue_message.parts]
-    assert texts == ["Now look at this", "[Attached image/png: shot.png]"]
-    assert c.messages[7].id not in r.summarized_ids  # the replayed message is not summarized
+    assert r.tail_start_id == c.messages[5].id and r.continue_message is None
+    sent = history.project(edits.apply(c.messages, r.edits))
+    assert [x.id for x in sent].count(c.messages[7].id) == 1
 
 
 def test_overflow_replay_too_big_is_summarized_with_a_note():
@@ -358,7 +374,7 @@ def test_insufficient_is_never_reported_as_compacted(context):
     mdl = m.Model("claude-sonnet-4-5", m.ANTHROPIC, m.ModelLimits(context, 0, 4096))
     lim = measure.limit(mdl, NO, CFG)
     c = working_session()
-    huge = m.SystemPrompt(soul="rules " * (lim * 4 // 6 + 10))  # the system prompt alone is over
+    huge = m.SystemPrompt(soul="rules " * (lim + 10))  # the system prompt alone is over
     r = cmod.compact(cmod.CompactInput(c.conv(), mdl, system=huge, now_ms=1), CFG)
     assert r.outcome == "insufficient" and not r.under_limit
     assert r.tokens_after >= r.limit == lim
@@ -368,14 +384,21 @@ def test_insufficient_is_never_reported_as_compacted(context):
     assert ok.outcome == "compacted" and ok.under_limit and ok.tokens_after < lim
 
 
-def test_post_compaction_prune_runs():
+def test_post_compaction_prune_reaches_the_kept_tail():
+    # One kept turn of 12 reads of 10,000 tokens. Sent, the tail follows the summary; stored, it
+    # precedes it, so a scan in stored order stops at the summary before reaching any of them.
     c = Conv()
-    for i in range(8):
-        c.user(f"task {i}").assistant(read(f"f{i}.py", "z" * 4 * 10_000))
-    c.user("a").assistant("b").user("c").assistant("d")
+    c.user("old task").assistant("done")
+    c.user("big task")
+    for i in range(12):
+        c.assistant(read(f"f{i}.py", "z" * 4 * 10_000))
     c.marker()
-    r = run(c.conv(), settings=m.CompactionSettings(tail_turns=0))
-    assert len(r.pruned_part_ids) == 4  # 80K of outputs, 40K protected
+    settings = m.CompactionSettings(tail_turns=1, preserve_recent_tokens=300_000)
+    r = run(c.conv(), settings=settings)
+    assert r.tail_start_id == "msg_00002"
+    # newest 5 results protected, the next 4 kept (40,000), the 3 oldest pruned (30,000 > 16,800)
+    assert r.pruned_part_ids == [f"{c.messages[k].id}-0" for k in (5, 4, 3)]
+    assert run(c.conv(), settings=dataclasses.replace(settings, prune=False)).pruned_part_ids == []
 
 
 # ---- chunked -----------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Measure's arithmetic on core types (SPEC section 3), against hand-computed figures."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -26,9 +27,13 @@ def tool_part(pid, call, output, status=m.COMPLETED, name="read"):
     return m.Part(pid, m.Tool(call, name, status, {"path": "a.py"}, output=output))
 
 
-def run(conv, mdl, tools=(), system=None, settings_=None, **kw):
+# the reference's decision figure (ceil(chars/4 * 1.3)), selectable in config
+REFERENCE = dataclasses.replace(CFG, measure=dataclasses.replace(CFG.measure, compaction_figure="estimate"))
+
+
+def run(conv, mdl, tools=(), system=None, settings_=None, cfg=CFG, **kw):
     return measure.measure(measure.MeasureInput(
-        conv, mdl, list(tools), system or m.SystemPrompt(), settings_ or m.CompactionSettings(), **kw), CFG)
+        conv, mdl, list(tools), system or m.SystemPrompt(), settings_ or m.CompactionSettings(), **kw), cfg)
 
 
 def mdl(context=200_000, input=0, output=64_000, provider=m.ANTHROPIC, id="claude-sonnet-4-5"):
@@ -121,7 +126,7 @@ def test_backward_overflow_and_auto_switch():
     assert r.limit == 80_000 and r.overflow and r.should_compact
     off = run(conv, model_, settings_=m.CompactionSettings(auto=False))
     assert not off.overflow
-    assert off.should_compact  # the forward projection still sees 80,000 + tail
+    assert off.projected >= off.limit and not off.should_compact  # auto: false turns both checks off
 
 
 def test_forward_projection_uses_the_baseline_or_normalized():
@@ -131,7 +136,7 @@ def test_forward_projection_uses_the_baseline_or_normalized():
         finished(2, txt("b", "ok"), usage=m.Usage(input=1_000, output=10)),
         msg(3, m.USER, txt("c", "y" * 400)),
     ])
-    r = run(conv, model_)
+    r = run(conv, model_, cfg=REFERENCE)
     assert r.has_baseline and r.reported == 1_010
     assert r.projected == 1_010 + r.tail + r.overhead
     assert r.tail == tokens.preflight(native.estimate_tokens(json.dumps(
@@ -143,20 +148,26 @@ def test_forward_projection_uses_the_baseline_or_normalized():
         finished(2, txt("b", "ok"), usage=m.Usage(output=1_000)),
     ):
         c = m.Conversation([conv.messages[0], last, conv.messages[2]])
-        r2 = run(c, model_)
-        assert not r2.has_baseline and r2.projected == r2.normalized[0]
+        r2 = run(c, model_, cfg=REFERENCE)
+        assert not r2.has_baseline and r2.projected == r2.normalized[0] == r2.decision[0]
     trailing = m.Conversation(conv.messages + [msg(4, m.ASSISTANT, txt("d", "..."))])
     assert not run(trailing, model_).has_baseline
 
 
-def test_no_compaction_mid_tool_round_trip():
+def test_mid_tool_round_trip_compacts_when_the_next_request_would_not_fit():
+    # Compact keeps a tool call with its result, so a round trip in progress is no reason to
+    # send a request over the window (the reference suppresses the check here)
     model_ = mdl(10_000, 0, 2_000)
     conv = m.Conversation([
         msg(1, m.USER, txt("a", "go")),
         finished(2, tool_part("t", "call_1", "z" * 60_000), usage=m.Usage(input=9_000)),
     ])
     r = run(conv, model_)
-    assert r.mid_tool_round_trip and r.overflow and not r.should_compact
+    assert r.mid_tool_round_trip and r.overflow and r.should_compact
+    fits = m.Conversation([conv.messages[0], finished(2, tool_part("t", "call_1", "small"),
+                                                      usage=m.Usage(input=900))])
+    r = run(fits, model_)
+    assert r.mid_tool_round_trip and not r.should_compact and r.projected < r.limit
 
 
 def test_unknown_window_never_overflows():
@@ -169,9 +180,9 @@ def test_unknown_window_never_overflows():
 @pytest.mark.parametrize("context,expect", [(8_000, True), (200_000, False), (1_000_000, False)])
 def test_windows_8k_200k_1m(context, expect):
     conv = m.Conversation([msg(1, m.USER, txt("a", "w" * 40_000))])  # ~13,000 pre-flight tokens
-    r = run(conv, mdl(context, 0, 4_000))
+    r = run(conv, mdl(context, 0, 4_000), cfg=REFERENCE)
     assert r.should_compact is expect
-    half = run(conv, mdl(context, 0, 4_000), settings_=m.CompactionSettings(threshold_percent=1))
+    half = run(conv, mdl(context, 0, 4_000), settings_=m.CompactionSettings(threshold_percent=1), cfg=REFERENCE)
     assert half.limit == min(context - 4_000, context // 100)
     assert half.should_compact is (13_000 >= context // 100)
 
@@ -190,7 +201,7 @@ def test_exact_count_names_its_tokenizer():
 
 @pytest.mark.parametrize("bad,field", [
     (lambda c: c.messages.append(msg(1, m.USER, txt("z", "dup"))), "conversation.messages[3].id"),
-    (lambda c: setattr(c.messages[1], "id", "msg_0000"), "conversation.messages[1].id"),
+    (lambda c: setattr(c.messages[2], "id", c.messages[0].id), "conversation.messages[2].id"),
     (lambda c: c.messages.clear(), "conversation.messages"),
     (lambda c: c.messages[1].parts.append(m.Part("t", m.Tool("", "read", m.COMPLETED))),
      "conversation.messages[1].parts[1].tool.call_id"),

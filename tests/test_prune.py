@@ -11,6 +11,7 @@ from contextsvc.errors import BadInput
 CFG = config.Config()
 ON = m.CompactionSettings(prune=True)
 PC = CFG.prune
+TURNS = dataclasses.replace(CFG, prune=dataclasses.replace(PC, protect="turns"))  # the reference's rule
 CHUNK = "x" * 4 * 10_000  # estimate 10,000 tokens
 
 
@@ -60,18 +61,21 @@ def ids(r):
 
 
 def test_normal_is_off_by_default():
-    r = prune.prune(history().conv(), "normal", m.CompactionSettings(), CFG)
+    r = prune.prune(history().conv(), "normal", m.CompactionSettings(), TURNS)
     assert (r.acted, r.stopped_by, r.part_ids, r.reason) == (False, "disabled", [], "normal")
     # config enables it, a per-request override wins over config
-    cfg = dataclasses.replace(CFG, prune=dataclasses.replace(PC, enabled=True))
+    cfg = dataclasses.replace(TURNS, prune=dataclasses.replace(TURNS.prune, enabled=True))
     assert prune.prune(history().conv(), "normal", m.CompactionSettings(), cfg).acted
     assert prune.prune(history().conv(), "normal", m.CompactionSettings(prune=False), cfg).stopped_by == "disabled"
 
 
 @pytest.mark.parametrize("reason", ["payload-limit", "post-compaction"])
-def test_other_reasons_always_run(reason):
-    r = prune.prune(history().conv(), reason, m.CompactionSettings(prune=False), CFG)
+def test_other_reasons_run_unless_prune_is_false(reason):
+    r = prune.prune(history().conv(), reason, m.CompactionSettings(), TURNS)
     assert r.acted and r.reason == reason
+    # an explicit prune: false turns these off too (SPEC 4, as upstream)
+    r = prune.prune(history().conv(), reason, m.CompactionSettings(prune=False), TURNS)
+    assert (r.acted, r.stopped_by, r.part_ids) == (False, "disabled", [])
 
 
 def test_unknown_reason_is_bad_input():
@@ -82,7 +86,7 @@ def test_unknown_reason_is_bad_input():
 
 def test_protect_and_last_two_turns():
     b = history(old_turns=8)
-    r = prune.prune(b.conv(), "normal", ON, CFG)
+    r = prune.prune(b.conv(), "normal", ON, TURNS)
     # the last two turns are skipped; of the 8 older outputs the newest 4 (40,000) are protected
     old = [x for x in b.messages if x.role == m.ASSISTANT][:8]
     assert ids(r) == sorted(x.parts[1].id for x in old[:4])
@@ -92,7 +96,7 @@ def test_protect_and_last_two_turns():
 
 
 def test_protected_turns_is_configurable():
-    cfg = dataclasses.replace(CFG, prune=dataclasses.replace(PC, protected_turns=0))
+    cfg = dataclasses.replace(TURNS, prune=dataclasses.replace(TURNS.prune, protected_turns=0))
     r = prune.prune(history(old_turns=8).conv(), "normal", ON, cfg)
     assert r.tokens_scanned == 100_000 and r.tokens_freed == 60_000
 
@@ -105,7 +109,7 @@ def test_stops_at_summary_message():
     for _ in range(3):
         b.user().assistant(tool())
     b.user().assistant(tool()).user().assistant(tool())
-    r = prune.prune(b.conv(), "normal", ON, CFG)
+    r = prune.prune(b.conv(), "normal", ON, TURNS)
     # only the 3 outputs between the summary and the fresh turns are scanned: 30,000 <= protect
     assert r.tokens_scanned == 30_000
     assert (r.acted, r.stopped_by) == (False, "nothing-to-prune")
@@ -116,7 +120,7 @@ def test_protected_tools_are_skipped():
     for _ in range(8):
         b.user().assistant(tool(name="skill"))
     b.user().assistant(tool()).user().assistant(tool())
-    r = prune.prune(b.conv(), "normal", ON, CFG)
+    r = prune.prune(b.conv(), "normal", ON, TURNS)
     assert r.tokens_scanned == 0 and r.stopped_by == "nothing-to-prune"
 
 
@@ -128,7 +132,7 @@ def test_stops_at_already_compacted_part():
     for _ in range(5):
         b.user().assistant(tool())
     b.user().assistant(tool()).user().assistant(tool())
-    r = prune.prune(b.conv(), "normal", ON, CFG)
+    r = prune.prune(b.conv(), "normal", ON, TURNS)
     assert r.tokens_scanned == 50_000  # the 5 outputs newer than the compacted one
     # 10,000 would go on the list, which is not > 20,000: nothing is done
     assert (r.acted, r.stopped_by, r.tokens_freed, r.part_ids) == (False, "minimum", 0, [])
@@ -139,31 +143,31 @@ def test_only_completed_tools_count():
     for status in (m.ERROR, m.RUNNING, m.PENDING) * 3:
         b.user().assistant(tool(status=status))
     b.user().assistant(tool()).user().assistant(tool())
-    r = prune.prune(b.conv(), "normal", ON, CFG)
+    r = prune.prune(b.conv(), "normal", ON, TURNS)
     assert r.tokens_scanned == 0 and r.stopped_by == "nothing-to-prune"
 
 
 def test_minimum_must_be_exceeded_strictly():
     # 40,000 protected + exactly 20,000 on the list: not more than the minimum
     b = history(old_turns=6)
-    r = prune.prune(b.conv(), "normal", ON, CFG)
+    r = prune.prune(b.conv(), "normal", ON, TURNS)
     assert r.tokens_freed == 0 and r.stopped_by == "minimum"
     b = history(old_turns=7)
-    assert prune.prune(b.conv(), "normal", ON, CFG).tokens_freed == 30_000
+    assert prune.prune(b.conv(), "normal", ON, TURNS).tokens_freed == 30_000
 
 
 def test_part_without_id_is_bad_input():
     b = history(old_turns=8)
     b.messages[1].parts[1].id = ""
     with pytest.raises(BadInput) as e:
-        prune.prune(b.conv(), "normal", ON, CFG)
+        prune.prune(b.conv(), "normal", ON, TURNS)
     assert e.value.field == "conversation.messages[1].parts[1].id"
 
 
 def test_apply_marks_copy_only():
     b = history(old_turns=8)
     conv = b.conv()
-    r = prune.prune(conv, "normal", ON, CFG)
+    r = prune.prune(conv, "normal", ON, TURNS)
     after = prune.apply(conv, r.part_ids, 1234)
     marked = [p.id for x in after.messages for p in x.parts
               if isinstance(p.content, m.Tool) and p.content.time_compacted_ms == 1234]
@@ -171,5 +175,190 @@ def test_apply_marks_copy_only():
     assert not any(isinstance(p.content, m.Tool) and p.content.compacted
                    for x in conv.messages for p in x.parts)  # the input is untouched
     # a second prune stops at the marks and finds nothing more
-    again = prune.prune(after, "normal", ON, CFG)
+    again = prune.prune(after, "normal", ON, TURNS)
     assert again.stopped_by == "nothing-to-prune" and again.tokens_scanned == 40_000
+
+
+# ---- long single turns: protection by tool results, gates scaled to the window (SPEC 4) --------
+
+W32 = m.Model("claude-sonnet-4-5", m.ANTHROPIC, m.ModelLimits(32_000, 0, 4_096))  # usable 27,904
+W200 = m.Model("claude-sonnet-4-5", m.ANTHROPIC, m.ModelLimits(200_000, 0, 8_192))  # usable 191,808
+
+
+def step_tokens(k):
+    """Tool output sizes of 2,000-12,000 tokens, spread deterministically."""
+    return 2_000 + (k * 3_917) % 10_001
+
+
+def single_turn(steps=60):
+    """One user message, then `steps` assistant steps each with one completed tool."""
+    b = Builder().user("refactor the parser")
+    for k in range(steps):
+        b.assistant(tool("x" * 4 * step_tokens(k)))
+    return b
+
+
+def tool_ids(b):
+    return [x.parts[1].id for x in b.messages if x.role == m.ASSISTANT]
+
+
+def expected(sizes, protected_results, protect, minimum):
+    """SPEC 4 by hand, newest first: (ids' indexes on the list, tokens freed) or None."""
+    total, chosen, freed = 0, [], 0
+    for k in range(len(sizes) - 1 - protected_results, -1, -1):
+        total += sizes[k]
+        if total > protect:
+            chosen.append(k)
+            freed += sizes[k]
+    return (chosen, freed) if freed > minimum else None
+
+
+@pytest.mark.parametrize("mdl,protect,minimum", [(W32, 27_904 // 4, 27_904 // 10),
+                                                 (W200, 40_000, 191_808 // 10)])
+def test_default_protection_acts_in_a_long_single_turn(mdl, protect, minimum):
+    b = single_turn()
+    assert prune.gates(ON, CFG, mdl) == prune.Gates("tool_results", 5, 2, protect, minimum,
+                                                    frozenset({"skill"}))
+    r = prune.prune(b.conv(), "normal", ON, CFG, model=mdl)
+    chosen, freed = expected([step_tokens(k) for k in range(60)], 5, protect, minimum)
+    ids_ = tool_ids(b)
+    assert r.acted and r.part_ids == [ids_[k] for k in chosen] and r.tokens_freed == freed
+    assert not set(ids_[-5:]) & set(r.part_ids)  # the newest 5 results are never touched
+    # the turn rule (the reference's) protects the whole turn: it never acts here
+    per_request = dataclasses.replace(ON, prune_settings=m.PruneSettings(protect="turns"))
+    assert prune.prune(b.conv(), "normal", per_request, CFG, model=mdl).stopped_by == "nothing-to-prune"
+
+
+def test_protected_results_are_not_counted():
+    # 5 protected outputs of 10,000, then 4 more: 40,000 counted, none over PRUNE_PROTECT
+    b = Builder().user()
+    for _ in range(9):
+        b.assistant(tool())
+    r = prune.prune(b.conv(), "normal", ON, CFG)
+    assert (r.tokens_scanned, r.stopped_by) == (40_000, "nothing-to-prune")
+    # a protected tool, a running tool and an error are not results that protect anything
+    b.assistant(tool(name="skill")).assistant(tool(status=m.RUNNING)).assistant(tool(status=m.ERROR))
+    assert prune.prune(b.conv(), "normal", ON, CFG).tokens_scanned == 40_000
+
+
+def test_gates_scale_with_the_window():
+    # 5 protected, then 4 outputs of 3,000: 6,000 fit PRUNE_PROTECT = 27,904 // 4 = 6,976, the
+    # older two (6,000) go on the list and free more than PRUNE_MINIMUM = 2,790
+    b = Builder().user()
+    for _ in range(9):
+        b.assistant(tool("x" * 4 * 3_000))
+    r = prune.prune(b.conv(), "normal", ON, CFG, model=W32)
+    assert r.acted and r.part_ids == tool_ids(b)[1::-1] and r.tokens_freed == 6_000
+    # without a model, or with an unknown window, the config values (40,000 / 20,000) stand
+    assert prune.prune(b.conv(), "normal", ON, CFG).stopped_by == "nothing-to-prune"
+    unknown = m.Model("x", m.ANTHROPIC, m.ModelLimits(0, 0, 0))
+    assert prune.prune(b.conv(), "normal", ON, CFG, model=unknown).stopped_by == "nothing-to-prune"
+    # the usable window is measure.usable: a declared input limit and `reserved` count
+    reserved = dataclasses.replace(ON, reserved=10_000)
+    assert prune.gates(reserved, CFG, m.Model("x", m.OPENAI, m.ModelLimits(40_000, 30_000, 0))).protect_tokens \
+        == 5_000
+
+
+def settings_with(**kw):
+    return dataclasses.replace(ON, prune_settings=m.PruneSettings(**kw))
+
+
+def test_every_threshold_can_be_set_per_request():
+    b = single_turn(20)
+    sizes = [step_tokens(k) for k in range(20)]
+    ids_ = tool_ids(b)
+
+    def run(mdl=None, **kw):
+        return prune.prune(b.conv(), "normal", settings_with(**kw), CFG, model=mdl)
+
+    # protected_results
+    r = run(protected_results=12, minimum_tokens=0)
+    chosen, freed = expected(sizes, 12, 40_000, 0)
+    assert r.part_ids == [ids_[k] for k in chosen] and r.tokens_freed == freed
+    # protect_tokens and minimum_tokens win over the window scaling
+    r = run(W32, protect_tokens=40_000, minimum_tokens=20_000)
+    chosen, freed = expected(sizes, 5, 40_000, 20_000)
+    assert r.part_ids == [ids_[k] for k in chosen]
+    assert run(W32, minimum_tokens=10**9).stopped_by == "minimum"
+    assert run(protect_tokens=10**9).stopped_by == "nothing-to-prune"
+    # protect = "turns" with protected_turns
+    t = history(old_turns=8)
+    turns = prune.prune(t.conv(), "normal", settings_with(protect="turns"), CFG)
+    assert turns.part_ids == prune.prune(t.conv(), "normal", ON, TURNS).part_ids and turns.tokens_freed == 40_000
+    zero = prune.prune(t.conv(), "normal", settings_with(protect="turns", protected_turns=0), CFG)
+    assert zero.tokens_freed == 60_000
+    # protect = "tool_results" overrides a config that says turns
+    assert prune.prune(b.conv(), "normal", settings_with(protect="tool_results"), TURNS).acted
+    # protected_tools replaces the config list, an empty list included
+    s = Builder().user()
+    for _ in range(9):
+        s.assistant(tool(name="skill"))
+    s.assistant(*(tool() for _ in range(5)))
+    assert prune.prune(s.conv(), "normal", ON, CFG).tokens_scanned == 0
+    r = prune.prune(s.conv(), "normal", settings_with(protected_tools=()), CFG)
+    assert r.acted and r.tokens_scanned == 90_000 and r.tokens_freed == 50_000
+    r = prune.prune(s.conv(), "normal", settings_with(protected_tools=("read",)), CFG)
+    # the reads are skipped; of the 9 skills the newest 5 are protected, 4 counted: 40,000 kept
+    assert (r.tokens_scanned, r.stopped_by) == (40_000, "nothing-to-prune")
+
+
+def compacted_session():
+    """Stored order after a compaction: head, kept tail, marker (tail_start_id), summary, later.
+
+    Sent order: marker, summary, kept tail, later (history.project).
+    """
+    b = Builder()
+    for _ in range(6):
+        b.user("old").assistant(tool())  # the head: summarized, never sent again
+    b.user("big task")
+    tail_start = b.messages[-1].id
+    for _ in range(12):
+        b.assistant(tool())
+    b.messages.append(m.Message("msg_0900", m.USER, [m.Part("msg_0900-c", m.Compaction(
+        auto=True, tail_start_id=tail_start))]))
+    b.messages.append(m.Message("msg_0901", m.ASSISTANT, [m.Part("msg_0901-t", m.Text("## Goal"))],
+                                time_completed_ms=1, summary=True, parent_id="msg_0900"))
+    b.messages.append(m.Message("msg_0902", m.USER, [m.Part("msg_0902-t", m.Text("continue"))]))
+    return b
+
+
+def test_scan_follows_send_order_and_reaches_the_kept_tail():
+    b = compacted_session()
+    tail = [x.parts[1].id for x in b.messages[13:25]]
+    r = prune.prune(b.conv(), "post-compaction", m.CompactionSettings(), CFG)
+    # the tail's 12 reads: 5 protected, 4 kept (40,000), the oldest 3 (30,000) pruned; the head
+    # is not sent and not reached
+    assert r.acted and r.part_ids == tail[2::-1] and r.tokens_scanned == 70_000
+    # the part ids are the stored parts'; marking them leaves the tail's newest untouched
+    after = prune.apply(b.conv(), r.part_ids, 7)
+    assert prune.prune(after, "post-compaction", m.CompactionSettings(), CFG).stopped_by == "nothing-to-prune"
+
+
+def test_a_missing_part_id_names_the_stored_index():
+    b = compacted_session()
+    b.messages[13].parts[1].id = ""
+    with pytest.raises(BadInput) as e:
+        prune.prune(b.conv(), "post-compaction", m.CompactionSettings(), CFG)
+    assert e.value.field == "conversation.messages[13].parts[1].id"
+
+
+@pytest.mark.parametrize("kw,field", [
+    ({"protect": "recent"}, "compaction.prune_settings.protect"),
+    ({"protected_results": -1}, "compaction.prune_settings.protected_results"),
+    ({"protected_turns": -1}, "compaction.prune_settings.protected_turns"),
+    ({"protect_tokens": -1}, "compaction.prune_settings.protect_tokens"),
+    ({"minimum_tokens": -1}, "compaction.prune_settings.minimum_tokens"),
+])
+def test_bad_prune_settings(kw, field):
+    with pytest.raises(BadInput) as e:
+        prune.prune(history().conv(), "normal", settings_with(**kw), CFG)
+    assert e.value.field == field
+
+
+def test_config_defaults_and_checks():
+    assert (PC.protect, PC.protected_results, PC.protected_turns, PC.protect_tokens, PC.minimum_tokens) \
+        == ("tool_results", 5, 2, 40_000, 20_000)
+    with pytest.raises(ValueError, match="protect"):
+        config.PruneConfig(protect="recent")
+    with pytest.raises(ValueError, match="protected_results"):
+        config.PruneConfig(protected_results=-1)

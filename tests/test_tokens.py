@@ -294,7 +294,7 @@ def test_each_figure_decides_compaction_by_its_own_projection():
     # CJK text: chars/4 * 1.3 undercounts it about fourfold, the calibrated and exact counts do not
     conv = m.Conversation([msg(1, m.USER, "我们读取文件然后修复解析器的错误。" * 300)])
     big = run(conv, window(10_000_000), exact_counter=counter(), exact=True)
-    low, high = big.projected, big.projected_calibrated
+    low, high = big.normalized[0], big.projected_calibrated
     assert low * 2 < high and abs(big.projected_exact - high) < 0.15 * big.projected_exact
     lim = (low + high) // 2
     decided = {}
@@ -303,9 +303,10 @@ def test_each_figure_decides_compaction_by_its_own_projection():
         assert r.compaction_figure == figure and r.limit == lim
         decided[figure] = r.should_compact
     assert decided == {"estimate": False, "calibrated": True, "self-calibrated": True, "exact": True}
-    # without exact counts asked for, "exact" falls back to the reference estimate, and says so
+    # without exact counts asked for, "exact" falls back to the calibrated figure, and says so
     r = run(conv, window(lim), with_figure("exact"))
-    assert r.compaction_figure == "estimate" and not r.should_compact and r.projected_exact == 0
+    assert r.compaction_figure == "calibrated" and r.should_compact and r.projected_exact == 0
+    assert r.decision[1].startswith(tokens.CALIBRATED)
 
 
 def test_self_calibrated_figure_decides_on_the_corrected_projection():
@@ -334,12 +335,16 @@ def test_measure_rpc_reports_every_figure_with_its_method(stub):
     assert r.self_calibrated.tokens == r.calibrated.tokens  # no provider usage to calibrate against
     assert r.calibration_factor == 0 and r.calibration_anchor == ""
     assert r.exact.method == "tiktoken:cl100k_base" and r.projected_exact == r.exact.tokens
-    assert r.compaction_figure == "estimate" and r.projected_calibrated == r.calibrated.tokens
+    assert r.compaction_figure == "calibrated" and r.projected_calibrated == r.calibrated.tokens
+    # the decision figure: the calibrated count plus the 15% margin, named with both
+    assert r.decision.method == tokens.CALIBRATED + "+15%+media:2048"
+    assert r.decision.tokens == -(-r.calibrated.tokens * 115 // 100) == r.projected
 
 
 def test_calibrated_figures_can_be_switched_off():
-    cfg = dataclasses.replace(CFG, measure=dataclasses.replace(CFG.measure, calibrated_figures=False))
+    cfg = dataclasses.replace(CFG, measure=dataclasses.replace(CFG.measure, calibrated_figures=False,
+                                                               compaction_figure="estimate"))
     r = run(anchored(5000), CLAUDE, cfg, tools=TOOLS)
-    on = run(anchored(5000), CLAUDE, tools=TOOLS)
+    on = run(anchored(5000), CLAUDE, with_figure("estimate"), tools=TOOLS)
     assert on.calibrated[0] > 0 and r.calibrated[0] == 0 and r.calibration_factor == 0
     assert (r.estimate, r.projected, r.should_compact) == (on.estimate, on.projected, on.should_compact)

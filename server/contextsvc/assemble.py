@@ -202,7 +202,7 @@ def assemble(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None)
     pruned, stripped, tripped = [], 0, False
     if result.body_bytes > cfg.assemble.request_prune_bytes:
         tripped = True
-        p = prune.prune(conv, prune.PAYLOAD_LIMIT, inp.compaction, cfg)
+        p = prune.prune(conv, prune.PAYLOAD_LIMIT, inp.compaction, cfg, model=inp.model)
         pruned = p.part_ids
         now_ms = int((now or dt.datetime.now()).timestamp() * 1000)
         shrunk = prune.apply(conv, pruned, now_ms) if pruned else conv

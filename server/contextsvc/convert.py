@@ -363,3 +363,15 @@ def message_to_pb(msg: m.Message) -> pb.Message:
 def token_count(pair) -> pb.TokenCount:
     tokens, method = pair
     return pb.TokenCount(tokens=tokens, method=method)
+
+
+def compact_edit(edit) -> pb.CompactEdit:
+    from .compact import edits as ed
+
+    if isinstance(edit, ed.InsertMessage):
+        return pb.CompactEdit(insert=pb.InsertMessage(after_id=edit.after_id, message=message_to_pb(edit.message)))
+    if isinstance(edit, ed.SetTailStart):
+        return pb.CompactEdit(set_tail_start=pb.SetTailStart(message_id=edit.message_id,
+                                                             tail_start_id=edit.tail_start_id))
+    return pb.CompactEdit(mark_compacted=pb.MarkCompacted(part_ids=edit.part_ids,
+                                                          time_compacted_ms=edit.time_compacted_ms))

@@ -5,12 +5,33 @@ from . import model as m
 
 
 def _completed_summary_for(messages: list, user_index: int) -> int:
-    """Index of the finished summary answering the compaction user message, or -1."""
+    """Index of the finished summary answering the compaction user message, or -1.
+
+    An earlier attempt for the same marker may have failed: a later one that finished still
+    completes the compaction.
+    """
     user_id = messages[user_index].id
     for j in range(user_index + 1, len(messages)):
         msg = messages[j]
-        if msg.role == m.ASSISTANT and msg.summary and msg.parent_id == user_id:
-            return j if msg.finished and msg.error is None else -1
+        if (msg.role == m.ASSISTANT and msg.summary and msg.parent_id == user_id and msg.finished
+                and msg.error is None):
+            return j
+    return -1
+
+
+def last_compaction(messages: list) -> int:
+    """Stored index of the last completed compaction's summary, or -1: what was stored after it
+    is what the conversation has done since (the kept tail is stored before the marker)."""
+    for i in range(len(messages) - 1, -1, -1):
+        msg = messages[i]
+        if msg.role == m.USER and msg.compaction() is not None:
+            s = _completed_summary_for(messages, i)
+            if s >= 0:
+                return s
+        if msg.role == m.ASSISTANT and msg.summary and msg.finished and msg.error is None:
+            parent = next((k for k in range(i - 1, -1, -1) if messages[k].id == msg.parent_id), -1)
+            if parent >= 0 and messages[parent].compaction() is None:
+                return i
     return -1
 
 
@@ -29,8 +50,9 @@ def project(messages: list) -> list:
                 continue
             tail_start = msg.compaction().tail_start_id
             tail = []
-            if tail_start:
-                tail = [x for x in messages[:i] if x.id >= tail_start]
+            if tail_start:  # by position: ids carry no order
+                start = next((k for k in range(i) if messages[k].id == tail_start), i)
+                tail = messages[start:i]
             later = [x for k, x in enumerate(messages[i + 1:], start=i + 1) if k != s]
             return [msg, messages[s], *tail, *later]
         if msg.role == m.ASSISTANT and msg.summary and msg.finished and msg.error is None:

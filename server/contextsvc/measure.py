@@ -6,9 +6,10 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from . import model as m, native, request, tokens, validate
+from . import history, model as m, native, request, tokens, validate
 from .config import Config
 from .errors import BadInput
+from .lowering.media import MEDIA_PLACEHOLDER
 
 
 @dataclass(slots=True)
@@ -52,7 +53,8 @@ class Measurement:
     projected_calibrated: int = 0
     projected_self_calibrated: int = 0
     projected_exact: int = 0  # 0 unless the exact count was asked for
-    compaction_figure: str = "estimate"  # the figure should_compact was decided on
+    compaction_figure: str = "calibrated"  # the method the decision figure was taken with
+    decision: tuple = (0, "")  # (tokens, method): the decision figure of the whole request
 
 
 # ---- window arithmetic ---------------------------------------------------------------------
@@ -78,7 +80,8 @@ def usable(mdl: m.Model, settings: m.CompactionSettings, cfg: Config) -> int:
 def limit(mdl: m.Model, settings: m.CompactionSettings, cfg: Config) -> int:
     u = usable(mdl, settings, cfg)
     if settings.threshold_percent is not None and mdl.limits.context > 0:
-        return min(u, math.floor(mdl.limits.context * settings.threshold_percent / 100))
+        # as JavaScript computes it: Math.floor(context * (percent / 100)), in doubles
+        return min(u, math.floor(mdl.limits.context * (settings.threshold_percent / 100)))
     return u
 
 
@@ -102,8 +105,20 @@ def baseline(messages: list) -> Optional[m.Message]:
     return msg
 
 
+def backward_overflow_source(messages: list) -> Optional[m.Message]:
+    """The newest finished assistant stored after the last completed compaction, unless it is a
+    summary (a summary's usage is the summarizer's input, the old history: never ours). The kept
+    tail is stored before the compaction marker, so its pre-compaction usage is never read."""
+    start = history.last_compaction(messages) + 1
+    for msg in reversed(messages[start:]):
+        if msg.role == m.ASSISTANT and msg.finished:
+            return None if msg.summary else msg
+    return None
+
+
 def mid_tool_round_trip(messages: list) -> bool:
-    """A tool result follows the last user message: compacting now would orphan it."""
+    """A tool result follows the last user message. Informational: a tool part holds call and
+    result together and Compact never separates them, so this no longer blocks compaction."""
     u = _last(messages, lambda x: x.role == m.USER)
     return any(
         x.role == m.ASSISTANT and any(isinstance(p.content, m.Tool) for p in x.parts)
@@ -202,6 +217,14 @@ class _Figures:
     projected_self_calibrated: int
     exact: Optional[tuple]
     projected_exact: int
+    # (whole request, tail, overhead) of each method, for the decision figure
+    stretches: dict
+    media_tail: int  # media items in the tail elements
+
+
+def _media_in(element_texts) -> int:
+    placeholder = '"' + MEDIA_PLACEHOLDER + '"'
+    return sum(t.count(placeholder) for t in element_texts)
 
 
 def _figures(inp: MeasureInput, built: request.Built, cfg: Config, policy, exact_counter, base,
@@ -267,8 +290,52 @@ def _figures(inp: MeasureInput, built: request.Built, cfg: Config, policy, exact
         ex_overhead = sum(counts[:n_sys]) + ex_tools
         projected_exact = _projection(base, reported, ex_tail, ex_overhead, exact[0])
 
+    stretches = {"calibrated": (cal_total, cal_tail, cal_overhead)}
+    if factor:
+        stretches["self-calibrated"] = (self_cal[0], tokens.scaled(cal_tail, factor),
+                                        tokens.scaled(cal_overhead, factor))
+    else:
+        stretches["self-calibrated"] = stretches["calibrated"]
+    if exact is not None:
+        stretches["exact"] = (exact[0], ex_tail, ex_overhead)
+    media_tail = 0
+    if built.ledger.media_count and has_tail:
+        tail_elements = elements[tail_from:]
+        media_tail = _media_in(element_json[tail_from:] if element_json else map(_dumps, tail_elements))
     return _Figures((cal_total, tokens.CALIBRATED), self_cal, factor, anchor_id, projected_cal,
-                    projected_self, exact, projected_exact)
+                    projected_self, exact, projected_exact, stretches, media_tail)
+
+
+# ---- the decision figure ---------------------------------------------------------------------
+
+@dataclass(slots=True)
+class Decision:
+    total: int  # the whole request
+    tail: int  # what follows the last assistant element
+    overhead: int  # tools and leading system elements
+    method: str
+
+
+def _decision(figure: str, stretch: tuple, media: int, media_tail: int, self_method: str,
+              mdl: m.Model, cfg: Config) -> Decision:
+    """The figure every compaction choice reads: the method's count of the text (media as
+    placeholders) times the safety margin, plus a fixed cost per media item (SPEC 3)."""
+    mc = cfg.measure
+    total, tail, overhead = stretch
+    margin = mc.margin
+    if figure == "estimate" or (figure == "exact" and tokens.cl100k_is_native(mdl.id)):
+        margin = 1  # the reference's figure carries its own factor; cl100k is this model's own
+    names = {"estimate": tokens.PREFLIGHT, "calibrated": tokens.CALIBRATED,
+             "self-calibrated": self_method, "exact": tokens.EXACT_PREFIX + mc.exact_encoding.removesuffix("_offline")}
+    method = names[figure]
+    if margin != 1:
+        percent = (margin - 1) * 100
+        method += f"+{percent.numerator if percent.denominator == 1 else float(percent)}%"
+    method += f"+media:{mc.media_decision_tokens}"
+    per_item = mc.media_decision_tokens
+    return Decision(math.ceil(total * margin) + media * per_item,
+                    math.ceil(tail * margin) + media_tail * per_item,
+                    math.ceil(overhead * margin), method)
 
 
 # ---- the RPC ---------------------------------------------------------------------------------
@@ -319,12 +386,10 @@ def evaluate(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.Exac
     use = usable(mdl, settings, cfg)
     context_known = mdl.limits.context > 0
     auto = cfg.measure.auto if settings.auto is None else settings.auto
-    # a summary's usage is the summarizer's own input (the old history): never an overflow signal
-    last = _last(msgs, lambda x: x.role == m.ASSISTANT and not x.summary)
-    overflow = bool(auto and context_known and last >= 0 and msgs[last].usage.count() >= lim)
+    source = backward_overflow_source(msgs)
+    overflow = bool(auto and context_known and source is not None and source.usage.count() >= lim)
     base = baseline(msgs)
     reported = base.usage.count() if base is not None else 0
-    projected = reported + tail + overhead if base is not None else normalized
     mid = mid_tool_round_trip(msgs)
 
     max_out = max_output(mdl, cfg)
@@ -336,10 +401,14 @@ def evaluate(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.Exac
                    bool(tail_messages))
     figure = cfg.measure.compaction_figure
     if figure == "exact" and fig.exact is None:
-        figure = "estimate"  # exact counts are opt-in per request
-    chosen = {"estimate": projected, "calibrated": fig.projected_calibrated,
-              "self-calibrated": fig.projected_self_calibrated, "exact": fig.projected_exact}[figure]
-    should = context_known and not mid and (overflow or chosen >= lim)
+        figure = "calibrated"  # exact counts decide only when the request asks for them
+    stretches = dict(fig.stretches, estimate=(normalized, tail, overhead))
+    decision = _decision(figure, stretches[figure], built.ledger.media_count, fig.media_tail,
+                         fig.self_calibrated[1], mdl, cfg)
+    # One figure decides (SPEC 3): projected from the last reported usage when there is a
+    # baseline, else the decision figure of the whole request. Mid tool round-trip included.
+    projected = reported + decision.tail + decision.overhead if base is not None else decision.total
+    should = context_known and auto and (overflow or projected >= lim)
 
     return Measurement(
         body_bytes=built.body_bytes(),
@@ -371,4 +440,5 @@ def evaluate(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.Exac
         projected_self_calibrated=fig.projected_self_calibrated,
         projected_exact=fig.projected_exact,
         compaction_figure=figure,
+        decision=(decision.total, decision.method),
     ), built

@@ -1,16 +1,17 @@
 """Prune (SPEC section 4): mark old tool outputs compacted, never touching structure.
 
-Scans from the newest message backwards through the SPEC's gates and returns the ids of the tool
-parts to mark. `apply` produces the conversation those marks give (Compact uses it to measure
+Scans the history as it is sent (what follows the last compaction) from the newest message
+backwards through the SPEC's gates and returns the ids of the tool parts to mark. `apply` produces the conversation those marks give (Compact uses it to measure
 what is left after its post-compaction prune).
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Optional
 
-from . import model as m, native, validate
-from .config import Config
+from . import history, measure, model as m, native, validate
+from .config import PRUNE_PROTECT_RULES, Config
 from .errors import BadInput
 
 NORMAL = "normal"
@@ -21,6 +22,8 @@ REASONS = (NORMAL, PAYLOAD_LIMIT, POST_COMPACTION)
 DISABLED = "disabled"
 NOTHING_TO_PRUNE = "nothing-to-prune"
 MINIMUM = "minimum"
+
+TOOL_RESULTS, TURNS = PRUNE_PROTECT_RULES  # newest N completed results (default); last N turns
 
 
 @dataclass(slots=True)
@@ -34,36 +37,81 @@ class PruneResult:
 
 
 def enabled(reason: str, settings: m.CompactionSettings, cfg: Config) -> bool:
-    """payload-limit and post-compaction always run; normal only when asked for."""
-    if reason != NORMAL:
-        return True
-    return settings.prune if settings.prune is not None else cfg.prune.enabled
+    """An explicit `prune: false` turns every reason off (as upstream). Unset, payload-limit and
+    post-compaction run (the cache is being rebuilt anyway) and normal follows the config."""
+    if settings.prune is not None:
+        return settings.prune
+    return reason != NORMAL or cfg.prune.enabled
+
+
+@dataclass(frozen=True, slots=True)
+class Gates:
+    """The thresholds one prune runs with, after config, window scaling and request overrides."""
+    protect: str  # TOOL_RESULTS or TURNS
+    protected_results: int
+    protected_turns: int
+    protect_tokens: int  # PRUNE_PROTECT
+    minimum_tokens: int  # PRUNE_MINIMUM
+    protected_tools: frozenset
+
+
+def gates(settings: m.CompactionSettings, cfg: Config, mdl: Optional[m.Model] = None) -> Gates:
+    """Config values, the token gates scaled to the window when the model's is known (SPEC 4:
+    min(config, usable / 4) and min(config, usable / 10)), then each per-request value wins."""
+    pc, ps = cfg.prune, settings.prune_settings
+    protect_tokens, minimum_tokens = pc.protect_tokens, pc.minimum_tokens
+    if mdl is not None and mdl.limits.context > 0:
+        u = measure.usable(mdl, settings, cfg)
+        protect_tokens = min(protect_tokens, u // 4)
+        minimum_tokens = min(minimum_tokens, u // 10)
+
+    def pick(override, default):
+        return default if override is None else override
+
+    return Gates(
+        protect=pick(ps.protect, pc.protect),
+        protected_results=pick(ps.protected_results, pc.protected_results),
+        protected_turns=pick(ps.protected_turns, pc.protected_turns),
+        protect_tokens=pick(ps.protect_tokens, protect_tokens),
+        minimum_tokens=pick(ps.minimum_tokens, minimum_tokens),
+        protected_tools=frozenset(pick(ps.protected_tools, pc.protected_tools)),
+    )
 
 
 def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSettings,
-          cfg: Config) -> PruneResult:
+          cfg: Config, model: Optional[m.Model] = None) -> PruneResult:
+    """The tool parts to mark, scanning what would be sent (history.project) newest first.
+
+    `model` is optional: with a known context window it scales the token gates.
+    """
     if reason not in REASONS:
         raise BadInput("reason", f"must be one of {', '.join(REASONS)}, got {reason!r}")
     validate.conversation(conversation)
     validate.compaction_settings(settings)
+    if model is not None:
+        validate.model(model)
     if not enabled(reason, settings, cfg):
         return PruneResult(reason=reason, stopped_by=DISABLED)
 
-    pc = cfg.prune
-    protected = set(pc.protected_tools)
+    g = gates(settings, cfg, model)
+    by_turns = g.protect == TURNS
     estimate = native.estimate_tokens
-    msgs = conversation.messages
+    # Send order: a post-compaction prune must reach the kept tail, which is stored before the
+    # summary but sent after it. The projection keeps the stored message objects.
+    msgs = history.project(conversation.messages)
     turns = 0
+    results = 0  # completed tool results passed under the tool-results rule
     total = 0
     freed = 0
-    chosen = []  # (message index, part index)
+    chosen = []  # (message, part index)
     stop = False
     for i in range(len(msgs) - 1, -1, -1):
         msg = msgs[i]
-        if msg.role == m.USER:
-            turns += 1
-        if turns < pc.protected_turns:
-            continue  # the freshest turns are never touched
+        if by_turns:
+            if msg.role == m.USER:
+                turns += 1
+            if turns < g.protected_turns:
+                continue  # the freshest turns are never touched
         if msg.role == m.ASSISTANT and msg.summary:
             break  # never cross a compaction point
         parts = msg.parts
@@ -71,30 +119,34 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
             c = parts[j].content
             if not isinstance(c, m.Tool):
                 continue
-            if c.tool in protected:
+            if c.tool in g.protected_tools:
                 continue  # loaded instructions are live rules
             if c.compacted:
                 stop = True  # everything older was handled before
                 break
             if c.status != m.COMPLETED:
                 continue
+            if not by_turns and results < g.protected_results:
+                results += 1
+                continue  # the freshest results are never touched nor counted
             cost = estimate(c.output)
             total += cost
-            if total > pc.protect_tokens:
+            if total > g.protect_tokens:
                 freed += cost
-                chosen.append((i, j))
+                chosen.append((msg, j))
         if stop:
             break
 
     if not chosen:
         return PruneResult(reason=reason, stopped_by=NOTHING_TO_PRUNE, tokens_scanned=total)
-    if freed <= pc.minimum_tokens:
+    if freed <= g.minimum_tokens:
         return PruneResult(reason=reason, stopped_by=MINIMUM, tokens_scanned=total)
+    stored_index = {id(x): k for k, x in enumerate(conversation.messages)}
     ids = []
-    for i, j in chosen:
-        pid = msgs[i].parts[j].id
+    for msg, j in chosen:
+        pid = msg.parts[j].id
         if not pid:
-            raise BadInput(f"conversation.messages[{i}].parts[{j}].id",
+            raise BadInput(f"conversation.messages[{stored_index[id(msg)]}].parts[{j}].id",
                            "is required on a tool part that prune marks compacted")
         ids.append(pid)
     return PruneResult(part_ids=ids, tokens_freed=freed, acted=True, reason=reason,

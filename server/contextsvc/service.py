@@ -73,13 +73,15 @@ class ContextService(pb_grpc.ContextServiceServicer):
             projected_self_calibrated=r.projected_self_calibrated,
             projected_exact=r.projected_exact,
             compaction_figure=r.compaction_figure,
+            decision=convert.token_count(r.decision),
         )
 
     def Prune(self, request: pb.PruneRequest, context) -> pb.PruneResponse:
         convert.require(request, "conversation")
         reason = convert.prune_reason(request.reason)
+        mdl = convert.model(request.model) if request.HasField("model") else None
         r = prune.prune(convert.conversation(request.conversation, cache=self._messages), reason,
-                        convert.compaction_settings(request.compaction), self._cfg)
+                        convert.compaction_settings(request.compaction), self._cfg, model=mdl)
         if self._metrics is not None:
             self._metrics.record_prune(r.reason, r.acted, r.tokens_freed)
         return pb.PruneResponse(part_ids=r.part_ids, tokens_freed=r.tokens_freed, acted=r.acted,
@@ -93,6 +95,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
             overflow=request.overflow,
             auto=request.auto,
             attempts=request.attempts,
+            id_prefix=request.id_prefix,
         )
         deadline = Deadline.after(context.time_remaining(), cancelled=lambda: not context.is_active())
         r = compaction.compact(inp, self._cfg, self._summarizer, deadline)
@@ -104,6 +107,8 @@ class ContextService(pb_grpc.ContextServiceServicer):
             under_limit=r.under_limit, tokens_before=r.tokens_before, tokens_after=r.tokens_after,
             limit=r.limit, attempts=r.attempts, backend=r.backend or "", fell_back=r.fell_back,
             fallback_reason=r.fallback_reason or "", chunked=r.chunked,
+            edits=[convert.compact_edit(e) for e in r.edits], omittable_ids=r.omittable_ids,
+            decision_method=r.decision_method,
         )
         if r.summary is not None:
             out.summary.CopyFrom(convert.message_to_pb(r.summary))

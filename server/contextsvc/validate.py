@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 from . import model as m
+from .config import PRUNE_PROTECT_RULES
 from .errors import BadInput
 
 
@@ -11,17 +12,16 @@ def conversation(conv: m.Conversation, path: str = "conversation") -> None:
     """Runs on every call, so field paths are only formatted for the error raised."""
     if not conv.messages:
         raise BadInput(f"{path}.messages", "must hold at least one message")
-    previous = None
+    ids = {}
     part_ids = {}
     for i, msg in enumerate(conv.messages):
-        if not msg.id or (previous is not None and msg.id <= previous):
+        if not msg.id or msg.id in ids:
             mp = f"{path}.messages[{i}]"
             if not msg.id:
                 raise BadInput(f"{mp}.id", "is required")
-            what = "duplicates" if msg.id == previous else "is not greater than"
-            raise BadInput(f"{mp}.id", f"{msg.id!r} {what} the previous id {previous!r}; "
-                           "ids must be unique and strictly increasing")
-        previous = msg.id
+            raise BadInput(f"{mp}.id", f"{msg.id!r} duplicates {path}.messages[{ids[msg.id]}].id; "
+                           "ids must be unique within the conversation")
+        ids[msg.id] = i
         if msg.time_created_ms < 0 or msg.time_completed_ms < 0:
             name = "time_created_ms" if msg.time_created_ms < 0 else "time_completed_ms"
             raise BadInput(f"{path}.messages[{i}].{name}", "must not be negative")
@@ -93,3 +93,11 @@ def compaction_settings(s: m.CompactionSettings, path: str = "compaction") -> No
         v = getattr(s, name)
         if v is not None and v < 0:
             raise BadInput(f"{path}.{name}", "must not be negative")
+    ps = s.prune_settings
+    if ps.protect is not None and ps.protect not in PRUNE_PROTECT_RULES:
+        raise BadInput(f"{path}.prune_settings.protect",
+                       f"must be one of {', '.join(PRUNE_PROTECT_RULES)}, got {ps.protect!r}")
+    for name in ("protected_results", "protected_turns", "protect_tokens", "minimum_tokens"):
+        v = getattr(ps, name)
+        if v is not None and v < 0:
+            raise BadInput(f"{path}.prune_settings.{name}", "must not be negative")

@@ -14,7 +14,7 @@ from ..config import Config
 from ..errors import BadInput, Unavailable
 from ..limits import NO_DEADLINE, Deadline
 from ..lowering.neutral import attachment_note
-from . import offline, retention as ret, select as sel_mod, serialize, template
+from . import edits as ed, offline, retention as ret, select as sel_mod, serialize, template
 from .job import ContextTooLong, SummaryJob
 
 COMPACTED = "compacted"
@@ -26,9 +26,8 @@ CONTINUE_PROMPT = ("Continue if you have next steps, or stop and ask for clarifi
                    "unsure how to proceed.")
 REPLAY_NOTE = ("[The last request was too large to repeat verbatim after compaction; "
                "what follows is a summary of it.]")
-SUMMARY_SUFFIX = "~summary"  # appended to the last id: sorts after it, before any longer next id
-MARKER_SUFFIX = "~marker"  # a compaction marker standing in when the caller sent none
-CONTINUE_SUFFIX = "~continue"
+MEDIA_REMOVED_NOTE = ("[Attachments of this message were removed to fit the context window; "
+                      "their names are given above.]")
 SUMMARY_AGENT = "compaction"
 
 
@@ -43,6 +42,7 @@ class CompactInput:
     auto: bool = False  # triggered automatically
     attempts: int = 0  # compactions already made in this agent turn
     now_ms: int = 0  # clock for the new messages and prune marks; 0 = now
+    id_prefix: str = ""  # prefix of the ids of the messages Compact creates
 
 
 @dataclass(slots=True)
@@ -63,6 +63,9 @@ class CompactResult:
     fallback_reason: str = ""
     chunked: bool = False
     retention: ret.Retention = field(default_factory=ret.Retention)
+    edits: list = field(default_factory=list)  # edits.Edit, in the order the client applies them
+    omittable_ids: list = field(default_factory=list)  # stored messages no longer sent
+    decision_method: str = ""
 
 
 def check(inp: CompactInput) -> None:
@@ -97,11 +100,14 @@ def _preflight(text: str, cfg: Config) -> int:
 
 
 def needs_chunks(job: SummaryJob, usable: int, cfg: Config) -> bool:
-    """ceil(estimate * 1.3) + output cap > usable, for the summary request itself."""
+    """ceil(estimate * 1.3) + output > usable, for the summary request itself, its output capped
+    at the chunk output budget (2048) as the reference sizes it: the model's full output cap
+    would send small heads down the chunked path."""
     if usable <= 0:
         return False
     request_text = template.TEMPLATE_RULES + template.prompt(job.transcript, job.previous)
-    return _preflight(request_text, cfg) + job.max_tokens > usable
+    output = min(job.max_tokens, cfg.compact.chunk_output_tokens)
+    return _preflight(request_text, cfg) + output > usable
 
 
 def chunk_budget(usable: int, cfg: Config) -> int:
@@ -188,38 +194,84 @@ def _run(summarizer, transcript: serialize.Transcript, usable: int, cap: int,
 # ---- the new messages --------------------------------------------------------------------------
 
 def _placeholder_copy(msg: m.Message, new_id: str, now_ms: int) -> m.Message:
-    """The replay of a user message, media replaced by their placeholder notes."""
-    parts = []
-    for k, p in enumerate(msg.parts):
+    """The replay of a user message, media replaced by their notes, then one line saying so."""
+    parts, removed = [], False
+    for p in msg.parts:
         c = p.content
         if isinstance(c, m.Text):
             if c.ignored or not c.text:
                 continue
             c = m.Text(c.text, synthetic=c.synthetic)
         elif isinstance(c, m.File):
+            removed = removed or c.is_media
             c = m.Text(attachment_note(c))
         elif isinstance(c, (m.Subtask, m.Agent)):
             c = dataclasses.replace(c)
         else:
             continue
-        parts.append(m.Part(f"{new_id}:{k}", c))
+        parts.append(m.Part(f"{new_id}:{len(parts)}", c))
+    if removed:
+        parts.append(m.Part(f"{new_id}:{len(parts)}", m.Text(MEDIA_REMOVED_NOTE, synthetic=True)))
     return m.Message(new_id, m.USER, parts, time_created_ms=now_ms, agent=msg.agent)
 
 
-def _continue_message(replay: Optional[m.Message], new_id: str, now_ms: int) -> m.Message:
-    if replay is not None:
-        return _placeholder_copy(replay, new_id, now_ms)
+def _continue_prompt(new_id: str, now_ms: int) -> m.Message:
     return m.Message(new_id, m.USER, [m.Part(f"{new_id}:0", m.Text(CONTINUE_PROMPT, synthetic=True))],
                      time_created_ms=now_ms)
 
 
-def _with_tail_start(marker: m.Message, tail_start_id: str) -> m.Message:
-    parts = [m.Part(p.id, dataclasses.replace(p.content, tail_start_id=tail_start_id))
-             if isinstance(p.content, m.Compaction) else p for p in marker.parts]
-    return dataclasses.replace(marker, parts=parts)
+def _sends_content(msg: m.Message) -> bool:
+    return any(isinstance(p.content, (m.Tool, m.File, m.Reasoning)) or
+               (isinstance(p.content, m.Text) and not p.content.ignored and p.content.text)
+               for p in msg.parts)
+
+
+def _replay_index(projected: list) -> int:
+    """The last real user message, when real content precedes it (the reference's hasContent):
+    replaying the only content there is would overflow again."""
+    r = next((i for i in range(len(projected) - 1, -1, -1) if sel_mod.starts_turn(projected[i])), -1)
+    if r > 0 and any(_sends_content(x) for x in projected[:r]):
+        return r
+    return -1
+
+
+def _earliest_tail(projected: list, stored: list) -> int:
+    """Where a kept tail may start: after the previous compaction's own tail. That tail is stored
+    before the previous marker, so a new tail reaching into it could not be projected back."""
+    s = next((i for i in range(len(projected) - 1, -1, -1)
+              if projected[i].role == m.ASSISTANT and projected[i].summary), -1)
+    if s < 0:
+        return 0
+    position = {id(x): i for i, x in enumerate(stored)}
+    cut = position[id(projected[0] if projected[0].compaction() is not None else projected[s])]
+    return next((k for k in range(s + 1, len(projected)) if position[id(projected[k])] > cut),
+                len(projected))
 
 
 # ---- the RPC -----------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class _Plan:
+    head: list
+    tail: list
+    replay: Optional[m.Message]  # the user message to replay after the summary, if any
+
+
+def _plan(projected: list, stored: list, overflow: bool, mdl: m.Model, use: int,
+          settings: m.CompactionSettings, cfg: Config, keep_tail: bool) -> _Plan:
+    """Head and tail, with the turn in progress never dropped: it is summarized or kept."""
+    floor = _earliest_tail(projected, stored)
+    kept = len(projected)
+    if keep_tail:
+        selection = sel_mod.select(projected, mdl, use, settings, cfg)
+        if selection.tail_start_id:
+            kept = max(len(selection.head), floor)
+    head, tail = projected[:kept], projected[kept:]
+    r = _replay_index(projected) if overflow else -1
+    # a user message kept verbatim in the tail is not replayed: it would be sent twice
+    replay = projected[r] if 0 <= r < kept else None
+    return _Plan(head, tail, replay)
+
 
 def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline = NO_DEADLINE) -> CompactResult:
     """deadline: the caller's; when it passes (or the caller cancels) the work stops with
@@ -230,33 +282,30 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
     now_ms = inp.now_ms or time.time_ns() // 1_000_000
     lim = measure.limit(mdl, settings, cfg)
     use = measure.usable(mdl, settings, cfg)
-    before = _measure(inp.conversation, inp, cfg).projected
+    measured = _measure(inp.conversation, inp, cfg)
+    before = measured.projected
+    over = not _under(before, lim, mdl)
     result = CompactResult(outcome=NOTHING_TO_DO, tokens_before=before, tokens_after=before,
-                           limit=lim, attempts=inp.attempts, under_limit=_under(before, lim, mdl))
+                           limit=lim, attempts=inp.attempts, under_limit=not over,
+                           decision_method=measured.decision[1])
 
-    if inp.attempts >= cfg.compact.max_attempts:
+    max_attempts = settings.max_attempts if settings.max_attempts is not None else cfg.compact.max_attempts
+    if inp.attempts >= max_attempts:
         result.outcome = CONTEXT_OVERFLOW
         return result
 
-    parent_index = max(i for i, x in enumerate(msgs) if x.role == m.USER)
-    parent = msgs[parent_index]
+    parent = msgs[max(i for i, x in enumerate(msgs) if x.role == m.USER)]
     marker = parent if parent.compaction() is not None else None
     # Earlier attempts at this same compaction (summaries answering the marker) are dropped.
     projected = [x for x in history.project(msgs) if x is not marker
                  and not (marker is not None and x.summary and x.parent_id == marker.id)]
 
-    replay = None
-    candidates = projected
-    if inp.overflow:
-        r = next((i for i in range(len(projected) - 1, -1, -1)
-                  if sel_mod.starts_turn(projected[i])), -1)
-        if r > 0:
-            replay, candidates = projected[r], projected[:r]
-
-    selection = sel_mod.select(candidates, mdl, use, settings, cfg)
-    transcript = serialize.serialize(selection.head, cfg.compact.tool_output_max_chars)
-    if not transcript.messages:
-        return result
+    plan = _plan(projected, msgs, inp.overflow, mdl, use, settings, cfg, keep_tail=True)
+    if not serialize.serialize(plan.head, cfg.compact.tool_output_max_chars).messages:
+        if not over:
+            return result
+        # Never stuck (SPEC 5): over the limit with nothing old enough, the tail goes too.
+        plan = _plan(projected, msgs, inp.overflow, mdl, use, settings, cfg, keep_tail=False)
     result.attempts = inp.attempts + 1
 
     chosen = summarizer or make_summarizer(cfg)
@@ -277,50 +326,90 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
             text_, chunked_ = _run(chosen, tr, use, cap, cfg, deadline)
             return text_, chunked_, chosen.name
 
-    text, chunked, backend = summarize(transcript)
-
-    last_id = msgs[-1].id
-    summary_id = last_id + SUMMARY_SUFFIX
-    summary = m.Message(
-        summary_id, m.ASSISTANT, [m.Part(f"{summary_id}:0", m.Text(text))],
-        time_created_ms=now_ms, time_completed_ms=now_ms, summary=True, parent_id=parent.id,
-        model_id=cfg.summarizer.model if backend != offline.NAME else offline.NAME,
-        provider_id=m.ANTHROPIC if backend != offline.NAME else "", agent=SUMMARY_AGENT)
-    cont = _continue_message(replay, summary_id + CONTINUE_SUFFIX, now_ms)
-    if replay is not None and use > 0 and sel_mod.message_size(cont, mdl) > chunk_budget(use, cfg):
-        # A replay too big to resend is summarized the same way and replaced by a note saying so.
-        replay_summary, _, _ = summarize(serialize.serialize([replay], cfg.compact.tool_output_max_chars))
-        cont = m.Message(cont.id, m.USER, [m.Part(f"{cont.id}:0", m.Text(
-            f"{REPLAY_NOTE}\n\n{replay_summary}"))], time_created_ms=now_ms)
-
-    # The stored conversation after this compaction, then the post-compaction prune over it.
-    stored_marker = _with_tail_start(marker, selection.tail_start_id) if marker is not None else None
-    stored = [stored_marker if x is marker else x for x in msgs] + [summary, cont]
-    pr = prune.prune(m.Conversation(stored, inp.conversation.session_id), prune.POST_COMPACTION,
-                     settings, cfg)
-    pruned = pr.part_ids if pr.acted else []
-
-    # What the next request holds: [compaction marker, summary, kept tail, continue message].
-    # A stand-in marker sorting after every stored id keeps the measured history well ordered.
-    marker_id = last_id + MARKER_SUFFIX
-    stand_in = m.Message(marker_id, m.USER, [m.Part(f"{marker_id}:0", m.Compaction(
-        auto=inp.auto, overflow=inp.overflow, tail_start_id=selection.tail_start_id))],
-        time_created_ms=now_ms)
-    after_summary = dataclasses.replace(summary, parent_id=marker_id)
-    after = prune.apply(m.Conversation(selection.tail + [stand_in, after_summary, cont],
-                                       inp.conversation.session_id), pruned, now_ms)
-    tokens_after = _measure(after, inp, cfg).normalized[0]
+    ids = ed.IdMaker(msgs, inp.id_prefix)
+    marker_id = marker.id if marker is not None else ids.make("compaction")
+    summary_id, next_id = ids.make("summary"), ids.make("continue")
+    while True:
+        transcript = serialize.serialize(plan.head, cfg.compact.tool_output_max_chars)
+        text, chunked, backend = summarize(transcript)
+        edits = _edits(inp, plan, marker, marker_id, summary_id, next_id, text, backend, summarize, now_ms, cfg)
+        stored = ed.apply(msgs, edits)
+        # the post-compaction prune reads the edited conversation, in send order
+        pr = prune.prune(m.Conversation(stored, inp.conversation.session_id), prune.POST_COMPACTION,
+                         settings, cfg, model=mdl)
+        if pr.acted:
+            edits.append(ed.MarkCompacted(list(pr.part_ids), now_ms))
+            stored = ed.apply(stored, edits[-1:])
+        after = _measure(m.Conversation(stored, inp.conversation.session_id), inp, cfg)
+        tokens_after = after.decision[0]
+        if _under(tokens_after, lim, mdl) or not plan.tail:
+            break
+        # Still over with a verbatim tail: summarize the tail too rather than report failure.
+        plan = _plan(projected, msgs, inp.overflow, mdl, use, settings, cfg, keep_tail=False)
 
     under = _under(tokens_after, lim, mdl)
+    sent = {id(x) for x in history.project(stored)}
+    new = {e.message.id: e.message for e in edits if isinstance(e, ed.InsertMessage)}
     result.outcome = COMPACTED if under else INSUFFICIENT
-    result.tail_start_id = selection.tail_start_id
-    result.summarized_ids = [x.id for x in selection.head]
-    result.summary = summary
-    result.continue_message = cont
-    result.pruned_part_ids = pruned
+    result.tail_start_id = _tail_start(stored, marker_id)
+    result.summarized_ids = [x.id for x in plan.head]
+    result.summary = new[summary_id]
+    result.continue_message = new.get(next_id)
+    result.pruned_part_ids = list(pr.part_ids) if pr.acted else []
     result.under_limit = under
     result.tokens_after = tokens_after
     result.backend = backend
     result.chunked = chunked
     result.retention = ret.measure(ret.extract(transcript.messages), text)
+    result.edits = edits
+    result.omittable_ids = [x.id for x in stored if id(x) not in sent]
+    result.decision_method = after.decision[1]
     return result
+
+
+def _tail_start(stored: list, marker_id: str) -> str:
+    marker = next(x for x in stored if x.id == marker_id)
+    return marker.compaction().tail_start_id
+
+
+def _edits(inp: CompactInput, plan: _Plan, marker: Optional[m.Message], marker_id: str, summary_id: str,
+           next_id: str, text: str, backend: str, summarize, now_ms: int, cfg: Config) -> list:
+    """The edits that store this compaction, placed so that the next request is
+    [marker, summary, (replay,) kept tail, (continue)] and nothing is sent twice."""
+    msgs, mdl = inp.conversation.messages, inp.model
+    use = measure.usable(mdl, inp.compaction, cfg)
+    last_id = msgs[-1].id
+    replay = None
+    if plan.replay is not None:
+        replay = _placeholder_copy(plan.replay, next_id, now_ms)
+        if use > 0 and sel_mod.message_size(replay, mdl) > chunk_budget(use, cfg):
+            # A replay too big to resend is summarized the same way and replaced by a note saying so.
+            replay_summary, _, _ = summarize(serialize.serialize([plan.replay], cfg.compact.tool_output_max_chars))
+            replay = m.Message(next_id, m.USER, [m.Part(f"{next_id}:0", m.Text(
+                f"{REPLAY_NOTE}\n\n{replay_summary}"))], time_created_ms=now_ms)
+
+    edits = []
+    tail_start = plan.tail[0].id if plan.tail else ""
+    if replay is not None and plan.tail:
+        # the replayed request goes right before the kept tail, which answers it
+        at = next(i for i, x in enumerate(msgs) if x.id == tail_start)
+        edits.append(ed.InsertMessage(msgs[at - 1].id, replay))
+        tail_start = replay.id
+    if marker is None:
+        edits.append(ed.InsertMessage(last_id, m.Message(marker_id, m.USER, [m.Part(f"{marker_id}:0", m.Compaction(
+            auto=inp.auto, overflow=inp.overflow, tail_start_id=tail_start))], time_created_ms=now_ms)))
+        anchor = marker_id
+    else:
+        edits.append(ed.SetTailStart(marker_id, tail_start))
+        anchor = last_id
+    summary = m.Message(
+        summary_id, m.ASSISTANT, [m.Part(f"{summary_id}:0", m.Text(text))],
+        time_created_ms=now_ms, time_completed_ms=now_ms, summary=True, parent_id=marker_id,
+        model_id=cfg.summarizer.model if backend != offline.NAME else offline.NAME,
+        provider_id=m.ANTHROPIC if backend != offline.NAME else "", agent=SUMMARY_AGENT)
+    edits.append(ed.InsertMessage(anchor, summary))
+    if replay is not None and not plan.tail:
+        edits.append(ed.InsertMessage(summary_id, replay))
+    elif replay is None and inp.auto:
+        edits.append(ed.InsertMessage(summary_id, _continue_prompt(next_id, now_ms)))
+    return edits
