@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from contextsvc.client import apply_compaction
 from contextsvc.v1 import context_pb2 as pb
@@ -71,6 +71,7 @@ def _check(stub, messages, model, comp, overflow, auto, attempts, drop):
     m = stub.Measure(pb.MeasureRequest(conversation=pb.Conversation(session_id="prop", messages=after),
                                        model=model, tools=TOOLS, system=SYSTEM, compaction=comp), timeout=30)
     outcome = pb.CompactOutcome.Name(r.outcome)
+    event(f"{outcome}, overflow={overflow}, {'edits' if r.edits else 'no edits'}")
     assert m.decision.tokens == r.tokens_after, (outcome, r.tokens_before, r.tokens_after, m.decision.tokens,
                                                  [e.WhichOneof("edit") for e in r.edits], list(r.omittable_ids), drop)
     assert m.decision.method == r.decision_method
