@@ -69,10 +69,13 @@ def test_marker_shapes_per_provider(stub):
     assert openai["messages"][4] == {"role": "tool", "tool_call_id": "call_1",
                                      "content": "def test_x():\n    assert f() == 2\n"}
     compat = json.loads(stub.Assemble(request(provider=pb.PROVIDER_OPENAI_COMPATIBLE), timeout=10).body)
-    assert compat["messages"][0]["cache_control"] == {"type": "ephemeral"}  # string content: on the message
-    assert compat["messages"][-1]["cache_control"] == {"type": "ephemeral"}
+    # on the last content part, where the gateways document it: a string content becomes one part
+    assert compat["messages"][0]["content"] == [{"type": "text", "text": compat["messages"][0]["content"][0]["text"],
+                                                 "cache_control": {"type": "ephemeral"}}]
+    assert compat["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert not any("cache_control" in msg for msg in compat["messages"])
     copilot = json.loads(stub.Assemble(request(provider=pb.PROVIDER_COPILOT), timeout=10).body)
-    assert copilot["messages"][-1]["copilot_cache_control"] == {"type": "ephemeral"}
+    assert copilot["messages"][-1]["content"][-1]["copilot_cache_control"] == {"type": "ephemeral"}
     gemini = json.loads(stub.Assemble(request(provider=pb.PROVIDER_GEMINI), timeout=10).body)
     assert gemini["generationConfig"]["maxOutputTokens"] == 32_000 and "cache" not in json.dumps(gemini)
 
@@ -109,10 +112,11 @@ def unmarked(value):
     return value
 
 
-def test_max_steps_sends_a_trailing_user_message_and_no_tools(stub):
+def test_max_steps_sends_a_trailing_user_message_and_no_tool_use(stub):
     a = stub.Assemble(request(step=5, max_steps=5), timeout=10)
     body = json.loads(a.body)
-    assert "tools" not in body and "max_steps" in a.injected
+    # the tools stay (the history holds tool blocks); the provider's own choice disables them
+    assert body["tools"] and body["tool_choice"] == {"type": "none"} and "max_steps" in a.injected
     last = body["messages"][-1]
     assert last["role"] == "user" and "MAXIMUM STEPS REACHED" in last["content"][-1]["text"]
 

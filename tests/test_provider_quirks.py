@@ -47,10 +47,10 @@ def test_bedrock_document_names_use_only_the_characters_converse_accepts(stub):
 
 def test_gemini_replays_the_thought_signature_on_the_function_call(stub):
     call = convo.tool("t1", "call_1", "read", {"path": "a.py"}, "x = 1\n")
-    b = body(stub, turn(reasoning("r1", "I should read it", "gem-sig-1"), call), pb.PROVIDER_GEMINI)
+    b = body(stub, turn(reasoning("r1", "I should read it", "Z2VtLXNpZy0x"), call), pb.PROVIDER_GEMINI)
     model_parts = b["contents"][1]["parts"]
     assert model_parts[0] == {"functionCall": {"name": "read", "args": {"path": "a.py"}},
-                              "thoughtSignature": "gem-sig-1"}
+                              "thoughtSignature": "Z2VtLXNpZy0x"}
     assert "I should read it" not in json.dumps(b)  # the thought itself is not replayed
 
 

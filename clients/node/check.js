@@ -58,7 +58,8 @@ async function main(address) {
     });
 
     await check("Prune", async () => {
-      const r = await client.Prune({ conversation, reason: "PRUNE_REASON_PAYLOAD_LIMIT" });
+      // the newest 5 tool results are protected: ten turns leave five old outputs to clear
+      const r = await client.Prune({ conversation: session(10), reason: "PRUNE_REASON_PAYLOAD_LIMIT" });
       assert.equal(r.acted, true);
       assert.equal(r.reason, "PRUNE_REASON_PAYLOAD_LIMIT");
       assert.ok(r.part_ids.length > 0 && r.tokens_freed > 0, "frees old tool outputs");

@@ -190,12 +190,15 @@ def assemble(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None)
     if inp.step < 0 or inp.max_steps < 0:
         raise BadInput("step" if inp.step < 0 else "max_steps", "must not be negative")
     messages, injected, block = inject(inp, now)
-    tools = [] if inp.tools_disabled or "max_steps" in injected else inp.tools
+    # Disabled tools stay defined: providers refuse tool blocks in history without them, and they
+    # head the cached prefix. The provider's own "no tool use" choice disables them.
+    tools_disabled = inp.tools_disabled or "max_steps" in injected
     conv = dataclasses.replace(inp.conversation, messages=messages)
 
     def evaluate(c):
-        return measure.evaluate(measure.MeasureInput(c, inp.model, tools, inp.system, inp.compaction,
-                                                     configured_output_tokens=inp.configured_output_tokens),
+        return measure.evaluate(measure.MeasureInput(c, inp.model, inp.tools, inp.system, inp.compaction,
+                                                     configured_output_tokens=inp.configured_output_tokens,
+                                                     tools_disabled=tools_disabled),
                                 cfg, policy=inp.policy, hashes=True, checked=True)
 
     result, built = evaluate(conv)

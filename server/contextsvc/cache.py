@@ -100,8 +100,11 @@ def choose(lowered, provider: str, tools: list, policy: Policy, max_markers: int
     for b in chosen:
         unique.setdefault((b.kind, b.index), b)
     chosen = sorted(unique.values(), key=lambda b: ({"tools": 0, "system": 1, "message": 2}[b.kind], b.index))
-    if provider == m.ANTHROPIC and len(chosen) > max_markers:
-        raise BadInput("cache_hints", f"{len(chosen)} breakpoints; Anthropic accepts at most {max_markers}")
+    if len(chosen) > max_markers:  # Anthropic, Bedrock and the gateways' upstreams all refuse more
+        raise BadInput("cache_hints", f"{len(chosen)} breakpoints; {provider} accepts at most {max_markers}")
+    # A message with no block that can carry a marker gets none (say, an assistant step of
+    # reasoning alone on Anthropic, or tool calls alone on the gateways).
+    chosen = [b for b in chosen if b.kind != "message" or _markable(provider, lowered.messages[b.index])]
     if provider == m.ANTHROPIC:
         # The Messages API rejects a 1-hour entry placed after a 5-minute one.
         ttls = [b.ttl for b in chosen]
@@ -144,18 +147,41 @@ def place(lowered, provider: str, breakpoints: list) -> list:
                 lowered.system.append({key: value})  # the block after the last system text
             else:
                 element["content"].append({key: value})
-        elif provider == m.ANTHROPIC:
-            if b.kind == "system":
-                element[key] = value
-            else:
-                element["content"][-1][key] = value
-        else:  # Chat Completions shapes: on the last content part, or the message itself
-            content = element.get("content")
-            if isinstance(content, list) and content:
-                content[-1][key] = value
-            else:
-                element[key] = value
+        elif provider == m.ANTHROPIC and b.kind == "system":
+            element[key] = value
+        else:
+            _marked_part(provider, element)[key] = value
     return changed
+
+
+def _markable(provider: str, element: dict) -> bool:
+    """Whether a message has a part a marker can go on (see _marked_part); changes nothing."""
+    if provider == m.BEDROCK:
+        return True
+    content = element.get("content")
+    if provider == m.ANTHROPIC:
+        return any(b.get("type") not in _UNMARKABLE for b in content)
+    return bool(content)
+
+
+# Anthropic refuses cache_control on these blocks.
+_UNMARKABLE = ("thinking", "redacted_thinking")
+
+
+def _marked_part(provider: str, element: dict):
+    """The content part of a markable message (see _markable) its marker goes on.
+
+    Anthropic: the last block that is not reasoning. Chat Completions gateways: the last content
+    part, where they document the marker; a plain-string content becomes one text part for it.
+    Placed after the prefix hashes are taken, so that form never counts as a change. Not for
+    Bedrock, whose cachePoint is a block of its own.
+    """
+    content = element["content"]
+    if provider == m.ANTHROPIC:
+        return next(b for b in reversed(content) if b.get("type") not in _UNMARKABLE)
+    if isinstance(content, str):
+        element["content"] = content = [{"type": "text", "text": content}]
+    return content[-1]
 
 
 def prefix_hashes(lowered, provider: str, breakpoints: list, texts: dict | None = None) -> dict:

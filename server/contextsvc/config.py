@@ -180,7 +180,7 @@ class CompactConfig:
 @dataclass(frozen=True)
 class AssembleConfig:
     request_prune_bytes: int = 1_250_000  # REQUEST_PRUNE_BYTES: payload guard threshold
-    anthropic_max_breakpoints: int = 4  # the Messages API accepts at most four cache markers
+    anthropic_max_breakpoints: int = 4  # Anthropic (also behind Bedrock and the gateways) takes at most four markers
     anthropic_auto_breakpoints: int = 3  # the auto policy leaves one marker for the caller
     prompt_dir: str = ""  # operator-supplied model-family prompt texts; "" = none
     prefix_sessions: int = 10000  # sessions whose breakpoint hashes are kept to detect prefix breaks

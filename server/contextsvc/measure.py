@@ -21,6 +21,7 @@ class MeasureInput:
     compaction: m.CompactionSettings
     exact: bool = False
     configured_output_tokens: int = 0
+    tools_disabled: bool = False  # tools stay in the body, with the provider's "no tool use" choice
 
 
 @dataclass(slots=True)
@@ -362,7 +363,8 @@ def evaluate(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.Exac
     factor = cfg.measure.factor
     a = cfg.assemble
     built = request.build(inp.conversation, mdl, inp.tools, inp.system, a.prompt_dir, policy,
-                          a.anthropic_max_breakpoints, a.anthropic_auto_breakpoints, hashes)
+                          a.anthropic_max_breakpoints, a.anthropic_auto_breakpoints, hashes,
+                          tools_disabled=inp.tools_disabled)
     low = built.lowered
 
     system_units = built.units(low.system)

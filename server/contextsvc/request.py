@@ -79,8 +79,9 @@ def _dumps(value) -> str:
 
 
 def lower_request(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPrompt,
-                  prompt_dir: str, placeholders: bool = False) -> tuple[Lowered, MediaLedger]:
-    messages = to_model_messages(history.project(conv.messages))
+                  prompt_dir: str, placeholders: bool = False,
+                  tools_disabled: bool = False) -> tuple[Lowered, MediaLedger]:
+    messages = to_model_messages(history.project(conv.messages), mdl)
     ledger = MediaLedger(placeholders=placeholders)
     lowered = lower(
         mdl.provider,
@@ -91,16 +92,18 @@ def lower_request(conv: m.Conversation, mdl: m.Model, tools: list, system: m.Sys
         max_output=0,
         ledger=ledger,
         session_id=conv.session_id,
+        tools_disabled=tools_disabled,
     )
     return lowered, ledger
 
 
 def build(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPrompt,
           prompt_dir: str = "", policy: cache.Policy | None = None, max_markers: int = 4,
-          auto_markers: int = 3, hashes: bool = False) -> Built:
+          auto_markers: int = 3, hashes: bool = False, tools_disabled: bool = False) -> Built:
     """Lowers the request and places its cache breakpoints (the auto policy unless hinted);
-    with hashes, also the prefix hash at each breakpoint (costs a serialization pass)."""
-    lowered, ledger = lower_request(conv, mdl, tools, system, prompt_dir)
+    with hashes, also the prefix hash at each breakpoint (costs a serialization pass).
+    tools_disabled: the tools stay defined and the provider's "no tool use" choice is set."""
+    lowered, ledger = lower_request(conv, mdl, tools, system, prompt_dir, tools_disabled=tools_disabled)
     breakpoints = cache.choose(lowered, mdl.provider, tools, policy or cache.Policy(), max_markers,
                                auto_markers)
     texts = {}

@@ -1,26 +1,25 @@
 """Anthropic Messages API body (POST /v1/messages)."""
 from __future__ import annotations
 
+from .. import model as m
+from . import media
 from .lowered import Lowered
-from .media import MediaLedger, base64_size, split_data_url
+from .media import MediaLedger
 from .neutral import MMedia, MReasoning, MText, MToolCall, MToolResult, attachment_note
+from .tool_ids import wire_id
+
+NO_TOOL_USE = {"type": "none"}  # tools stay defined (history may hold tool blocks), none is called
 
 
 def _media(x: MMedia, ledger: MediaLedger) -> dict:
-    kind = "document" if x.mime == "application/pdf" else "image"
-    if x.data is not None:
-        source = {"type": "base64", "media_type": x.mime, "data": ledger.binary(x.data)}
+    src = media.source(m.ANTHROPIC, x.mime, x.data, x.url)
+    if src is None:
+        return {"type": "text", "text": attachment_note(x)}
+    if src.url:
+        source = {"type": "url", "url": src.web_url(ledger)}
     else:
-        parsed = split_data_url(x.url)
-        if parsed:
-            mime, payload = parsed
-            source = {"type": "base64", "media_type": mime,
-                      "data": ledger.encoded(payload, base64_size(payload))}
-        elif x.url:
-            source = {"type": "url", "url": ledger.url(x.url)}
-        else:
-            return {"type": "text", "text": attachment_note(x)}
-    return {"type": kind, "source": source}
+        source = {"type": "base64", "media_type": src.mime, "data": src.base64(ledger)}
+    return {"type": "document" if src.kind == media.DOCUMENT else "image", "source": source}
 
 
 def _block(c, ledger: MediaLedger):
@@ -35,18 +34,19 @@ def _block(c, ledger: MediaLedger):
             return {"type": "thinking", "thinking": c.text, "signature": ledger.opaque(c.signature)}
         return None  # unsigned reasoning is rejected by the API: the model never sees it again
     if isinstance(c, MToolCall):
-        return {"type": "tool_use", "id": c.call_id, "name": c.name, "input": c.input}
+        return {"type": "tool_use", "id": wire_id(m.ANTHROPIC, c.call_id), "name": c.name, "input": c.input}
     if isinstance(c, MToolResult):
         content = [{"type": "text", "text": c.text}] if c.text else []
         content.extend(_media(x, ledger) for x in c.media)
-        block = {"type": "tool_result", "tool_use_id": c.call_id, "content": content}
+        block = {"type": "tool_result", "tool_use_id": wire_id(m.ANTHROPIC, c.call_id), "content": content}
         if c.is_error:
             block["is_error"] = True
         return block
     raise TypeError(type(c).__name__)
 
 
-def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="") -> Lowered:
+def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="",
+         tools_disabled=False) -> Lowered:
     wire, roles, sources = [], [], []
     for msg in messages:
         role = "assistant" if msg.role == "assistant" else "user"
@@ -75,4 +75,6 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
             {"name": t.name, "description": t.description, "input_schema": t.input_schema or {"type": "object"}}
             for t in tools
         ]
+        if tools_disabled:
+            out["tool_choice"] = NO_TOOL_USE
     return Lowered(out, system_blocks, wire, roles, sources, lists, (out, "max_tokens"))

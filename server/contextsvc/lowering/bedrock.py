@@ -1,25 +1,62 @@
-"""Amazon Bedrock Converse body (POST /model/{modelId}/converse; the model id is in the path)."""
+"""Amazon Bedrock Converse body (POST /model/{modelId}/converse; the model id is in the path).
+
+What Converse refuses, and what this module does about it (botocore's bedrock-runtime service
+model and the Converse documentation):
+- a text block that is empty or whitespace only ("The text field in the ContentBlock object is
+  blank"): such blocks are left out, the " " spacer between signed reasoning blocks included
+  (consecutive reasoningContent blocks need no separator);
+- two documents of one name anywhere in the request: later ones get " (2)", " (3)", ...;
+- a message with a document and no text block: the document's name is added as text;
+- a conversation whose first message is the assistant's: a constant user message opens it.
+"""
 from __future__ import annotations
 
 import re
 
+from .. import model as m
 from .lowered import Lowered
 from .media import MediaLedger, base64_size, split_data_url
-from .neutral import MMedia, MReasoning, MText, MToolCall, MToolResult, attachment_note
+from .neutral import (LEAD_USER_TEXT, MMedia, MReasoning, MText, MToolCall, MToolResult,
+                      attachment_note)
+from .tool_ids import wire_id
 
 _DOC_FORMATS = {"application/pdf": "pdf"}
 # Converse accepts document names of letters, digits, single spaces, hyphens, parentheses and
 # square brackets; anything else fails the whole request.
 _NAME_DISALLOWED = re.compile(r"[^A-Za-z0-9\s\-()\[\]]+")
+_NAME_MAX = 200  # DocumentBlock.name is 1..200 characters
+# A tool result's content may not be a blank text either; an empty output says so instead.
+NO_OUTPUT = "[No output]"
 
 
 def document_name(filename: str) -> str:
     stem = (filename or "").rsplit(".", 1)[0]
-    name = " ".join(_NAME_DISALLOWED.sub("-", stem).split())
+    name = " ".join(_NAME_DISALLOWED.sub("-", stem).split())[:_NAME_MAX].rstrip()
     return name if any(ch.isalnum() for ch in name) else "document"
 
 
-def _media(x: MMedia, ledger: MediaLedger) -> dict:
+class _DocumentNames:
+    """Gives each document of one request a distinct name, in body order: a document's name
+    depends only on the documents before it, so adding one never renames an earlier one (and
+    the cached prefix stays valid)."""
+
+    __slots__ = ("_taken",)
+
+    def __init__(self):
+        self._taken = set()
+
+    def __call__(self, filename: str) -> str:
+        base = name = document_name(filename)
+        n = 1
+        while name.casefold() in self._taken:  # compared without case, to be safe
+            n += 1
+            suffix = f" ({n})"
+            name = base[: _NAME_MAX - len(suffix)].rstrip() + suffix
+        self._taken.add(name.casefold())
+        return name
+
+
+def _media(x: MMedia, ledger: MediaLedger, names: _DocumentNames) -> dict:
     if x.data is not None:
         data = ledger.binary(x.data)
         mime = x.mime
@@ -30,16 +67,20 @@ def _media(x: MMedia, ledger: MediaLedger) -> dict:
         mime, payload = parsed
         data = ledger.encoded(payload, base64_size(payload))
     if mime in _DOC_FORMATS:
-        return {"document": {"format": _DOC_FORMATS[mime], "name": document_name(x.filename),
+        return {"document": {"format": _DOC_FORMATS[mime], "name": names(x.filename),
                              "source": {"bytes": data}}}
     return {"image": {"format": mime.split("/", 1)[1], "source": {"bytes": data}}}
 
 
-def _block(c, ledger: MediaLedger):
-    if isinstance(c, MText):
-        return {"text": c.text}
+def _text(text: str):
+    return {"text": text} if text.strip() else None
+
+
+def _block(c, ledger: MediaLedger, names: _DocumentNames):
+    if isinstance(c, MText):  # the reasoning spacer too: it is blank
+        return _text(c.text)
     if isinstance(c, MMedia):
-        return _media(c, ledger)
+        return _media(c, ledger, names)
     if isinstance(c, MReasoning):
         if c.redacted:
             return {"reasoningContent": {"redactedContent": ledger.opaque(c.redacted)}}
@@ -47,20 +88,32 @@ def _block(c, ledger: MediaLedger):
             return None  # Converse rejects unsigned reasoning, as the Messages API does
         return {"reasoningContent": {"reasoningText": {"text": c.text, "signature": ledger.opaque(c.signature)}}}
     if isinstance(c, MToolCall):
-        return {"toolUse": {"toolUseId": c.call_id, "name": c.name, "input": c.input}}
+        return {"toolUse": {"toolUseId": wire_id(m.BEDROCK, c.call_id), "name": c.name, "input": c.input}}
     if isinstance(c, MToolResult):
-        content = [{"text": c.text}] if c.text else []
-        content.extend(_media(x, ledger) for x in c.media)
-        return {"toolResult": {"toolUseId": c.call_id, "content": content,
+        content = [b for b in [_text(c.text)] if b is not None]
+        content.extend(_media(x, ledger, names) for x in c.media)
+        return {"toolResult": {"toolUseId": wire_id(m.BEDROCK, c.call_id), "content": content or [{"text": NO_OUTPUT}],
                                "status": "error" if c.is_error else "success"}}
     raise TypeError(type(c).__name__)
 
 
-def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="") -> Lowered:
+def _with_text(blocks: list) -> list:
+    """Converse wants a text block beside a document: the document's name, if none is there."""
+    if any("text" in b for b in blocks):
+        return blocks
+    docs = [b["document"]["name"] for b in blocks if "document" in b]
+    return blocks + [{"text": docs[0]}] if docs else blocks
+
+
+def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="",
+         tools_disabled=False) -> Lowered:
+    # Converse's toolChoice has no "none": with tools disabled the tool definitions stay (history
+    # may hold tool blocks) and the last-step message is what keeps the model from calling them.
     wire, roles, sources = [], [], []
+    names = _DocumentNames()
     for msg in messages:
         role = "assistant" if msg.role == "assistant" else "user"
-        blocks = [b for b in (_block(c, ledger) for c in msg.content) if b is not None]
+        blocks = _with_text([b for b in (_block(c, ledger, names) for c in msg.content) if b is not None])
         if not blocks:
             continue
         if wire and wire[-1]["role"] == role:
@@ -72,7 +125,11 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
         ledger.claim(wire[-1])
         roles.append(role)
         sources.append([msg.source_id])
-    system_blocks = [{"text": s} for s in system]
+    if wire and wire[0]["role"] == "assistant":
+        wire.insert(0, {"role": "user", "content": [{"text": LEAD_USER_TEXT}]})
+        roles.insert(0, "user")
+        sources.insert(0, [])
+    system_blocks = [{"text": s} for s in system if s.strip()]
     out = {"messages": wire}
     lists = [(out, "messages")]
     if system_blocks:
@@ -81,7 +138,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     out["inferenceConfig"] = {"maxTokens": max_output}
     if tools:
         out["toolConfig"] = {"tools": [
-            {"toolSpec": {"name": t.name, "description": t.description or t.name,
+            {"toolSpec": {"name": t.name, "description": t.description if (t.description or "").strip() else t.name,
                           "inputSchema": {"json": t.input_schema or {"type": "object"}}}}
             for t in tools
         ]}

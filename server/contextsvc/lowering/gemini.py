@@ -1,9 +1,12 @@
 """Google Gemini generateContent body (POST /v1beta/models/{model}:generateContent)."""
 from __future__ import annotations
 
+import base64
+import binascii
+
 from .lowered import Lowered
 from .media import MediaLedger, base64_size, split_data_url
-from .neutral import MMedia, MReasoning, MSpacer, MText, MToolCall, MToolResult, attachment_note
+from .neutral import LEAD_USER_TEXT, MMedia, MReasoning, MSpacer, MText, MToolCall, MToolResult, attachment_note
 
 
 def _media(x: MMedia, ledger: MediaLedger) -> dict:
@@ -18,7 +21,42 @@ def _media(x: MMedia, ledger: MediaLedger) -> dict:
     return {"text": attachment_note(x)}
 
 
-def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="") -> Lowered:
+def _is_signature(value: str) -> bool:
+    """thoughtSignature is bytes on the wire: a string that is not canonical base64 (standard or
+    URL-safe alphabet, padding optional) fails the whole request, so it cannot be a signature
+    Gemini gave and is not replayed."""
+    text = value.replace("-", "+").replace("_", "/").rstrip("=")
+    text += "=" * (-len(text) % 4)
+    try:
+        return base64.b64encode(base64.b64decode(text, validate=True)).decode("ascii") == text
+    except (binascii.Error, ValueError):
+        return False
+
+
+def _sign_first_call(parts: list) -> None:
+    """Gemini 3 refuses a step whose first functionCall part lacks the step's thought signature
+    (it returns the signature there, and wants it back there). A signature that landed on another
+    part of the step (after a thought followed by text, say) moves to that call: the nearest one,
+    before it first."""
+    first = next((i for i, p in enumerate(parts) if "functionCall" in p), None)
+    if first is None or "thoughtSignature" in parts[first]:
+        return
+    signed = [i for i, p in enumerate(parts) if "thoughtSignature" in p]
+    if signed:
+        nearest = min(signed, key=lambda i: (abs(i - first), i > first))
+        parts[first]["thoughtSignature"] = parts[nearest].pop("thoughtSignature")
+
+
+def _declaration(t) -> dict:
+    # Tool schemas are JSON Schema ($schema, $ref, additionalProperties, anyOf, ...);
+    # `parameters` takes only an OpenAPI subset and refuses the rest, so the schema goes as is
+    # in `parametersJsonSchema`, which takes JSON Schema: nothing the tool says is lost.
+    return {"name": t.name, "description": t.description,
+            "parametersJsonSchema": t.input_schema or {"type": "object"}}
+
+
+def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="",
+         tools_disabled=False) -> Lowered:
     wire, roles, sources = [], [], []
     for msg in messages:
         role = "model" if msg.role == "assistant" else "user"
@@ -29,7 +67,8 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
             if isinstance(c, MReasoning):
                 # Gemini returns a thought's signature on the part after it (a function call
                 # above all) and wants it back there; the thought text itself is not replayed.
-                signature = c.signature or signature
+                if c.signature and _is_signature(c.signature):
+                    signature = c.signature
                 continue
             if isinstance(c, MText):
                 parts.append({"text": c.text})
@@ -44,6 +83,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
             if signature and parts:
                 parts[-1]["thoughtSignature"] = ledger.opaque(signature)
                 signature = ""
+        _sign_first_call(parts)
         parts.extend(_media(x, ledger) for x in moved)
         if not parts:
             continue  # reasoning alone is not replayed to Gemini
@@ -56,6 +96,10 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
         ledger.claim(wire[-1])
         roles.append("assistant" if role == "model" else "user")
         sources.append([msg.source_id])
+    if wire and wire[0]["role"] == "model":  # Gemini wants a user turn first (a call must follow one)
+        wire.insert(0, {"role": "user", "parts": [{"text": LEAD_USER_TEXT}]})
+        roles.insert(0, "user")
+        sources.insert(0, [])
     out = {"contents": wire}
     lists = [(out, "contents")]
     system_parts = [{"text": s} for s in system]
@@ -63,9 +107,8 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
         out["systemInstruction"] = {"parts": system_parts}
         lists.append((out["systemInstruction"], "parts"))
     if tools:
-        out["tools"] = [{"functionDeclarations": [
-            {"name": t.name, "description": t.description, "parameters": t.input_schema or {"type": "object"}}
-            for t in tools
-        ]}]
+        out["tools"] = [{"functionDeclarations": [_declaration(t) for t in tools]}]
+        if tools_disabled:  # the definitions stay (history may hold calls); none is called
+            out["toolConfig"] = {"functionCallingConfig": {"mode": "NONE"}}
     out["generationConfig"] = {"maxOutputTokens": max_output}
     return Lowered(out, system_parts, wire, roles, sources, lists, (out["generationConfig"], "maxOutputTokens"))

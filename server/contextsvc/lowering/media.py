@@ -1,4 +1,5 @@
-"""Media and opaque state inside a body: placed verbatim, accounted for twice (SPEC section 3).
+"""Media and opaque state inside a body: placed verbatim, accounted for twice (SPEC section 3);
+and which media each provider accepts, in what form (SPEC section 6).
 
 The body carries the real bytes. The token estimate counts each such value as its placeholder
 and adds what it really costs to `extra`, so the ledger records, per value, how many UTF-16 units
@@ -7,8 +8,10 @@ of the body JSON the placeholder saves and what the value costs.
 from __future__ import annotations
 
 import base64
+from dataclasses import dataclass
+from urllib.parse import unquote, unquote_to_bytes
 
-from .. import native
+from .. import model as m, native
 
 MEDIA_PLACEHOLDER = "[encoded media]"
 OPAQUE_PLACEHOLDER = "[opaque reasoning state]"
@@ -69,14 +72,152 @@ class MediaLedger:
         return OPAQUE_PLACEHOLDER if self.placeholders else value
 
 
-def split_data_url(url: str):
-    """(mime, base64 payload) of a base64 data: URL, else None."""
-    if not url.startswith("data:"):
+# ---- what each provider accepts ---------------------------------------------------------------
+# The one table of media types per provider (SPEC section 6, "What the body must pass"). A media
+# part whose type its provider does not take is lowered as the attachment note.
+
+IMAGE = "image"
+DOCUMENT = "document"
+AUDIO = "audio"
+VIDEO = "video"
+
+_WEB_IMAGES = {t: IMAGE for t in ("image/png", "image/jpeg", "image/gif", "image/webp")}
+
+# Converse names each type by a format word of its own.
+BEDROCK_FORMATS = {
+    "image/png": "png", "image/jpeg": "jpeg", "image/gif": "gif", "image/webp": "webp",
+    "application/pdf": "pdf", "text/csv": "csv", "application/msword": "doc",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
+    "application/vnd.ms-excel": "xls",
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": "xlsx",
+    "text/html": "html", "text/plain": "txt", "text/markdown": "md",
+}
+
+_CHAT = {**_WEB_IMAGES, "application/pdf": DOCUMENT}  # PDF as file.file_data, a base64 data URL
+_GEMINI = {
+    **{t: IMAGE for t in ("image/png", "image/jpeg", "image/webp", "image/heic", "image/heif")},
+    "application/pdf": DOCUMENT,
+    **{t: AUDIO for t in ("audio/wav", "audio/mp3", "audio/aiff", "audio/aac", "audio/ogg", "audio/flac")},
+    **{t: VIDEO for t in ("video/mp4", "video/mpeg", "video/mov", "video/avi", "video/x-flv", "video/mpg",
+                          "video/webm", "video/wmv", "video/3gpp")},
+}
+
+ACCEPTED = {
+    m.ANTHROPIC: {**_WEB_IMAGES, "application/pdf": DOCUMENT},
+    m.BEDROCK: {t: IMAGE if t in _WEB_IMAGES else DOCUMENT for t in BEDROCK_FORMATS},
+    m.GEMINI: _GEMINI,
+    m.OPENAI: _CHAT,
+    m.OPENAI_COMPATIBLE: _CHAT,
+    m.OPENROUTER: _CHAT,
+    m.ALIBABA: _CHAT,
+    m.COPILOT: _CHAT,
+}
+
+# The media types each provider fetches itself from an http(s) URL; the others need the bytes.
+FETCHED = {
+    m.ANTHROPIC: set(ACCEPTED[m.ANTHROPIC]),  # URL image and URL PDF sources
+    m.BEDROCK: set(),  # bytes or S3 only
+    m.GEMINI: set(_GEMINI),  # fileData.fileUri
+    **{p: set(_WEB_IMAGES) for p in (m.OPENAI, m.OPENAI_COMPATIBLE, m.OPENROUTER, m.ALIBABA, m.COPILOT)},
+}
+
+_ALIASES = {"image/jpg": "image/jpeg"}  # common, and refused under this name
+
+
+def media_type(mime: str) -> str:
+    """The bare, lower-case media type: parameters (`;name=a.png`) dropped, aliases resolved."""
+    bare = mime.split(";", 1)[0].strip().lower()
+    return _ALIASES.get(bare, bare)
+
+
+def kind(provider: str, mime: str):
+    """IMAGE, DOCUMENT, AUDIO or VIDEO when provider takes this media type, else None."""
+    return ACCEPTED[provider].get(media_type(mime))
+
+
+def accepts(provider: str, mime: str) -> bool:
+    return kind(provider, mime) is not None
+
+
+@dataclass(slots=True)
+class DataUrl:
+    mime: str  # the bare media type, "" when the URL names none
+    is_base64: bool
+    payload: str  # the text after the comma, as written
+
+
+def parse_data_url(url: str):
+    """A data: URL by RFC 2397 (`data:[<mediatype>][;base64],<data>`), else None."""
+    if url[:5].lower() != "data:":
         return None
     head, sep, payload = url[5:].partition(",")
-    if not sep or not head.endswith(";base64"):
+    if not sep:
         return None
-    return head[: -len(";base64")] or "application/octet-stream", payload
+    params = head.split(";")
+    is_base64 = len(params) > 1 and params[-1].strip().lower() == "base64"
+    return DataUrl(media_type(params[0]), is_base64, payload)
+
+
+@dataclass(slots=True)
+class Source:
+    """A media part its provider accepts: its kind and type, and where its content comes from."""
+    kind: str
+    mime: str
+    data: bytes | None = None  # raw bytes
+    payload: str = ""  # base64 text from a data: URL
+    url: str = ""  # an http(s) URL the provider fetches itself
+
+    def base64(self, ledger: MediaLedger) -> str:
+        if self.data is not None:
+            return ledger.binary(self.data)
+        return ledger.encoded(self.payload, base64_size(self.payload))
+
+    def data_url(self, ledger: MediaLedger) -> str:
+        """The content as a base64 data: URL, whatever form it came in."""
+        if self.data is not None:
+            encoded, size = base64.b64encode(self.data).decode("ascii"), len(self.data)
+        else:
+            encoded, size = self.payload, base64_size(self.payload)
+        return ledger.encoded(f"data:{self.mime};base64,{encoded}", size)
+
+    def web_url(self, ledger: MediaLedger) -> str:
+        return ledger.url(self.url)
+
+
+def source(provider: str, mime: str, data: bytes | None, url: str):
+    """How provider takes this media part, or None: then it is lowered as the attachment note.
+
+    A base64 data: URL gives its payload; any other data: URL is percent-encoded content,
+    decoded to bytes (never sent on as a URL); an http(s) URL is kept only where the provider
+    fetches that type itself.
+    """
+    mime, payload, web = media_type(mime), "", ""
+    if data is None:
+        parsed = parse_data_url(url)
+        if parsed is not None:
+            mime = parsed.mime or mime
+            if parsed.is_base64:
+                payload = unquote(parsed.payload)  # a no-op unless percent-encoded
+            else:
+                data = unquote_to_bytes(parsed.payload)
+        elif url[:8].lower() == "https://" or url[:7].lower() == "http://":
+            if mime not in FETCHED[provider]:
+                return None
+            web = url
+        else:
+            return None
+    found = ACCEPTED[provider].get(mime)
+    if found is None or not (data or payload or web):
+        return None
+    return Source(found, mime, data, payload, web)
+
+
+def split_data_url(url: str):
+    """(media type, base64 payload) of a base64 data: URL, else None."""
+    parsed = parse_data_url(url)
+    if parsed is None or not parsed.is_base64:
+        return None
+    return parsed.mime or "application/octet-stream", parsed.payload
 
 
 def base64_size(payload: str) -> int:

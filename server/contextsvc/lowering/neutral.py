@@ -9,6 +9,10 @@ COMPACTED_OUTPUT = "[Old tool result content cleared]"
 INTERRUPTED_OUTPUT = "[Tool execution was interrupted]"
 COMPACTION_PROMPT = "What did we do so far?"
 ABORTED_ERROR = "MessageAbortedError"  # an interrupted message keeps what it produced
+# Opens a body whose history starts with the model's turn (a first user message with nothing to
+# send, a projection starting at a summary): Bedrock and Gemini refuse a conversation that
+# does not start with a user message. A constant, so the cached prefix stays put.
+LEAD_USER_TEXT = "[Conversation start]"
 
 
 @dataclass(slots=True)
@@ -98,8 +102,26 @@ def _tool_result(t: m.Tool) -> MToolResult:
     return MToolResult(t.call_id, t.tool, t.output, media=media)
 
 
-def _assistant(msg: m.Message) -> list:
+def _signed_elsewhere(msg: m.Message, model) -> bool:
+    """The message came from another model or provider than the request's: its reasoning
+    signatures would not verify there."""
+    if model is None:
+        return False
+    return bool((msg.model_id and msg.model_id != model.id)
+                or (msg.provider_id and msg.provider_id != model.provider))
+
+
+def _reasoning(c: m.Reasoning, foreign: bool):
+    """Reasoning another model signed goes as plain text without its signature, as upstream
+    does; redacted reasoning has no text to give."""
+    if foreign and (c.signature or c.redacted_data):
+        return MText(c.text) if c.text else None
+    return MReasoning(c.text, c.signature, c.redacted_data)
+
+
+def _assistant(msg: m.Message, model=None) -> list:
     """One assistant message per step, each followed by the tool results of its calls."""
+    foreign = _signed_elsewhere(msg, model)
     out = []
     steps = [[]]
     for part in msg.parts:
@@ -113,7 +135,9 @@ def _assistant(msg: m.Message) -> list:
                 if not c.ignored:
                     content.append(MText(c.text))
             elif isinstance(c, m.Reasoning):
-                content.append(MReasoning(c.text, c.signature, c.redacted_data))
+                lowered = _reasoning(c, foreign)
+                if lowered is not None:
+                    content.append(lowered)
             elif isinstance(c, m.Tool):
                 content.append(MToolCall(c.call_id, c.tool, c.input))
                 results.append(_tool_result(c))
@@ -147,7 +171,8 @@ def _has_content(msg: m.Message) -> bool:
     return any(isinstance(p.content, (m.Text, m.Reasoning, m.Tool)) for p in msg.parts)
 
 
-def to_model_messages(messages: list) -> list:
+def to_model_messages(messages: list, model: m.Model | None = None) -> list:
+    """model: the request's model, to tell reasoning signed by another one (None: never)."""
     out = []
     for msg in messages:
         if msg.role == m.USER:
@@ -157,5 +182,5 @@ def to_model_messages(messages: list) -> list:
         else:
             if msg.error is not None and not (msg.error.name == ABORTED_ERROR and _has_content(msg)):
                 continue
-            out.extend(_assistant(msg))
+            out.extend(_assistant(msg, model))
     return out

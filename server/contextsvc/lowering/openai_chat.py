@@ -1,54 +1,52 @@
 """OpenAI Chat Completions body (POST /v1/chat/completions), and gateways speaking it."""
 from __future__ import annotations
 
-import base64
 import json
 
 from .. import model as m
+from . import media
 from .lowered import Lowered
-from .media import MediaLedger, base64_size, split_data_url
+from .media import MediaLedger
 from .neutral import MMedia, MSpacer, MText, MToolCall, MToolResult, attachment_note
+from .tool_ids import wire_id
 
 
 def _arguments(value) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def _media(x: MMedia, ledger: MediaLedger) -> dict:
-    if x.data is not None:
-        url = f"data:{x.mime};base64,{base64.b64encode(x.data).decode('ascii')}"
-        value = ledger.encoded(url, len(x.data))
-    elif x.url:
-        parsed = split_data_url(x.url)
-        value = ledger.encoded(x.url, base64_size(parsed[1])) if parsed else ledger.url(x.url)
-    else:
+def _media(provider: str, x: MMedia, ledger: MediaLedger) -> dict:
+    src = media.source(provider, x.mime, x.data, x.url)
+    if src is None:  # includes a PDF by web URL: file_data takes a base64 data: URL only
         return {"type": "text", "text": attachment_note(x)}
-    if x.mime == "application/pdf":
-        return {"type": "file", "file": {"filename": x.filename or "file.pdf", "file_data": value}}
-    return {"type": "image_url", "image_url": {"url": value}}
+    if src.kind == media.DOCUMENT:
+        return {"type": "file", "file": {"filename": x.filename or "file.pdf", "file_data": src.data_url(ledger)}}
+    url = src.web_url(ledger) if src.url else src.data_url(ledger)
+    return {"type": "image_url", "image_url": {"url": url}}
 
 
-def _user_content(parts: list, ledger: MediaLedger):
-    blocks = [{"type": "text", "text": c.text} if isinstance(c, MText) else _media(c, ledger)
+def _user_content(provider: str, parts: list, ledger: MediaLedger):
+    blocks = [{"type": "text", "text": c.text} if isinstance(c, MText) else _media(provider, c, ledger)
               for c in parts]
     if len(blocks) == 1 and blocks[0]["type"] == "text":
         return blocks[0]["text"]  # a lone text goes as a plain string
     return blocks
 
 
-def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="") -> Lowered:
+def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="",
+         tools_disabled=False) -> Lowered:
     system_msgs = [{"role": "system", "content": s} for s in system]
     wire, roles, sources = [], [], []
     for msg in messages:
         if msg.role == "user":
-            wire.append({"role": "user", "content": _user_content(msg.content, ledger)})
+            wire.append({"role": "user", "content": _user_content(provider, msg.content, ledger)})
             ledger.claim(wire[-1])
             roles.append("user")
             sources.append([msg.source_id])
         elif msg.role == "assistant":
             text = "".join(c.text for c in msg.content if isinstance(c, MText) and not isinstance(c, MSpacer))
             calls = [
-                {"id": c.call_id, "type": "function",
+                {"id": wire_id(provider, c.call_id), "type": "function",
                  "function": {"name": c.name, "arguments": _arguments(c.input)}}
                 for c in msg.content if isinstance(c, MToolCall)
             ]
@@ -64,12 +62,12 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
             moved = []
             for r in msg.content:
                 assert isinstance(r, MToolResult)
-                wire.append({"role": "tool", "tool_call_id": r.call_id, "content": r.text})
+                wire.append({"role": "tool", "tool_call_id": wire_id(provider, r.call_id), "content": r.text})
                 roles.append("tool")
                 sources.append([msg.source_id])
                 moved.extend(r.media)
             if moved:  # tool messages carry text only: media follows as a user message
-                wire.append({"role": "user", "content": [_media(x, ledger) for x in moved]})
+                wire.append({"role": "user", "content": [_media(provider, x, ledger) for x in moved]})
                 ledger.claim(wire[-1])
                 roles.append("user")
                 sources.append([msg.source_id])
@@ -82,6 +80,8 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
                                               "parameters": t.input_schema or {"type": "object"}}}
             for t in tools
         ]
+        if tools_disabled:
+            out["tool_choice"] = "none"  # tools stay defined (history may hold tool calls), none is called
     if session_id and provider in (m.OPENAI, m.OPENROUTER):
         out["prompt_cache_key"] = session_id  # routes the session to a warm cache
     return Lowered(out, system_msgs, wire, roles, sources, [(out, "messages")], (out, token_field))

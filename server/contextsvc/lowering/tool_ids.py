@@ -1,0 +1,66 @@
+"""Tool call ids as each provider accepts them (SPEC section 6, "What the body must pass").
+
+A session can hold ids minted by another provider (`functions.read:1`, `toolu_01...`, long
+Responses-API ids). Each id is written in the provider's alphabet and length by a rule that is a
+function of that id alone: an id already valid passes unchanged, any other one is sanitized and
+suffixed with a hash of the original. So a call and its result always agree, two ids never merge
+(the hash tells them apart), and a new id never changes how an old one is written, which would
+break the cached prefix.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .. import model as m
+
+
+@dataclass(frozen=True, slots=True)
+class IdRule:
+    valid: re.Pattern  # a whole id in the allowed alphabet
+    invalid: re.Pattern  # one character outside it
+    max_len: int
+
+
+def _rule(char_class: str, max_len: int) -> IdRule:
+    return IdRule(re.compile(f"[{char_class}]+"), re.compile(f"[^{char_class}]"), max_len)
+
+
+# Anthropic documents ^[a-zA-Z0-9_-]+$; Bedrock the same pattern with 1..64 characters; Gemini
+# ids are free-form, kept to the same safe set. 64 bounds Anthropic too, where no limit is
+# documented, so a long foreign id never becomes the one thing a request is refused for.
+_WORD = _rule("a-zA-Z0-9_-", 64)
+# OpenAI refuses ids over 40 characters; any visible ASCII is taken (Kimi's `functions.read:1`
+# goes back to it unchanged through the gateways).
+_CHAT = _rule("!-~", 40)
+
+RULES = {
+    m.ANTHROPIC: _WORD,
+    m.BEDROCK: _WORD,
+    m.GEMINI: _WORD,
+    m.OPENAI: _CHAT,
+    m.OPENAI_COMPATIBLE: _CHAT,
+    m.OPENROUTER: _CHAT,
+    m.ALIBABA: _CHAT,
+    m.COPILOT: _CHAT,
+}
+
+# 12 hex digits (48 bits) of SHA-256: a collision among a session's few thousand ids is
+# vanishingly unlikely, and the suffix leaves most of a 40-character id readable.
+_HASH_LEN = 12
+
+
+def wire_id(provider: str, call_id: str) -> str:
+    """call_id as written in this provider's body, for the call and its result alike."""
+    return _wire_id(RULES[provider], call_id)
+
+
+@lru_cache(maxsize=8192)
+def _wire_id(rule: IdRule, call_id: str) -> str:
+    if len(call_id) <= rule.max_len and rule.valid.fullmatch(call_id):
+        return call_id
+    digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:_HASH_LEN]
+    readable = rule.invalid.sub("_", call_id)
+    return f"{readable[:rule.max_len - _HASH_LEN - 1]}_{digest}"

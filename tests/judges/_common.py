@@ -1,0 +1,166 @@
+"""Pieces every judge uses: strict validators built from SDK types, base64 and data-URL checks,
+and the problem list a judge returns.
+
+A problem is one string, "<rule>: <where>: <what>", so a test failure names the rule first and
+tests can group refusals by rule.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import copy
+import functools
+import re
+
+from pydantic import TypeAdapter, ValidationError
+from pydantic_core import SchemaValidator
+
+# Tool ids of the Anthropic Messages API (tool_use.id, tool_result.tool_use_id).
+ANTHROPIC_ID = re.compile(r"[a-zA-Z0-9_-]+")
+# OpenAI Chat Completions refuses longer tool call ids ("string too long ... maximum length 40").
+OPENAI_ID_MAX = 40
+# The most cache markers any marker-taking provider accepts in one request (Anthropic, Bedrock).
+MAX_MARKERS = 4
+
+
+class Problems(list):
+    """The list a judge returns; add() formats one problem."""
+
+    def add(self, rule: str, where: str, what: str) -> None:
+        self.append(f"{rule}: {where}: {what}")
+
+
+def _strict(schema):
+    """The core schema with extra keys forbidden in every typed dict and model at every depth,
+    and lazy iterables (which pydantic validates only when consumed) validated as lists."""
+    if isinstance(schema, list):
+        return [_strict(x) for x in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _strict(v) for k, v in schema.items()}
+    kind = out.get("type")
+    if kind == "typed-dict":
+        out["extra_behavior"] = "forbid"
+    elif kind == "model-fields":
+        out["extra_behavior"] = "forbid"
+    elif kind == "generator":
+        out = {"type": "list", "items_schema": out.get("items_schema", {"type": "any"})}
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def strict_validator(tp) -> SchemaValidator:
+    """A validator of tp that refuses unknown keys at every depth and forces lazy iterables."""
+    schema = _strict(copy.deepcopy(TypeAdapter(tp).core_schema))
+    return SchemaValidator(schema)
+
+
+def validate(validator: SchemaValidator, value, problems: Problems, rule: str, prefix: str = "") -> None:
+    """Strict validation; each pydantic error becomes one problem.
+
+    The SDK unions are not tagged, so pydantic reports every branch; errors inside a branch
+    whose own `type` (or `role`) literal did not match are dropped, leaving those of the branch
+    the body meant; a value that no branch's tag matches is reported once, where it sits."""
+    try:
+        validator.validate_python(value, strict=True)
+    except ValidationError as e:
+        errors = e.errors(include_url=False)
+        wrong = set()
+        for err in errors:
+            loc = err["loc"]
+            if loc and _is_branch(loc[-1]):
+                wrong.add(loc)  # the value is not even of this branch's type
+            elif (err["type"] == "literal_error" and loc[-1:] in (("type",), ("role",))
+                  and len(loc) >= 2 and _is_branch(loc[-2])):
+                wrong.add(loc[:-1])  # this branch's tag does not match
+        kept = [err for err in errors if not any(err["loc"][:len(w)] == w for w in wrong)]
+        seen = set()
+        for err in kept:
+            where = _where(prefix, err["loc"])
+            if (where, err["msg"]) not in seen:
+                seen.add((where, err["msg"]))
+                problems.add(rule, where, err["msg"])
+        # A place where every branch of a union was the wrong one: nothing above reports it.
+        outermost = [w for w in wrong if not any(o != w and w[:len(o)] == o for o in wrong)]
+        tags = {}
+        for err in errors:
+            loc = err["loc"]
+            for w in outermost:
+                if loc[:len(w)] == w:
+                    site = _where(prefix, w[:-1])
+                    tags.setdefault(site, set())
+                    if loc in (w + ("type",), w + ("role",)) and isinstance(err.get("input"), str):
+                        tags[site].add(f"{loc[-1]} {err['input']!r}")
+        kept_places = {w for w, _ in seen}
+        failed = [site for site in tags
+                  if not any(k == site or k.startswith(site + ".") or k.startswith(site + "[") for k in kept_places)]
+        for site in failed:
+            if any(o != site and (o.startswith(site + ".") or o.startswith(site + "[")) for o in failed):
+                continue
+            tag = ", ".join(sorted(tags[site]))
+            problems.add(rule, site, "matches none of the accepted shapes" + (f" ({tag})" if tag else ""))
+
+
+def _where(prefix: str, loc) -> str:
+    where = prefix + "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in loc if not _is_branch(x))
+    return where.lstrip(".") or "body"
+
+
+def _is_branch(loc) -> bool:
+    """Union branch labels pydantic puts in locations: class names, 'list[...]', 'str'."""
+    return isinstance(loc, str) and (loc[:1].isupper() or "[" in loc or loc in _SCALAR_BRANCHES)
+
+
+_SCALAR_BRANCHES = frozenset({"str", "int", "float", "bool", "none", "dict", "list"})
+
+
+def b64_ok(data) -> bool:
+    """True for a non-empty, correctly padded standard base64 string."""
+    if not isinstance(data, str) or not data:
+        return False
+    try:
+        base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return True
+
+
+def parse_data_url(url: str):
+    """RFC 2397: (media type without parameters, is_base64, payload) of a data: URL, else None.
+
+    `data:image/png;name=a.png;base64,xxx` gives ("image/png", True, "xxx")."""
+    if not isinstance(url, str) or not url.startswith("data:"):
+        return None
+    head, sep, payload = url[5:].partition(",")
+    if not sep:
+        return None
+    params = head.split(";")
+    is_b64 = params[-1].strip().lower() == "base64"
+    if is_b64:
+        params = params[:-1]
+    mime = (params[0].strip().lower() if params else "") or "text/plain"
+    return mime, is_b64, payload
+
+
+def data_url_problem(url: str, allowed_mimes) -> str:
+    """Why a data: URL would be refused as media of allowed_mimes, or "" when it is fine."""
+    parsed = parse_data_url(url)
+    if parsed is None:
+        if is_http_url(url):
+            return "an http(s) URL where only a base64 data: URL is taken"
+        return "not a well-formed data: URL"
+    mime, is_b64, payload = parsed
+    head = url[5:].partition(",")[0]
+    if not is_b64:
+        return "data: URL is not base64 (providers take only ;base64 data URLs)"
+    if head.split(";")[0].lower() != head[: -len(";base64")].lower():
+        return f"data: URL carries parameters ({head!r}); the media type must be bare"
+    if mime not in allowed_mimes:
+        return f"media type {mime!r} not accepted (accepted: {', '.join(sorted(allowed_mimes))})"
+    if not b64_ok(payload):
+        return "data: URL payload is not valid base64"
+    return ""
+
+
+def is_http_url(url) -> bool:
+    return isinstance(url, str) and re.match(r"https?://[^\s/]+", url) is not None

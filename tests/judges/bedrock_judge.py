@@ -1,0 +1,178 @@
+"""Would Amazon Bedrock Converse (POST /model/{modelId}/converse) accept this body?
+
+Shape: botocore's own `bedrock-runtime` service model, the `Converse` input shape. The body is
+the REST JSON of that shape without `modelId`, which travels in the URL. Blobs arrive as base64
+strings and are decoded to bytes first (invalid base64 is a problem of its own), then
+`botocore.validate.ParamValidator` checks types, required members and unions; it leaves out
+`max`, `pattern` and `enum`, so a walk over the same shapes checks `min`, `max`, `pattern` (as a
+full match) and `enum`. Then the rules Converse documents beyond the model.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import re
+
+import botocore.session
+from botocore.validate import ParamValidator
+
+from ._common import MAX_MARKERS, Problems
+
+# DocumentBlock.name: "alphanumeric characters, whitespace characters (no more than one in a row),
+# hyphens, parentheses, and square brackets" (Converse API reference).
+DOCUMENT_NAME = re.compile(r"[A-Za-z0-9\-()\[\]]+(\s[A-Za-z0-9\-()\[\]]+)*")
+DOCUMENT_NAME_MAX = 200
+
+
+@functools.lru_cache(maxsize=None)
+def _input_shape():
+    model = botocore.session.get_session().get_service_model("bedrock-runtime")
+    return model.operation_model("Converse").input_shape
+
+
+def _at(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _decode_blobs(shape, value, where: str, p: Problems):
+    """value with every blob member base64-decoded to bytes, following the shape."""
+    kind = shape.type_name
+    if kind == "blob":
+        if isinstance(value, str):
+            try:
+                return base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError):
+                p.add("base64", where, "blob is not valid base64")
+        return value
+    if kind == "structure" and isinstance(value, dict):
+        return {k: (_decode_blobs(shape.members[k], v, _at(where, k), p) if k in shape.members else v)
+                for k, v in value.items()}
+    if kind == "list" and isinstance(value, list):
+        return [_decode_blobs(shape.member, v, f"{where}[{i}]", p) for i, v in enumerate(value)]
+    if kind == "map" and isinstance(value, dict):
+        return {k: _decode_blobs(shape.value, v, _at(where, k), p) for k, v in value.items()}
+    return value
+
+
+def _constraints(shape, value, where: str, p: Problems) -> None:
+    """min/max/pattern/enum over the shapes, which ParamValidator does not (fully) check."""
+    meta = shape.metadata
+    kind = shape.type_name
+    if kind == "string" and isinstance(value, str):
+        if "enum" in meta and value not in meta["enum"]:
+            p.add("enum", where, f"{value!r} is not one of {meta['enum']}")
+        if "pattern" in meta and not re.fullmatch(meta["pattern"], value):
+            p.add("pattern", where, f"{value[:60]!r} does not match {meta['pattern']}")
+    if kind in ("string", "list", "map", "blob") and isinstance(value, (str, list, dict, bytes)):
+        if len(value) < meta.get("min", 0):
+            p.add("length", where, f"length {len(value)} is under the minimum {meta['min']}")
+        if "max" in meta and len(value) > meta["max"]:
+            p.add("length", where, f"length {len(value)} is over the maximum {meta['max']}")
+    if kind in ("integer", "long", "float", "double") and isinstance(value, (int, float)) \
+            and not isinstance(value, bool):
+        if "min" in meta and value < meta["min"]:
+            p.add("range", where, f"{value} is under the minimum {meta['min']}")
+        if "max" in meta and value > meta["max"]:
+            p.add("range", where, f"{value} is over the maximum {meta['max']}")
+    if kind == "structure" and isinstance(value, dict):
+        for k, v in value.items():
+            if k in shape.members:
+                _constraints(shape.members[k], v, _at(where, k), p)
+    elif kind == "list" and isinstance(value, list):
+        for i, v in enumerate(value):
+            _constraints(shape.member, v, f"{where}[{i}]", p)
+    elif kind == "map" and isinstance(value, dict):
+        for k, v in value.items():
+            _constraints(shape.key, k, _at(where, k), p)
+            _constraints(shape.value, v, _at(where, k), p)
+
+
+def _content_rules(blocks: list, where: str, p: Problems, names: dict) -> None:
+    for k, b in enumerate(blocks):
+        if not isinstance(b, dict):
+            continue
+        here = f"{where}[{k}]"
+        if isinstance(b.get("text"), str) and not b["text"].strip():
+            p.add("blank-text", here, "The text field in the ContentBlock object is blank")
+        doc = b.get("document")
+        if isinstance(doc, dict) and isinstance(doc.get("name"), str):
+            name = doc["name"]
+            if name in names:
+                p.add("document-name-unique", here, f"document name {name!r} is also used at {names[name]}")
+            names.setdefault(name, here)
+            if len(name) > DOCUMENT_NAME_MAX or not DOCUMENT_NAME.fullmatch(name):
+                p.add("document-name", here, f"{name[:60]!r} is not a valid document name (letters, digits, "
+                                             f"single spaces, - ( ) [ ], at most {DOCUMENT_NAME_MAX})")
+        result = b.get("toolResult")
+        if isinstance(result, dict) and isinstance(result.get("content"), list):
+            _content_rules(result["content"], f"{here}.toolResult.content", p, names)
+
+
+def _count_cache_points(body: dict) -> int:
+    n = 0
+    for b in body.get("system") or []:
+        n += isinstance(b, dict) and "cachePoint" in b
+    for msg in body.get("messages") or []:
+        for b in (msg or {}).get("content") or [] if isinstance(msg, dict) else []:
+            n += isinstance(b, dict) and "cachePoint" in b
+    for t in ((body.get("toolConfig") or {}).get("tools") or []) if isinstance(body.get("toolConfig"), dict) else []:
+        n += isinstance(t, dict) and "cachePoint" in t
+    return n
+
+
+def judge(body: dict) -> list:
+    p = Problems()
+    if not isinstance(body, dict):
+        p.add("schema", "body", "not a JSON object")
+        return p
+    if "modelId" in body:
+        p.add("schema", "modelId", "modelId travels in the URL, not the body")
+    shape = _input_shape()
+    params = {"modelId": "model", **{k: v for k, v in body.items() if k != "modelId"}}
+    params = _decode_blobs(shape, params, "", p)
+    report = ParamValidator().validate(params, shape)
+    if report.has_errors():
+        for line in report.generate_report().splitlines():
+            p.add("schema", "body", line.strip())
+    _constraints(shape, params, "", p)
+
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    if messages and messages[0].get("role") != "user":
+        p.add("first-user", "messages[0]", "A conversation must start with a user message")
+    names = {}
+    tool_blocks = False
+    _content_rules(body.get("system") or [], "system", p, names)
+    for i, msg in enumerate(messages):
+        blocks = [b for b in msg.get("content") or [] if isinstance(b, dict)]
+        _content_rules(msg.get("content") or [], f"messages[{i}].content", p, names)
+        if any("document" in b for b in blocks) and not any("text" in b for b in blocks):
+            p.add("document-needs-text", f"messages[{i}]", "a message with a document must also have a text block")
+        tool_blocks = tool_blocks or any("toolUse" in b or "toolResult" in b for b in blocks)
+        if i > 0 and messages[i - 1].get("role") == msg.get("role"):
+            p.add("alternate", f"messages[{i}]", "roles must alternate between user and assistant")
+    if tool_blocks and not (body.get("toolConfig") or {}).get("tools"):
+        p.add("tools-defined", "toolConfig", "The toolConfig field must be defined when using toolUse and toolResult content blocks")
+    n = _count_cache_points(body)
+    if n > MAX_MARKERS:
+        p.add("marker-count", "body", f"{n} cachePoint blocks; at most {MAX_MARKERS} are accepted")
+
+    for i, msg in enumerate(messages):
+        blocks = [b for b in msg.get("content") or [] if isinstance(b, dict)]
+        if msg.get("role") == "assistant":
+            uses = [b["toolUse"].get("toolUseId") for b in blocks if isinstance(b.get("toolUse"), dict)]
+            nxt = messages[i + 1] if i + 1 < len(messages) else None
+            answered = {b["toolResult"].get("toolUseId") for b in (nxt or {}).get("content") or []
+                        if isinstance(b, dict) and isinstance(b.get("toolResult"), dict)}
+            for u in uses:
+                if u not in answered:
+                    p.add("tool-pairing", f"messages[{i}]", f"toolUse {u!r} has no toolResult in the next message")
+        else:
+            prev = messages[i - 1] if i > 0 else {}
+            asked = {b["toolUse"].get("toolUseId") for b in prev.get("content") or []
+                     if isinstance(b, dict) and isinstance(b.get("toolUse"), dict)} if prev.get("role") == "assistant" else set()
+            for b in blocks:
+                if isinstance(b.get("toolResult"), dict) and b["toolResult"].get("toolUseId") not in asked:
+                    p.add("tool-pairing", f"messages[{i}]",
+                          f"toolResult {b['toolResult'].get('toolUseId')!r} answers no toolUse of the previous message")
+    return p

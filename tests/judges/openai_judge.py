@@ -1,0 +1,177 @@
+"""Would OpenAI Chat Completions, or a gateway speaking its format, accept this body?
+
+Shape: the `openai` SDK's own request type, `CompletionCreateParamsNonStreaming`, validated
+strictly (unknown keys refused at every depth, JSON types not coerced, lazy iterables forced),
+after the gateway's documented extensions are taken off and checked by their own rules:
+- the cache marker of the gateway (`cache_control`; Copilot `copilot_cache_control`), documented
+  on a message's content part (OpenAI itself takes none: its caching is implicit);
+- top-level request fields the gateway documents beside the OpenAI ones (OpenRouter's
+  provider routing and reasoning, DashScope's enable_thinking ...).
+Then the documented rules beyond the shape.
+"""
+from __future__ import annotations
+
+import copy
+import re
+
+from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
+
+from ._common import (ANTHROPIC_ID, MAX_MARKERS, OPENAI_ID_MAX, Problems, data_url_problem, is_http_url,
+                      strict_validator, validate)
+
+PROVIDERS = ("openai", "openai-compatible", "openrouter", "alibaba", "copilot")
+
+# The marker key each provider documents on a content part; None: no markers at all.
+MARKER_KEY = {"openai": None, "openai-compatible": "cache_control", "openrouter": "cache_control",
+              "alibaba": "cache_control", "copilot": "copilot_cache_control"}
+# Marker values each gateway documents (OpenRouter passes Anthropic's ttl through).
+MARKER_VALUES = {"openrouter": ({"type": "ephemeral"}, {"type": "ephemeral", "ttl": "5m"},
+                                {"type": "ephemeral", "ttl": "1h"})}
+DEFAULT_MARKER_VALUES = ({"type": "ephemeral"},)
+
+# Top-level fields a gateway documents beyond OpenAI's, with the JSON type each takes.
+EXTRAS = {
+    "openrouter": {"provider": dict, "transforms": list, "models": list, "route": str, "reasoning": dict,
+                   "usage": dict, "plugins": list},
+    "alibaba": {"enable_thinking": bool, "thinking_budget": int, "enable_search": bool, "search_options": dict,
+                "vl_high_resolution_images": bool},
+}
+
+# Images the Chat Completions image_url part takes (OpenAI: png, jpeg, webp, non-animated gif).
+IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+# Files the `file` part takes as file_data: a base64 data URL of a PDF.
+FILE_TYPES = frozenset({"application/pdf"})
+# OpenAI function names: ^[a-zA-Z0-9_-]{1,64}$.
+FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+
+
+def _take_markers(body: dict, provider: str, p: Problems) -> int:
+    """Removes the markers from content parts (where they are documented) after checking them;
+    a marker anywhere else stays and the schema refuses it. Returns how many were found."""
+    key = MARKER_KEY[provider]
+    allowed = MARKER_VALUES.get(provider, DEFAULT_MARKER_VALUES)
+    count = 0
+    for i, msg in enumerate(body.get("messages") or []):
+        if not isinstance(msg, dict):
+            continue
+        for k in [k for k in msg if k in ("cache_control", "copilot_cache_control")]:
+            count += 1
+            if k == key:
+                p.add("marker-place", f"messages[{i}]",
+                      f"{k} on the message object; the gateway documents it on a content part")
+                del msg[k]
+        content = msg.get("content")
+        if not isinstance(content, list):
+            continue
+        for j, part in enumerate(content):
+            if not isinstance(part, dict):
+                continue
+            for k in [k for k in part if k in ("cache_control", "copilot_cache_control")]:
+                count += 1
+                if key is not None and k == key:
+                    if part[k] not in allowed:
+                        p.add("marker-value", f"messages[{i}].content[{j}]", f"{k} {part[k]!r} is not one of {allowed}")
+                    del part[k]
+    for i, tool in enumerate(body.get("tools") or []):
+        if isinstance(tool, dict):
+            count += sum(k in tool for k in ("cache_control", "copilot_cache_control"))
+    return count
+
+
+def _take_extras(body: dict, provider: str, p: Problems) -> None:
+    for name, kind in EXTRAS.get(provider, {}).items():
+        if name in body:
+            value = body.pop(name)
+            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                p.add("extension", name, f"must be a JSON {kind.__name__}, got {type(value).__name__}")
+
+
+def _parts(msg: dict, i: int, p: Problems) -> None:
+    content = msg.get("content")
+    if not isinstance(content, list):
+        return
+    for j, part in enumerate(content):
+        if not isinstance(part, dict):
+            continue
+        where = f"messages[{i}].content[{j}]"
+        if part.get("type") == "image_url":
+            url = (part.get("image_url") or {}).get("url")
+            if isinstance(url, str) and url.startswith("data:"):
+                why = data_url_problem(url, IMAGE_TYPES)
+                if why:
+                    p.add("image-url", where, why)
+            elif not is_http_url(url):
+                p.add("image-url", where, f"image_url.url must be http(s) or a base64 data URL, got {str(url)[:40]!r}")
+        elif part.get("type") == "file":
+            f = part.get("file") or {}
+            if "file_data" in f:
+                why = data_url_problem(f["file_data"], FILE_TYPES)
+                if why:
+                    p.add("file-data", where, f"file.file_data must be a base64 data URL of a PDF: {why}")
+
+
+def judge(body: dict, provider: str = "openai") -> list:
+    p = Problems()
+    if provider not in PROVIDERS:
+        raise KeyError(provider)
+    if not isinstance(body, dict):
+        p.add("schema", "body", "not a JSON object")
+        return p
+    body = copy.deepcopy(body)
+    markers = _take_markers(body, provider, p)
+    if MARKER_KEY[provider] is not None and markers > MAX_MARKERS:
+        p.add("marker-count", "body", f"{markers} cache markers; at most {MAX_MARKERS} are accepted")
+    _take_extras(body, provider, p)
+    validate(strict_validator(CompletionCreateParamsNonStreaming), body, p, "schema")
+
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    talk = [(i, m) for i, m in enumerate(messages) if m.get("role") not in ("system", "developer")]
+    if not talk:
+        p.add("messages-empty", "messages", "no user message")
+        return p
+    if talk[0][1].get("role") != "user":
+        p.add("first-user", f"messages[{talk[0][0]}]",
+              f"the first non-system message must be a user message, not {talk[0][1].get('role')!r}")
+
+    gateway = provider != "openai"
+    open_calls, seen_ids, tool_history = {}, set(), False
+    for i, msg in enumerate(messages):
+        role = msg.get("role")
+        _parts(msg, i, p)
+        if role == "tool":
+            tool_history = True
+            cid = msg.get("tool_call_id")
+            if cid not in open_calls:
+                p.add("tool-pairing", f"messages[{i}]",
+                      f"tool message {cid!r} does not answer a tool call of the preceding assistant message")
+            open_calls.pop(cid, None)
+            continue
+        for cid, where in open_calls.items():
+            p.add("tool-pairing", where, f"tool call {cid!r} has no tool message before messages[{i}]")
+        open_calls = {}
+        for k, call in enumerate(msg.get("tool_calls") or [] if role == "assistant" else []):
+            if not isinstance(call, dict):
+                continue
+            tool_history = True
+            where = f"messages[{i}].tool_calls[{k}]"
+            cid = call.get("id")
+            if not isinstance(cid, str):
+                continue
+            if len(cid) > OPENAI_ID_MAX:
+                p.add("tool-id", where, f"id is {len(cid)} characters; at most {OPENAI_ID_MAX} are accepted")
+            if gateway and not ANTHROPIC_ID.fullmatch(cid):
+                p.add("tool-id", where, f"id {cid!r} is outside ^[a-zA-Z0-9_-]+$ (refused by the Claude "
+                                        "and Bedrock upstreams the gateway forwards to)")
+            if cid in seen_ids:
+                p.add("tool-id-unique", where, f"tool call id {cid!r} is used twice")
+            seen_ids.add(cid)
+            open_calls[cid] = where
+    for cid, where in open_calls.items():
+        p.add("tool-pairing", where, f"tool call {cid!r} is never answered by a tool message")
+    if tool_history and not body.get("tools"):
+        p.add("tools-defined", "tools", "history holds tool calls but no tools are defined (SPEC 6: tools stay)")
+    for k, tool in enumerate(body.get("tools") or []):
+        name = ((tool or {}).get("function") or {}).get("name") if isinstance(tool, dict) else None
+        if isinstance(name, str) and not FUNCTION_NAME.fullmatch(name):
+            p.add("tool-name", f"tools[{k}].function.name", f"{name!r} is outside ^[a-zA-Z0-9_-]{{1,64}}$")
+    return p

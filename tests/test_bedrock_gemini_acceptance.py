@@ -1,0 +1,190 @@
+"""Bodies Bedrock Converse and Gemini accept (SPEC 6, "What the body must pass"): each test is a
+refusal seen from the provider, built in process as the golden tests build theirs."""
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from contextsvc import assemble, config, model as m
+
+PDF = b"%PDF-1.4 tiny"
+SCHEMA = {  # what an MCP server sends: JSON Schema, not Gemini's OpenAPI subset
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "type": "object",
+    "properties": {"where": {"$ref": "#/$defs/place"}, "mode": {"anyOf": [{"const": "a"}, {"const": "b"}]}},
+    "required": ["where"],
+    "additionalProperties": False,
+    "$defs": {"place": {"type": "string"}},
+}
+
+
+def p(pid, content):
+    return m.Part(pid, content)
+
+
+def user(mid, *contents):
+    return m.Message(mid, m.USER, [p(f"{mid}-{k}", c) for k, c in enumerate(contents)])
+
+
+def assistant(mid, *contents, **kw):
+    return m.Message(mid, m.ASSISTANT, [p(f"{mid}-{k}", c) for k, c in enumerate(contents)],
+                     time_completed_ms=1, **kw)
+
+
+def pdf(filename):
+    return m.File("application/pdf", filename, data=PDF)
+
+
+def call(call_id, output="ok"):
+    return m.Tool(call_id, "read", m.COMPLETED, {"path": "a.py"}, output=output)
+
+
+def body(provider, *messages, schema=None) -> dict:
+    inp = assemble.AssembleInput(
+        m.Conversation(session_id="sess-acc", messages=list(messages)),
+        m.Model("model-x", provider, m.ModelLimits(200_000, 0, 16_000)),
+        [m.ToolDefinition("read", "Read a file", schema or {"type": "object", "properties": {"path": {"type": "string"}}})],
+        m.SystemPrompt(soul="You are a coding agent.", agent_prompt="Be brief."),
+        m.CompactionSettings())
+    return json.loads(assemble.assemble(inp, config.Config()).body)
+
+
+def texts(value):
+    """Every "text" string in the body, at any depth."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k == "text" and isinstance(v, str):
+                yield v
+            else:
+                yield from texts(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from texts(v)
+
+
+def documents(b):
+    return [blk["document"] for msg in b["messages"] for blk in msg["content"] if "document" in blk]
+
+
+def converse_accepts(b):
+    """botocore's own check of the Converse input shape (types, required members, enums)."""
+    botocore = pytest.importorskip("botocore.session")
+    from botocore.validate import ParamValidator
+
+    def to_bytes(v):
+        if isinstance(v, dict):
+            return {k: base64.b64decode(x) if k == "bytes" else to_bytes(x) for k, x in v.items()}
+        return [to_bytes(x) for x in v] if isinstance(v, list) else v
+
+    shape = botocore.get_session().get_service_model("bedrock-runtime").operation_model("Converse").input_shape
+    report = ParamValidator().validate({"modelId": "model-x", **to_bytes(b)}, shape)
+    assert not report.has_errors(), report.generate_report()
+
+
+# --- Bedrock Converse -------------------------------------------------------------------------
+
+def test_bedrock_sends_no_blank_text_block():
+    b = body(m.BEDROCK,
+             user("m1", m.Text("Look at a.py"), m.Text(" \n ")),
+             assistant("m2", m.StepStart(),
+                       m.Reasoning("first", signature="sig-1"), m.Text(""), m.Reasoning("second", signature="sig-2"),
+                       m.Text("  \n"), call("c1", output="\n\t"), call("c2", output="")),
+             user("m3", m.Text("Go on")))
+    assert all(t.strip() for t in texts(b["messages"])), list(texts(b["messages"]))
+    steps = b["messages"][1]["content"]
+    # the two signed reasoning blocks now sit side by side: Converse needs no spacer between them
+    kinds = [next(iter(blk)) for blk in steps if "cachePoint" not in blk]
+    assert kinds == ["reasoningContent", "reasoningContent", "toolUse", "toolUse"]
+    results = [blk["toolResult"]["content"] for blk in b["messages"][2]["content"] if "toolResult" in blk]
+    assert results == [[{"text": "[No output]"}], [{"text": "[No output]"}]]
+    converse_accepts(b)
+
+
+def test_bedrock_document_names_are_unique_and_earlier_ones_never_change():
+    msgs = [user("m1", m.Text("Read these"), pdf("report.pdf"), pdf("report.docx.pdf")),
+            assistant("m2", m.Text("Read.")),
+            user("m3", m.Text("And this one"), pdf("Report.pdf"), pdf("report.pdf"))]
+    names = [d["name"] for d in documents(body(m.BEDROCK, *msgs))]
+    assert names == ["report", "report-docx", "Report (2)", "report (3)"]
+    assert len({n.casefold() for n in names}) == len(names)
+    earlier = [d["name"] for d in documents(body(m.BEDROCK, *msgs[:1]))]
+    assert earlier == names[:2]  # adding documents later renames nothing before them
+
+
+def test_bedrock_document_names_stay_within_200_characters():
+    long = "x" * 300 + ".pdf"
+    b = body(m.BEDROCK, user("m1", m.Text("Both"), pdf(long), pdf(long)))
+    names = [d["name"] for d in documents(b)]
+    assert names == ["x" * 200, "x" * 196 + " (2)"]
+    converse_accepts(b)
+
+
+def test_bedrock_document_without_text_gets_its_name_as_text():
+    b = body(m.BEDROCK, user("m1", pdf("spec sheet.pdf")))
+    assert b["messages"][0]["content"] == [
+        {"document": {"format": "pdf", "name": "spec sheet", "source": {"bytes": base64.b64encode(PDF).decode()}}},
+        {"text": "spec sheet"},
+        {"cachePoint": {"type": "default"}},
+    ]
+    converse_accepts(b)
+
+
+def test_bedrock_body_starts_with_a_user_message():
+    b = body(m.BEDROCK, user("m1", m.Text("hidden", ignored=True)),
+             assistant("m2", m.Text("Summary of the work so far.")), user("m3", m.Text("Go on")))
+    assert [msg["role"] for msg in b["messages"]] == ["user", "assistant", "user"]
+    assert b["messages"][0]["content"] == [{"text": "[Conversation start]"}]
+    converse_accepts(b)
+
+
+def test_bedrock_auto_places_at_most_4_cache_points():
+    msgs = []
+    for k in range(6):
+        msgs += [user(f"m{2 * k:02d}", m.Text(f"question {k}")),
+                 assistant(f"m{2 * k + 1:02d}", m.StepStart(), call(f"c{k}"))]
+    b = body(m.BEDROCK, *msgs, user("m99", m.Text("last")))
+    points = json.dumps(b).count('"cachePoint"')
+    assert 1 <= points <= 4
+    converse_accepts(b)
+
+
+# --- Gemini -----------------------------------------------------------------------------------
+
+def test_gemini_sends_json_schema_as_parameters_json_schema():
+    b = body(m.GEMINI, user("m1", m.Text("hi")), schema=SCHEMA)
+    declaration = b["tools"][0]["functionDeclarations"][0]
+    assert "parameters" not in declaration  # the OpenAPI subset refuses $schema, $ref, const, ...
+    assert declaration["parametersJsonSchema"] == SCHEMA
+    types = pytest.importorskip("google.genai.types")
+    types.FunctionDeclaration.model_validate(declaration)
+
+
+@pytest.mark.parametrize("parts, signed", [
+    # a thought, then text, then the call: the signature belongs on the call, not on the text
+    ([m.Reasoning("think", signature="gsig"), m.Text("Reading it."), call("c1"), call("c2")], 1),
+    # a thought between two parallel calls: the first call carries it
+    ([call("c1"), m.Reasoning("think", signature="gsig"), call("c2")], 0),
+])
+def test_gemini_puts_the_thought_signature_on_the_first_function_call(parts, signed):
+    b = body(m.GEMINI, user("m1", m.Text("Look at a.py")), assistant("m2", m.StepStart(), *parts),
+             user("m3", m.Text("Go on")))
+    model_parts = b["contents"][1]["parts"]
+    assert [k for k, part in enumerate(model_parts) if "thoughtSignature" in part] == [signed]
+    assert "functionCall" in model_parts[signed] and model_parts[signed]["thoughtSignature"] == "gsig"
+
+
+def test_gemini_body_starts_with_a_user_turn():
+    b = body(m.GEMINI, user("m1", m.Text("hidden", ignored=True)),
+             assistant("m2", m.StepStart(), call("c1")), user("m3", m.Text("Go on")))
+    assert [c["role"] for c in b["contents"]] == ["user", "model", "user"]
+    assert b["contents"][0]["parts"] == [{"text": "[Conversation start]"}]
+
+
+def test_gemini_replays_no_signature_that_is_not_base64():
+    # thoughtSignature is bytes on the wire: "sig-def" fails the whole request
+    b = body(m.GEMINI, user("m1", m.Text("Look at a.py")),
+             assistant("m2", m.StepStart(), m.Reasoning("think", signature="sig-def"), call("c1")),
+             user("m3", m.Text("Go on")))
+    assert b["contents"][1]["parts"] == [{"functionCall": {"name": "read", "args": {"path": "a.py"}}}]

@@ -1,0 +1,245 @@
+"""Regression tests for bodies Anthropic and the OpenAI Chat family refused (issue 14, SPEC section 6
+"What the body must pass"), plus the shared pieces every format uses: tool ids and the media table."""
+from __future__ import annotations
+
+import base64
+import json
+import re
+
+import pytest
+
+from contextsvc import assemble, cache, config, model as m
+from contextsvc.errors import BadInput
+from contextsvc.lowering import media, tool_ids
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 8
+PNG64 = base64.b64encode(PNG).decode()
+CHAT = (m.OPENAI, m.OPENAI_COMPATIBLE, m.OPENROUTER, m.ALIBABA, m.COPILOT)
+MARKED = (m.ANTHROPIC, m.BEDROCK, m.OPENAI_COMPATIBLE, m.OPENROUTER, m.ALIBABA, m.COPILOT)
+ANTHROPIC_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
+READ = m.ToolDefinition("read", "Read a file", {"type": "object", "properties": {"path": {"type": "string"}}})
+
+
+def user(mid, *contents):
+    return m.Message(mid, m.USER, [m.Part(f"{mid}-{k}", c) for k, c in enumerate(contents)])
+
+
+def assistant(mid, *contents, model_id="model-x", provider_id=""):
+    return m.Message(mid, m.ASSISTANT, [m.Part(f"{mid}-{k}", c) for k, c in enumerate(contents)],
+                     time_completed_ms=1, model_id=model_id, provider_id=provider_id)
+
+
+def read(call_id, output="x = 1\n", attachments=()):
+    return m.Tool(call_id, "read", m.COMPLETED, {"path": "a.py"}, output=output, attachments=list(attachments))
+
+
+def run(provider, messages, *, tools=(READ,), hints=(), **kw):
+    inp = assemble.AssembleInput(m.Conversation(messages, "sess-acc"), m.Model("model-x", provider),
+                                 list(tools), m.SystemPrompt(soul="You are a coding agent.", agent_prompt="Be brief."),
+                                 m.CompactionSettings(), policy=cache.Policy(hints=list(hints)), **kw)
+    return assemble.assemble(inp, config.Config())
+
+
+def body(provider, messages, **kw):
+    a = run(provider, messages, **kw)
+    assert len(a.body) == a.measurement.body_bytes  # Measure's bytes are still Assemble's
+    return json.loads(a.body)
+
+
+def tool_turn(*calls):
+    return [user("m1", m.Text("Look at a.py")), assistant("m2", *calls), user("m3", m.Text("Go on"))]
+
+
+# ---- last step: tools stay, the provider's "no tool use" choice -------------------------------
+
+NO_TOOL_USE = {m.ANTHROPIC: ("tool_choice", {"type": "none"}),
+               m.GEMINI: ("toolConfig", {"functionCallingConfig": {"mode": "NONE"}}),
+               **{p: ("tool_choice", "none") for p in CHAT}}
+
+
+@pytest.mark.parametrize("provider", sorted(NO_TOOL_USE))
+@pytest.mark.parametrize("how", [dict(step=5, max_steps=5), dict(tools_disabled=True)])
+def test_disabled_tools_stay_defined_with_the_no_tool_choice(provider, how):
+    b = body(provider, tool_turn(read("call_1")), **how)
+    key, value = NO_TOOL_USE[provider]
+    assert b["tools"] and b[key] == value
+    assert '"read"' in json.dumps(b[next(k for k in b if k in ("messages", "contents"))])  # the history's call
+
+
+def test_bedrock_keeps_tool_config_on_the_last_step_and_relies_on_the_message():
+    b = body(m.BEDROCK, tool_turn(read("call_1")), step=5, max_steps=5)
+    assert b["toolConfig"]["tools"][0]["toolSpec"]["name"] == "read" and "toolChoice" not in b["toolConfig"]
+    assert "MAXIMUM STEPS REACHED" in json.dumps(b["messages"][-1])
+
+
+def test_no_tool_choice_without_tools():
+    b = body(m.ANTHROPIC, [user("m1", m.Text("hi"))], tools=(), tools_disabled=True)
+    assert "tools" not in b and "tool_choice" not in b
+
+
+# ---- tool call ids ----------------------------------------------------------------------------
+
+def test_anthropic_maps_foreign_ids_alike_in_call_and_result():
+    b = body(m.ANTHROPIC, tool_turn(read("functions.read:1"), read("functions.read:2")))
+    uses = [x["id"] for x in b["messages"][1]["content"] if x["type"] == "tool_use"]
+    results = [x["tool_use_id"] for x in b["messages"][2]["content"] if x["type"] == "tool_result"]
+    assert uses == results and len(set(uses)) == 2
+    assert all(ANTHROPIC_ID.match(i) for i in uses)
+
+
+@pytest.mark.parametrize("provider", CHAT)
+def test_openai_family_ids_fit_40_characters(provider):
+    long_id = "fc_" + "0123456789" * 6
+    b = body(provider, tool_turn(read(long_id), read("call_ok")))
+    call, tool_a, tool_b = b["messages"][3]["tool_calls"], b["messages"][4], b["messages"][5]
+    assert [c["id"] for c in call] == [tool_a["tool_call_id"], tool_b["tool_call_id"]]
+    assert len(call[0]["id"]) <= 40 and call[1]["id"] == "call_ok"
+
+
+@pytest.mark.parametrize("provider", m.PROVIDERS)
+def test_wire_ids_are_a_function_of_the_id_alone(provider):
+    ids = ["call_1", "toolu_01AbC", "functions.read:1", "functions.read_1", "a b", "a/b", "x" * 100,
+           "x" * 99 + "y", "é", "call_1 "]
+    wire = [tool_ids.wire_id(provider, i) for i in ids]
+    assert len(set(wire)) == len(ids)  # no two ids merge
+    assert tool_ids.wire_id(provider, "call_1") == "call_1" and tool_ids.wire_id(provider, "toolu_01AbC") == "toolu_01AbC"
+    rule = tool_ids.RULES[provider]
+    assert all(len(w) <= rule.max_len and rule.valid.fullmatch(w) for w in wire)
+    assert wire == [tool_ids.wire_id(provider, i) for i in ids]
+
+
+def test_a_new_id_never_rewrites_an_old_one():
+    first = body(m.ANTHROPIC, tool_turn(read("functions.read:1")))
+    later = body(m.ANTHROPIC, tool_turn(read("functions.read:1"), read("functions.read:1 ")))
+    assert later["messages"][1]["content"][0] == first["messages"][1]["content"][0]
+
+
+# ---- media ----------------------------------------------------------------------------------
+
+def file_(mime, url="", data=None, name="a.bin"):
+    return m.File(mime, name, url=url, data=data)
+
+
+def unmarked(blocks):
+    return [{k: v for k, v in x.items() if k != "cache_control"} for x in blocks]
+
+
+def anthropic_user_blocks(*files):
+    return unmarked(body(m.ANTHROPIC, [user("m1", m.Text("Look"), *files)])["messages"][0]["content"][1:])
+
+
+def test_anthropic_sends_only_the_images_it_takes():
+    svg = file_("image/svg+xml", data=b"<svg/>", name="a.svg")
+    heic = file_("image/heic", data=b"\x00\x00", name="a.heic")
+    assert anthropic_user_blocks(svg, heic) == [{"type": "text", "text": "[Attached image/svg+xml: a.svg]"},
+                                               {"type": "text", "text": "[Attached image/heic: a.heic]"}]
+
+
+def test_anthropic_data_url_parameters_are_not_the_media_type():
+    part = file_("image/png", url=f"data:image/png;name=a.png;base64,{PNG64}")
+    assert anthropic_user_blocks(part) == [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                                        "data": PNG64}}]
+
+
+def test_anthropic_non_base64_data_url_is_content_not_a_url():
+    png = file_("image/png", url="data:image/png," + "".join(f"%{b:02X}" for b in PNG))
+    svg = file_("image/svg+xml", url="data:image/svg+xml,%3Csvg%2F%3E", name="b.svg")
+    blocks = anthropic_user_blocks(png, svg)
+    assert blocks[0] == {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG64}}
+    assert blocks[1] == {"type": "text", "text": "[Attached image/svg+xml: b.svg]"}
+    assert "data:" not in json.dumps(blocks)
+
+
+def test_anthropic_refused_media_in_tool_results_becomes_the_note():
+    shot = file_("image/svg+xml", data=b"<svg/>", name="s.svg")
+    b = body(m.ANTHROPIC, tool_turn(read("call_1", attachments=[shot])))
+    result = b["messages"][2]["content"][0]
+    assert result["content"] == [{"type": "text", "text": "x = 1\n"},
+                                 {"type": "text", "text": "[Attached image/svg+xml: s.svg]"}]
+
+
+@pytest.mark.parametrize("provider", CHAT)
+def test_openai_family_pdf_by_web_url_is_not_file_data(provider):
+    pdf = file_("application/pdf", url="https://example.com/a.pdf", name="a.pdf")
+    inline = file_("application/pdf", data=b"%PDF-1.4", name="b.pdf")
+    parts = body(provider, [user("m1", m.Text("Read"), pdf, inline)])["messages"][2]["content"]
+    assert parts[1] == {"type": "text", "text": "[Attached application/pdf: a.pdf]"}
+    assert parts[2]["type"] == "file" and parts[2]["file"]["file_data"].startswith("data:application/pdf;base64,")
+
+
+@pytest.mark.parametrize("provider", CHAT)
+def test_openai_family_image_url_only_for_images_it_takes(provider):
+    svg = file_("image/svg+xml", url="data:image/svg+xml;base64,PHN2Zy8+", name="a.svg")
+    text_png = file_("image/png", url="data:image/png," + "".join(f"%{b:02X}" for b in PNG))
+    named = file_("image/png", url=f"data:image/png;name=a.png;base64,{PNG64}")
+    parts = body(provider, [user("m1", m.Text("Look"), svg, text_png, named)])["messages"][2]["content"]
+    assert parts[1] == {"type": "text", "text": "[Attached image/svg+xml: a.svg]"}
+    assert parts[2]["image_url"]["url"] == parts[3]["image_url"]["url"] == f"data:image/png;base64,{PNG64}"
+
+
+def test_media_table_answers_per_provider():
+    assert media.accepts(m.ANTHROPIC, "image/png") and media.accepts(m.ANTHROPIC, "IMAGE/JPG")
+    assert not media.accepts(m.ANTHROPIC, "image/svg+xml") and not media.accepts(m.ANTHROPIC, "image/heic")
+    assert media.accepts(m.GEMINI, "image/heic") and not media.accepts(m.GEMINI, "image/gif")
+    assert media.accepts(m.BEDROCK, "text/csv") and media.BEDROCK_FORMATS["text/markdown"] == "md"
+    assert all(media.accepts(p, "application/pdf") for p in m.PROVIDERS)
+    parsed = media.parse_data_url("data:image/png;name=a.png;base64,AAAA")
+    assert (parsed.mime, parsed.is_base64, parsed.payload) == ("image/png", True, "AAAA")
+    assert media.parse_data_url("data:,hello").mime == "" and not media.parse_data_url("data:,hello").is_base64
+
+
+# ---- Anthropic reasoning ----------------------------------------------------------------------
+
+def signed(text, sig="sig-1"):
+    return m.Reasoning(text, signature=sig)
+
+
+def test_anthropic_never_marks_a_thinking_block():
+    conv = [user("m1", m.Text("Q")), assistant("m2", signed("a"), m.Text("answer"), signed("b")),
+            assistant("m3", signed("only thinking")), user("m4", m.Text("Go on"))]
+    a = run(m.ANTHROPIC, conv, hints=[cache.Hint(message_id="m2"), cache.Hint(message_id="m4")])
+    b = json.loads(a.body)
+    blocks = b["messages"][1]["content"]
+    assert [x["type"] for x in blocks] == ["thinking", "text", "thinking", "thinking"]
+    assert "cache_control" in blocks[1]  # the nearest block that takes one
+    assert all("cache_control" not in x for x in blocks if x["type"] in ("thinking", "redacted_thinking"))
+    conv[1] = assistant("m2", signed("only thinking"))
+    conv[2] = assistant("m3", m.Text("later"))
+    a = run(m.ANTHROPIC, conv[:2] + [user("m4", m.Text("Go on"))], hints=[cache.Hint(message_id="m2")])
+    assert "cache_control" not in a.body.decode() and a.breakpoints == []  # nowhere to go: dropped
+
+
+def test_anthropic_sends_reasoning_another_model_signed_as_plain_text():
+    conv = [user("m1", m.Text("Q")),
+            assistant("m2", signed("mine"), m.Text("one")),
+            assistant("m3", signed("theirs"), m.Text("two"), model_id="gpt-5"),
+            assistant("m4", m.Reasoning("", redacted_data="opaque"), m.Text("three"), provider_id=m.BEDROCK),
+            user("m5", m.Text("Go on"))]
+    b = body(m.ANTHROPIC, conv)
+    blocks = b["messages"][1]["content"]
+    assert blocks[0] == {"type": "thinking", "thinking": "mine", "signature": "sig-1"}
+    assert blocks[2:] == [{"type": "text", "text": "theirs"}, {"type": "text", "text": "two"},
+                          {"type": "text", "text": "three"}]
+
+
+# ---- cache markers ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("provider", MARKED)
+def test_more_than_four_hints_is_refused_for_every_marked_provider(provider):
+    conv = [user(f"m{i}", m.Text(f"q{i}")) if i % 2 else assistant(f"m{i}", m.Text(f"a{i}")) for i in range(1, 8)]
+    hints = [cache.Hint(message_id=f"m{i}") for i in (1, 3, 5, 7)] + [cache.Hint(last_tool=True)]
+    with pytest.raises(BadInput) as e:
+        run(provider, conv, hints=hints)
+    assert e.value.field == "cache_hints"
+    assert len(run(provider, conv, hints=hints[:4]).breakpoints) == 4
+
+
+@pytest.mark.parametrize("provider", (m.OPENAI_COMPATIBLE, m.OPENROUTER, m.ALIBABA, m.COPILOT))
+def test_gateway_markers_sit_on_the_last_content_part(provider):
+    b = body(provider, tool_turn(read("call_1"))[:2])  # ends: assistant tool call, tool result
+    key = "copilot_cache_control" if provider == m.COPILOT else "cache_control"
+    messages = b["messages"]
+    assert not any(key in msg for msg in messages)  # never on the message object
+    assert messages[-1] == {"role": "tool", "tool_call_id": "call_1",
+                            "content": [{"type": "text", "text": "x = 1\n", key: {"type": "ephemeral"}}]}
+    assert messages[0]["content"][-1][key] == {"type": "ephemeral"}
