@@ -18,10 +18,13 @@ from cpython.mem cimport PyMem_Malloc, PyMem_Free
 import json
 
 from contextsvc import _native_py
-from contextsvc._native_py import CJK_COUNTS, MAX_JSON_DEPTH, PROFILE_BLOCK, TEXT_CLASSES
+from contextsvc._native_py import CJK_COUNTS, MAX_JSON_DEPTH, PROFILE_BLOCK, TEXT_CLASSES, number_text
 
 __all__ = [
     "MAX_JSON_DEPTH",
+    "number_text",
+    "json_text",
+    "has_float",
     "json_size",
     "json_lengths",
     "utf16_len",
@@ -260,6 +263,50 @@ def json_size(value):
     acc.d16 = 0
     _walk_value(<PyObject *>value, 0, &acc)
     return acc.u8
+
+
+cdef int _has_float(object o, Py_ssize_t depth) except -1:
+    """1 when the JSON text of o writes a float (a value or a dict key); depth = containers
+    enclosing o. Walked as _native_py.has_float walks (references held: subclasses run code)."""
+    cdef PyObject *t = cs_type(<PyObject *>o)
+    if t == <PyObject *>str or t == <PyObject *>int or o is None or o is True or o is False:
+        return 0
+    if cs_is_float(<PyObject *>o):
+        return 1
+    if cs_is_str(<PyObject *>o) or cs_is_int(<PyObject *>o):
+        return 0
+    if t == <PyObject *>list or t == <PyObject *>tuple or cs_is_list(<PyObject *>o) or cs_is_tuple(<PyObject *>o):
+        if depth + 1 > _max_depth:
+            _depth_error()
+        for item in (o if t == <PyObject *>list or t == <PyObject *>tuple else list(o)):
+            if _has_float(item, depth + 1):
+                return 1
+    elif t == <PyObject *>dict:
+        if depth + 1 > _max_depth:
+            _depth_error()
+        for k, v in (<dict>o).items():
+            if cs_is_float(<PyObject *>k) or _has_float(v, depth + 1):
+                return 1
+    elif cs_is_dict(<PyObject *>o) and cs_dict_size(<PyObject *>o):
+        if depth + 1 > _max_depth:
+            _depth_error()
+        for k, v in o.items():
+            if cs_is_float(<PyObject *>k) or _has_float(v, depth + 1):
+                return 1
+    return 0
+
+
+def has_float(value):
+    """True when the JSON text of value writes a float, as a value or as a dict key."""
+    return _has_float(value, 0) == 1
+
+
+def json_text(value):
+    """The JSON text of value, numbers as Node writes them (_native_py.json_text), from
+    json.dumps's C encoder; floats as _native_py.json_text_with_floats writes them."""
+    if _has_float(value, 0):
+        return _native_py.json_text_with_floats(value, has_float)
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def json_lengths(value):
@@ -758,17 +805,6 @@ cdef void _stream_str(_Stream *s, object text, bint quoted) noexcept:
     _emit(s, 0x22)
 
 
-cdef object _float_json(double x):
-    """A float as json.dumps writes it (its repr; NaN and the infinities by their JS names)."""
-    if x != x:
-        return "NaN"
-    if x == float("inf"):
-        return "Infinity"
-    if x == -float("inf"):
-        return "-Infinity"
-    return float.__repr__(x)
-
-
 cdef int _stream_value(_Stream *s, object o, Py_ssize_t depth) except -1:
     """The JSON text of o; depth = containers enclosing o. Exact str, int, float, dict, list,
     tuple, bool and None are walked; anything else (subclasses, odd keys) is streamed from
@@ -787,7 +823,7 @@ cdef int _stream_value(_Stream *s, object o, Py_ssize_t depth) except -1:
     elif t == <PyObject *>int:
         _stream_str(s, int.__repr__(o), False)
     elif t == <PyObject *>float:
-        _stream_str(s, _float_json(o), False)
+        _stream_str(s, number_text(o), False)
     elif t == <PyObject *>list or t == <PyObject *>tuple:
         if depth + 1 > _max_depth:
             _depth_error()
@@ -813,13 +849,13 @@ cdef int _stream_value(_Stream *s, object o, Py_ssize_t depth) except -1:
         _emit(s, 0x7D)
     else:
         _native_py.json_lengths(o)  # depth and types checked as everywhere else
-        _stream_str(s, json.dumps(o, ensure_ascii=False, separators=(",", ":")), False)
+        _stream_str(s, _native_py.json_text(o), False)
     return 0
 
 
 def json_profile(value):
-    """text_profile of the JSON text of value (json.dumps(value, ensure_ascii=False,
-    separators=(",", ":"))), streamed from a walk of value: the text is never built."""
+    """text_profile of the JSON text of value (json_text), streamed from a walk of value: the
+    text is never built."""
     cdef _Stream *s = <_Stream *>PyMem_Malloc(sizeof(_Stream))
     cdef int c
     if s == NULL:

@@ -29,6 +29,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if !defined(CONTEXTSVC_NO_SIMD) && \
@@ -820,36 +821,72 @@ static inline Py_ssize_t cs_int_len(PyObject *o)
     return cs_int_len_slow(o);
 }
 
-static const double cs_pow10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8};
+/* 10^0 .. 10^21, all exact doubles (5^22 is the first power of five beyond 2^53). */
+static const double cs_pow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                  1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                  1e16, 1e17, 1e18, 1e19, 1e20, 1e21};
+
+/* Length of Node's text for a double of k significant digits worth 0.DIGITS * 10^n
+ * (ECMAScript Number::toString; _native_py.number_text spells out the four layouts). */
+static Py_ssize_t cs_number_layout_len(Py_ssize_t k, Py_ssize_t n)
+{
+    Py_ssize_t e;
+    if (k <= n && n <= 21)
+        return n;                 /* digits, then n - k zeros */
+    if (0 < n && n <= 21)
+        return k + 1;             /* digits with a point after n of them */
+    if (-6 < n && n <= 0)
+        return 2 - n + k;         /* "0.", -n zeros, digits */
+    e = n - 1;                    /* d[.ddd]e+N / e-N */
+    return (k == 1 ? 1 : k + 1) + 2 + cs_digits((unsigned long long)(e < 0 ? -e : e));
+}
 
 /*
- * Length of a float as json.dumps writes it: float.__repr__, or NaN / Infinity / -Infinity.
+ * Length of a float as Node's JSON.stringify writes it (_native_py.number_text); NaN and the
+ * infinities raise ValueError, as they are not JSON. Returns -1 on error.
  *
- * repr is the shortest decimal that reads back as the same double, in fixed notation for
- * 1e-4 <= |d| < 1e16. Two fast cases avoid running dtoa:
- *   - integral |d| < 1e16: the integer's digits then ".0" ("-0.0" included);
- *   - |d| = m / 10^k exactly as a double for some k <= 8 with m * 10^k small: the smallest such
- *     k is the number of decimals of repr (fewer decimals = fewer significant digits at a given
- *     magnitude). m < 2^53 and 10^k are exact, and IEEE division is correctly rounded, so
- *     m / 10^k == |d| is precisely "the decimal m e-k reads back as |d|". The product |d| * 10^k
- *     is kept below 2^50 so that its rounding error cannot hide the right m from m-1..m+1.
- * Anything else goes to PyOS_double_to_string, which float.__repr__ itself calls.
+ * Two fast cases avoid running dtoa:
+ *   - integral |d| < 1e21: its digits (and "-" when negative; -0.0 is "0"). Node writes the
+ *     shortest digits padded with zeros, which has as many digits as the integer itself: the
+ *     powers of ten up to 1e21 are exact doubles, so the digits never round up to one more;
+ *   - |d| >= 1e-6 and |d| = m / 10^k exactly as a double for some k <= 8 with m * 10^k small:
+ *     Node writes it in decimal, and the smallest such k is its number of decimals (fewer
+ *     decimals = fewer significant digits at a given magnitude). m < 2^53 and 10^k are exact,
+ *     and IEEE division is correctly rounded, so m / 10^k == |d| is precisely "the decimal
+ *     m e-k reads back as |d|". The product |d| * 10^k is kept below 2^50 so that its rounding
+ *     error cannot hide the right m from m-1..m+1.
+ * Anything else reads the shortest digits from PyOS_double_to_string (which float.__repr__
+ * calls) and lays them out as Node does.
  */
 static Py_ssize_t cs_float_len(PyObject *o)
 {
     double d = PyFloat_AS_DOUBLE(o), a = fabs(d);
-    Py_ssize_t sign = signbit(d) ? 1 : 0;
+    Py_ssize_t sign = d < 0 ? 1 : 0;
     char *text;
-    Py_ssize_t n;
-    if (!isfinite(d))
-        return isnan(d) ? 3 : (d > 0 ? 8 : 9);
-    if (a < 1e16 && a == (double)(long long)a)
-        return cs_digits((unsigned long long)a) + 2 + sign;
+    const char *p;
+    Py_ssize_t whole = 0, exponent = 0, i = 0, first = -1, last = -1;
+    int point = 0;
+    if (!isfinite(d)) {
+        PyObject *r = PyFloat_Type.tp_repr(o);
+        if (r != NULL) {
+            PyErr_Format(PyExc_ValueError, "Out of range float values are not JSON compliant: %U", r);
+            Py_DECREF(r);
+        }
+        return -1;
+    }
+    if (a == 0)
+        return 1;
+    if (a < 1e21 && a == floor(a)) {
+        Py_ssize_t n = 1;
+        while (n < 21 && a >= cs_pow10[n])
+            n++;
+        return sign + n;
+    }
 #if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD == 0
-    if (a >= 1e-4 && a < 1e16) {
+    if (a >= 1e-6 && a < 1e16) {
         int k;
         for (k = 1; k <= 8; k++) {
-            double p = cs_pow10[k], v = a * p;
+            double p10 = cs_pow10[k], v = a * p10;
             long long m;
             int c;
             if (v >= 1125899906842624.0) /* 2^50 */
@@ -857,7 +894,7 @@ static Py_ssize_t cs_float_len(PyObject *o)
             m = (long long)(v + 0.5);
             for (c = 0; c < 3; c++) { /* m, then its neighbours */
                 long long cand = c == 0 ? m : (c == 1 ? m - 1 : m + 1);
-                if (cand > 0 && (double)cand / p == a) {
+                if (cand > 0 && (double)cand / p10 == a) {
                     Py_ssize_t digits = cs_digits((unsigned long long)cand);
                     return sign + 1 + (digits > k ? digits : k + 1);
                 }
@@ -865,12 +902,28 @@ static Py_ssize_t cs_float_len(PyObject *o)
         }
     }
 #endif
-    text = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    text = PyOS_double_to_string(a, 'r', 0, 0, NULL);
     if (text == NULL)
         return -1;
-    n = (Py_ssize_t)strlen(text);
+    /* "DIGITS[.DIGITS][e+NN|e-NN]": find the significant digits and where the point falls */
+    for (p = text; *p && *p != 'e'; p++) {
+        if (*p == '.') {
+            point = 1;
+            continue;
+        }
+        if (!point)
+            whole++;
+        if (*p != '0') {
+            if (first < 0)
+                first = i;
+            last = i;
+        }
+        i++;
+    }
+    if (*p == 'e')
+        exponent = atoi(p + 1);
     PyMem_Free(text);
-    return n;
+    return sign + cs_number_layout_len(last - first + 1, whole + exponent - first);
 }
 
 #endif /* CONTEXTSVC_JSONSCAN_H */

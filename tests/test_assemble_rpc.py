@@ -143,6 +143,50 @@ def test_explicit_hints_win_and_are_bounded(stub):
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and field in e.value.details()
 
 
+NUMBERS_JSON = ('{"a": 1.0, "b": 1e-07, "c": -0.0, "d": 1e21, "e": 1.2345678901234568e20, "f": 3.0, '
+                '"g": 123456789012345678901234567890, "h": 0.1, "i": 5e-324, "j": [2.50, 1E2, -7]}')
+NUMBERS_NODE = ('{"a":1,"b":1e-7,"c":0,"d":1e+21,"e":123456789012345680000,"f":3,'
+                '"g":123456789012345678901234567890,"h":0.1,"i":5e-324,"j":[2.5,100,-7]}')
+
+
+def numbers_conversation(input_json=NUMBERS_JSON):
+    conv = convo.small_conversation()
+    conv.messages[1].parts[1].tool.state.input_json = input_json
+    return conv
+
+
+def test_numbers_are_written_as_node_writes_them(stub):
+    """Tool input numbers reach every body as JSON.stringify writes them (big ints exactly as
+    written), and Measure counts those bytes."""
+    conv = numbers_conversation()
+    schema = pb.ToolDefinition(name="seek", description="Seek", input_schema_json=(
+        '{"type":"object","properties":{"t":{"type":"number","minimum":0.0,"maximum":1e21,"multipleOf":1e-07}}}'))
+    for provider in range(1, 9):
+        req = request(conv, provider=provider)
+        req.tools.append(schema)
+        a = stub.Assemble(req, timeout=10)
+        m = stub.Measure(pb.MeasureRequest(conversation=conv, model=convo.model(provider=provider),
+                                           tools=req.tools, system=SYSTEM), timeout=10)
+        assert a.body_bytes == len(a.body) == m.body_bytes, provider
+        text = a.body.decode()
+        # Chat Completions carries the input as a JSON string: its text is escaped once more
+        assert NUMBERS_NODE in text or json.dumps(NUMBERS_NODE) in text, provider
+        assert '"minimum":0,"maximum":1e+21,"multipleOf":1e-7' in text, provider
+        for bad in ("1.0", "1e-07", "-0.0", "e+20"):
+            assert bad not in text, (provider, bad)
+
+
+@pytest.mark.parametrize("number", ["1e400", "-1E999", "NaN", "Infinity"])
+def test_numbers_beyond_a_double_are_invalid_argument(stub, number):
+    conv = numbers_conversation('{"a": %s}' % number)
+    for call in (lambda: stub.Assemble(request(conv), timeout=10),
+                 lambda: stub.Measure(pb.MeasureRequest(conversation=conv, model=convo.model()), timeout=10)):
+        with pytest.raises(grpc.RpcError) as e:
+            call()
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "input_json" in e.value.details()
+
+
 def big_conversation_with_summary():
     msgs = [convo.user("msg_001", convo.text("u1", "start"), pb.Part(id="img1", file=pb.FilePart(
                 mime="image/png", filename="shot.png", data=b"\x89PNG" * 50_000))),
@@ -169,6 +213,28 @@ def test_payload_guard_prunes_then_reports(stub):
     assert a.body_bytes == len(a.body) and not a.over_payload_limit
     assert a.body.count(b"[Old tool result content cleared]") == 8
     assert b"shot.png" not in a.body  # before the compaction point: not sent at all
+
+
+def test_measure_sizes_the_guarded_body(stub):
+    """Measure runs the payload guard as Assemble does: it reports the body that is sent
+    (issue 14: Measure said 2,527,452 bytes where Assemble sent 1,267,394)."""
+    conv = big_conversation_with_summary()
+    for provider in range(1, 9):
+        a = stub.Assemble(request(conv, provider=provider), timeout=30)
+        m = stub.Measure(pb.MeasureRequest(conversation=conv, model=convo.model(provider=provider), tools=TOOLS,
+                                           system=SYSTEM), timeout=30)
+        assert a.guard_tripped and a.pruned_part_ids, provider
+        assert m.body_bytes == a.body_bytes == len(a.body) < 1_250_000, provider
+        assert m.estimate == a.estimate and m.output_tokens == a.output_tokens, provider
+
+
+def test_measure_sizes_the_body_still_over(stub):
+    conv = convo.small_conversation()
+    conv.messages[2].parts[0].text.text = "z" * 2_000_000
+    a = stub.Assemble(request(conv), timeout=30)
+    m = stub.Measure(pb.MeasureRequest(conversation=conv, model=convo.model(), tools=TOOLS, system=SYSTEM),
+                     timeout=30)
+    assert a.over_payload_limit and m.body_bytes == a.body_bytes == len(a.body)
 
 
 def test_payload_guard_still_over_sends_anyway(stub):

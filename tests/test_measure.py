@@ -230,6 +230,12 @@ def test_bad_model_and_settings():
 # ---- bytes equal the JSON Assemble emits, for every provider, on generated conversations -----
 
 _text = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)
+# tool input numbers: any double (1.0, -0.0, 1e-07, 1e21 ... written as Node writes them) and
+# ints beyond 2**53 (kept exact)
+_numbers = st.one_of(st.floats(allow_nan=False, allow_infinity=False),
+                     st.sampled_from([1.0, -0.0, 3.0, 1e-7, 1e21, 1.2345678901234568e20, 5e-324,
+                                      1.7976931348623157e308, 0.1 + 0.2]),
+                     st.integers(-2**80, 2**80))
 
 
 @st.composite
@@ -254,7 +260,8 @@ def conversations(draw):
             elif kind == "tool":
                 parts.append(m.Part(pid, m.Tool(
                     f"call_{i}_{j}", "read", draw(st.sampled_from([m.PENDING, m.RUNNING, m.COMPLETED, m.ERROR])),
-                    {"path": draw(_text), "n": draw(st.integers(-5, 10 ** 12))}, output=draw(_text),
+                    {"path": draw(_text), "n": draw(st.integers(-5, 10 ** 12)), "x": [draw(_numbers)]},
+                    output=draw(_text),
                     error=draw(_text), time_compacted_ms=draw(st.sampled_from([0, 5])))))
             elif kind == "reasoning":
                 parts.append(m.Part(pid, m.Reasoning(draw(_text), draw(st.sampled_from(["", "sig=="])),

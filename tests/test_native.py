@@ -14,8 +14,11 @@ import math
 import os
 import random
 import re
+import shutil
+import struct
 import subprocess
 import sys
+from decimal import Decimal
 from fractions import Fraction
 
 import pytest
@@ -74,10 +77,58 @@ def check_lengths(module, value, expected):
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+def ref_number(x: float) -> str:
+    """ECMAScript Number::toString(x), as Node's JSON.stringify writes a finite double.
+
+    repr gives the shortest digits that read back as x (as V8's are); Decimal splits them into
+    k digits s and an exponent so that x = s * 10**(n - k); then the layouts of ECMA-262
+    Number::toString, steps 6 to 10.
+    """
+    if x == 0:
+        return "0"
+    sign, digits, exponent = Decimal(repr(x)).normalize().as_tuple()
+    s = "".join(map(str, digits))
+    k = len(s)
+    n = exponent + k
+    if k <= n <= 21:
+        text = s + "0" * (n - k)
+    elif 0 < n <= 21:
+        text = s[:n] + "." + s[n:]
+    elif -6 < n <= 0:
+        text = "0." + "0" * -n + s
+    else:
+        text = s[0] + ("." + s[1:] if k > 1 else "") + "e" + ("-" if n - 1 < 0 else "+") + str(abs(n - 1))
+    return "-" * sign + text
+
+
+def _ref_key(key) -> str:
+    if isinstance(key, str):
+        return json.dumps(key, ensure_ascii=False)
+    if isinstance(key, float):
+        return '"' + ref_number(float(key)) + '"'
+    if key is True or key is False or key is None:
+        return '"' + json.dumps(key) + '"'
+    return '"' + int.__repr__(key) + '"'
+
+
+def _ref_json(value) -> str:
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, float):
+        return ref_number(float(value))
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_ref_json(v) for v in value) + "]"
+    if isinstance(value, dict):
+        if not dict.__len__(value):
+            return "{}"
+        return "{" + ",".join(_ref_key(k) + ":" + _ref_json(v) for k, v in value.items()) + "}"
+    return json.dumps(value)  # int (exact, however big), bool, None
+
+
 def ref_text(value) -> str:
-    """The JSON text as specified: json.dumps, with lone surrogates written as \\udXXX."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return _SURROGATE.sub(lambda m: "\\u%04x" % ord(m.group()), text)
+    """The JSON text as specified: json.dumps's, with numbers as Node's JSON.stringify writes
+    them (ref_number) and lone surrogates written as \\udXXX."""
+    return _SURROGATE.sub(lambda m: "\\u%04x" % ord(m.group()), _ref_json(value))
 
 
 def ref_lengths(value) -> tuple[int, int]:
@@ -147,11 +198,20 @@ texts = st.one_of(
     st.just(""),
 )
 
+# Doubles where Node's text differs from repr, or switches layout: integral values (3.0 -> 3,
+# 1e16 -> 10000000000000000), the decimal/exponent edges 1e-7 and 1e21, tiny and huge ones.
+FLOAT_CASES = [0.0, -0.0, 1.0, 3.0, -7.0, 1e16, -1e16, 1e15, 9999999999999998.0, 2.0**53, 2.0**64,
+               1.2345678901234568e20, 1e20, 9.999999999999999e20, 1e21, -1e21, 1e22, 1.5e300,
+               5e-324, -5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, 1e-4, 9.9e-5,
+               1e-5, 1e-6, 1.5e-6, 9.99999e-7, 1e-7, -1e-7, 1.234e-7, 1e-8, 1.5e-10, 0.1,
+               0.1 + 0.2, 0.30000000000000004, 37.45, -2.5, 123456789.125]
+NON_FINITE = [float("nan"), float("inf"), float("-inf")]
+
 floats = st.one_of(
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.sampled_from([0.0, -0.0, 1e16, -1e16, 1e15, 9999999999999998.0, 5e-324, 1e-4, 9.9e-5,
-                     0.1, 0.30000000000000004, 37.45, -2.5, 1.7976931348623157e308,
-                     float("nan"), float("inf"), float("-inf")]),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from(FLOAT_CASES),
+    st.integers(-2**70, 2**70).map(float),
+    st.builds(lambda m, e: m * 10.0**e, st.integers(-999, 999), st.integers(-12, 24)),
     st.builds(lambda m, k: round(m / 10**k, k), st.integers(-10**9, 10**9), st.integers(0, 9)),
 )
 
@@ -212,7 +272,7 @@ def test_one_depth_limit():
 def test_same_api(impl):
     names = {"json_size", "json_lengths", "utf16_len", "estimate_tokens", "split_turns",
              "select_tail", "MAX_JSON_DEPTH", "text_profile", "TEXT_CLASSES", "PROFILE_BLOCK",
-             "CJK_COUNTS", "json_profile"}
+             "CJK_COUNTS", "json_profile", "number_text", "json_text", "has_float"}
     assert names <= set(dir(impl))
     assert set(impl.__all__) == names
 
@@ -222,9 +282,30 @@ def test_same_api(impl):
 
 @TREE_SETTINGS
 @given(tree=json_trees)
-def test_json_lengths_match_json_dumps(impl, tree):
-    text = json.dumps(tree, ensure_ascii=False, separators=(",", ":"))
-    check_lengths(impl, tree, (len(text.encode()), len(text.encode("utf-16-le")) // 2))
+def test_json_lengths_match_the_reference(impl, tree):
+    check_lengths(impl, tree, ref_lengths(tree))
+
+
+def _holds_float(value) -> bool:
+    if isinstance(value, float):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(map(_holds_float, value))
+    if isinstance(value, dict):
+        return any(isinstance(k, float) or _holds_float(v) for k, v in value.items())
+    return False
+
+
+@TREE_SETTINGS
+@given(tree=json_trees)
+def test_json_text_is_the_reference(impl, tree):
+    """The body's serializer writes the text every count counts (lone surrogates aside: they
+    never reach a body, conversion refuses them)."""
+    text = impl.json_text(tree)
+    assert _SURROGATE.sub(lambda m: "\\u%04x" % ord(m.group()), text) == ref_text(tree)
+    assert impl.has_float(tree) == _holds_float(tree)
+    if not _SURROGATE.search(text):
+        check_lengths(impl, tree, (len(text.encode()), len(text.encode("utf-16-le")) // 2))
 
 
 @settings(max_examples=300, deadline=None)
@@ -285,17 +366,82 @@ def test_every_control_char(impl):
 def test_scalars(impl):
     cases = [None, True, False, 0, -0, 7, -7, 10**18, -(10**18), 2**63, -(2**63) - 1, 10**200,
              0.0, -0.0, 1.5, -2.25, 1e16, 1e15, 123456789.125, 5e-324, 1e-4, 9.99e-5, 1e22,
-             float("nan"), float("inf"), float("-inf"), "", "x"]
+             "", "x"]
     for value in cases:
-        text = json.dumps(value, separators=(",", ":"))
+        text = ref_text(value)
         assert impl.json_lengths(value) == (len(text), len(text)), value
+        assert impl.json_text(value) == text
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.mark.parametrize("x, text", [
+    (1.0, "1"), (-0.0, "0"), (3.0, "3"), (1e-07, "1e-7"), (1e-6, "0.000001"), (1.5e-5, "0.000015"),
+    (1e21, "1e+21"), (1e20, "100000000000000000000"), (1.2345678901234568e20, "123456789012345680000"),
+    (1e16, "10000000000000000"), (5e-324, "5e-324"), (1.7976931348623157e308, "1.7976931348623157e+308"),
+    (0.1 + 0.2, "0.30000000000000004"), (-1.5e-10, "-1.5e-10"), (2.0**64, "18446744073709552000"),
+])
+def test_numbers_as_node_writes_them(impl, x, text):
+    assert ref_number(x) == impl.number_text(x) == text
+    assert impl.json_text([x]) == f"[{text}]"
+    assert impl.json_size({x: x}) == 2 * len(text) + 5
+
+
+@settings(max_examples=500, deadline=None)
 @given(x=floats)
 def test_floats(impl, x):
-    assert impl.json_size(x) == len(json.dumps(x))
-    assert impl.json_size({x: x}) == len(json.dumps({x: x}, separators=(",", ":")))
+    text = ref_number(x)
+    assert impl.number_text(x) == text
+    assert impl.json_size(x) == len(text)
+    assert impl.json_size({x: x}) == len(text) * 2 + 5
+    assert impl.json_text({x: [x]}) == f'{{"{text}":[{text}]}}'
+
+
+@pytest.mark.parametrize("x", NON_FINITE)
+def test_nan_and_infinity_are_refused(impl, x):
+    """NaN and the infinities are not JSON: no body may carry them, so every walk refuses them
+    (tool input arrives as JSON, where conversion refuses them first)."""
+    for value in (x, [1, {"a": x}], {x: 1}, _Float(x)):
+        for f in (impl.json_size, impl.json_lengths, impl.json_text, impl.json_profile):
+            with pytest.raises(ValueError, match="not JSON compliant"):
+                f(value)
+    with pytest.raises(ValueError):
+        impl.number_text(x)
+
+
+def test_big_ints_are_kept_as_written(impl):
+    for x in (2**53 + 1, -(2**53) - 1, 12345678901234567890123, 10**400):
+        assert impl.json_text({"n": [x]}) == '{"n":[%d]}' % x
+        assert impl.json_size({"n": [x]}) == len('{"n":[%d]}' % x)
+
+
+def _node_stringify(values: list) -> list:
+    """JSON.stringify of each value, in one node process; the values travel as their JSON."""
+    script = ("const a = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
+              "process.stdout.write(JSON.stringify(a.map(x => JSON.stringify(JSON.parse(x)))));")
+    out = subprocess.run(["node", "-e", script], input=json.dumps(values), capture_output=True,
+                         text=True, check=True, timeout=60)
+    return json.loads(out.stdout)
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_reference_agrees_with_node():
+    """ref_number (the tests' byte reference) against real JSON.stringify, on a few hundred
+    doubles: random bit patterns, every decade from 1e-12 to 1e25, the layout edges."""
+    rng = random.Random(14)
+    xs = list(FLOAT_CASES)
+    xs += [struct.unpack("<d", struct.pack("<Q", rng.getrandbits(64)))[0] for _ in range(200)]
+    xs += [rng.choice((1, -1)) * 10 ** rng.uniform(-12, 25) for _ in range(200)]
+    xs += [round(rng.uniform(-1e4, 1e4), rng.randint(0, 8)) for _ in range(100)]
+    xs += [float(rng.randint(-(2**70), 2**70)) for _ in range(50)]
+    xs = [x for x in xs if math.isfinite(x)]
+    # each value travels as repr (read back exactly), in a document of its own
+    expected = _node_stringify([repr(x) for x in xs])
+    assert [ref_number(x) for x in xs] == expected
+    assert [native.number_text(x) for x in xs] == expected
+    # a whole body: Node writes our text back unchanged (ints kept below 2**53, where it rounds)
+    body = {"messages": [{"input": {"x": x, "xs": [x, -x, 3, "1.0"]}} for x in xs[:50]]}
+    text = native.json_text(body)
+    assert _node_stringify([text]) == [text]
+    assert native.json_size(body) == len(text.encode())
 
 
 @settings(max_examples=300, deadline=None)
@@ -306,10 +452,12 @@ def test_ints(impl, x):
 
 
 def test_non_str_keys(impl):
-    d = {1: "a", -2: "b", 2.5: "c", float("nan"): 1, True: 1, None: 2, 10**30: 3}
-    d2 = {False: 0, float("-inf"): 1, 0.1: 2}
-    for value in (d, d2):
-        assert impl.json_size(value) == len(json.dumps(value, separators=(",", ":")))
+    d = {1: "a", -2: "b", 2.5: "c", 3.0: 1, True: 1, None: 2, 10**30: 3}
+    d2 = {False: 0, 1e-7: 1, 0.1: 2}
+    merged = {1.5: 1, "1.5": [2.0], 3.0: {"3": 1e-7}}  # a float key written as another key's text
+    for value in (d, d2, merged):
+        assert impl.json_size(value) == len(ref_text(value))
+        assert impl.json_text(value) == ref_text(value)
 
 
 def test_tuples(impl):
@@ -366,14 +514,15 @@ class _Color(enum.IntEnum):
 
 def test_subclasses_behave_like_base_types(impl):
     values = [
-        _Str("héllo\n"), _Int(12345), _Float(2.5), _Float("nan"), _List(["a", "b"]),
+        _Str("héllo\n"), _Int(12345), _Float(2.5), _Float(1e-7), _List(["a", "b"]),
         _Tuple((1, 2)), _Dict(a=1, b=[2]), _ItemsDict(a=2), _Color.BLUE,
         collections.OrderedDict([("z", 1), ("a", 2)]), {_Str("k"): _Int(3), _Int(4): _Float(1.0)},
         [_Str("x" * 70 + "\t"), {_Color.RED: _Color.BLUE}],
     ]
     for value in values:
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        text = ref_text(value)
         check_lengths(impl, value, (len(text.encode()), len(text.encode("utf-16-le")) // 2))
+        assert impl.json_text(value) == text
 
 
 def test_dict_subclass_items_must_be_pairs(impl):
@@ -773,7 +922,8 @@ def test_text_profile_long_mixed_texts_agree(impl, alphabet):
 # json_profile: text_profile of a value's JSON text, without the text
 
 def ref_json_profile(value):
-    return _native_py.text_profile(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+    # the profile of the text as json.dumps leaves a lone surrogate: raw, one unit
+    return _native_py.text_profile(_ref_json(value))
 
 
 @TREE_SETTINGS

@@ -4,23 +4,32 @@ Both modules expose the same functions with the same results and the same except
 `contextsvc.native` picks one of them. Everything here favours being obviously right over
 being fast: the compiled module is the fast one, and the tests check it against this one.
 
-JSON text below always means
+JSON text below always means json_text(value): what
 
-    json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
-with one deliberate difference: a surrogate code point (U+D800..U+DFFF) inside a str is a
-lone surrogate and is written as its six-character escape ``\\udXXX``, as JavaScript's
-JSON.stringify does (json.dumps would emit it raw, which cannot be encoded as UTF-8).
+writes, with numbers as Node's JSON.stringify writes them (SPEC 3, "Bytes"): a float by
+number_text (ECMAScript's Number::toString: 1.0 -> 1, 1e-07 -> 1e-7, -0.0 -> 0), an int as
+int.__repr__ (exact, however big: a JSON integer the caller wrote is kept as written). NaN and
+the infinities are not JSON: every function here refuses them with ValueError. One more
+deliberate difference: a surrogate code point (U+D800..U+DFFF) inside a str is a lone
+surrogate and is counted as its six-character escape ``\\udXXX``, as JavaScript's
+JSON.stringify writes it (json.dumps would emit it raw, which cannot be encoded as UTF-8).
 """
 from __future__ import annotations
 
 import json
+import json.encoder
 import operator
 import re
+import secrets
 from importlib import resources
 
 __all__ = [
     "MAX_JSON_DEPTH",
+    "number_text",
+    "json_text",
+    "has_float",
     "json_size",
     "json_lengths",
     "utf16_len",
@@ -65,20 +74,148 @@ def _str_lengths(s: str) -> tuple[int, int]:
     return utf8 + 2 + extra, utf16 + 2 + extra
 
 
-def _float_text(x: float) -> str:
-    if x != x:
-        return "NaN"
-    if x == float("inf"):
-        return "Infinity"
-    if x == float("-inf"):
-        return "-Infinity"
-    return float.__repr__(x)
+# Node's JSON.stringify writes a double in decimal notation from 1e-7 up to (not including) 1e21,
+# and with an exponent outside that range (ECMAScript Number::toString, step 6 onwards).
+_MAX_DECIMAL_EXPONENT = 21
+_MIN_DECIMAL_EXPONENT = -6
+
+
+def number_text(x: float) -> str:
+    """A finite double as Node's JSON.stringify writes it: ECMAScript's Number::toString.
+
+    The digits are float.__repr__'s, the shortest that read back as x (as V8's are); only the
+    layout differs. With those k digits worth 0.DIGITS * 10**n: k <= n <= 21 gives the digits
+    and n - k zeros; 0 < n <= 21 puts the point after n digits; -6 < n <= 0 gives "0.", -n
+    zeros and the digits; otherwise d[.ddd]e+N / e-N (no padding of the exponent). -0.0 is "0".
+    This is the one definition of a number's text: the body's serializer (json_text) writes
+    it, the counters here count it and the compiled module's are tested against it.
+    """
+    if x != x or x in (_INF, -_INF):
+        raise ValueError(f"Out of range float values are not JSON compliant: {float.__repr__(x)}")
+    if x == 0:
+        return "0"
+    text = float.__repr__(x)
+    sign = "-" if text[0] == "-" else ""
+    mantissa, _, exponent = text.lstrip("-").partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    digits = whole + fraction
+    significant = digits.lstrip("0")
+    n = len(whole) + int(exponent or 0) - (len(digits) - len(significant))
+    digits = significant.rstrip("0")
+    k = len(digits)
+    if k <= n <= _MAX_DECIMAL_EXPONENT:
+        out = digits + "0" * (n - k)
+    elif 0 < n <= _MAX_DECIMAL_EXPONENT:
+        out = digits[:n] + "." + digits[n:]
+    elif _MIN_DECIMAL_EXPONENT < n <= 0:
+        out = "0." + "0" * -n + digits
+    else:
+        e = n - 1
+        out = digits[0] + ("." + digits[1:] if k > 1 else "") + ("e+" if e >= 0 else "e-") + str(abs(e))
+    return sign + out
+
+
+_INF = float("inf")
+
+
+def _not_serializable(o):
+    raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
+
+
+def json_text(value) -> str:
+    """The JSON text of value (see the module docstring): the body Assemble emits is this text.
+
+    Without floats it is json.dumps's own (its C encoder); with some, see json_text_with_floats.
+    """
+    if not has_float(value):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return json_text_with_floats(value, has_float)
+
+
+# Marks, in the copy json_text_with_floats serializes, a number json.dumps cannot write as Node
+# does (no other string of a body holds a NUL and this tag)
+_NUMBER_TAG = secrets.token_hex(8)
+_NUMBER_MARK = re.compile('"\\\\u0000' + _NUMBER_TAG + r'(\d+)"')
+
+
+def json_text_with_floats(value, has_float) -> str:
+    """json_text of a value holding floats (has_float is the caller's implementation).
+
+    json.dumps's C encoder writes a copy of the paths that lead to floats (has_float says which
+    subtrees; the others are shared, not copied) in which each float is something it writes as
+    Node does: the float itself when its repr is Node's text (most non-integral ones), an int
+    for an integral one (below 1e21 Node writes all its digits), else a marked string put back
+    afterwards (1e-7, 1.5e-5, 1e21). A float dict key becomes its text. Should that make two
+    keys one, json's pure-Python encoder (the C encoder's reference) writes value instead.
+    """
+    numbers = []
+
+    def number(x):
+        text = number_text(x)
+        if text == float.__repr__(x):
+            return x
+        if "." not in text and "e" not in text:
+            return int(text)
+        numbers.append(text)
+        return f"\x00{_NUMBER_TAG}{len(numbers) - 1}"
+
+    def copy(o):
+        if isinstance(o, float):
+            return number(o)
+        if isinstance(o, (list, tuple)):
+            return [copy(v) if has_float(v) else v for v in o]
+        pairs = list(o.items())  # a dict: has_float found a float in it
+        out = {(number_text(k) if isinstance(k, float) else k): copy(v) if has_float(v) else v
+               for k, v in pairs}
+        if len(out) != len(pairs):
+            raise _KeysMerged
+        return out
+
+    try:
+        text = json.dumps(copy(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except _KeysMerged:
+        encode = json.encoder._make_iterencode(
+            {}, _not_serializable, json.encoder.encode_basestring, None, number_text, ":", ",",
+            False, False, True)
+        return "".join(encode(value, 0))
+    return _NUMBER_MARK.sub(lambda m: numbers[int(m.group(1))], text) if numbers else text
+
+
+class _KeysMerged(Exception):
+    """A float key's text is another key of the same dict."""
+
+
+def has_float(value) -> bool:
+    """True when the JSON text of value writes a float, as a value or as a dict key (walked as
+    json_lengths walks: a subclass's __iter__ or items() is honoured). Other types are passed
+    over (the walks that write or count text refuse them)."""
+    stack = [(value, 0)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        obj, depth = pop()
+        if isinstance(obj, float):
+            return True
+        if isinstance(obj, (str, int)) or obj is None:
+            continue
+        if isinstance(obj, (list, tuple)):
+            if depth + 1 > MAX_JSON_DEPTH:
+                raise _depth_error()
+            for item in list(obj):
+                push((item, depth + 1))
+        elif isinstance(obj, dict) and dict.__len__(obj):
+            if depth + 1 > MAX_JSON_DEPTH:
+                raise _depth_error()
+            for key, item in obj.items():
+                if isinstance(key, float):
+                    return True
+                push((item, depth + 1))
+    return False
 
 
 def _key_text(key) -> str:
     """A non-str dict key as json.dumps turns it into a string (checked in json's order)."""
     if isinstance(key, float):
-        return _float_text(key)
+        return number_text(key)
     if key is True:
         return "true"
     if key is False:
@@ -128,7 +265,7 @@ def json_lengths(value) -> tuple[int, int]:
         elif isinstance(obj, int):
             b = u = len(int.__repr__(obj))
         elif isinstance(obj, float):
-            b = u = len(_float_text(obj))
+            b = u = len(number_text(obj))
         elif isinstance(obj, (list, tuple)):
             if depth + 1 > MAX_JSON_DEPTH:
                 raise _depth_error()
@@ -400,7 +537,7 @@ def text_profile(s: str) -> tuple:
 
 
 def json_profile(value) -> tuple:
-    """text_profile of the JSON text of value (json.dumps(value, ensure_ascii=False,
-    separators=(",", ":"))). The compiled module streams it from a walk of value instead."""
+    """text_profile of the JSON text of value (json_text). The compiled module streams it from
+    a walk of value instead."""
     json_lengths(value)  # the same depth bound and type errors as every JSON walk here
-    return text_profile(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+    return text_profile(json_text(value))

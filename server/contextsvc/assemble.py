@@ -1,8 +1,9 @@
 """Assemble (SPEC section 6): the provider-ready body and everything done to it.
 
-Per-turn injections touch only the tail; the payload guard prunes and strips historical media
-when the body is too big; the body, its size, estimate and breakpoints come from the same
-evaluation Measure runs, so Measure's bytes are Assemble's bytes for the same input.
+Per-turn injections touch only the tail; the body, its size, estimate and breakpoints come from
+the same evaluation Measure runs, payload guard included (request.payload_guard prunes and
+strips historical media when the body is too big), so Measure's bytes are Assemble's bytes for
+the same input.
 """
 from __future__ import annotations
 
@@ -11,10 +12,9 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Optional
 
-from . import cache, history, measure, model as m, prune
+from . import cache, history, measure, model as m
 from .config import Config
 from .errors import BadInput
-from .lowering.neutral import attachment_note
 
 MAX_STEPS_PROMPT = """CRITICAL - MAXIMUM STEPS REACHED
 
@@ -152,38 +152,6 @@ def inject(inp: AssembleInput, now: Optional[dt.datetime] = None) -> tuple:
     return messages, injected, block
 
 
-# ---- payload guard ---------------------------------------------------------------------------
-
-def strip_historical_media(messages: list) -> tuple:
-    """Media before the last user message with a real part become notes, once a summary exists."""
-    if not any(x.role == m.ASSISTANT and x.summary and x.finished for x in messages):
-        return messages, 0
-    cut = _last(messages, lambda x: x.role == m.USER and any(
-        not (isinstance(p.content, m.Text) and p.content.synthetic) for p in x.parts))
-    sent = {x.id for x in history.project(messages)}  # what is not sent needs no stripping
-    stripped, out = 0, []
-    for i, msg in enumerate(messages):
-        if i >= cut or msg.id not in sent:
-            out.append(msg)
-            continue
-        parts, changed = [], False
-        for p in msg.parts:
-            c = p.content
-            if isinstance(c, m.File) and c.is_media:
-                parts.append(m.Part(p.id, m.Text(attachment_note(c), synthetic=True)))
-                stripped += 1
-                changed = True
-            elif isinstance(c, m.Tool) and any(a.is_media for a in c.attachments):
-                stripped += sum(a.is_media for a in c.attachments)
-                parts.append(m.Part(p.id, dataclasses.replace(
-                    c, attachments=[a for a in c.attachments if not a.is_media])))
-                changed = True
-            else:
-                parts.append(p)
-        out.append(dataclasses.replace(msg, parts=parts) if changed else msg)
-    return out, stripped
-
-
 def assemble(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None) -> Assembled:
     measure.check(measure.MeasureInput(inp.conversation, inp.model, inp.tools, inp.system, inp.compaction,
                                        configured_output_tokens=inp.configured_output_tokens))
@@ -195,33 +163,22 @@ def assemble(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None)
     tools_disabled = inp.tools_disabled or "max_steps" in injected
     conv = dataclasses.replace(inp.conversation, messages=messages)
 
-    def evaluate(c):
-        return measure.evaluate(measure.MeasureInput(c, inp.model, inp.tools, inp.system, inp.compaction,
-                                                     configured_output_tokens=inp.configured_output_tokens,
-                                                     tools_disabled=tools_disabled),
-                                cfg, policy=inp.policy, hashes=True, checked=True)
-
-    result, built = evaluate(conv)
-    pruned, stripped, tripped = [], 0, False
-    if result.body_bytes > cfg.assemble.request_prune_bytes:
-        tripped = True
-        p = prune.prune(conv, prune.PAYLOAD_LIMIT, inp.compaction, cfg, model=inp.model)
-        pruned = p.part_ids
-        now_ms = int((now or dt.datetime.now()).timestamp() * 1000)
-        shrunk = prune.apply(conv, pruned, now_ms) if pruned else conv
-        stripped_messages, stripped = strip_historical_media(shrunk.messages)
-        shrunk = dataclasses.replace(shrunk, messages=stripped_messages)
-        if pruned or stripped:
-            result, built = evaluate(shrunk)
+    now_ms = int((now or dt.datetime.now()).timestamp() * 1000)
+    result, built = measure.evaluate(
+        measure.MeasureInput(conv, inp.model, inp.tools, inp.system, inp.compaction,
+                             configured_output_tokens=inp.configured_output_tokens,
+                             tools_disabled=tools_disabled),
+        cfg, policy=inp.policy, hashes=True, checked=True, now_ms=now_ms)
+    guard = built.guard
     body = built.body_json()  # tests hold len(body) == result.body_bytes
     return Assembled(
         body=body,
         measurement=result,
         breakpoints=built.breakpoints,
-        pruned_part_ids=pruned,
-        media_stripped=stripped,
+        pruned_part_ids=guard.pruned_part_ids,
+        media_stripped=guard.media_stripped,
         injected=injected,
-        guard_tripped=tripped,
+        guard_tripped=guard.tripped,
         over_payload_limit=result.body_bytes > cfg.assemble.request_prune_bytes,
         environment_details=block,
         prefix_chain=built.prefix_chain,

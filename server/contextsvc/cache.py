@@ -3,12 +3,11 @@ hashes of the body prefix up to each one."""
 from __future__ import annotations
 
 import hashlib
-import json
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from threading import Lock
 
-from . import model as m
+from . import model as m, native
 from .errors import BadInput
 
 TTL_DEFAULT = ""
@@ -206,7 +205,7 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, texts: dict | None 
     size = 0
     chain = {}
     for kind, i, element in order:
-        text = json.dumps(element, ensure_ascii=False, separators=(",", ":"))
+        text = native.json_text(element)  # the body's own text: the prefix is what is sent
         if texts is not None and kind != "tools":
             texts[id(element)] = text
         chunk = text.encode()

@@ -6,6 +6,7 @@ tool arguments that are not JSON) and names the offending field in proto paths.
 from __future__ import annotations
 
 import json
+import math
 
 from . import model as m
 from .errors import BadInput
@@ -51,7 +52,7 @@ def _json_object(text: str, path, suffix: str = ""):
     if not text:
         return {}
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
         # a \uD800-style escape decodes to a lone surrogate, which no UTF-8 body can carry
         if "\\u" in text and _has_surrogate(value):
             raise ValueError("contains a lone UTF-16 surrogate")
@@ -66,6 +67,15 @@ def _json_object(text: str, path, suffix: str = ""):
 
 def _reject_constant(name: str):
     raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(literal: str) -> float:
+    """A JSON number with a fraction or exponent; one beyond the double range (1e400) would be
+    Infinity, which no JSON body can carry. (Integers stay exact ints, however long.)"""
+    x = float(literal)
+    if not math.isfinite(x):
+        raise ValueError(f"the number {literal} is out of range of a double")
+    return x
 
 
 def _has_surrogate(value) -> bool:

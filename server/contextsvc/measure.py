@@ -1,7 +1,7 @@
 """Measure (SPEC section 3): bytes, token figures, usable window, overflow and output budget."""
 from __future__ import annotations
 
-import json
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Optional
@@ -144,8 +144,7 @@ def output_budget(mdl: m.Model, configured: int, reported: int, normalized: int,
 
 # ---- calibrated, self-calibrated and exact figures -----------------------------------------
 
-def _dumps(value) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+_dumps = native.json_text  # the body's JSON text, numbers as Node writes them
 
 
 @dataclass(slots=True)
@@ -352,13 +351,25 @@ def measure(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.Exact
 
 
 def evaluate(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.ExactCounter] = None,
-             policy=None, hashes: bool = False, checked: bool = False) -> tuple:
-    """(Measurement, the built request): Assemble serializes exactly what was measured.
+             policy=None, hashes: bool = False, checked: bool = False, now_ms: int = 0) -> tuple:
+    """(Measurement, the built request) of the body that would be sent, payload guard included
+    (built.guard says what it did): Assemble serializes exactly what was measured.
 
     checked: the caller already ran check() on the request this input was derived from.
     """
     if not checked:
         check(inp)
+    result, built = _evaluate(inp, cfg, exact_counter, policy, hashes)
+    guard = request.payload_guard(inp.conversation, result.body_bytes, inp.compaction, cfg, now_ms, inp.model)
+    if guard.conversation is not None:
+        result, built = _evaluate(dataclasses.replace(inp, conversation=guard.conversation), cfg,
+                                  exact_counter, policy, hashes)
+    built.guard = guard
+    return result, built
+
+
+def _evaluate(inp: MeasureInput, cfg: Config, exact_counter, policy, hashes: bool) -> tuple:
+    """evaluate for the request as given, without the payload guard."""
     mdl, settings, msgs = inp.model, inp.compaction, inp.conversation.messages
     factor = cfg.measure.factor
     a = cfg.assemble

@@ -19,6 +19,9 @@ __all__ = [
     "IMPLEMENTATION",
     "MAX_JSON_DEPTH",
     "implementations",
+    "number_text",
+    "json_text",
+    "has_float",
     "json_size",
     "json_lengths",
     "utf16_len",
@@ -75,6 +78,9 @@ MAX_JSON_DEPTH = _native_py.MAX_JSON_DEPTH
 TEXT_CLASSES = _native_py.TEXT_CLASSES
 PROFILE_BLOCK = _native_py.PROFILE_BLOCK
 CJK_COUNTS = _native_py.CJK_COUNTS
+number_text = _native_py.number_text  # one definition of a number's text, shared by both
+json_text = _impl.json_text
+has_float = _impl.has_float
 json_size = _impl.json_size
 json_lengths = _impl.json_lengths
 utf16_len = _impl.utf16_len

@@ -2,13 +2,25 @@
 Measure reports are the bytes Assemble emits."""
 from __future__ import annotations
 
-import json
+import dataclasses
 import secrets
+import time
 from dataclasses import dataclass, field
 
-from . import cache, history, model as m, native, system_prompt
+from . import cache, history, model as m, native, prune, system_prompt
+from .config import Config
 from .lowering import MediaLedger, lower, to_model_messages
 from .lowering.lowered import Lowered
+from .lowering.neutral import attachment_note
+
+
+@dataclass(slots=True)
+class Guard:
+    """What the payload guard did to a request (SPEC 6, "Payload guard")."""
+    tripped: bool = False  # the body as first built exceeded REQUEST_PRUNE_BYTES
+    pruned_part_ids: list = field(default_factory=list)  # the payload-limit prune's parts
+    media_stripped: int = 0  # historical media turned into attachment notes
+    conversation: m.Conversation | None = None  # what is sent instead, when anything changed
 
 
 @dataclass(slots=True)
@@ -21,6 +33,7 @@ class Built:
     # id(element) -> JSON text of system/message elements already serialized (by the prefix
     # hashing; elements a marker changed afterwards are left out)
     texts: dict = field(default_factory=dict)
+    guard: Guard = field(default_factory=Guard)  # set by measure.evaluate
 
     def units(self, elements: list) -> list:
         """UTF-16 units of each element, media and opaque values counted as placeholders."""
@@ -74,8 +87,58 @@ class Built:
 _SPLICE_TAG = secrets.token_hex(8)
 
 
-def _dumps(value) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+# The body's JSON text (numbers as Node writes them): what every count here counts.
+_dumps = native.json_text
+
+
+def _last(messages: list, pred) -> int:
+    return next((i for i in range(len(messages) - 1, -1, -1) if pred(messages[i])), -1)
+
+
+def strip_historical_media(messages: list) -> tuple:
+    """Media before the last user message with a real part become notes, once a summary exists."""
+    if not any(x.role == m.ASSISTANT and x.summary and x.finished for x in messages):
+        return messages, 0
+    cut = _last(messages, lambda x: x.role == m.USER and any(
+        not (isinstance(p.content, m.Text) and p.content.synthetic) for p in x.parts))
+    sent = {x.id for x in history.project(messages)}  # what is not sent needs no stripping
+    stripped, out = 0, []
+    for i, msg in enumerate(messages):
+        if i >= cut or msg.id not in sent:
+            out.append(msg)
+            continue
+        parts, changed = [], False
+        for p in msg.parts:
+            c = p.content
+            if isinstance(c, m.File) and c.is_media:
+                parts.append(m.Part(p.id, m.Text(attachment_note(c), synthetic=True)))
+                stripped += 1
+                changed = True
+            elif isinstance(c, m.Tool) and any(a.is_media for a in c.attachments):
+                stripped += sum(a.is_media for a in c.attachments)
+                parts.append(m.Part(p.id, dataclasses.replace(
+                    c, attachments=[a for a in c.attachments if not a.is_media])))
+                changed = True
+            else:
+                parts.append(p)
+        out.append(dataclasses.replace(msg, parts=parts) if changed else msg)
+    return out, stripped
+
+
+def payload_guard(conv: m.Conversation, body_bytes: int, settings: m.CompactionSettings, cfg: Config,
+                  now_ms: int = 0, model: m.Model | None = None) -> Guard:
+    """The payload guard, one step of every RPC that sizes a body (Measure, Assemble): a body
+    over REQUEST_PRUNE_BYTES runs the payload-limit prune (parts marked compacted at now_ms,
+    default now) and strips historical media; Guard.conversation is then what to build
+    instead. A body still over is sent anyway (the caller says so)."""
+    if body_bytes <= cfg.assemble.request_prune_bytes:
+        return Guard()
+    pruned = prune.prune(conv, prune.PAYLOAD_LIMIT, settings, cfg, model=model).part_ids
+    shrunk = prune.apply(conv, pruned, now_ms or time.time_ns() // 1_000_000) if pruned else conv
+    messages, stripped = strip_historical_media(shrunk.messages)
+    if not (pruned or stripped):
+        return Guard(tripped=True)
+    return Guard(True, pruned, stripped, dataclasses.replace(shrunk, messages=messages))
 
 
 def lower_request(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPrompt,
@@ -124,9 +187,9 @@ def estimate_text(conv: m.Conversation, mdl: m.Model, tools: list, system: m.Sys
     """The text the estimate stands for: system and messages as sent (cache markers included)
     with media and opaque state as placeholders, then the tool definitions."""
     lowered = estimate_lowered(conv, mdl, tools, system, prompt_dir, policy, max_markers, auto_markers)
-    text = json.dumps(lowered.system + lowered.messages, ensure_ascii=False, separators=(",", ":"))
+    text = _dumps(lowered.system + lowered.messages)
     if tools:
-        text += json.dumps(tool_schema_list(tools), ensure_ascii=False, separators=(",", ":"))
+        text += _dumps(tool_schema_list(tools))
     return text
 
 

@@ -1,9 +1,8 @@
 """OpenAI Chat Completions body (POST /v1/chat/completions), and gateways speaking it."""
 from __future__ import annotations
 
-import json
 
-from .. import model as m
+from .. import model as m, native
 from . import media
 from .lowered import Lowered
 from .media import MediaLedger
@@ -12,7 +11,7 @@ from .tool_ids import wire_id
 
 
 def _arguments(value) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return native.json_text(value)  # as JSON.stringify writes the input (numbers included)
 
 
 def _media(provider: str, x: MMedia, ledger: MediaLedger) -> dict:
