@@ -184,6 +184,10 @@ class AssembleConfig:
     anthropic_auto_breakpoints: int = 3  # the auto policy leaves one marker for the caller
     prompt_dir: str = ""  # operator-supplied model-family prompt texts; "" = none
     prefix_sessions: int = 10000  # sessions whose breakpoint hashes are kept to detect prefix breaks
+    # model ids (case-insensitive substrings) that honor cache markers behind the gateways
+    # (OpenRouter, OpenAI-compatible, Copilot): the Claude family, as upstream; other models there
+    # get no auto markers (Alibaba marks every model, Anthropic and Bedrock always take them)
+    marker_models: tuple = ("claude", "anthropic")
 
 
 @dataclass(frozen=True)

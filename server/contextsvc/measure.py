@@ -164,7 +164,8 @@ def _estimated(inp: MeasureInput, built: request.Built, cfg: Config, policy) -> 
     if ledger.media_count or ledger.saved_units or ledger.extra:
         a = cfg.assemble  # media or opaque state in the body: the estimate sees placeholders
         low = request.estimate_lowered(inp.conversation, inp.model, inp.tools, inp.system, a.prompt_dir,
-                                       policy, a.anthropic_max_breakpoints, a.anthropic_auto_breakpoints)
+                                       policy, a.anthropic_max_breakpoints, a.anthropic_auto_breakpoints,
+                                       a.marker_models)
     tools_text = _dumps(request.tool_schema_list(inp.tools)) if inp.tools else ""
     return _Estimated(low.system, low.messages, tools_text)
 
@@ -375,7 +376,7 @@ def _evaluate(inp: MeasureInput, cfg: Config, exact_counter, policy, hashes: boo
     a = cfg.assemble
     built = request.build(inp.conversation, mdl, inp.tools, inp.system, a.prompt_dir, policy,
                           a.anthropic_max_breakpoints, a.anthropic_auto_breakpoints, hashes,
-                          tools_disabled=inp.tools_disabled)
+                          tools_disabled=inp.tools_disabled, marker_models=a.marker_models)
     low = built.lowered
 
     system_units = built.units(low.system)

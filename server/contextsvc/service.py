@@ -149,6 +149,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
             guard_tripped=r.guard_tripped,
             environment_details=r.environment_details,
             output_tokens=r.measurement.output_tokens,
+            persist=[convert.persist_part(p) for p in r.persist],
         )
 
     def TruncateToolOutput(self, request: pb.TruncateToolOutputRequest, context):
