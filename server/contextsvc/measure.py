@@ -419,9 +419,13 @@ def _evaluate(inp: MeasureInput, cfg: Config, exact_counter, policy, hashes: boo
     stretches = dict(fig.stretches, estimate=(normalized, tail, overhead))
     decision = _decision(figure, stretches[figure], built.ledger.media_count, fig.media_tail,
                          fig.self_calibrated[1], mdl, cfg)
-    # One figure decides (SPEC 3): projected from the last reported usage when there is a
-    # baseline, else the decision figure of the whole request. Mid tool round-trip included.
-    projected = reported + decision.tail + decision.overhead if base is not None else decision.total
+    # One figure decides (SPEC 3): the decision figure of the whole request, or the projection
+    # from the last reported usage when that is higher (it saw what the provider really counted).
+    # Never the lower of the two: a tail the estimate undercounts must not slip a request past
+    # the window. Mid tool round-trip included.
+    projected = decision.total
+    if base is not None:
+        projected = max(projected, reported + decision.tail + decision.overhead)
     should = context_known and auto and (overflow or projected >= lim)
 
     return Measurement(
