@@ -103,7 +103,8 @@ _MEDIA_BEDROCK = ("image", "document", "video")
 
 
 def _strip_media(obj, bedrock: bool):
-    """(obj with media data replaced by a digest, media count, image count)."""
+    """(obj with each image or document replaced by a short stand-in, media count, image count);
+    the stand-in is only counted, never compared (the block's full text is its identity)."""
     if isinstance(obj, list):
         out, media, images = [], 0, 0
         for x in obj:
@@ -119,7 +120,7 @@ def _strip_media(obj, bedrock: bool):
     elif obj.get("type") in _MEDIA_ANTHROPIC and "source" in obj:
         kind = obj["type"]
     if kind:
-        return {"media": kind, "sha256": hashlib.sha256(_canon(obj).encode()).hexdigest()[:16]}, 1, int(kind == "image")
+        return {"media": kind}, 1, int(kind == "image")
     out, media, images = {}, 0, 0
     for key, x in obj.items():
         y, k, i = _strip_media(x, bedrock)

@@ -114,7 +114,8 @@ def assistant_step(rng, mid: str, k: int, usage: cache_model.Usage, last: bool) 
     parts = [pb.Part(id=f"{mid}-s", step_start=pb.StepStartPart()),
              pb.Part(id=f"{mid}-t", text=pb.TextPart(text=_prose(rng, rng.randint(10, 40))))]
     if not last:
-        lines = rng.randint(20, 220)  # outputs of ~1K to ~12K characters: the history grows
+        # outputs of ~2K to ~15K characters: the history grows, and a 200K window compacts once in 60 steps
+        lines = rng.randint(30, 260)
         parts.append(pb.Part(id=f"{mid}-c", tool=pb.ToolPart(
             call_id=f"toolu_{k:03d}", tool="read", state=pb.ToolState(
                 status=pb.TOOL_STATUS_COMPLETED, input_json=f'{{"path": "src/app/mod_{k}.py"}}',
@@ -178,6 +179,17 @@ class Session:
         return sum(not s.prefix_kept and (s.after_compaction or s.pruned) for s in self.judged)
 
     @property
+    def over_window(self) -> int:
+        """Steps whose input exceeds the window (a session that does not compact)."""
+        return sum(s.usage.total > self.spec.window for s in self.steps)
+
+    @property
+    def lost(self) -> list:
+        """Steps that kept the previous request as a prefix and still read less than it: the
+        cache was invalidated without a byte of the prefix changing (tool_choice, images)."""
+        return [s.step for p, s in zip(self.steps, self.steps[1:]) if s.prefix_kept and s.usage.read < p.usage.total]
+
+    @property
     def other_breaks(self) -> list:
         return [s.step for s in self.judged if not s.prefix_kept and not (s.after_compaction or s.pruned)]
 
@@ -236,7 +248,7 @@ def pct(part, whole):
 def report(sessions, out=print) -> bool:
     """Prints one line per session and the goals; True when every goal is met."""
     out(f"{'session':26} {'steps':>5} {'cmp':>3} {'input tok':>10} {'read':>6} {'written':>7} {'uncached':>8} "
-        f"{'read*':>6} {'prefix kept':>11} {'other breaks':>12} {'cost':>6}")
+        f"{'read*':>6} {'prefix kept':>11} {'other breaks':>12} {'lost':>5} {'over':>4} {'cost':>6}")
     ok = True
     for s in sessions:
         total, read, written, uncached, cost = s.totals()
@@ -245,6 +257,7 @@ def report(sessions, out=print) -> bool:
         other = ",".join(map(str, s.other_breaks)) or "none"
         out(f"{s.spec.name:26} {len(s.steps):5d} {s.compactions:3d} {total:10,d} {pct(read, total)} "
             f"{pct(written, total):>7} {pct(uncached, total):>8} {pct(br, bt)} {kept:>11} {other:>12} "
+            f"{','.join(map(str, s.lost)) or 'none':>5} {s.over_window:4d} "
             f"{cost / total if total else 0:5.3f}x")
         if s.other_breaks:
             ok = False
@@ -252,7 +265,9 @@ def report(sessions, out=print) -> bool:
             ok = False
     out("read*: share read over the steps between compactions (not the first step, not the first after a "
         "compaction); other breaks: steps whose previous request was not a prefix and no compaction or prune "
-        "acted; cost: against the same tokens uncached (1.25x write, 0.1x read)")
+        "acted; lost: steps that kept the prefix but read less than the previous request (the cache was "
+        "invalidated: tool_choice, images); over: steps over the window; cost: against the same tokens "
+        "uncached (1.25x write, 0.1x read)")
     out(f"goals (200K read* >= {GOAL_READ_SHARE_200K:.0%} with compaction; no other breaks): "
         f"{'met' if ok else 'missed'}")
     return ok
