@@ -2,7 +2,8 @@
 
 Each session is an agent loop against a real `contextsvc serve` process over gRPC: Measure, and
 when it says should_compact (sessions with compaction only), Compact and apply its edits with
-contextsvc.client.apply_compaction; then Assemble, and the body is "sent" to a model of
+contextsvc.client.apply_compaction; then Assemble (storing the parts it returns to persist, when
+the service returns any), and the body is "sent" to a model of
 Anthropic's prompt cache (bench/cache_model.py). The model answers with a tool call whose output
 grows the history; a second user message arrives mid-run halfway through; the last step is the
 last allowed one (max_steps). Sessions: Anthropic and Bedrock (cachePoint markers read with the
@@ -36,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cache_model  # noqa: E402
 import server_process  # noqa: E402
 
-from contextsvc.client import apply_compaction  # noqa: E402
+from contextsvc import client  # noqa: E402
 from contextsvc.v1 import context_pb2 as pb  # noqa: E402
 from contextsvc.v1 import context_pb2_grpc as pb_grpc  # noqa: E402
 
@@ -220,7 +221,7 @@ def run_session(stub, spec: Spec) -> Session:
                 r = stub.Compact(pb.CompactRequest(conversation=conv, model=model, tools=tool_defs, system=sys_prompt,
                                                    auto=True, id_prefix=f"cmp{step}_"), timeout=120)
                 if r.edits:
-                    messages = apply_compaction(messages, r, drop_omittable=True)
+                    messages = client.apply_compaction(messages, r, drop_omittable=True)
                     conv = pb.Conversation(session_id=conv.session_id, messages=messages)
                     compacted = True
                     session.compactions += 1
@@ -228,6 +229,10 @@ def run_session(stub, spec: Spec) -> Session:
                                              editor=editor(clock, block), step=step, max_steps=spec.steps),
                           timeout=60)
         block = a.environment_details  # passed back on the later steps of the same user message
+        if getattr(a, "persist", None) and hasattr(client, "apply_persist"):
+            # a service that returns parts to store (issue 15): the client keeps them, as the
+            # README's agent loop does
+            messages = client.apply_persist(messages, a)
         prompt = cache_model.parse(a.body, spec.provider)
         usage = cache.send(prompt)
         session.steps.append(Step(step, usage, None if previous is None else cache_model.is_prefix(previous, prompt),
