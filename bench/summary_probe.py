@@ -122,14 +122,19 @@ def _ask(rng: random.Random, r: int, k: int) -> Ask:
 
 
 def _finish(s: Session, ask: Ask, r: int, how: int) -> None:
-    """A step that does the ask: an edit of its file, with or without a sentence saying so."""
-    edit = _tool("edit", m.COMPLETED, {"file_path": ask.path, "old_string": "x", "new_string": "y"},
-                 "applied", tag=f"fin-{ask.needle}")
-    if how % 2:
-        s.assistant(f"Done: `{ask.needle}` is updated.", edit)
+    """A step that does the ask: an edit of its file, with or without a sentence saying so, or an
+    edit of another file (a helper) and a sentence naming the function."""
+    if how % 3 == 2:
+        helper = f"src/common/helpers_{ask.needle}.py"
+        edit = _tool("write", m.COMPLETED, {"filePath": helper, "content": "..."}, "written",
+                     tag=f"fin-{ask.needle}")
+        s.assistant(edit, f"Finished: `{ask.needle}` now goes through {helper}.")
+        s.facts["files"].append(helper)
     else:
-        s.assistant(edit)
-    s.facts["files"].append(ask.path)
+        edit = _tool("edit", m.COMPLETED, {"file_path": ask.path, "old_string": "x", "new_string": "y"},
+                     "applied", tag=f"fin-{ask.needle}")
+        s.assistant(*([f"Done: `{ask.needle}` is updated.", edit] if how % 3 else [edit]))
+        s.facts["files"].append(ask.path)
     ask.done_round = r
 
 
@@ -170,6 +175,7 @@ def play_round(s: Session, r: int) -> None:
     s.facts["decisions"].append(decision)
     _finish(s, a1, r, r)
     lint = f"ruff check src/{n['svc']} --select E,F"
+    s.assistant(f"Next I'll run `{lint}`.")  # announced, then done: must not stay a next step
     s.assistant(_tool("bash", m.COMPLETED, {"command": lint}, "All checks passed!", tag=f"r{r}c"))
     s.facts["commands"].append(lint)
     # a2 is done as well, by the edit of its file
@@ -180,15 +186,23 @@ def play_round(s: Session, r: int) -> None:
     s.user(f"Two more things: {b1.text[0].lower() + b1.text[1:]}, and then "
            f"{b2.text[0].lower() + b2.text[1:]}.")
     s.asks += [b1, b2]
-    if r % 2 == 0:
+    if r % 3 == 0:  # read its file, and stopped there
         step = _tool("read", m.COMPLETED, {"path": b1.path}, f"def {b1.needle}():\n    ...\n", tag=f"r{r}d")
         s.assistant(f"Starting with `{b1.needle}`.", step)
-    else:
+        s.facts["files"].append(b1.path)
+        s.in_progress = (b1, b1.path)
+    elif r % 3 == 1:  # an edit of its file, interrupted
         step = _tool("edit", m.RUNNING, {"file_path": b1.path, "old_string": "a", "new_string": "b"},
                      tag=f"r{r}d")
         s.assistant(step)
-    s.facts["files"].append(b1.path)
-    s.in_progress = (b1, b1.path)
+        s.facts["files"].append(b1.path)
+        s.in_progress = (b1, b1.path)
+    else:  # a search that names the function, then a sentence
+        grep = f"grep -rn {b1.needle} src"
+        s.assistant(_tool("bash", m.COMPLETED, {"command": grep}, f"{b1.path}:3:def {b1.needle}():",
+                          tag=f"r{r}d"))
+        s.facts["commands"].append(grep)
+        s.in_progress = (b1, grep)
 
 
 def _section(text: str, key: str) -> str:

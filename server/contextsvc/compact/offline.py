@@ -2,10 +2,12 @@
 
 It fills every section of the template from the head: the person's goals and constraints from
 user messages, files from tool inputs, commands from shell tool inputs, error strings from tool
-errors and error-looking lines, decisions and next steps stated by the assistant. Everything it
-copies is copied verbatim. Given a previous summary it updates that document (rolling update):
-previous bullets and new ones are merged, duplicates dropped, each section bounded, oldest first
-out.
+errors and error-looking lines, decisions stated by the assistant. In Progress names the request
+being worked on and the last step taken; Next Steps lists what the person asked (and the assistant
+announced) that no later step has done (see _Asks). Everything it copies is copied verbatim.
+Given a previous summary it updates that document (rolling update): previous bullets and new ones
+are merged, duplicates dropped, each section bounded, oldest first out; the previous Next Steps
+and request in progress are carried through the new messages, so a step done later ticks them off.
 """
 from __future__ import annotations
 
@@ -320,6 +322,7 @@ def extract(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, previous: di
     failed = {}  # (tool, input text) -> bullet, removed when the same call later succeeds
     last_user_answered = True
     mentioned, names = [], []  # paths and identifiers in prose
+    edited = []  # paths a completed edit wrote, packed into few Done bullets
     for msg in messages:
         if msg.role in (m.USER, m.ASSISTANT) and not msg.summary:
             for item in identifiers(_text_of(msg, synthetic=False)):
@@ -381,8 +384,7 @@ def extract(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, previous: di
                     for ln in err[:2]:
                         acc.add("critical", _clip(ln, limits))
                 elif kind == "edit":
-                    for path in paths:
-                        acc.add("done", _clip(f"Edited `{path}`", limits))
+                    edited.extend(paths)
                     asks.step(_clip(f"Edited {', '.join(f'`{p}`' for p in paths)}", limits), touched,
                               done=touched)
                 else:
@@ -416,9 +418,28 @@ def extract(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, previous: di
     for path, roles in files.items():
         acc.add("files", f"`{path}`: {', '.join(roles)}")
     names = [x for x in names if x not in files]
-    for bullet in _packed("Identifiers: ", names[-limits.max_items * 4:], limits):
+    for bullet in _packed(IDENTIFIERS, names[-limits.max_items * 4:], limits):
         acc.add("critical", bullet)
+    for bullet in _packed(EDITED, edited[-limits.max_items * 4:], limits):
+        acc.add("done", bullet)
     return {key: _bounded(key, acc.get(key), limits) for key in template.KEYS}
+
+
+IDENTIFIERS = "Identifiers: "  # Critical Context: names in prose, packed
+EDITED = "Edited: "  # Done: files written, packed (Relevant Files says the same per path)
+PACKED = {"critical": IDENTIFIERS, "done": EDITED}
+
+
+def _repack(key: str, items: list, limits: OfflineLimits) -> list:
+    """Packed bullets of a section unpacked, each name once (newest position), packed again as
+    the newest bullets: a rolling summary never repeats a name per compaction."""
+    prefix = PACKED[key]
+    names = [n for x in items if x.startswith(prefix) for n in CODE_SPAN.findall(x[len(prefix):])]
+    if not names:
+        return items
+    names = list(dict.fromkeys(reversed(names)))[::-1]  # each once, at its newest position
+    return [x for x in items if not x.startswith(prefix)] + \
+        _packed(prefix, names[-limits.max_items * 4:], limits)
 
 
 FILE_BULLET = re.compile(r"^`(?P<path>[^`]+)`: (?P<roles>.*)$")
@@ -445,6 +466,8 @@ def _bounded(key: str, items: list, limits: OfflineLimits) -> list:
     if key == "goal":
         cap = limits.max_goals
         return items[:1] + items[1:][-(cap - 1):] if cap > 1 and len(items) > cap else items[-cap:]
+    if key in PACKED:
+        items = _repack(key, items, limits)
     if key == "files":
         items = _files(items)
         while len(items) > limits.max_items:
