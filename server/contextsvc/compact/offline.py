@@ -2,10 +2,12 @@
 
 It fills every section of the template from the head: the person's goals and constraints from
 user messages, files from tool inputs, commands from shell tool inputs, error strings from tool
-errors and error-looking lines, decisions and next steps stated by the assistant. Everything it
-copies is copied verbatim. Given a previous summary it updates that document (rolling update):
-previous bullets and new ones are merged, duplicates dropped, each section bounded, oldest first
-out.
+errors and error-looking lines, decisions stated by the assistant. In Progress names the request
+being worked on and the last step taken; Next Steps lists what the person asked (and the assistant
+announced) that no later step has done (see _Asks). Everything it copies is copied verbatim.
+Given a previous summary it updates that document (rolling update): previous bullets and new ones
+are merged, duplicates dropped, each section bounded, oldest first out; the previous Next Steps
+and request in progress are carried through the new messages, so a step done later ticks them off.
 """
 from __future__ import annotations
 
@@ -65,6 +67,38 @@ SNAKE = re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+\b")
 DOTTED = re.compile(r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\(\))?")
 
 SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z`\"'(\[])")
+
+# Asks: what the person asked for, one clause each, so that In Progress and Next Steps can name
+# them and a later step can tick them off.
+ASK_VERBS = (
+    "add", "fix", "update", "rename", "remove", "delete", "write", "run", "make", "change", "create",
+    "move", "implement", "refactor", "replace", "document", "bump", "test", "check", "port",
+    "migrate", "split", "extract", "merge", "convert", "upgrade", "downgrade", "install", "configure",
+    "set", "enable", "disable", "handle", "support", "drop", "clean", "format", "lint", "build",
+    "deploy", "release", "publish", "commit", "push", "revert", "review", "investigate", "debug",
+    "profile", "optimize", "speed", "reduce", "increase", "expose", "wire",
+    "validate", "parse", "generate", "regenerate", "benchmark", "measure", "translate", "pin",
+    "rewrite", "inline", "introduce", "switch", "retry", "include", "exclude", "skip", "bundle",
+    "package", "ship", "finish", "complete", "find", "print", "explain", "compare",
+)
+_VERB = "|".join(ASK_VERBS)
+ASK_LEAD = re.compile(  # words before the verb of a request; they are dropped from the bullet
+    r"^(?:(?:please|also|then|and|so|now|next|finally|first|lastly|plus|after that|afterwards|"
+    r"can you|could you|would you|will you|i need you to|i'd like you to|i want you to|we need to|"
+    r"you should|go ahead and)\b[,:]?\s*)+", re.IGNORECASE)
+ASK_START = re.compile(rf"^(?:{_VERB})\b", re.IGNORECASE)
+CLAUSE_SPLIT = re.compile(  # "... , and then add Y", "...; fix Z", "two more things: add X"
+    rf"(?:,?\s+(?:and\s+then|and\s+also|and|then|also|plus)\s+|;\s+|:\s+)"
+    rf"(?=(?:please\s+)?(?:{_VERB})\b)", re.IGNORECASE)
+LIST_ITEM = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)]|\(?[a-z][.)])\s+(.+)$")
+DONE_SAID = re.compile(
+    r"\b(?:done|finished|completed|added|fixed|updated|renamed|removed|deleted|implemented|wrote|"
+    r"written|created|changed|moved|replaced|bumped|documented|refactored|migrated|merged|resolved)\b",
+    re.IGNORECASE)
+NOT_YET = re.compile(r"\b(?:I'll|I will|will|going to|let me|let's|need to|still|not yet|next|"
+                     r"haven'?t|hasn'?t|isn'?t|TODO)\b", re.IGNORECASE)
+WORKING = "Working on: "  # In Progress: the request being worked on
+LAST_STEP = "Last step: "  # In Progress: the last step taken
 
 
 def identifiers(text: str) -> list:
@@ -150,6 +184,102 @@ def _first_error_line(text: str) -> str:
     return first[0].strip() if first else ""
 
 
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def asks_in(text: str) -> list:
+    """The requests in a user message, one clause each and verbatim but for the words before the
+    verb ("please", "and then", ...). A headline followed by a list of asks is the goal, not an
+    ask: the list says what to do."""
+    items, listed = [], False
+    for line in text.splitlines():
+        mt = LIST_ITEM.match(line)
+        if mt:
+            listed = True
+            items.append(mt.group(1))
+        elif line.strip():
+            items.extend(_sentences(line))
+    if listed and items and not LIST_ITEM.match(next(x for x in text.splitlines() if x.strip())):
+        items = items[1:]
+    out = []
+    for item in items:
+        for clause in CLAUSE_SPLIT.split(item):
+            clause = ASK_LEAD.sub("", clause.strip()).strip().rstrip(".;:,!?")
+            if ASK_START.match(clause) and not clause.lower().startswith("make sure"):
+                out.append(clause)
+    return out
+
+
+def _keys(text: str) -> set:
+    """What ties a step to an ask: its paths, identifiers and `code spans`."""
+    keys = set(identifiers(text)) | {x.strip() for x in CODE_SPAN.findall(text) if len(x.strip()) >= 3}
+    return keys | {k.rsplit("/", 1)[-1] for k in keys if "/" in k and not k.endswith("/")}
+
+
+class _Asks:
+    """What was asked, in order, and which steps did it: the source of In Progress and Next Steps.
+
+    An ask is done when a later step does it: a completed edit of a file it names, a completed run
+    of a command it quotes, or a sentence of the assistant saying it is done (a past-tense verb,
+    nothing like "will" or "next") that names it. Any other step that names it (a read, a failed
+    or interrupted call, a sentence) makes it the request being worked on."""
+
+    def __init__(self):
+        self.keys = {}  # ask -> its keys, in the order asked
+        self.done = set()
+        self.current = ""  # the ask the latest step that named one was about
+        self.last_step = ""
+        self.latest = []  # asks of the latest user message
+        self.steps_after_latest = 0
+        self.named_after_latest = False
+
+    def add(self, ask: str) -> None:
+        if ask not in self.keys:
+            self.keys[ask] = _keys(ask)
+
+    def ask(self, asks: list) -> None:
+        for a in asks:
+            self.add(a)
+        self.latest = list(asks)
+        self.steps_after_latest = 0
+        self.named_after_latest = False
+
+    def _named(self, keys: set) -> list:
+        return [a for a, k in self.keys.items() if a not in self.done and k & keys]
+
+    def step(self, desc: str, touched: set, done: set = frozenset(), command: str = "") -> None:
+        self.last_step = desc
+        self.steps_after_latest += 1
+        did = self._named(done) + [a for a in self.keys if command and a not in self.done and command in a]
+        for a in did:
+            self.done.add(a)
+        named = self._named(touched)
+        if named or did:
+            self.current = (named or did)[-1]
+            self.named_after_latest = True
+
+    def said(self, sentence: str) -> None:
+        """A sentence of the assistant: a step when it names an ask."""
+        keys = _keys(sentence)
+        if not self._named(keys):
+            return
+        if DONE_SAID.search(sentence) and not NOT_YET.search(sentence):
+            self.step(sentence, set(), keys)
+        else:
+            self.step(sentence, keys)
+
+    def working_on(self) -> str:
+        if self.current and self.current not in self.done:
+            return self.current
+        if self.steps_after_latest and not self.named_after_latest:  # working, on the first, surely
+            return next((a for a in self.latest if a not in self.done), "")
+        return ""
+
+    def open(self) -> list:
+        now = self.working_on()
+        return [a for a in self.keys if a not in self.done and a != now]
+
+
 class _Acc:
     """Ordered, de-duplicated bullets per section."""
 
@@ -173,14 +303,26 @@ def _text_of(msg: m.Message, *, synthetic: bool) -> str:
                      and (synthetic or not p.content.synthetic) and p.content.text)
 
 
-def extract(messages: list, limits: OfflineLimits = DEFAULT_LIMITS) -> dict:
-    """{section key: [bullet, ...]} extracted from these messages."""
+def extract(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, previous: dict = None) -> dict:
+    """{section key: [bullet, ...]} extracted from these messages. previous (the parsed previous
+    summary) carries its Next Steps and the request in progress in, for the steps of these
+    messages to tick off."""
     acc = _Acc()
+    asks = _Asks()
+    for item in (previous or {}).get("in_progress", []):
+        if item.startswith(WORKING):
+            asks.add(item[len(WORKING):])
+            asks.current = item[len(WORKING):]
+        elif item.startswith(LAST_STEP):
+            asks.last_step = item[len(LAST_STEP):]
+    for item in (previous or {}).get("next_steps", []):
+        asks.add(item)
     goals = []
     files = {}  # path -> set of roles ("read", "edited", ...) in first-seen order
     failed = {}  # (tool, input text) -> bullet, removed when the same call later succeeds
     last_user_answered = True
     mentioned, names = [], []  # paths and identifiers in prose
+    edited = []  # paths a completed edit wrote, packed into few Done bullets
     for msg in messages:
         if msg.role in (m.USER, m.ASSISTANT) and not msg.summary:
             for item in identifiers(_text_of(msg, synthetic=False)):
@@ -191,6 +333,7 @@ def extract(messages: list, limits: OfflineLimits = DEFAULT_LIMITS) -> dict:
                 first = next(line.strip() for line in text.splitlines() if line.strip())
                 goals.append(_clip(first, limits))
                 last_user_answered = False
+                asks.ask([_clip(a, limits) for a in asks_in(text)])
                 for s in _sentences(text):
                     if CONSTRAINT.search(s):
                         acc.add("constraints", _clip(s, limits))
@@ -207,9 +350,11 @@ def extract(messages: list, limits: OfflineLimits = DEFAULT_LIMITS) -> dict:
         if text.strip():
             last_user_answered = True
         for s in _sentences(text):
-            if NEXT.search(s):
-                acc.add("next_steps", _clip(s, limits))
-            elif DECISION.search(s):
+            if NEXT.search(s) and not DONE_SAID.search(s):
+                asks.add(_clip(s, limits))  # a step the assistant announced: open until done
+                continue
+            asks.said(_clip(s, limits))
+            if DECISION.search(s):
                 acc.add("decisions", _clip(s, limits))
         for line in text.splitlines():
             if ERROR_LINE.search(line):
@@ -227,43 +372,109 @@ def extract(messages: list, limits: OfflineLimits = DEFAULT_LIMITS) -> dict:
                 role = {"edit": "edited", "read": "read"}.get(kind, t.tool)
                 files.setdefault(path, {})[role] = None
             cmd = _command(t.input) if kind == "shell" else ""
+            paths = _paths(t.input)
+            touched = set(paths) | {p.rsplit("/", 1)[-1] for p in paths} | (_keys(cmd) if cmd else set())
+            subject = f"`{cmd}`" if cmd else (f"`{t.tool}` on `{paths[0]}`" if paths else f"`{t.tool}`")
             if t.status == m.COMPLETED:
                 failed.pop(key, None)
                 if cmd:
                     acc.add("done", _clip(f"Ran `{cmd}`", limits))
+                    asks.step(_clip(f"Ran `{cmd}`", limits), touched, command=cmd)
                     err = [ln for ln in t.output.splitlines() if ERROR_LINE.search(ln)]
                     for ln in err[:2]:
                         acc.add("critical", _clip(ln, limits))
                 elif kind == "edit":
-                    for path in _paths(t.input):
-                        acc.add("done", _clip(f"Edited `{path}`", limits))
+                    edited.extend(paths)
+                    asks.step(_clip(f"Edited {', '.join(f'`{p}`' for p in paths)}", limits), touched,
+                              done=touched)
+                else:
+                    verb = "Read" if kind == "read" else f"`{t.tool}`"
+                    asks.step(_clip(f"{verb} {', '.join(f'`{p}`' for p in paths)}".rstrip(), limits), touched)
             elif t.status == m.ERROR:
                 line = _first_error_line(t.error or "error")
-                subject = f"`{cmd}`" if cmd else (f"`{t.tool}` on `{_paths(t.input)[0]}`"
-                                                  if _paths(t.input) else f"`{t.tool}`")
                 failed[key] = _clip(f"{subject} failed: {line}", limits)
                 acc.add("critical", _clip(line, limits))
+                asks.step(failed[key], touched)
             else:
-                subject = f"`{cmd}`" if cmd else f"`{t.tool}`"
                 acc.add("in_progress", _clip(f"{subject} was interrupted", limits))
+                asks.step(_clip(f"{subject} was interrupted", limits), touched)
     for bullet in failed.values():
         acc.add("blocked", bullet)
-    if goals and not last_user_answered:
+    now = asks.working_on()
+    if now:
+        acc.add("in_progress", WORKING + now)
+    if now and asks.last_step:
+        acc.items["in_progress"].pop(asks.last_step, None)  # said once, as the last step
+        acc.add("in_progress", LAST_STEP + asks.last_step)
+    if goals and not last_user_answered and not asks.latest:
         acc.add("in_progress", f"Answer the latest request: {goals[-1]}")
-    for goal in goals[-limits.max_goals:]:
+    for item in asks.open()[-limits.max_items:]:
+        acc.add("next_steps", item)
+    # the session's goal (its first request) stays; then the most recent requests
+    for goal in ([*goals[:1], *goals[1:][-(limits.max_goals - 1):]] if limits.max_goals > 1 else goals[-1:]):
         acc.add("goal", goal)
     for path in mentioned:
         files.setdefault(path, {})["mentioned"] = None
     for path, roles in files.items():
         acc.add("files", f"`{path}`: {', '.join(roles)}")
     names = [x for x in names if x not in files]
-    for bullet in _packed("Identifiers: ", names[-limits.max_items * 4:], limits):
+    for bullet in _packed(IDENTIFIERS, names[-limits.max_items * 4:], limits):
         acc.add("critical", bullet)
-    out = {}
-    for key in template.KEYS:
-        items = acc.get(key)
-        out[key] = items[-(limits.max_goals if key == "goal" else limits.max_items):]
-    return out
+    for bullet in _packed(EDITED, edited[-limits.max_items * 4:], limits):
+        acc.add("done", bullet)
+    return {key: _bounded(key, acc.get(key), limits) for key in template.KEYS}
+
+
+IDENTIFIERS = "Identifiers: "  # Critical Context: names in prose, packed
+EDITED = "Edited: "  # Done: files written, packed (Relevant Files says the same per path)
+PACKED = {"critical": IDENTIFIERS, "done": EDITED}
+
+
+def _repack(key: str, items: list, limits: OfflineLimits) -> list:
+    """Packed bullets of a section unpacked, each name once (newest position), packed again as
+    the newest bullets: a rolling summary never repeats a name per compaction."""
+    prefix = PACKED[key]
+    names = [n for x in items if x.startswith(prefix) for n in CODE_SPAN.findall(x[len(prefix):])]
+    if not names:
+        return items
+    names = list(dict.fromkeys(reversed(names)))[::-1]  # each once, at its newest position
+    return [x for x in items if not x.startswith(prefix)] + \
+        _packed(prefix, names[-limits.max_items * 4:], limits)
+
+
+FILE_BULLET = re.compile(r"^`(?P<path>[^`]+)`: (?P<roles>.*)$")
+MENTIONED = "mentioned"
+
+
+def _files(items: list) -> list:
+    """File bullets with one bullet per path, its roles merged in first-seen order."""
+    roles, other = {}, []
+    for item in items:
+        mt = FILE_BULLET.match(item)
+        if not mt:
+            other.append(item)
+            continue
+        seen = roles.pop(mt["path"], {})  # a path seen again moves to the newest position
+        seen.update(dict.fromkeys(r.strip() for r in mt["roles"].split(",") if r.strip()))
+        roles[mt["path"]] = seen
+    return other + [f"`{p}`: {', '.join(r)}" for p, r in roles.items()]
+
+
+def _bounded(key: str, items: list, limits: OfflineLimits) -> list:
+    """A section cut to its bound, oldest first out; the session's goal (the first) stays, and
+    files only named in prose go before files a tool read or edited."""
+    if key == "goal":
+        cap = limits.max_goals
+        return items[:1] + items[1:][-(cap - 1):] if cap > 1 and len(items) > cap else items[-cap:]
+    if key in PACKED:
+        items = _repack(key, items, limits)
+    if key == "files":
+        items = _files(items)
+        while len(items) > limits.max_items:
+            drop = next((i for i, x in enumerate(items) if x.endswith(f": {MENTIONED}")), 0)
+            items = items[:drop] + items[drop + 1:]
+        return items
+    return items[-limits.max_items:]
 
 
 def _packed(prefix: str, names: list, limits: OfflineLimits) -> list:
@@ -290,19 +501,24 @@ def merge(previous: dict, new: dict, limits: OfflineLimits = DEFAULT_LIMITS) -> 
             old = []  # what was under way then is done or blocked now
         bucket = {}
         for item in [*old, *fresh]:
-            bucket.pop(item, None)
+            if key != "goal":  # the first goal keeps its place: it is the session's
+                bucket.pop(item, None)
             bucket[item] = None
-        items = list(bucket)
-        cap = limits.max_goals if key == "goal" else limits.max_items
-        out[key] = items[-cap:]
+        out[key] = _bounded(key, list(bucket), limits)
     return out
 
 
 def summarize(messages: list, previous: str = "", limits: OfflineLimits = DEFAULT_LIMITS) -> str:
-    sections = extract(messages, limits)
-    if previous:
-        sections = merge(template.parse(previous), sections, limits)
-    return template.render(sections)
+    if not previous:
+        return template.render(extract(messages, limits))
+    before = template.parse(previous)
+    sections = extract(messages, limits, before)
+    merged = merge(before, sections, limits)
+    # the previous Next Steps and request in progress went through extract, which ticked off
+    # what these messages did: its answer replaces them
+    merged["in_progress"] = sections["in_progress"]
+    merged["next_steps"] = sections["next_steps"]
+    return template.render(merged)
 
 
 class OfflineSummarizer:
