@@ -36,6 +36,7 @@ MODELS = {
     "copilot": ["claude-sonnet-4.5", "gpt-5"],
     "gemini": ["gemini-3-pro-preview"],
 }
+GATEWAYS = ("openai-compatible", "openrouter", "alibaba", "copilot")  # Chat Completions gateways
 OTHER_MODEL = "other-model-7"  # a model the session switched away from
 
 PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
@@ -83,7 +84,8 @@ TOOLS = [
 class Case:
     name: str
     request: pb.AssembleRequest
-    may_refuse: bool = False  # INVALID_ARGUMENT is a correct answer (5 hints, TTLs out of order)
+    may_refuse: bool = False  # INVALID_ARGUMENT is a correct answer (5 hints, TTLs out of order,
+    # a last_tool hint on a gateway)
     foreign_signatures: list = field(default_factory=list)  # must not reach the body as signatures
 
 
@@ -238,8 +240,11 @@ def session(r: random.Random, provider: str, k: int) -> Case:
     elif hints in (2, 3):
         req.cache_hints.extend([pb.CacheHint(system_block=0, ttl=pb.CACHE_TTL_1H),
                                 pb.CacheHint(message_id=ids[-1])])
-        if hints == 3 and req.tools:
+        # The gateways take markers on message content parts only and refuse a last_tool hint:
+        # there it comes in every other such case, so the rest still give a body to judge.
+        if hints == 3 and req.tools and (provider not in GATEWAYS or k % 16 == 3):
             req.cache_hints.insert(0, pb.CacheHint(last_tool=True, ttl=pb.CACHE_TTL_1H))
+            may_refuse = provider in GATEWAYS
     elif hints == 5:
         # Five explicit hints: more markers than any provider takes.
         req.cache_hints.extend([pb.CacheHint(system_block=0), pb.CacheHint(system_block=1)]

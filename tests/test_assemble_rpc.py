@@ -129,11 +129,15 @@ def test_mid_run_user_message_is_wrapped(stub):
     assert "mid_run_reminder" in a.injected
 
 
-def test_explicit_hints_win_and_are_bounded(stub):
+def test_explicit_hints_are_kept_auto_fills_and_all_are_bounded(stub):
     a = stub.Assemble(request(cache_hints=[pb.CacheHint(message_id="msg_001", ttl=pb.CACHE_TTL_1H)]), timeout=10)
     body = json.loads(a.body)
     assert body["messages"][0]["content"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
-    assert "cache_control" not in json.dumps(body["system"]) and len(a.breakpoints) == 1
+    # auto fills the places left, but no 5m marker may precede the caller's 1h one (Anthropic
+    # refuses it): the tools and system markers are left out, the latest user message keeps its
+    assert "cache_control" not in json.dumps(body["system"]) + json.dumps(body["tools"])
+    assert [b.location for b in a.breakpoints] == ["messages[0]", "messages[2]"]
+    assert body["messages"][2]["content"][-1]["cache_control"] == {"type": "ephemeral"}
     too_many = [pb.CacheHint(system_block=0), pb.CacheHint(system_block=1), pb.CacheHint(last_tool=True),
                 pb.CacheHint(message_id="msg_001"), pb.CacheHint(message_id="msg_003")]
     for hints, field in ((too_many, "cache_hints"), ([pb.CacheHint(message_id="nope")], "cache_hints[0].message_id"),

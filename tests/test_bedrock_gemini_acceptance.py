@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 
 import pytest
 
 from contextsvc import assemble, config, model as m
 
 PDF = b"%PDF-1.4 tiny"
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 8
+SVG = b'<svg xmlns="http://www.w3.org/2000/svg"/>'
 SCHEMA = {  # what an MCP server sends: JSON Schema, not Gemini's OpenAPI subset
     "$schema": "http://json-schema.org/draft-07/schema#",
     "type": "object",
@@ -37,15 +40,15 @@ def pdf(filename):
     return m.File("application/pdf", filename, data=PDF)
 
 
-def call(call_id, output="ok"):
-    return m.Tool(call_id, "read", m.COMPLETED, {"path": "a.py"}, output=output)
+def call(call_id, output="ok", name="read"):
+    return m.Tool(call_id, name, m.COMPLETED, {"path": "a.py"}, output=output)
 
 
-def body(provider, *messages, schema=None) -> dict:
+def body(provider, *messages, schema=None, name="read") -> dict:
     inp = assemble.AssembleInput(
         m.Conversation(session_id="sess-acc", messages=list(messages)),
         m.Model("model-x", provider, m.ModelLimits(200_000, 0, 16_000)),
-        [m.ToolDefinition("read", "Read a file", schema or {"type": "object", "properties": {"path": {"type": "string"}}})],
+        [m.ToolDefinition(name, "Read a file", schema or {"type": "object", "properties": {"path": {"type": "string"}}})],
         m.SystemPrompt(soul="You are a coding agent.", agent_prompt="Be brief."),
         m.CompactionSettings())
     return json.loads(assemble.assemble(inp, config.Config()).body)
@@ -139,6 +142,34 @@ def test_bedrock_body_starts_with_a_user_message():
     converse_accepts(b)
 
 
+def media_parts():
+    """One of each kind of media part the media table must sort, from every kind of source."""
+    b64 = lambda data: base64.b64encode(data).decode()  # noqa: E731
+    return [m.File("image/svg+xml", "logo.svg", data=SVG),
+            m.File("image/heic", "phone.heic", data=b"\x00\x00\x00\x18ftypheic"),
+            m.File("image/gif", "anim.gif", url=f"data:image/gif;base64,{b64(b'GIF89a')}"),
+            m.File("application/pdf", "report.pdf", url=f"data:application/pdf;name=report.pdf;base64,{b64(PDF)}"),
+            m.File("image/png", "a.png", url=f"data:image/png;name=a.png;base64,{b64(PNG)}"),
+            m.File("image/png", "web.png", url="https://example.com/web.png")]
+
+
+def test_bedrock_media_follow_the_shared_table():
+    files = media_parts()
+    shot = m.Tool("c1", "read", m.COMPLETED, {"path": "a.py"}, output="ok", attachments=files)
+    b = body(m.BEDROCK, user("m1", m.Text("Look"), *files), assistant("m2", m.StepStart(), shot),
+             user("m3", m.Text("Go on")))
+    expected = [{"text": "[Attached image/svg+xml: logo.svg]"}, {"text": "[Attached image/heic: phone.heic]"},
+                {"image": {"format": "gif", "source": {"bytes": base64.b64encode(b"GIF89a").decode()}}},
+                {"document": {"format": "pdf", "name": "report", "source": {"bytes": base64.b64encode(PDF).decode()}}},
+                {"image": {"format": "png", "source": {"bytes": base64.b64encode(PNG).decode()}}},
+                {"text": "[Attached image/png: web.png]"}]  # Converse takes bytes or S3, not web URLs
+    assert b["messages"][0]["content"][1:7] == expected
+    result = b["messages"][2]["content"][0]["toolResult"]["content"]
+    assert [next(iter(x)) for x in result] == ["text", "text", "text", "image", "document", "image", "text"]
+    assert result[4]["document"]["format"] == "pdf" and result[4]["document"]["name"] == "report (2)"
+    converse_accepts(b)
+
+
 def test_bedrock_auto_places_at_most_4_cache_points():
     msgs = []
     for k in range(6):
@@ -188,3 +219,54 @@ def test_gemini_replays_no_signature_that_is_not_base64():
              assistant("m2", m.StepStart(), m.Reasoning("think", signature="sig-def"), call("c1")),
              user("m3", m.Text("Go on")))
     assert b["contents"][1]["parts"] == [{"functionCall": {"name": "read", "args": {"path": "a.py"}}}]
+
+
+def test_gemini_media_follow_the_shared_table():
+    files = media_parts()
+    shot = m.Tool("c1", "read", m.COMPLETED, {"path": "a.py"}, output="ok", attachments=files)
+    b = body(m.GEMINI, user("m1", m.Text("Look"), *files), assistant("m2", m.StepStart(), shot),
+             user("m3", m.Text("Go on")))
+    user_parts = b["contents"][0]["parts"][1:]
+    assert user_parts[0] == {"text": "[Attached image/svg+xml: logo.svg]"}
+    assert user_parts[1]["inlineData"]["mimeType"] == "image/heic"  # Gemini takes heic
+    assert user_parts[2] == {"text": "[Attached image/gif: anim.gif]"}
+    assert user_parts[3] == {"inlineData": {"mimeType": "application/pdf", "data": base64.b64encode(PDF).decode()}}
+    assert user_parts[4] == {"inlineData": {"mimeType": "image/png", "data": base64.b64encode(PNG).decode()}}
+    assert user_parts[5] == {"fileData": {"mimeType": "image/png", "fileUri": "https://example.com/web.png"}}
+    moved = [p for c in b["contents"] for p in c["parts"] if "inlineData" in p or "fileData" in p]
+    assert {(p.get("inlineData") or p["fileData"])["mimeType"] for p in moved} == {"image/heic", "application/pdf", "image/png"}
+    assert "image/gif" not in json.dumps(moved) and "svg" not in json.dumps(moved)
+
+
+# --- tool names -------------------------------------------------------------------------------
+
+ODD_NAMES = ["github.create issue/v2", "3d-render", "mcp__server__" + "t" * 80]
+
+
+@pytest.mark.parametrize("name", ODD_NAMES)
+def test_bedrock_tool_names_are_mapped_alike_in_definition_and_call(name):
+    from contextsvc.lowering import tool_ids
+    b = body(m.BEDROCK, user("m1", m.Text("hi")), assistant("m2", m.StepStart(), call("c1", name=name)),
+             user("m3", m.Text("go")), name=name)
+    spec = b["toolConfig"]["tools"][0]["toolSpec"]["name"]
+    used = b["messages"][1]["content"][0]["toolUse"]["name"]
+    assert spec == used == tool_ids.wire_name(m.BEDROCK, name) and len(spec) <= 64
+    assert re.fullmatch(r"[a-zA-Z0-9_-]+", spec)
+    converse_accepts(b)
+    assert tool_ids.wire_name(m.BEDROCK, "read_file") == "read_file"  # a valid name is unchanged
+
+
+@pytest.mark.parametrize("name", ODD_NAMES)
+def test_gemini_function_names_are_mapped_alike_in_declaration_call_and_response(name):
+    from contextsvc.lowering import tool_ids
+    b = body(m.GEMINI, user("m1", m.Text("hi")), assistant("m2", m.StepStart(), call("c1", name=name)),
+             user("m3", m.Text("go")), name=name)
+    declared = b["tools"][0]["functionDeclarations"][0]["name"]
+    parts = [p for c in b["contents"] for p in c["parts"]]
+    called = next(p["functionCall"]["name"] for p in parts if "functionCall" in p)
+    answered = next(p["functionResponse"]["name"] for p in parts if "functionResponse" in p)
+    assert declared == called == answered == tool_ids.wire_name(m.GEMINI, name)
+    assert re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_.:-]{0,63}", declared)
+    assert tool_ids.wire_name(m.GEMINI, "mcp.server:read") == "mcp.server:read"
+    from judges import judge_for
+    assert judge_for(m.GEMINI)(b) == []

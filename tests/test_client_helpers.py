@@ -130,3 +130,17 @@ def test_apply_prune_defaults_to_now_and_ignores_an_empty_answer():
 def test_apply_prune_unknown_part_raises():
     with pytest.raises(ValueError, match="part_ids: no tool part 'missing'"):
         apply_prune(_history(), pb.PruneResponse(part_ids=["missing"]))
+
+
+def test_node_helpers_pass_their_unit_tests():
+    """clients/node/apply.js: the same cases, on proto-loader's plain objects (node --test)."""
+    import pathlib
+    import shutil
+    import subprocess
+
+    node = shutil.which("node")
+    assert node, "node not installed: run .ci/deps (the README's test command does)"
+    client = pathlib.Path(__file__).resolve().parent.parent / "clients" / "node"
+    out = subprocess.run([node, "--test", "apply.test.js"], cwd=client, capture_output=True, text=True,
+                         timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stdout + out.stderr

@@ -33,8 +33,8 @@ def read(call_id, output="x = 1\n", attachments=()):
     return m.Tool(call_id, "read", m.COMPLETED, {"path": "a.py"}, output=output, attachments=list(attachments))
 
 
-def run(provider, messages, *, tools=(READ,), hints=(), **kw):
-    inp = assemble.AssembleInput(m.Conversation(messages, "sess-acc"), m.Model("model-x", provider),
+def run(provider, messages, *, tools=(READ,), hints=(), model_id="model-x", **kw):
+    inp = assemble.AssembleInput(m.Conversation(messages, "sess-acc"), m.Model(model_id, provider),
                                  list(tools), m.SystemPrompt(soul="You are a coding agent.", agent_prompt="Be brief."),
                                  m.CompactionSettings(), policy=cache.Policy(hints=list(hints)), **kw)
     return assemble.assemble(inp, config.Config())
@@ -113,6 +113,72 @@ def test_a_new_id_never_rewrites_an_old_one():
     later = body(m.ANTHROPIC, tool_turn(read("functions.read:1"), read("functions.read:1 ")))
     assert later["messages"][1]["content"][0] == first["messages"][1]["content"][0]
 
+
+
+GATEWAYS = (m.OPENAI_COMPATIBLE, m.OPENROUTER, m.ALIBABA, m.COPILOT)
+
+
+@pytest.mark.parametrize("provider", GATEWAYS)
+def test_gateway_ids_keep_to_the_upstreams_alphabet(provider):
+    # the gateways forward to Claude and Bedrock upstreams: ^[a-zA-Z0-9_-]+$, and OpenAI's 40
+    b = body(provider, tool_turn(read("functions.read:1"), read("functions_read_1"), read("fc_" + "9" * 60)))
+    calls = [c["id"] for c in b["messages"][3]["tool_calls"]]
+    assert calls == [b["messages"][k]["tool_call_id"] for k in (4, 5, 6)]
+    assert all(ANTHROPIC_ID.match(i) and len(i) <= 40 for i in calls) and len(set(calls)) == 3
+    assert calls[1] == "functions_read_1"  # a valid id passes unchanged
+    assert calls[0] == tool_ids.wire_id(provider, "functions.read:1")  # a function of the id alone
+
+
+def test_plain_openai_keeps_its_own_id_rule():
+    b = body(m.OPENAI, tool_turn(read("functions.read:1")))
+    assert b["messages"][3]["tool_calls"][0]["id"] == "functions.read:1" == b["messages"][4]["tool_call_id"]
+
+
+# ---- the first message is the user's --------------------------------------------------------
+
+HIDDEN_FIRST = [user("m1", m.Text("hidden", ignored=True)), assistant("m2", m.Text("Summary so far.")),
+                user("m3", m.Text("Go on"))]
+
+
+def test_anthropic_body_starts_with_a_user_message():
+    b = body(m.ANTHROPIC, HIDDEN_FIRST)
+    assert [x["role"] for x in b["messages"]] == ["user", "assistant", "user"]
+    assert unmarked(b["messages"][0]["content"]) == [{"type": "text", "text": "[Conversation start]"}]
+
+
+@pytest.mark.parametrize("provider", CHAT)
+def test_openai_family_body_starts_with_a_user_message_after_the_system(provider):
+    b = body(provider, HIDDEN_FIRST)
+    roles = [x["role"] for x in b["messages"]]
+    first = roles.index("user")
+    assert set(roles[:first]) == {"system"} and roles[first:] == ["user", "assistant", "user"]
+    content = b["messages"][first]["content"]
+    assert (content if isinstance(content, str) else content[0]["text"]) == "[Conversation start]"
+
+
+@pytest.mark.parametrize("provider", m.PROVIDERS)
+def test_the_lead_message_is_constant_and_only_when_needed(provider):
+    later = HIDDEN_FIRST + [assistant("m4", m.Text("Done.")), user("m5", m.Text("Thanks"))]
+    a, b = conversation(body(provider, HIDDEN_FIRST)), conversation(body(provider, later))
+    assert json.dumps(a).count("[Conversation start]") == 1 and "[Conversation start]" in json.dumps(a[0])
+    assert unmarked_any(a[0]) == unmarked_any(b[0])
+    assert "[Conversation start]" not in json.dumps(body(provider, tool_turn(read("call_1"))))
+
+
+def conversation(b):
+    """The body's messages after any system messages."""
+    if "contents" in b:
+        return b["contents"]
+    return [x for x in b["messages"] if x["role"] != "system"]
+
+
+def unmarked_any(value):
+    """value without any cache marker, at any depth."""
+    if isinstance(value, dict):
+        return {k: unmarked_any(v) for k, v in value.items() if k not in ("cache_control", "copilot_cache_control", "cachePoint")}
+    if isinstance(value, list):
+        return [unmarked_any(v) for v in value if not (isinstance(v, dict) and set(v) == {"cachePoint"})]
+    return value
 
 # ---- media ----------------------------------------------------------------------------------
 
@@ -206,7 +272,9 @@ def test_anthropic_never_marks_a_thinking_block():
     conv[1] = assistant("m2", signed("only thinking"))
     conv[2] = assistant("m3", m.Text("later"))
     a = run(m.ANTHROPIC, conv[:2] + [user("m4", m.Text("Go on"))], hints=[cache.Hint(message_id="m2")])
-    assert "cache_control" not in a.body.decode() and a.breakpoints == []  # nowhere to go: dropped
+    # the hint has nowhere to go: dropped; the auto policy still fills the other places
+    assert "cache_control" not in json.dumps(json.loads(a.body)["messages"][1])
+    assert [b.location for b in a.breakpoints] == ["tools[0]", "system[1]", "messages[2]"]
 
 
 def test_anthropic_sends_reasoning_another_model_signed_as_plain_text():
@@ -227,7 +295,7 @@ def test_anthropic_sends_reasoning_another_model_signed_as_plain_text():
 @pytest.mark.parametrize("provider", MARKED)
 def test_more_than_four_hints_is_refused_for_every_marked_provider(provider):
     conv = [user(f"m{i}", m.Text(f"q{i}")) if i % 2 else assistant(f"m{i}", m.Text(f"a{i}")) for i in range(1, 8)]
-    hints = [cache.Hint(message_id=f"m{i}") for i in (1, 3, 5, 7)] + [cache.Hint(last_tool=True)]
+    hints = [cache.Hint(message_id=f"m{i}") for i in (1, 3, 5, 7)] + [cache.Hint(system_block=0)]
     with pytest.raises(BadInput) as e:
         run(provider, conv, hints=hints)
     assert e.value.field == "cache_hints"
@@ -236,10 +304,29 @@ def test_more_than_four_hints_is_refused_for_every_marked_provider(provider):
 
 @pytest.mark.parametrize("provider", (m.OPENAI_COMPATIBLE, m.OPENROUTER, m.ALIBABA, m.COPILOT))
 def test_gateway_markers_sit_on_the_last_content_part(provider):
-    b = body(provider, tool_turn(read("call_1"))[:2])  # ends: assistant tool call, tool result
+    # behind a gateway only the models that honor markers get them (Claude by default)
+    b = body(provider, tool_turn(read("call_1"))[:2], model_id="claude-sonnet-4-5")  # ends: tool call, result
     key = "copilot_cache_control" if provider == m.COPILOT else "cache_control"
     messages = b["messages"]
     assert not any(key in msg for msg in messages)  # never on the message object
     assert messages[-1] == {"role": "tool", "tool_call_id": "call_1",
                             "content": [{"type": "text", "text": "x = 1\n", key: {"type": "ephemeral"}}]}
     assert messages[0]["content"][-1][key] == {"type": "ephemeral"}
+
+
+@pytest.mark.parametrize("provider", GATEWAYS)
+def test_gateways_refuse_a_last_tool_hint_and_say_why(provider):
+    # the Chat Completions tool schema refuses cache_control on a tool definition
+    hints = [cache.Hint(system_block=0), cache.Hint(last_tool=True)]
+    with pytest.raises(BadInput) as e:
+        run(provider, tool_turn(read("call_1")), hints=hints)
+    assert e.value.field == "cache_hints[1].last_tool" and "message content parts only" in str(e.value)
+    b = body(provider, tool_turn(read("call_1")), hints=hints[:1])
+    assert all(set(t) == {"type", "function"} for t in b["tools"])
+
+
+@pytest.mark.parametrize("provider", (m.ANTHROPIC, m.BEDROCK))
+def test_native_formats_still_mark_the_last_tool(provider):
+    b = body(provider, tool_turn(read("call_1")), hints=[cache.Hint(last_tool=True)])
+    tools = b["tools"] if provider == m.ANTHROPIC else b["toolConfig"]["tools"]
+    assert ("cache_control" in tools[-1]) if provider == m.ANTHROPIC else tools[-1] == {"cachePoint": {"type": "default"}}

@@ -21,7 +21,9 @@ def test_measure_answers_with_every_figure(stub):
     assert r.exact.method == "tiktoken:cl100k_base" and r.exact.tokens > 0
     assert r.usable == 200_000 - 32_000 and r.limit == r.usable
     assert r.has_baseline and r.reported == 1280
-    assert r.projected == 1280 + r.tail + r.overhead
+    # the decision figure (calibrated + margin) projects from the reported usage
+    assert r.decision.method == "calibrated:cl100k-ratios+15%+media:2048" and r.decision.tokens > 0
+    assert r.projected > 1280 and r.compaction_figure == "calibrated"
     assert not r.should_compact and r.output_tokens == 32_000
 
 
@@ -60,8 +62,9 @@ BAD_INPUTS = [
      "conversation.messages[0].role"),
     ("duplicate id", _bad(lambda r: setattr(r.conversation.messages[2], "id", "msg_002")),
      "conversation.messages[2].id"),
-    ("decreasing id", _bad(lambda r: setattr(r.conversation.messages[1], "id", "msg_000")),
-     "conversation.messages[1].id"),
+    ("id repeating an older message's", _bad(lambda r: setattr(r.conversation.messages[2], "id",
+                                                            r.conversation.messages[0].id)),
+     "conversation.messages[2].id"),
     ("tool without call id", _bad(lambda r: setattr(r.conversation.messages[1].parts[1].tool, "call_id", "")),
      "conversation.messages[1].parts[1].tool.call_id"),
     ("unknown tool status", _bad(lambda r: setattr(r.conversation.messages[1].parts[1].tool.state, "status", 42)),

@@ -19,7 +19,8 @@ function load(protoDir = process.env.CONTEXTSVC_PROTO_DIR || REPO_PROTO) {
   return grpc.loadPackageDefinition(definition);
 }
 
-// Every RPC as a promise-returning method; options: { token, credentials, deadlineMs }.
+// Every RPC as a promise-returning method, method(request, deadlineMs = options.deadlineMs);
+// options: { token, credentials, deadlineMs } (default deadline 30 s).
 function connect(address, options = {}) {
   const pkg = load();
   const credentials = options.credentials || grpc.credentials.createInsecure();
@@ -27,18 +28,18 @@ function connect(address, options = {}) {
   const health = new pkg.grpc.health.v1.Health(address, credentials);
   const deadlineMs = options.deadlineMs || 30000;
 
-  function call(stub, method, request) {
+  function call(stub, method, request, callDeadlineMs = deadlineMs) {
     const metadata = new grpc.Metadata();
     if (options.token) metadata.set("authorization", `Bearer ${options.token}`);
     return new Promise((resolve, reject) => {
-      stub[method](request, metadata, { deadline: Date.now() + deadlineMs }, (err, response) =>
+      stub[method](request, metadata, { deadline: Date.now() + callDeadlineMs }, (err, response) =>
         (err ? reject(err) : resolve(response)));
     });
   }
 
   const client = { close() { service.close(); health.close(); } };
   for (const method of ["Measure", "Prune", "Compact", "Assemble", "TruncateToolOutput", "ReadTruncated"]) {
-    client[method] = (request) => call(service, method, request);
+    client[method] = (request, callDeadlineMs) => call(service, method, request, callDeadlineMs);
   }
   client.Check = (request = {}) => call(health, "Check", request);
   return client;

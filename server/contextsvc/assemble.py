@@ -94,6 +94,7 @@ class Assembled:
     environment_details: str
     cache_state: bytes = b""  # the digests to pass back with the next request; b"" when not hashed
     report: Optional[Report] = None  # when previous_cache_state was given
+    persist: list = field(default_factory=list)  # list[Persist]: parts the client stores
 
 
 # ---- per-turn injections (tail only) ---------------------------------------------------------
@@ -125,23 +126,71 @@ def _last(messages, pred) -> int:
     return next((i for i in range(len(messages) - 1, -1, -1) if pred(messages[i])), -1)
 
 
-def _wrap_mid_run(msg: m.Message) -> m.Message:
-    parts = []
+@dataclass(slots=True)
+class Persist:
+    """A part the client stores into message message_id of its conversation: it replaces the
+    part with the same id, or is appended when the message has none."""
+    message_id: str
+    part: m.Part
+
+
+# The id of the environment part Assemble creates: <user message id> + this suffix.
+ENVIRONMENT_SUFFIX = "~environment"
+_ENV_OPEN, _ENV_CLOSE = "<environment_details>", "</environment_details>"
+
+
+def _environment_part(part: m.Part) -> bool:
+    """Whether a part is a stored `<environment_details>` block: ours by its id, or a synthetic
+    text that is the block alone (a client that names its own part ids stores it so)."""
+    c = part.content
+    if not isinstance(c, m.Text) or c.ignored:
+        return False
+    if part.id.endswith(ENVIRONMENT_SUFFIX):
+        return True
+    text = c.text.strip()
+    return c.synthetic and text.startswith(_ENV_OPEN) and text.endswith(_ENV_CLOSE)
+
+
+def stored_environment(msg: m.Message) -> str:
+    """The `<environment_details>` block the message already holds, or ""."""
+    part = next((p for p in msg.parts if _environment_part(p)), None)
+    return part.content.text.strip() if part is not None else ""
+
+
+# A mid-run user message's wrapping; a text already in it is stored wrapped and left alone.
+_MID_RUN_OPEN = "<system-reminder>\nThe user sent the following message:\n"
+_MID_RUN_CLOSE = "\n\nPlease address this message and continue with your tasks.\n</system-reminder>"
+
+
+def _wrapped(text: str) -> bool:
+    return text.startswith(_MID_RUN_OPEN) and text.endswith(_MID_RUN_CLOSE)
+
+
+def _wrap_mid_run(msg: m.Message) -> tuple:
+    """(the message with its texts wrapped, the parts that changed, to be stored).
+
+    Once wrapped, a message stays wrapped: the wrapped texts go back to the client, which
+    stores them, rather than being decided again at every step. The rule that picks a mid-run
+    message (the latest user message, after the last finished assistant, at step > 1) stops
+    holding at the next step, when a newer assistant has finished: re-deciding would unwrap
+    the message one step after wrapping it and rewrite the cached prefix twice. No structure
+    of the conversation says after the fact that the loop was running when the message came,
+    so the decision is recorded where the client already keeps everything: in the message.
+    """
+    parts, changed = [], []
     for p in msg.parts:
         c = p.content
-        if isinstance(c, m.Text) and not c.synthetic and not c.ignored:
-            text = "\n".join(["<system-reminder>", "The user sent the following message:", c.text, "",
-                              "Please address this message and continue with your tasks.",
-                              "</system-reminder>"])
-            p = m.Part(p.id, dataclasses.replace(c, text=text))
+        if isinstance(c, m.Text) and not c.synthetic and not c.ignored and not _wrapped(c.text):
+            p = m.Part(p.id, dataclasses.replace(c, text=_MID_RUN_OPEN + c.text + _MID_RUN_CLOSE))
+            changed.append(p)
         parts.append(p)
-    return dataclasses.replace(msg, parts=parts)
+    return dataclasses.replace(msg, parts=parts), changed
 
 
 def inject(inp: AssembleInput, now: Optional[dt.datetime] = None) -> tuple:
-    """(messages to send, what was injected, the environment block used)."""
+    """(messages to send, what was injected, the environment block used, parts to store)."""
     messages = list(inp.conversation.messages)
-    injected, block = [], ""
+    injected, block, persist = [], "", []
     # Injections go to the last user message in *send* order: after a compaction that kept a
     # tail, the compaction marker moves to the head, so the original order would pick it.
     sent = history.project(messages)
@@ -150,9 +199,15 @@ def inject(inp: AssembleInput, now: Optional[dt.datetime] = None) -> tuple:
     if u >= 0:
         user = messages[u]
         extra = []
-        if inp.editor is not None:
+        # A user message keeps its block for the rest of the session (the client stores the
+        # part returned in persist): dropping it when a newer message arrives would rewrite the
+        # history prefix at every new turn. A message that already holds one gets no other.
+        block = stored_environment(user)
+        if inp.editor is not None and not block:
             block = inp.editor.environment_details or environment_details(inp.editor, now)
-            extra.append(_synthetic(f"{user.id}~environment", "\n\n" + block))
+            part = _synthetic(f"{user.id}{ENVIRONMENT_SUFFIX}", "\n\n" + block)
+            extra.append(part)
+            persist.append(Persist(user.id, part))
             injected.append("environment_details")
         if inp.plan_reminder:
             extra.append(_synthetic(f"{user.id}~reminder",
@@ -160,8 +215,10 @@ def inject(inp: AssembleInput, now: Optional[dt.datetime] = None) -> tuple:
             injected.append("plan_reminder")
         finished = _last(sent, lambda x: x.role == m.ASSISTANT and x.finished)
         if inp.step > 1 and finished >= 0 and last_user > finished:
-            user = _wrap_mid_run(user)
-            injected.append("mid_run_reminder")
+            user, changed = _wrap_mid_run(user)
+            if changed:
+                persist[:0] = [Persist(user.id, p) for p in changed]
+                injected.append("mid_run_reminder")
         if extra:
             user = dataclasses.replace(user, parts=[*user.parts, *extra])
         messages[u] = user
@@ -170,7 +227,7 @@ def inject(inp: AssembleInput, now: Optional[dt.datetime] = None) -> tuple:
         messages.append(m.Message(f"{last_id}~max-steps", m.USER, [_synthetic(f"{last_id}~max-steps-text",
                                                                                  MAX_STEPS_PROMPT)]))
         injected.append("max_steps")
-    return messages, injected, block
+    return messages, injected, block, persist
 
 
 def assemble(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None,
@@ -194,7 +251,7 @@ def step(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None, *, 
         raise BadInput("step" if inp.step < 0 else "max_steps", "must not be negative")
     previous = cache.decode(inp.previous_cache_state) if inp.previous_cache_state else None
     hashes = hashes or previous is not None
-    messages, injected, block = inject(inp, now)
+    messages, injected, block, persist = inject(inp, now)
     # Disabled tools stay defined: providers refuse tool blocks in history without them, and they
     # head the cached prefix. The provider's own "no tool use" choice disables them.
     tools_disabled = inp.tools_disabled or "max_steps" in injected
@@ -222,6 +279,7 @@ def step(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None, *, 
         environment_details=block,
         cache_state=state,
         report=_report(previous, built, result) if previous is not None else None,
+        persist=persist,
     )
 
 

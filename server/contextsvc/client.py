@@ -1,4 +1,4 @@
-"""Applying Compact and Prune results to the caller's stored conversation.
+"""Applying Compact, Prune and Assemble results to the caller's stored conversation.
 
 The service is stateless: the client owns the history, and a CompactResponse or PruneResponse
 says what to change in it. These helpers make those changes on a plain list of
@@ -10,6 +10,12 @@ the others are the caller's own objects). They need no channel and no grpc impor
 
 After apply_compaction, a Measure of the new list (same model, tools, system and compaction
 settings) has decision.tokens == r.tokens_after.
+
+An AssembleResponse's persist parts (a user message's `<environment_details>` block, a mid-run
+message's wrapping) go into the history the same way, before the next request:
+
+    a = stub.Assemble(pb.AssembleRequest(conversation=..., model=..., editor=..., step=step))
+    messages = apply_persist(messages, a)
 """
 from __future__ import annotations
 
@@ -78,6 +84,30 @@ def apply_prune(messages: Sequence[pb.Message], response: pb.PruneResponse,
         return list(messages)
     stamp = int(time.time() * 1000) if now_ms is None else now_ms
     return _mark(list(messages), response.part_ids, stamp, "part_ids")
+
+
+def apply_persist(messages: Sequence[pb.Message], response: pb.AssembleResponse) -> list[pb.Message]:
+    """The conversation with the response's persist parts stored: each replaces the part with
+    the same id in its message, or is appended to the message when it has none.
+
+    Raises ValueError when a part names a message the conversation does not hold.
+    """
+    out = list(messages)
+    if not response.persist:
+        return out
+    index = _index(out)
+    for n, item in enumerate(response.persist):
+        at = index.get(item.message_id)
+        if at is None:
+            raise ValueError(f"persist[{n}].message_id: no message {item.message_id!r}")
+        msg = _copy(out[at])
+        same = next((p for p in msg.parts if p.id == item.part.id), None)
+        if same is not None:
+            same.CopyFrom(item.part)
+        else:
+            msg.parts.append(item.part)
+        out[at] = msg
+    return out
 
 
 def _index(messages: Sequence[pb.Message]) -> dict[str, int]:

@@ -186,6 +186,10 @@ class AssembleConfig:
     # digests in a response's cache_state at most (8 bytes and a count each): a longer session
     # groups its elements, so the state stays under about 20 KB whatever the session's length
     cache_state_groups: int = 2048
+    # model ids (case-insensitive substrings) that honor cache markers behind the gateways
+    # (OpenRouter, OpenAI-compatible, Copilot): the Claude family, as upstream; other models there
+    # get no auto markers (Alibaba marks every model, Anthropic and Bedrock always take them)
+    marker_models: tuple = ("claude", "anthropic")
 
 
 @dataclass(frozen=True)

@@ -358,6 +358,11 @@ def _pb_part(part: m.Part) -> pb.Part:
     raise TypeError(f"no wire form for {type(c).__name__}")  # the core only creates the kinds above
 
 
+def persist_part(p) -> pb.PersistPart:
+    """An assemble.Persist as the response's PersistPart."""
+    return pb.PersistPart(message_id=p.message_id, part=_pb_part(p.part))
+
+
 def message_to_pb(msg: m.Message) -> pb.Message:
     out = pb.Message(
         id=msg.id, role=_ROLE_TO_PB[msg.role], parts=[_pb_part(p) for p in msg.parts],

@@ -167,7 +167,8 @@ def _estimated(inp: MeasureInput, built: request.Built, cfg: Config, policy) -> 
     if ledger.media_count or ledger.saved_units or ledger.extra:
         a = cfg.assemble  # media or opaque state in the body: the estimate sees placeholders
         low = request.estimate_lowered(inp.conversation, inp.model, inp.tools, inp.system, a.prompt_dir,
-                                       policy, a.anthropic_max_breakpoints, a.anthropic_auto_breakpoints)
+                                       policy, a.anthropic_max_breakpoints, a.anthropic_auto_breakpoints,
+                                       a.marker_models)
     tools_text = _dumps(request.tool_schema_list(inp.tools)) if inp.tools else ""
     return _Estimated(low.system, low.messages, tools_text)
 
@@ -401,7 +402,7 @@ def _evaluate(inp: MeasureInput, cfg: Config, exact_counter, policy, hashes: boo
     a = cfg.assemble
     built = request.build(inp.conversation, mdl, inp.tools, inp.system, a.prompt_dir, policy,
                           a.anthropic_max_breakpoints, a.anthropic_auto_breakpoints, hashes,
-                          tools_disabled=inp.tools_disabled)
+                          tools_disabled=inp.tools_disabled, marker_models=a.marker_models)
     low = built.lowered
     rewrite_from = None  # index into system + messages; -1 = the whole request
     if hashes:
@@ -459,9 +460,13 @@ def _evaluate(inp: MeasureInput, cfg: Config, exact_counter, policy, hashes: boo
     stretches = dict(fig.stretches, estimate=(normalized, tail, overhead, rewrite))
     decision = _decision(figure, stretches[figure], built.ledger.media_count, fig.media_tail,
                          fig.media_rewrite, fig.self_calibrated[1], mdl, cfg)
-    # One figure decides (SPEC 3): projected from the last reported usage when there is a
-    # baseline, else the decision figure of the whole request. Mid tool round-trip included.
-    projected = reported + decision.tail + decision.overhead if base is not None else decision.total
+    # One figure decides (SPEC 3): the decision figure of the whole request, or the projection
+    # from the last reported usage when that is higher (it saw what the provider really counted).
+    # Never the lower of the two: a tail the estimate undercounts must not slip a request past
+    # the window. Mid tool round-trip included.
+    projected = decision.total
+    if base is not None:
+        projected = max(projected, reported + decision.tail + decision.overhead)
     should = context_known and auto and (overflow or projected >= lim)
 
     return Measurement(

@@ -101,6 +101,7 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
     msgs = history.project(conversation.messages)
     turns = 0
     results = 0  # completed tool results passed under the tool-results rule
+    protected = 0  # their tokens
     total = 0
     freed = 0
     chosen = []  # (message, part index)
@@ -126,10 +127,16 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
                 break
             if c.status != m.COMPLETED:
                 continue
-            if not by_turns and results < g.protected_results:
-                results += 1
-                continue  # the freshest results are never touched nor counted
             cost = estimate(c.output)
+            if not by_turns and results < g.protected_results:
+                # The freshest results are never touched nor counted: N of them, or as many as
+                # fit in the protected tokens (at least the newest), since five 12K-token test
+                # logs would outgrow a 32K window and prune could then never act there.
+                if results == 0 or protected + cost <= g.protect_tokens:
+                    results += 1
+                    protected += cost
+                    continue
+                results = g.protected_results
             total += cost
             if total > g.protect_tokens:
                 freed += cost

@@ -164,13 +164,15 @@ def lower_request(conv: m.Conversation, mdl: m.Model, tools: list, system: m.Sys
 
 def build(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPrompt,
           prompt_dir: str = "", policy: cache.Policy | None = None, max_markers: int = 4,
-          auto_markers: int = 3, hashes: bool = False, tools_disabled: bool = False) -> Built:
+          auto_markers: int = 3, hashes: bool = False, tools_disabled: bool = False,
+          marker_models: tuple = cache.MARKER_MODELS) -> Built:
     """Lowers the request and places its cache breakpoints (the auto policy unless hinted);
     with hashes, also the prefix hash at each breakpoint (costs a serialization pass).
-    tools_disabled: the tools stay defined and the provider's "no tool use" choice is set."""
+    tools_disabled: the tools stay defined and the provider's "no tool use" choice is set.
+    marker_models: the model ids (substrings) that take markers behind a gateway."""
     lowered, ledger = lower_request(conv, mdl, tools, system, prompt_dir, tools_disabled=tools_disabled)
     breakpoints = cache.choose(lowered, mdl.provider, tools, policy or cache.Policy(), max_markers,
-                               auto_markers)
+                               auto_markers, mdl.id, marker_models)
     texts = {}
     chain = cache.prefix_hashes(lowered, mdl.provider, breakpoints, texts) if hashes else None
     for element in cache.place(lowered, mdl.provider, breakpoints):
@@ -185,10 +187,11 @@ def build(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPromp
 
 def estimate_text(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPrompt,
                   prompt_dir: str = "", policy: cache.Policy | None = None, max_markers: int = 4,
-                  auto_markers: int = 3) -> str:
+                  auto_markers: int = 3, marker_models: tuple = cache.MARKER_MODELS) -> str:
     """The text the estimate stands for: system and messages as sent (cache markers included)
     with media and opaque state as placeholders, then the tool definitions."""
-    lowered = estimate_lowered(conv, mdl, tools, system, prompt_dir, policy, max_markers, auto_markers)
+    lowered = estimate_lowered(conv, mdl, tools, system, prompt_dir, policy, max_markers, auto_markers,
+                               marker_models)
     text = _dumps(lowered.system + lowered.messages)
     if tools:
         text += _dumps(tool_schema_list(tools))
@@ -197,11 +200,11 @@ def estimate_text(conv: m.Conversation, mdl: m.Model, tools: list, system: m.Sys
 
 def estimate_lowered(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPrompt,
                      prompt_dir: str = "", policy: cache.Policy | None = None, max_markers: int = 4,
-                     auto_markers: int = 3) -> Lowered:
+                     auto_markers: int = 3, marker_models: tuple = cache.MARKER_MODELS) -> Lowered:
     """The lowered request whose elements estimate_text serializes (media as placeholders)."""
     lowered, _ = lower_request(conv, mdl, tools, system, prompt_dir, placeholders=True)
     cache.place(lowered, mdl.provider, cache.choose(lowered, mdl.provider, tools, policy or cache.Policy(),
-                                                    max_markers, auto_markers))
+                                                    max_markers, auto_markers, mdl.id, marker_models))
     return lowered
 
 

@@ -125,6 +125,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
             figures=pb.Figures(**convert.figures(m)),
             cache_state=r.cache_state,
             cache_report=convert.cache_report(r.report),
+            persist=[convert.persist_part(p) for p in r.persist],
         )
 
     def TruncateToolOutput(self, request: pb.TruncateToolOutputRequest, context):

@@ -285,7 +285,8 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
     measured = _measure(inp.conversation, inp, cfg)
     before = measured.projected
     over = not _under(before, lim, mdl)
-    result = CompactResult(outcome=NOTHING_TO_DO, tokens_before=before, tokens_after=before,
+    # with no edits the conversation stays as it is: tokens_after is its decision figure
+    result = CompactResult(outcome=NOTHING_TO_DO, tokens_before=before, tokens_after=measured.decision[0],
                            limit=lim, attempts=inp.attempts, under_limit=not over,
                            decision_method=measured.decision[1])
 

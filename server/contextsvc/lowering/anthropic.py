@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from .. import model as m
 from . import media
-from .lowered import Lowered
+from .lowered import Lowered, open_with_user
 from .media import MediaLedger
-from .neutral import MMedia, MReasoning, MText, MToolCall, MToolResult, attachment_note
+from .neutral import LEAD_USER_TEXT, MMedia, MReasoning, MText, MToolCall, MToolResult, attachment_note
 from .tool_ids import wire_id
 
 NO_TOOL_USE = {"type": "none"}  # tools stay defined (history may hold tool blocks), none is called
@@ -62,6 +62,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
         ledger.claim(wire[-1])
         roles.append(role)
         sources.append([msg.source_id])
+    open_with_user(wire, roles, sources, {"role": "user", "content": [{"type": "text", "text": LEAD_USER_TEXT}]})
     system_blocks = [{"type": "text", "text": s} for s in system]
     out = {"model": model_id, "max_tokens": max_output}
     lists = []

@@ -7,20 +7,22 @@ model and the Converse documentation):
   (consecutive reasoningContent blocks need no separator);
 - two documents of one name anywhere in the request: later ones get " (2)", " (3)", ...;
 - a message with a document and no text block: the document's name is added as text;
-- a conversation whose first message is the assistant's: a constant user message opens it.
+- a conversation whose first message is the assistant's: a constant user message opens it;
+- an image or document format outside its enums (svg+xml, heic, ...): media go through the shared
+  table (media.source, BEDROCK_FORMATS), anything else is the attachment note.
 """
 from __future__ import annotations
 
 import re
 
 from .. import model as m
-from .lowered import Lowered
-from .media import MediaLedger, base64_size, split_data_url
+from . import media
+from .lowered import Lowered, open_with_user
+from .media import MediaLedger
 from .neutral import (LEAD_USER_TEXT, MMedia, MReasoning, MText, MToolCall, MToolResult,
                       attachment_note)
-from .tool_ids import wire_id
+from .tool_ids import wire_id, wire_name
 
-_DOC_FORMATS = {"application/pdf": "pdf"}
 # Converse accepts document names of letters, digits, single spaces, hyphens, parentheses and
 # square brackets; anything else fails the whole request.
 _NAME_DISALLOWED = re.compile(r"[^A-Za-z0-9\s\-()\[\]]+")
@@ -57,19 +59,15 @@ class _DocumentNames:
 
 
 def _media(x: MMedia, ledger: MediaLedger, names: _DocumentNames) -> dict:
-    if x.data is not None:
-        data = ledger.binary(x.data)
-        mime = x.mime
-    else:
-        parsed = split_data_url(x.url)
-        if not parsed:  # Converse takes bytes (or S3), not web URLs
-            return {"text": attachment_note(x)}
-        mime, payload = parsed
-        data = ledger.encoded(payload, base64_size(payload))
-    if mime in _DOC_FORMATS:
-        return {"document": {"format": _DOC_FORMATS[mime], "name": names(x.filename),
-                             "source": {"bytes": data}}}
-    return {"image": {"format": mime.split("/", 1)[1], "source": {"bytes": data}}}
+    """Through the shared media table: a type Converse does not take, or a web URL (Converse takes
+    bytes or S3 only), becomes the attachment note."""
+    src = media.source(m.BEDROCK, x.mime, x.data, x.url)
+    if src is None:
+        return {"text": attachment_note(x)}
+    fmt, data = media.BEDROCK_FORMATS[src.mime], src.base64(ledger)
+    if src.kind == media.DOCUMENT:
+        return {"document": {"format": fmt, "name": names(x.filename), "source": {"bytes": data}}}
+    return {"image": {"format": fmt, "source": {"bytes": data}}}
 
 
 def _text(text: str):
@@ -88,7 +86,8 @@ def _block(c, ledger: MediaLedger, names: _DocumentNames):
             return None  # Converse rejects unsigned reasoning, as the Messages API does
         return {"reasoningContent": {"reasoningText": {"text": c.text, "signature": ledger.opaque(c.signature)}}}
     if isinstance(c, MToolCall):
-        return {"toolUse": {"toolUseId": wire_id(m.BEDROCK, c.call_id), "name": c.name, "input": c.input}}
+        return {"toolUse": {"toolUseId": wire_id(m.BEDROCK, c.call_id), "name": wire_name(m.BEDROCK, c.name),
+                            "input": c.input}}
     if isinstance(c, MToolResult):
         content = [b for b in [_text(c.text)] if b is not None]
         content.extend(_media(x, ledger, names) for x in c.media)
@@ -125,10 +124,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
         ledger.claim(wire[-1])
         roles.append(role)
         sources.append([msg.source_id])
-    if wire and wire[0]["role"] == "assistant":
-        wire.insert(0, {"role": "user", "content": [{"text": LEAD_USER_TEXT}]})
-        roles.insert(0, "user")
-        sources.insert(0, [])
+    open_with_user(wire, roles, sources, {"role": "user", "content": [{"text": LEAD_USER_TEXT}]})
     system_blocks = [{"text": s} for s in system if s.strip()]
     out = {"messages": wire}
     lists = [(out, "messages")]
@@ -138,7 +134,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     out["inferenceConfig"] = {"maxTokens": max_output}
     if tools:
         out["toolConfig"] = {"tools": [
-            {"toolSpec": {"name": t.name, "description": t.description if (t.description or "").strip() else t.name,
+            {"toolSpec": {"name": wire_name(m.BEDROCK, t.name), "description": t.description if (t.description or "").strip() else t.name,
                           "inputSchema": {"json": t.input_schema or {"type": "object"}}}}
             for t in tools
         ]}

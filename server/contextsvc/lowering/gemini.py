@@ -4,21 +4,23 @@ from __future__ import annotations
 import base64
 import binascii
 
-from .lowered import Lowered
-from .media import MediaLedger, base64_size, split_data_url
+from .. import model as m
+from . import media
+from .lowered import Lowered, open_with_user
+from .media import MediaLedger
+from .tool_ids import wire_name
 from .neutral import LEAD_USER_TEXT, MMedia, MReasoning, MSpacer, MText, MToolCall, MToolResult, attachment_note
 
 
 def _media(x: MMedia, ledger: MediaLedger) -> dict:
-    if x.data is not None:
-        return {"inlineData": {"mimeType": x.mime, "data": ledger.binary(x.data)}}
-    parsed = split_data_url(x.url)
-    if parsed:
-        mime, payload = parsed
-        return {"inlineData": {"mimeType": mime, "data": ledger.encoded(payload, base64_size(payload))}}
-    if x.url:
-        return {"fileData": {"mimeType": x.mime, "fileUri": ledger.url(x.url)}}
-    return {"text": attachment_note(x)}
+    """Through the shared media table: a type Gemini does not take (gif, svg, ...) becomes the
+    attachment note; an http(s) URL goes as fileData, anything else inline."""
+    src = media.source(m.GEMINI, x.mime, x.data, x.url)
+    if src is None:
+        return {"text": attachment_note(x)}
+    if src.url:
+        return {"fileData": {"mimeType": src.mime, "fileUri": src.web_url(ledger)}}
+    return {"inlineData": {"mimeType": src.mime, "data": src.base64(ledger)}}
 
 
 def _is_signature(value: str) -> bool:
@@ -51,7 +53,7 @@ def _declaration(t) -> dict:
     # Tool schemas are JSON Schema ($schema, $ref, additionalProperties, anyOf, ...);
     # `parameters` takes only an OpenAPI subset and refuses the rest, so the schema goes as is
     # in `parametersJsonSchema`, which takes JSON Schema: nothing the tool says is lost.
-    return {"name": t.name, "description": t.description,
+    return {"name": wire_name(m.GEMINI, t.name), "description": t.description,
             "parametersJsonSchema": t.input_schema or {"type": "object"}}
 
 
@@ -75,10 +77,10 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
             elif isinstance(c, MMedia):
                 parts.append(_media(c, ledger))
             elif isinstance(c, MToolCall):
-                parts.append({"functionCall": {"name": c.name, "args": c.input}})
+                parts.append({"functionCall": {"name": wire_name(m.GEMINI, c.name), "args": c.input}})
             elif isinstance(c, MToolResult):
-                parts.append({"functionResponse": {"name": c.name,
-                                                   "response": {"name": c.name, "content": c.text}}})
+                name = wire_name(m.GEMINI, c.name)
+                parts.append({"functionResponse": {"name": name, "response": {"name": name, "content": c.text}}})
                 moved.extend(c.media)  # function responses carry text: media follows as parts
             if signature and parts:
                 parts[-1]["thoughtSignature"] = ledger.opaque(signature)
@@ -96,10 +98,8 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
         ledger.claim(wire[-1])
         roles.append("assistant" if role == "model" else "user")
         sources.append([msg.source_id])
-    if wire and wire[0]["role"] == "model":  # Gemini wants a user turn first (a call must follow one)
-        wire.insert(0, {"role": "user", "parts": [{"text": LEAD_USER_TEXT}]})
-        roles.insert(0, "user")
-        sources.insert(0, [])
+    # Gemini wants a user turn first (a call must follow one)
+    open_with_user(wire, roles, sources, {"role": "user", "parts": [{"text": LEAD_USER_TEXT}]})
     out = {"contents": wire}
     lists = [(out, "contents")]
     system_parts = [{"text": s} for s in system]

@@ -17,3 +17,14 @@ class Lowered:
     def set_max_output(self, tokens: int) -> None:
         parent, key = self.max_output_at
         parent[key] = tokens
+
+
+def open_with_user(wire: list, roles: list, sources: list, lead: dict) -> None:
+    """Every format's conversation must start with a user message (after any system messages):
+    when the first lowered message is not one (a first user message with nothing to send, a
+    projection starting at a summary), the constant lead message, in the format's shape, opens
+    it. Constant, so the cached prefix stays put; it stands for no stored message."""
+    if roles and roles[0] != "user":
+        wire.insert(0, lead)
+        roles.insert(0, "user")
+        sources.insert(0, [])

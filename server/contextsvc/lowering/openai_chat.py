@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from .. import model as m, native
 from . import media
-from .lowered import Lowered
+from .lowered import Lowered, open_with_user
 from .media import MediaLedger
-from .neutral import MMedia, MSpacer, MText, MToolCall, MToolResult, attachment_note
+from .neutral import LEAD_USER_TEXT, MMedia, MSpacer, MText, MToolCall, MToolResult, attachment_note
 from .tool_ids import wire_id
 
 
@@ -70,6 +70,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
                 ledger.claim(wire[-1])
                 roles.append("user")
                 sources.append([msg.source_id])
+    open_with_user(wire, roles, sources, {"role": "user", "content": LEAD_USER_TEXT})  # after the system messages
     all_msgs = system_msgs + wire
     token_field = "max_completion_tokens" if provider == m.OPENAI else "max_tokens"
     out = {"model": model_id, "messages": all_msgs, token_field: max_output}

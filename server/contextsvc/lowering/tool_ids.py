@@ -22,10 +22,12 @@ class IdRule:
     valid: re.Pattern  # a whole id in the allowed alphabet
     invalid: re.Pattern  # one character outside it
     max_len: int
+    lead: re.Pattern | None = None  # what the first character must be, if anything
 
 
-def _rule(char_class: str, max_len: int) -> IdRule:
-    return IdRule(re.compile(f"[{char_class}]+"), re.compile(f"[^{char_class}]"), max_len)
+def _rule(char_class: str, max_len: int, lead: str = "") -> IdRule:
+    return IdRule(re.compile(f"[{char_class}]+"), re.compile(f"[^{char_class}]"), max_len,
+                  re.compile(f"[{lead}]") if lead else None)
 
 
 # Anthropic documents ^[a-zA-Z0-9_-]+$; Bedrock the same pattern with 1..64 characters; Gemini
@@ -33,18 +35,21 @@ def _rule(char_class: str, max_len: int) -> IdRule:
 # documented, so a long foreign id never becomes the one thing a request is refused for.
 _WORD = _rule("a-zA-Z0-9_-", 64)
 # OpenAI refuses ids over 40 characters; any visible ASCII is taken (Kimi's `functions.read:1`
-# goes back to it unchanged through the gateways).
+# goes back to it unchanged).
 _CHAT = _rule("!-~", 40)
+# The gateways forward one body to whichever upstream serves the model, Claude and Bedrock
+# among them: their ids keep to the alphabet those take, within OpenAI's 40 characters.
+_GATEWAY = _rule("a-zA-Z0-9_-", 40)
 
 RULES = {
     m.ANTHROPIC: _WORD,
     m.BEDROCK: _WORD,
     m.GEMINI: _WORD,
     m.OPENAI: _CHAT,
-    m.OPENAI_COMPATIBLE: _CHAT,
-    m.OPENROUTER: _CHAT,
-    m.ALIBABA: _CHAT,
-    m.COPILOT: _CHAT,
+    m.OPENAI_COMPATIBLE: _GATEWAY,
+    m.OPENROUTER: _GATEWAY,
+    m.ALIBABA: _GATEWAY,
+    m.COPILOT: _GATEWAY,
 }
 
 # 12 hex digits (48 bits) of SHA-256: a collision among a session's few thousand ids is
@@ -52,15 +57,34 @@ RULES = {
 _HASH_LEN = 12
 
 
+# Tool names, by the same rule: Bedrock's toolSpec.name and toolUse.name are [a-zA-Z0-9_-]+ of
+# 1..64; Gemini's function names start with a letter or underscore, then letters, digits and
+# _ . : -, 64 at most (the bound the google-genai docs give). Elsewhere names go unchanged.
+NAME_RULES = {
+    m.BEDROCK: _WORD,
+    m.GEMINI: _rule("a-zA-Z0-9_.:-", 64, lead="a-zA-Z_"),
+}
+
+
 def wire_id(provider: str, call_id: str) -> str:
     """call_id as written in this provider's body, for the call and its result alike."""
     return _wire_id(RULES[provider], call_id)
 
 
+def wire_name(provider: str, name: str) -> str:
+    """A tool's name as written in this provider's body, in its definition, calls and results
+    alike: unchanged when valid there, else mapped as ids are (a function of the name alone)."""
+    rule = NAME_RULES.get(provider)
+    return name if rule is None else _wire_id(rule, name)
+
+
 @lru_cache(maxsize=8192)
 def _wire_id(rule: IdRule, call_id: str) -> str:
-    if len(call_id) <= rule.max_len and rule.valid.fullmatch(call_id):
+    if (len(call_id) <= rule.max_len and rule.valid.fullmatch(call_id)
+            and (rule.lead is None or rule.lead.match(call_id))):
         return call_id
     digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:_HASH_LEN]
     readable = rule.invalid.sub("_", call_id)
+    if rule.lead is not None and not rule.lead.match(readable):
+        readable = "_" + readable
     return f"{readable[:rule.max_len - _HASH_LEN - 1]}_{digest}"

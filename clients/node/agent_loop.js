@@ -1,0 +1,260 @@
+// The agent loop in Node: replays a session script (tests/agent_loop/session.py writes it as JSON)
+// against a running ContextService and a provider endpoint, applying Compact and Prune results
+// with apply.js, and prints a JSON summary on stdout.
+//
+// Usage: node agent_loop.js SCRIPT.json HOST:PORT PROVIDER_URL PROVIDER WINDOW [STEPS]
+//   PROVIDER: anthropic | openai | bedrock; WINDOW: 32000 | 200000 (the model's context)
+//   The same arguments may come from the environment: AGENT_SCRIPT, CONTEXTSVC_ADDRESS,
+//   PROVIDER_URL, PROVIDER, WINDOW, STEPS.
+//
+// One step (see the README's "The agent loop"): Measure; while should_compact, Compact(auto)
+// and apply; Prune (normal) and apply; Assemble and POST; on a "too long" refusal,
+// Compact(overflow) and apply, then resend; store the answer with the provider's usage.
+"use strict";
+
+const fs = require("node:fs");
+const { connect } = require("./client");
+const { applyCompaction, applyPrune } = require("./apply");
+
+const OUTPUT_LIMITS = { 32000: 4096, 200000: 8192 };
+const MODELS = {
+  anthropic: ["PROVIDER_ANTHROPIC", "claude-sonnet-4-5"],
+  openai: ["PROVIDER_OPENAI", "gpt-4o"],
+  bedrock: ["PROVIDER_BEDROCK", "anthropic.claude-sonnet-4-5-v1:0"],
+};
+const DEADLINES_MS = { Measure: 5000, Assemble: 5000, Prune: 5000, TruncateToolOutput: 5000, Compact: 10000 };
+const COMPACT_LOOP_GUARD = 10;  // compactions in one step before giving up (the service caps at 3)
+const REFUSAL_RETRIES = 3;      // overflow compactions after refusals of one step
+const CURRENT_TIME = "2026-01-05T10:00:00+00:00";
+const GOING_ON = new Set(["COMPACT_OUTCOME_COMPACTED", "COMPACT_OUTCOME_INSUFFICIENT"]);
+
+const SYSTEM = {
+  soul: "You are a coding agent working in a Python repository. Be precise and terse.",
+  env: { working_directory: "/work/app", is_git_repo: true, platform: "linux", date: "2026-01-05", shell: "bash" },
+};
+
+// Tool calls without their result in the next message, or results without their call.
+function unpairedToolCalls(provider, body) {
+  const msgs = body.messages || [];
+  const parsed = msgs.map((m) => {
+    const calls = [], results = [];
+    if (provider === "openai") {
+      for (const c of m.tool_calls || []) calls.push(c.id);
+      if (m.role === "tool") results.push(m.tool_call_id);
+      return [calls, results];
+    }
+    for (const b of Array.isArray(m.content) ? m.content : []) {
+      if (provider === "anthropic") {
+        if (b.type === "tool_use") calls.push(b.id);
+        else if (b.type === "tool_result") results.push(b.tool_use_id);
+      } else if (b.toolUse) calls.push(b.toolUse.toolUseId);
+      else if (b.toolResult) results.push(b.toolResult.toolUseId);
+    }
+    return [calls, results];
+  });
+  const problems = [];
+  parsed.forEach(([calls], i) => {
+    if (!calls.length) return;
+    let answered = [];
+    if (provider === "openai") {
+      for (let j = i + 1; j < msgs.length && msgs[j].role === "tool"; j++) answered = answered.concat(parsed[j][1]);
+    } else if (i + 1 < parsed.length) answered = parsed[i + 1][1];
+    for (const c of calls) if (!answered.includes(c)) problems.push(`messages[${i}]: call ${c} has no result`);
+  });
+  parsed.forEach(([, results], i) => {
+    if (!results.length) return;
+    let j = i - 1;
+    if (provider === "openai") while (j >= 0 && msgs[j].role === "tool") j--;
+    const asked = j >= 0 ? parsed[j][0] : [];
+    for (const r of results) if (!asked.includes(r)) problems.push(`messages[${i}]: result ${r} answers no call`);
+  });
+  return problems;
+}
+
+function userMessage(spec) {
+  return {
+    id: spec.id, role: "ROLE_USER", time_created_ms: spec.time_ms,
+    parts: spec.parts.map((p) => (p.type === "text" ? { id: p.id, text: { text: p.text } }
+      : { id: p.id, file: { mime: p.mime, filename: p.filename, data: Buffer.from(p.data_b64, "base64") } })),
+  };
+}
+
+class Session {
+  constructor(client, url, provider, window) {
+    const [enumName, modelId] = MODELS[provider];
+    this.client = client;
+    this.url = url;
+    this.provider = provider;
+    this.model = { id: modelId, provider: enumName, limits: { context: window, output: OUTPUT_LIMITS[window] } };
+    this.tools = null;
+    this.settings = { prune: true };
+    this.messages = [];
+    this.sessionId = "";
+    this.attempts = 0;
+    this.envFor = ["", ""];  // [user message id, environment_details]
+    this.summary = { provider, window, steps: 0, requests: 0, compactions: [], refusals: [], prunes: [],
+      unpaired: [], turns_ended: 0, max_input: 0, elapsed_s: 0 };
+  }
+
+  base() {
+    return { conversation: { session_id: this.sessionId, messages: this.messages }, model: this.model,
+      tools: this.tools, system: SYSTEM, compaction: this.settings };
+  }
+
+  rpc(method, request) {
+    return this.client[method](request, DEADLINES_MS[method]);
+  }
+
+  measure() { return this.rpc("Measure", this.base()); }
+
+  async compact(overflow, step, before) {
+    const r = await this.rpc("Compact", { ...this.base(), overflow, auto: true, attempts: this.attempts, id_prefix: "cs-" });
+    this.attempts += 1;
+    this.messages = applyCompaction(this.messages, r, { dropOmittable: true });
+    const after = await this.measure();
+    this.summary.compactions.push({
+      step, overflow, outcome: r.outcome, tokens_before: r.tokens_before, tokens_after: r.tokens_after,
+      limit: r.limit, under_limit: r.under_limit, measured_after: after.decision ? after.decision.tokens : null,
+      measure_should_compact_before: before ? before.should_compact : null,
+      should_compact_after: after.should_compact, method: r.decision_method, edits: r.edits.length,
+      omitted: r.omittable_ids.length, messages_after: this.messages.length,
+    });
+    return r;
+  }
+
+  async prune(step) {
+    const r = await this.rpc("Prune", { conversation: { session_id: this.sessionId, messages: this.messages },
+      model: this.model, reason: "PRUNE_REASON_NORMAL", compaction: this.settings });
+    if (r.acted) {
+      this.messages = applyPrune(this.messages, r);
+      this.summary.prunes.push({ step, parts: r.part_ids.length, tokens_freed: r.tokens_freed });
+    }
+  }
+
+  async assemble(stepInTurn) {
+    const lastUser = [...this.messages].reverse().find((m) => m.role === "ROLE_USER");
+    const lastId = lastUser ? lastUser.id : "";
+    const env = this.envFor[0] === lastId ? this.envFor[1] : "";
+    const r = await this.rpc("Assemble", { ...this.base(), step: stepInTurn,
+      editor: { current_time: CURRENT_TIME, working_directory: "/work/app", environment_details: env } });
+    this.envFor = [lastId, r.environment_details];
+    if (r.pruned_part_ids.length) this.messages = applyPrune(this.messages, { part_ids: r.pruned_part_ids });
+    return r;
+  }
+
+  async post(body) {
+    const res = await fetch(this.url, { method: "POST", body, headers: { "Content-Type": "application/json" } });
+    return [res.status, await res.json()];
+  }
+
+  async compactWhileNeeded(step) {
+    for (let i = 0; i < COMPACT_LOOP_GUARD; i++) {
+      const m = await this.measure();
+      if (!m.should_compact) return true;
+      const r = await this.compact(false, step, m);
+      if (r.outcome === "COMPACT_OUTCOME_CONTEXT_OVERFLOW") return false;
+      if (!GOING_ON.has(r.outcome)) return true;
+    }
+    return true;
+  }
+
+  async send(step, stepInTurn) {
+    for (let retry = 0; retry <= REFUSAL_RETRIES; retry++) {
+      const m = await this.measure();
+      const r = await this.assemble(stepInTurn);
+      const body = JSON.parse(Buffer.from(r.body).toString("utf8"));
+      const problems = unpairedToolCalls(this.provider, body);
+      if (problems.length) this.summary.unpaired.push({ step, problems: problems.slice(0, 5) });
+      const [status, answer] = await this.post(r.body);
+      this.summary.requests += 1;
+      if (status === 200) return answer;
+      this.summary.refusals.push({ step, retry, status, error: answer, should_compact: m.should_compact,
+        decision: m.decision ? m.decision.tokens : null, projected: m.projected, limit: m.limit,
+        output_tokens: r.output_tokens, body_bytes: r.body_bytes });
+      if (problems.length || retry === REFUSAL_RETRIES) return null;
+      const c = await this.compact(true, step, m);
+      if (c.outcome === "COMPACT_OUTCOME_CONTEXT_OVERFLOW") return null;
+    }
+    return null;
+  }
+
+  async storeAnswer(spec, usageInput) {
+    const a = spec.assistant;
+    const usage = { input: usageInput, output: a.output_tokens };
+    const parts = [{ id: a.step_start_id, step_start: {} }, { id: a.text_part_id, text: { text: a.text } }];
+    for (const t of a.tools) {
+      const cut = await this.rpc("TruncateToolOutput", { text: t.output,
+        direction: t.direction === "tail" ? "TRUNCATE_DIRECTION_TAIL" : "TRUNCATE_DIRECTION_HEAD" });
+      parts.push({ id: t.part_id, tool: { call_id: t.call_id, tool: t.tool, state: {
+        status: "TOOL_STATUS_COMPLETED", input_json: JSON.stringify(t.input), output: cut.content, title: t.tool,
+        time_start_ms: a.time_ms, time_end_ms: a.time_ms + 500,
+        attachments: t.attachments.map((x) => ({ mime: x.mime, filename: x.filename, data: Buffer.from(x.data_b64, "base64") })),
+      } } });
+    }
+    parts.push({ id: a.step_finish_id, step_finish: { reason: "tool-calls", tokens: usage } });
+    const parent = [...this.messages].reverse().find((m) => m.role === "ROLE_USER");
+    this.messages.push({ id: a.id, role: "ROLE_ASSISTANT", time_created_ms: a.time_ms, time_completed_ms: a.time_ms + 1000,
+      parts, usage, model_id: this.model.id, provider_id: this.provider, parent_id: parent ? parent.id : "" });
+  }
+
+  async run(script, steps) {
+    const t0 = Date.now();
+    this.sessionId = script.session_id;
+    this.tools = script.tools;
+    let stepInTurn = 0;
+    for (const [i, spec] of script.steps.slice(0, steps || undefined).entries()) {
+      if (spec.user) {
+        this.messages.push(userMessage(spec.user));
+        this.attempts = 0;
+        stepInTurn = 0;
+      }
+      stepInTurn += 1;
+      this.summary.steps += 1;
+      if (!(await this.compactWhileNeeded(i))) {
+        this.summary.turns_ended += 1;  // the person would be asked; the script goes on
+        const id = `${spec.assistant.id}-continue`;
+        this.messages.push({ id, role: "ROLE_USER", parts: [{ id: `${id}-p`, text: { text: "Continue." } }] });
+        this.attempts = 0;
+        stepInTurn = 1;
+        continue;
+      }
+      await this.prune(i);
+      const answer = await this.send(i, stepInTurn);
+      if (!answer) continue;
+      this.attempts = 0;
+      const used = answer.usage.input_tokens;
+      this.summary.max_input = Math.max(this.summary.max_input, used);
+      await this.storeAnswer(spec, used);
+    }
+    this.summary.elapsed_s = (Date.now() - t0) / 1000;
+    return this.summary;
+  }
+}
+
+async function main() {
+  const [scriptPath, address, url, provider, window, steps] = [
+    process.argv[2] || process.env.AGENT_SCRIPT, process.argv[3] || process.env.CONTEXTSVC_ADDRESS,
+    process.argv[4] || process.env.PROVIDER_URL, process.argv[5] || process.env.PROVIDER,
+    Number(process.argv[6] || process.env.WINDOW), Number(process.argv[7] || process.env.STEPS || 0)];
+  if (!scriptPath || !address || !url || !MODELS[provider] || !OUTPUT_LIMITS[window]) {
+    console.error("usage: node agent_loop.js SCRIPT.json HOST:PORT PROVIDER_URL anthropic|openai|bedrock 32000|200000 [STEPS]");
+    process.exit(2);
+  }
+  const script = JSON.parse(fs.readFileSync(scriptPath, "utf8"));
+  const client = connect(address, { token: process.env.CONTEXTSVC_TOKEN });
+  try {
+    const summary = await new Session(client, url, provider, window).run(script, steps);
+    process.stdout.write(`${JSON.stringify(summary)}\n`);
+  } finally {
+    client.close();
+  }
+}
+
+if (require.main === module) {
+  main().catch((e) => {
+    console.error(`FAILED: ${e.stack || e}`);
+    process.exit(1);
+  });
+}
+
+module.exports = { Session, unpairedToolCalls };

@@ -1,0 +1,109 @@
+// Applying Compact and Prune results to the caller's stored conversation, over the plain objects
+// @grpc/proto-loader produces with client.js's options (keepCase, oneofs: a oneof's name holds
+// the field set, e.g. `edit: "insert"`, `kind: "tool"`).
+//
+//   const r = await client.Compact({ conversation: { messages }, model, auto: true });
+//   messages = applyCompaction(messages, r, { dropOmittable: true });
+//
+// Both return a new array; a message they change is a copy (the parts along the changed path are
+// copied too), the others are the caller's own objects. An unknown id throws an Error naming the
+// field, as the Python helper's ValueError does.
+"use strict";
+
+const EDIT_KINDS = ["insert", "set_tail_start", "mark_compacted"];
+
+// The oneof member set on `obj`: the name field when the loader filled it, else the member present.
+function oneof(obj, name, members) {
+  if (obj[name]) return obj[name];
+  return members.find((m) => obj[m] !== undefined && obj[m] !== null);
+}
+
+function partKind(part) {
+  if (part.kind) return part.kind;
+  return ["text", "reasoning", "file", "tool", "step_start", "step_finish", "compaction", "subtask",
+    "agent", "retry", "snapshot", "patch"].find((k) => part[k] !== undefined && part[k] !== null);
+}
+
+function cloneMessage(message) {
+  // structuredClone keeps Buffers as Uint8Array, which protobufjs accepts for bytes fields
+  return structuredClone(message);
+}
+
+function indexOf(messages) {
+  const index = new Map();
+  messages.forEach((m, i) => index.set(m.id, i));
+  return index;
+}
+
+function mark(messages, partIds, stamp, field) {
+  const wanted = new Set(partIds);
+  if (wanted.size === 0) return messages;
+  const found = new Set();
+  const out = messages.map((msg) => {
+    if (!(msg.parts || []).some((p) => wanted.has(p.id))) return msg;
+    const parts = msg.parts.map((p) => {
+      if (!wanted.has(p.id)) return p;
+      if (partKind(p) !== "tool") throw new Error(`${field}: '${p.id}' is not a tool part`);
+      found.add(p.id);
+      const state = { ...(p.tool.state || {}), time_compacted_ms: stamp };
+      return { ...p, tool: { ...p.tool, state } };
+    });
+    return { ...msg, parts };
+  });
+  const missing = [...wanted].filter((id) => !found.has(id)).sort();
+  if (missing.length) throw new Error(`${field}: no tool part '${missing[0]}'`);
+  return out;
+}
+
+// The conversation after response.edits, applied in order. dropOmittable also leaves out the
+// messages in response.omittable_ids. After it, a Measure of the new list (same model, tools,
+// system and compaction settings) has decision.tokens === response.tokens_after.
+function applyCompaction(messages, response, { dropOmittable = false } = {}) {
+  let out = [...messages];
+  let index = indexOf(out);
+  (response.edits || []).forEach((edit, n) => {
+    const kind = oneof(edit, "edit", EDIT_KINDS);
+    if (kind === "insert") {
+      const { after_id: afterId, message } = edit.insert;
+      const at = index.get(afterId);
+      if (at === undefined) throw new Error(`edits[${n}].insert.after_id: no message '${afterId}'`);
+      if (index.has(message.id)) {
+        throw new Error(`edits[${n}].insert.message.id: '${message.id}' is already in the conversation`);
+      }
+      out.splice(at + 1, 0, cloneMessage(message));
+      index = indexOf(out);
+    } else if (kind === "set_tail_start") {
+      const { message_id: id, tail_start_id: tail } = edit.set_tail_start;
+      const at = index.get(id);
+      if (at === undefined) throw new Error(`edits[${n}].set_tail_start.message_id: no message '${id}'`);
+      const msg = out[at];
+      const j = (msg.parts || []).findIndex((p) => partKind(p) === "compaction");
+      if (j < 0) throw new Error(`edits[${n}].set_tail_start.message_id: '${id}' has no compaction part`);
+      const parts = [...msg.parts];
+      parts[j] = { ...parts[j], compaction: { ...parts[j].compaction, tail_start_id: tail } };
+      out[at] = { ...msg, parts };
+    } else if (kind === "mark_compacted") {
+      const { part_ids: ids, time_compacted_ms: stamp } = edit.mark_compacted;
+      out = mark(out, ids || [], stamp, `edits[${n}].mark_compacted.part_ids`);
+    } else {
+      throw new Error(`edits[${n}]: no edit set (a newer proto than this helper?)`);
+    }
+  });
+  const omit = response.omittable_ids || [];
+  if (dropOmittable && omit.length) {
+    const drop = new Set(omit);
+    const missing = [...drop].filter((id) => !index.has(id)).sort();
+    if (missing.length) throw new Error(`omittable_ids: no message '${missing[0]}'`);
+    out = out.filter((m) => !drop.has(m.id));
+  }
+  return out;
+}
+
+// The conversation with response.part_ids marked compacted at nowMs (default Date.now()).
+function applyPrune(messages, response, nowMs = Date.now()) {
+  const ids = response.part_ids || [];
+  if (!ids.length) return [...messages];
+  return mark([...messages], ids, nowMs, "part_ids");
+}
+
+module.exports = { applyCompaction, applyPrune };

