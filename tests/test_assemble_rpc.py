@@ -292,14 +292,17 @@ def test_prefix_breaks_are_counted_by_segment():
     try:
         with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
             stub = pb_grpc.ContextServiceStub(ch)
-            stub.Assemble(request(), timeout=10)
-            stub.Assemble(request(), timeout=10)  # same prefix: no break
-            volatile = pb.AssembleRequest()
-            volatile.CopyFrom(request())
+            first = stub.Assemble(request(), timeout=10)
+            same = stub.Assemble(request(previous_cache_state=first.cache_state), timeout=10)
+            assert same.cache_report.prefix_kept and not same.cache_report.segment  # same prefix: no break
+            volatile = request(previous_cache_state=same.cache_state)
             volatile.system.soul = "You are a careful coding agent. It is 17:09:58."  # a timestamp in the system
-            stub.Assemble(volatile, timeout=10)
+            broken = stub.Assemble(volatile, timeout=10)
+            assert (broken.cache_report.segment, broken.cache_report.index, broken.cache_report.cause) == \
+                ("system", 0, "other")
         samples = scrape(s.metrics_port)
-        assert samples[("contextsvc_prefix_breaks_total", (("segment", "system"),))] == 1
+        key = (("cause", "other"), ("provider", "anthropic"), ("segment", "system"))
+        assert samples[("contextsvc_prefix_breaks_total", key)] == 1
         assert samples[("contextsvc_cache_breakpoints_total", (("provider", "anthropic"),))] == 9
     finally:
         s.stop(grace=1)
@@ -331,16 +334,22 @@ def test_moving_markers_of_the_last_two_messages_policy_are_not_prefix_breaks():
         with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
             stub = pb_grpc.ContextServiceStub(ch)
             conv = convo.small_conversation()
-            stub.Assemble(request(conv, provider=pb.PROVIDER_OPENROUTER), timeout=10)
+            state = stub.Assemble(request(conv, provider=pb.PROVIDER_OPENROUTER), timeout=10).cache_state
             conv.messages.append(convo.assistant("msg_004", convo.tool("p9", "call_9", "read", {"path": "a.py"}, "x\n")))
-            stub.Assemble(request(conv, provider=pb.PROVIDER_OPENROUTER), timeout=10)
+            r = stub.Assemble(request(conv, provider=pb.PROVIDER_OPENROUTER, previous_cache_state=state), timeout=10)
+            assert r.cache_report.prefix_kept and r.cache_report.cause == "new_turn"
             conv.messages.append(convo.assistant("msg_005", convo.text("p10", "Now the fix.")))
             conv.messages.append(convo.user("msg_006", convo.text("p11", "Go on")))
-            stub.Assemble(request(conv, provider=pb.PROVIDER_OPENROUTER), timeout=10)
-            assert ("contextsvc_prefix_breaks_total", (("segment", "history"),)) not in scrape(s.metrics_port)
+            r = stub.Assemble(request(conv, provider=pb.PROVIDER_OPENROUTER, previous_cache_state=r.cache_state),
+                              timeout=10)
+            assert r.cache_report.prefix_kept
+            assert not any(k[0] == "contextsvc_prefix_breaks_total" for k in scrape(s.metrics_port))
             conv.messages[1].parts[0].text.text = "Reading the test, again."  # an old, cached message changed
-            stub.Assemble(request(conv, provider=pb.PROVIDER_OPENROUTER), timeout=10)
+            r = stub.Assemble(request(conv, provider=pb.PROVIDER_OPENROUTER, previous_cache_state=r.cache_state),
+                              timeout=10)
+            assert (r.cache_report.segment, r.cache_report.index, r.cache_report.cause) == ("messages", 1, "other")
         samples = scrape(s.metrics_port)
-        assert samples[("contextsvc_prefix_breaks_total", (("segment", "history"),))] == 1
+        key = (("cause", "other"), ("provider", "openrouter"), ("segment", "messages"))
+        assert samples[("contextsvc_prefix_breaks_total", key)] == 1
     finally:
         s.stop(grace=1)

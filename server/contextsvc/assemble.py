@@ -1,9 +1,10 @@
 """Assemble (SPEC section 6): the provider-ready body and everything done to it.
 
-Per-turn injections touch only the tail; the body, its size, estimate and breakpoints come from
-the same evaluation Measure runs, payload guard included (request.payload_guard prunes and
-strips historical media when the body is too big), so Measure's bytes are Assemble's bytes for
-the same input.
+Per-turn injections touch only the tail; the body, its size, figures and breakpoints come from
+one function, `step`, that both Measure and Assemble call (Measure only skips serializing the
+body and, unless asked, the prefix digests), payload guard included (request.payload_guard
+prunes and strips historical media when the body is too big): the two agree on every figure for
+the same request.
 """
 from __future__ import annotations
 
@@ -59,11 +60,30 @@ class AssembleInput:
     policy: cache.Policy = field(default_factory=cache.Policy)
     configured_output_tokens: int = 0
     tools_disabled: bool = False
+    exact: bool = False  # also the exact token count (MeasureInput.exact)
+    previous_cache_state: bytes = b""  # the session's previous response's cache_state
+
+
+@dataclass(slots=True)
+class Report:
+    """What changed in the cached prefix since the previous request (cache.compare), priced."""
+    prefix_kept: bool
+    segment: str = ""  # "" = the same elements
+    index: int = 0
+    cause: str = ""
+    rewrite: tuple = (0, "")  # (tokens, method): the decision figure of what is written again
+    reused_elements: int = 0
+    resolution: int = 1
+
+    @property
+    def broken(self) -> bool:
+        """Something the previous request had is gone or changed: its cache is not read."""
+        return not self.prefix_kept
 
 
 @dataclass(slots=True)
 class Assembled:
-    body: bytes
+    body: bytes  # b"" when not serialized (Measure)
     measurement: measure.Measurement
     breakpoints: list
     pruned_part_ids: list
@@ -72,7 +92,8 @@ class Assembled:
     guard_tripped: bool
     over_payload_limit: bool
     environment_details: str
-    prefix_chain: dict  # (kind, index) -> prefix digest at every element (cache.prefix_hashes)
+    cache_state: bytes = b""  # the digests to pass back with the next request; b"" when not hashed
+    report: Optional[Report] = None  # when previous_cache_state was given
     persist: list = field(default_factory=list)  # list[Persist]: parts the client stores
 
 
@@ -209,11 +230,27 @@ def inject(inp: AssembleInput, now: Optional[dt.datetime] = None) -> tuple:
     return messages, injected, block, persist
 
 
-def assemble(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None) -> Assembled:
+def assemble(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None,
+             exact_counter=None) -> Assembled:
+    """The body to send, with every figure Measure gives for it and its cache state."""
+    return step(inp, cfg, now, serialize=True, hashes=True, exact_counter=exact_counter)
+
+
+def step(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None, *, serialize: bool,
+         hashes: bool, exact_counter=None) -> Assembled:
+    """One step of an agent loop, as Assemble and Measure both see it: injections, then the
+    evaluation of the body that would be sent (payload guard included), then, when hashed, the
+    cache state and what changed since the previous one.
+
+    serialize: also the body's JSON (Assemble). hashes: the prefix digests (a serialization pass
+    over the elements); implied by a previous_cache_state.
+    """
     measure.check(measure.MeasureInput(inp.conversation, inp.model, inp.tools, inp.system, inp.compaction,
                                        configured_output_tokens=inp.configured_output_tokens))
     if inp.step < 0 or inp.max_steps < 0:
         raise BadInput("step" if inp.step < 0 else "max_steps", "must not be negative")
+    previous = cache.decode(inp.previous_cache_state) if inp.previous_cache_state else None
+    hashes = hashes or previous is not None
     messages, injected, block, persist = inject(inp, now)
     # Disabled tools stay defined: providers refuse tool blocks in history without them, and they
     # head the cached prefix. The provider's own "no tool use" choice disables them.
@@ -222,12 +259,14 @@ def assemble(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None)
 
     now_ms = int((now or dt.datetime.now()).timestamp() * 1000)
     result, built = measure.evaluate(
-        measure.MeasureInput(conv, inp.model, inp.tools, inp.system, inp.compaction,
+        measure.MeasureInput(conv, inp.model, inp.tools, inp.system, inp.compaction, exact=inp.exact,
                              configured_output_tokens=inp.configured_output_tokens,
                              tools_disabled=tools_disabled),
-        cfg, policy=inp.policy, hashes=True, checked=True, now_ms=now_ms)
+        cfg, exact_counter, policy=inp.policy, hashes=hashes, checked=True, now_ms=now_ms,
+        previous=previous)
     guard = built.guard
-    body = built.body_json()  # tests hold len(body) == result.body_bytes
+    body = built.body_json() if serialize else b""  # tests hold len(body) == result.body_bytes
+    state = cache.encode(built.digests, cfg.assemble.cache_state_groups) if hashes else b""
     return Assembled(
         body=body,
         measurement=result,
@@ -238,6 +277,16 @@ def assemble(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None)
         guard_tripped=guard.tripped,
         over_payload_limit=result.body_bytes > cfg.assemble.request_prune_bytes,
         environment_details=block,
-        prefix_chain=built.prefix_chain,
+        cache_state=state,
+        report=_report(previous, built, result) if previous is not None else None,
         persist=persist,
     )
+
+
+def _report(previous: cache.State, built, result: measure.Measurement) -> Report:
+    c = built.change
+    if c is None:
+        return Report(prefix_kept=True, reused_elements=previous.elements, resolution=previous.group)
+    return Report(prefix_kept=c.prefix_kept, segment=c.segment, index=c.index, cause=c.cause,
+                  rewrite=(result.rewrite, result.decision[1]), reused_elements=c.flat,
+                  resolution=c.resolution)

@@ -183,7 +183,9 @@ class AssembleConfig:
     anthropic_max_breakpoints: int = 4  # Anthropic (also behind Bedrock and the gateways) takes at most four markers
     anthropic_auto_breakpoints: int = 3  # the auto policy leaves one marker for the caller
     prompt_dir: str = ""  # operator-supplied model-family prompt texts; "" = none
-    prefix_sessions: int = 10000  # sessions whose breakpoint hashes are kept to detect prefix breaks
+    # digests in a response's cache_state at most (8 bytes and a count each): a longer session
+    # groups its elements, so the state stays under about 20 KB whatever the session's length
+    cache_state_groups: int = 2048
     # model ids (case-insensitive substrings) that honor cache markers behind the gateways
     # (OpenRouter, OpenAI-compatible, Copilot): the Claude family, as upstream; other models there
     # get no auto markers (Alibaba marks every model, Anthropic and Bedrock always take them)

@@ -390,3 +390,48 @@ def compact_edit(edit) -> pb.CompactEdit:
                                                              tail_start_id=edit.tail_start_id))
     return pb.CompactEdit(mark_compacted=pb.MarkCompacted(part_ids=edit.part_ids,
                                                           time_compacted_ms=edit.time_compacted_ms))
+
+
+def figures(r) -> dict:
+    """A measure.Measurement as the fields of Figures, which MeasureResponse shares."""
+    return dict(
+        body_bytes=r.body_bytes,
+        estimate=token_count(r.estimate),
+        normalized=token_count(r.normalized),
+        raw=token_count(r.raw),
+        extra=r.extra,
+        tools=r.tools,
+        tail=r.tail,
+        overhead=r.overhead,
+        exact=token_count(r.exact) if r.exact else None,
+        exact_for_model=r.exact_for_model,
+        usable=r.usable,
+        limit=r.limit,
+        reported=r.reported,
+        overflow=r.overflow,
+        has_baseline=r.has_baseline,
+        projected=r.projected,
+        mid_tool_round_trip=r.mid_tool_round_trip,
+        should_compact=r.should_compact,
+        max_output_tokens=r.max_output_tokens,
+        output_tokens=r.output_tokens,
+        media_count=r.media_count,
+        calibrated=token_count(r.calibrated),
+        self_calibrated=token_count(r.self_calibrated),
+        calibration_factor=r.calibration_factor,
+        calibration_anchor=r.calibration_anchor,
+        projected_calibrated=r.projected_calibrated,
+        projected_self_calibrated=r.projected_self_calibrated,
+        projected_exact=r.projected_exact,
+        compaction_figure=r.compaction_figure,
+        decision=token_count(r.decision),
+    )
+
+
+def cache_report(r) -> pb.CacheReport | None:
+    """An assemble.Report; None (the field unset) when nothing was compared."""
+    if r is None:
+        return None
+    return pb.CacheReport(compared=True, prefix_kept=r.prefix_kept, segment=r.segment, index=r.index,
+                          cause=r.cause, rewrite=token_count(r.rewrite), reused_elements=r.reused_elements,
+                          resolution=r.resolution)

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from . import history, model as m, native, request, tokens, validate
+from . import cache, history, model as m, native, request, tokens, validate
 from .config import Config
 from .errors import BadInput
 from .lowering.media import MEDIA_PLACEHOLDER
@@ -56,6 +56,9 @@ class Measurement:
     projected_exact: int = 0  # 0 unless the exact count was asked for
     compaction_figure: str = "calibrated"  # the method the decision figure was taken with
     decision: tuple = (0, "")  # (tokens, method): the decision figure of the whole request
+    # the decision figure's count of every element from the first change since the previous
+    # request on (cache.compare); 0 when nothing was compared or nothing changed
+    rewrite: int = 0
 
 
 # ---- window arithmetic ---------------------------------------------------------------------
@@ -218,9 +221,10 @@ class _Figures:
     projected_self_calibrated: int
     exact: Optional[tuple]
     projected_exact: int
-    # (whole request, tail, overhead) of each method, for the decision figure
+    # (whole request, tail, overhead, rewrite) of each method, for the decision figure
     stretches: dict
     media_tail: int  # media items in the tail elements
+    media_rewrite: int  # media items in the rewritten elements
 
 
 def _media_in(element_texts) -> int:
@@ -229,10 +233,11 @@ def _media_in(element_texts) -> int:
 
 
 def _figures(inp: MeasureInput, built: request.Built, cfg: Config, policy, exact_counter, base,
-             reported: int, last_assistant: int, has_tail: bool) -> _Figures:
+             reported: int, last_assistant: int, has_tail: bool, rewrite_from) -> _Figures:
     """The calibrated, self-calibrated and (when asked) exact figures and their projections,
     summed over the same stretches as the reference's (tail after the last assistant element,
-    overhead = system + tools)."""
+    overhead = system + tools), and the rewrite: the elements from rewrite_from on (an index
+    into system + messages; -1 = the whole request, tools included; None = none)."""
     msgs, mdl, low = inp.conversation.messages, inp.model, built.lowered
     mc = cfg.measure
     needs_text = mc.calibrated_figures or inp.exact
@@ -263,6 +268,14 @@ def _figures(inp: MeasureInput, built: request.Built, cfg: Config, policy, exact
     cal_tail = tokens.round_half_up(tail_cal) if has_tail else 0
     cal_overhead = tokens.round_half_up(system_cal + tools_cal)
     projected_cal = _projection(base, reported, cal_tail, cal_overhead, cal_total)
+    cal_rewrite = 0
+    if rewrite_from is not None and mc.calibrated_figures:
+        if rewrite_from < 0:
+            cal_rewrite = cal_total
+        elif rewrite_from < len(elements):
+            cal_rewrite = tokens.round_half_up(
+                _calibrated_text("[" + ",".join(element_json[rewrite_from:]) + "]") if element_json
+                else tokens.calibrated_json(elements[rewrite_from:]))
 
     # self-calibrated: the provider's own count of a prefix over ours gives this model's factor
     factor, anchor_id = 0.0, ""
@@ -290,21 +303,28 @@ def _figures(inp: MeasureInput, built: request.Built, cfg: Config, policy, exact
         ex_tail = sum(counts[tail_from:n_el]) if has_tail else 0
         ex_overhead = sum(counts[:n_sys]) + ex_tools
         projected_exact = _projection(base, reported, ex_tail, ex_overhead, exact[0])
+        ex_rewrite = 0
+        if rewrite_from is not None:
+            ex_rewrite = exact[0] if rewrite_from < 0 else sum(counts[rewrite_from:n_el])
 
-    stretches = {"calibrated": (cal_total, cal_tail, cal_overhead)}
+    stretches = {"calibrated": (cal_total, cal_tail, cal_overhead, cal_rewrite)}
     if factor:
         stretches["self-calibrated"] = (self_cal[0], tokens.scaled(cal_tail, factor),
-                                        tokens.scaled(cal_overhead, factor))
+                                        tokens.scaled(cal_overhead, factor), tokens.scaled(cal_rewrite, factor))
     else:
         stretches["self-calibrated"] = stretches["calibrated"]
     if exact is not None:
-        stretches["exact"] = (exact[0], ex_tail, ex_overhead)
-    media_tail = 0
-    if built.ledger.media_count and has_tail:
-        tail_elements = elements[tail_from:]
-        media_tail = _media_in(element_json[tail_from:] if element_json else map(_dumps, tail_elements))
+        stretches["exact"] = (exact[0], ex_tail, ex_overhead, ex_rewrite)
+    media_tail = media_rewrite = 0
+    if built.ledger.media_count:
+        def media_from(k):
+            return _media_in(element_json[k:] if element_json else map(_dumps, elements[k:]))
+        if has_tail:
+            media_tail = media_from(tail_from)
+        if rewrite_from is not None:
+            media_rewrite = built.ledger.media_count if rewrite_from < 0 else media_from(rewrite_from)
     return _Figures((cal_total, tokens.CALIBRATED), self_cal, factor, anchor_id, projected_cal,
-                    projected_self, exact, projected_exact, stretches, media_tail)
+                    projected_self, exact, projected_exact, stretches, media_tail, media_rewrite)
 
 
 # ---- the decision figure ---------------------------------------------------------------------
@@ -315,14 +335,15 @@ class Decision:
     tail: int  # what follows the last assistant element
     overhead: int  # tools and leading system elements
     method: str
+    rewrite: int  # the elements from the first change since the previous request on
 
 
-def _decision(figure: str, stretch: tuple, media: int, media_tail: int, self_method: str,
-              mdl: m.Model, cfg: Config) -> Decision:
+def _decision(figure: str, stretch: tuple, media: int, media_tail: int, media_rewrite: int,
+              self_method: str, mdl: m.Model, cfg: Config) -> Decision:
     """The figure every compaction choice reads: the method's count of the text (media as
     placeholders) times the safety margin, plus a fixed cost per media item (SPEC 3)."""
     mc = cfg.measure
-    total, tail, overhead = stretch
+    total, tail, overhead, rewrite = stretch
     margin = mc.margin
     if figure == "estimate" or (figure == "exact" and tokens.cl100k_is_native(mdl.id)):
         margin = 1  # the reference's figure carries its own factor; cl100k is this model's own
@@ -336,7 +357,8 @@ def _decision(figure: str, stretch: tuple, media: int, media_tail: int, self_met
     per_item = mc.media_decision_tokens
     return Decision(math.ceil(total * margin) + media * per_item,
                     math.ceil(tail * margin) + media_tail * per_item,
-                    math.ceil(overhead * margin), method)
+                    math.ceil(overhead * margin), method,
+                    math.ceil(rewrite * margin) + media_rewrite * per_item)
 
 
 # ---- the RPC ---------------------------------------------------------------------------------
@@ -352,24 +374,28 @@ def measure(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.Exact
 
 
 def evaluate(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.ExactCounter] = None,
-             policy=None, hashes: bool = False, checked: bool = False, now_ms: int = 0) -> tuple:
+             policy=None, hashes: bool = False, checked: bool = False, now_ms: int = 0,
+             previous: Optional[cache.State] = None) -> tuple:
     """(Measurement, the built request) of the body that would be sent, payload guard included
     (built.guard says what it did): Assemble serializes exactly what was measured.
 
     checked: the caller already ran check() on the request this input was derived from.
+    hashes: also the prefix digests (built.digests); with previous, the previous request's
+    digests, what changed since (built.change) and the decision figure of what is written again
+    (Measurement.rewrite).
     """
     if not checked:
         check(inp)
-    result, built = _evaluate(inp, cfg, exact_counter, policy, hashes)
+    result, built = _evaluate(inp, cfg, exact_counter, policy, hashes, previous)
     guard = request.payload_guard(inp.conversation, result.body_bytes, inp.compaction, cfg, now_ms, inp.model)
     if guard.conversation is not None:
         result, built = _evaluate(dataclasses.replace(inp, conversation=guard.conversation), cfg,
-                                  exact_counter, policy, hashes)
+                                  exact_counter, policy, hashes, previous)
     built.guard = guard
     return result, built
 
 
-def _evaluate(inp: MeasureInput, cfg: Config, exact_counter, policy, hashes: bool) -> tuple:
+def _evaluate(inp: MeasureInput, cfg: Config, exact_counter, policy, hashes: bool, previous) -> tuple:
     """evaluate for the request as given, without the payload guard."""
     mdl, settings, msgs = inp.model, inp.compaction, inp.conversation.messages
     factor = cfg.measure.factor
@@ -378,6 +404,14 @@ def _evaluate(inp: MeasureInput, cfg: Config, exact_counter, policy, hashes: boo
                           a.anthropic_max_breakpoints, a.anthropic_auto_breakpoints, hashes,
                           tools_disabled=inp.tools_disabled, marker_models=a.marker_models)
     low = built.lowered
+    rewrite_from = None  # index into system + messages; -1 = the whole request
+    if hashes:
+        built.digests = cache.digests(low, built.prefix_chain, msgs)
+        if previous is not None:
+            built.change = cache.compare(previous, built.digests)
+            if built.change is not None:
+                rewrite_from = -1 if built.change.segment == cache.TOOLS else \
+                    built.change.flat - built.digests.counts[0]
 
     system_units = built.units(low.system)
     message_units = built.units(low.messages)
@@ -394,6 +428,13 @@ def _evaluate(inp: MeasureInput, cfg: Config, exact_counter, policy, hashes: boo
     overhead = tokens.preflight(tool_tokens + system_tokens, factor)
     extra = built.ledger.extra
     normalized = tokens.preflight(estimate + tool_tokens, factor)
+    rewrite = 0
+    if rewrite_from is not None:
+        rewritten = (system_units + message_units)[rewrite_from:]
+        if rewrite_from < 0:
+            rewrite = normalized
+        elif rewritten:  # nothing when the previous request was longer and this one is its prefix
+            rewrite = tokens.preflight(tokens.estimate_units(tokens.json_array_units(rewritten)), factor)
     raw = tokens.preflight(estimate + extra + tool_tokens, factor)
 
     lim = limit(mdl, settings, cfg)
@@ -412,13 +453,13 @@ def _evaluate(inp: MeasureInput, cfg: Config, exact_counter, policy, hashes: boo
     low.set_max_output(out_tokens)
 
     fig = _figures(inp, built, cfg, policy, exact_counter, base, reported, last_assistant,
-                   bool(tail_messages))
+                   bool(tail_messages), rewrite_from)
     figure = cfg.measure.compaction_figure
     if figure == "exact" and fig.exact is None:
         figure = "calibrated"  # exact counts decide only when the request asks for them
-    stretches = dict(fig.stretches, estimate=(normalized, tail, overhead))
+    stretches = dict(fig.stretches, estimate=(normalized, tail, overhead, rewrite))
     decision = _decision(figure, stretches[figure], built.ledger.media_count, fig.media_tail,
-                         fig.self_calibrated[1], mdl, cfg)
+                         fig.media_rewrite, fig.self_calibrated[1], mdl, cfg)
     # One figure decides (SPEC 3): the decision figure of the whole request, or the projection
     # from the last reported usage when that is higher (it saw what the provider really counted).
     # Never the lower of the two: a tail the estimate undercounts must not slip a request past
@@ -459,4 +500,5 @@ def _evaluate(inp: MeasureInput, cfg: Config, exact_counter, policy, hashes: boo
         projected_exact=fig.projected_exact,
         compaction_figure=figure,
         decision=(decision.total, decision.method),
+        rewrite=decision.rewrite,
     ), built

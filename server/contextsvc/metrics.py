@@ -67,8 +67,10 @@ class Metrics(_Endpoint):
         self.breakpoints = Counter("contextsvc_cache_breakpoints", "Cache breakpoints placed, by provider.",
                                    ["provider"], registry=r)
         self.prefix_breaks = Counter("contextsvc_prefix_breaks",
-                                     "Assembles whose cached prefix changed since the session's last "
-                                     "request, by the segment that changed.", ["segment"], registry=r)
+                                     "Assembles whose body does not start with the session's previous "
+                                     "request (its cache_state passed back), by provider, the segment "
+                                     "of the first changed element and the cause.",
+                                     ["provider", "segment", "cause"], registry=r)
         self.payload_guard = Counter("contextsvc_payload_guard_trips",
                                      "Assembles over REQUEST_PRUNE_BYTES, by outcome: under (the guard "
                                      "got them under) or still-over.",
@@ -94,11 +96,14 @@ class Metrics(_Endpoint):
         if retention is not None and retention.items:
             self.retention.observe(retention.ratio)
 
-    def record_assemble(self, provider: str, breakpoints: int, broken_segment: str, tripped: bool,
+    def record_assemble(self, provider: str, breakpoints: int, report, tripped: bool,
                         still_over: bool) -> None:
+        """report: the assemble.Report, None when the caller passed no previous cache state.
+        Labels come from fixed vocabularies: segment tools/system/messages, cause
+        compaction/prune/other (an append only is no break)."""
         self.breakpoints.labels(provider).inc(breakpoints)
-        if broken_segment:
-            self.prefix_breaks.labels(broken_segment).inc()
+        if report is not None and report.broken:
+            self.prefix_breaks.labels(provider, report.segment, report.cause).inc()
         if tripped:
             self.payload_guard.labels("still-over" if still_over else "under").inc()
 

@@ -34,6 +34,8 @@ class Built:
     # hashing; elements a marker changed afterwards are left out)
     texts: dict = field(default_factory=dict)
     guard: Guard = field(default_factory=Guard)  # set by measure.evaluate
+    digests: cache.Digests | None = None  # set by measure.evaluate when hashed
+    change: cache.Change | None = None  # since the previous request's digests, when given
 
     def units(self, elements: list) -> list:
         """UTF-16 units of each element, media and opaque values counted as placeholders."""

@@ -4,7 +4,7 @@ Errors raised by the core are mapped to statuses by interceptors.ServiceIntercep
 """
 from __future__ import annotations
 
-from . import assemble, cache, convert, measure, prune, truncation
+from . import assemble, convert, prune, truncation
 from .compact import compact as compaction
 from .config import Config
 from .errors import BadInput
@@ -30,51 +30,33 @@ class ContextService(pb_grpc.ContextServiceServicer):
         self._exact = ExactCounter(cfg.measure.exact_encoding, cfg.measure.exact_cache_entries)
         self._truncation = truncation
         self._summarizer = compaction.make_summarizer(cfg)
-        self._prefixes = cache.PrefixTracker(cfg.assemble.prefix_sessions)
         self._messages = MessageCache(cfg.server.message_cache_bytes) if cfg.server.message_cache_bytes else None
 
-    def Measure(self, request: pb.MeasureRequest, context) -> pb.MeasureResponse:
+    def _step_input(self, request) -> assemble.AssembleInput:
+        """The step a Measure or Assemble request describes: both take the same per-step fields."""
         convert.require(request, "conversation", "model")
-        inp = measure.MeasureInput(
+        return assemble.AssembleInput(
             **convert.shared_fields(request, self._messages),
-            exact=request.exact,
+            editor=convert.editor(request.editor) if request.HasField("editor") else None,
+            step=request.step,
+            max_steps=request.max_steps,
+            plan_reminder=request.plan_reminder,
+            policy=convert.cache_policy(request.cache_hints, request.cache_ttl),
             configured_output_tokens=request.configured_output_tokens,
+            tools_disabled=request.tools_disabled,
+            exact=request.exact,
+            previous_cache_state=request.previous_cache_state,
         )
-        r = measure.measure(inp, self._cfg, self._exact)
+
+    def Measure(self, request: pb.MeasureRequest, context) -> pb.MeasureResponse:
+        inp = self._step_input(request)
+        r = assemble.step(inp, self._cfg, serialize=False, hashes=request.want_cache_state,
+                          exact_counter=self._exact)
         if self._metrics is not None:
-            self._metrics.record_measure(inp.model.provider, r.overflow or r.should_compact)
-        return pb.MeasureResponse(
-            body_bytes=r.body_bytes,
-            estimate=convert.token_count(r.estimate),
-            normalized=convert.token_count(r.normalized),
-            raw=convert.token_count(r.raw),
-            extra=r.extra,
-            tools=r.tools,
-            tail=r.tail,
-            overhead=r.overhead,
-            exact=convert.token_count(r.exact) if r.exact else None,
-            exact_for_model=r.exact_for_model,
-            usable=r.usable,
-            limit=r.limit,
-            reported=r.reported,
-            overflow=r.overflow,
-            has_baseline=r.has_baseline,
-            projected=r.projected,
-            mid_tool_round_trip=r.mid_tool_round_trip,
-            should_compact=r.should_compact,
-            max_output_tokens=r.max_output_tokens,
-            output_tokens=r.output_tokens,
-            media_count=r.media_count,
-            calibrated=convert.token_count(r.calibrated),
-            self_calibrated=convert.token_count(r.self_calibrated),
-            calibration_factor=r.calibration_factor,
-            calibration_anchor=r.calibration_anchor,
-            projected_calibrated=r.projected_calibrated,
-            projected_self_calibrated=r.projected_self_calibrated,
-            projected_exact=r.projected_exact,
-            compaction_figure=r.compaction_figure,
-            decision=convert.token_count(r.decision),
-        )
+            m = r.measurement
+            self._metrics.record_measure(inp.model.provider, m.overflow or m.should_compact)
+        return pb.MeasureResponse(**convert.figures(r.measurement), cache_state=r.cache_state,
+                                  cache_report=convert.cache_report(r.report))
 
     def Prune(self, request: pb.PruneRequest, context) -> pb.PruneResponse:
         convert.require(request, "conversation")
@@ -120,26 +102,17 @@ class ContextService(pb_grpc.ContextServiceServicer):
         return out
 
     def Assemble(self, request: pb.AssembleRequest, context) -> pb.AssembleResponse:
-        convert.require(request, "conversation", "model")
-        inp = assemble.AssembleInput(
-            **convert.shared_fields(request, self._messages),
-            editor=convert.editor(request.editor) if request.HasField("editor") else None,
-            step=request.step,
-            max_steps=request.max_steps,
-            plan_reminder=request.plan_reminder,
-            policy=convert.cache_policy(request.cache_hints, request.cache_ttl),
-            configured_output_tokens=request.configured_output_tokens,
-            tools_disabled=request.tools_disabled,
-        )
-        r = assemble.assemble(inp, self._cfg)
-        broken = self._prefixes.observe(inp.conversation.session_id, r.breakpoints, r.prefix_chain)
+        inp = self._step_input(request)
+        r = assemble.assemble(inp, self._cfg, exact_counter=self._exact)
+        m = r.measurement
         if self._metrics is not None:
-            self._metrics.record_assemble(inp.model.provider, len(r.breakpoints), broken, r.guard_tripped,
+            self._metrics.record_measure(inp.model.provider, m.overflow or m.should_compact)
+            self._metrics.record_assemble(inp.model.provider, len(r.breakpoints), r.report, r.guard_tripped,
                                           r.over_payload_limit)
         return pb.AssembleResponse(
             body=r.body,
-            body_bytes=r.measurement.body_bytes,
-            estimate=convert.token_count(r.measurement.estimate),
+            body_bytes=m.body_bytes,
+            estimate=convert.token_count(m.estimate),
             breakpoints=[pb.Breakpoint(location=b.location, segment=b.segment, prefix_bytes=b.prefix_bytes,
                                        prefix_sha256=b.prefix_sha256) for b in r.breakpoints],
             pruned_part_ids=r.pruned_part_ids,
@@ -148,7 +121,10 @@ class ContextService(pb_grpc.ContextServiceServicer):
             over_payload_limit=r.over_payload_limit,
             guard_tripped=r.guard_tripped,
             environment_details=r.environment_details,
-            output_tokens=r.measurement.output_tokens,
+            output_tokens=m.output_tokens,
+            figures=pb.Figures(**convert.figures(m)),
+            cache_state=r.cache_state,
+            cache_report=convert.cache_report(r.report),
             persist=[convert.persist_part(p) for p in r.persist],
         )
 

@@ -1,0 +1,245 @@
+"""One call per step (SPEC 6): Assemble carries every figure of Measure for the same body, Measure
+takes every per-step field, and each response reports, statelessly, what changed in the cached
+prefix since the previous one. All over a real server."""
+from __future__ import annotations
+
+import copy
+import json
+
+import grpc
+import pytest
+
+import convo
+from conftest import start_server
+from contextsvc import cache
+from contextsvc.v1 import context_pb2 as pb
+from contextsvc.v1 import context_pb2_grpc as pb_grpc
+from test_assemble_rpc import SYSTEM, TOOLS
+from test_metrics import scrape
+from test_prune_rpc import long_session
+
+PROVIDERS = {pb.PROVIDER_ANTHROPIC: "anthropic", pb.PROVIDER_OPENAI: "openai", pb.PROVIDER_BEDROCK: "bedrock",
+             pb.PROVIDER_OPENROUTER: "openrouter", pb.PROVIDER_OPENAI_COMPATIBLE: "openai-compatible"}
+STEP_FIELDS = ("editor", "step", "max_steps", "plan_reminder", "cache_hints", "cache_ttl", "tools_disabled",
+               "exact", "previous_cache_state")
+
+
+def step_fields(**over):
+    """Every per-step field set, as an agent's step would."""
+    kw = dict(editor=pb.EditorContext(current_time="2026-12-02T17:00:00+00:00", working_directory="/repo",
+                                      active_file="src/app.py", open_tabs=["src/app.py", "tests/test_app.py"]),
+              step=3, max_steps=3, plan_reminder="Stay in plan mode.",
+              cache_hints=[pb.CacheHint(system_block=0)], cache_ttl=pb.CACHE_TTL_1H, tools_disabled=False,
+              exact=True)
+    kw.update(over)
+    return kw
+
+
+def both(stub, conv, provider=pb.PROVIDER_ANTHROPIC, **kw):
+    common = dict(conversation=conv, model=convo.model(provider=provider), tools=TOOLS, system=SYSTEM)
+    a = stub.Assemble(pb.AssembleRequest(**common, **kw), timeout=30)
+    m = stub.Measure(pb.MeasureRequest(**common, want_cache_state=True, **kw), timeout=30)
+    cheap = {k: v for k, v in kw.items() if k != "previous_cache_state"}
+    plain = stub.Measure(pb.MeasureRequest(**common, **cheap), timeout=30)  # no digests asked
+    return a, m, plain
+
+
+def assert_same_figures(a, m):
+    for f in pb.Figures.DESCRIPTOR.fields:
+        assert getattr(a.figures, f.name) == getattr(m, f.name), f.name
+        assert a.figures.HasField(f.name) == m.HasField(f.name) if f.message_type else True, f.name
+
+
+def test_figures_has_every_measure_figure_with_the_same_numbers():
+    measure = {f.name: (f.number, f.type) for f in pb.MeasureResponse.DESCRIPTOR.fields if f.number <= 30}
+    figures = {f.name: (f.number, f.type) for f in pb.Figures.DESCRIPTOR.fields}
+    assert measure == figures
+    for name in STEP_FIELDS[:-1]:
+        a, m = pb.AssembleRequest.DESCRIPTOR.fields_by_name[name], pb.MeasureRequest.DESCRIPTOR.fields_by_name[name]
+        assert (a.type, a.is_repeated, a.message_type and a.message_type.name) == \
+            (m.type, m.is_repeated, m.message_type and m.message_type.name), name
+
+
+@pytest.mark.parametrize("provider", list(PROVIDERS))
+def test_measure_and_assemble_agree_on_every_figure_with_every_step_field(stub, provider):
+    first = stub.Assemble(pb.AssembleRequest(conversation=convo.small_conversation(),
+                                             model=convo.model(provider=provider), tools=TOOLS, system=SYSTEM),
+                          timeout=10)
+    a, m, plain = both(stub, convo.small_conversation(), provider,
+                       **step_fields(previous_cache_state=first.cache_state,
+                                     cache_hints=[] if provider == pb.PROVIDER_BEDROCK else [pb.CacheHint(system_block=0)]))
+    assert {"environment_details", "plan_reminder", "max_steps"} <= set(a.injected)
+    assert a.figures.exact.tokens > 0 and a.figures.decision.tokens > 0
+    assert a.body_bytes == len(a.body) == m.body_bytes == a.figures.body_bytes
+    assert_same_figures(a, m)
+    assert_same_figures(a, plain)
+    assert not plain.cache_state and not plain.HasField("cache_report")
+    assert m.cache_state == a.cache_state and m.cache_report == a.cache_report
+    assert a.cache_report.compared  # the step injected a trailing message: a break, priced
+    assert a.cache_report.rewrite.method == a.figures.decision.method
+
+
+def test_measure_and_assemble_agree_when_the_payload_guard_trips(stub):
+    conv = long_session(turns=24, output_chars=60_000)  # about 1.4 MB of tool output
+    a, m, plain = both(stub, conv, **step_fields(max_steps=0))
+    assert a.guard_tripped and a.pruned_part_ids and not a.over_payload_limit
+    assert a.body_bytes == len(a.body) == m.body_bytes < 1_250_000
+    assert_same_figures(a, m)
+    assert_same_figures(a, plain)
+
+
+def test_garbage_previous_cache_state_is_invalid_argument_naming_the_field(stub):
+    good = stub.Assemble(pb.AssembleRequest(conversation=convo.small_conversation(), model=convo.model(),
+                                            tools=TOOLS, system=SYSTEM), timeout=10).cache_state
+    flipped = bytearray(good)
+    flipped[len(flipped) // 2] ^= 0x40
+    for bad in (b"\x00", b"garbage" * 20, good[:-1], bytes(flipped), good + b"x", b"CX\x09" + good[3:]):
+        for call, req in ((stub.Assemble, pb.AssembleRequest), (stub.Measure, pb.MeasureRequest)):
+            with pytest.raises(grpc.RpcError) as e:
+                call(req(conversation=convo.small_conversation(), model=convo.model(), previous_cache_state=bad),
+                     timeout=10)
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, bad
+            assert "previous_cache_state" in e.value.details()
+
+
+def test_the_state_stays_bounded_and_groups_elements_of_a_long_session():
+    n = 10_000
+    chain = [cache._short(str(i).encode()) for i in range(n)]
+    d = cache.Digests((3, 2, n - 5), chain, [0] * n, bytes(8))
+    state = cache.encode(d, 512)
+    assert len(state) < 512 * 9 + 64
+    before = cache.decode(state)
+    assert before.group == 20
+    changed = cache.Digests(d.counts, chain[:4321] + [b"x" * 8] * (n - 4321), d.pruned, d.compaction)
+    c = cache.compare(before, changed)
+    assert (c.segment, c.index, c.flat, c.resolution) == ("messages", 4320 - 5, 4320, 20)  # the group's start
+    assert cache.compare(before, d) is None
+    grown = cache.Digests((3, 2, n + 1), chain + [b"y" * 8], d.pruned + [0], d.compaction)
+    assert cache.compare(before, grown).cause == "new_turn"
+
+
+# ---- the report against a byte comparison of consecutive bodies ------------------------------
+
+_MARKER_KEYS = ("cache_control", "copilot_cache_control")
+
+
+def _unmarked(x):
+    """A body value with the cache markers removed (and the one-part form a marker needs on the
+    gateways turned back into the plain string it came from)."""
+    if isinstance(x, dict):
+        out = {k: _unmarked(v) for k, v in x.items() if k not in _MARKER_KEYS}
+        content = out.get("content")
+        if "role" in out and isinstance(content, list) and len(content) == 1 \
+                and set(content[0]) == {"type", "text"} and content[0]["type"] == "text":
+            out["content"] = content[0]["text"]
+        return out
+    if isinstance(x, list):
+        return [_unmarked(v) for v in x if not (isinstance(v, dict) and set(v) == {"cachePoint"})]
+    return x
+
+
+def cache_order(body: dict, provider) -> dict:
+    """The body's elements in cache order, per segment, markers removed, as JSON texts."""
+    if provider == pb.PROVIDER_BEDROCK:
+        tools, system, messages = body.get("toolConfig", {}).get("tools", []), body.get("system", []), body["messages"]
+    elif provider == pb.PROVIDER_ANTHROPIC:
+        tools, system, messages = body.get("tools", []), body.get("system", []), body["messages"]
+    else:
+        msgs = body["messages"]
+        head = next((i for i, x in enumerate(msgs) if x["role"] != "system"), len(msgs))
+        tools, system, messages = body.get("tools", []), msgs[:head], msgs[head:]
+    dump = lambda xs: [json.dumps(v, ensure_ascii=False, separators=(",", ":")) for v in _unmarked(xs)]
+    return {"tools": dump(tools), "system": dump(system), "messages": dump(messages)}
+
+
+def expected_report(before: dict, now: dict):
+    """(prefix kept, segment, index) by comparing the elements themselves."""
+    for segment in ("tools", "system", "messages"):
+        p, c = before[segment], now[segment]
+        i = next((k for k in range(min(len(p), len(c))) if p[k] != c[k]), min(len(p), len(c)))
+        if i < len(p):
+            return False, segment, i
+        if segment != "messages" and len(c) != len(p):
+            return False, segment, i
+        if len(c) > len(p):
+            return True, segment, i
+    return True, "", 0
+
+
+def session(provider):
+    """(label, conversation, system, expected cause) for consecutive steps of one session: tool
+    steps and turns that only append, a pruned output, a changed system, a compaction."""
+    steps = []
+    conv = pb.Conversation(session_id="s1", messages=[convo.user("msg_001", convo.text("u1", "Fix the parser."))])
+    system = copy.deepcopy(SYSTEM)
+    steps.append(("first", copy.deepcopy(conv), copy.deepcopy(system), None))
+    n = 1
+    for k in range(1, 7):
+        n += 1
+        conv.messages.append(convo.assistant(f"msg_{n:03d}", convo.text(f"a{n}", f"Reading part {k}."),
+                                             convo.tool(f"t{n}", f"call_{n}", "read", {"path": f"src/p{k}.py"},
+                                                        f"def f{k}():\n    return {k}\n" * 200)))
+        steps.append((f"tool step {k}", copy.deepcopy(conv), copy.deepcopy(system), "new_turn"))
+        if k % 3 == 0:
+            n += 1
+            conv.messages.append(convo.assistant(f"msg_{n:03d}", convo.text(f"a{n}", "Done with this part.")))
+            n += 1
+            conv.messages.append(convo.user(f"msg_{n:03d}", convo.text(f"u{n}", f"Now part {k + 1}.")))
+            steps.append((f"new turn {k}", copy.deepcopy(conv), copy.deepcopy(system), "new_turn"))
+    conv.messages[1].parts[1].tool.state.time_compacted_ms = 1_700_000_000_000  # a prune that acted
+    steps.append(("prune", copy.deepcopy(conv), copy.deepcopy(system), "prune"))
+    system.instructions.append(pb.Instruction(path="docs/RULES.md", content="Never force-push."))
+    steps.append(("system", copy.deepcopy(conv), copy.deepcopy(system), "other"))
+    n += 1
+    conv.messages.append(convo.user(f"msg_{n:03d}", pb.Part(id=f"c{n}", compaction=pb.CompactionPart(auto=True))))
+    n += 1
+    conv.messages.append(convo.assistant(f"msg_{n:03d}", convo.text(f"a{n}", "## Goal\nFix the parser."),
+                                         summary=True, parent_id=f"msg_{n - 1:03d}"))
+    n += 1
+    conv.messages.append(convo.user(f"msg_{n:03d}", convo.text(f"u{n}", "Continue.")))
+    steps.append(("compaction", copy.deepcopy(conv), copy.deepcopy(system), "compaction"))
+    return steps
+
+
+@pytest.mark.parametrize("provider", list(PROVIDERS))
+def test_report_and_metric_agree_with_a_byte_comparison_of_consecutive_bodies(provider):
+    s = start_server()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
+            stub = pb_grpc.ContextServiceStub(ch)
+            state, before, breaks = b"", None, {}
+            for label, conv, system, cause in session(provider):
+                r = stub.Assemble(pb.AssembleRequest(conversation=conv, model=convo.model(provider=provider),
+                                                     tools=TOOLS, system=system, previous_cache_state=state),
+                                  timeout=10)
+                now = cache_order(json.loads(r.body), provider)
+                if before is None:
+                    assert not r.HasField("cache_report"), label
+                else:
+                    rep = r.cache_report
+                    kept, segment, index = expected_report(before, now)
+                    assert (rep.compared, rep.prefix_kept, rep.segment, rep.index) == (True, kept, segment, index), label
+                    assert rep.resolution == 1 and rep.cause == cause, label
+                    assert rep.reused_elements == sum(len(before[x]) for x in ("tools", "system", "messages")
+                                                      if x != segment and ["tools", "system", "messages"].index(x)
+                                                      < ["tools", "system", "messages"].index(segment)) + index, label
+                    assert 0 < rep.rewrite.tokens <= r.figures.decision.tokens, label
+                    assert rep.rewrite.method == r.figures.decision.method
+                    if not kept:
+                        breaks[(segment, cause)] = breaks.get((segment, cause), 0) + 1
+                    if label == "compaction":
+                        assert (segment, index) == ("messages", 0)
+                    if label == "system":
+                        assert segment == "system"
+                    if label == "prune":  # the element that held the pruned output
+                        assert "def f1()" in before["messages"][index] and "def f1()" not in now["messages"][index]
+                before, state = now, r.cache_state
+        samples = scrape(s.metrics_port)
+        got = {(dict(k[1])["segment"], dict(k[1])["cause"]): v for k, v in samples.items()
+               if k[0] == "contextsvc_prefix_breaks_total"}
+        assert got == breaks and set(breaks) == {("messages", "prune"), ("system", "other"),
+                                                 ("messages", "compaction")}
+        assert all(dict(k[1])["provider"] == PROVIDERS[provider] for k in samples
+                   if k[0] == "contextsvc_prefix_breaks_total")
+    finally:
+        s.stop(grace=1)
