@@ -211,11 +211,12 @@ def big_conversation_with_summary():
 
 def test_payload_guard_prunes_then_reports(stub):
     a = stub.Assemble(request(big_conversation_with_summary()), timeout=30)
-    # the newest 5 results are protected (t32..t24), t22 is kept under PRUNE_PROTECT (40,000)
-    assert a.guard_tripped and list(a.pruned_part_ids) == [f"t{n}" for n in range(20, 5, -2)]
+    # only the newest result is protected (t32: 25,000 fit PRUNE_PROTECT = 40,000, t30 would make
+    # 50,000), t30 is kept under PRUNE_PROTECT, t28..t6 are pruned
+    assert a.guard_tripped and list(a.pruned_part_ids) == [f"t{n}" for n in range(28, 5, -2)]
     assert a.media_stripped == 1 and b"[Attached image/png: after.png]" in a.body
     assert a.body_bytes == len(a.body) and not a.over_payload_limit
-    assert a.body.count(b"[Old tool result content cleared]") == 8
+    assert a.body.count(b"[Old tool result content cleared]") == 12
     assert b"shot.png" not in a.body  # before the compaction point: not sent at all
 
 

@@ -399,8 +399,9 @@ def test_post_compaction_prune_reaches_the_kept_tail():
     settings = m.CompactionSettings(tail_turns=1, preserve_recent_tokens=300_000)
     r = run(c.conv(), settings=settings)
     assert r.tail_start_id == "msg_00002"
-    # newest 5 results protected, the next 4 kept (40,000), the 3 oldest pruned (30,000 > 16,800)
-    assert r.pruned_part_ids == [f"{c.messages[k].id}-0" for k in (5, 4, 3)]
+    # newest 4 results protected (40,000; a fifth would not fit), the next 4 kept (40,000), the 4
+    # oldest pruned (40,000 > 16,800)
+    assert r.pruned_part_ids == [f"{c.messages[k].id}-0" for k in (6, 5, 4, 3)]
     assert run(c.conv(), settings=dataclasses.replace(settings, prune=False)).pruned_part_ids == []
 
 

@@ -202,10 +202,24 @@ def tool_ids(b):
     return [x.parts[1].id for x in b.messages if x.role == m.ASSISTANT]
 
 
+def protected_count(sizes, protected_results, protect):
+    """How many of the newest results the tool-results rule protects, by hand: the newest always
+    (when N > 0), each next one while fewer than N are protected and their total including it
+    stays within protect; protection ends at the first one that does not fit."""
+    kept, held = 0, 0
+    for size in reversed(sizes):
+        if kept >= protected_results or (kept > 0 and held + size > protect):
+            break
+        kept, held = kept + 1, held + size
+    return kept
+
+
 def expected(sizes, protected_results, protect, minimum):
-    """SPEC 4 by hand, newest first: (ids' indexes on the list, tokens freed) or None."""
+    """SPEC 4 by hand, newest first: (ids' indexes on the list, tokens freed) or None.
+
+    The protected results are not counted; the token walk starts from 0 after them."""
     total, chosen, freed = 0, [], 0
-    for k in range(len(sizes) - 1 - protected_results, -1, -1):
+    for k in range(len(sizes) - 1 - protected_count(sizes, protected_results, protect), -1, -1):
         total += sizes[k]
         if total > protect:
             chosen.append(k)
@@ -213,43 +227,52 @@ def expected(sizes, protected_results, protect, minimum):
     return (chosen, freed) if freed > minimum else None
 
 
-@pytest.mark.parametrize("mdl,protect,minimum", [(W32, 27_904 // 4, 27_904 // 10),
-                                                 (W200, 40_000, 191_808 // 10)])
-def test_default_protection_acts_in_a_long_single_turn(mdl, protect, minimum):
+# The newest results are 3,080, 9,164, 5,247, 11,331, 7,414 tokens: at 6,976 only the newest fits
+# (3,080 + 9,164 > 6,976); at 40,000 all five do (36,236).
+@pytest.mark.parametrize("mdl,protect,minimum,kept", [(W32, 27_904 // 4, 27_904 // 10, 1),
+                                                      (W200, 40_000, 191_808 // 10, 5)])
+def test_default_protection_acts_in_a_long_single_turn(mdl, protect, minimum, kept):
     b = single_turn()
     assert prune.gates(ON, CFG, mdl) == prune.Gates("tool_results", 5, 2, protect, minimum,
                                                     frozenset({"skill"}))
     r = prune.prune(b.conv(), "normal", ON, CFG, model=mdl)
-    chosen, freed = expected([step_tokens(k) for k in range(60)], 5, protect, minimum)
+    sizes = [step_tokens(k) for k in range(60)]
+    assert protected_count(sizes, 5, protect) == kept
+    chosen, freed = expected(sizes, 5, protect, minimum)
     ids_ = tool_ids(b)
     assert r.acted and r.part_ids == [ids_[k] for k in chosen] and r.tokens_freed == freed
-    assert not set(ids_[-5:]) & set(r.part_ids)  # the newest 5 results are never touched
+    # the protected results (the newest 5, as many as fit in protect) are never touched
+    assert not set(ids_[-kept:]) & set(r.part_ids)
     # the turn rule (the reference's) protects the whole turn: it never acts here
     per_request = dataclasses.replace(ON, prune_settings=m.PruneSettings(protect="turns"))
     assert prune.prune(b.conv(), "normal", per_request, CFG, model=mdl).stopped_by == "nothing-to-prune"
 
 
 def test_protected_results_are_not_counted():
-    # 5 protected outputs of 10,000, then 4 more: 40,000 counted, none over PRUNE_PROTECT
+    # 9 outputs of 10,000: the newest 4 are protected (40,000 fit PRUNE_PROTECT, a fifth would not),
+    # the other 5 are counted from 0: 50,000 scanned, only the oldest goes over 40,000 and its
+    # 10,000 do not beat PRUNE_MINIMUM
     b = Builder().user()
     for _ in range(9):
         b.assistant(tool())
     r = prune.prune(b.conv(), "normal", ON, CFG)
-    assert (r.tokens_scanned, r.stopped_by) == (40_000, "nothing-to-prune")
+    assert (r.tokens_scanned, r.stopped_by) == (50_000, "minimum")
     # a protected tool, a running tool and an error are not results that protect anything
     b.assistant(tool(name="skill")).assistant(tool(status=m.RUNNING)).assistant(tool(status=m.ERROR))
-    assert prune.prune(b.conv(), "normal", ON, CFG).tokens_scanned == 40_000
+    assert prune.prune(b.conv(), "normal", ON, CFG).tokens_scanned == 50_000
 
 
 def test_gates_scale_with_the_window():
-    # 5 protected, then 4 outputs of 3,000: 6,000 fit PRUNE_PROTECT = 27,904 // 4 = 6,976, the
-    # older two (6,000) go on the list and free more than PRUNE_MINIMUM = 2,790
+    # 9 outputs of 3,000: PRUNE_PROTECT = 27,904 // 4 = 6,976 protects the newest 2 (6,000; a
+    # third would make 9,000), of the other 7 counted 6,000 fit, the older five (15,000) go on the
+    # list and free more than PRUNE_MINIMUM = 2,790
     b = Builder().user()
     for _ in range(9):
         b.assistant(tool("x" * 4 * 3_000))
     r = prune.prune(b.conv(), "normal", ON, CFG, model=W32)
-    assert r.acted and r.part_ids == tool_ids(b)[1::-1] and r.tokens_freed == 6_000
-    # without a model, or with an unknown window, the config values (40,000 / 20,000) stand
+    assert r.acted and r.part_ids == tool_ids(b)[4::-1] and r.tokens_freed == 15_000
+    # without a model, or with an unknown window, the config values (40,000 / 20,000) stand: the
+    # newest 5 (15,000) are protected and 12,000 counted, nothing over 40,000
     assert prune.prune(b.conv(), "normal", ON, CFG).stopped_by == "nothing-to-prune"
     unknown = m.Model("x", m.ANTHROPIC, m.ModelLimits(0, 0, 0))
     assert prune.prune(b.conv(), "normal", ON, CFG, model=unknown).stopped_by == "nothing-to-prune"
@@ -257,6 +280,22 @@ def test_gates_scale_with_the_window():
     reserved = dataclasses.replace(ON, reserved=10_000)
     assert prune.gates(reserved, CFG, m.Model("x", m.OPENAI, m.ModelLimits(40_000, 30_000, 0))).protect_tokens \
         == 5_000
+
+
+def test_protection_fits_the_protected_tokens_at_a_32k_window():
+    # Why protection is bounded by PRUNE_PROTECT: five results of 12,000 tokens would hold 60,000,
+    # more than the whole usable window (27,904), and prune could never act. At 6,976 the newest
+    # is protected anyway (12,000 on its own), the next would make 24,000 and ends protection;
+    # counted from 0, each older one goes over 6,976: 4 x 12,000 = 48,000 pruned > 2,790.
+    assert 5 * 12_000 > 27_904
+    b = Builder().user("run the whole suite")
+    for _ in range(5):
+        b.assistant(tool("x" * 4 * 12_000, name="bash"))
+    assert prune.gates(ON, CFG, W32).protect_tokens == 6_976
+    r = prune.prune(b.conv(), "normal", ON, CFG, model=W32)
+    ids_ = tool_ids(b)
+    assert r.acted and r.part_ids == ids_[3::-1] and ids_[-1] not in r.part_ids
+    assert (r.tokens_freed, r.tokens_scanned) == (48_000, 48_000)
 
 
 def settings_with(**kw):
@@ -294,12 +333,15 @@ def test_every_threshold_can_be_set_per_request():
     for _ in range(9):
         s.assistant(tool(name="skill"))
     s.assistant(*(tool() for _ in range(5)))
-    assert prune.prune(s.conv(), "normal", ON, CFG).tokens_scanned == 0
+    # the skills are skipped; of the 5 reads the newest 4 (40,000) are protected, 1 counted
+    assert prune.prune(s.conv(), "normal", ON, CFG).tokens_scanned == 10_000
     r = prune.prune(s.conv(), "normal", settings_with(protected_tools=()), CFG)
-    assert r.acted and r.tokens_scanned == 90_000 and r.tokens_freed == 50_000
+    # 14 results: 4 protected, 10 counted (100,000), the oldest 6 over 40,000 (60,000) pruned
+    assert r.acted and r.tokens_scanned == 100_000 and r.tokens_freed == 60_000
     r = prune.prune(s.conv(), "normal", settings_with(protected_tools=("read",)), CFG)
-    # the reads are skipped; of the 9 skills the newest 5 are protected, 4 counted: 40,000 kept
-    assert (r.tokens_scanned, r.stopped_by) == (40_000, "nothing-to-prune")
+    # the reads are skipped; of the 9 skills the newest 4 are protected, 5 counted: 40,000 kept,
+    # the oldest 10,000 over it do not beat PRUNE_MINIMUM
+    assert (r.tokens_scanned, r.stopped_by) == (50_000, "minimum")
 
 
 def compacted_session():
@@ -326,9 +368,10 @@ def test_scan_follows_send_order_and_reaches_the_kept_tail():
     b = compacted_session()
     tail = [x.parts[1].id for x in b.messages[13:25]]
     r = prune.prune(b.conv(), "post-compaction", m.CompactionSettings(), CFG)
-    # the tail's 12 reads: 5 protected, 4 kept (40,000), the oldest 3 (30,000) pruned; the head
-    # is not sent and not reached
-    assert r.acted and r.part_ids == tail[2::-1] and r.tokens_scanned == 70_000
+    # the tail's 12 reads: 4 protected (40,000; a fifth would not fit), of the 8 counted 4 kept
+    # (40,000), the oldest 4 (40,000) pruned; the head is not sent and not reached
+    assert r.acted and r.part_ids == tail[3::-1] and r.tokens_scanned == 80_000
+    assert r.tokens_freed == 40_000
     # the part ids are the stored parts'; marking them leaves the tail's newest untouched
     after = prune.apply(b.conv(), r.part_ids, 7)
     assert prune.prune(after, "post-compaction", m.CompactionSettings(), CFG).stopped_by == "nothing-to-prune"

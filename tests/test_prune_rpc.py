@@ -26,10 +26,11 @@ TURNS = pb.CompactionSettings(prune_settings=pb.PruneSettings(protect="turns"))
 def test_payload_limit_prune_marks_old_outputs(stub):
     r = stub.Prune(pb.PruneRequest(conversation=long_session(turns=12), reason=pb.PRUNE_REASON_PAYLOAD_LIMIT),
                    timeout=10)
-    # the newest 5 results are protected; of the older 7 outputs (15,000 each) 30,000 are kept
+    # 12 outputs of 15,000: the newest 2 are protected (30,000; a third would exceed 40,000); of the
+    # older 10, 30,000 are kept and the oldest 8 are pruned
     assert r.acted and r.reason == pb.PRUNE_REASON_PAYLOAD_LIMIT
-    assert list(r.part_ids) == ["t14", "t12", "t10", "t8", "t6", "t4", "t2"][2:]
-    assert r.tokens_freed == 75_000 and r.tokens_scanned == 105_000
+    assert list(r.part_ids) == ["t16", "t14", "t12", "t10", "t8", "t6", "t4", "t2"]
+    assert r.tokens_freed == 120_000 and r.tokens_scanned == 150_000
 
 
 def test_turns_rule_over_grpc(stub):
@@ -67,15 +68,20 @@ def single_turn(steps=60):
     return pb.Conversation(session_id="long", messages=msgs)
 
 
-@pytest.mark.parametrize("context,output", [(32_000, 4_096), (200_000, 8_192)])
-def test_defaults_act_in_a_long_single_turn(stub, context, output):
+# The newest results t60..t56 are 3,080, 9,164, 5,247, 11,331, 7,414 tokens: at 32K (PRUNE_PROTECT
+# 6,976) only t60 fits, at 200K (40,000) all five do.
+@pytest.mark.parametrize("context,output,protected", [
+    (32_000, 4_096, ["t60"]), (200_000, 8_192, ["t60", "t59", "t58", "t57", "t56"])])
+def test_defaults_act_in_a_long_single_turn(stub, context, output, protected):
     req = pb.PruneRequest(conversation=single_turn(), model=convo.model(context=context, output=output),
                           reason=pb.PRUNE_REASON_NORMAL, compaction=pb.CompactionSettings(prune=True))
     r = stub.Prune(req, timeout=10)
     usable = context - output
     assert r.acted and r.tokens_freed > min(20_000, usable // 10)
     assert r.tokens_scanned - r.tokens_freed <= min(40_000, usable // 4)  # what is kept fits the gate
-    assert not {"t56", "t57", "t58", "t59", "t60"} & set(r.part_ids)  # the newest 5 results
+    # the newest 5 results, as many as fit in protect_tokens, are neither touched nor counted
+    assert not set(protected) & set(r.part_ids)
+    assert r.tokens_scanned == sum(2_000 + (k * 3_917) % 10_001 for k in range(1, 61 - len(protected)))
     # the reference's rule protects the whole turn and never acts
     req.compaction.prune_settings.protect = "turns"
     assert stub.Prune(req, timeout=10).stopped_by == "nothing-to-prune"
@@ -86,18 +92,20 @@ def test_window_scales_the_gates_and_overrides_win(stub):
     req = pb.PruneRequest(conversation=conv, reason=pb.PRUNE_REASON_POST_COMPACTION)
     assert stub.Prune(req, timeout=10).stopped_by == "nothing-to-prune"  # no model: 40,000 / 20,000
     req.model.CopyFrom(convo.model(context=32_000, output=4_096))  # 6,976 / 2,790
+    # t18 and t16 are protected (6,000; a third would make 9,000), t14 and t12 kept (6,000), the
+    # older five (15,000) pruned
     r = stub.Prune(req, timeout=10)
-    assert r.acted and list(r.part_ids) == ["t4", "t2"] and r.tokens_freed == 6_000
+    assert r.acted and list(r.part_ids) == ["t10", "t8", "t6", "t4", "t2"] and r.tokens_freed == 15_000
     req.compaction.prune_settings.protect_tokens = 40_000  # a per-request value beats the window
     assert stub.Prune(req, timeout=10).stopped_by == "nothing-to-prune"
     req.compaction.prune_settings.ClearField("protect_tokens")
-    req.compaction.prune_settings.minimum_tokens = 6_000
+    req.compaction.prune_settings.minimum_tokens = 15_000  # 15,000 freed is not more
     assert stub.Prune(req, timeout=10).stopped_by == "minimum"
     req.compaction.prune_settings.ClearField("minimum_tokens")
-    req.compaction.prune_settings.protected_results = 7
-    assert list(stub.Prune(req, timeout=10).part_ids) == []
-    req.compaction.prune_settings.protected_results = 3
-    assert list(stub.Prune(req, timeout=10).part_ids) == ["t8", "t6", "t4", "t2"]
+    req.compaction.prune_settings.protected_results = 7  # still only as many as fit in 6,976
+    assert list(stub.Prune(req, timeout=10).part_ids) == ["t10", "t8", "t6", "t4", "t2"]
+    req.compaction.prune_settings.protected_results = 1  # t18 only: t16 and t14 kept
+    assert list(stub.Prune(req, timeout=10).part_ids) == ["t12", "t10", "t8", "t6", "t4", "t2"]
     req.compaction.prune_settings.protected_tools.append("read")
     req.compaction.prune_settings.protected_tools_set = True
     assert stub.Prune(req, timeout=10).tokens_scanned == 0
@@ -116,14 +124,15 @@ def test_post_compaction_prune_reaches_the_kept_tail(stub):
              convo.user("msg_018", convo.text("u18", "continue"))]
     r = stub.Prune(pb.PruneRequest(conversation=pb.Conversation(messages=msgs),
                                    reason=pb.PRUNE_REASON_POST_COMPACTION), timeout=10)
-    assert r.acted and list(r.part_ids) == ["t6", "t5", "t4"] and r.tokens_freed == 30_000
+    # t15..t12 are protected (40,000), t11..t8 kept (40,000), the oldest 4 pruned
+    assert r.acted and list(r.part_ids) == ["t7", "t6", "t5", "t4"] and r.tokens_freed == 40_000
 
 
 def test_minimum_gate(stub):
     r = stub.Prune(pb.PruneRequest(conversation=long_session(turns=5, output_chars=50_000),
                                    reason=pb.PRUNE_REASON_POST_COMPACTION), timeout=10)
-    # 3 prunable outputs of 12,500: 37,500 kept under 40,000 -> nothing to prune
-    assert not r.acted and r.stopped_by in ("nothing-to-prune", "minimum")
+    # 5 outputs of 12,500: the newest 3 protected (37,500), 2 counted (25,000) under 40,000
+    assert not r.acted and r.stopped_by in ("nothing-to-prune", "minimum") and r.tokens_scanned == 25_000
 
 
 def test_bad_prune_requests(stub):
@@ -156,6 +165,6 @@ def test_prune_metrics_by_reason():
         m = scrape(s.metrics_port)
         assert m[("contextsvc_prune_runs_total", (("outcome", "acted"), ("reason", "payload-limit")))] == 1
         assert m[("contextsvc_prune_runs_total", (("outcome", "noop"), ("reason", "normal")))] == 1
-        assert m[("contextsvc_prune_tokens_freed_total", (("reason", "payload-limit"),))] == 75_000
+        assert m[("contextsvc_prune_tokens_freed_total", (("reason", "payload-limit"),))] == 120_000
     finally:
         s.stop(grace=1)

@@ -58,11 +58,13 @@ async function main(address) {
     });
 
     await check("Prune", async () => {
-      // the newest 5 tool results are protected: ten turns leave five old outputs to clear
+      // ten test runs of ~15,000 tokens: the newest 2 are protected (as many of 5 as fit in 40,000),
+      // the next 2 kept under 40,000, the six oldest cleared
       const r = await client.Prune({ conversation: session(10), reason: "PRUNE_REASON_PAYLOAD_LIMIT" });
       assert.equal(r.acted, true);
       assert.equal(r.reason, "PRUNE_REASON_PAYLOAD_LIMIT");
       assert.ok(r.part_ids.length > 0 && r.tokens_freed > 0, "frees old tool outputs");
+      assert.deepEqual(r.part_ids, ["t12", "t10", "t8", "t6", "t4", "t2"], "the six oldest outputs");
     });
 
     await check("Compact", async () => {

@@ -141,7 +141,7 @@ class PruneConfig:
     # an agent turn can be 60 tool steps with no user message: count results, not turns
     protect: str = "tool_results"
     # newest completed results never touched: Claude Code's microcompact and OpenHands' masking
-    # window both keep 5
+    # window both keep 5; only as many as fit in protect_tokens (at least the newest)
     protected_results: int = 5
     protected_turns: int = 2  # with protect = "turns": the reference never touches the last 2
     # PRUNE_PROTECT: newest tool outputs kept up to this total (the reference's value); with a
