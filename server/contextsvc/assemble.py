@@ -1,4 +1,4 @@
-"""Assemble (SPEC section 6): the provider-ready body and everything done to it.
+"""Assemble (docs/design.md §6): the provider-ready body and everything done to it.
 
 Per-turn injections touch only the tail; the body, its size, estimate and breakpoints come from
 the same evaluation Measure runs, payload guard included (request.payload_guard prunes and

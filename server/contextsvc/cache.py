@@ -1,4 +1,4 @@
-"""Prompt-cache breakpoints (SPEC section 6): where markers go, their shape per provider, and
+"""Prompt-cache breakpoints (docs/design.md §6): where markers go, their shape per provider, and
 hashes of the body prefix up to each one."""
 from __future__ import annotations
 
