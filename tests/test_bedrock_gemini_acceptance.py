@@ -1,4 +1,4 @@
-"""Bodies Bedrock Converse and Gemini accept (SPEC 6, "What the body must pass"): each test is a
+"""Bodies Bedrock Converse and Gemini accept (docs/design.md §6, "What the body must pass"): each test is a
 refusal seen from the provider, built in process as the golden tests build theirs."""
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """Every body Assemble emits for the seeded corpus (tests/corpus.py) is one its provider accepts,
-as the provider's judge (tests/judges/) decides, for all eight providers (SPEC 6, "What the body
+as the provider's judge (tests/judges/) decides, for all eight providers (docs/design.md §6, "What the body
 must pass").
 
 The requests go through ContextService.Assemble itself, in process: the same conversion and core
 call the RPC makes. A request may be refused with INVALID_ARGUMENT only where the corpus says
 that is a correct answer (five cache hints, a 1h hint after a 5m one); such requests have no body
-to judge. Beside the judges, two SPEC 6 promises are checked on each body: reasoning signed by
+to judge. Beside the judges, two design.md §6 promises are checked on each body: reasoning signed by
 another model is never replayed with its signature, and the last step keeps the tools and sets
 the provider's "no tool" choice.
 """

@@ -1,4 +1,4 @@
-"""Compact on core types (SPEC section 5): select, serialize, template, summarizers, outcomes."""
+"""Compact on core types (docs/design.md §5): select, serialize, template, summarizers, outcomes."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,4 @@
-"""Config: the SPEC's defaults, TOML overrides, and loud failure on mistakes."""
+"""Config: the defaults of docs/design.md, TOML overrides, and loud failure on mistakes."""
 from __future__ import annotations
 
 import pytest

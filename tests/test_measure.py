@@ -1,4 +1,4 @@
-"""Measure's arithmetic on core types (SPEC section 3), against hand-computed figures."""
+"""Measure's arithmetic on core types (docs/design.md §3), against hand-computed figures."""
 from __future__ import annotations
 
 import dataclasses

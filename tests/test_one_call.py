@@ -1,4 +1,4 @@
-"""One call per step (SPEC 6): Assemble carries every figure of Measure for the same body, Measure
+"""One call per step (design.md §6): Assemble carries every figure of Measure for the same body, Measure
 takes every per-step field, and each response reports, statelessly, what changed in the cached
 prefix since the previous one. All over a real server."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The cached prefix survives every step of an agent session (SPEC 6, "Prefix reuse").
+"""The cached prefix survives every step of an agent session (docs/design.md §6, "Prefix reuse").
 
 A session is driven the way an agent loop drives Assemble: tool steps, a new turn, a user message
 sent mid-run, the last allowed step, then another turn. Between any two consecutive bodies, the
@@ -46,7 +46,7 @@ def cache_order(provider: str, body: dict) -> dict:
     else:  # the Chat Completions family: system messages lead the message list
         tools = body.get("tools", [])
         # a string content and one text part are the same to the gateways' upstream caches (a
-        # marker turns the one into the other: SPEC 6)
+        # marker turns the one into the other: design.md §6)
         listed = [{**x, "content": [{"type": "text", "text": x["content"]}]} if isinstance(x.get("content"), str)
                   else x for x in body["messages"]]
         system = [x for x in listed if x["role"] == "system"]

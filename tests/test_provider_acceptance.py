@@ -1,4 +1,4 @@
-"""Regression tests for bodies Anthropic and the OpenAI Chat family refused (issue 14, SPEC section 6
+"""Regression tests for bodies Anthropic and the OpenAI Chat family refused (docs/design.md §6,
 "What the body must pass"), plus the shared pieces every format uses: tool ids and the media table."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Prune's gates on core types (SPEC section 4), one test per gate."""
+"""Prune's gates on core types (docs/design.md §4), one test per gate."""
 from __future__ import annotations
 
 import dataclasses
@@ -73,7 +73,7 @@ def test_normal_is_off_by_default():
 def test_other_reasons_run_unless_prune_is_false(reason):
     r = prune.prune(history().conv(), reason, m.CompactionSettings(), TURNS)
     assert r.acted and r.reason == reason
-    # an explicit prune: false turns these off too (SPEC 4, as upstream)
+    # an explicit prune: false turns these off too (design.md §4, as upstream)
     r = prune.prune(history().conv(), reason, m.CompactionSettings(prune=False), TURNS)
     assert (r.acted, r.stopped_by, r.part_ids) == (False, "disabled", [])
 
@@ -179,7 +179,7 @@ def test_apply_marks_copy_only():
     assert again.stopped_by == "nothing-to-prune" and again.tokens_scanned == 40_000
 
 
-# ---- long single turns: protection by tool results, gates scaled to the window (SPEC 4) --------
+# ---- long single turns: protection by tool results, gates scaled to the window (design.md §4) ----
 
 W32 = m.Model("claude-sonnet-4-5", m.ANTHROPIC, m.ModelLimits(32_000, 0, 4_096))  # usable 27,904
 W200 = m.Model("claude-sonnet-4-5", m.ANTHROPIC, m.ModelLimits(200_000, 0, 8_192))  # usable 191,808
@@ -215,7 +215,7 @@ def protected_count(sizes, protected_results, protect):
 
 
 def expected(sizes, protected_results, protect, minimum):
-    """SPEC 4 by hand, newest first: (ids' indexes on the list, tokens freed) or None.
+    """design.md §4 by hand, newest first: (ids' indexes on the list, tokens freed) or None.
 
     The protected results are not counted; the token walk starts from 0 after them."""
     total, chosen, freed = 0, [], 0

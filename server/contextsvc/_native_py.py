@@ -8,7 +8,7 @@ JSON text below always means json_text(value): what
 
     json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
-writes, with numbers as Node's JSON.stringify writes them (SPEC 3, "Bytes"): a float by
+writes, with numbers as Node's JSON.stringify writes them (docs/design.md §3, "Bytes"): a float by
 number_text (ECMAScript's Number::toString: 1.0 -> 1, 1e-07 -> 1e-7, -0.0 -> 0), an int as
 int.__repr__ (exact, however big: a JSON integer the caller wrote is kept as written). NaN and
 the infinities are not JSON: every function here refuses them with ValueError. One more
@@ -304,7 +304,7 @@ def utf16_len(s: str) -> int:
 
 
 def estimate_tokens(x) -> int:
-    """The reference estimate max(0, Math.round(chars / 4)), JavaScript rounding (halves up).
+    """The reference agent's estimate max(0, Math.round(chars / 4)), JavaScript rounding (halves up).
 
     x is a str (chars = its UTF-16 length) or a non-negative int (the chars count itself);
     bool is refused as a likely mistake. For n >= 0, floor(n / 4 + 1/2) == (n + 2) // 4.

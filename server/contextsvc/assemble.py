@@ -1,4 +1,4 @@
-"""Assemble (SPEC section 6): the provider-ready body and everything done to it.
+"""Assemble (docs/design.md §6): the provider-ready body and everything done to it.
 
 Per-turn injections touch only the tail; the body, its size, figures and breakpoints come from
 one function, `step`, that both Measure and Assemble call (Measure only skips serializing the

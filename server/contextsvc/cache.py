@@ -1,4 +1,4 @@
-"""Prompt-cache breakpoints (SPEC section 6): where markers go, their shape per provider, and
+"""Prompt-cache breakpoints (docs/design.md §6): where markers go, their shape per provider, and
 hashes of the body prefix up to each one."""
 from __future__ import annotations
 
@@ -290,7 +290,7 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, texts: dict | None 
 
 # ---- the per-response cache state and what changed since the previous one --------------------
 #
-# Stateless by design (SPEC 6 "Prefix reuse", SPEC 11): each response carries the digests of its
+# Stateless by design (design.md §6 "Prefix reuse", design.md §11): each response carries the digests of its
 # prefix, the client passes them back with its next request, and whichever replica answers tells
 # what changed. No session table: it would be wrong with several processes or behind a proxy.
 

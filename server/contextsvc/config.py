@@ -1,4 +1,4 @@
-"""Every constant of the SPEC, as configuration with the SPEC's default.
+"""Every constant of docs/design.md, as configuration with its default.
 
 One source of truth: the core reads its numbers from these dataclasses, never from literals.
 A config file is TOML with one table per section (see README); unknown keys are errors, so a
@@ -79,7 +79,7 @@ COMPACTION_FIGURES = ("estimate", "calibrated", "self-calibrated", "exact")
 
 @dataclass(frozen=True)
 class MeasureConfig:
-    chars_per_token: int = 4  # the reference estimator: UTF-16 chars / 4, JS Math.round
+    chars_per_token: int = 4  # the reference agent's estimator: UTF-16 chars / 4, JS Math.round
     preflight_factor: str = "1.3"  # the estimate undercounts code and JSON by 15-30%
     output_token_max: int = 32000  # OUTPUT_TOKEN_MAX: the cap on any request's output budget
     reserved_max: int = 20000  # reserved = min(this, max_output(model)) below an input limit

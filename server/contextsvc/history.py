@@ -1,4 +1,4 @@
-"""History projection (SPEC section 6): only what follows the last completed compaction point."""
+"""History projection (docs/design.md §6): only what follows the last completed compaction point."""
 from __future__ import annotations
 
 from . import model as m

@@ -1,4 +1,4 @@
-"""Measure (SPEC section 3): bytes, token figures, usable window, overflow and output budget."""
+"""Measure (docs/design.md §3): bytes, token figures, usable window, overflow and output budget."""
 from __future__ import annotations
 
 import dataclasses
@@ -132,7 +132,7 @@ def mid_tool_round_trip(messages: list) -> bool:
 
 def output_budget(mdl: m.Model, configured: int, reported: int, normalized: int,
                   media_count: int, cfg: Config) -> int:
-    """The configured output cap, lowered to what the window has left (SPEC section 3)."""
+    """The configured output cap, lowered to what the window has left (design.md §3)."""
     context = mdl.limits.context
     if context == 0:
         return configured
@@ -235,7 +235,7 @@ def _media_in(element_texts) -> int:
 def _figures(inp: MeasureInput, built: request.Built, cfg: Config, policy, exact_counter, base,
              reported: int, last_assistant: int, has_tail: bool, rewrite_from) -> _Figures:
     """The calibrated, self-calibrated and (when asked) exact figures and their projections,
-    summed over the same stretches as the reference's (tail after the last assistant element,
+    summed over the same stretches as the reference agent's (tail after the last assistant element,
     overhead = system + tools), and the rewrite: the elements from rewrite_from on (an index
     into system + messages; -1 = the whole request, tools included; None = none)."""
     msgs, mdl, low = inp.conversation.messages, inp.model, built.lowered
@@ -341,7 +341,7 @@ class Decision:
 def _decision(figure: str, stretch: tuple, media: int, media_tail: int, media_rewrite: int,
               self_method: str, mdl: m.Model, cfg: Config) -> Decision:
     """The figure every compaction choice reads: the method's count of the text (media as
-    placeholders) times the safety margin, plus a fixed cost per media item (SPEC 3)."""
+    placeholders) times the safety margin, plus a fixed cost per media item (design.md §3)."""
     mc = cfg.measure
     total, tail, overhead, rewrite = stretch
     margin = mc.margin
@@ -460,7 +460,7 @@ def _evaluate(inp: MeasureInput, cfg: Config, exact_counter, policy, hashes: boo
     stretches = dict(fig.stretches, estimate=(normalized, tail, overhead, rewrite))
     decision = _decision(figure, stretches[figure], built.ledger.media_count, fig.media_tail,
                          fig.media_rewrite, fig.self_calibrated[1], mdl, cfg)
-    # One figure decides (SPEC 3): the decision figure of the whole request, or the projection
+    # One figure decides (design.md §3): the decision figure of the whole request, or the projection
     # from the last reported usage when that is higher (it saw what the provider really counted).
     # Never the lower of the two: a tail the estimate undercounts must not slip a request past
     # the window. Mid tool round-trip included.

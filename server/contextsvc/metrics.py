@@ -1,4 +1,4 @@
-"""Prometheus metrics (SPEC section 8). One registry per server, served over HTTP.
+"""Prometheus metrics (docs/design.md §8). One registry per server, served over HTTP.
 
 Label sets are bounded: method and code come from the service definition and the gRPC status
 enum, never from request data.

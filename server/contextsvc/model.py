@@ -1,7 +1,7 @@
-"""The conversation data model as plain Python types (SPEC section 2).
+"""The conversation data model as plain Python types (docs/design.md §2).
 
 The core works on these; the RPC layer converts protobuf to them and back. Enum-like fields are
-short strings so the core reads like the SPEC.
+short strings so the core reads like the design doc.
 """
 from __future__ import annotations
 
@@ -242,7 +242,7 @@ class SystemPrompt:
 
 @dataclass(slots=True)
 class PruneSettings:
-    """Per-request prune thresholds; None means "use the service config" (SPEC section 4)."""
+    """Per-request prune thresholds; None means "use the service config" (design.md §4)."""
     protect: Optional[str] = None  # "tool_results" or "turns"
     protected_results: Optional[int] = None
     protected_turns: Optional[int] = None

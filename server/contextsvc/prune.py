@@ -1,7 +1,7 @@
-"""Prune (SPEC section 4): mark old tool outputs compacted, never touching structure.
+"""Prune (docs/design.md §4): mark old tool outputs compacted, never touching structure.
 
 Scans the history as it is sent (what follows the last compaction) from the newest message
-backwards through the SPEC's gates and returns the ids of the tool parts to mark. `apply` produces the conversation those marks give (Compact uses it to measure
+backwards through the gates of design.md §4 and returns the ids of the tool parts to mark. `apply` produces the conversation those marks give (Compact uses it to measure
 what is left after its post-compaction prune).
 """
 from __future__ import annotations
@@ -56,7 +56,7 @@ class Gates:
 
 
 def gates(settings: m.CompactionSettings, cfg: Config, mdl: Optional[m.Model] = None) -> Gates:
-    """Config values, the token gates scaled to the window when the model's is known (SPEC 4:
+    """Config values, the token gates scaled to the window when the model's is known (design.md §4:
     min(config, usable / 4) and min(config, usable / 10)), then each per-request value wins."""
     pc, ps = cfg.prune, settings.prune_settings
     protect_tokens, minimum_tokens = pc.protect_tokens, pc.minimum_tokens

@@ -16,7 +16,7 @@ from .lowering.neutral import attachment_note
 
 @dataclass(slots=True)
 class Guard:
-    """What the payload guard did to a request (SPEC 6, "Payload guard")."""
+    """What the payload guard did to a request (docs/design.md §6, "Payload guard")."""
     tripped: bool = False  # the body as first built exceeded REQUEST_PRUNE_BYTES
     pruned_part_ids: list = field(default_factory=list)  # the payload-limit prune's parts
     media_stripped: int = 0  # historical media turned into attachment notes

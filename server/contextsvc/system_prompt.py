@@ -6,7 +6,7 @@ import re
 
 from . import model as m
 
-# Model-id rules for the family prompt, first match wins (SPEC section 6).
+# Model-id rules for the family prompt, first match wins (docs/design.md §6).
 _FAMILY_RULES = (
     (re.compile(r"gpt-4|(^|[/-])o1|(^|[/-])o3"), "beast"),
     (re.compile(r"gpt.*codex"), "codex"),

@@ -1,4 +1,4 @@
-"""How many tokens: the reference estimator, the pre-flight factor, the calibrated estimate and
+"""How many tokens: the reference agent's estimator, the pre-flight factor, the calibrated estimate and
 the exact counter.
 
 Every figure is reported with the method that produced it.

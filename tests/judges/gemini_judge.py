@@ -148,5 +148,5 @@ def judge(body: dict) -> list:
                 if "parametersJsonSchema" in decl:
                     p.add("openapi-schema", where, "parameters and parametersJsonSchema are exclusive")
     if tool_history and not declared:
-        p.add("tools-defined", "tools", "history holds function calls but no functions are declared (SPEC 6: tools stay)")
+        p.add("tools-defined", "tools", "history holds function calls but no functions are declared (design.md §6: tools stay)")
     return p

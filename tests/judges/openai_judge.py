@@ -169,7 +169,7 @@ def judge(body: dict, provider: str = "openai") -> list:
     for cid, where in open_calls.items():
         p.add("tool-pairing", where, f"tool call {cid!r} is never answered by a tool message")
     if tool_history and not body.get("tools"):
-        p.add("tools-defined", "tools", "history holds tool calls but no tools are defined (SPEC 6: tools stay)")
+        p.add("tools-defined", "tools", "history holds tool calls but no tools are defined (design.md §6: tools stay)")
     for k, tool in enumerate(body.get("tools") or []):
         name = ((tool or {}).get("function") or {}).get("name") if isinstance(tool, dict) else None
         if isinstance(name, str) and not FUNCTION_NAME.fullmatch(name):

@@ -1,4 +1,4 @@
-"""Compact (SPEC section 5): select, serialize, summarize, prune, and report the outcome.
+"""Compact (docs/design.md §5): select, serialize, summarize, prune, and report the outcome.
 
 The entry point is `contextsvc.compact.compact.compact(CompactInput, Config, summarizer=None)`;
 the submodule keeps the name `compact`, so the function is not re-exported here.

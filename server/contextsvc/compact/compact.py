@@ -1,4 +1,4 @@
-"""Compact (SPEC section 5): summarize the head, keep the tail, say honestly whether it worked."""
+"""Compact (docs/design.md §5): summarize the head, keep the tail, say honestly whether it worked."""
 from __future__ import annotations
 
 import dataclasses
@@ -101,7 +101,7 @@ def _preflight(text: str, cfg: Config) -> int:
 
 def needs_chunks(job: SummaryJob, usable: int, cfg: Config) -> bool:
     """ceil(estimate * 1.3) + output > usable, for the summary request itself, its output capped
-    at the chunk output budget (2048) as the reference sizes it: the model's full output cap
+    at the chunk output budget (2048) as the reference agent sizes it: the model's full output cap
     would send small heads down the chunked path."""
     if usable <= 0:
         return False
@@ -305,7 +305,7 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
     if not serialize.serialize(plan.head, cfg.compact.tool_output_max_chars).messages:
         if not over:
             return result
-        # Never stuck (SPEC 5): over the limit with nothing old enough, the tail goes too.
+        # Never stuck (design.md §5): over the limit with nothing old enough, the tail goes too.
         plan = _plan(projected, msgs, inp.overflow, mdl, use, settings, cfg, keep_tail=False)
     result.attempts = inp.attempts + 1
 

@@ -1,6 +1,6 @@
 """The changes a compaction asks of the client's stored conversation, and how they apply.
 
-The client owns the history (SPEC section 5): Compact answers with edits, in order, and the
+The client owns the history (docs/design.md §5): Compact answers with edits, in order, and the
 client applies them. Compact applies the same edits itself to measure what the next request
 holds, so `tokens_after` is, by construction, what Measure says of the edited conversation.
 """

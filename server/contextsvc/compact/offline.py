@@ -1,4 +1,4 @@
-"""The embedded summarizer: deterministic and extractive, no key and no network (SPEC section 5).
+"""The embedded summarizer: deterministic and extractive, no key and no network (docs/design.md §5).
 
 It fills every section of the template from the head: the person's goals and constraints from
 user messages, files from tool inputs, commands from shell tool inputs, error strings from tool

@@ -1,4 +1,4 @@
-"""Select (SPEC section 5): split the history into the head to summarize and the tail kept verbatim."""
+"""Select (docs/design.md §5): split the history into the head to summarize and the tail kept verbatim."""
 from __future__ import annotations
 
 import math

@@ -1,4 +1,4 @@
-"""The head as the transcript a summarizer reads (SPEC section 5, "Serialize the head").
+"""The head as the transcript a summarizer reads (docs/design.md §5, "Serialize the head").
 
 Media are stripped to a note, each tool output is cut to the configured number of characters,
 and finished compaction pairs are hidden: a previous summary is handed over separately, never

@@ -1,4 +1,4 @@
-"""The summary template and the prompts that ask for it (SPEC section 5, "Template").
+"""The summary template and the prompts that ask for it (docs/design.md §5, "Template").
 
 The system text (TEMPLATE_RULES) never changes, so it is the cacheable prefix of every summary
 request; the transcript and the previous summary go in the user turn.

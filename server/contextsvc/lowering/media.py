@@ -1,5 +1,5 @@
-"""Media and opaque state inside a body: placed verbatim, accounted for twice (SPEC section 3);
-and which media each provider accepts, in what form (SPEC section 6).
+"""Media and opaque state inside a body: placed verbatim, accounted for twice (docs/design.md §3);
+and which media each provider accepts, in what form (design.md §6).
 
 The body carries the real bytes. The token estimate counts each such value as its placeholder
 and adds what it really costs to `extra`, so the ledger records, per value, how many UTF-16 units
@@ -73,7 +73,7 @@ class MediaLedger:
 
 
 # ---- what each provider accepts ---------------------------------------------------------------
-# The one table of media types per provider (SPEC section 6, "What the body must pass"). A media
+# The one table of media types per provider (design.md §6, "What the body must pass"). A media
 # part whose type its provider does not take is lowered as the attachment note.
 
 IMAGE = "image"

@@ -1,4 +1,4 @@
-"""Stored messages -> provider-neutral model messages (SPEC section 6, "Lowering")."""
+"""Stored messages -> provider-neutral model messages (docs/design.md §6, "Lowering")."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -112,7 +112,7 @@ def _signed_elsewhere(msg: m.Message, model) -> bool:
 
 
 def _reasoning(c: m.Reasoning, foreign: bool):
-    """Reasoning another model signed goes as plain text without its signature, as upstream
+    """Reasoning another model signed goes as plain text without its signature, as the reference
     does; redacted reasoning has no text to give."""
     if foreign and (c.signature or c.redacted_data):
         return MText(c.text) if c.text else None

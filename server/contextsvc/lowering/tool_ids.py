@@ -1,4 +1,4 @@
-"""Tool call ids as each provider accepts them (SPEC section 6, "What the body must pass").
+"""Tool call ids as each provider accepts them (docs/design.md §6, "What the body must pass").
 
 A session can hold ids minted by another provider (`functions.read:1`, `toolu_01...`, long
 Responses-API ids). Each id is written in the provider's alphabet and length by a rule that is a
