@@ -49,6 +49,8 @@ def prefix_elements(provider: str, body: dict) -> tuple:
     markers removed: tests/test_prefix_stability.py's cache_order), one short digest each."""
     from test_prefix_stability import cache_order  # tests/ is on sys.path in the tests and benches
 
+    if provider != "openai":  # a hand-made body may have no system prompt
+        body = {"system": [], **body}
     order = cache_order(provider, body)
     return tuple(f"{segment}:" + hashlib.sha256(json.dumps(e, sort_keys=True, ensure_ascii=False).encode())
                  .hexdigest()[:16] for segment in ("tools", "system", "messages") for e in order[segment])
