@@ -3,10 +3,14 @@
 Each session replays a seeded script (tests/agent_loop/session.py) through the Python agent loop
 (tests/agent_loop/loop.py) against a real in-process server and the fake provider, which refuses
 any body whose cl100k count plus max_tokens exceeds the window. Prints, per session: the
-compactions (tokens before -> after, outcome), requests refused, prune runs that acted, the
-largest input the provider counted, and elapsed time; exits 1 if any session broke the contract
-(a refusal, a compaction not under the limit, tokens_after != Measure after applying, a tool call
-without its result).
+compactions (tokens before -> after, outcome), requests refused (with the content classes still
+in the conversation), prune runs that acted, the cache breaks by cause (from each body's
+cache_report: the loop passes the last accepted body's cache_state back), the largest input the
+provider counted, and elapsed time, then a table of the sessions; exits 1 if any session broke
+the contract (a refusal, a compaction not under the limit, tokens_after != Measure after
+applying, a tool call without its result, a cache break not explained by a compaction or a prune
+that acted, or at 200K a step that neither compacted nor pruned whose previous body is not a
+prefix of its body).
 
     PYTHONPATH=server:tests python bench/agent_loop.py [--steps 60] [--seed 1] [--node] [--json out.json]
 """
@@ -34,10 +38,13 @@ PROVIDERS = ("anthropic", "openai", "bedrock")
 WINDOWS = (32_000, 200_000)
 
 
-def violations(summary: dict) -> list[str]:
-    """Every way a session broke the contract, as readable lines."""
+def violations(summary: dict, log: list | None = None) -> list[str]:
+    """Every way a session broke the contract, as readable lines (log: the fake provider's entries
+    of the session, for the cache checks)."""
     out = [f"refused at step {r['step']}: {json.dumps(r['error'])[:200]} (should_compact was "
-           f"{r['should_compact']}, decision {r['decision']}, limit {r['limit']})" for r in summary["refusals"]]
+           f"{r['should_compact']}, decision {r['decision']}, limit {r['limit']}; tool outputs in the "
+           f"conversation by class {r.get('content')}, the last step's {r.get('last_step_kinds')})"
+           for r in summary["refusals"]]
     for c in summary["compactions"]:
         if c["measured_after"] != c["tokens_after"]:
             out.append(f"step {c['step']}: tokens_after {c['tokens_after']} but Measure after applying "
@@ -48,7 +55,14 @@ def violations(summary: dict) -> list[str]:
     out += [f"step {u['step']}: unpaired tool calls {u['problems']}" for u in summary["unpaired"]]
     if summary["turns_ended"]:
         out.append(f"{summary['turns_ended']} turns ended by CONTEXT_OVERFLOW")
+    if log is not None:
+        out += loop.cache_violations(summary, log, summary["window"])
     return out
+
+
+def causes(s: dict) -> str:
+    by = loop.breaks_by_cause(s)
+    return ", ".join(f"{k} {v}" for k, v in sorted(by.items())) or "none"
 
 
 def node_session(script_path, address, url, provider, window) -> dict:
@@ -59,18 +73,30 @@ def node_session(script_path, address, url, provider, window) -> dict:
     return json.loads(out.stdout)
 
 
-def report(label: str, s: dict) -> None:
+def report(label: str, s: dict, log: list | None = None) -> None:
     comp = s["compactions"]
     print(f"{label}: {s['steps']} steps, {s['requests']} requests, {len(comp)} compactions, "
           f"{len(s['refusals'])} refused, {len(s['prunes'])} prune runs acted "
-          f"({sum(p['tokens_freed'] for p in s['prunes'])} tokens freed), largest input {s['max_input']}, "
-          f"{s['elapsed_s']:.1f} s")
+          f"({sum(p['tokens_freed'] for p in s['prunes'])} tokens freed), cache breaks by cause: {causes(s)}, "
+          f"largest input {s['max_input']}, {s['elapsed_s']:.1f} s")
     for c in comp:
         kind = "overflow" if c["overflow"] else "auto"
         print(f"    step {c['step']:>2} {kind:<8} {c['tokens_before']:>7} -> {c['tokens_after']:>6} "
               f"(limit {c['limit']}, Measure after {c['measured_after']}) {c['outcome'].removeprefix('COMPACT_OUTCOME_')}")
-    for line in violations(s):
+    for b in loop.cache_breaks(s):
+        print(f"    step {b['step']:>2} cache break {b['cause']:<10} at {b['segment']}[{b['index']}], "
+              f"rewrite {b['rewrite']} tokens (step changed: {', '.join(b['changed']) or 'nothing'})")
+    for line in violations(s, log):
         print(f"    VIOLATION {line}")
+
+
+def table(rows: list) -> None:
+    print(f"{'session':<24} {'cmp':>3} {'tokens before -> after':<40} {'refused':>7} {'prunes':>6} "
+          f"{'cache breaks by cause':<28}")
+    for label, s in rows:
+        moves = " ".join(f"{c['tokens_before']}->{c['tokens_after']}" for c in s["compactions"]) or "-"
+        print(f"{label:<24} {len(s['compactions']):>3} {moves:<40} {len(s['refusals']):>7} {len(s['prunes']):>6} "
+              f"{causes(s):<28}")
 
 
 def main() -> int:
@@ -90,19 +116,24 @@ def main() -> int:
     t0 = time.monotonic()
     try:
         with FakeProvider() as fp, tempfile.TemporaryDirectory() as tmp:
-            k = 0
+            k, rows = 0, []
             for window in WINDOWS:
                 for provider in PROVIDERS:
                     script = session.generate(args.seed + k, steps=args.steps)
                     k += 1
+                    first = len(fp.log)
                     if args.node:
                         path = session.write(script, pathlib.Path(tmp) / f"script-{k}.json")
                         s = node_session(path, address, fp.url(provider, window), provider, window)
                     else:
                         s = loop.run_session(stub, fp.url(provider, window), provider, window, script).as_dict()
-                    report(f"{provider:<9} {window:>6} seed {script['seed']}", s)
-                    bad += bool(violations(s))
+                    log = fp.log[first:]
+                    label = f"{provider:<9} {window:>6} seed {script['seed']}"
+                    report(label, s, log)
+                    bad += bool(violations(s, log))
                     summaries.append(s)
+                    rows.append((label, s))
+            table(rows)
             refused = sum(e.refused for e in fp.log)
             print(f"provider log: {len(fp.log)} requests, {refused} refused; total {time.monotonic() - t0:.1f} s")
     finally:

@@ -1,9 +1,10 @@
 """Cache economics: 60-step agent sessions through a real server, priced by Anthropic's cache rules.
 
-Each session is an agent loop against a real `contextsvc serve` process over gRPC: Measure, and
-when it says should_compact (sessions with compaction only), Compact and apply its edits with
-contextsvc.client.apply_compaction; then Assemble (storing the parts it returns to persist, when
-the service returns any), and the body is "sent" to a model of
+Each session is an agent loop against a real `contextsvc serve` process over gRPC, one Assemble
+call per step (the previous response's cache_state passed back as previous_cache_state): when its
+figures say should_compact (sessions with compaction only), Compact, apply its edits with
+contextsvc.client.apply_compaction and Assemble again; the parts Assemble returns to persist are
+stored (contextsvc.client.apply_persist), and the body is "sent" to a model of
 Anthropic's prompt cache (bench/cache_model.py). The model answers with a tool call whose output
 grows the history; a second user message arrives mid-run halfway through; the last step is the
 last allowed one (max_steps). Sessions: Anthropic and Bedrock (cachePoint markers read with the
@@ -14,8 +15,9 @@ would do with such bodies).
 Per session: the share of input tokens read from cache, written to it and uncached (over all
 steps, and over the steps between compactions: all but the first step and the first step after
 each compaction), the steps whose previous request was a prefix of this one (element by element in
-cache order, markers removed) with the breaks that a compaction explains and the others, and the
-cost against no caching at 1.25x write / 0.1x read.
+cache order, markers removed) with the breaks that a compaction explains and the others, the
+breaks the service's own cache_report names by cause (and any step where it disagrees with the
+byte comparison), and the cost against no caching at 1.25x write / 0.1x read.
 
     PYTHONPATH=server python bench/cache_sim.py            # 8 sessions of 60 steps, about a minute or two
     PYTHONPATH=server python bench/cache_sim.py --quick    # 24 steps each
@@ -145,6 +147,8 @@ class Step:
     after_compaction: bool     # a compaction (and its prune) was applied just before this step
     pruned: bool               # the payload guard pruned or stripped media in this body
     injected: tuple = ()
+    reported_kept: bool | None = None  # the response's cache_report.prefix_kept (None: not compared)
+    reported_cause: str = ""           # its cause when it reports a break
 
 
 @dataclass
@@ -191,6 +195,20 @@ class Session:
         return [s.step for p, s in zip(self.steps, self.steps[1:]) if s.prefix_kept and s.usage.read < p.usage.total]
 
     @property
+    def reported_breaks(self) -> dict:
+        """The breaks the service's cache_report names, by cause."""
+        out: dict = {}
+        for s in self.steps:
+            if s.reported_kept is False:
+                out[s.reported_cause] = out.get(s.reported_cause, 0) + 1
+        return out
+
+    @property
+    def disagreements(self) -> list:
+        """Steps where the service's cache_report and the byte comparison of the bodies differ."""
+        return [s.step for s in self.judged if s.reported_kept is not None and s.reported_kept != s.prefix_kept]
+
+    @property
     def other_breaks(self) -> list:
         return [s.step for s in self.judged if not s.prefix_kept and not (s.after_compaction or s.pruned)]
 
@@ -207,36 +225,41 @@ def run_session(stub, spec: Spec) -> Session:
     second_user_at = spec.steps // 2 + 1
     cache = cache_model.Cache(MODEL_IDS[spec.provider])
     session = Session(spec)
-    previous = None
+    previous, state = None, b""
     for step in range(1, spec.steps + 1):
         if step == second_user_at:  # the user speaks while the agent runs
             messages.append(user_message(f"msg_{step:03d}u", "Also keep the public API of src/app/api.py stable."))
             clock, block = "2026-12-02T09:31:07+01:00", ""
         conv = pb.Conversation(session_id=f"cache-sim-{spec.seed}", messages=messages)
+
+        def assemble():
+            return stub.Assemble(pb.AssembleRequest(
+                conversation=conv, model=model, tools=tool_defs, system=sys_prompt, editor=editor(clock, block),
+                step=step, max_steps=spec.steps, previous_cache_state=state), timeout=60)
+
+        a = assemble()  # one call per step: the body, its figures and the cache report
         compacted = False
-        if spec.compact:
-            measured = stub.Measure(pb.MeasureRequest(conversation=conv, model=model, tools=tool_defs,
-                                                      system=sys_prompt), timeout=60)
-            if measured.should_compact:
-                r = stub.Compact(pb.CompactRequest(conversation=conv, model=model, tools=tool_defs, system=sys_prompt,
-                                                   auto=True, id_prefix=f"cmp{step}_"), timeout=120)
-                if r.edits:
-                    messages = client.apply_compaction(messages, r, drop_omittable=True)
-                    conv = pb.Conversation(session_id=conv.session_id, messages=messages)
-                    compacted = True
-                    session.compactions += 1
-        a = stub.Assemble(pb.AssembleRequest(conversation=conv, model=model, tools=tool_defs, system=sys_prompt,
-                                             editor=editor(clock, block), step=step, max_steps=spec.steps),
-                          timeout=60)
+        if spec.compact and a.figures.should_compact:
+            r = stub.Compact(pb.CompactRequest(conversation=conv, model=model, tools=tool_defs, system=sys_prompt,
+                                               auto=True, id_prefix=f"cmp{step}_"), timeout=120)
+            if r.edits:
+                messages = client.apply_compaction(messages, r, drop_omittable=True)
+                conv = pb.Conversation(session_id=conv.session_id, messages=messages)
+                compacted = True
+                session.compactions += 1
+                a = assemble()
         block = a.environment_details  # passed back on the later steps of the same user message
-        if getattr(a, "persist", None) and hasattr(client, "apply_persist"):
-            # a service that returns parts to store (issue 15): the client keeps them, as the
-            # README's agent loop does
-            messages = client.apply_persist(messages, a)
+        # the parts to store (the environment block, a mid-run message's wrapping), as the
+        # README's agent loop does; the cache state goes back with the next request
+        messages = client.apply_persist(messages, a)
+        state = a.cache_state
+        report = a.cache_report
         prompt = cache_model.parse(a.body, spec.provider)
         usage = cache.send(prompt)
         session.steps.append(Step(step, usage, None if previous is None else cache_model.is_prefix(previous, prompt),
-                                  compacted, bool(a.pruned_part_ids or a.media_stripped), tuple(a.injected)))
+                                  compacted, bool(a.pruned_part_ids or a.media_stripped), tuple(a.injected),
+                                  report.prefix_kept if report.compared else None,
+                                  report.cause if report.compared and not report.prefix_kept else ""))
         previous = prompt
         messages = [*messages, assistant_step(rng, f"msg_{step:03d}a", step, usage, step == spec.steps)]
     return session
@@ -253,24 +276,29 @@ def pct(part, whole):
 def report(sessions, out=print) -> bool:
     """Prints one line per session and the goals; True when every goal is met."""
     out(f"{'session':26} {'steps':>5} {'cmp':>3} {'input tok':>10} {'read':>6} {'written':>7} {'uncached':>8} "
-        f"{'read*':>6} {'prefix kept':>11} {'other breaks':>12} {'lost':>5} {'over':>4} {'cost':>6}")
+        f"{'read*':>6} {'prefix kept':>11} {'other breaks':>12} {'reported breaks':>22} {'lost':>5} {'over':>4} "
+        f"{'cost':>6}")
     ok = True
     for s in sessions:
         total, read, written, uncached, cost = s.totals()
         bt, br, *_ = s.between_compactions()
         kept = f"{s.kept}/{len(s.judged)}"
         other = ",".join(map(str, s.other_breaks)) or "none"
+        reported = ",".join(f"{k} {v}" for k, v in sorted(s.reported_breaks.items())) or "none"
+        if s.disagreements:
+            reported += f" (differs at {','.join(map(str, s.disagreements))})"
         out(f"{s.spec.name:26} {len(s.steps):5d} {s.compactions:3d} {total:10,d} {pct(read, total)} "
-            f"{pct(written, total):>7} {pct(uncached, total):>8} {pct(br, bt)} {kept:>11} {other:>12} "
+            f"{pct(written, total):>7} {pct(uncached, total):>8} {pct(br, bt)} {kept:>11} {other:>12} {reported:>22} "
             f"{','.join(map(str, s.lost)) or 'none':>5} {s.over_window:4d} "
             f"{cost / total if total else 0:5.3f}x")
-        if s.other_breaks:
+        if s.other_breaks or s.disagreements or "other" in s.reported_breaks:
             ok = False
         if s.spec.window >= 200_000 and s.spec.compact and bt and br / bt < GOAL_READ_SHARE_200K:
             ok = False
     out("read*: share read over the steps between compactions (not the first step, not the first after a "
         "compaction); other breaks: steps whose previous request was not a prefix and no compaction or prune "
-        "acted; lost: steps that kept the prefix but read less than the previous request (the cache was "
+        "acted; reported breaks: the service's cache_report (previous_cache_state passed back) by cause; "
+        "lost: steps that kept the prefix but read less than the previous request (the cache was "
         "invalidated: tool_choice, images); over: steps over the window; cost: against the same tokens "
         "uncached (1.25x write, 0.1x read)")
     out(f"goals (200K read* >= {GOAL_READ_SHARE_200K:.0%} with compaction; no other breaks): "

@@ -1,11 +1,14 @@
 """Load test: N concurrent agent sessions against a real `python -m contextsvc serve` process.
 
 Each caller plays an agent whose conversation grows step by step (a tool call with its output,
-then the next user turn): Assemble and Measure on every step, Prune every few steps, Compact now
-and then (a compacted session continues from its summary and kept tail, as an agent's does), and
-big tool outputs go through TruncateToolOutput and ReadTruncated. Loopback only, bounded callers
-and duration. Prints requests/s, p50/p95/p99 per RPC, errors by code and the server's RSS
-before and after. Exits 1 on any error (speed is reported, never judged).
+then the next user turn): Assemble on every step (passing the previous response's cache_state
+back as previous_cache_state, so every Assemble after a session's first compares the prefix) and
+Measure, Prune every few steps, Compact now and then (a compacted session applies the edits with
+contextsvc.client.apply_compaction, as an agent does), and big tool outputs go through
+TruncateToolOutput and ReadTruncated. Loopback only, bounded callers and duration. Prints
+requests/s, p50/p95/p99 per RPC, errors by code, the cache reports of the Assemble responses
+(kept, or the break's cause; informational) and the server's RSS before and after. Exits 1 on
+any error (speed is reported, never judged).
 
 Usage: python bench/load.py [--callers 8] [--seconds 60] [--processes 1] [--json]
 """
@@ -25,6 +28,7 @@ import grpc
 
 from server_process import cpu_seconds, rss_mb, serve
 
+from contextsvc.client import apply_compaction
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
 
@@ -63,6 +67,7 @@ class Session:
         self.rng, self.name, self.n = rng, name, 0
         self.conv = pb.Conversation(session_id=name)
         self.bytes = 0
+        self.cache_state = b""  # the previous Assemble response's, passed back with the next
         self.user("Fix the failing test in tests/test_main.py")
 
     def _id(self):
@@ -87,14 +92,11 @@ class Session:
         self.bytes += len(say) + len(output) + len(inp)
 
     def compacted(self, r: pb.CompactResponse):
-        """Continue from the summary and the kept tail, as the agent stores them."""
-        tail = [m for m in self.conv.messages if r.tail_start_id and m.id >= r.tail_start_id]
-        summary = pb.Message()
-        summary.CopyFrom(r.summary)
-        summary.id = self._id()
+        """Apply the response's edits (marker, summary, continue message; omittable messages
+        dropped), as an agent stores them: the next Assemble reports the break as a compaction."""
+        messages = apply_compaction(list(self.conv.messages), r, drop_omittable=True)
         del self.conv.messages[:]
-        self.conv.messages.extend([summary] + tail)
-        self.conv.messages.sort(key=lambda m: m.id)
+        self.conv.messages.extend(messages)
         self.bytes = sum(m.ByteSize() for m in self.conv.messages)
 
 
@@ -103,6 +105,7 @@ class Stats:
         self.lock = threading.Lock()
         self.latency = collections.defaultdict(list)
         self.errors = collections.Counter()
+        self.reports = collections.Counter()  # Assemble cache reports: "kept" or the break's cause
         self.first_error = {}
 
     def call(self, stub, method, request):
@@ -139,8 +142,14 @@ def caller(port, seed, stop, stats):
                 output = _CODE * rng.randint(1, 20)
             s.assistant(output, rng.choice(("read", "bash", "grep")))
             s.user(" ".join(rng.choice(_WORDS) for _ in range(rng.randint(4, 20))))
-            stats.call(stub, "Assemble", pb.AssembleRequest(conversation=s.conv, model=MODEL, tools=TOOLS,
-                                                           system=SYSTEM, step=1))
+            a = stats.call(stub, "Assemble", pb.AssembleRequest(conversation=s.conv, model=MODEL, tools=TOOLS,
+                                                               system=SYSTEM, step=1,
+                                                               previous_cache_state=s.cache_state))
+            if a is not None:
+                s.cache_state = a.cache_state
+                if a.cache_report.compared:
+                    with stats.lock:
+                        stats.reports["kept" if a.cache_report.prefix_kept else a.cache_report.cause] += 1
             stats.call(stub, "Measure", pb.MeasureRequest(conversation=s.conv, model=MODEL, tools=TOOLS, system=SYSTEM))
             if step % PRUNE_EVERY == 0:
                 stats.call(stub, "Prune", pb.PruneRequest(conversation=s.conv, model=MODEL,
@@ -206,6 +215,8 @@ def main(argv=None) -> int:
               f"{row['p99_ms']:>9.2f}")
     errors = {f"{m} {c}": n for (m, c), n in sorted(stats.errors.items())}
     print("errors by code:", errors or "none")
+    reports = dict(sorted(stats.reports.items()))
+    print("Assemble cache reports (kept, or the break's cause):", reports or "none")
     for key, detail in stats.first_error.items():
         print(f"  first {key[0]} {key[1]}: {detail}")
     print(f"server RSS: {rss_before:.1f} MB before, {rss_after:.1f} MB after "
@@ -215,6 +226,7 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps({"callers": args.callers, "seconds": elapsed, "requests": total,
                           "rps": total / elapsed, "per_rpc": per_rpc, "errors": errors,
+                          "cache_reports": reports,
                           "rss_before_mb": rss_before, "rss_after_mb": rss_after,
                           "server_cpu_share": cpu / elapsed, "processes": args.processes}))
     return 1 if errors else 0

@@ -7,6 +7,13 @@ minutes on two cores. Each session must finish with: no request refused by the p
 counts with cl100k, not with the service's estimate), every compaction under the limit,
 tokens_after equal to a Measure of the conversation after applying the edits, every tool call in
 every body paired with its result, and no turn ended by CONTEXT_OVERFLOW.
+
+The loops make one Assemble call per step and pass the last accepted body's cache_state back, so
+each body's cache_report says whether the provider's cached prefix survived: no break may have
+cause "other" (every break is a compaction or a prune that acted in that step, or the first
+step), and at the 200K window the previous accepted body is a prefix of the next one, element by
+element in cache order with the markers removed (the fake provider logs each body's elements:
+tests/test_prefix_stability.py's cache_order), on every step that neither compacted nor pruned.
 """
 from __future__ import annotations
 
@@ -58,6 +65,12 @@ def _check(summary: dict, fp: FakeProvider, first: int, window: int):
     assert summary["max_input"] + loop.WINDOWS[window] <= window
     if window == 32_000:
         assert summary["compactions"], "a 32K session compacts"
+    _check_cache(summary, fp.log[first:], window)
+
+
+def _check_cache(summary: dict, log: list, window: int):
+    problems = loop.cache_violations(summary, log, window)
+    assert not problems, "\n".join(problems)
 
 
 @pytest.mark.parametrize("window", [32_000, 200_000])

@@ -208,6 +208,11 @@ def test_a_session_through_the_server_adds_up(stub, spec):
     assert read > 0 and session.kept > 0
     if spec.compact:
         assert session.compactions > 0 and any(s.after_compaction for s in session.steps)
+    # the cache state goes back with every request: the service reports on every later step, and
+    # its report agrees with the byte comparison of the bodies
+    assert session.steps[0].reported_kept is None
+    assert all(s.reported_kept is not None for s in session.steps[1:])
+    assert session.disagreements == []
     lines = []
     cache_sim.report([session], out=lines.append)
     assert spec.name in lines[1]

@@ -1,9 +1,9 @@
-"""contextsvc.client: applying CompactResponse and PruneResponse edits to a message list."""
+"""contextsvc.client: applying CompactResponse, PruneResponse and AssembleResponse.persist to a message list."""
 from __future__ import annotations
 
 import pytest
 
-from contextsvc.client import apply_compaction, apply_prune
+from contextsvc.client import apply_compaction, apply_persist, apply_prune
 from contextsvc.v1 import context_pb2 as pb
 from convo import assistant, text, tool, user
 
@@ -130,6 +130,28 @@ def test_apply_prune_defaults_to_now_and_ignores_an_empty_answer():
 def test_apply_prune_unknown_part_raises():
     with pytest.raises(ValueError, match="part_ids: no tool part 'missing'"):
         apply_prune(_history(), pb.PruneResponse(part_ids=["missing"]))
+
+
+def test_apply_persist_replaces_a_part_by_id_or_appends_it_on_copies():
+    before = _history()
+    r = pb.AssembleResponse(persist=[
+        pb.PersistPart(message_id="u1", part=text("p1", "<system-reminder>\nwrapped")),
+        pb.PersistPart(message_id="u1", part=text("u1~environment", "\n\nblock", synthetic=True))])
+    after = apply_persist(before, r)
+    assert [p.text.text for p in after[0].parts] == ["<system-reminder>\nwrapped", "\n\nblock"]
+    assert [p.text.text for p in before[0].parts] == ["Fix tests/test_app.py"], "the caller's message is untouched"
+    assert after[1] is before[1]
+    after[0].parts[1].text.text = "changed"
+    assert r.persist[1].part.text.text == "\n\nblock", "stored parts are copies"
+    assert len(apply_persist(after, r)[0].parts) == 2, "stored again, still once"
+
+
+def test_apply_persist_without_parts_returns_an_equal_new_list_and_checks_ids():
+    before = _history()
+    same = apply_persist(before, pb.AssembleResponse())
+    assert same == before and same is not before
+    with pytest.raises(ValueError, match="persist\\[0\\].message_id: no message 'nope'"):
+        apply_persist(before, pb.AssembleResponse(persist=[pb.PersistPart(message_id="nope", part=text("x", "y"))]))
 
 
 def test_node_helpers_pass_their_unit_tests():

@@ -7,14 +7,19 @@
 //   The same arguments may come from the environment: AGENT_SCRIPT, CONTEXTSVC_ADDRESS,
 //   PROVIDER_URL, PROVIDER, WINDOW, STEPS.
 //
-// One step (see the README's "The agent loop"): Measure; while should_compact, Compact(auto)
-// and apply; Prune (normal) and apply; Assemble and POST; on a "too long" refusal,
-// Compact(overflow) and apply, then resend; store the answer with the provider's usage.
+// One step (see the README's "The agent loop"), one Assemble call per step: Assemble (editor
+// context, step and max_steps, the last accepted body's cache_state passed back); while
+// figures.should_compact, Compact(auto), apply and Assemble again; Prune (normal), apply and
+// Assemble again when it acted; store the persist parts (applyPersist) and POST the body; on a
+// "too long" refusal, Compact(overflow), apply, Assemble and resend; store the answer with the
+// provider's usage. The summary has one entry per POST (`sent`) with the step, what changed the
+// messages in it (compaction, prune) and the body's cache_report. Measure is called only after a
+// compaction, to check tokens_after against the decision figure of the applied conversation.
 "use strict";
 
 const fs = require("node:fs");
 const { connect } = require("./client");
-const { applyCompaction, applyPrune } = require("./apply");
+const { applyCompaction, applyPrune, applyPersist } = require("./apply");
 
 const OUTPUT_LIMITS = { 32000: 4096, 200000: 8192 };
 const MODELS = {
@@ -26,6 +31,7 @@ const DEADLINES_MS = { Measure: 5000, Assemble: 5000, Prune: 5000, TruncateToolO
 const COMPACT_LOOP_GUARD = 10;  // compactions in one step before giving up (the service caps at 3)
 const REFUSAL_RETRIES = 3;      // overflow compactions after refusals of one step
 const CURRENT_TIME = "2026-01-05T10:00:00+00:00";
+const MAX_STEPS = 100;          // the agent's step cap per turn (AssembleRequest.max_steps)
 const GOING_ON = new Set(["COMPACT_OUTCOME_COMPACTED", "COMPACT_OUTCOME_INSUFFICIENT"]);
 
 const SYSTEM = {
@@ -92,8 +98,12 @@ class Session {
     this.sessionId = "";
     this.attempts = 0;
     this.envFor = ["", ""];  // [user message id, environment_details]
+    this.cacheState = Buffer.alloc(0);  // cache_state of the last body the provider accepted
+    this.changed = new Set();  // what changed the stored messages in this step: compaction, prune
+    this.kinds = new Map();    // tool part id -> content class (for refusal reports)
+    this.lastKinds = [];
     this.summary = { provider, window, steps: 0, requests: 0, compactions: [], refusals: [], prunes: [],
-      unpaired: [], turns_ended: 0, max_input: 0, elapsed_s: 0 };
+      unpaired: [], sent: [], turns_ended: 0, max_input: 0, elapsed_s: 0 };
   }
 
   base() {
@@ -105,17 +115,21 @@ class Session {
     return this.client[method](request, DEADLINES_MS[method]);
   }
 
+  // The decision figure of the stored conversation, no per-step fields: what tokens_after is
+  // defined against (a check after a compaction, not a loop decision).
   measure() { return this.rpc("Measure", this.base()); }
 
   async compact(overflow, step, before) {
     const r = await this.rpc("Compact", { ...this.base(), overflow, auto: true, attempts: this.attempts, id_prefix: "cs-" });
     this.attempts += 1;
     this.messages = applyCompaction(this.messages, r, { dropOmittable: true });
+    this.changed.add("compaction");
     const after = await this.measure();
     this.summary.compactions.push({
-      step, overflow, outcome: r.outcome, tokens_before: r.tokens_before, tokens_after: r.tokens_after,
-      limit: r.limit, under_limit: r.under_limit, measured_after: after.decision ? after.decision.tokens : null,
-      measure_should_compact_before: before ? before.should_compact : null,
+      step, overflow, outcome: r.outcome, tokens_before: Number(r.tokens_before), tokens_after: Number(r.tokens_after),
+      limit: Number(r.limit), under_limit: r.under_limit,
+      measured_after: after.decision ? Number(after.decision.tokens) : null,
+      should_compact_before: before ? before.should_compact : null,
       should_compact_after: after.should_compact, method: r.decision_method, edits: r.edits.length,
       omitted: r.omittable_ids.length, messages_after: this.messages.length,
     });
@@ -127,18 +141,24 @@ class Session {
       model: this.model, reason: "PRUNE_REASON_NORMAL", compaction: this.settings });
     if (r.acted) {
       this.messages = applyPrune(this.messages, r);
-      this.summary.prunes.push({ step, parts: r.part_ids.length, tokens_freed: r.tokens_freed });
+      this.changed.add("prune");
+      this.summary.prunes.push({ step, parts: r.part_ids.length, tokens_freed: Number(r.tokens_freed) });
     }
+    return r.acted;
   }
 
   async assemble(stepInTurn) {
     const lastUser = [...this.messages].reverse().find((m) => m.role === "ROLE_USER");
     const lastId = lastUser ? lastUser.id : "";
     const env = this.envFor[0] === lastId ? this.envFor[1] : "";
-    const r = await this.rpc("Assemble", { ...this.base(), step: stepInTurn,
-      editor: { current_time: CURRENT_TIME, working_directory: "/work/app", environment_details: env } });
+    const r = await this.rpc("Assemble", { ...this.base(), step: stepInTurn, max_steps: MAX_STEPS,
+      editor: { current_time: CURRENT_TIME, working_directory: "/work/app", environment_details: env },
+      previous_cache_state: this.cacheState });
     this.envFor = [lastId, r.environment_details];
-    if (r.pruned_part_ids.length) this.messages = applyPrune(this.messages, { part_ids: r.pruned_part_ids });
+    if (r.pruned_part_ids.length) {  // the payload guard cleared old outputs in the body: store that too
+      this.messages = applyPrune(this.messages, { part_ids: r.pruned_part_ids });
+      this.changed.add("prune");
+    }
     return r;
   }
 
@@ -147,33 +167,59 @@ class Session {
     return [res.status, await res.json()];
   }
 
-  async compactWhileNeeded(step) {
-    for (let i = 0; i < COMPACT_LOOP_GUARD; i++) {
-      const m = await this.measure();
-      if (!m.should_compact) return true;
-      const r = await this.compact(false, step, m);
-      if (r.outcome === "COMPACT_OUTCOME_CONTEXT_OVERFLOW") return false;
-      if (!GOING_ON.has(r.outcome)) return true;
+  // Steps 1 and 2: the Assemble whose body is sent, or null when the turn ended (CONTEXT_OVERFLOW).
+  async prepare(step, stepInTurn) {
+    let a = await this.assemble(stepInTurn);
+    for (let i = 0; i < COMPACT_LOOP_GUARD && a.figures.should_compact; i++) {
+      const r = await this.compact(false, step, a.figures);
+      if (r.outcome === "COMPACT_OUTCOME_CONTEXT_OVERFLOW") return null;
+      a = await this.assemble(stepInTurn);
+      if (!GOING_ON.has(r.outcome)) break;
     }
-    return true;
+    if (await this.prune(step)) a = await this.assemble(stepInTurn);
+    return a;
   }
 
-  async send(step, stepInTurn) {
+  // Tool outputs still sent (not compacted) in the conversation, by content class.
+  contentClasses() {
+    const counts = {};
+    for (const m of this.messages) {
+      for (const p of m.parts || []) {
+        if (!p.tool || Number((p.tool.state || {}).time_compacted_ms || 0)) continue;
+        const kind = this.kinds.get(p.id) || "?";
+        counts[kind] = (counts[kind] || 0) + 1;
+      }
+    }
+    return counts;
+  }
+
+  // Steps 3 and 4: the provider's answer, or null when it kept refusing.
+  async send(step, stepInTurn, a) {
     for (let retry = 0; retry <= REFUSAL_RETRIES; retry++) {
-      const m = await this.measure();
-      const r = await this.assemble(stepInTurn);
-      const body = JSON.parse(Buffer.from(r.body).toString("utf8"));
+      this.messages = applyPersist(this.messages, a);
+      const body = JSON.parse(Buffer.from(a.body).toString("utf8"));
       const problems = unpairedToolCalls(this.provider, body);
       if (problems.length) this.summary.unpaired.push({ step, problems: problems.slice(0, 5) });
-      const [status, answer] = await this.post(r.body);
+      const [status, answer] = await this.post(a.body);
       this.summary.requests += 1;
-      if (status === 200) return answer;
-      this.summary.refusals.push({ step, retry, status, error: answer, should_compact: m.should_compact,
-        decision: m.decision ? m.decision.tokens : null, projected: m.projected, limit: m.limit,
-        output_tokens: r.output_tokens, body_bytes: r.body_bytes });
+      const c = a.cache_report || {};
+      this.summary.sent.push({ step, status, changed: [...this.changed].sort(), cache: {
+        compared: Boolean(c.compared), prefix_kept: Boolean(c.prefix_kept), segment: c.segment || "",
+        index: c.index || 0, cause: c.cause || "", rewrite: c.rewrite ? Number(c.rewrite.tokens) : 0,
+        reused_elements: c.reused_elements || 0 } });
+      if (status === 200) {
+        this.cacheState = a.cache_state;  // what the provider's cache now holds
+        return answer;
+      }
+      const f = a.figures;
+      this.summary.refusals.push({ step, retry, status, error: answer, should_compact: f.should_compact,
+        decision: f.decision ? Number(f.decision.tokens) : null, projected: Number(f.projected), limit: Number(f.limit),
+        output_tokens: Number(a.output_tokens), body_bytes: Number(a.body_bytes), content: this.contentClasses(),
+        last_step_kinds: this.lastKinds });
       if (problems.length || retry === REFUSAL_RETRIES) return null;
-      const c = await this.compact(true, step, m);
-      if (c.outcome === "COMPACT_OUTCOME_CONTEXT_OVERFLOW") return null;
+      const r = await this.compact(true, step, f);
+      if (r.outcome === "COMPACT_OUTCOME_CONTEXT_OVERFLOW") return null;
+      a = await this.assemble(stepInTurn);
     }
     return null;
   }
@@ -190,7 +236,9 @@ class Session {
         time_start_ms: a.time_ms, time_end_ms: a.time_ms + 500,
         attachments: t.attachments.map((x) => ({ mime: x.mime, filename: x.filename, data: Buffer.from(x.data_b64, "base64") })),
       } } });
+      this.kinds.set(t.part_id, t.kind || "?");
     }
+    this.lastKinds = a.tools.map((t) => t.kind || "?");
     parts.push({ id: a.step_finish_id, step_finish: { reason: "tool-calls", tokens: usage } });
     const parent = [...this.messages].reverse().find((m) => m.role === "ROLE_USER");
     this.messages.push({ id: a.id, role: "ROLE_ASSISTANT", time_created_ms: a.time_ms, time_completed_ms: a.time_ms + 1000,
@@ -210,16 +258,17 @@ class Session {
       }
       stepInTurn += 1;
       this.summary.steps += 1;
-      if (!(await this.compactWhileNeeded(i))) {
+      this.changed = new Set();
+      const a = await this.prepare(i, stepInTurn);
+      if (!a) {
         this.summary.turns_ended += 1;  // the person would be asked; the script goes on
         const id = `${spec.assistant.id}-continue`;
         this.messages.push({ id, role: "ROLE_USER", parts: [{ id: `${id}-p`, text: { text: "Continue." } }] });
         this.attempts = 0;
-        stepInTurn = 1;
+        stepInTurn = 0;
         continue;
       }
-      await this.prune(i);
-      const answer = await this.send(i, stepInTurn);
+      const answer = await this.send(i, stepInTurn, a);
       if (!answer) continue;
       this.attempts = 0;
       const used = answer.usage.input_tokens;

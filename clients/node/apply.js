@@ -1,11 +1,11 @@
-// Applying Compact and Prune results to the caller's stored conversation, over the plain objects
+// Applying Compact, Prune and Assemble (persist) results to the caller's stored conversation, over the plain objects
 // @grpc/proto-loader produces with client.js's options (keepCase, oneofs: a oneof's name holds
 // the field set, e.g. `edit: "insert"`, `kind: "tool"`).
 //
 //   const r = await client.Compact({ conversation: { messages }, model, auto: true });
 //   messages = applyCompaction(messages, r, { dropOmittable: true });
 //
-// Both return a new array; a message they change is a copy (the parts along the changed path are
+// Each returns a new array; a message they change is a copy (the parts along the changed path are
 // copied too), the others are the caller's own objects. An unknown id throws an Error naming the
 // field, as the Python helper's ValueError does.
 "use strict";
@@ -106,4 +106,27 @@ function applyPrune(messages, response, nowMs = Date.now()) {
   return mark([...messages], ids, nowMs, "part_ids");
 }
 
-module.exports = { applyCompaction, applyPrune };
+// The conversation with an AssembleResponse's persist parts stored (the `<environment_details>`
+// block of a user message, a mid-run message's `<system-reminder>` wrapping): each replaces the
+// part with the same id in its message, or is appended to the message when it has none. Store
+// them before the next request, so the cached prefix stays the same.
+function applyPersist(messages, response) {
+  const items = response.persist || [];
+  const out = [...messages];
+  if (!items.length) return out;
+  const index = indexOf(out);
+  items.forEach((item, n) => {
+    const at = index.get(item.message_id);
+    if (at === undefined) throw new Error(`persist[${n}].message_id: no message '${item.message_id}'`);
+    const msg = out[at];
+    const parts = [...(msg.parts || [])];
+    const j = parts.findIndex((p) => p.id === item.part.id);
+    const part = structuredClone(item.part);
+    if (j >= 0) parts[j] = part;
+    else parts.push(part);
+    out[at] = { ...msg, parts };
+  });
+  return out;
+}
+
+module.exports = { applyCompaction, applyPrune, applyPersist };

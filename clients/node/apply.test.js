@@ -4,7 +4,7 @@
 
 const test = require("node:test");
 const assert = require("node:assert/strict");
-const { applyCompaction, applyPrune } = require("./apply");
+const { applyCompaction, applyPrune, applyPersist } = require("./apply");
 
 const tool = (id, callId, output) => ({ id, kind: "tool",
   tool: { call_id: callId, tool: "read", state: { status: "TOOL_STATUS_COMPLETED", output, time_compacted_ms: 0 } } });
@@ -83,4 +83,31 @@ test("applyPrune marks parts at the given time and checks ids", () => {
   assert.ok(applyPrune(before, { part_ids: ["t1"] })[1].parts[0].tool.state.time_compacted_ms > 1.6e12);
   assert.deepEqual(applyPrune(before, { part_ids: [] }), before);
   assert.throws(() => applyPrune(before, { part_ids: ["nope"] }), /part_ids: no tool part 'nope'/);
+});
+
+test("applyPersist replaces a part by id or appends it, on copies", () => {
+  const before = history();
+  const r = { persist: [
+    { message_id: "u1", part: text("p1", "<system-reminder>\nwrapped") },
+    { message_id: "u1", part: { id: "u1~environment", kind: "text", text: { text: "\n\nblock", synthetic: true } } },
+  ] };
+  const after = applyPersist(before, r);
+  assert.deepEqual(after[0].parts.map((p) => p.text.text), ["<system-reminder>\nwrapped", "\n\nblock"]);
+  assert.equal(before[0].parts.length, 1);
+  assert.equal(before[0].parts[0].text.text, "Fix tests/test_app.py", "the caller's message is untouched");
+  assert.equal(after[1], before[1]);
+  after[0].parts[1].text.text = "changed";
+  assert.equal(r.persist[1].part.text.text, "\n\nblock", "stored parts are copies");
+  // applied twice (the same block returned again), it is still stored once
+  assert.equal(applyPersist(after, r)[0].parts.length, 2);
+});
+
+test("applyPersist without parts returns an equal new array, and checks ids", () => {
+  const before = history();
+  const same = applyPersist(before, { persist: [] });
+  assert.deepEqual(same, before);
+  assert.notEqual(same, before);
+  assert.deepEqual(applyPersist(before, {}), before);
+  assert.throws(() => applyPersist(before, { persist: [{ message_id: "nope", part: text("x", "y") }] }),
+    /persist\[0\]\.message_id: no message 'nope'/);
 });

@@ -17,6 +17,7 @@ Every request is logged (`FakeProvider.log`) for the test to read.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -38,6 +39,35 @@ class Logged:
     body_bytes: int
     refused: bool
     error: str = ""
+    # the body in cache order (tools, system, messages), cache markers removed: one digest per
+    # element, each tagged with its segment (see prefix_elements)
+    elements: tuple = ()
+
+
+def prefix_elements(provider: str, body: dict) -> tuple:
+    """The body's elements as the provider's prompt cache reads them (tools -> system -> messages,
+    markers removed: tests/test_prefix_stability.py's cache_order), one short digest each."""
+    from test_prefix_stability import cache_order  # tests/ is on sys.path in the tests and benches
+
+    if provider != "openai":  # a hand-made body may have no system prompt
+        body = {"system": [], **body}
+    order = cache_order(provider, body)
+    return tuple(f"{segment}:" + hashlib.sha256(json.dumps(e, sort_keys=True, ensure_ascii=False).encode())
+                 .hexdigest()[:16] for segment in ("tools", "system", "messages") for e in order[segment])
+
+
+def is_prefix(previous: tuple, current: tuple) -> bool:
+    """The previous request's elements all reappear, unchanged and in order, at the head of this one."""
+    return len(previous) <= len(current) and current[:len(previous)] == previous
+
+
+def first_difference(previous: tuple, current: tuple) -> str:
+    """Where current stops repeating previous ("segment[index]"), or ""."""
+    for i, e in enumerate(previous):
+        if i >= len(current) or current[i] != e:
+            segment = e.split(":", 1)[0]
+            return f"{segment}[{sum(x.startswith(segment + ':') for x in previous[:i])}]"
+    return ""
 
 
 def strip_media(node):
@@ -187,7 +217,7 @@ class FakeProvider:
         body = json.loads(raw)
         tokens, media = self.count(body)
         cap = max_tokens(body)
-        entry = Logged(provider, window, tokens, cap, media, len(raw), False)
+        entry = Logged(provider, window, tokens, cap, media, len(raw), False, elements=prefix_elements(provider, body))
         unpaired = unpaired_tool_calls(provider, body)
         if unpaired:
             entry.refused, entry.error = True, "unpaired: " + "; ".join(unpaired[:3])

@@ -1,11 +1,13 @@
 """The agent loop, in Python: a scripted session against the real service and the fake provider.
 
-One step, as the README's "The agent loop" describes it:
-  1. Measure the conversation; while should_compact: Compact(auto) with this turn's attempt
-     count and apply the response (apply_compaction, omittable messages dropped); stop on
-     CONTEXT_OVERFLOW (the turn ends) or NOTHING_TO_DO.
-  2. Prune (reason NORMAL, compaction.prune=true) and apply it when it acted.
-  3. Assemble (passing back environment_details within a user message's turn) and POST the body.
+One step, as the README's "The agent loop" describes it, one Assemble call per step:
+  1. Assemble the conversation (the editor context, so the environment details are injected;
+     step and max_steps; the cache_state of the last body the provider accepted passed back as
+     previous_cache_state). While figures.should_compact: Compact(auto) with this turn's
+     attempt count, apply the response (apply_compaction, omittable messages dropped) and
+     Assemble again; stop on CONTEXT_OVERFLOW (the turn ends) or NOTHING_TO_DO.
+  2. Prune (reason NORMAL, compaction.prune=true), apply it, and Assemble again when it acted.
+  3. Store Assemble's persist parts (apply_persist) and POST its body, unchanged.
   4. If the provider refuses it as too long: Compact(overflow, auto), apply, Assemble, resend.
   5. Store the scripted assistant answer: a step-start part, the text, the tool parts completed
      with their outputs (through TruncateToolOutput), a step-finish part with the usage the
@@ -15,8 +17,11 @@ Attempts count the compactions since the provider last answered: the continue me
 compaction inserts starts a new agent turn, as upstream.
 
 run_session() returns a summary with what the test asserts: compactions (figures, outcome,
-under_limit, the Measure after applying), refusals, prune runs that acted, and tool calls
-without their result in any body sent.
+under_limit, the decision figure of the conversation after applying: a Measure, which has no
+per-step fields, as tokens_after is defined), refusals (with the content classes in the
+conversation), prune runs that acted, tool calls without their result in any body sent, and one
+entry per POST (`sent`, in the order the provider logs them) with the step, what changed the
+messages in that step (compaction, prune) and the body's cache_report.
 """
 from __future__ import annotations
 
@@ -27,10 +32,10 @@ import time
 import urllib.error
 import urllib.request
 
-from contextsvc.client import apply_compaction, apply_prune
+from contextsvc.client import apply_compaction, apply_persist, apply_prune
 from contextsvc.v1 import context_pb2 as pb
 
-from .fake_provider import unpaired_tool_calls
+from .fake_provider import first_difference, is_prefix, unpaired_tool_calls
 
 WINDOWS = {32_000: 4_096, 200_000: 8_192}   # context -> output limit of the two test models
 MODELS = {  # provider name -> (proto enum, model id)
@@ -41,6 +46,7 @@ MODELS = {  # provider name -> (proto enum, model id)
 COMPACT_LOOP_GUARD = 10   # compactions in one step before the loop gives up (the service caps at 3)
 REFUSAL_RETRIES = 3       # overflow compactions after refusals of one step
 CURRENT_TIME = "2026-01-05T10:00:00+00:00"   # fixed, so bodies are reproducible
+MAX_STEPS = 100           # the agent's step cap per turn (AssembleRequest.max_steps)
 
 DEADLINES = {"Measure": 5, "Assemble": 5, "Prune": 5, "TruncateToolOutput": 5, "Compact": 10}
 DIRECTIONS = {"head": pb.TRUNCATE_DIRECTION_HEAD, "tail": pb.TRUNCATE_DIRECTION_TAIL}
@@ -82,6 +88,7 @@ class Summary:
     refusals: list = dataclasses.field(default_factory=list)
     prunes: list = dataclasses.field(default_factory=list)
     unpaired: list = dataclasses.field(default_factory=list)
+    sent: list = dataclasses.field(default_factory=list)
     turns_ended: int = 0
     max_input: int = 0
     elapsed_s: float = 0.0
@@ -91,7 +98,8 @@ class Summary:
 
 
 class Session:
-    def __init__(self, stub, provider_url: str, provider: str, window: int, compact_deadline: float = 10):
+    def __init__(self, stub, provider_url: str, provider: str, window: int, compact_deadline: float = 10,
+                 max_steps: int = MAX_STEPS):
         self.stub = stub
         self.url = provider_url
         self.provider = provider
@@ -104,6 +112,11 @@ class Session:
         self.session_id = ""
         self.attempts = 0
         self.env_for: tuple[str, str] = ("", "")   # (user message id, environment_details)
+        self.cache_state = b""     # cache_state of the last body the provider accepted
+        self.changed: set = set()  # what changed the stored messages in this step: compaction, prune
+        self.max_steps = max_steps
+        self.kinds: dict = {}      # tool part id -> content class (for refusal reports)
+        self.last_kinds: list = []
         self.summary = Summary(provider, window)
 
     # ---- RPCs ------------------------------------------------------------------------------
@@ -112,48 +125,55 @@ class Session:
         return pb.Conversation(session_id=self.session_id, messages=self.messages)
 
     def measure(self) -> pb.MeasureResponse:
+        """The decision figure of the stored conversation, no per-step fields: what a
+        CompactResponse's tokens_after is defined against (a check, not a loop decision)."""
         return self.stub.Measure(pb.MeasureRequest(
             conversation=self.conversation(), model=self.model, tools=self.tools, system=SYSTEM,
             compaction=self.settings), timeout=self.deadlines["Measure"])
 
-    def compact(self, overflow: bool, step: int, before: pb.MeasureResponse | None) -> pb.CompactResponse:
+    def compact(self, overflow: bool, step: int, before: pb.Figures | None) -> pb.CompactResponse:
         r = self.stub.Compact(pb.CompactRequest(
             conversation=self.conversation(), model=self.model, tools=self.tools, system=SYSTEM,
             compaction=self.settings, overflow=overflow, auto=True, attempts=self.attempts,
             id_prefix="cs-"), timeout=self.deadlines["Compact"])
         self.attempts += 1
         self.messages = apply_compaction(self.messages, r, drop_omittable=True)
+        self.changed.add("compaction")
         after = self.measure()
         self.summary.compactions.append({
             "step": step, "overflow": overflow, "outcome": pb.CompactOutcome.Name(r.outcome),
             "tokens_before": r.tokens_before, "tokens_after": r.tokens_after, "limit": r.limit,
             "under_limit": r.under_limit, "measured_after": after.decision.tokens,
-            "measure_should_compact_before": before.should_compact if before else None,
+            "should_compact_before": before.should_compact if before else None,
             "should_compact_after": after.should_compact, "method": r.decision_method,
             "edits": len(r.edits), "omitted": len(r.omittable_ids), "messages_after": len(self.messages),
         })
         return r
 
-    def prune(self, step: int):
+    def prune(self, step: int) -> bool:
         r = self.stub.Prune(pb.PruneRequest(conversation=self.conversation(), model=self.model,
                                             reason=pb.PRUNE_REASON_NORMAL, compaction=self.settings),
                             timeout=self.deadlines["Prune"])
         if r.acted:
             self.messages = apply_prune(self.messages, r)
+            self.changed.add("prune")
             self.summary.prunes.append({"step": step, "parts": len(r.part_ids), "tokens_freed": r.tokens_freed})
+        return r.acted
 
     def assemble(self, step_in_turn: int) -> pb.AssembleResponse:
         last_user = next((m.id for m in reversed(self.messages) if m.role == pb.ROLE_USER), "")
         env = self.env_for[1] if self.env_for[0] == last_user else ""
         r = self.stub.Assemble(pb.AssembleRequest(
             conversation=self.conversation(), model=self.model, tools=self.tools, system=SYSTEM,
-            compaction=self.settings, step=step_in_turn,
+            compaction=self.settings, step=step_in_turn, max_steps=self.max_steps,
             editor=pb.EditorContext(current_time=CURRENT_TIME, working_directory="/work/app",
-                                    environment_details=env)),
+                                    environment_details=env),
+            previous_cache_state=self.cache_state),
             timeout=self.deadlines["Assemble"])
         self.env_for = (last_user, r.environment_details)
         if r.pruned_part_ids:   # the payload guard cleared old outputs in the body: store that too
             self.messages = apply_prune(self.messages, pb.PruneResponse(part_ids=r.pruned_part_ids))
+            self.changed.add("prune")
         return r
 
     def truncate(self, text: str, direction: str) -> str:
@@ -172,42 +192,65 @@ class Session:
 
     # ---- the loop ------------------------------------------------------------------------------
 
-    def compact_while_needed(self, step: int) -> bool:
-        """Step 1; False when the turn ended (CONTEXT_OVERFLOW)."""
+    def prepare(self, step: int, step_in_turn: int) -> pb.AssembleResponse | None:
+        """Steps 1 and 2: the Assemble whose body is sent, or None when the turn ended
+        (CONTEXT_OVERFLOW)."""
+        a = self.assemble(step_in_turn)
         for _ in range(COMPACT_LOOP_GUARD):
-            m = self.measure()
-            if not m.should_compact:
-                return True
-            r = self.compact(overflow=False, step=step, before=m)
+            if not a.figures.should_compact:
+                break
+            r = self.compact(overflow=False, step=step, before=a.figures)
             if r.outcome == pb.COMPACT_OUTCOME_CONTEXT_OVERFLOW:
-                return False
+                return None
+            a = self.assemble(step_in_turn)
             if r.outcome not in (pb.COMPACT_OUTCOME_COMPACTED, pb.COMPACT_OUTCOME_INSUFFICIENT):
-                return True
-        return True
+                break
+        if self.prune(step):
+            a = self.assemble(step_in_turn)
+        return a
 
-    def send(self, step: int, step_in_turn: int) -> dict | None:
-        """Steps 2-4: the provider's answer, or None when it kept refusing."""
-        m = None
+    def content_classes(self) -> dict:
+        """Tool outputs still sent (not compacted) in the conversation, by content class."""
+        counts: dict = {}
+        for m in self.messages:
+            for p in m.parts:
+                if p.WhichOneof("kind") == "tool" and not p.tool.state.time_compacted_ms:
+                    kind = self.kinds.get(p.id, "?")
+                    counts[kind] = counts.get(kind, 0) + 1
+        return counts
+
+    def send(self, step: int, step_in_turn: int, a: pb.AssembleResponse) -> dict | None:
+        """Steps 3 and 4: the provider's answer, or None when it kept refusing."""
         for retry in range(REFUSAL_RETRIES + 1):
-            m = self.measure()
-            r = self.assemble(step_in_turn)
-            body = json.loads(r.body)
+            self.messages = apply_persist(self.messages, a)
+            body = json.loads(a.body)
             problems = unpaired_tool_calls(self.provider, body)
             if problems:
                 self.summary.unpaired.append({"step": step, "problems": problems[:5]})
-            status, answer = self.post(r.body)
+            status, answer = self.post(a.body)
             self.summary.requests += 1
+            report = a.cache_report
+            self.summary.sent.append({
+                "step": step, "status": status, "changed": sorted(self.changed),
+                "cache": {"compared": report.compared, "prefix_kept": report.prefix_kept,
+                          "segment": report.segment, "index": report.index, "cause": report.cause,
+                          "rewrite": report.rewrite.tokens, "reused_elements": report.reused_elements}})
             if status == 200:
+                self.cache_state = a.cache_state   # what the provider's cache now holds
                 return answer
+            f = a.figures
             self.summary.refusals.append({
                 "step": step, "retry": retry, "status": status, "error": answer,
-                "should_compact": m.should_compact, "decision": m.decision.tokens, "projected": m.projected,
-                "limit": m.limit, "output_tokens": r.output_tokens, "body_bytes": r.body_bytes})
+                "should_compact": f.should_compact, "decision": f.decision.tokens, "projected": f.projected,
+                "limit": f.limit, "output_tokens": a.output_tokens, "body_bytes": a.body_bytes,
+                "content": self.content_classes(),
+                "last_step_kinds": self.last_kinds})
             if problems or retry == REFUSAL_RETRIES:
                 return None
-            c = self.compact(overflow=True, step=step, before=m)
+            c = self.compact(overflow=True, step=step, before=f)
             if c.outcome == pb.COMPACT_OUTCOME_CONTEXT_OVERFLOW:
                 return None
+            a = self.assemble(step_in_turn)
         return None
 
     def store_answer(self, spec: dict, usage_input: int):
@@ -223,6 +266,8 @@ class Session:
                 attachments=[pb.FilePart(mime=x["mime"], filename=x["filename"], data=base64.b64decode(x["data_b64"]))
                              for x in t["attachments"]])
             parts.append(pb.Part(id=t["part_id"], tool=pb.ToolPart(call_id=t["call_id"], tool=t["tool"], state=state)))
+            self.kinds[t["part_id"]] = t.get("kind", "?")
+        self.last_kinds = [t.get("kind", "?") for t in a["tools"]]
         parts.append(pb.Part(id=a["step_finish_id"], step_finish=pb.StepFinishPart(reason="tool-calls", tokens=usage)))
         parent = next((m.id for m in reversed(self.messages) if m.role == pb.ROLE_USER), "")
         self.messages.append(pb.Message(
@@ -240,14 +285,15 @@ class Session:
                 self.attempts, step_in_turn = 0, 0
             step_in_turn += 1
             self.summary.steps += 1
-            if not self.compact_while_needed(i):
+            self.changed = set()
+            a = self.prepare(i, step_in_turn)
+            if a is None:
                 self.summary.turns_ended += 1   # the person would be asked; the script goes on
                 self.messages.append(pb.Message(id=f"{spec['assistant']['id']}-continue", role=pb.ROLE_USER,
                                                 parts=[pb.Part(id=f"{spec['assistant']['id']}-continue-p", text=pb.TextPart(text="Continue."))]))
-                self.attempts, step_in_turn = 0, 1
+                self.attempts, step_in_turn = 0, 0
                 continue
-            self.prune(i)
-            answer = self.send(i, step_in_turn)
+            answer = self.send(i, step_in_turn, a)
             if answer is None:
                 continue
             self.attempts = 0
@@ -256,6 +302,55 @@ class Session:
             self.store_answer(spec, used)
         self.summary.elapsed_s = round(time.monotonic() - t0, 2)
         return self.summary
+
+
+def cache_breaks(summary: dict) -> list[dict]:
+    """The accepted bodies whose cache_report says the previous accepted body's prefix did not
+    survive, with what the loop changed in that step."""
+    return [{"step": s["step"], "changed": s["changed"], **s["cache"]} for s in summary["sent"]
+            if s["status"] == 200 and s["cache"]["compared"] and not s["cache"]["prefix_kept"]]
+
+
+def breaks_by_cause(summary: dict) -> dict:
+    out: dict = {}
+    for b in cache_breaks(summary):
+        out[b["cause"]] = out.get(b["cause"], 0) + 1
+    return out
+
+
+def cache_violations(summary: dict, log: list, window: int) -> list[str]:
+    """What the session's bodies broke of the cache contract, as readable lines.
+
+    log: the fake provider's entries for this session's POSTs, in order (each carries the body's
+    elements in cache order, markers removed). No break may have cause "other": every break is a
+    compaction or a prune that acted in that step (a compaction marks tool outputs compacted too),
+    or the first step; at the 200K window, the previous accepted body is a prefix of the next on
+    every step that neither compacted nor pruned, and its cache_report agrees.
+    """
+    out = []
+    sent = summary["sent"]
+    if len(sent) != len(log):
+        return [f"{len(sent)} POSTs but {len(log)} provider log entries"]
+    accepted = [(s, e) for s, e in zip(sent, log) if s["status"] == 200]
+    if accepted and accepted[0][0]["cache"]["compared"]:
+        out.append("the first body was compared with a previous cache_state")
+    out += [f"step {s['step']}: no cache_report (previous_cache_state not passed back?)"
+            for s, _ in accepted[1:] if not s["cache"]["compared"]]
+    for b in cache_breaks(summary):
+        explained = b["cause"] in b["changed"] or (b["cause"] == "prune" and "compaction" in b["changed"])
+        if b["cause"] not in ("compaction", "prune") or not explained:
+            out.append(f"step {b['step']}: cache break cause {b['cause']!r} at {b['segment']}[{b['index']}] "
+                       f"(this step changed: {b['changed'] or 'nothing'}; rewrite {b['rewrite']} tokens)")
+    if window == 200_000:
+        for (_, e0), (s1, e1) in zip(accepted, accepted[1:]):
+            if s1["changed"]:
+                continue
+            if not is_prefix(e0.elements, e1.elements):
+                out.append(f"step {s1['step']}: the previous body is not a prefix of this one (first difference "
+                           f"{first_difference(e0.elements, e1.elements)}; cache_report {s1['cache']})")
+            elif not s1["cache"]["prefix_kept"]:
+                out.append(f"step {s1['step']}: the bodies keep the prefix but cache_report says {s1['cache']}")
+    return out
 
 
 def run_session(stub, provider_url: str, provider: str, window: int, script: dict,

@@ -10,7 +10,10 @@ provider. Every id is in the script (UUIDs from the seed), so both loops build t
         "assistant": {"id", "time_ms", "text", "text_part_id", "step_start_id", "step_finish_id",
                       "output_tokens",
                       "tools": [{"part_id", "call_id", "tool", "input", "output", "direction",
-                                 "attachments": [{"mime", "filename", "data_b64"}]}]}}]}
+                                 "kind", "attachments": [{"mime", "filename", "data_b64"}]}]}}]}
+
+`kind` is the content class of the output (file_read, test_log, grep, json_dump, hex_dump,
+cjk_text, screenshot), for reports.
 
 `output` is the tool's full output; the loop sends it through TruncateToolOutput before storing
 it (`direction` "tail" for logs). The content is built from the interpreter's own standard
@@ -262,12 +265,13 @@ def generate(seed: int, steps: int = 60, big_every: int = 1, screenshot_every: i
             name, gen, (lo, hi), direction, _w = rng.choices(kinds, weights=[k[4] for k in kinds])[0]
             inp, output = gen(rng, rng.randrange(lo * KB, hi * KB))
             tools.append({"part_id": _uuid(rng), "call_id": f"toolu_{rng.getrandbits(64):016x}", "tool": name,
-                          "input": inp, "output": output, "direction": direction, "attachments": []})
+                          "input": inp, "output": output, "direction": direction, "attachments": [],
+                          "kind": gen.__name__})
         if screenshot_every and i % screenshot_every == screenshot_every - 1:
             shot = png(rng)
             tools.append({"part_id": _uuid(rng), "call_id": f"toolu_{rng.getrandbits(64):016x}",
                           "tool": "screenshot", "input": {}, "output": "Screenshot of http://localhost:3000/settings",
-                          "direction": "head",
+                          "direction": "head", "kind": "screenshot",
                           "attachments": [{"mime": "image/png", "filename": f"screen-{i}.png",
                                            "data_b64": base64.b64encode(shot).decode("ascii")}]})
         path = next((t["input"].get("path") for t in tools if "path" in t["input"]), "src/app.py")
