@@ -20,7 +20,8 @@ contextsvc.native.TEXT_CLASSES, found per block) and where each comes from:
   hexdump   `xxd` over binaries and data files of the system (ELF programs, shared libraries,
             message catalogs, images)
   hex       md5sums files of the installed Debian packages (/var/lib/dpkg/info/*.md5sums)
-  base64    base64 of the system's binaries, wrapped at 76 columns as MIME does or unwrapped
+  base64    base64 of compressed files (gzip changelogs and manual pages of Debian packages, PNG
+            images shipped in site-packages), wrapped at 76 columns as MIME does or unwrapped
   cjk       Chinese and Japanese manual pages (Debian manpages-zh, manpages-ja) rendered with
             man, and the zh_CN, zh_TW, ja and ko message catalogs in /usr/share/locale
   mixed     a CJK manual page's paragraphs with Python source blocks between them, as an
@@ -296,12 +297,25 @@ def hex_digests() -> list[Sample]:
     return out
 
 
+def _compressed() -> list[Path]:
+    """Compressed files (images, gzip and xz archives): what base64 carries in agent sessions
+    is media and archives, whose bytes look random (not an executable's zero padding)."""
+    import glob
+    picks = []
+    for pattern, n in (("/usr/share/doc/*/changelog*.gz", 14), (str(SITE / "**/*.png"), 8),
+                       ("/usr/share/pixmaps/*.png", 2), ("/usr/share/doc/*/*.xz", 2), ("/usr/share/man/man1/*.gz", 6)):
+        found = sorted(p for p in map(Path, glob.glob(pattern, recursive=True))
+                       if p.is_file() and not p.is_symlink() and p.stat().st_size > 3_200)
+        found.sort(key=lambda p: zlib.crc32(str(p).encode()))
+        picks += found[:n]
+    return picks
+
+
 def base64_texts() -> list[Sample]:
     import base64
     out = []
-    for k, p in enumerate(_binaries()):
-        raw = p.read_bytes()
-        raw = raw[len(raw) // 3:len(raw) // 3 + 3 * SAMPLE_CHARS // 4]
+    for k, p in enumerate(_compressed()):
+        raw = p.read_bytes()[:3 * SAMPLE_CHARS // 4]
         text = base64.b64encode(raw).decode()
         if k % 2 == 0:
             text = "\n".join(text[i:i + 76] for i in range(0, len(text), 76))
