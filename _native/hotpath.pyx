@@ -556,7 +556,7 @@ cdef inline int _classify(Py_ssize_t *hist, Py_ssize_t upper, Py_ssize_t switche
     if hist[K_CJK] * 4 >= n:
         return C_CJK
     if alnum * 10 >= n * 9 and space * 20 <= n:
-        if hist[K_LETTER] == 0 and hist[K_DIGIT] * 5 >= n * 2:
+        if hist[K_LETTER] <= hist[K_BACKSLASH] and hist[K_DIGIT] * 5 >= n * 2:
             return C_HEX
         if switches * 10 >= n or upper * 5 >= n:
             return C_BASE64

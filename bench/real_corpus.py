@@ -19,7 +19,8 @@ contextsvc.native.TEXT_CLASSES, found per block) and where each comes from:
             failures and all
   hexdump   `xxd` over binaries and data files of the system (ELF programs, shared libraries,
             message catalogs, images)
-  hex       md5sums files of the installed Debian packages (/var/lib/dpkg/info/*.md5sums)
+  hex       md5sums files of the installed Debian packages (/var/lib/dpkg/info/*.md5sums) and
+            plain hex of the system's binaries (`xxd -p`)
   base64    base64 of compressed files (gzip changelogs and manual pages of Debian packages, PNG
             images shipped in site-packages), wrapped at 76 columns as MIME does or unwrapped
   cjk       Chinese and Japanese manual pages (Debian manpages-zh, manpages-ja) rendered with
@@ -287,12 +288,18 @@ def hexdumps() -> list[Sample]:
 
 def hex_digests() -> list[Sample]:
     out = []
+    for p in _binaries()[::2]:  # plain hex of binaries (xxd -p): one long digit run per line
+        size = p.stat().st_size
+        run = subprocess.run(["xxd", "-p", "-s", str(size // 3), "-l", str(SAMPLE_CHARS // 2), str(p)],
+                             capture_output=True, text=True)
+        if run.returncode == 0 and run.stdout:
+            out.append(Sample("hex", f"xxd-p:{p}", run.stdout))
     files = sorted(Path("/var/lib/dpkg/info").glob("*.md5sums"), key=lambda p: zlib.crc32(str(p).encode()))
     for p in files:
         text = _read(p)
         if len(text) >= SAMPLE_CHARS:
             out += _samples("hex", f"md5sums:{p.name}", text, 1)
-        if len(out) >= 60:
+        if len(out) >= 75:
             break
     return out
 

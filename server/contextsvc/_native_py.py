@@ -467,7 +467,8 @@ def classify_block(hist, upper: int, switches: int, n: int) -> int:
     if hist[K_CJK] * 4 >= n:
         return CJK
     if alnum * 10 >= n * 9 and space * 20 <= n:  # an unbroken alphanumeric run
-        if hist[K_LETTER] == 0 and hist[K_DIGIT] * 5 >= n * 2:
+        # hex digits only, but for the n of each escaped newline (\n) of a JSON string
+        if hist[K_LETTER] <= hist[K_BACKSLASH] and hist[K_DIGIT] * 5 >= n * 2:
             return HEX
         if switches * 10 >= n or upper * 5 >= n:
             return BASE64
