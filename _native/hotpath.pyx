@@ -490,7 +490,7 @@ cdef enum:
     K_CJK = 8
     K_OTHER = 9
     KINDS = 10
-    N_CLASSES = 7
+    N_CLASSES = 8
     C_PROSE = 0
     C_CJK = 1
     C_CODE = 2
@@ -498,6 +498,7 @@ cdef enum:
     C_BASE64 = 4
     C_HEX = 5
     C_LOGS = 6
+    C_HEXDUMP = 7
     N_CJK_COUNTS = 5
     S_KANA = 0
     S_HAN = 1
@@ -555,10 +556,13 @@ cdef inline int _classify(Py_ssize_t *hist, Py_ssize_t upper, Py_ssize_t switche
     if hist[K_CJK] * 4 >= n:
         return C_CJK
     if alnum * 10 >= n * 9 and space * 20 <= n:
-        if hist[K_LETTER] == 0 and hist[K_DIGIT] * 5 >= n * 2:
+        if hist[K_LETTER] <= hist[K_BACKSLASH] and hist[K_DIGIT] * 5 >= n * 2:
             return C_HEX
         if switches * 10 >= n or upper * 5 >= n:
             return C_BASE64
+    if ((hist[K_DIGIT] + hist[K_HEX_LETTER]) * 2 >= n and space * 8 >= n
+            and hist[K_LETTER] * 8 <= n):
+        return C_HEXDUMP
     if (hist[K_JSON] + hist[K_BACKSLASH]) * 100 >= n * 15:
         return C_JSON
     if hist[K_DIGIT] * 10 >= n:
@@ -670,9 +674,8 @@ cdef void _profile(const cs_char *p, Py_ssize_t length, Py_ssize_t *units, Py_ss
         runs[cls] += pairs >> RUN_SHIFT
         total[0] += n + astral
         if cs_char is not uint8_t:  # no CJK in a 1-byte string
-            if cls == C_CJK:
-                for k in range(N_CJK_COUNTS):
-                    cjk[k] += block_cjk[k]
+            for k in range(N_CJK_COUNTS):
+                cjk[k] += block_cjk[k]
         start = end
 
 

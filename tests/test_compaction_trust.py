@@ -179,9 +179,11 @@ def test_decision_figure_covers_chinese_text_and_names_itself(stub):
     r = measure(stub, conv)
     body = json.dumps([{"role": "user", "content": [{"type": "text", "text": zh}]}], ensure_ascii=False)
     real = len(ENC.encode_ordinary(body))
-    assert r.decision.tokens >= real  # chars/4 * 1.3 is about 40% low here
-    assert r.normalized.tokens < real
-    assert r.decision.method.startswith("calibrated:") and "+15%" in r.decision.method
+    # the margins are the held-back p95 per class: one text in twenty may still be under; this
+    # one (a single sentence repeated) is about 3% under, where chars/4 * 1.3 is 40% low
+    assert r.decision.tokens >= real * 0.95
+    assert r.normalized.tokens < real * 0.7
+    assert r.decision.method.startswith("calibrated:") and "p95-margin(" in r.decision.method
     assert r.compaction_figure == "calibrated"
 
 

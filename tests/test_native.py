@@ -852,7 +852,7 @@ def test_text_profile_compiled_agrees_with_the_twin(impl, s):
     assert len(units) == len(runs) == len(native.TEXT_CLASSES)
     assert len(cjk) == len(_native_py.CJK_COUNTS)
     scripts, single = sum(cjk[:_native_py.SINGLE]), cjk[_native_py.SINGLE]
-    assert single <= scripts <= units[_native_py.CJK]  # CJK counts cover CJK blocks only
+    assert single <= scripts <= total  # CJK counts cover every block, whatever its class
     blocks = -(-len(s) // native.PROFILE_BLOCK)
     assert blocks <= sum(runs) <= len(s)  # every block starts a run; a run holds a character
 
@@ -865,6 +865,13 @@ def test_text_profile_compiled_agrees_with_the_twin(impl, s):
     ("QmFzZTY0IGVuY29kaW5nIG9mIHNvbWUgYnl0ZXMgMTIzNDU2Nzg5MA" * 10, "base64"),
     ("3f2a9c0b7d6e5f41" * 40, "hex"),
     ("2025-03-01 12:00:01 INFO request 1234 took 56ms\n" * 20, "logs"),
+    # xxd: offsets, hex groups, the character column (mostly dots for a binary)
+    ("00000040: 0100 0000 0500 0000 0010 0000 0000 0000  ................\n" * 6, "hexdump"),
+    ("00000000: 7f45 4c46 0201 0100 0000 0000 0000 0000  .ELF............\n" * 6, "hexdump"),
+    # as Measure sees it, JSON-escaped: the n of each \n does not make it text
+    (json.dumps("00000040: 0100 0000 0500 0000 0010 0000 0000 0000  ................\n" * 6), "hexdump"),
+    # plain hex (xxd -p) in a JSON string: still hex, the \n escapes notwithstanding
+    (("3f2a9c0b7d6e5f41" * 4 + "\\n") * 3, "hex"),
 ])
 def test_text_profile_classes(impl, text, cls):
     total, units, _, _ = impl.text_profile(text)
@@ -872,10 +879,15 @@ def test_text_profile_classes(impl, text, cls):
 
 
 def test_text_profile_cases(impl):
-    assert impl.text_profile("") == (0, (0,) * 7, (0,) * 7, (0,) * 5)
+    assert impl.text_profile("") == (0, (0,) * 8, (0,) * 8, (0,) * 5)
     assert impl.text_profile("😀")[0] == 2  # UTF-16 units, as the estimate counts
-    # the str data whatever a subclass overrides; digits are a tenth or more: logs; runs "ab", " ", "12"
-    assert impl.text_profile(_Str("ab 12")) == (5, (0, 0, 0, 0, 0, 0, 5), (0, 0, 0, 0, 0, 0, 3), (0,) * 5)
+    # the str data whatever a subclass overrides; hex digits between spaces: a hex dump; runs "ab", " ", "12"
+    assert impl.text_profile(_Str("ab 12")) == (5, (0, 0, 0, 0, 0, 0, 0, 5), (0, 0, 0, 0, 0, 0, 0, 3), (0,) * 5)
+    # digits are a tenth or more, with words: logs
+    assert impl.text_profile("took 12")[1][_native_py.LOGS] == 7
+    # an xxd of text: its character column is words, more than an eighth: not a hex dump
+    line = "00000000: 2320 436f 6e74 6578 7453 6572 7669 6365  # ContextService\n"
+    assert impl.text_profile(line * 3)[1][_native_py.HEXDUMP] == 0
     with pytest.raises(TypeError):
         impl.text_profile(b"abc")
     with pytest.raises(TypeError):
@@ -886,9 +898,9 @@ def test_text_profile_cjk_counts(impl):
     # kana, han, hangul, other CJK; then those that are one cl100k token
     assert impl.text_profile("的龘の한똠，")[3] == (1, 2, 2, 1, 4)
     assert impl.text_profile("ゐ丷\U00020000")[3] == (1, 1, 0, 1, 0)
-    # a block under a quarter CJK is not of class CJK: its CJK characters are not counted
-    assert impl.text_profile("的" + "x" * 10)[3] == (0,) * 5
-    # each block on its own: only the CJK one counts
+    # a block under a quarter CJK is not of class CJK, but its CJK characters still count
+    assert impl.text_profile("的" + "x" * 10)[3] == (0, 1, 0, 0, 1)
+    assert impl.text_profile("的" + "x" * 10)[1][_native_py.CJK] == 0
     block = native.PROFILE_BLOCK
     assert impl.text_profile("a" * block + "的" * block)[3] == (0, block, 0, 0, block)
 

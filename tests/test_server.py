@@ -22,7 +22,7 @@ def test_measure_answers_with_every_figure(stub):
     assert r.usable == 200_000 - 32_000 and r.limit == r.usable
     assert r.has_baseline and r.reported == 1280
     # the decision figure (calibrated + margin) projects from the reported usage
-    assert r.decision.method == "calibrated:cl100k-ratios+15%+media:2048" and r.decision.tokens > 0
+    assert r.decision.method.startswith("calibrated:cl100k-ratios+p95-margin(") and r.decision.method.endswith("+media:2048") and r.decision.tokens > 0
     assert r.projected > 1280 and r.compaction_figure == "calibrated"
     assert not r.should_compact and r.output_tokens == 32_000
 

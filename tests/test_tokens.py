@@ -222,7 +222,7 @@ def test_calibrated_estimate_tracks_cl100k(cls, reference_is_off):
 
 def test_ratios_ship_with_the_package_and_name_their_classes():
     r = tokens.ratios()
-    assert len(r.per_unit) == len(r.per_run) == 7 and len(r.per_cjk) == 5
+    assert len(r.per_unit) == len(r.per_run) == len(r.margins) == 8 and len(r.per_cjk) == 5
     assert tokens.calibrated("") == 0
     with pytest.raises(ValueError, match="calibrate"):
         tokens.Ratios.from_mapping({"classes": ["prose"], "block": 256})
@@ -336,9 +336,10 @@ def test_measure_rpc_reports_every_figure_with_its_method(stub):
     assert r.calibration_factor == 0 and r.calibration_anchor == ""
     assert r.exact.method == "tiktoken:cl100k_base" and r.projected_exact == r.exact.tokens
     assert r.compaction_figure == "calibrated" and r.projected_calibrated == r.calibrated.tokens
-    # the decision figure: the calibrated count plus the 15% margin, named with both
-    assert r.decision.method == tokens.CALIBRATED + "+15%+media:2048"
-    assert r.decision.tokens == -(-r.calibrated.tokens * 115 // 100) == r.projected
+    # the decision figure: the calibrated count plus the per-class margins, named with both
+    assert r.decision.method == tokens.CALIBRATED + "+" + tokens.ratios().margin_text() + "+media:2048"
+    assert r.calibrated.tokens < r.decision.tokens <= -(-r.calibrated.tokens * (1 + max(tokens.ratios().margins)) // 1) + 1
+    assert r.decision.tokens == r.projected
 
 
 def test_calibrated_figures_can_be_switched_off():

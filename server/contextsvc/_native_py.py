@@ -383,8 +383,8 @@ def select_tail(starts, sizes, tail_turns, budget) -> int:
 # ---- text profile: the content classes behind the calibrated estimate ----------------------
 
 # Content classes, in the order text_profile reports them (tokens.py holds a ratio for each).
-TEXT_CLASSES = ("prose", "cjk", "code", "json", "base64", "hex", "logs")
-PROSE, CJK, CODE, JSON, BASE64, HEX, LOGS = range(len(TEXT_CLASSES))
+TEXT_CLASSES = ("prose", "cjk", "code", "json", "base64", "hex", "logs", "hexdump")
+PROSE, CJK, CODE, JSON, BASE64, HEX, LOGS, HEXDUMP = range(len(TEXT_CLASSES))
 
 # Text is classified in blocks of this many code points: small enough to follow a conversation
 # that mixes prose, code and tool output, large enough for a stable histogram.
@@ -429,7 +429,7 @@ def _is_cjk(cp: int) -> bool:
             or 0xFF00 <= cp <= 0xFFEF or 0x20000 <= cp <= 0x3FFFF)
 
 
-# Counts of the CJK characters of CJK blocks, in the order text_profile reports them (tokens.py
+# Counts of the CJK characters of every block, in the order text_profile reports them (tokens.py
 # holds a ratio for each). cl100k spends about one token on a kana but two or three on most Han
 # and Hangul, except on the few hundred it holds whole ("single", across the scripts).
 CJK_COUNTS = ("kana", "han", "hangul", "other", "single")
@@ -467,10 +467,15 @@ def classify_block(hist, upper: int, switches: int, n: int) -> int:
     if hist[K_CJK] * 4 >= n:
         return CJK
     if alnum * 10 >= n * 9 and space * 20 <= n:  # an unbroken alphanumeric run
-        if hist[K_LETTER] == 0 and hist[K_DIGIT] * 5 >= n * 2:
+        # hex digits only, but for the n of each escaped newline (\n) of a JSON string
+        if hist[K_LETTER] <= hist[K_BACKSLASH] and hist[K_DIGIT] * 5 >= n * 2:
             return HEX
         if switches * 10 >= n or upper * 5 >= n:
             return BASE64
+    # a hex dump (xxd, od, hexdump -C): hex digit pairs and groups between spaces, at most a
+    # few other letters (its character column); tokenized far more finely than logs
+    if (hist[K_DIGIT] + hist[K_HEX_LETTER]) * 2 >= n and space * 8 >= n and hist[K_LETTER] * 8 <= n:
+        return HEXDUMP
     if (hist[K_JSON] + hist[K_BACKSLASH]) * 100 >= n * 15:
         return JSON
     if hist[K_DIGIT] * 10 >= n:
@@ -488,8 +493,8 @@ def text_profile(s: str) -> tuple:
     classified by classify_block and its UTF-16 units (astral characters count two) and its
     runs (a run starts at the block's first character and wherever the RUN_GROUPS group
     changes) go to its class. The per-class units sum to the UTF-16 length. The CJK counts
-    (CJK_COUNTS order) cover the blocks of class CJK only: their CJK characters by cjk_script,
-    and those of SINGLE_TOKEN_CJK.
+    (CJK_COUNTS order) cover every block, whatever its class (CJK words in code or logs cost
+    as much as in CJK prose): its CJK characters by cjk_script, and those of SINGLE_TOKEN_CJK.
     """
     if not isinstance(s, str):
         raise TypeError(f"text_profile() expects str, not {type(s).__name__}")
@@ -531,8 +536,7 @@ def text_profile(s: str) -> tuple:
         units[cls] += n + astral
         runs[cls] += block_runs
         total += n + astral
-        if cls == CJK:
-            cjk = [a + b for a, b in zip(cjk, block_cjk)]
+        cjk = [a + b for a, b in zip(cjk, block_cjk)]
     return total, tuple(units), tuple(runs), tuple(cjk)
 
 

@@ -95,9 +95,13 @@ class MeasureConfig:
     # ceil(chars/4 * 1.3)) or "exact" (cl100k, only when the request asks for exact counts;
     # otherwise calibrated decides, so every replica answers alike)
     compaction_figure: str = "calibrated"
-    # safety margin on the calibrated figures: on real text they were off by 3-13%, where
-    # chars/4 * 1.3 was off by 20-55% and too low on CJK
-    decision_margin: str = "0.15"
+    # safety margin on the calibrated figures: "measured" = per content class, the p95 of the
+    # under-count on held-back real material (shipped with the ratios by bench/calibrate.py),
+    # applied to each class's share of the request; or one fixed fraction for every class
+    decision_margin: str = "measured"
+    # margin on an exact cl100k count standing in for another model's tokenizer (not measured
+    # here: tokenizers of one generation differ by about this much)
+    exact_margin_fraction: str = "0.15"
     # what one media item costs in the decision figure: never its base64 length, never zero
     # (the output budget's per-item pad)
     media_decision_tokens: int = 2048
@@ -113,8 +117,10 @@ class MeasureConfig:
                              f"not {self.compaction_figure!r}")
         if not self.calibrated_figures and self.compaction_figure in ("calibrated", "self-calibrated"):
             raise ValueError(f"[measure] compaction_figure {self.compaction_figure!r} needs calibrated_figures")
-        if not 0 <= Fraction(self.decision_margin) < 1:
-            raise ValueError(f"[measure] decision_margin must be in [0, 1), not {self.decision_margin!r}")
+        if not self.measured_margins and not 0 <= Fraction(self.decision_margin) < 1:
+            raise ValueError(f"[measure] decision_margin must be \"measured\" or in [0, 1), not {self.decision_margin!r}")
+        if not 0 <= Fraction(self.exact_margin_fraction) < 1:
+            raise ValueError(f"[measure] exact_margin_fraction must be in [0, 1), not {self.exact_margin_fraction!r}")
         if self.media_decision_tokens < 1:
             raise ValueError("[measure] media_decision_tokens must be at least 1: media are never free")
         if not 0 < self.self_calibration_min_factor <= self.self_calibration_max_factor:
@@ -127,9 +133,19 @@ class MeasureConfig:
         return Fraction(self.preflight_factor)
 
     @property
+    def measured_margins(self) -> bool:
+        """The decision figure takes the per-class margins shipped with the ratios."""
+        return self.decision_margin == "measured"
+
+    @property
     def margin(self) -> Fraction:
-        """1 + decision_margin, as an exact rational."""
-        return 1 + Fraction(self.decision_margin)
+        """1 + the fixed decision_margin, as an exact rational (1 with measured margins: they
+        are applied per class, in the figure itself)."""
+        return 1 if self.measured_margins else 1 + Fraction(self.decision_margin)
+
+    @property
+    def exact_margin(self) -> Fraction:
+        return 1 + Fraction(self.exact_margin_fraction)
 
 
 PRUNE_PROTECT_RULES = ("tool_results", "turns")  # what protects the freshest tool outputs

@@ -200,11 +200,12 @@ def _anchor(msgs: list, low_sources: list, model_id: str) -> tuple:
     return None, -1
 
 
-def _calibrated_text(text: str) -> float:
-    """The unrounded calibrated estimate of text (native.text_profile, then the shipped ratios)."""
+def _calibrated_text(text: str) -> tuple:
+    """(calibrated, calibrated with the per-class decision margins) of text, unrounded, from one
+    native.text_profile."""
     if not text:
-        return 0.0
-    return tokens.calibrated_unrounded(text)
+        return (0.0, 0.0)
+    return tokens.calibrated_pair(native.text_profile(text))
 
 
 def _projection(base, reported: int, tail: int, overhead: int, total: int) -> int:
@@ -257,25 +258,24 @@ def _figures(inp: MeasureInput, built: request.Built, cfg: Config, policy, exact
         element_json = [text(e) for e in elements]
     cuts = [0, n_sys, n_sys + max(at, 0), tail_from, len(elements)]
     if mc.calibrated_figures:
-        system_cal, head_cal, middle_cal, tail_cal = (
-            (_calibrated_text("[" + ",".join(element_json[a:b]) + "]") if element_json
-             else tokens.calibrated_json(elements[a:b])) if b > a else 0.0
-            for a, b in zip(cuts, cuts[1:]))
-        tools_cal = _calibrated_text(texts.tools)
+        pairs = [(_calibrated_text("[" + ",".join(element_json[a:b]) + "]") if element_json
+                  else tokens.calibrated_pair(native.json_profile(elements[a:b]))) if b > a else (0.0, 0.0)
+                 for a, b in zip(cuts, cuts[1:])] + [_calibrated_text(texts.tools)]
     else:
-        system_cal = head_cal = middle_cal = tail_cal = tools_cal = 0.0
+        pairs = [(0.0, 0.0)] * 5
+    (system_cal, head_cal, middle_cal, tail_cal, tools_cal), margined = zip(*pairs)
     cal_total = tokens.round_half_up(system_cal + head_cal + middle_cal + tail_cal + tools_cal)
     cal_tail = tokens.round_half_up(tail_cal) if has_tail else 0
     cal_overhead = tokens.round_half_up(system_cal + tools_cal)
     projected_cal = _projection(base, reported, cal_tail, cal_overhead, cal_total)
-    cal_rewrite = 0
+    cal_rewrite = margined_rewrite = 0.0  # (calibrated, with margins) from the first change on
     if rewrite_from is not None and mc.calibrated_figures:
         if rewrite_from < 0:
-            cal_rewrite = cal_total
+            cal_rewrite, margined_rewrite = cal_total, sum(margined)
         elif rewrite_from < len(elements):
-            cal_rewrite = tokens.round_half_up(
+            cal_rewrite, margined_rewrite = (
                 _calibrated_text("[" + ",".join(element_json[rewrite_from:]) + "]") if element_json
-                else tokens.calibrated_json(elements[rewrite_from:]))
+                else tokens.calibrated_pair(native.json_profile(elements[rewrite_from:])))
 
     # self-calibrated: the provider's own count of a prefix over ours gives this model's factor
     factor, anchor_id = 0.0, ""
@@ -307,10 +307,16 @@ def _figures(inp: MeasureInput, built: request.Built, cfg: Config, policy, exact
         if rewrite_from is not None:
             ex_rewrite = exact[0] if rewrite_from < 0 else sum(counts[rewrite_from:n_el])
 
-    stretches = {"calibrated": (cal_total, cal_tail, cal_overhead, cal_rewrite)}
+    # the decision figure's stretches: with the per-class margins unless a fixed one is configured
+    if mc.measured_margins:
+        m_sys, m_head, m_middle, m_tail, m_tools = margined
+        decide = (tokens.round_half_up(sum(margined)), tokens.round_half_up(m_tail) if has_tail else 0,
+                  tokens.round_half_up(m_sys + m_tools), tokens.round_half_up(margined_rewrite))
+    else:
+        decide = (cal_total, cal_tail, cal_overhead, tokens.round_half_up(cal_rewrite))
+    stretches = {"calibrated": decide}
     if factor:
-        stretches["self-calibrated"] = (self_cal[0], tokens.scaled(cal_tail, factor),
-                                        tokens.scaled(cal_overhead, factor), tokens.scaled(cal_rewrite, factor))
+        stretches["self-calibrated"] = tuple(tokens.scaled(x, factor) for x in decide)
     else:
         stretches["self-calibrated"] = stretches["calibrated"]
     if exact is not None:
@@ -345,11 +351,16 @@ def _decision(figure: str, stretch: tuple, media: int, media_tail: int, media_re
     mc = cfg.measure
     total, tail, overhead, rewrite = stretch
     margin = mc.margin
-    if figure == "estimate" or (figure == "exact" and tokens.cl100k_is_native(mdl.id)):
-        margin = 1  # the reference's figure carries its own factor; cl100k is this model's own
     names = {"estimate": tokens.PREFLIGHT, "calibrated": tokens.CALIBRATED,
              "self-calibrated": self_method, "exact": tokens.EXACT_PREFIX + mc.exact_encoding.removesuffix("_offline")}
     method = names[figure]
+    if figure == "estimate" or (figure == "exact" and tokens.cl100k_is_native(mdl.id)):
+        margin = 1  # the reference's figure carries its own factor; cl100k is this model's own
+    elif figure == "exact":
+        margin = mc.exact_margin  # cl100k standing in for another model's tokenizer
+    elif mc.measured_margins:  # the stretch holds the per-class margins already
+        margin = 1
+        method += "+" + tokens.ratios().margin_text()
     if margin != 1:
         percent = (margin - 1) * 100
         method += f"+{percent.numerator if percent.denominator == 1 else float(percent)}%"

@@ -59,11 +59,14 @@ def single_token_table_id() -> str:
 
 @dataclass(frozen=True)
 class Ratios:
-    """Per content class (native.TEXT_CLASSES order): tokens per UTF-16 unit and per run; and
-    for the CJK class, tokens per CJK count of the profile (_native_py.CJK_COUNTS order)."""
+    """Per content class (native.TEXT_CLASSES order): tokens per UTF-16 unit and per run; per
+    CJK count of the profile (_native_py.CJK_COUNTS order, over every block), tokens per
+    character; and per content class the decision margin: the p95 of the calibrated figure's
+    under-count on held-back real material whose main class it is (bench/calibrate.py)."""
     per_unit: tuple
     per_run: tuple
     per_cjk: tuple
+    margins: tuple = ()
 
     @classmethod
     def from_mapping(cls, data: dict) -> "Ratios":
@@ -72,22 +75,31 @@ class Ratios:
                 or tuple(data.get("cjk_counts", ())) != counts
                 or data.get("single_token_table") != single_token_table_id()):
             raise ValueError(f"{RATIOS_FILE} was fitted for another text profile; rerun bench/calibrate.py")
+        margins = data.get("decision_margins", {})
         return cls(tuple(float(data["tokens_per_unit"][c]) for c in classes),
                    tuple(float(data["tokens_per_run"][c]) for c in classes),
-                   tuple(float(data["tokens_per_cjk"][c]) for c in counts))
+                   tuple(float(data["tokens_per_cjk"][c]) for c in counts),
+                   tuple(float(margins.get(c, 0.0)) for c in classes))
 
-    def tokens(self, units, runs, cjk) -> float:
+    def tokens(self, units, runs, cjk, margins: bool = False) -> float:
         """The unrounded estimate of a profile (text_profile without its length); a class
-        never counts below zero."""
+        never counts below zero. With margins, each class's share is raised by its decision
+        margin (the CJK characters' share by the CJK class's)."""
         total = 0.0
+        up = self.margins if margins else (0.0,) * len(units)
         for i, u in enumerate(units):
-            if u:  # a class without units has no runs or CJK counts either: it adds nothing
+            if u:  # a class without units has no runs either: it adds nothing
                 t = self.per_unit[i] * u + self.per_run[i] * runs[i]
-                if i == _native_py.CJK:
-                    t += sum(map(operator.mul, self.per_cjk, cjk))
                 if t > 0.0:
-                    total += t
+                    total += t * (1.0 + up[i])
+        t = sum(map(operator.mul, self.per_cjk, cjk))
+        if t > 0.0:
+            total += t * (1.0 + up[_native_py.CJK])
         return total
+
+    def margin_text(self) -> str:
+        """The margins as the decision figure's method names them: "p95-margin(prose 4%,...)"."""
+        return "p95-margin(" + ",".join(f"{c} {m * 100:.0f}%" for c, m in zip(native.TEXT_CLASSES, self.margins)) + ")"
 
 
 _ratios = None
@@ -121,6 +133,13 @@ def calibrated_unrounded(text: str) -> float:
 def calibrated_json(value) -> float:
     """calibrated_unrounded of value's JSON text, profiled in one walk without building it."""
     return ratios().tokens(*native.json_profile(value)[1:])
+
+
+def calibrated_pair(profile) -> tuple:
+    """(calibrated, calibrated with the per-class decision margins) of one text_profile or
+    json_profile result, both unrounded: one profile serves both figures."""
+    r = ratios()
+    return r.tokens(*profile[1:]), r.tokens(*profile[1:], margins=True)
 
 
 def round_half_up(x: float) -> int:
