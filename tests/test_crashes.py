@@ -1,0 +1,170 @@
+"""Inputs that used to answer INTERNAL (issue 16, items 6-9 and 12), over a real server: each gets
+a defined status naming the field, or a real answer."""
+from __future__ import annotations
+
+import json
+
+import grpc
+import pytest
+
+import convo
+from conftest import start_server
+from contextsvc.config import ServerConfig
+from contextsvc.v1 import context_pb2 as pb
+from contextsvc.v1 import context_pb2_grpc as pb_grpc
+from test_compact_rpc import compact_request, session
+
+INVALID = grpc.StatusCode.INVALID_ARGUMENT
+INT64_MAX = 2**63 - 1
+DEPTH = ServerConfig.max_json_depth
+PROVIDERS = [pb.PROVIDER_ANTHROPIC, pb.PROVIDER_OPENAI, pb.PROVIDER_OPENAI_COMPATIBLE, pb.PROVIDER_BEDROCK,
+             pb.PROVIDER_OPENROUTER, pb.PROVIDER_ALIBABA, pb.PROVIDER_COPILOT, pb.PROVIDER_GEMINI]
+
+
+def status(fn, request):
+    """(code, details or response) of one call."""
+    try:
+        return grpc.StatusCode.OK, fn(request, timeout=60)
+    except grpc.RpcError as e:
+        return e.code(), e.details()
+
+
+# ---- item 6: usage figures near int64 max ------------------------------------------------------
+
+@pytest.mark.parametrize("field", ["input", "output", "reasoning", "cache_read", "cache_write", "total"])
+def test_usage_beyond_any_real_count_is_refused_naming_the_field(stub, field):
+    conv = convo.small_conversation()
+    setattr(conv.messages[1].usage, field, INT64_MAX)
+    for rpc, req in (("Measure", pb.MeasureRequest(conversation=conv, model=convo.model())),
+                     ("Compact", pb.CompactRequest(conversation=conv, model=convo.model())),
+                     ("Assemble", pb.AssembleRequest(conversation=conv, model=convo.model(), step=1)),
+                     ("Prune", pb.PruneRequest(conversation=conv, reason=pb.PRUNE_REASON_PAYLOAD_LIMIT))):
+        code, details = status(getattr(stub, rpc), req)
+        assert code == INVALID, (rpc, code, details)
+        assert details.startswith(f"conversation.messages[1].usage.{field}: ") and "2^53 - 1" in details
+
+
+def test_every_summed_token_figure_is_bounded_and_the_bound_itself_is_answered(stub):
+    top = 2**53 - 1
+    conv = session()
+    for msg in conv.messages:
+        if msg.role == pb.ROLE_ASSISTANT:
+            msg.usage.CopyFrom(pb.Usage(input=top, output=top, reasoning=top, cache_read=top,
+                                        cache_write=top, total=top))
+    conv.messages[1].parts.add(id="sf", step_finish=pb.StepFinishPart(tokens=pb.Usage(input=top)))
+    mdl = convo.model(context=top, output=top)
+    settings = pb.CompactionSettings(reserved=top, preserve_recent_tokens=top,
+                                     prune_settings=pb.PruneSettings(protect_tokens=top, minimum_tokens=top))
+    for rpc, req in (("Measure", pb.MeasureRequest(conversation=conv, model=mdl, compaction=settings)),
+                     ("Compact", pb.CompactRequest(conversation=conv, model=mdl, compaction=settings)),
+                     ("Assemble", pb.AssembleRequest(conversation=conv, model=mdl, compaction=settings, step=1))):
+        code, r = status(getattr(stub, rpc), req)
+        assert code == grpc.StatusCode.OK, (rpc, r)
+    over = top + 1
+    cases = [
+        (lambda r: setattr(r.conversation.messages[1].parts[-1].step_finish.tokens, "output", over),
+         "conversation.messages[1].parts[2].step_finish.tokens.output"),
+        (lambda r: setattr(r.model.limits, "context", over), "model.limits.context"),
+        (lambda r: setattr(r.compaction, "reserved", over), "compaction.reserved"),
+        (lambda r: setattr(r.compaction.prune_settings, "protect_tokens", over),
+         "compaction.prune_settings.protect_tokens"),
+    ]
+    for mutate, field in cases:
+        req = pb.MeasureRequest(conversation=conv, model=mdl, compaction=settings)
+        mutate(req)
+        code, details = status(stub.Measure, req)
+        assert code == INVALID and details.startswith(field + ": "), (field, details)
+
+
+# ---- item 7: a read of "everything" ------------------------------------------------------------
+
+def test_read_with_the_largest_limit_reads_everything(stub):
+    text = "".join(f"line {i}\n" for i in range(5000))
+    oid = stub.TruncateToolOutput(pb.TruncateToolOutputRequest(text=text), timeout=30).output_id
+    assert oid
+    r = stub.ReadTruncated(pb.ReadTruncatedRequest(output_id=oid, offset=1, limit=INT64_MAX), timeout=30)
+    assert (r.offset, r.lines, r.total_lines, r.eof) == (1, 4999, 5000, True)
+    assert r.text == text[len("line 0\n"):-1]
+    r = stub.ReadTruncated(pb.ReadTruncatedRequest(output_id=oid, offset=INT64_MAX, limit=INT64_MAX), timeout=30)
+    assert (r.text, r.lines, r.eof) == ("", 0, True)
+    r = stub.ReadTruncated(pb.ReadTruncatedRequest(output_id=oid, offset=4998, limit=INT64_MAX), timeout=30)
+    assert (r.text, r.lines, r.eof) == ("line 4998\nline 4999", 2, True)
+
+
+# ---- item 8: one JSON depth limit --------------------------------------------------------------
+
+def nested_object(depth: int) -> str:
+    """A JSON object nested exactly depth levels (objects and arrays alternating)."""
+    levels = range(1, depth + 1)
+    return ("".join('{"k": ' if n % 2 else "[" for n in levels) + "1"
+            + "".join("}" if n % 2 else "]" for n in reversed(levels)))
+
+
+def nested_schema(depth: int) -> str:
+    """A tool schema of nested object properties, depth levels in all."""
+    wraps = (depth - 1) // 2
+    return '{"type": "object", "properties": {"x": ' * wraps + '{"type": "string"}' + "}}" * wraps
+
+
+def deep_requests(depth: int, provider=pb.PROVIDER_ANTHROPIC, where="input"):
+    conv = session(turns=4, output_chars=4000)
+    tools = [pb.ToolDefinition(name="bash", description="run", input_schema_json='{"type": "object"}')]
+    if where == "input":
+        conv.messages[1].parts[0].tool.state.input_json = nested_object(depth)
+    else:
+        tools[0].input_schema_json = nested_schema(depth)
+    mdl = convo.model(provider=provider, context=8_000, output=2_000)
+    return {
+        "Measure": pb.MeasureRequest(conversation=conv, model=mdl, tools=tools),
+        "Assemble": pb.AssembleRequest(conversation=conv, model=mdl, tools=tools, step=1),
+        "Compact": pb.CompactRequest(conversation=conv, model=mdl, tools=tools),
+        "Prune": pb.PruneRequest(conversation=conv, reason=pb.PRUNE_REASON_PAYLOAD_LIMIT),
+    }
+
+
+def test_nested_object_helpers_nest_as_said():
+    def depth(v):
+        return 1 + max([depth(x) for x in (v.values() if isinstance(v, dict) else v)], default=0) \
+            if isinstance(v, (dict, list)) else 0
+    assert depth(json.loads(nested_object(7))) == 7 and depth(json.loads(nested_schema(7))) == 7
+
+
+@pytest.mark.parametrize("where", ["input", "schema"])
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_json_at_the_depth_limit_is_answered_by_every_rpc_and_lowering(stub, provider, where):
+    for rpc, req in deep_requests(DEPTH, provider, where).items():
+        if where == "schema" and rpc == "Prune":
+            continue
+        code, r = status(getattr(stub, rpc), req)
+        assert code == grpc.StatusCode.OK, (rpc, r)
+        if rpc == "Compact":
+            assert r.outcome == pb.COMPACT_OUTCOME_COMPACTED
+
+
+@pytest.mark.parametrize("depth", [DEPTH + 1, 975, 978, 980, 982, 990, 200_000])
+def test_json_over_the_depth_limit_is_refused_the_same_way_cached_or_not(stub, depth):
+    for where in ("input", "schema"):
+        for rpc, req in deep_requests(depth, where=where).items():
+            if where == "schema" and rpc == "Prune":
+                continue
+            field = ("conversation.messages[1].parts[0].tool.state.input_json" if where == "input"
+                     else "tools[0].input_schema_json")
+            for _ in range(2):  # the second time, every other message is in the message cache
+                code, details = status(getattr(stub, rpc), req)
+                assert code == INVALID, (rpc, where, code, details)
+                assert details == f"{field}: JSON nested too deeply (at most {DEPTH} levels)"
+
+
+def test_the_depth_limit_is_configurable():
+    s = start_server(max_json_depth=8)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
+            stub = pb_grpc.ContextServiceStub(ch)
+            assert status(stub.Measure, deep_requests(8)["Measure"])[0] == grpc.StatusCode.OK
+            code, details = status(stub.Measure, deep_requests(9)["Measure"])
+            assert code == INVALID and details.endswith("JSON nested too deeply (at most 8 levels)")
+    finally:
+        s.stop(grace=1)
+    for bad in (0, 100_000):
+        with pytest.raises(ValueError, match="max_json_depth"):
+            ServerConfig(max_json_depth=bad)
