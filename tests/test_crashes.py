@@ -168,3 +168,67 @@ def test_the_depth_limit_is_configurable():
     for bad in (0, 100_000):
         with pytest.raises(ValueError, match="max_json_depth"):
             ServerConfig(max_json_depth=bad)
+
+
+# ---- item 12: every stored output can be read back ---------------------------------------------
+
+def read_all(stub, oid, limit=0):
+    """Reads from offset 0 until eof, each read going on where the last stopped."""
+    pieces, offset = [], 0
+    while True:
+        r = stub.ReadTruncated(pb.ReadTruncatedRequest(output_id=oid, offset=offset, limit=limit), timeout=60)
+        pieces.append(r.text)
+        offset += r.lines
+        if r.eof:
+            return pieces, r.total_lines
+        assert r.lines > 0
+
+
+def big_channel(server):
+    return grpc.insecure_channel(f"127.0.0.1:{server.port}", options=[
+        ("grpc.max_send_message_length", 256 * 1024 * 1024),
+        ("grpc.max_receive_message_length", 256 * 1024 * 1024)])
+
+
+def test_an_output_as_large_as_a_request_is_read_back_in_pieces_that_fit_the_response_limit():
+    """64 MiB minus 5 bytes (the largest text a request can carry) of lines, at the defaults."""
+    s = start_server()
+    limit = s.cfg.server.max_response_bytes
+    try:
+        with big_channel(s) as ch:
+            stub = pb_grpc.ContextServiceStub(ch)
+            line = "x" * 1023 + "\n"
+            text = line * (s.cfg.server.max_request_bytes // 1024 - 1) + "y" * (1024 - 5)
+            r = stub.TruncateToolOutput(pb.TruncateToolOutputRequest(text=text), timeout=60)
+            assert r.truncated and r.output_id
+            for read_limit in (2**63 - 1, 0):
+                pieces, total = read_all(stub, r.output_id, read_limit)
+                assert "\n".join(pieces) == text and total == text.count("\n") + 1
+                assert all(len(p.encode()) + 64 <= limit for p in pieces)
+            assert len(pieces) > 1
+    finally:
+        s.stop(grace=1)
+
+
+def test_a_line_no_read_can_return_is_refused_before_it_is_stored():
+    """Scaled down (1 MiB requests, 256 KiB responses): a line longer than a response can carry
+    is RESOURCE_EXHAUSTED at TruncateToolOutput and nothing is stored; shorter lines of a larger
+    output are read back whole, in pieces under the limit."""
+    s = start_server(max_request_bytes=1024 * 1024, max_response_bytes=256 * 1024)
+    try:
+        with big_channel(s) as ch:
+            stub = pb_grpc.ContextServiceStub(ch)
+            for text in ("z" * (1024 * 1024 - 16), "ok\n" * 10 + "é" * (200 * 1024) + "\nafter\n"):
+                code, details = status(stub.TruncateToolOutput, pb.TruncateToolOutputRequest(text=text))
+                assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, details
+                assert "more than one ReadTruncated response can carry" in details
+                assert "nothing was stored" in details
+            assert s.store.usage() == (0, 0)
+            text = "".join(f"{i:06d} " + "ü" * (i * 7 % 1400) + "\n" for i in range(700))
+            assert 850 * 1024 < len(text.encode()) < 1024 * 1024
+            r = stub.TruncateToolOutput(pb.TruncateToolOutputRequest(text=text), timeout=60)
+            pieces, total = read_all(stub, r.output_id, 2**63 - 1)
+            assert "\n".join(pieces) + "\n" == text and total == 700
+            assert len(pieces) >= 4 and all(len(p.encode()) <= 256 * 1024 - 64 for p in pieces)
+    finally:
+        s.stop(grace=1)
