@@ -3,6 +3,8 @@ a defined status naming the field, or a real answer."""
 from __future__ import annotations
 
 import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import grpc
 import pytest
@@ -232,3 +234,84 @@ def test_a_line_no_read_can_return_is_refused_before_it_is_stored():
             assert len(pieces) >= 4 and all(len(p.encode()) <= 256 * 1024 - 64 for p in pieces)
     finally:
         s.stop(grace=1)
+
+
+# ---- item 9: a summarizer answering 200 with something that is not a summary --------------------
+
+def _message(content) -> bytes:
+    return json.dumps({"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": content,
+                       "stop_reason": "end_turn", "stop_sequence": None,
+                       "usage": {"input_tokens": 10, "output_tokens": 5}}).encode()
+
+
+ODD_REPLIES = {
+    "html": (b"<html><body>502 Bad Gateway</body></html>", "not valid JSON"),
+    "null": (b"null", "not a Messages API message"),
+    "empty object": (b"{}", "no content"),
+    "list": (b"[1, 2]", "not a Messages API message"),
+    "string": (b'"summary"', "not a Messages API message"),
+    "error object": (json.dumps({"type": "error", "error": {"type": "overloaded_error",
+                                                            "message": "Overloaded"}}).encode(),
+                     "an error: overloaded_error: Overloaded"),
+    "content null": (_message(None), "no content"),
+    "content a string": (_message("## Goal"), "no content"),
+    "text 123": (_message([{"type": "text", "text": 123}]), "text is not a string"),
+    "lone surrogate": (_message([{"type": "text", "text": "## Goal \ud800 fix"}]), "lone surrogate"),
+}
+
+
+class RawMessagesAPI:
+    """A loopback Messages API answering every request with 200 and the given body."""
+
+    def __init__(self, body: bytes):
+        api = self
+        self.body = body
+        self.requests = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers["content-length"]))
+                api.requests += 1
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(api.body)))
+                self.end_headers()
+                self.wfile.write(api.body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("name", ODD_REPLIES)
+def test_a_reply_that_is_not_a_summary_is_unavailable_or_falls_back(monkeypatch, name):
+    body, reason = ODD_REPLIES[name]
+    monkeypatch.setenv("CONTEXTSVC_TEST_KEY", "sk-test")
+    api = RawMessagesAPI(body)
+    servers = [start_server(summarizer_overrides=dict(
+        backend="anthropic", base_url=api.url, api_key_env="CONTEXTSVC_TEST_KEY", timeout_seconds=5,
+        max_retries=0, fallback_to_offline=fallback)) for fallback in (False, True)]
+    try:
+        strict, lenient = servers
+        with grpc.insecure_channel(f"127.0.0.1:{strict.port}") as ch:
+            code, details = status(pb_grpc.ContextServiceStub(ch).Compact, compact_request())
+            assert code == grpc.StatusCode.UNAVAILABLE, (code, details)
+            assert details.startswith("anthropic summarizer: ") and reason in details, details
+        with grpc.insecure_channel(f"127.0.0.1:{lenient.port}") as ch:
+            code, r = status(pb_grpc.ContextServiceStub(ch).Compact, compact_request())
+            assert code == grpc.StatusCode.OK, r
+            assert r.fell_back and r.backend == "offline" and reason in r.fallback_reason
+            assert r.outcome == pb.COMPACT_OUTCOME_COMPACTED and "## Goal" in r.summary.parts[0].text.text
+        assert api.requests == 2
+    finally:
+        for s in servers:
+            s.stop(grace=1)
+        api.close()
