@@ -9,7 +9,7 @@ import pytest
 
 import convo
 from contextsvc import convert
-from contextsvc.message_cache import MessageCache
+from contextsvc.message_cache import ENTRY_OVERHEAD, MessageCache, resident_size
 from contextsvc.v1 import context_pb2 as pb
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
@@ -47,13 +47,15 @@ def test_invalid_messages_still_fail_with_their_path():
     assert e.value.field == "conversation.messages[1].parts[1].tool.state.input_json"
 
 
-def test_the_cache_is_bounded_by_estimated_memory_oldest_out():
-    # each message is about 920 wire bytes, so about 2,300 bytes of memory: three fit in 7,500
-    cache = MessageCache(7500)
+def test_the_cache_is_bounded_by_real_memory_oldest_out():
+    # each message is charged its objects' real size: three fit in three and a half of them
     msgs = [convo.user(f"m{i}", convo.text(f"p{i}", "x" * 900)) for i in range(5)]
+    one = resident_size(convert.conversation(pb.Conversation(messages=[msgs[0]])).messages[0]) + ENTRY_OVERHEAD
+    bound = 3 * one + one // 2
+    cache = MessageCache(bound)
     for msg in msgs:
         convert.conversation(pb.Conversation(messages=[msg]), cache=cache)
-    assert cache.size_bytes <= 7500 and len(cache) == 3
+    assert cache.size_bytes <= bound and len(cache) == 3
     convert.conversation(pb.Conversation(messages=[msgs[0]]), cache=cache)  # evicted: converted again
     assert cache.hits == 0
     convert.conversation(pb.Conversation(messages=[msgs[4]]), cache=cache)  # newest: still there

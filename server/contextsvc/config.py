@@ -15,6 +15,9 @@ from typing import Any, Mapping
 from .truncation.settings import TruncationSettings
 
 MiB = 1024 * 1024
+# the deepest JSON nesting server.max_json_depth may allow: each level can take a few Python
+# frames in the recursive stages (json.dumps, lowering), under the limit of 1000
+MAX_JSON_DEPTH = 256
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,8 @@ class ServerConfig:
     # before that, new calls get a clear UNAVAILABLE this long while the listener still accepts
     # (a call racing a closed listener is cancelled with no reason given)
     drain_seconds: float = 1.0
-    # memory for converted messages kept for the next step (about 13 MiB of wire bytes: forty
+    # memory for converted messages kept for the next step, charged at their objects' real
+    # size (agent sessions: about 3.7 bytes per wire byte, so about 9 MiB of wire bytes: thirty
     # 300 KB sessions); 0 disables
     message_cache_bytes: int = 32 * MiB
     # TLS: PEM certificate chain and private key; both empty = plaintext (loopback, or TLS ends
@@ -53,6 +57,10 @@ class ServerConfig:
     auth_token: str = ""
     auth_token_file: str = ""  # a file holding the token (e.g. a mounted secret); whitespace stripped
     auth_token_env: str = ""  # the name of an environment variable holding the token
+    # JSON nesting accepted in tool inputs and tool schemas, checked once at conversion: real
+    # schemas nest under 20 levels; every later stage stays far from Python's recursion limit
+    # (1000 frames) at this depth, which is why it cannot be set above MAX_JSON_DEPTH
+    max_json_depth: int = 256
 
     def __post_init__(self):
         # held bare ("::", not "[::]"): sockets and the metrics server take it so; address() brackets
@@ -66,6 +74,8 @@ class ServerConfig:
                              f"workers ({self.workers}): the spare threads answer health checks")
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
             raise ValueError("[server] tls_cert_file and tls_key_file must be set together")
+        if not 1 <= self.max_json_depth <= MAX_JSON_DEPTH:
+            raise ValueError(f"[server] max_json_depth must be in [1, {MAX_JSON_DEPTH}]")
         if self.tls_client_ca_file and not self.tls_cert_file:
             raise ValueError("[server] tls_client_ca_file (mTLS) needs tls_cert_file and tls_key_file")
 

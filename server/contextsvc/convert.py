@@ -9,6 +9,7 @@ import json
 import math
 
 from . import model as m
+from .config import ServerConfig
 from .errors import BadInput
 from .v1 import context_pb2 as pb
 
@@ -47,21 +48,34 @@ def _enum(table, value, field, enum_type):
         raise BadInput(field, f"unknown value {value} (expected one of {names})") from None
 
 
-def _json_object(text: str, path, suffix: str = ""):
-    """Parses a JSON object; path is the field path, or a callable building its prefix."""
+# JSON nesting accepted by default in tool inputs and schemas (server.max_json_depth)
+JSON_DEPTH = ServerConfig.max_json_depth
+
+
+def _json_object(text: str, path, suffix: str = "", max_depth: int = JSON_DEPTH):
+    """Parses a JSON object; path is the field path, or a callable building its prefix.
+
+    Nesting deeper than max_depth is refused here, once, so that no later stage (lowering,
+    serialization, compaction) recurses anywhere near Python's recursion limit. The parser
+    itself stops cleanly (RecursionError) on absurd depths before the walk below sees them."""
     if not text:
         return {}
     try:
         value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
-        # a \uD800-style escape decodes to a lone surrogate, which no UTF-8 body can carry
-        if "\\u" in text and _has_surrogate(value):
-            raise ValueError("contains a lone UTF-16 surrogate")
     except RecursionError:
-        raise BadInput(_path(path, suffix), "JSON nested too deeply") from None
+        raise BadInput(_path(path, suffix), f"JSON nested too deeply (at most {max_depth} levels)") from None
     except ValueError as e:
         raise BadInput(_path(path, suffix), f"not valid JSON ({e})") from None
     if not isinstance(value, dict):
         raise BadInput(_path(path, suffix), f"must be a JSON object, got {type(value).__name__}")
+    # fewer brackets than the limit cannot nest past it; a \uD800-style escape decodes to a lone
+    # surrogate, which no UTF-8 body can carry
+    deep = text.count("[") + text.count("{") > max_depth
+    surrogates = "\\u" in text
+    if deep or surrogates:
+        problem = _walk(value, max_depth if deep else 0, surrogates)
+        if problem:
+            raise BadInput(_path(path, suffix), problem)
     return value
 
 
@@ -78,14 +92,33 @@ def _finite_float(literal: str) -> float:
     return x
 
 
-def _has_surrogate(value) -> bool:
-    if isinstance(value, str):
-        return any("\ud800" <= ch <= "\udfff" for ch in value)
-    if isinstance(value, dict):
-        return any(_has_surrogate(k) or _has_surrogate(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_surrogate(v) for v in value)
-    return False
+def _walk(value, max_depth: int, surrogates: bool) -> str:
+    """Why a parsed JSON value is refused ("" when it is not): nesting deeper than max_depth
+    (0 = not checked) or a string holding a lone surrogate. Iterative: no recursion on depth."""
+    stack = [(value, 1)]
+    while stack:
+        x, depth = stack.pop()
+        if max_depth and depth > max_depth:
+            return f"JSON nested too deeply (at most {max_depth} levels)"
+        if isinstance(x, dict):
+            for k, v in x.items():
+                if surrogates and _has_surrogate(k):
+                    return "not valid JSON (contains a lone UTF-16 surrogate)"
+                if isinstance(v, (dict, list)):
+                    stack.append((v, depth + 1))
+                elif surrogates and isinstance(v, str) and _has_surrogate(v):
+                    return "not valid JSON (contains a lone UTF-16 surrogate)"
+        elif isinstance(x, list):
+            for v in x:
+                if isinstance(v, (dict, list)):
+                    stack.append((v, depth + 1))
+                elif surrogates and isinstance(v, str) and _has_surrogate(v):
+                    return "not valid JSON (contains a lone UTF-16 surrogate)"
+    return ""
+
+
+def _has_surrogate(s: str) -> bool:
+    return any("\ud800" <= ch <= "\udfff" for ch in s)
 
 
 def _path(path, suffix: str) -> str:
@@ -113,7 +146,7 @@ def _file(f) -> m.File:
     )
 
 
-def _tool(t, path) -> m.Tool:
+def _tool(t, path, depth: int = JSON_DEPTH) -> m.Tool:
     s = t.state
     status = _STATUSES.get(s.status)
     if status is None:
@@ -122,7 +155,7 @@ def _tool(t, path) -> m.Tool:
         call_id=t.call_id,
         tool=t.tool,
         status=status,
-        input=_json_object(s.input_json, path, ".tool.state.input_json"),
+        input=_json_object(s.input_json, path, ".tool.state.input_json", max_depth=depth),
         output=s.output,
         error=s.error,
         title=s.title,
@@ -133,46 +166,47 @@ def _tool(t, path) -> m.Tool:
     )
 
 
-def _step_finish(s, path):
+def _step_finish(s, path, depth):
     return m.StepFinish(s.reason, _usage(s.tokens), s.cost)
 
 
-# Part kind -> builder(field message, lazy path) -> core content.
+# Part kind -> builder(field message, lazy path, JSON depth limit) -> core content.
 _PART_BUILDERS = {
-    "text": lambda t, path: m.Text(t.text, t.synthetic, t.ignored),
+    "text": lambda t, path, depth: m.Text(t.text, t.synthetic, t.ignored),
     "tool": _tool,
-    "reasoning": lambda r, path: m.Reasoning(r.text, r.signature, r.redacted_data),
-    "file": lambda f, path: _file(f),
-    "step_start": lambda s, path: m.StepStart(s.snapshot),
+    "reasoning": lambda r, path, depth: m.Reasoning(r.text, r.signature, r.redacted_data),
+    "file": lambda f, path, depth: _file(f),
+    "step_start": lambda s, path, depth: m.StepStart(s.snapshot),
     "step_finish": _step_finish,
-    "compaction": lambda c, path: m.Compaction(c.auto, c.overflow, c.tail_start_id),
-    "subtask": lambda s, path: m.Subtask(s.prompt, s.description, s.agent),
-    "agent": lambda a, path: m.Agent(a.name),
-    "retry": lambda r, path: m.Retry(r.attempt, r.error),
-    "snapshot": lambda s, path: m.Snapshot(s.snapshot),
-    "patch": lambda p, path: m.Patch(p.hash, list(p.files)),
+    "compaction": lambda c, path, depth: m.Compaction(c.auto, c.overflow, c.tail_start_id),
+    "subtask": lambda s, path, depth: m.Subtask(s.prompt, s.description, s.agent),
+    "agent": lambda a, path, depth: m.Agent(a.name),
+    "retry": lambda r, path, depth: m.Retry(r.attempt, r.error),
+    "snapshot": lambda s, path, depth: m.Snapshot(s.snapshot),
+    "patch": lambda p, path, depth: m.Patch(p.hash, list(p.files)),
 }
 
 
-def conversation(c, path: str = "conversation", cache=None) -> m.Conversation:
+def conversation(c, path: str = "conversation", cache=None, max_json_depth: int = JSON_DEPTH) -> m.Conversation:
     """Field paths are built only when something is wrong: this runs for every message.
-    With a MessageCache, messages seen before (same wire bytes) are not converted again."""
+    With a MessageCache, messages seen before (same wire bytes) are not converted again; only
+    messages that converted cleanly are kept, so a refused message is refused every time."""
     messages = []
     for i, msg in enumerate(c.messages):
         if cache is None:
-            messages.append(_message(msg, i, path))
+            messages.append(_message(msg, i, path, max_json_depth))
             continue
         wire = msg.SerializeToString()
         key = cache.key(wire)
         core = cache.get(key)
         if core is None:
-            core = _message(msg, i, path)
+            core = _message(msg, i, path, max_json_depth)
             cache.put(key, core, len(wire))
         messages.append(core)
     return m.Conversation(messages=messages, session_id=c.session_id)
 
 
-def _message(msg, i: int, path: str) -> m.Message:
+def _message(msg, i: int, path: str, depth: int) -> m.Message:
     builders = _PART_BUILDERS
     role = _ROLES.get(msg.role)
     if role is None:
@@ -185,7 +219,7 @@ def _message(msg, i: int, path: str) -> m.Message:
             raise BadInput(f"{path}.messages[{i}].parts[{j}].kind",
                            "no part kind set (or a kind this service does not know)")
         where = lambda i=i, j=j: f"{path}.messages[{i}].parts[{j}]"  # noqa: E731
-        parts.append(m.Part(p.id, builder(getattr(p, kind), where)))
+        parts.append(m.Part(p.id, builder(getattr(p, kind), where, depth)))
     error = m.MessageError(msg.error.name, msg.error.message) if msg.HasField("error") else None
     return m.Message(
         id=msg.id,
@@ -203,12 +237,12 @@ def _message(msg, i: int, path: str) -> m.Message:
     )
 
 
-def shared_fields(request, cache=None) -> dict:
+def shared_fields(request, cache=None, max_json_depth: int = JSON_DEPTH) -> dict:
     """The core fields of Measure, Compact and Assemble requests, which share these five."""
     return {
-        "conversation": conversation(request.conversation, cache=cache),
+        "conversation": conversation(request.conversation, cache=cache, max_json_depth=max_json_depth),
         "model": model(request.model),
-        "tools": tools(request.tools),
+        "tools": tools(request.tools, max_json_depth=max_json_depth),
         "system": system(request.system),
         "compaction": compaction_settings(request.compaction),
     }
@@ -228,10 +262,11 @@ def model(x, path: str = "model") -> m.Model:
     )
 
 
-def tools(xs, path: str = "tools") -> list:
+def tools(xs, path: str = "tools", max_json_depth: int = JSON_DEPTH) -> list:
     return [
         m.ToolDefinition(t.name, t.description,
-                         _json_object(t.input_schema_json, f"{path}[{i}].input_schema_json"))
+                         _json_object(t.input_schema_json, f"{path}[{i}].input_schema_json",
+                                      max_depth=max_json_depth))
         for i, t in enumerate(xs)
     ]
 

@@ -4,19 +4,73 @@ An agent resends the same history on every step; only the newest messages are ne
 protobuf message to core types costs far more than serializing and hashing it, so converted
 messages are kept by the digest of their wire bytes. Core messages are never mutated after
 conversion (the core builds new ones with dataclasses.replace), so sharing them between requests
-and threads is safe. Bounded in memory (estimated from wire bytes, see RESIDENT_PER_WIRE_BYTE);
-least recently used go first.
+and threads is safe. Bounded in memory: each entry is charged what its
+Python objects really take (`resident_size`, a walk with sys.getsizeof, plus the entry's own
+bookkeeping), so tiny and large messages alike stay within the bound; least recently used go
+first.
 """
 from __future__ import annotations
 
 import hashlib
+import operator
+import sys
 from collections import OrderedDict
 from threading import Lock
 
+# What one entry costs besides its message: the 16-byte digest key (49 bytes), the
+# (message, size) tuple (56) and its int (28), and the OrderedDict's hash slot, index and link
+# node (about 100, amortized over the table's growth)
+ENTRY_OVERHEAD = 240
 
-# Python objects of a converted message take this many bytes per byte of its wire form
-# (tracemalloc over bench/load.py's agent sessions: 2.35); the bound is on memory, not wire bytes.
-RESIDENT_PER_WIRE_BYTE = 2.5
+def resident_size(obj) -> int:
+    """Bytes the Python objects reachable from obj take: sys.getsizeof of each, walking
+    dataclasses with slots, lists, tuples and dicts without recursion. Objects every message
+    shares (None, booleans, small ints, the empty string) are free; a converted message is a
+    tree, so nothing else is counted twice (and a shared constant counted twice only errs high)."""
+    size = 0
+    stack = [obj]
+    pop, extend, getsizeof = stack.pop, stack.extend, sys.getsizeof
+    while stack:
+        x = pop()
+        t = type(x)
+        if t is str:
+            if x:
+                size += getsizeof(x)
+        elif t is list or t is tuple:
+            size += getsizeof(x)
+            extend(x)
+        elif t is dict:
+            size += getsizeof(x)
+            extend(x.keys())
+            extend(x.values())
+        elif t is int:
+            if not -5 <= x <= 256:
+                size += getsizeof(x)
+        elif x is None or t is bool:
+            pass
+        elif t is bytes or t is float:
+            size += getsizeof(x)
+        else:
+            size += getsizeof(x)
+            fields = _FIELDS.get(t)
+            if fields is None:
+                fields = _FIELDS[t] = _fields_of(t)
+            extend(fields(x))
+    return size
+
+
+_FIELDS: dict = {}  # type -> a function giving the tuple of its attribute values
+
+
+def _fields_of(t):
+    names = [n for c in t.__mro__ for n in getattr(c, "__slots__", ()) if n not in ("__weakref__", "__dict__")]
+    getter = operator.attrgetter(*names) if names else None
+
+    def values(x):
+        out = () if getter is None else (getter(x) if len(names) > 1 else (getter(x),))
+        d = getattr(x, "__dict__", None)
+        return out + (d,) if d is not None else out
+    return values
 
 
 class MessageCache:
@@ -42,8 +96,12 @@ class MessageCache:
             self.hits += 1
             return item[0]
 
-    def put(self, key: bytes, message, wire_size: int) -> None:
-        size = int(wire_size * RESIDENT_PER_WIRE_BYTE)
+    def put(self, key: bytes, message, wire_size: int = 0) -> None:
+        """wire_size is no longer used: the charge is the message's real size."""
+        # no need to walk what cannot fit: Python text takes at least half its UTF-8 size
+        if wire_size > 2 * self._max:
+            return
+        size = resident_size(message) + ENTRY_OVERHEAD
         if size > self._max:
             return
         with self._lock:
@@ -54,6 +112,11 @@ class MessageCache:
             while self._bytes > self._max:
                 _, (_, gone) = self._items.popitem(last=False)
                 self._bytes -= gone
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._bytes = 0
 
     @property
     def size_bytes(self) -> int:

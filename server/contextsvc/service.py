@@ -23,6 +23,11 @@ _OUTCOMES = {
 }
 
 
+# A ReadTruncatedResponse's fields besides the text's bytes (text tag and length, three int64
+# varints, eof) take at most 41 bytes; a read returns at most max_response_bytes less this.
+_READ_RESPONSE_OVERHEAD = 64
+
+
 class ContextService(pb_grpc.ContextServiceServicer):
     def __init__(self, cfg: Config, metrics=None, truncation=None):
         self._cfg = cfg
@@ -30,13 +35,14 @@ class ContextService(pb_grpc.ContextServiceServicer):
         self._exact = ExactCounter(cfg.measure.exact_encoding, cfg.measure.exact_cache_entries)
         self._truncation = truncation
         self._summarizer = compaction.make_summarizer(cfg)
+        self._json_depth = cfg.server.max_json_depth
         self._messages = MessageCache(cfg.server.message_cache_bytes) if cfg.server.message_cache_bytes else None
 
     def _step_input(self, request) -> assemble.AssembleInput:
         """The step a Measure or Assemble request describes: both take the same per-step fields."""
         convert.require(request, "conversation", "model")
         return assemble.AssembleInput(
-            **convert.shared_fields(request, self._messages),
+            **convert.shared_fields(request, self._messages, self._json_depth),
             editor=convert.editor(request.editor) if request.HasField("editor") else None,
             step=request.step,
             max_steps=request.max_steps,
@@ -62,7 +68,8 @@ class ContextService(pb_grpc.ContextServiceServicer):
         convert.require(request, "conversation")
         reason = convert.prune_reason(request.reason)
         mdl = convert.model(request.model) if request.HasField("model") else None
-        r = prune.prune(convert.conversation(request.conversation, cache=self._messages), reason,
+        r = prune.prune(convert.conversation(request.conversation, cache=self._messages,
+                                             max_json_depth=self._json_depth), reason,
                         convert.compaction_settings(request.compaction), self._cfg, model=mdl)
         if self._metrics is not None:
             self._metrics.record_prune(r.reason, r.acted, r.tokens_freed)
@@ -73,7 +80,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
     def Compact(self, request: pb.CompactRequest, context) -> pb.CompactResponse:
         convert.require(request, "conversation", "model")
         inp = compaction.CompactInput(
-            **convert.shared_fields(request, self._messages),
+            **convert.shared_fields(request, self._messages, self._json_depth),
             overflow=request.overflow,
             auto=request.auto,
             attempts=request.attempts,
@@ -145,12 +152,18 @@ class ContextService(pb_grpc.ContextServiceServicer):
             direction=directions[request.direction],
             has_task_tool=request.has_task_tool,
             store=self._truncation,
+            max_read_bytes=self._read_bytes(),
         )
         if self._metrics is not None:
             self._metrics.truncations.labels(r.cut_by or "none").inc()
         return pb.TruncateToolOutputResponse(
             content=r.content, truncated=r.truncated, output_id=r.output_id or "",
             removed_lines=r.removed_lines, removed_bytes=r.removed_bytes, cut_by=r.cut_by or "")
+
+    def _read_bytes(self) -> int:
+        """The most text one ReadTruncated response can carry; 0 = no limit."""
+        limit = self._cfg.server.max_response_bytes
+        return max(1, limit - _READ_RESPONSE_OVERHEAD) if limit > 0 else 0
 
     def ReadTruncated(self, request: pb.ReadTruncatedRequest, context):
         if not request.output_id:
@@ -160,7 +173,8 @@ class ContextService(pb_grpc.ContextServiceServicer):
                 raise BadInput(name, "must not be negative")
         try:
             r = truncation.read_lines(self._truncation, request.output_id, request.offset, request.limit,
-                                      default_limit=self._cfg.truncation.read_default_limit)
+                                      default_limit=self._cfg.truncation.read_default_limit,
+                                      max_bytes=self._read_bytes())
         except truncation.InvalidOutputId as e:
             raise BadInput("output_id", str(e)) from None
         return pb.ReadTruncatedResponse(text=r.text, total_lines=r.total_lines, offset=r.offset,

@@ -7,6 +7,21 @@ from . import model as m
 from .config import PRUNE_PROTECT_RULES
 from .errors import BadInput
 
+# The largest token figure a request may carry: 2^53 - 1 (JSON's exact integers). Usage figures
+# and limits are summed (a usage's parts, reported + tail + overhead, output + reserved), and
+# the sums go back on the wire as int64: figures up to this bound cannot overflow any such sum,
+# and no real model or bill comes near it (a 10M-token window is 2^23.3).
+MAX_TOKENS = 2**53 - 1
+
+
+def _tokens(value: int, path) -> None:
+    """A token figure: not negative, not beyond MAX_TOKENS; path is the field or builds it."""
+    if value < 0:
+        raise BadInput(path() if callable(path) else path, "must not be negative")
+    if value > MAX_TOKENS:
+        raise BadInput(path() if callable(path) else path,
+                       f"{value} is beyond any real token count (at most {MAX_TOKENS}, 2^53 - 1)")
+
 
 def conversation(conv: m.Conversation, path: str = "conversation") -> None:
     """Runs on every call, so field paths are only formatted for the error raised."""
@@ -59,19 +74,18 @@ def request(conv: m.Conversation, mdl: m.Model, tool_defs: list, settings: m.Com
 
 
 def _usage(u: m.Usage, path) -> None:
-    if min(u.input, u.output, u.reasoning, u.cache_read, u.cache_write, u.total) >= 0:
+    if 0 <= min(u.input, u.output, u.reasoning, u.cache_read, u.cache_write, u.total) and \
+            max(u.input, u.output, u.reasoning, u.cache_read, u.cache_write, u.total) <= MAX_TOKENS:
         return
     for name in ("input", "output", "reasoning", "cache_read", "cache_write", "total"):
-        if getattr(u, name) < 0:
-            raise BadInput(f"{path()}.{name}", "must not be negative")
+        _tokens(getattr(u, name), lambda name=name: f"{path()}.{name}")
 
 
 def model(x: m.Model, path: str = "model") -> None:
     if not x.id:
         raise BadInput(f"{path}.id", "is required")
     for name in ("context", "input", "output"):
-        if getattr(x.limits, name) < 0:
-            raise BadInput(f"{path}.limits.{name}", "must not be negative")
+        _tokens(getattr(x.limits, name), f"{path}.limits.{name}")
 
 
 def tools(xs: list, path: str = "tools") -> None:
@@ -91,13 +105,13 @@ def compaction_settings(s: m.CompactionSettings, path: str = "compaction") -> No
             raise BadInput(f"{path}.threshold_percent", f"must be in (0, 100], got {p}")
     for name in ("reserved", "tail_turns", "preserve_recent_tokens"):
         v = getattr(s, name)
-        if v is not None and v < 0:
-            raise BadInput(f"{path}.{name}", "must not be negative")
+        if v is not None:
+            _tokens(v, f"{path}.{name}")
     ps = s.prune_settings
     if ps.protect is not None and ps.protect not in PRUNE_PROTECT_RULES:
         raise BadInput(f"{path}.prune_settings.protect",
                        f"must be one of {', '.join(PRUNE_PROTECT_RULES)}, got {ps.protect!r}")
     for name in ("protected_results", "protected_turns", "protect_tokens", "minimum_tokens"):
         v = getattr(ps, name)
-        if v is not None and v < 0:
-            raise BadInput(f"{path}.prune_settings.{name}", "must not be negative")
+        if v is not None:
+            _tokens(v, f"{path}.prune_settings.{name}")

@@ -91,11 +91,7 @@ class AnthropicSummarizer:
             raise Unavailable(f"anthropic summarizer: {exc}") from exc
         except ValueError as exc:  # a 200 whose body is not JSON (a proxy's error page)
             raise Unavailable(f"anthropic summarizer: the response was not valid JSON ({exc})") from exc
-        text = "".join(getattr(b, "text", "") for b in response.content
-                       if getattr(b, "type", "") == "text").strip()
-        if not text:
-            raise Unavailable("anthropic summarizer: the response held no text")
-        return text
+        return _reply_text(response)
 
     def summarize(self, job) -> str:
         return self._create(template.prompt(job.transcript, job.previous), job.max_tokens, job.deadline)
@@ -111,6 +107,47 @@ class _Retryable(Exception):
     def __init__(self, error: Unavailable):
         super().__init__(str(error))
         self.error = error
+
+
+def _field(x, name: str):
+    """An attribute of an SDK model, or a key of a dict the SDK left unparsed."""
+    return x.get(name) if isinstance(x, dict) else getattr(x, name, None)
+
+
+def _reply_text(response) -> str:
+    """The summary text of a 200 reply, or Unavailable naming what is wrong with it. The SDK
+    builds its models without validation, so a proxy or a broken gateway can hand back null, a
+    list, an error object, content that is not a list, or text that is not a string."""
+    if response is None or isinstance(response, (list, str, int, float, bool)):
+        raise Unavailable(f"anthropic summarizer: the response was not a Messages API message "
+                          f"(a JSON {type(response).__name__})")
+    if _field(response, "type") == "error":
+        err = _field(response, "error")
+        kind, message = (_field(err, "type"), _field(err, "message")) if err is not None else (None, None)
+        raise Unavailable(f"anthropic summarizer: the response was an error: {kind or 'unknown'}: "
+                          f"{message or 'no message'}")
+    content = _field(response, "content")
+    if not isinstance(content, list):
+        raise Unavailable(f"anthropic summarizer: the response held no content list "
+                          f"(content is {type(content).__name__})")
+    texts = []
+    for block in content:
+        if _field(block, "type") != "text":
+            continue
+        text = _field(block, "text")
+        if not isinstance(text, str):
+            raise Unavailable(f"anthropic summarizer: a text block's text is not a string "
+                              f"({type(text).__name__})")
+        texts.append(text)
+    text = "".join(texts).strip()
+    if not text:
+        raise Unavailable("anthropic summarizer: the response held no text (no content)")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise Unavailable("anthropic summarizer: the response's text is not valid Unicode "
+                          "(a lone surrogate)") from None
+    return text
 
 
 def _too_long(detail: str) -> bool:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .store import Store
+from .store import LineTooLong, Store, first_line_over
 
 __all__ = ["TruncationResult", "truncate_output", "build_hint", "HEAD", "TAIL"]
 
@@ -107,6 +107,7 @@ def truncate_output(
     direction: str = HEAD,
     has_task_tool: bool,
     store: Store,
+    max_read_bytes: int = 0,
 ) -> TruncationResult:
     """Truncate ``text`` to at most ``max_lines`` lines and ``max_bytes`` bytes.
 
@@ -122,6 +123,10 @@ def truncate_output(
     (``bytes`` instead of ``lines`` when the byte limit was what cut). Raises ValueError for a
     non-positive limit, an unknown direction or a text that is not valid Unicode (lone
     surrogates); errors of ``store.put`` (for example `StoreUnavailable`) propagate.
+
+    ``max_read_bytes`` (0 = none) is the most one ranged read may return: a text with a line
+    longer than that could be stored but never read back, so it is refused with `LineTooLong`
+    before anything is stored (reads of shorter lines are split by `read_lines`).
     """
     _check_positive_int("max_lines", max_lines)
     _check_positive_int("max_bytes", max_bytes)
@@ -148,6 +153,10 @@ def truncate_output(
     removed_lines = total_lines - kept_lines
     removed_bytes = size - (end - start)
 
+    if max_read_bytes and size > max_read_bytes:
+        over = first_line_over(data, max_read_bytes)
+        if over is not None:
+            raise LineTooLong(over[0], over[1], max_read_bytes, "output (nothing was stored)")
     output_id = store.put(data)
     hint = build_hint(output_id, has_task_tool)
     count = removed_lines if cut_by == "lines" else removed_bytes
