@@ -8,11 +8,13 @@
 //   PROVIDER_URL, PROVIDER, WINDOW, STEPS.
 //
 // One step (see the README's "The agent loop"), one Assemble call per step: Assemble (editor
-// context, step and max_steps, the last accepted body's cache_state passed back); while
-// figures.should_compact, Compact(auto), apply and Assemble again; Prune (normal), apply and
-// Assemble again when it acted; store the persist parts (applyPersist) and POST the body; on a
-// "too long" refusal, Compact(overflow), apply, Assemble and resend; store the answer with the
-// provider's usage. The summary has one entry per POST (`sent`) with the step, what changed the
+// context, step and max_steps, the last accepted body's cache_state passed back); a step that
+// fits sends that body with no Prune. Only when figures.should_compact: Prune (normal, with the
+// model so its gates scale with the window) first, apply and Assemble again when it acted (Prune
+// is lossless but breaks the cached prefix); then, while should_compact still holds,
+// Compact(auto), apply and Assemble again; store the persist parts (applyPersist) and POST the
+// body; on a "too long" refusal, Compact(overflow), apply, Assemble and resend; store the answer
+// with the provider's usage. The summary has one entry per POST (`sent`) with the step, what changed the
 // messages in it (compaction, prune) and the body's cache_report. Measure is called only after a
 // compaction, to check tokens_after against the decision figure of the applied conversation.
 "use strict";
@@ -168,15 +170,16 @@ class Session {
   }
 
   // Steps 1 and 2: the Assemble whose body is sent, or null when the turn ended (CONTEXT_OVERFLOW).
+  // Prune only when the request would not fit, then Compact only when it still would not.
   async prepare(step, stepInTurn) {
     let a = await this.assemble(stepInTurn);
+    if (a.figures.should_compact && await this.prune(step)) a = await this.assemble(stepInTurn);
     for (let i = 0; i < COMPACT_LOOP_GUARD && a.figures.should_compact; i++) {
       const r = await this.compact(false, step, a.figures);
       if (r.outcome === "COMPACT_OUTCOME_CONTEXT_OVERFLOW") return null;
       a = await this.assemble(stepInTurn);
       if (!GOING_ON.has(r.outcome)) break;
     }
-    if (await this.prune(step)) a = await this.assemble(stepInTurn);
     return a;
   }
 

@@ -3,10 +3,13 @@
 One step, as the README's "The agent loop" describes it, one Assemble call per step:
   1. Assemble the conversation (the editor context, so the environment details are injected;
      step and max_steps; the cache_state of the last body the provider accepted passed back as
-     previous_cache_state). While figures.should_compact: Compact(auto) with this turn's
+     previous_cache_state). A step whose figures say it fits sends this body: no Prune.
+  2. Only when figures.should_compact: Prune first (reason NORMAL, compaction.prune=true, the
+     model given so its gates scale with the window), apply it and Assemble again when it acted.
+     Prune is lossless but breaks the cached prefix, so it is spent only on a request that would
+     not fit otherwise. While figures.should_compact still holds: Compact(auto) with this turn's
      attempt count, apply the response (apply_compaction, omittable messages dropped) and
      Assemble again; stop on CONTEXT_OVERFLOW (the turn ends) or NOTHING_TO_DO.
-  2. Prune (reason NORMAL, compaction.prune=true), apply it, and Assemble again when it acted.
   3. Store Assemble's persist parts (apply_persist) and POST its body, unchanged.
   4. If the provider refuses it as too long: Compact(overflow, auto), apply, Assemble, resend.
   5. Store the scripted assistant answer: a step-start part, the text, the tool parts completed
@@ -194,8 +197,11 @@ class Session:
 
     def prepare(self, step: int, step_in_turn: int) -> pb.AssembleResponse | None:
         """Steps 1 and 2: the Assemble whose body is sent, or None when the turn ended
-        (CONTEXT_OVERFLOW)."""
+        (CONTEXT_OVERFLOW). Prune only when the request would not fit, then Compact only when it
+        still would not."""
         a = self.assemble(step_in_turn)
+        if a.figures.should_compact and self.prune(step):
+            a = self.assemble(step_in_turn)
         for _ in range(COMPACT_LOOP_GUARD):
             if not a.figures.should_compact:
                 break
@@ -205,8 +211,6 @@ class Session:
             a = self.assemble(step_in_turn)
             if r.outcome not in (pb.COMPACT_OUTCOME_COMPACTED, pb.COMPACT_OUTCOME_INSUFFICIENT):
                 break
-        if self.prune(step):
-            a = self.assemble(step_in_turn)
         return a
 
     def content_classes(self) -> dict:
