@@ -2,9 +2,12 @@
 
 Each session is an agent loop against a real `contextsvc serve` process over gRPC, one Assemble
 call per step (the previous response's cache_state passed back as previous_cache_state): when its
-figures say should_compact (sessions with compaction only), Compact, apply its edits with
-contextsvc.client.apply_compaction and Assemble again; the parts Assemble returns to persist are
-stored (contextsvc.client.apply_persist), and the body is "sent" to a model of
+figures say should_compact (sessions with compaction only), Prune first (reason NORMAL,
+compaction.prune=true, the model given so its gates scale with the window), apply it with
+contextsvc.client.apply_prune and Assemble again when it acted; only if should_compact still
+holds, Compact, apply its edits with contextsvc.client.apply_compaction and Assemble again. A step
+that fits prunes nothing: a prune is lossless but breaks the cached prefix. The parts Assemble
+returns to persist are stored (contextsvc.client.apply_persist), and the body is "sent" to a model of
 Anthropic's prompt cache (bench/cache_model.py). The model answers with a tool call whose output
 grows the history; a second user message arrives mid-run halfway through; the last step is the
 last allowed one (max_steps). Sessions: Anthropic and Bedrock (cachePoint markers read with the
@@ -14,8 +17,9 @@ would do with such bodies).
 
 Per session: the share of input tokens read from cache, written to it and uncached (over all
 steps, and over the steps between compactions: all but the first step and the first step after
-each compaction), the steps whose previous request was a prefix of this one (element by element in
-cache order, markers removed) with the breaks that a compaction explains and the others, the
+each compaction), the prune runs that acted, the steps whose previous request was a prefix of this
+one (element by element in cache order, markers removed) with the breaks that a compaction or a
+prune explains and the others, the
 breaks the service's own cache_report names by cause (and any step where it disagrees with the
 byte comparison), and the cost against no caching at 1.25x write / 0.1x read.
 
@@ -146,6 +150,7 @@ class Step:
     prefix_kept: bool | None   # None on the first step
     after_compaction: bool     # a compaction (and its prune) was applied just before this step
     pruned: bool               # the payload guard pruned or stripped media in this body
+    prune_acted: bool = False  # a Prune (reason NORMAL) run before this step acted
     injected: tuple = ()
     reported_kept: bool | None = None  # the response's cache_report.prefix_kept (None: not compared)
     reported_cause: str = ""           # its cause when it reports a break
@@ -156,6 +161,7 @@ class Session:
     spec: Spec
     steps: list = field(default_factory=list)
     compactions: int = 0
+    prunes: int = 0   # Prune runs (reason NORMAL) that acted
 
     def _sum(self, steps):
         return (sum(s.usage.total for s in steps), sum(s.usage.read for s in steps),
@@ -181,7 +187,7 @@ class Session:
 
     @property
     def explained_breaks(self) -> int:
-        return sum(not s.prefix_kept and (s.after_compaction or s.pruned) for s in self.judged)
+        return sum(not s.prefix_kept and (s.after_compaction or s.pruned or s.prune_acted) for s in self.judged)
 
     @property
     def over_window(self) -> int:
@@ -210,7 +216,8 @@ class Session:
 
     @property
     def other_breaks(self) -> list:
-        return [s.step for s in self.judged if not s.prefix_kept and not (s.after_compaction or s.pruned)]
+        return [s.step for s in self.judged
+                if not s.prefix_kept and not (s.after_compaction or s.pruned or s.prune_acted)]
 
 
 def run_session(stub, spec: Spec) -> Session:
@@ -238,7 +245,17 @@ def run_session(stub, spec: Spec) -> Session:
                 step=step, max_steps=spec.steps, previous_cache_state=state), timeout=60)
 
         a = assemble()  # one call per step: the body, its figures and the cache report
-        compacted = False
+        compacted = pruned = False
+        if spec.compact and a.figures.should_compact:
+            # the request would not fit: prune first (lossless), compact only if that is not enough
+            p = stub.Prune(pb.PruneRequest(conversation=conv, model=model, reason=pb.PRUNE_REASON_NORMAL,
+                                           compaction=pb.CompactionSettings(prune=True)), timeout=60)
+            if p.acted:
+                messages = client.apply_prune(messages, p)
+                conv = pb.Conversation(session_id=conv.session_id, messages=messages)
+                pruned = True
+                session.prunes += 1
+                a = assemble()
         if spec.compact and a.figures.should_compact:
             r = stub.Compact(pb.CompactRequest(conversation=conv, model=model, tools=tool_defs, system=sys_prompt,
                                                auto=True, id_prefix=f"cmp{step}_"), timeout=120)
@@ -257,8 +274,8 @@ def run_session(stub, spec: Spec) -> Session:
         prompt = cache_model.parse(a.body, spec.provider)
         usage = cache.send(prompt)
         session.steps.append(Step(step, usage, None if previous is None else cache_model.is_prefix(previous, prompt),
-                                  compacted, bool(a.pruned_part_ids or a.media_stripped), tuple(a.injected),
-                                  report.prefix_kept if report.compared else None,
+                                  compacted, bool(a.pruned_part_ids or a.media_stripped), pruned,
+                                  tuple(a.injected), report.prefix_kept if report.compared else None,
                                   report.cause if report.compared and not report.prefix_kept else ""))
         previous = prompt
         messages = [*messages, assistant_step(rng, f"msg_{step:03d}a", step, usage, step == spec.steps)]
@@ -275,7 +292,7 @@ def pct(part, whole):
 
 def report(sessions, out=print) -> bool:
     """Prints one line per session and the goals; True when every goal is met."""
-    out(f"{'session':26} {'steps':>5} {'cmp':>3} {'input tok':>10} {'read':>6} {'written':>7} {'uncached':>8} "
+    out(f"{'session':26} {'steps':>5} {'cmp':>3} {'prn':>3} {'input tok':>10} {'read':>6} {'written':>7} {'uncached':>8} "
         f"{'read*':>6} {'prefix kept':>11} {'other breaks':>12} {'reported breaks':>22} {'lost':>5} {'over':>4} "
         f"{'cost':>6}")
     ok = True
@@ -287,7 +304,7 @@ def report(sessions, out=print) -> bool:
         reported = ",".join(f"{k} {v}" for k, v in sorted(s.reported_breaks.items())) or "none"
         if s.disagreements:
             reported += f" (differs at {','.join(map(str, s.disagreements))})"
-        out(f"{s.spec.name:26} {len(s.steps):5d} {s.compactions:3d} {total:10,d} {pct(read, total)} "
+        out(f"{s.spec.name:26} {len(s.steps):5d} {s.compactions:3d} {s.prunes:3d} {total:10,d} {pct(read, total)} "
             f"{pct(written, total):>7} {pct(uncached, total):>8} {pct(br, bt)} {kept:>11} {other:>12} {reported:>22} "
             f"{','.join(map(str, s.lost)) or 'none':>5} {s.over_window:4d} "
             f"{cost / total if total else 0:5.3f}x")
@@ -295,8 +312,9 @@ def report(sessions, out=print) -> bool:
             ok = False
         if s.spec.window >= 200_000 and s.spec.compact and bt and br / bt < GOAL_READ_SHARE_200K:
             ok = False
-    out("read*: share read over the steps between compactions (not the first step, not the first after a "
-        "compaction); other breaks: steps whose previous request was not a prefix and no compaction or prune "
+    out("cmp: compactions; prn: Prune runs that acted (only on steps that would not fit, before compacting); "
+        "read*: share read over the steps between compactions (not the first step, not the first after a "
+        "compaction; the first after a prune counts); other breaks: steps whose previous request was not a prefix and no compaction or prune "
         "acted; reported breaks: the service's cache_report (previous_cache_state passed back) by cause; "
         "lost: steps that kept the prefix but read less than the previous request (the cache was "
         "invalidated: tool_choice, images); over: steps over the window; cost: against the same tokens "
