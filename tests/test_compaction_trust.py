@@ -223,3 +223,18 @@ def test_uuid_ids_in_any_order_and_created_ids_never_collide(stub):
     again = compact(stub, clash, auto=True, id_prefix="ctx-")
     ids = [e.insert.message.id for e in again.edits if e.WhichOneof("edit") == "insert"]
     assert not set(ids) & {x.id for x in clash.messages}
+
+
+# ---- per-request attempt cap ------------------------------------------------------------------------
+
+def test_max_attempts_is_settable_per_request(stub):
+    conv = long_turn(30)
+    one = pb.CompactionSettings(max_attempts=1)
+    first = compact(stub, conv, auto=True, attempts=0, compaction=one)
+    assert first.outcome == pb.COMPACT_OUTCOME_COMPACTED and first.attempts == 1
+    capped = compact(stub, conv, auto=True, attempts=1, compaction=one)
+    assert capped.outcome == pb.COMPACT_OUTCOME_CONTEXT_OVERFLOW and not capped.edits
+    # the service default (3) still allows a second attempt
+    assert compact(stub, conv, auto=True, attempts=1).outcome == pb.COMPACT_OUTCOME_COMPACTED
+    # with no edits the conversation stays as it is: tokens_after is its decision figure
+    assert capped.tokens_after == measure(stub, conv).decision.tokens
