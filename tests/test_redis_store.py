@@ -159,3 +159,18 @@ def test_outage_is_unavailable_fast_and_loses_nothing(tmp_path):
         assert output_id_created_ms(store.put("after")) > 0
     finally:
         server.stop()
+
+
+def test_backend_settings():
+    assert TruncationSettings().backend == "local"  # the first README command needs no Redis
+    s = TruncationSettings.from_mapping({"backend": "redis", "redis_url": "redis://:secret@h:6379/0"})
+    assert (s.backend, s.redis_url) == ("redis", "redis://:secret@h:6379/0")
+    for table, key in (({"backend": "memcached"}, "backend"), ({"backend": "redis"}, "redis_url"),
+                       ({"redis_url": "http://h:6379"}, "redis_url"),
+                       ({"redis_connect_timeout_seconds": 0}, "redis_connect_timeout_seconds"),
+                       ({"redis_key_prefix": ""}, "redis_key_prefix")):
+        with pytest.raises(ValueError, match=key):
+            TruncationSettings.from_mapping(table)
+    with pytest.raises(ValueError) as e:
+        TruncationSettings.from_mapping({"redis_url": "http://:secret@h"})
+    assert "secret" not in str(e.value)  # a URL may carry a password: never echoed
