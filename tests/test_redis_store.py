@@ -47,6 +47,7 @@ def test_round_trip_list_usage_delete(redis_server):
     count, total = store.usage()
     assert count == 5 and total == sum(len(t.encode()) for t in texts) + len("bytes ✓".encode())
     assert read_lines(store, ids[1], 1, 1).text == "line 2"
+    assert store.get_bytes(ids[1]) == texts[1].encode()
     assert store.delete(ids[0]) is True and store.delete(ids[0]) is False
     with pytest.raises(OutputNotFound):
         store.get(ids[0])

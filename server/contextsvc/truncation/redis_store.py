@@ -228,16 +228,21 @@ class RedisStore(Store):
         return output_id
 
     def get(self, output_id: str) -> str:
+        data = self.get_bytes(output_id)
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise StoreUnavailable(f"tool output {output_id} is corrupt (not UTF-8)") from e
+
+    def get_bytes(self, output_id: str) -> bytes:
+        """The stored UTF-8 as Redis holds it (no decode and re-encode for ranged reads)."""
         created_ms = parse_output_id(output_id)[0]  # InvalidOutputId before any Redis access
         if self._now_ms() - created_ms > self._retention_ms:
             raise OutputNotFound(f"tool output {output_id} not found (expired)")
         data = self._call(f"reading tool output {output_id}", self._redis.get, self._key(output_id))
         if data is None:
             raise OutputNotFound(f"tool output {output_id} not found")
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise StoreUnavailable(f"tool output {output_id} is corrupt (not UTF-8)") from e
+        return data
 
     def delete(self, output_id: str) -> bool:
         parse_output_id(output_id)
