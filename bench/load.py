@@ -51,10 +51,12 @@ _WORDS = ("the parser fails on nested input so we read src/app/main.py again and
 _CODE = 'def handle(request):\n    if not request.path:\n        raise ValueError("empty path")\n    return ROUTES[request.path](request)\n'
 
 
-def start_server(store_dir, message_cache_bytes, processes):
+def start_server(store_dir, message_cache_bytes, processes, redis_url=None):
     cfg = os.path.join(store_dir, "load.toml")
     with open(cfg, "w") as f:
         f.write(f'[truncation]\ndirectory = "{store_dir}/store"\n')
+        if redis_url:
+            f.write(f'backend = "redis"\nredis_url = "{redis_url}"\n')
         if message_cache_bytes is not None:
             f.write(f"[server]\nmessage_cache_bytes = {message_cache_bytes}\n")
     return serve("--metrics-port", "0", "--config", cfg, "--processes", str(processes))
@@ -176,13 +178,14 @@ def main(argv=None) -> int:
                    help="the server's [server] message_cache_bytes (default: the config default)")
     p.add_argument("--processes", type=int, default=1,
                    help="the server's serving processes (--processes of contextsvc serve)")
+    p.add_argument("--redis-url", help="store tool outputs in this Redis (truncation.backend = redis)")
     p.add_argument("--json", action="store_true", help="also print a JSON summary as the last line")
     args = p.parse_args(argv)
     if not 1 <= args.callers <= MAX_CALLERS or not 0 < args.seconds <= MAX_SECONDS:
         p.error("callers and seconds are bounded")
 
     with tempfile.TemporaryDirectory(prefix="contextsvc-load-") as tmp:
-        proc, port = start_server(tmp, args.message_cache_bytes, args.processes)
+        proc, port = start_server(tmp, args.message_cache_bytes, args.processes, args.redis_url)
         try:
             rss_before, cpu_before = rss_mb(proc.pid), cpu_seconds(proc.pid)
             stats, stop = Stats(), threading.Event()
@@ -223,8 +226,13 @@ def main(argv=None) -> int:
           f"({rss_after - rss_before:+.1f} MB); server CPU {cpu / elapsed:.0%} of one core "
           f"({args.processes} process{'es' if args.processes > 1 else ''}), "
           f"load generator CPU {own_cpu / elapsed:.0%}")
+    # a step is one Assemble with the Measure, Prune, Compact and truncation calls around it
+    steps = len(stats.latency.get("Assemble", ()))
+    cpu_ms_per_step = cpu / steps * 1e3 if steps else 0.0
+    print(f"{steps} steps, server CPU {cpu_ms_per_step:.2f} ms per step")
     if args.json:
         print(json.dumps({"callers": args.callers, "seconds": elapsed, "requests": total,
+                          "steps": steps, "server_cpu_ms_per_step": cpu_ms_per_step,
                           "rps": total / elapsed, "per_rpc": per_rpc, "errors": errors,
                           "cache_reports": reports,
                           "rss_before_mb": rss_before, "rss_after_mb": rss_after,

@@ -68,6 +68,9 @@ def test_connections_spread_over_processes_and_metrics_are_summed():
         # 16 connections: both processes got some (all on one would be a 1-in-32,768 draw)
         assert all(process_cpu_seconds(w) > before[w] for w in workers), "a serving process got no work"
         assert scrape_rpcs(metrics_port, "Measure") == calls  # summed over both processes
+        # the supervisor's metrics port answers the proxies' health check too
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/healthz", timeout=10) as r:
+            assert (r.status, r.read()) == (200, b"SERVING\n")
     finally:
         assert stop(proc) == 0
     assert children(proc.pid) == []

@@ -28,6 +28,22 @@ log = logging.getLogger("contextsvc")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ContextService"].full_name
 
 
+def make_store(settings: truncation.TruncationSettings, on_evict=None) -> truncation.Store:
+    """The tool-output store of truncation.backend: the local directory, or the shared Redis."""
+    if settings.backend == "redis":
+        from .truncation.redis_store import RedisStore
+
+        return RedisStore(settings, on_evict=on_evict)
+    return truncation.LocalDiskStore(settings.directory, settings, on_evict=on_evict)
+
+
+class _CheckContext:
+    """The part of a grpc.ServicerContext HealthServicer.Check uses (an unknown service)."""
+
+    def set_code(self, code) -> None:
+        pass
+
+
 class Server:
     """One service instance. start() binds; port and metrics_port then hold the bound ports.
 
@@ -59,8 +75,7 @@ class Server:
             maximum_concurrent_rpcs=s.max_pending_rpcs or None,
         )
         m = self.metrics
-        self.store = truncation.LocalDiskStore(cfg.truncation.directory, cfg.truncation,
-                                               on_evict=m.record_eviction if m else None)
+        self.store = make_store(cfg.truncation, on_evict=m.record_eviction if m else None)
         self._cleanup = truncation.CleanupScheduler(self.store, cfg.truncation,
                                                     on_report=m.record_cleanup if m else None)
         pb_grpc.add_ContextServiceServicer_to_server(ContextService(cfg, m, self.store), self._grpc)
@@ -79,7 +94,7 @@ class Server:
             raise OSError(f"cannot bind gRPC on {address}")
         self._grpc.start()
         if self.metrics is not None and not self.shared_port:
-            self.metrics_port = self.metrics.serve(s.host, s.metrics_port)
+            self.metrics_port = self.metrics.serve(s.host, s.metrics_port, health=self.serving)
         self._cleanup.start()
         for name in ("", SERVICE_NAME):
             self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -90,6 +105,12 @@ class Server:
         log.info("contextsvc serving gRPC on %s, metrics %s, hot path %s",
                  s.address(self.port), metrics, native.IMPLEMENTATION)
         return self
+
+    def serving(self, service: str = "") -> bool:
+        """What grpc.health.v1 Check answers for service ("" = the whole server) is SERVING:
+        the metrics port's /healthz mirrors it for HTTP-only health checks."""
+        return self._health.Check(health_pb2.HealthCheckRequest(service=service),
+                                  _CheckContext()).status == health_pb2.HealthCheckResponse.SERVING
 
     def stop(self, grace: float | None = None, drain: float = 0.0) -> None:
         """Stops taking work, lets in-flight calls finish within the grace period.
@@ -108,6 +129,8 @@ class Server:
         self._grpc.stop(grace).wait()
         log.info("contextsvc: in-flight calls finished")
         self._cleanup.stop()
+        if hasattr(self.store, "close"):  # RedisStore: its connection pool
+            self.store.close()
         if self.metrics is not None and not self.shared_port:
             self.metrics.stop()
         log.info("contextsvc stopped")

@@ -5,6 +5,9 @@ enum, never from request data.
 """
 from __future__ import annotations
 
+from typing import Callable
+from urllib.parse import parse_qs
+
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
 # Latency buckets from 0.5 ms (a small Measure) to 60 s (an LLM summary).
@@ -14,15 +17,23 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 SIZE_BUCKETS = tuple(1024 * 4 ** i for i in range(9)) + (64 * 1024 * 1024,)
 
 
+HEALTH_PATH = "/healthz"
+
+
 class _Endpoint:
-    """Serves self.registry at /metrics."""
+    """Serves self.registry at /metrics, and with a health callable the health at /healthz."""
 
     registry: CollectorRegistry
     _http = None
 
-    def serve(self, host: str, port: int) -> int:
-        """Starts the /metrics endpoint; returns the bound port (port 0 picks a free one)."""
+    def serve(self, host: str, port: int, health: Callable[[str], bool] | None = None) -> int:
+        """Starts the /metrics endpoint; returns the bound port (port 0 picks a free one).
+
+        health(service) -> serving: answers GET /healthz[?service=NAME] with 200 when serving,
+        503 otherwise, for proxies whose active checks speak HTTP/1 but not gRPC (HAProxy)."""
         self._http, _ = start_http_server(port, addr=host, registry=self.registry)
+        if health is not None:
+            self._http.set_app(_with_health(self._http.get_app(), health))
         return self._http.server_port
 
     def stop(self) -> None:
@@ -30,6 +41,26 @@ class _Endpoint:
             self._http.shutdown()
             self._http.server_close()
             self._http = None
+
+
+def _with_health(app, health: Callable[[str], bool]):
+    """The WSGI app, with HEALTH_PATH answered from health() instead."""
+
+    def wsgi(environ, start_response):
+        if environ.get("PATH_INFO") != HEALTH_PATH:
+            return app(environ, start_response)
+        service = parse_qs(environ.get("QUERY_STRING", "")).get("service", [""])[0]
+        try:
+            serving = health(service)
+        except Exception:
+            serving = False
+        status = "200 OK" if serving else "503 Service Unavailable"
+        body = b"SERVING\n" if serving else b"NOT_SERVING\n"
+        start_response(status, [("Content-Type", "text/plain; charset=utf-8"),
+                                ("Content-Length", str(len(body))), ("Cache-Control", "no-store")])
+        return [body] if environ.get("REQUEST_METHOD") != "HEAD" else [b""]
+
+    return wsgi
 
 
 class Metrics(_Endpoint):

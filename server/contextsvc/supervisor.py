@@ -26,8 +26,11 @@ from .config import Config
 from .metrics import CollectedMetrics
 from .signals import stop_on_signals
 from .security import bearer_token, server_credentials
+from .v1 import context_pb2
 
 log = logging.getLogger("contextsvc")
+
+_SERVICE_NAME = context_pb2.DESCRIPTOR.services_by_name["ContextService"].full_name
 
 READY_LINE = "ready"  # what a shared-port process prints on stdout once it serves
 PARENT_ENV = "CONTEXTSVC_SUPERVISOR_PID"
@@ -123,7 +126,7 @@ class Supervisor:
             for slot in self._slots:
                 self._await_ready(slot)
             if self._metrics is not None:
-                self.metrics_port = self._metrics.serve(s.host, s.metrics_port)
+                self.metrics_port = self._metrics.serve(s.host, s.metrics_port, health=self.serving)
         except BaseException:
             self._terminate_all(grace=5.0)
             self._release()
@@ -171,6 +174,15 @@ class Supervisor:
                 raise OSError(f"serving process {slot.index} exited with code {code} while starting")
             if time.monotonic() > deadline:
                 raise OSError(f"serving process {slot.index} not serving after {START_TIMEOUT_SECONDS:g} s")
+
+    def serving(self, service: str = "") -> bool:
+        """For /healthz on the metrics port: not stopping and at least one process serving
+        (the kernel sends new connections only to the live ones)."""
+        if service not in ("", _SERVICE_NAME):
+            return False
+        return not self._stopping.is_set() and any(
+            slot.proc is not None and slot.proc.poll() is None and slot.ready.is_set()
+            for slot in self._slots)
 
     # -- keep them running ---------------------------------------------------------------------
 

@@ -51,10 +51,26 @@ class TruncationSettings:
     temp_grace_seconds: float = 600
     # A cache directory: the outputs are re-creatable and may be deleted by the user at will.
     directory: str = field(default_factory=default_directory)
+    # "local": the directory above, enough for one replica (the embedded default); "redis":
+    # the Redis at redis_url, shared by every replica behind one address (docs/design.md §11).
+    backend: str = "local"
+    # e.g. "redis://127.0.0.1:6379/0", "rediss://..." (TLS) or "unix:///run/redis.sock".
+    redis_url: str = ""
+    # Every key of the store starts with this; the braces make it a Redis Cluster hash tag, so
+    # the keys one script touches share a slot.
+    redis_key_prefix: str = "{contextsvc}:tool-output:"
+    # Half a second: Redis on the same network answers a connect in well under a millisecond,
+    # so a longer wait only delays the UNAVAILABLE answer while Redis is down.
+    redis_connect_timeout_seconds: float = 0.5
+    # Two seconds covers a 64 MiB value on a busy network; a read that waits longer means
+    # Redis is stuck, and the call gets UNAVAILABLE rather than hanging.
+    redis_timeout_seconds: float = 2.0
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             _check(f.name, getattr(self, f.name))
+        if self.backend == "redis" and not self.redis_url:
+            raise ValueError("truncation setting 'redis_url' is required when backend is 'redis'")
 
     @classmethod
     def from_mapping(cls, d: Mapping[str, Any]) -> "TruncationSettings":
@@ -91,7 +107,15 @@ _RULES: dict[str, tuple[tuple[type, ...], float | None, bool]] = {
     "read_default_limit": ((int,), 0, True),
     "temp_grace_seconds": ((int, float), 0, False),
     "directory": ((str,), None, False),
+    "backend": ((str,), None, False),
+    "redis_url": ((str,), None, False),
+    "redis_key_prefix": ((str,), None, False),
+    "redis_connect_timeout_seconds": ((int, float), 0, True),
+    "redis_timeout_seconds": ((int, float), 0, True),
 }
+
+BACKENDS = ("local", "redis")
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 def _check(key: str, value: Any) -> None:
@@ -108,3 +132,12 @@ def _check(key: str, value: Any) -> None:
             raise ValueError(f"truncation setting {key!r} must be >= {minimum}, got {value!r}")
     if key == "directory" and (not value or "\0" in value):
         raise ValueError(f"truncation setting {key!r} must be a non-empty path without NUL")
+    if key == "backend" and value not in BACKENDS:
+        raise ValueError(f"truncation setting 'backend' must be one of {', '.join(BACKENDS)}, "
+                         f"got {value!r}")
+    if key == "redis_url" and value and not value.startswith(_REDIS_SCHEMES):
+        # the value is not echoed: a URL may carry a password
+        raise ValueError(f"truncation setting 'redis_url' must start with "
+                         f"{', '.join(_REDIS_SCHEMES)}")
+    if key == "redis_key_prefix" and not value:
+        raise ValueError("truncation setting 'redis_key_prefix' must not be empty")

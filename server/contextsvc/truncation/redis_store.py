@@ -1,0 +1,293 @@
+"""`RedisStore`: the tool-output `Store` shared by every replica behind one address.
+
+With several replicas behind a proxy that balances per call, the ReadTruncated of an output
+may reach another replica than the TruncateToolOutput that stored it; a Redis all replicas
+use makes the output visible to each as soon as `put` returns (docs/design.md §11).
+
+Keys (``P`` is ``redis_key_prefix``, a Redis Cluster hash tag by default)
+    ``P<id>``       the UTF-8 text, expiring at the id's time + retention (``SET ... PXAT``),
+                    so Redis itself drops outputs past their retention
+    ``Pindex``      sorted set of the ids, scored by their creation time (ms): oldest first
+    ``Psizes``      hash id -> bytes, so eviction and expiry know what they free
+    ``Pbytes``      total bytes of the indexed outputs
+
+Every change of these keys runs as one Lua script, which Redis executes atomically: a put
+writes the text, indexes it, adds its size and evicts the oldest outputs while the total is
+over ``max_store_bytes``, all at once, so the cap holds across replicas without a lock and no
+reader sees an id without its text. A script whose first write fails (Redis out of memory
+under ``noeviction``) changes nothing.
+
+Ids are generated as by `LocalDiskStore`, on the replica, and carry their creation time:
+expiry is read from the id (``get`` of an expired id is not found even before Redis or
+cleanup dropped it). Ids of different replicas collide only if they share the millisecond,
+the sequence and 40 random bits; a put does not check for an existing key.
+
+Failures
+    Connection refused, a timeout or any Redis error raise `StoreUnavailable` with the reason;
+    the gRPC layer answers UNAVAILABLE. Timeouts are short (``redis_connect_timeout_seconds``,
+    ``redis_timeout_seconds``) and a failed command is retried once on a fresh connection
+    (pooled connections go stale when Redis restarts), so an outage costs a call about a
+    second at most. Nothing else in the service depends on Redis.
+
+Durability is Redis's: run it with ``appendonly yes`` (an output acknowledged to a client
+survives a restart of Redis) and ``maxmemory-policy noeviction`` (Redis refuses a write rather
+than dropping outputs behind the index's back); the README shows the command line.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable
+
+from .settings import TruncationSettings
+from .store import (
+    CleanupReport,
+    OutputNotFound,
+    Store,
+    StoreUnavailable,
+    _IdGenerator,
+    parse_output_id,
+)
+
+try:  # the redis client is needed only when backend = "redis"
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+except ImportError:  # pragma: no cover - the dependency is declared in pyproject.toml
+    redis = None
+
+__all__ = ["RedisStore"]
+
+log = logging.getLogger(__name__)
+
+# Expired outputs removed per script run in cleanup: each run blocks Redis for its duration,
+# and 500 small deletions take well under a millisecond.
+CLEANUP_BATCH = 500
+
+# evict(index, sizes, bytes, prefix, cap, keep) -> {count, bytes}: removes the oldest outputs
+# while the total is over cap, never `keep` (the id a put is about to return) nor the newest.
+_EVICT_LUA = """
+local function evict(index, sizes, bytes, prefix, cap, keep)
+  local count, freed = 0, 0
+  if cap <= 0 then return {0, 0} end
+  local total = tonumber(redis.call('GET', bytes) or '0')
+  if total <= cap then return {0, 0} end
+  local newest = redis.call('ZRANGE', index, -1, -1)[1]
+  while total > cap do
+    local victim = nil
+    for _, id in ipairs(redis.call('ZRANGE', index, 0, 2)) do
+      if id ~= keep and id ~= newest then victim = id break end
+    end
+    if not victim then break end
+    local size = tonumber(redis.call('HGET', sizes, victim) or '0')
+    redis.call('DEL', prefix .. victim)
+    redis.call('ZREM', index, victim)
+    redis.call('HDEL', sizes, victim)
+    total = redis.call('DECRBY', bytes, size)
+    count = count + 1
+    freed = freed + size
+  end
+  return {count, freed}
+end
+"""
+
+# KEYS: text key, index, sizes, bytes. ARGV: id, text, created_ms, expire_at_ms, cap, prefix.
+# The SET comes first: if Redis refuses it (out of memory), nothing else has changed.
+_PUT_LUA = _EVICT_LUA + """
+redis.call('SET', KEYS[1], ARGV[2], 'PXAT', ARGV[4])
+local size = string.len(ARGV[2])
+local old = tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or '0')
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+redis.call('HSET', KEYS[3], ARGV[1], size)
+redis.call('INCRBY', KEYS[4], size - old)
+return evict(KEYS[2], KEYS[3], KEYS[4], ARGV[6], tonumber(ARGV[5]), ARGV[1])
+"""
+
+# KEYS: text key, index, sizes, bytes. ARGV: id. Returns 1 if the text existed.
+_DELETE_LUA = """
+local existed = redis.call('DEL', KEYS[1])
+local size = redis.call('HGET', KEYS[3], ARGV[1])
+if size then
+  redis.call('HDEL', KEYS[3], ARGV[1])
+  redis.call('DECRBY', KEYS[4], tonumber(size))
+end
+redis.call('ZREM', KEYS[2], ARGV[1])
+return existed
+"""
+
+# KEYS: index, sizes, bytes. ARGV: cutoff_ms (created before it = expired), prefix, batch,
+# cap. Removes up to `batch` expired outputs; once fewer were left, enforces the cap.
+# Returns {expired, expired_bytes, evicted, evicted_bytes, remaining, remaining_bytes}.
+_CLEANUP_LUA = _EVICT_LUA + """
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[1], 'LIMIT', 0, ARGV[3])
+local freed = 0
+for _, id in ipairs(ids) do
+  local size = tonumber(redis.call('HGET', KEYS[2], id) or '0')
+  redis.call('DEL', ARGV[2] .. id)
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('HDEL', KEYS[2], id)
+  redis.call('DECRBY', KEYS[3], size)
+  freed = freed + size
+end
+local ev = {0, 0}
+if #ids < tonumber(ARGV[3]) then
+  ev = evict(KEYS[1], KEYS[2], KEYS[3], ARGV[2], tonumber(ARGV[4]), '')
+end
+return {#ids, freed, ev[1], ev[2], redis.call('ZCARD', KEYS[1]),
+        tonumber(redis.call('GET', KEYS[3]) or '0')}
+"""
+
+
+class RedisStore(Store):
+    """A `Store` in Redis at ``settings.redis_url``, shared by all replicas using that URL.
+
+    Thread-safe (redis-py's connection pool). Constructing it does not connect: a Redis that is
+    down at start makes puts and gets UNAVAILABLE until it is back, and the service starts.
+    ``on_evict(count, bytes)`` is called after a put or a cleanup evicted outputs for the cap.
+    ``client``: a ready `redis.Redis` (tests); by default one is built from the settings.
+    """
+
+    def __init__(
+        self,
+        settings: TruncationSettings,
+        clock: Callable[[], float] = time.time,
+        on_evict: Callable[[int, int], None] | None = None,
+        client: "redis.Redis | None" = None,
+    ) -> None:
+        if redis is None:
+            raise RuntimeError("truncation backend 'redis' needs the redis package: pip install redis")
+        self._settings = settings
+        self._clock = clock
+        self._on_evict = on_evict
+        self._retention_ms = int(settings.retention_seconds * 1000)
+        self._prefix = settings.redis_key_prefix
+        self._index_key = self._prefix + "index"
+        self._sizes_key = self._prefix + "sizes"
+        self._bytes_key = self._prefix + "bytes"
+        self._lock = threading.Lock()
+        self._ids = _IdGenerator()
+        self._redis = client if client is not None else redis.Redis.from_url(
+            settings.redis_url,
+            socket_connect_timeout=settings.redis_connect_timeout_seconds,
+            socket_timeout=settings.redis_timeout_seconds,
+            # one retry, at once: enough for a pooled connection that went stale when Redis
+            # restarted; more would only delay the UNAVAILABLE answer during an outage
+            retry=Retry(NoBackoff(), 1),
+            retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+            health_check_interval=30,
+        )
+        self._put_script = self._redis.register_script(_PUT_LUA)
+        self._delete_script = self._redis.register_script(_DELETE_LUA)
+        self._cleanup_script = self._redis.register_script(_CLEANUP_LUA)
+
+    def close(self) -> None:
+        self._redis.close()
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _now_ms(self, now: float | None = None) -> int:
+        return int((self._clock() if now is None else now) * 1000)
+
+    def _key(self, output_id: str) -> str:
+        return self._prefix + output_id
+
+    def _keys(self, output_id: str) -> list[str]:
+        return [self._key(output_id), self._index_key, self._sizes_key, self._bytes_key]
+
+    def _call(self, what: str, fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except redis.ResponseError as e:
+            # OOM under noeviction, a read-only replica, a script error: Redis said no
+            raise StoreUnavailable(f"{what}: Redis refused: {_first_line(e)}") from e
+        except redis.RedisError as e:
+            raise StoreUnavailable(f"{what}: Redis unreachable: {_first_line(e)}") from e
+
+    def _report_evictions(self, count: int, nbytes: int) -> None:
+        if count and self._on_evict is not None:
+            try:
+                self._on_evict(count, nbytes)
+            except Exception:
+                log.exception("on_evict hook failed")
+
+    # -- Store ---------------------------------------------------------------------------
+
+    def put(self, text: str | bytes) -> str:
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        with self._lock:
+            output_id = self._ids.next(self._now_ms())
+        created_ms = parse_output_id(output_id)[0]
+        # alive while now - created <= retention, as LocalDiskStore._expired has it
+        expire_at_ms = created_ms + self._retention_ms + 1
+        evicted, freed = self._call(
+            "storing tool output", self._put_script, keys=self._keys(output_id),
+            args=[output_id, data, created_ms, expire_at_ms, self._settings.max_store_bytes,
+                  self._prefix])
+        self._report_evictions(int(evicted), int(freed))
+        return output_id
+
+    def get(self, output_id: str) -> str:
+        data = self.get_bytes(output_id)
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise StoreUnavailable(f"tool output {output_id} is corrupt (not UTF-8)") from e
+
+    def get_bytes(self, output_id: str) -> bytes:
+        """The stored UTF-8 as Redis holds it (no decode and re-encode for ranged reads)."""
+        created_ms = parse_output_id(output_id)[0]  # InvalidOutputId before any Redis access
+        if self._now_ms() - created_ms > self._retention_ms:
+            raise OutputNotFound(f"tool output {output_id} not found (expired)")
+        data = self._call(f"reading tool output {output_id}", self._redis.get, self._key(output_id))
+        if data is None:
+            raise OutputNotFound(f"tool output {output_id} not found")
+        return data
+
+    def delete(self, output_id: str) -> bool:
+        parse_output_id(output_id)
+        existed = self._call(f"deleting tool output {output_id}", self._delete_script,
+                             keys=self._keys(output_id), args=[output_id])
+        return bool(existed)
+
+    def list_ids(self) -> list[str]:
+        cutoff = self._now_ms() - self._retention_ms
+        ids = self._call("listing tool outputs", self._redis.zrangebyscore,
+                         self._index_key, cutoff, "+inf")
+        return [i.decode("ascii") for i in ids]
+
+    def usage(self) -> tuple[int, int]:
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.zcard(self._index_key)
+        pipe.get(self._bytes_key)
+        count, total = self._call("reading tool-output store usage", pipe.execute)
+        return int(count), int(total or 0)
+
+    def cleanup(self, now: float | None = None) -> CleanupReport:
+        """Expiry in batches of CLEANUP_BATCH (Redis serves other clients between them), then
+        the cap. Safe on several replicas at once: each script sees a consistent store."""
+        cutoff = self._now_ms(now) - self._retention_ms
+        expired = expired_bytes = 0
+        while True:
+            n, freed, evicted, evicted_bytes, remaining, remaining_bytes = self._call(
+                "cleaning up tool outputs", self._cleanup_script,
+                keys=[self._index_key, self._sizes_key, self._bytes_key],
+                args=[cutoff, self._prefix, CLEANUP_BATCH, self._settings.max_store_bytes])
+            expired += int(n)
+            expired_bytes += int(freed)
+            if int(n) < CLEANUP_BATCH:
+                break
+        self._report_evictions(int(evicted), int(evicted_bytes))
+        return CleanupReport(
+            expired=expired,
+            evicted=int(evicted),
+            bytes_freed=expired_bytes + int(evicted_bytes),
+            evicted_bytes=int(evicted_bytes),
+            remaining=int(remaining),
+            remaining_bytes=int(remaining_bytes),
+        )
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0][:200]

@@ -1,0 +1,78 @@
+"""A real Redis (Debian's `redis-server`) on a loopback port of its own, run with the shipped
+deploy/redis/redis.conf: append-only file on, noeviction. Missing binary: the test fails."""
+from __future__ import annotations
+
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "deploy" / "redis" / "redis.conf"
+START_SECONDS = 15.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    """start() / kill() / stop() keep the port and the data directory, so a restart reloads
+    what was written before (the append-only file)."""
+
+    def __init__(self, directory: pathlib.Path):
+        binary = shutil.which("redis-server")
+        assert binary, "redis-server not installed: run .ci/deps (the README's test command does)"
+        self.binary = binary
+        self.dir = directory
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.proc = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> "RedisServer":
+        self.log = open(self.dir / "redis.log", "ab")
+        self.proc = subprocess.Popen(
+            [self.binary, str(CONFIG), "--port", str(self.port), "--bind", "127.0.0.1",
+             "--dir", str(self.dir), "--daemonize", "no"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + START_SECONDS
+        while not self.ping():
+            assert self.proc.poll() is None, (self.dir / "redis.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, "redis-server did not answer PING"
+            time.sleep(0.05)
+        return self
+
+    def ping(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def _end(self, sig) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc = None
+        if getattr(self, "log", None):
+            self.log.close()
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown save, only what the append-only file already holds survives."""
+        self._end(signal.SIGKILL)
+
+    def stop(self) -> None:
+        self._end(signal.SIGTERM)

@@ -1,0 +1,177 @@
+"""RedisStore against a real Redis run as the README tells operators (tests/redis_server.py)."""
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+import pytest
+import redis
+
+from contextsvc.truncation import (
+    InvalidOutputId,
+    OutputNotFound,
+    StoreUnavailable,
+    TruncationSettings,
+    output_id_created_ms,
+    read_lines,
+)
+from contextsvc.truncation.redis_store import RedisStore
+from redis_server import RedisServer
+
+_prefixes = itertools.count()
+DAY = 24 * 3600
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory):
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
+
+
+def make(redis_server, clock=time.time, prefix=None, on_evict=None, **overrides):
+    """A store on its own key prefix (isolation between tests); same prefix = same store."""
+    settings = TruncationSettings(backend="redis", redis_url=redis_server.url,
+                                  redis_key_prefix=prefix or f"{{t{next(_prefixes)}}}:", **overrides)
+    return RedisStore(settings, clock=clock, on_evict=on_evict)
+
+
+def test_round_trip_list_usage_delete(redis_server):
+    store = make(redis_server)
+    texts = ["plain\n", "ünïcödé ✓ 😀\nline 2", "x" * 300_000, ""]
+    ids = [store.put(t) for t in texts]
+    assert [store.get(i) for i in ids] == texts
+    assert store.get(store.put("bytes ✓".encode())) == "bytes ✓"
+    assert store.list_ids()[:4] == ids  # oldest first
+    count, total = store.usage()
+    assert count == 5 and total == sum(len(t.encode()) for t in texts) + len("bytes ✓".encode())
+    assert read_lines(store, ids[1], 1, 1).text == "line 2"
+    assert store.get_bytes(ids[1]) == texts[1].encode()
+    assert store.delete(ids[0]) is True and store.delete(ids[0]) is False
+    with pytest.raises(OutputNotFound):
+        store.get(ids[0])
+    assert store.usage() == (4, total - len(texts[0]))
+
+
+def test_malformed_ids_are_rejected_before_any_redis_access(redis_server):
+    store = make(redis_server)
+    store._redis = None  # any access would raise AttributeError
+    for bad in ("", "tool_", "../etc/passwd", "tool_" + "g" * 26, "TOOL_" + "0" * 26):
+        with pytest.raises(InvalidOutputId):
+            store.get(bad)
+
+
+def test_retention_is_key_expiry_and_read_from_the_id(redis_server):
+    now = [time.time()]
+    store = make(redis_server, clock=lambda: now[0])
+    old = store.put("old")
+    client = redis.Redis.from_url(redis_server.url)
+    ttl_ms = client.pttl(store._key(old))
+    assert 7 * DAY * 1000 - 60_000 < ttl_ms <= 7 * DAY * 1000 + 1  # Redis drops it by itself
+    now[0] += 7 * DAY + 1  # past the retention by the id's clock: not found, before any cleanup
+    with pytest.raises(OutputNotFound, match="expired"):
+        store.get(old)
+    fresh = store.put("fresh")
+    assert store.list_ids() == [fresh]
+    report = store.cleanup(now[0])
+    assert (report.expired, report.remaining, report.remaining_bytes) == (1, 1, 5)
+    assert store.usage() == (1, 5) and client.exists(store._key(old)) == 0
+
+
+def test_size_cap_holds_across_replicas_oldest_first(redis_server):
+    evictions = []
+    record = lambda n, b: evictions.append((n, b))  # noqa: E731
+    prefix = "{cap}:"
+    a = make(redis_server, prefix=prefix, max_store_bytes=10_000, on_evict=record)
+    b = make(redis_server, prefix=prefix, max_store_bytes=10_000, on_evict=record)
+    ids = []
+    for i in range(30):
+        ids.append((a if i % 2 else b).put(f"{i:04d}" + "x" * 996))
+        assert a.usage()[1] <= 10_000
+    assert a.usage() == (10, 10_000)
+    assert a.list_ids() == sorted(ids)[-10:]  # the newest ten survive, whichever replica wrote them
+    assert b.get(ids[-1]).startswith("0029") and a.get(ids[20]).startswith("0020")
+    with pytest.raises(OutputNotFound):
+        b.get(ids[19])
+    assert sum(n for n, _ in evictions) == 20 and sum(x for _, x in evictions) == 20_000
+    # a single output larger than the cap is kept (its id is about to be handed out)
+    big = a.put("y" * 20_000)
+    assert a.list_ids() == [big] and b.get(big) == "y" * 20_000
+
+
+def test_concurrent_puts_on_two_replicas_keep_index_and_counter_consistent(redis_server):
+    prefix = "{conc}:"
+    stores = [make(redis_server, prefix=prefix, max_store_bytes=50_000) for _ in range(2)]
+    ids, errors = [], []
+
+    def work(store, k):
+        try:
+            for i in range(60):
+                ids.append((store.put(f"{k}-{i}\n" * (10 + i)), f"{k}-{i}\n" * (10 + i)))
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(stores[k % 2], k)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors
+    client = redis.Redis.from_url(redis_server.url)
+    live = stores[0].list_ids()
+    sizes = {k.decode(): int(v) for k, v in client.hgetall(prefix + "sizes").items()}
+    assert sorted(sizes) == live
+    assert stores[1].usage() == (len(live), sum(sizes.values())) and sum(sizes.values()) <= 50_000
+    texts = dict(ids)
+    for output_id in live:
+        assert stores[1].get(output_id) == texts[output_id]
+    assert len(texts) == 240  # no id collided
+
+
+def test_redis_refusing_a_write_is_unavailable_and_changes_nothing(redis_server):
+    store = make(redis_server)
+    kept = store.put("kept")
+    client = redis.Redis.from_url(redis_server.url)
+    client.config_set("maxmemory", "1")  # every write is now refused (noeviction)
+    try:
+        with pytest.raises(StoreUnavailable, match="Redis refused: .*maxmemory"):
+            store.put("z" * 1000)
+        assert store.get(kept) == "kept"  # reads still work
+    finally:
+        client.config_set("maxmemory", "2gb")
+    assert store.usage() == (1, 4) and store.list_ids() == [kept]
+
+
+def test_outage_is_unavailable_fast_and_loses_nothing(tmp_path):
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        store = make(server)
+        ids = {store.put(f"before {i}\n" * 100): f"before {i}\n" * 100 for i in range(50)}
+        server.kill()  # SIGKILL: only the append-only file survives
+        for call in (lambda: store.put("during"), lambda: store.get(next(iter(ids)))):
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable, match="Redis unreachable"):
+                call()
+            assert time.monotonic() - started < 2.0
+        server.start()  # same port, same directory
+        assert {i: store.get(i) for i in ids} == ids  # the pool reconnects on its own
+        assert store.usage() == (50, sum(len(t) for t in ids.values()))
+        assert output_id_created_ms(store.put("after")) > 0
+    finally:
+        server.stop()
+
+
+def test_backend_settings():
+    assert TruncationSettings().backend == "local"  # the first README command needs no Redis
+    s = TruncationSettings.from_mapping({"backend": "redis", "redis_url": "redis://:secret@h:6379/0"})
+    assert (s.backend, s.redis_url) == ("redis", "redis://:secret@h:6379/0")
+    for table, key in (({"backend": "memcached"}, "backend"), ({"backend": "redis"}, "redis_url"),
+                       ({"redis_url": "http://h:6379"}, "redis_url"),
+                       ({"redis_connect_timeout_seconds": 0}, "redis_connect_timeout_seconds"),
+                       ({"redis_key_prefix": ""}, "redis_key_prefix")):
+        with pytest.raises(ValueError, match=key):
+            TruncationSettings.from_mapping(table)
+    with pytest.raises(ValueError) as e:
+        TruncationSettings.from_mapping({"redis_url": "http://:secret@h"})
+    assert "secret" not in str(e.value)  # a URL may carry a password: never echoed
