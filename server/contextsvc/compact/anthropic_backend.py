@@ -92,7 +92,7 @@ class AnthropicSummarizer:
             if deadline.expired():
                 raise DeadlineExceeded("compact: the caller's deadline passed while the anthropic "
                                        "summarizer was answering") from exc
-            raise _Retryable(Unavailable(f"anthropic summarizer: no complete answer within {timeout:g}s"
+            raise _Retryable(Unavailable(f"anthropic summarizer: timed out, no complete answer within {timeout:g}s"
                                          + ("" if left is None or left >= sc.timeout_seconds else
                                             " (what the caller's deadline leaves)"))) from exc
         except anthropic.AuthenticationError as exc:
