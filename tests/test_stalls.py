@@ -160,6 +160,29 @@ def test_idle_stream_is_closed_after_the_limit():
         s.stop(grace=1)
 
 
+def test_health_watches_are_bounded():
+    """Watch holds no thread, but every open stream counts against the transport's bound
+    (max_pending_rpcs): one watch beyond max_watch_streams is refused at once."""
+    s = start_server(max_watch_streams=2)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
+            release, calls = open_idle_streams(ch, WATCH, 2, metadata=())
+            try:
+                for call in calls:
+                    next(call)  # the first status: the watch is open
+                with pytest.raises(grpc.RpcError) as e:
+                    list(ch.unary_stream(WATCH)(health_pb2.HealthCheckRequest().SerializeToString(), timeout=5))
+                assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                assert "max_watch_streams" in e.value.details()
+            finally:
+                close_streams(release, calls)
+            # the closed watches are forgotten: a new one is served
+            assert wait_for(lambda: next(ch.unary_stream(WATCH)(
+                health_pb2.HealthCheckRequest().SerializeToString(), timeout=5)) is not None)
+    finally:
+        s.stop(grace=1)
+
+
 def test_reflection_can_be_turned_off_and_sits_behind_the_token():
     request = reflection_pb2.ServerReflectionRequest(list_services="").SerializeToString()
     s = start_server(reflection=False)

@@ -75,7 +75,7 @@ class Server:
         pb_grpc.add_ContextServiceServicer_to_server(ContextService(cfg, m, self.store), self._grpc)
         names = (SERVICE_NAME, HEALTH_SERVICE) + ((REFLECTION_SERVICE,) if s.reflection else ())
         self._standard = StandardServices(self._admission, s.stream_idle_seconds, names, s.reflection,
-                                          serving_names=("", SERVICE_NAME))
+                                          serving_names=("", SERVICE_NAME), max_watches=s.max_watch_streams)
         self._grpc.add_generic_rpc_handlers(self._standard.handlers())
         self._health = self._standard.servicer
 

@@ -72,6 +72,10 @@ class ServerConfig:
     # open stream costs memory, a reflection stream a thread too (grpcurl needs well under 1 s)
     stream_idle_seconds: float = 60.0
     reflection: bool = True  # server reflection (grpcurl); behind auth_token when one is set
+    # health Watch streams open at once (they hold no thread, but each counts against
+    # max_pending_rpcs): one more is refused, so idle watchers cannot fill the transport's bound
+    # (keep it well below max_pending_rpcs)
+    max_watch_streams: int = 64
 
     def __post_init__(self):
         # held bare ("::", not "[::]"): sockets and the metrics server take it so; address() brackets

@@ -48,13 +48,14 @@ class StandardServices:
     """Health (its state in `servicer`: set(), enter_graceful_shutdown()) and reflection."""
 
     def __init__(self, admission: Admission, idle_seconds: float, service_names, reflection_on: bool,
-                 serving_names=("",)):
+                 serving_names=("",), max_watches: int = 64):
         self.servicer = health.HealthServicer()
         self._admission = admission
         self._idle = idle_seconds
         self._serving_names = set(serving_names)
         self._reflection = reflection.ReflectionServicer(service_names) if reflection_on else None
         self._watches: dict[Ticket, None] = {}  # Watch streams (they hold no thread)
+        self._max_watches = max_watches
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._reaper = None
@@ -93,7 +94,15 @@ class StandardServices:
                 send_response_callback(response)
 
             with self._lock:
-                self._watches[ticket] = None
+                if len(self._watches) >= self._max_watches:
+                    full = True
+                else:
+                    full = False
+                    self._watches[ticket] = None
+            if full:
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                              f"Watch: {self._max_watches} health watches already open "
+                              "(server.max_watch_streams); use Health/Check or retry later")
 
             def forget():
                 with self._lock:
