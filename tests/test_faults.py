@@ -121,12 +121,18 @@ def measure_ok(stub):
 @pytest.mark.parametrize("fallback", [False, True])
 def test_short_deadline_ends_a_hanging_compact_and_frees_its_worker(api, fallback):
     """The backend would hold the call 60 s; the caller allows 3 s. The server stops at the
-    deadline (no fallback work for a caller who is gone), and its only slot is free again."""
+    deadline (no fallback work for a caller who is gone), and its only slot is free again. With
+    fallback_to_offline the backend gives up early enough for the offline summary to answer."""
     api.mode = "hang"
     s = anthropic_server(api, fallback=fallback, retries=2, max_concurrent_rpcs=1, workers=3)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
             stub = pb_grpc.ContextServiceStub(ch)
+            if fallback:
+                r = stub.Compact(compact_request(), timeout=3.0)
+                assert r.fell_back and r.backend == "offline"
+                assert api.requests == 1  # no retry in the time kept for the fallback
+                return
             with pytest.raises(grpc.RpcError) as e:
                 stub.Compact(compact_request(), timeout=3.0)
             assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED

@@ -9,17 +9,17 @@ import time
 from concurrent import futures
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health_pb2
 
 from . import native, truncation
+from .admission import Admission
 from .config import Config
 from .interceptors import ServiceInterceptor
-from .limits import InFlightLimit
 from .metrics import Metrics
 from .security import BearerTokenInterceptor, bearer_token, server_credentials
 from .service import ContextService
 from .signals import stop_on_signals
+from .standard_services import HEALTH_SERVICE, REFLECTION_SERVICE, StandardServices
 from .v1 import context_pb2 as pb
 from .v1 import context_pb2_grpc as pb_grpc
 
@@ -58,12 +58,18 @@ class Server:
         self.metrics_port = None
         self._stopped = threading.Event()
         self._done = threading.Event()
+        self.unfinished = 0  # calls still running when stop() gave up waiting
         s = cfg.server
-        self._admission = InFlightLimit(s.max_concurrent_rpcs)
-        interceptors = [ServiceInterceptor(self.metrics, f"/{SERVICE_NAME}/", self._admission)]
+        # config errors (an unreadable or invalid certificate, key or token) surface here, before
+        # any socket is bound
+        self._credentials = server_credentials(s)
+        self._admission = Admission(s.workers, s.max_concurrent_rpcs, s.max_streams)
+        interceptors = [ServiceInterceptor(self.metrics, f"/{SERVICE_NAME}/", self._admission,
+                                           s.max_response_bytes)]
         token = bearer_token(s)
         if token:  # inside the metrics interceptor: refusals count as UNAUTHENTICATED RPCs
-            interceptors.append(BearerTokenInterceptor(token, f"/{SERVICE_NAME}/"))
+            interceptors.append(BearerTokenInterceptor(
+                token, (f"/{SERVICE_NAME}/", f"/{REFLECTION_SERVICE}/")))
         self._grpc = grpc.server(
             futures.ThreadPoolExecutor(max_workers=s.workers, thread_name_prefix="rpc"),
             interceptors=interceptors,
@@ -74,25 +80,30 @@ class Server:
             ],
             maximum_concurrent_rpcs=s.max_pending_rpcs or None,
         )
+        if cfg.summarizer.backend == "anthropic":
+            # the SDK takes seconds to import: paid here, not out of the first caller's deadline
+            import anthropic  # noqa: F401
         m = self.metrics
         self.store = make_store(cfg.truncation, on_evict=m.record_eviction if m else None)
         self._cleanup = truncation.CleanupScheduler(self.store, cfg.truncation,
                                                     on_report=m.record_cleanup if m else None)
         pb_grpc.add_ContextServiceServicer_to_server(ContextService(cfg, m, self.store), self._grpc)
-        self._health = health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
-        reflection.enable_server_reflection(
-            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self._grpc)
+        names = (SERVICE_NAME, HEALTH_SERVICE) + ((REFLECTION_SERVICE,) if s.reflection else ())
+        self._standard = StandardServices(self._admission, s.stream_idle_seconds, names, s.reflection,
+                                          serving_names=("", SERVICE_NAME), max_watches=s.max_watch_streams)
+        self._grpc.add_generic_rpc_handlers(self._standard.handlers())
+        self._health = self._standard.servicer
 
     def start(self) -> "Server":
         s = self.cfg.server
-        creds = server_credentials(s)
+        creds = self._credentials
         address = s.address(s.port)
         self.port = (self._grpc.add_secure_port(address, creds) if creds
                      else self._grpc.add_insecure_port(address))
         if self.port == 0:
             raise OSError(f"cannot bind gRPC on {address}")
         self._grpc.start()
+        self._standard.start()
         if self.metrics is not None and not self.shared_port:
             self.metrics_port = self.metrics.serve(s.host, s.metrics_port, health=self.serving)
         self._cleanup.start()
@@ -127,7 +138,15 @@ class Server:
             time.sleep(drain)
         grace = self.cfg.server.shutdown_grace_seconds if grace is None else grace
         self._grpc.stop(grace).wait()
-        log.info("contextsvc: in-flight calls finished")
+        self._standard.stop()
+        # grpc cancels what is left after the grace, but cannot stop a thread: work that does not
+        # notice keeps running; `contextsvc serve` exits without it (cli.main)
+        self.unfinished = self._admission.running()
+        if self.unfinished:
+            log.warning("contextsvc: %d calls still running after the %g s grace period; "
+                        "stopping without them", self.unfinished, grace)
+        else:
+            log.info("contextsvc: in-flight calls finished")
         self._cleanup.stop()
         if hasattr(self.store, "close"):  # RedisStore: its connection pool
             self.store.close()

@@ -20,6 +20,18 @@ MiB = 1024 * 1024
 MAX_JSON_DEPTH = 256
 
 
+def check_token(token: str, where: str) -> str:
+    """A bearer token a client can send: visible ASCII, no spaces (an HTTP header value; a
+    whitespace-only or non-ASCII token would refuse every client)."""
+    if not token.strip():
+        raise ValueError(f"{where}: empty or only whitespace")
+    bad = next((c for c in token if not "!" <= c <= "~"), None)
+    if bad is not None:
+        raise ValueError(f"{where}: holds {bad!r}; a bearer token is visible ASCII with no spaces "
+                         "(a client cannot send anything else in a header)")
+    return token
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     host: str = "127.0.0.1"  # loopback unless the operator opens it up
@@ -61,6 +73,17 @@ class ServerConfig:
     # schemas nest under 20 levels; every later stage stays far from Python's recursion limit
     # (1000 frames) at this depth, which is why it cannot be set above MAX_JSON_DEPTH
     max_json_depth: int = 256
+    # streams that hold a worker thread while open (reflection) served at once; one more is
+    # refused at once. Whatever this says, one thread is always left for health checks
+    max_streams: int = 3
+    # a stream (reflection, health Watch) with no message either way this long is closed: an
+    # open stream costs memory, a reflection stream a thread too (grpcurl needs well under 1 s)
+    stream_idle_seconds: float = 60.0
+    reflection: bool = True  # server reflection (grpcurl); behind auth_token when one is set
+    # health Watch streams open at once (they hold no thread, but each counts against
+    # max_pending_rpcs): one more is refused, so idle watchers cannot fill the transport's bound
+    # (keep it well below max_pending_rpcs)
+    max_watch_streams: int = 64
 
     def __post_init__(self):
         # held bare ("::", not "[::]"): sockets and the metrics server take it so; address() brackets
@@ -78,6 +101,10 @@ class ServerConfig:
             raise ValueError(f"[server] max_json_depth must be in [1, {MAX_JSON_DEPTH}]")
         if self.tls_client_ca_file and not self.tls_cert_file:
             raise ValueError("[server] tls_client_ca_file (mTLS) needs tls_cert_file and tls_key_file")
+        if self.auth_token:
+            check_token(self.auth_token, "[server] auth_token")
+        if self.stream_idle_seconds <= 0:
+            raise ValueError("[server] stream_idle_seconds must be positive")
 
     def address(self, port: int) -> str:
         """host:port as gRPC and URLs write it (an IPv6 host in brackets)."""
@@ -231,6 +258,10 @@ class SummarizerConfig:
     offline_max_items: int = 12  # offline summary: bullets per section; the oldest go first
     offline_max_goals: int = 3  # offline summary: the most recent user requests kept as the goal
     offline_max_item_chars: int = 400  # offline summary: a longer bullet is cut (paths rarely are)
+    # with fallback_to_offline, the summarizer must give up this long before the caller's
+    # deadline, so the offline summary (milliseconds to a second on a long session) still reaches
+    # the caller; never more than half the time left
+    fallback_reserve_seconds: float = 1.0
 
 
 @dataclass(frozen=True)

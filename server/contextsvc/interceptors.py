@@ -12,8 +12,8 @@ import time
 import grpc
 from google.protobuf.message import DecodeError
 
+from .admission import Admission
 from .errors import BadInput, DeadlineExceeded, Exhausted, NotFound, Unavailable
-from .limits import InFlightLimit
 from .truncation import InvalidOutputId, OutputNotFound, StoreUnavailable
 
 log = logging.getLogger("contextsvc")
@@ -37,17 +37,31 @@ class _Undecodable:
         self.error = error
 
 
-def _status_name(code) -> str:
-    return (code or grpc.StatusCode.OK).name
+def _status_name(context) -> str:
+    """The status the caller saw. A call whose caller has gone ends with no code of its own (the
+    response goes nowhere): it counts as the caller's DEADLINE_EXCEEDED or CANCELLED, not OK."""
+    code = context.code()
+    if context.is_active():
+        return (code or grpc.StatusCode.OK).name
+    left = context.time_remaining()
+    if left is not None and left <= 0:
+        return grpc.StatusCode.DEADLINE_EXCEEDED.name
+    return grpc.StatusCode.CANCELLED.name
+
+
+def _identity(data: bytes) -> bytes:
+    return data
 
 
 class ServiceInterceptor(grpc.ServerInterceptor):
     """Maps errors and records count, latency and request size per method and code."""
 
-    def __init__(self, metrics, service_prefix: str, limit: InFlightLimit | None = None):
+    def __init__(self, metrics, service_prefix: str, limit: Admission | None = None,
+                 max_response_bytes: int = 0):
         self._metrics = metrics
         self._prefix = service_prefix  # only this service's methods; health/reflection pass
-        self._limit = limit or InFlightLimit(0)
+        self._limit = limit or Admission(workers=2 ** 31, max_calls=0, max_streams=0)
+        self._max_response = max_response_bytes  # 0 = grpc's own limit only
 
     def intercept_service(self, continuation, details):
         handler = continuation(details)
@@ -58,6 +72,8 @@ class ServiceInterceptor(grpc.ServerInterceptor):
         deserialize = handler.request_deserializer
         inner = handler.unary_unary
         limit = self._limit
+        serialize = handler.response_serializer
+        max_response = self._max_response
 
         def read(data: bytes):
             if metrics is not None:
@@ -74,13 +90,21 @@ class ServiceInterceptor(grpc.ServerInterceptor):
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                   f"request: not a valid {method} request message ({request.error})")
                 try:
-                    limit.acquire(method)
+                    ticket = limit.enter_call(method, context.is_active)
                 except Exhausted as e:
                     context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
                 except Unavailable as e:
                     context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
                 try:
-                    return inner(request, context)
+                    response = inner(request, context)
+                    # serialized here: a response over the limit is refused with a reason (and
+                    # counted so) instead of failing in the transport after an OK was recorded
+                    data = serialize(response) if serialize else response
+                    if max_response and len(data) > max_response:
+                        context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                      f"{method}: the response is {len(data)} bytes, over "
+                                      f"server.max_response_bytes ({max_response})")
+                    return data
                 except Exception as e:  # noqa: BLE001 - mapped below, or re-raised
                     for kind, code in _STATUS_FOR:
                         if isinstance(e, kind):
@@ -90,15 +114,15 @@ class ServiceInterceptor(grpc.ServerInterceptor):
                     log.exception("%s failed", method)
                     context.abort(grpc.StatusCode.INTERNAL, f"{method}: internal error ({type(e).__name__})")
                 finally:
-                    limit.release()
+                    limit.leave(ticket)
             finally:
                 if metrics is not None:
-                    code = _status_name(context.code())
+                    code = _status_name(context)
                     metrics.rpcs.labels(method, code).inc()
                     metrics.latency.labels(method, code).observe(time.perf_counter() - start)
 
         return grpc.unary_unary_rpc_method_handler(
             behavior,
             request_deserializer=read,
-            response_serializer=handler.response_serializer,
+            response_serializer=_identity,
         )

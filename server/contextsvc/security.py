@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import hmac
 import os
+import ssl
 
 import grpc
+
+from .config import check_token
 
 
 def server_credentials(cfg) -> grpc.ServerCredentials | None:
     """TLS credentials from [server] tls_* paths, or None for plaintext."""
     if not cfg.tls_cert_file:
         return None
+    _check_pem(cfg)
     with open(cfg.tls_key_file, "rb") as f:
         key = f.read()
     with open(cfg.tls_cert_file, "rb") as f:
@@ -27,6 +31,23 @@ def server_credentials(cfg) -> grpc.ServerCredentials | None:
                                        require_client_auth=ca is not None)
 
 
+def _check_pem(cfg) -> None:
+    """grpc takes any bytes here and fails later with "Failed to bind to address": the files
+    are loaded once by Python's ssl first, so a bad one is a config error naming it."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        ctx.load_cert_chain(cfg.tls_cert_file, cfg.tls_key_file)
+    except ssl.SSLError as e:
+        raise ValueError(f"[server] tls_cert_file {cfg.tls_cert_file} / tls_key_file {cfg.tls_key_file}: "
+                         f"not a PEM certificate chain and its private key ({e.reason or e})") from None
+    if cfg.tls_client_ca_file:
+        try:
+            ctx.load_verify_locations(cfg.tls_client_ca_file)
+        except ssl.SSLError as e:
+            raise ValueError(f"[server] tls_client_ca_file {cfg.tls_client_ca_file}: "
+                             f"not a PEM CA bundle ({e.reason or e})") from None
+
+
 def bearer_token(cfg) -> str:
     """The configured token: auth_token, else the file auth_token_file, else the env auth_token_env."""
     if cfg.auth_token:
@@ -36,24 +57,24 @@ def bearer_token(cfg) -> str:
             token = f.read().strip()
         if not token:
             raise ValueError(f"[server] auth_token_file {cfg.auth_token_file}: empty")
-        return token
+        return check_token(token, f"[server] auth_token_file {cfg.auth_token_file}")
     if cfg.auth_token_env:
         token = os.environ.get(cfg.auth_token_env, "").strip()
         if not token:
             raise ValueError(f"[server] auth_token_env: ${cfg.auth_token_env} is unset or empty")
-        return token
+        return check_token(token, f"[server] auth_token_env ${cfg.auth_token_env}")
     return ""
 
 
 class BearerTokenInterceptor(grpc.ServerInterceptor):
-    """Rejects calls to the guarded service without "authorization: Bearer <token>"."""
+    """Rejects calls to the guarded services without "authorization: Bearer <token>"."""
 
-    def __init__(self, token: str, service_prefix: str):
+    def __init__(self, token: str, service_prefixes: tuple):
         self._expected = f"Bearer {token}".encode()
-        self._prefix = service_prefix  # health and reflection stay open
+        self._prefixes = tuple(service_prefixes)  # health stays open for probes
 
     def intercept_service(self, continuation, details):
-        if not details.method.startswith(self._prefix):
+        if not details.method.startswith(self._prefixes):
             return continuation(details)
         given = ""
         for key, value in details.invocation_metadata or ():
@@ -64,12 +85,23 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
         if given and hmac.compare_digest(given.encode(), self._expected):
             return continuation(details)
         reason = "authorization: bearer token missing" if not given else "authorization: bearer token rejected"
-        return _deny(reason)
+        handler = continuation(details)
+        if handler is None:
+            return None
+        return _deny(reason, handler)
 
 
-def _deny(reason: str):
+def _deny(reason: str, handler):
+    """A handler of the same kind as the guarded one that refuses at once."""
     def abort(_request, context):
         context.abort(grpc.StatusCode.UNAUTHENTICATED, reason)
 
     # the request is never read: its bytes pass through undecoded
-    return grpc.unary_unary_rpc_method_handler(abort, request_deserializer=lambda data: data)
+    raw = dict(request_deserializer=lambda data: data)
+    if handler.request_streaming and handler.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(abort, **raw)
+    if handler.request_streaming:
+        return grpc.stream_unary_rpc_method_handler(abort, **raw)
+    if handler.response_streaming:
+        return grpc.unary_stream_rpc_method_handler(abort, **raw)
+    return grpc.unary_unary_rpc_method_handler(abort, **raw)

@@ -4,7 +4,9 @@ The system block (template and rules) is the same for every request and carries 
 marker; the transcript goes in the user turn. Every SDK failure surfaces as errors.Unavailable
 with a message saying what failed, so the caller can fall back to the offline summarizer.
 Retries are made here rather than inside the SDK, so that every attempt's timeout is cut to
-what the caller's deadline still allows and no attempt outlives it.
+what the caller's deadline still allows and no attempt outlives it. The cut is a total one
+(http_deadline): an endpoint trickling its answer a byte at a time is stopped too. With
+fallback_to_offline, a slice of the caller's time is kept for the offline summary.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import time
 from ..config import Config
 from ..errors import DeadlineExceeded, Unavailable
 from ..limits import NO_DEADLINE
-from . import template
+from . import http_deadline, template
 from .job import ContextTooLong
 
 NAME = "anthropic"
@@ -40,6 +42,7 @@ class AnthropicSummarizer:
                 base_url=sc.base_url or None,
                 timeout=sc.timeout_seconds,
                 max_retries=0,  # retried in _create, within the caller's deadline
+                http_client=http_deadline.http_client(sc.timeout_seconds),
             )
         return self._client
 
@@ -51,30 +54,47 @@ class AnthropicSummarizer:
             except _Retryable as exc:
                 attempt += 1
                 pause = self.cfg.retry_pause_seconds * 2 ** (attempt - 1)
-                left = deadline.remaining()
+                left = self._left(deadline)
                 if attempt > self.cfg.max_retries or (left is not None and left <= pause):
                     raise exc.error from exc.__cause__
                 time.sleep(pause)
+
+    def _left(self, deadline):
+        """Seconds the summarizer may still use (None = no caller deadline): the caller's time,
+        less the slice kept for the offline fallback (at most half of what is left)."""
+        left = deadline.remaining()
+        if left is None or not self.cfg.fallback_to_offline:
+            return left
+        return left - min(self.cfg.fallback_reserve_seconds, left / 2)
 
     def _attempt(self, user_text: str, max_tokens: int, deadline) -> str:
         import anthropic
 
         sc = self.cfg
         deadline.check("compact: anthropic summarizer")
-        timeout = deadline.timeout(sc.timeout_seconds)
+        left = self._left(deadline)
+        timeout = sc.timeout_seconds if left is None else min(sc.timeout_seconds, left)
+        if timeout <= 0:
+            raise Unavailable("anthropic summarizer: no time left before the caller's deadline")
+        exchange = http_deadline.Exchange(timeout)  # the whole exchange, not each read
         try:
-            response = self.client().with_options(timeout=timeout).messages.create(
-                model=sc.model,
-                max_tokens=max_tokens,
-                system=[{"type": "text", "text": template.TEMPLATE_RULES,
-                         "cache_control": {"type": "ephemeral"}}],
-                messages=[{"role": "user", "content": [{"type": "text", "text": user_text}]}],
-            )
-        except anthropic.APITimeoutError as exc:
+            with exchange:
+                response = self.client().with_options(timeout=timeout).messages.create(
+                    model=sc.model,
+                    max_tokens=max_tokens,
+                    system=[{"type": "text", "text": template.TEMPLATE_RULES,
+                             "cache_control": {"type": "ephemeral"}}],
+                    messages=[{"role": "user", "content": [{"type": "text", "text": user_text}]}],
+                )
+        except (anthropic.APITimeoutError, anthropic.APIConnectionError) as exc:
+            if not exchange.expired and not isinstance(exc, anthropic.APITimeoutError):
+                raise _Retryable(Unavailable(f"anthropic summarizer: connection failed: {exc}")) from exc
             if deadline.expired():
                 raise DeadlineExceeded("compact: the caller's deadline passed while the anthropic "
                                        "summarizer was answering") from exc
-            raise _Retryable(Unavailable(f"anthropic summarizer: timed out after {timeout:g}s")) from exc
+            raise _Retryable(Unavailable(f"anthropic summarizer: timed out, no complete answer within {timeout:g}s"
+                                         + ("" if left is None or left >= sc.timeout_seconds else
+                                            " (what the caller's deadline leaves)"))) from exc
         except anthropic.AuthenticationError as exc:
             raise Unavailable(f"anthropic summarizer: authentication failed (401): {_detail(exc)}") from exc
         except anthropic.APIStatusError as exc:
@@ -85,8 +105,6 @@ class AnthropicSummarizer:
             if exc.status_code in (408, 409, 429) or exc.status_code >= 500:
                 raise _Retryable(error) from exc
             raise error from exc
-        except anthropic.APIConnectionError as exc:
-            raise _Retryable(Unavailable(f"anthropic summarizer: connection failed: {exc}")) from exc
         except anthropic.AnthropicError as exc:
             raise Unavailable(f"anthropic summarizer: {exc}") from exc
         except ValueError as exc:  # a 200 whose body is not JSON (a proxy's error page)

@@ -1,0 +1,156 @@
+"""grpc.health.v1.Health and server reflection, served through handlers of our own.
+
+The stock handlers (grpcio-health-checking, grpcio-reflection) keep their logic and state here;
+what ours add around them:
+- the request bytes are parsed here, so garbage gets INVALID_ARGUMENT naming the message
+  (grpc's own deserialization would answer INTERNAL "Exception deserializing request!");
+- a reflection stream holds a worker thread while it is open (grpcio's sync server): streams
+  are bounded by Admission and refused beyond it, and any stream (Watch included, which holds no
+  thread) with no message either way for `stream_idle_seconds` is closed;
+- Health/Check says NOT_SERVING while abandoned work leaves no room for a new call.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import grpc
+from google.protobuf.message import DecodeError
+from grpc_health.v1 import health, health_pb2
+from grpc_reflection.v1alpha import reflection, reflection_pb2
+
+from .admission import Admission, Ticket
+from .errors import Exhausted, Unavailable
+
+HEALTH_SERVICE = health.SERVICE_NAME
+REFLECTION_SERVICE = reflection.SERVICE_NAME
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+def _parse(cls, data: bytes, context):
+    message = cls()
+    try:
+        message.ParseFromString(data)
+    except (DecodeError, ValueError, RuntimeError) as e:
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                      f"request: not a valid {cls.DESCRIPTOR.full_name} message ({e})")
+    return message
+
+
+def _serialize(message) -> bytes:
+    return message.SerializeToString()
+
+
+class StandardServices:
+    """Health (its state in `servicer`: set(), enter_graceful_shutdown()) and reflection."""
+
+    def __init__(self, admission: Admission, idle_seconds: float, service_names, reflection_on: bool,
+                 serving_names=("",), max_watches: int = 64):
+        self.servicer = health.HealthServicer()
+        self._admission = admission
+        self._idle = idle_seconds
+        self._serving_names = set(serving_names)
+        self._reflection = reflection.ReflectionServicer(service_names) if reflection_on else None
+        self._watches: dict[Ticket, None] = {}  # Watch streams (they hold no thread)
+        self._max_watches = max_watches
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._reaper = None
+
+    def handlers(self) -> list:
+        out = [grpc.method_handlers_generic_handler(HEALTH_SERVICE, {
+            "Check": grpc.unary_unary_rpc_method_handler(
+                self._check, request_deserializer=_identity, response_serializer=_serialize),
+            "Watch": grpc.unary_stream_rpc_method_handler(
+                self._watch_behavior(), request_deserializer=_identity, response_serializer=_serialize),
+        })]
+        if self._reflection is not None:
+            out.append(grpc.method_handlers_generic_handler(REFLECTION_SERVICE, {
+                "ServerReflectionInfo": grpc.stream_stream_rpc_method_handler(
+                    self._reflect, request_deserializer=_identity, response_serializer=_serialize),
+            }))
+        return out
+
+    # -- health ------------------------------------------------------------------------------------
+
+    def _check(self, data, context):
+        request = _parse(health_pb2.HealthCheckRequest, data, context)
+        response = self.servicer.Check(request, context)
+        if (response.status == health_pb2.HealthCheckResponse.SERVING
+                and request.service in self._serving_names and self._admission.stalled()):
+            return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.NOT_SERVING)
+        return response
+
+    def _watch_behavior(self):
+        def watch(data, context, send_response_callback=None):
+            request = _parse(health_pb2.HealthCheckRequest, data, context)
+            ticket = Ticket("watch", context.is_active, context.cancel)
+
+            def send(response):
+                ticket.touch()
+                send_response_callback(response)
+
+            with self._lock:
+                if len(self._watches) >= self._max_watches:
+                    full = True
+                else:
+                    full = False
+                    self._watches[ticket] = None
+            if full:
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                              f"Watch: {self._max_watches} health watches already open "
+                              "(server.max_watch_streams); use Health/Check or retry later")
+
+            def forget():
+                with self._lock:
+                    self._watches.pop(ticket, None)
+
+            context.add_callback(forget)
+            return self.servicer.Watch(request, context, send_response_callback=send)
+
+        # grpcio calls it with send_response_callback and frees the thread once it returns
+        watch.experimental_non_blocking = True
+        watch.experimental_thread_pool = None
+        return watch
+
+    # -- reflection --------------------------------------------------------------------------------
+
+    def _reflect(self, request_iterator, context):
+        try:
+            ticket = self._admission.enter_stream("ServerReflectionInfo", context.is_active, context.cancel)
+        except Exhausted as e:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
+        except Unavailable as e:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
+        try:
+            def requests():
+                for data in request_iterator:
+                    ticket.touch()
+                    yield _parse(reflection_pb2.ServerReflectionRequest, data, context)
+
+            for response in self._reflection.ServerReflectionInfo(requests(), context):
+                ticket.touch()
+                yield response
+        finally:
+            self._admission.leave(ticket)
+
+    # -- idle streams ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._reaper = threading.Thread(target=self._reap, name="idle-streams", daemon=True)
+        self._reaper.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _reap(self) -> None:
+        period = max(0.05, min(1.0, self._idle / 4))
+        while not self._stop.wait(period):
+            cutoff = time.monotonic() - self._idle
+            with self._lock:
+                idle = [t for t in self._watches if t.last_active < cutoff]
+            for t in idle + self._admission.idle_streams(self._idle):
+                t.on_idle()  # cancels the call: the stream ends, its thread (if any) is freed

@@ -1,0 +1,390 @@
+"""Stalls (issue 16, items 1, 2, 4, 5): idle streams, a trickling summarizer, SIGTERM with a
+stuck call, and a concurrency limit full of abandoned work. Each runs against a real server;
+where the process itself matters (peak memory, exit), a real `contextsvc serve` process.
+
+Each test prints its figures (time to answer, the server's peak RSS) with `pytest -s`."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2
+
+import convo
+from conftest import start_server, wait_for
+from contextsvc import config
+from contextsvc.v1 import context_pb2_grpc as pb_grpc
+from test_compact_rpc import compact_request
+from test_faults import SUMMARY, MessagesAPI, anthropic_server
+
+STARTED = re.compile(r"serving gRPC on 127\.0\.0\.1:(\d+), metrics http://127\.0\.0\.1:(\d+)/metrics")
+REFLECTION = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
+WATCH = "/grpc.health.v1.Health/Watch"
+TOKEN = "s3cret-token"
+AUTH = (("authorization", f"Bearer {TOKEN}"),)
+
+
+def serve(tmp_path, server_toml="", extra_toml="", env=None):
+    """A real `contextsvc serve` process; returns (process, gRPC port)."""
+    path = tmp_path / "contextsvc.toml"
+    path.write_text(f"[server]\n{server_toml}\n[truncation]\ndirectory = \"{tmp_path / 'store'}\"\n{extra_toml}")
+    cmd = [sys.executable, "-m", "contextsvc", "serve", "--port", "0", "--metrics-port", "0", "--config", str(path)]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
+    deadline, lines = time.monotonic() + 30, []
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        match = STARTED.search(line)
+        if match:
+            proc.log = lines
+            threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
+            return proc, int(match.group(1))
+    proc.kill()
+    raise AssertionError("server did not start:\n" + "".join(lines))
+
+
+def peak_rss_mb(pid) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"VmHWM:\s+(\d+) kB", f.read()).group(1)) / 1024
+
+
+def stop(proc, seconds=30):
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(seconds)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+
+
+def timed(call):
+    """(seconds, result or the RpcError's code)."""
+    start = time.perf_counter()
+    try:
+        result = call()
+    except grpc.RpcError as e:
+        result = e.code()
+    return time.perf_counter() - start, result
+
+
+# ---- 1. idle streams -------------------------------------------------------------------------
+
+def open_idle_streams(channel, method, count, metadata=AUTH):
+    """count streams that send (at most) one message and then stay open until `release`."""
+    release = threading.Event()
+    calls = []
+    for _ in range(count):
+        if method == REFLECTION:
+            def requests():
+                release.wait(60)
+                return
+                yield  # a generator that sends nothing while it waits
+
+            calls.append(channel.stream_stream(method)(requests(), metadata=metadata, timeout=60))
+        else:
+            calls.append(channel.unary_stream(method)(health_pb2.HealthCheckRequest().SerializeToString(),
+                                                      metadata=metadata, timeout=60))
+    return release, calls
+
+
+def close_streams(release, calls):
+    release.set()
+    for c in calls:
+        c.cancel()
+
+
+@pytest.mark.parametrize("method", [REFLECTION, WATCH], ids=["reflection", "health-watch"])
+def test_idle_streams_do_not_starve_unary_calls_or_health(tmp_path, method):
+    """Workers plus ten idle streams (so that more workers do not pass it): an authorized
+    Measure and Health/Check still answer at once."""
+    workers = config.ServerConfig().workers
+    proc, port = serve(tmp_path, f'auth_token = "{TOKEN}"')
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            release, calls = open_idle_streams(ch, method, workers + 10)
+            try:
+                time.sleep(1.0)  # every stream has reached the server
+                stub = pb_grpc.ContextServiceStub(ch)
+                t_measure, measured = timed(lambda: stub.Measure(convo.measure_request(), metadata=AUTH,
+                                                                 timeout=5))
+                t_health, health = timed(lambda: health_pb2_grpc.HealthStub(ch).Check(
+                    health_pb2.HealthCheckRequest(), timeout=5))
+                print(f"\n{method}: {workers + 10} idle streams: Measure {t_measure:.3f} s, "
+                      f"Health/Check {t_health:.3f} s, peak RSS {peak_rss_mb(proc.pid):.0f} MB")
+                assert not isinstance(measured, grpc.StatusCode), measured
+                assert measured.body_bytes > 0
+                assert health.status == health_pb2.HealthCheckResponse.SERVING
+                assert t_measure < 2 and t_health < 2
+            finally:
+                close_streams(release, calls)
+    finally:
+        assert stop(proc) == 0
+
+
+def test_idle_stream_is_closed_after_the_limit():
+    s = start_server(stream_idle_seconds=1.0)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
+            for method in (REFLECTION, WATCH):
+                release, calls = open_idle_streams(ch, method, 2, metadata=())
+                try:
+                    start = time.monotonic()
+                    for call in calls:
+                        with pytest.raises(grpc.RpcError) as e:
+                            for _ in call:
+                                pass
+                        assert e.value.code() == grpc.StatusCode.CANCELLED
+                    assert time.monotonic() - start < 5
+                finally:
+                    close_streams(release, calls)
+            # an active reflection stream is answered
+            request = reflection_pb2.ServerReflectionRequest(list_services="")
+            answers = list(ch.stream_stream(REFLECTION, response_deserializer=reflection_pb2.ServerReflectionResponse.FromString)(
+                iter([request.SerializeToString()]), timeout=5))
+            assert "contextsvc.v1.ContextService" in {s.name for s in answers[0].list_services_response.service}
+    finally:
+        s.stop(grace=1)
+
+
+def test_health_watches_are_bounded():
+    """Watch holds no thread, but every open stream counts against the transport's bound
+    (max_pending_rpcs): one watch beyond max_watch_streams is refused at once."""
+    s = start_server(max_watch_streams=2)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
+            release, calls = open_idle_streams(ch, WATCH, 2, metadata=())
+            try:
+                for call in calls:
+                    next(call)  # the first status: the watch is open
+                with pytest.raises(grpc.RpcError) as e:
+                    list(ch.unary_stream(WATCH)(health_pb2.HealthCheckRequest().SerializeToString(), timeout=5))
+                assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                assert "max_watch_streams" in e.value.details()
+            finally:
+                close_streams(release, calls)
+            # the closed watches are forgotten: a new one is served
+            assert wait_for(lambda: next(ch.unary_stream(WATCH)(
+                health_pb2.HealthCheckRequest().SerializeToString(), timeout=5)) is not None)
+    finally:
+        s.stop(grace=1)
+
+
+def test_reflection_can_be_turned_off_and_sits_behind_the_token():
+    request = reflection_pb2.ServerReflectionRequest(list_services="").SerializeToString()
+    s = start_server(reflection=False)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
+            with pytest.raises(grpc.RpcError) as e:
+                list(ch.stream_stream(REFLECTION)(iter([request]), timeout=5))
+            assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        s.stop(grace=1)
+    s = start_server(auth_token=TOKEN)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
+            with pytest.raises(grpc.RpcError) as e:
+                list(ch.stream_stream(REFLECTION)(iter([request]), timeout=5))
+            assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert len(list(ch.stream_stream(REFLECTION)(iter([request]), metadata=AUTH, timeout=5))) == 1
+            # health stays open for probes
+            health = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
+            assert health.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        s.stop(grace=1)
+
+
+# ---- 2. a trickling summarizer ---------------------------------------------------------------
+
+class TricklingAPI:
+    """A Messages API that answers a valid summary, one byte a second (headers included)."""
+
+    def __init__(self):
+        self.requests = 0
+        self.stopped = threading.Event()
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                api.requests += 1
+                data = json.dumps({"id": "msg_1", "type": "message", "role": "assistant",
+                                   "model": body["model"], "content": [{"type": "text", "text": SUMMARY}],
+                                   "stop_reason": "end_turn", "stop_sequence": None,
+                                   "usage": {"input_tokens": 10, "output_tokens": 5}}).encode()
+                raw = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                       b"content-length: %d\r\n\r\n" % len(data)) + data
+                try:
+                    for i in range(len(raw)):
+                        if api.stopped.wait(1.0):
+                            return
+                        self.wfile.write(raw[i:i + 1])
+                        self.wfile.flush()
+                except OSError:
+                    pass
+                self.close_connection = True
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.stopped.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture()
+def trickle(monkeypatch):
+    monkeypatch.setenv("CONTEXTSVC_TEST_KEY", "sk-test-123")
+    api = TricklingAPI()
+    yield api
+    api.close()
+
+
+def test_trickling_summarizer_falls_back_within_the_callers_deadline(trickle):
+    s = anthropic_server(trickle, fallback=True, timeout=30.0, retries=2)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
+            stub = pb_grpc.ContextServiceStub(ch)
+            t, r = timed(lambda: stub.Compact(compact_request(), timeout=4.0))
+            print(f"\ntrickle, caller deadline 4 s, fallback: answered in {t:.2f} s: "
+                  f"{r if isinstance(r, grpc.StatusCode) else 'OK fell_back=%s' % r.fell_back}")
+            assert not isinstance(r, grpc.StatusCode), r
+            assert r.fell_back and r.backend == "offline" and "anthropic summarizer" in r.fallback_reason
+            assert t < 4.0
+    finally:
+        s.stop(grace=1)
+
+
+def test_trickling_summarizer_stops_at_its_own_timeout(trickle):
+    s = anthropic_server(trickle, fallback=False, timeout=2.0)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
+            stub = pb_grpc.ContextServiceStub(ch)
+            t, r = timed(lambda: stub.Compact(compact_request(), timeout=20.0))
+            print(f"\ntrickle, timeout_seconds 2, no deadline: {r} in {t:.2f} s")
+            assert r == grpc.StatusCode.UNAVAILABLE
+            assert t < 4.0
+    finally:
+        s.stop(grace=1)
+
+
+def test_sixteen_trickling_compacts_leave_the_service_serving(trickle, tmp_path):
+    """16 Compacts (the default limit) against the trickle, each with a 3 s deadline: every one
+    answers by its deadline, and right after a Measure is answered, not refused."""
+    env = dict(os.environ, CONTEXTSVC_TEST_KEY="sk-test-123")
+    proc, port = serve(tmp_path, extra_toml=(
+        f'[summarizer]\nbackend = "anthropic"\nbase_url = "{trickle.url}"\napi_key_env = "CONTEXTSVC_TEST_KEY"\n'
+        'timeout_seconds = 60.0\nfallback_to_offline = false\n'), env=env)
+    limit = config.ServerConfig().max_concurrent_rpcs
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = pb_grpc.ContextServiceStub(ch)
+            start = time.monotonic()
+            futures = [stub.Compact.future(compact_request(), timeout=3.0) for _ in range(limit)]
+            codes = [f.exception().code() if f.exception() else grpc.StatusCode.OK for f in futures]
+            assert set(codes) <= {grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE}, codes
+            time.sleep(0.5)  # the server's own end of each call, just after the caller's
+            t, r = timed(lambda: stub.Measure(convo.measure_request(), timeout=5))
+            print(f"\n{limit} trickling Compacts (3 s deadline): Measure after {time.monotonic() - start:.1f} s "
+                  f"answered {r if isinstance(r, grpc.StatusCode) else 'OK'} in {t:.3f} s, "
+                  f"peak RSS {peak_rss_mb(proc.pid):.0f} MB")
+            assert not isinstance(r, grpc.StatusCode), r
+    finally:
+        trickle.stopped.set()
+        assert stop(proc) == 0
+
+
+# ---- 4. SIGTERM with a stuck call ------------------------------------------------------------
+
+def test_sigterm_exits_after_the_grace_whatever_is_running(tmp_path):
+    """A Compact stuck on a summarizer that never answers (no caller deadline, 60 s timeout):
+    the process exits shortly after drain + grace, not when the call ends."""
+    api = MessagesAPI("hang")
+    env = dict(os.environ, CONTEXTSVC_TEST_KEY="sk-test-123")
+    proc, port = serve(tmp_path, "shutdown_grace_seconds = 2.0\ndrain_seconds = 0.2", extra_toml=(
+        f'[summarizer]\nbackend = "anthropic"\nbase_url = "{api.url}"\napi_key_env = "CONTEXTSVC_TEST_KEY"\n'
+        'timeout_seconds = 60.0\nmax_retries = 0\nfallback_to_offline = false\n'), env=env)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = pb_grpc.ContextServiceStub(ch)
+            stuck = stub.Compact.future(compact_request())
+            assert wait_for(lambda: api.requests == 1, seconds=10)
+            start = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            try:
+                code = proc.wait(15)
+            except subprocess.TimeoutExpired:
+                code = None
+            took = time.monotonic() - start
+            print(f"\nSIGTERM with a stuck call (grace 2 s): exit {code} after {took:.1f} s")
+            assert code == 0 and took < 5.0
+            assert any("still running" in line for line in proc.log), "".join(proc.log)
+            stuck.cancel()
+    finally:
+        api.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+# ---- 5. a concurrency limit full of abandoned work ---------------------------------------------
+
+def test_abandoned_calls_do_not_hold_the_concurrency_slots():
+    """Two Compacts stuck on a hanging summarizer, then abandoned by their callers: the next
+    Measure is answered, not refused. When abandoned work takes every thread the service can give,
+    calls are refused naming it and health says NOT_SERVING, until that work ends."""
+    api = MessagesAPI("hang")
+    os.environ.setdefault("CONTEXTSVC_TEST_KEY", "sk-test-123")
+    s = anthropic_server(api, max_concurrent_rpcs=2, workers=5, max_streams=1)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
+            stub = pb_grpc.ContextServiceStub(ch)
+            health = health_pb2_grpc.HealthStub(ch)
+
+            def abandon(n, before):
+                calls = [stub.Compact.future(compact_request()) for _ in range(n)]
+                assert wait_for(lambda: api.requests == before + n, seconds=10)
+                for c in calls:
+                    c.cancel()
+
+            abandon(2, 0)
+            t, r = timed(lambda: stub.Measure(convo.measure_request(), timeout=5))
+            print(f"\n2 abandoned calls fill the limit of 2: Measure {r if isinstance(r, grpc.StatusCode) else 'OK'} "
+                  f"in {t:.3f} s")
+            assert not isinstance(r, grpc.StatusCode), r
+            assert health.Check(health_pb2.HealthCheckRequest(), timeout=5).status == \
+                health_pb2.HealthCheckResponse.SERVING
+            abandon(2, 2)  # 4 threads of 5 taken by abandoned work: the last is kept for health
+            with pytest.raises(grpc.RpcError) as e:
+                stub.Measure(convo.measure_request(), timeout=5)
+            assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "abandoned" in e.value.details()
+            assert health.Check(health_pb2.HealthCheckRequest(), timeout=5).status == \
+                health_pb2.HealthCheckResponse.NOT_SERVING
+            api.mode = "ok"
+            api.release.set()
+            assert wait_for(lambda: health.Check(health_pb2.HealthCheckRequest(), timeout=5).status ==
+                            health_pb2.HealthCheckResponse.SERVING, seconds=10)
+            assert stub.Measure(convo.measure_request(), timeout=5).body_bytes > 0
+    finally:
+        api.close()
+        s.stop(grace=1)
