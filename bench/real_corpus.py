@@ -29,7 +29,14 @@ contextsvc.native.TEXT_CLASSES, found per block) and where each comes from:
             agent's message explaining code in Chinese or Japanese looks (both halves real)
 
 Missing material (no manpages-zh, say) shrinks a class; main() prints the counts.
+
+--sample writes a small held-back sample for the tests (tests/data/held_back_sample.json.gz):
+per material class, whole held-back samples of SAMPLE_PER_CLASS distinct held-back sources
+(chosen by a hash of the source name, not by their errors), and nothing from a calibration
+source. Logs produced here that can carry this machine's details or configuration (dmesg, pip's
+verbose logs) are left out of it.
 Usage: python bench/real_corpus.py   (prints the sources per class and split)
+       python bench/real_corpus.py --sample tests/data/held_back_sample.json.gz
 """
 from __future__ import annotations
 
@@ -422,7 +429,44 @@ def as_measured(text: str) -> str:
     return json.dumps({"role": "user", "content": text}, ensure_ascii=False, separators=(",", ":"))
 
 
+SAMPLE_PER_CLASS = 3
+SAMPLE_SKIP = ("log:dmesg", "log:pip-")  # machine details, pip's index configuration
+
+
+def held_back_sample(samples: list[Sample], per_class: int = SAMPLE_PER_CLASS) -> list[Sample]:
+    """The tests' sample: per class, per_class held-back samples, one from each of the first
+    held-back sources in the order of a hash of their names (further chunks of them when there
+    are fewer sources), each cut to its first SAMPLE_CHARS at a line end."""
+    out = []
+    for cls in CLASSES:
+        by_source = {}
+        for s in samples:
+            if s.cls == cls and s.held_back and not s.source.startswith(SAMPLE_SKIP):
+                by_source.setdefault(s.source, []).append(s)
+        order = sorted(by_source, key=lambda src: zlib.crc32(("sample:" + src).encode()))
+        picked = [by_source[src][k] for k in range(CHUNKS_PER_SOURCE * 2) for src in order
+                  if k < len(by_source[src])][:per_class]
+        out += [Sample(s.cls, s.source, (chunks(s.text, SAMPLE_CHARS, 1) or [s.text])[0]) for s in picked]
+    return out
+
+
+def write_sample(path: str) -> None:
+    picked = held_back_sample(corpus())
+    data = {"comment": "Held-back real material (bench/real_corpus.py: held-back sources only) for "
+                       "tests/test_calibration.py. Regenerate with: python bench/real_corpus.py "
+                       "--sample tests/data/held_back_sample.json.gz",
+            "per_class": SAMPLE_PER_CLASS,
+            "samples": [{"cls": s.cls, "source": s.source, "text": s.text} for s in picked]}
+    raw = json.dumps(data, ensure_ascii=False, indent=0).encode()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_bytes(gzip.compress(raw, mtime=0))
+    print(f"wrote {path}: {len(picked)} samples, {sum(len(s.text) for s in picked) / 1024:.0f} K chars")
+
+
 def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--sample":
+        write_sample(sys.argv[2])
+        return
     samples = corpus()
     for cls in CLASSES:
         got = [s for s in samples if s.cls == cls]

@@ -872,6 +872,16 @@ def test_text_profile_compiled_agrees_with_the_twin(impl, s):
     (json.dumps("00000040: 0100 0000 0500 0000 0010 0000 0000 0000  ................\n" * 6), "hexdump"),
     # plain hex (xxd -p) in a JSON string: still hex, the \n escapes notwithstanding
     (("3f2a9c0b7d6e5f41" * 4 + "\\n") * 3, "hex"),
+    # test and CI output: pytest node ids, PASSED/FAILED lines, paths, progress dots
+    ("tests/test_tokens.py::TestRatios::test_from_mapping PASSED\n" * 8, "testlog"),
+    ("PASSED ../lib/python3.11/site-packages/numpy/lib/tests/test_io.py::TestLoadTxt::test_record\n" * 5,
+     "testlog"),
+    ("." * 120 + "s" + "." * 60 + "F" + "." * 73 + "\n", "testlog"),
+    (json.dumps("tests/test_native.py::test_text_profile_classes[impl0-text3-json] PASSED\n" * 6), "testlog"),
+    # the same ids padded into pytest -v's columns, a failure's message: spaces, code by shape
+    ("tests/test_tokens.py::test_x PASSED                                  [ 10%]\n" * 8, "code"),
+    ("FAILED tests/test_measure.py::test_margin - AssertionError: assert 9.1 <= 9.0\n" * 5, "code"),
+    ("E       AssertionError: assert {'a': 1} == {'a': 2}\nE         Differing items:\n" * 5, "code"),
 ])
 def test_text_profile_classes(impl, text, cls):
     total, units, _, _ = impl.text_profile(text)
@@ -879,10 +889,10 @@ def test_text_profile_classes(impl, text, cls):
 
 
 def test_text_profile_cases(impl):
-    assert impl.text_profile("") == (0, (0,) * 8, (0,) * 8, (0,) * 5)
+    assert impl.text_profile("") == (0, (0,) * 9, (0,) * 9, (0,) * 5)
     assert impl.text_profile("😀")[0] == 2  # UTF-16 units, as the estimate counts
     # the str data whatever a subclass overrides; hex digits between spaces: a hex dump; runs "ab", " ", "12"
-    assert impl.text_profile(_Str("ab 12")) == (5, (0, 0, 0, 0, 0, 0, 0, 5), (0, 0, 0, 0, 0, 0, 0, 3), (0,) * 5)
+    assert impl.text_profile(_Str("ab 12")) == (5, (0, 0, 0, 0, 0, 0, 0, 5, 0), (0, 0, 0, 0, 0, 0, 0, 3, 0), (0,) * 5)
     # digits are a tenth or more, with words: logs
     assert impl.text_profile("took 12")[1][_native_py.LOGS] == 7
     # an xxd of text: its character column is words, more than an eighth: not a hex dump

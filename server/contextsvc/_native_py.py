@@ -383,8 +383,8 @@ def select_tail(starts, sizes, tail_turns, budget) -> int:
 # ---- text profile: the content classes behind the calibrated estimate ----------------------
 
 # Content classes, in the order text_profile reports them (tokens.py holds a ratio for each).
-TEXT_CLASSES = ("prose", "cjk", "code", "json", "base64", "hex", "logs", "hexdump")
-PROSE, CJK, CODE, JSON, BASE64, HEX, LOGS, HEXDUMP = range(len(TEXT_CLASSES))
+TEXT_CLASSES = ("prose", "cjk", "code", "json", "base64", "hex", "logs", "hexdump", "testlog")
+PROSE, CJK, CODE, JSON, BASE64, HEX, LOGS, HEXDUMP, TESTLOG = range(len(TEXT_CLASSES))
 
 # Text is classified in blocks of this many code points: small enough to follow a conversation
 # that mixes prose, code and tool output, large enough for a stable histogram.
@@ -478,6 +478,11 @@ def classify_block(hist, upper: int, switches: int, n: int) -> int:
         return HEXDUMP
     if (hist[K_JSON] + hist[K_BACKSLASH]) * 100 >= n * 15:
         return JSON
+    # test and CI output (pytest node ids and PASSED/FAILED lines, paths, progress dots): dense
+    # punctuation (:: [] / . _ -) with almost no spaces; cl100k cuts it finer than code
+    # (indented) or logs. Lines padded into columns (pytest -v's "[ 10%]") stay code or logs.
+    if space * 20 <= n and (hist[K_PUNCT] + hist[K_JSON]) * 8 >= n:
+        return TESTLOG
     if hist[K_DIGIT] * 10 >= n:
         return LOGS
     if (hist[K_JSON] + hist[K_BACKSLASH] + hist[K_PUNCT]) * 10 >= n:
