@@ -2,7 +2,7 @@
 
 Per-turn injections touch only the tail; the body, its size, figures and breakpoints come from
 one function, `step`, that both Measure and Assemble call (Measure only skips serializing the
-body and, unless asked, the prefix digests), payload guard included (request.payload_guard
+body and, unless asked, the prefix digests), payload guard included (body.payload_guard
 prunes and strips historical media when the body is too big): the two agree on every figure for
 the same request.
 """

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from . import cache, history, model as m, native, request, tokens, validate
+from . import body, cache, history, model as m, native, tokens, validate
 from .config import Config
 from .errors import BadInput
 from .lowering.media import MEDIA_PLACEHOLDER
@@ -152,7 +152,7 @@ _dumps = native.json_text  # the body's JSON text, numbers as Node writes them
 
 @dataclass(slots=True)
 class _Estimated:
-    """The elements the estimate stands for (request.estimate_text is their JSON)."""
+    """The elements the estimate stands for (body.estimate_text is their JSON)."""
     system: list  # system elements
     messages: list  # non-system message elements
     tools: str  # JSON of the tool definitions, "" without tools
@@ -162,14 +162,14 @@ class _Estimated:
         return self.system + self.messages
 
 
-def _estimated(inp: MeasureInput, built: request.Built, cfg: Config, policy) -> _Estimated:
+def _estimated(inp: MeasureInput, built: body.Built, cfg: Config, policy) -> _Estimated:
     low, ledger = built.lowered, built.ledger
     if ledger.media_count or ledger.saved_units or ledger.extra:
         a = cfg.assemble  # media or opaque state in the body: the estimate sees placeholders
-        low = request.estimate_lowered(inp.conversation, inp.model, inp.tools, inp.system, a.prompt_dir,
+        low = body.estimate_lowered(inp.conversation, inp.model, inp.tools, inp.system, a.prompt_dir,
                                        policy, a.anthropic_max_breakpoints, a.anthropic_auto_breakpoints,
                                        a.marker_models)
-    tools_text = _dumps(request.tool_schema_list(inp.tools)) if inp.tools else ""
+    tools_text = _dumps(body.tool_schema_list(inp.tools)) if inp.tools else ""
     return _Estimated(low.system, low.messages, tools_text)
 
 
@@ -233,7 +233,7 @@ def _media_in(element_texts) -> int:
     return sum(t.count(placeholder) for t in element_texts)
 
 
-def _figures(inp: MeasureInput, built: request.Built, cfg: Config, policy, exact_counter, base,
+def _figures(inp: MeasureInput, built: body.Built, cfg: Config, policy, exact_counter, base,
              reported: int, last_assistant: int, has_tail: bool, rewrite_from) -> _Figures:
     """The calibrated, self-calibrated and (when asked) exact figures and their projections,
     summed over the same stretches as the reference agent's (tail after the last assistant element,
@@ -398,7 +398,7 @@ def evaluate(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.Exac
     if not checked:
         check(inp)
     result, built = _evaluate(inp, cfg, exact_counter, policy, hashes, previous)
-    guard = request.payload_guard(inp.conversation, result.body_bytes, inp.compaction, cfg, now_ms, inp.model)
+    guard = body.payload_guard(inp.conversation, result.body_bytes, inp.compaction, cfg, now_ms, inp.model)
     if guard.conversation is not None:
         result, built = _evaluate(dataclasses.replace(inp, conversation=guard.conversation), cfg,
                                   exact_counter, policy, hashes, previous)
@@ -411,7 +411,7 @@ def _evaluate(inp: MeasureInput, cfg: Config, exact_counter, policy, hashes: boo
     mdl, settings, msgs = inp.model, inp.compaction, inp.conversation.messages
     factor = cfg.measure.factor
     a = cfg.assemble
-    built = request.build(inp.conversation, mdl, inp.tools, inp.system, a.prompt_dir, policy,
+    built = body.build(inp.conversation, mdl, inp.tools, inp.system, a.prompt_dir, policy,
                           a.anthropic_max_breakpoints, a.anthropic_auto_breakpoints, hashes,
                           tools_disabled=inp.tools_disabled, marker_models=a.marker_models)
     low = built.lowered
@@ -429,7 +429,7 @@ def _evaluate(inp: MeasureInput, cfg: Config, exact_counter, policy, hashes: boo
     estimate = tokens.estimate_units(tokens.json_array_units(system_units + message_units))
     tool_tokens = 0
     if inp.tools:
-        tool_tokens = native.estimate_tokens(native.json_lengths(request.tool_schema_list(inp.tools))[1])
+        tool_tokens = native.estimate_tokens(native.json_lengths(body.tool_schema_list(inp.tools))[1])
     last_assistant = _last(low.roles, lambda r: r == "assistant")
     tail_messages = message_units[last_assistant + 1:]
     tail = 0
