@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import workload  # noqa: E402
 from bench_measure import pct, start_server  # noqa: E402
 
-from contextsvc import assemble, body, cache, config, convert, native  # noqa: E402
+from contextsvc import assemble, body, breakpoints, config, convert, native  # noqa: E402
 from contextsvc.v1 import context_pb2 as pb  # noqa: E402
 from contextsvc.v1 import context_pb2_grpc as pb_grpc  # noqa: E402
 
@@ -50,8 +50,8 @@ def phases(req, cfg, n):
         tools, system = convert.tools(req.tools), convert.system(req.system)
         t1 = time.perf_counter()
         lowered, _ = body.lower_request(conv, mdl, tools, system, "")
-        bps = cache.choose(lowered, mdl.provider, tools, cache.Policy(), 4, 3)
-        cache.place(lowered, mdl.provider, bps)
+        bps = breakpoints.choose(lowered, mdl.provider, tools, breakpoints.Policy(), 4, 3)
+        breakpoints.place(lowered, mdl.provider, bps)
         t2 = time.perf_counter()
         for parent, key in lowered.lists:
             for e in parent[key]:

@@ -13,7 +13,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Optional
 
-from . import cache, history, measure, model as m
+from . import breakpoints, history, measure, model as m, prefix
 from .config import Config
 from .errors import BadInput
 
@@ -57,7 +57,7 @@ class AssembleInput:
     step: int = 1
     max_steps: int = 0
     plan_reminder: str = ""
-    policy: cache.Policy = field(default_factory=cache.Policy)
+    policy: breakpoints.Policy = field(default_factory=breakpoints.Policy)
     configured_output_tokens: int = 0
     tools_disabled: bool = False
     exact: bool = False  # also the exact token count (MeasureInput.exact)
@@ -66,7 +66,7 @@ class AssembleInput:
 
 @dataclass(slots=True)
 class Report:
-    """What changed in the cached prefix since the previous request (cache.compare), priced."""
+    """What changed in the cached prefix since the previous request (prefix.compare), priced."""
     prefix_kept: bool
     segment: str = ""  # "" = the same elements
     index: int = 0
@@ -249,7 +249,7 @@ def step(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None, *, 
                                        configured_output_tokens=inp.configured_output_tokens))
     if inp.step < 0 or inp.max_steps < 0:
         raise BadInput("step" if inp.step < 0 else "max_steps", "must not be negative")
-    previous = cache.decode(inp.previous_cache_state) if inp.previous_cache_state else None
+    previous = prefix.decode(inp.previous_cache_state) if inp.previous_cache_state else None
     hashes = hashes or previous is not None
     messages, injected, block, persist = inject(inp, now)
     # Disabled tools stay defined: providers refuse tool blocks in history without them, and they
@@ -266,7 +266,7 @@ def step(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None, *, 
         previous=previous)
     guard = built.guard
     body = built.body_json() if serialize else b""  # tests hold len(body) == result.body_bytes
-    state = cache.encode(built.digests, cfg.assemble.cache_state_groups) if hashes else b""
+    state = prefix.encode(built.digests, cfg.assemble.cache_state_groups) if hashes else b""
     return Assembled(
         body=body,
         measurement=result,
@@ -283,7 +283,7 @@ def step(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None, *, 
     )
 
 
-def _report(previous: cache.State, built, result: measure.Measurement) -> Report:
+def _report(previous: prefix.State, built, result: measure.Measurement) -> Report:
     c = built.change
     if c is None:
         return Report(prefix_kept=True, reused_elements=previous.elements, resolution=previous.group)

@@ -7,7 +7,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 
-from . import cache, history, model as m, native, prune, system_prompt
+from . import breakpoints, history, model as m, native, prefix, prune, system_prompt
 from .config import Config
 from .lowering import MediaLedger, lower, to_model_messages
 from .lowering.lowered import Lowered
@@ -28,14 +28,14 @@ class Built:
     lowered: Lowered
     ledger: MediaLedger
     lengths: dict  # id(element) -> (utf8 bytes, utf16 units) of each system/message element
-    breakpoints: list  # cache.Breakpoint, with prefix hashes
+    breakpoints: list  # breakpoints.Breakpoint, with prefix hashes
     prefix_chain: dict = None  # (kind, index) -> prefix digest at every element, when hashed
     # id(element) -> JSON text of system/message elements already serialized (by the prefix
     # hashing; elements a marker changed afterwards are left out)
     texts: dict = field(default_factory=dict)
     guard: Guard = field(default_factory=Guard)  # set by measure.evaluate
-    digests: cache.Digests | None = None  # set by measure.evaluate when hashed
-    change: cache.Change | None = None  # since the previous request's digests, when given
+    digests: prefix.Digests | None = None  # set by measure.evaluate when hashed
+    change: prefix.Change | None = None  # since the previous request's digests, when given
 
     def units(self, elements: list) -> list:
         """UTF-16 units of each element, media and opaque values counted as placeholders."""
@@ -163,31 +163,31 @@ def lower_request(conv: m.Conversation, mdl: m.Model, tools: list, system: m.Sys
 
 
 def build(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPrompt,
-          prompt_dir: str = "", policy: cache.Policy | None = None, max_markers: int = 4,
+          prompt_dir: str = "", policy: breakpoints.Policy | None = None, max_markers: int = 4,
           auto_markers: int = 3, hashes: bool = False, tools_disabled: bool = False,
-          marker_models: tuple = cache.MARKER_MODELS) -> Built:
+          marker_models: tuple = breakpoints.MARKER_MODELS) -> Built:
     """Lowers the request and places its cache breakpoints (the auto policy unless hinted);
     with hashes, also the prefix hash at each breakpoint (costs a serialization pass).
     tools_disabled: the tools stay defined and the provider's "no tool use" choice is set.
     marker_models: the model ids (substrings) that take markers behind a gateway."""
     lowered, ledger = lower_request(conv, mdl, tools, system, prompt_dir, tools_disabled=tools_disabled)
-    breakpoints = cache.choose(lowered, mdl.provider, tools, policy or cache.Policy(), max_markers,
-                               auto_markers, mdl.id, marker_models)
+    chosen = breakpoints.choose(lowered, mdl.provider, tools, policy or breakpoints.Policy(), max_markers,
+                                auto_markers, mdl.id, marker_models)
     texts = {}
-    chain = cache.prefix_hashes(lowered, mdl.provider, breakpoints, texts) if hashes else None
-    for element in cache.place(lowered, mdl.provider, breakpoints):
+    chain = prefix.prefix_hashes(lowered, mdl.provider, chosen, texts) if hashes else None
+    for element in breakpoints.place(lowered, mdl.provider, chosen):
         texts.pop(id(element), None)
     lengths = {}
     json_lengths = native.json_lengths
     for parent, key in lowered.lists:
         for e in parent[key]:
             lengths[id(e)] = json_lengths(e)
-    return Built(lowered, ledger, lengths, breakpoints, chain, texts)
+    return Built(lowered, ledger, lengths, chosen, chain, texts)
 
 
 def estimate_text(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPrompt,
-                  prompt_dir: str = "", policy: cache.Policy | None = None, max_markers: int = 4,
-                  auto_markers: int = 3, marker_models: tuple = cache.MARKER_MODELS) -> str:
+                  prompt_dir: str = "", policy: breakpoints.Policy | None = None, max_markers: int = 4,
+                  auto_markers: int = 3, marker_models: tuple = breakpoints.MARKER_MODELS) -> str:
     """The text the estimate stands for: system and messages as sent (cache markers included)
     with media and opaque state as placeholders, then the tool definitions."""
     lowered = estimate_lowered(conv, mdl, tools, system, prompt_dir, policy, max_markers, auto_markers,
@@ -199,12 +199,13 @@ def estimate_text(conv: m.Conversation, mdl: m.Model, tools: list, system: m.Sys
 
 
 def estimate_lowered(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPrompt,
-                     prompt_dir: str = "", policy: cache.Policy | None = None, max_markers: int = 4,
-                     auto_markers: int = 3, marker_models: tuple = cache.MARKER_MODELS) -> Lowered:
+                     prompt_dir: str = "", policy: breakpoints.Policy | None = None, max_markers: int = 4,
+                     auto_markers: int = 3, marker_models: tuple = breakpoints.MARKER_MODELS) -> Lowered:
     """The lowered request whose elements estimate_text serializes (media as placeholders)."""
     lowered, _ = lower_request(conv, mdl, tools, system, prompt_dir, placeholders=True)
-    cache.place(lowered, mdl.provider, cache.choose(lowered, mdl.provider, tools, policy or cache.Policy(),
-                                                    max_markers, auto_markers, mdl.id, marker_models))
+    breakpoints.place(lowered, mdl.provider, breakpoints.choose(lowered, mdl.provider, tools,
+                                                                policy or breakpoints.Policy(),
+                                                                max_markers, auto_markers, mdl.id, marker_models))
     return lowered
 
 

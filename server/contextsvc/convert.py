@@ -319,7 +319,7 @@ _TTLS = {pb.CACHE_TTL_UNSPECIFIED: "", pb.CACHE_TTL_5M: "", pb.CACHE_TTL_1H: "1h
 
 
 def cache_policy(hints, ttl: int, path: str = "cache_hints"):
-    from . import cache
+    from . import breakpoints
 
     if ttl not in _TTLS:
         raise BadInput("cache_ttl", f"unknown value {ttl}")
@@ -330,13 +330,13 @@ def cache_policy(hints, ttl: int, path: str = "cache_hints"):
             raise BadInput(f"{path}[{i}].target", "set one of system_block, message_id, last_tool")
         if h.ttl not in _TTLS:
             raise BadInput(f"{path}[{i}].ttl", f"unknown value {h.ttl}")
-        out.append(cache.Hint(system_block=h.system_block if target == "system_block" else -1,
+        out.append(breakpoints.Hint(system_block=h.system_block if target == "system_block" else -1,
                               message_id=h.message_id if target == "message_id" else "",
                               last_tool=target == "last_tool" and h.last_tool,
                               ttl=_TTLS[h.ttl] or _TTLS[ttl]))
         if target == "last_tool" and not h.last_tool:
             raise BadInput(f"{path}[{i}].last_tool", "must be true when it is the target")
-    return cache.Policy(hints=out, ttl=_TTLS[ttl])
+    return breakpoints.Policy(hints=out, ttl=_TTLS[ttl])
 
 
 def editor(e):

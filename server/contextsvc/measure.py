@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from . import body, cache, history, model as m, native, tokens, validate
+from . import body, history, model as m, native, prefix, tokens, validate
 from .config import Config
 from .errors import BadInput
 from .lowering.media import MEDIA_PLACEHOLDER
@@ -57,7 +57,7 @@ class Measurement:
     compaction_figure: str = "calibrated"  # the method the decision figure was taken with
     decision: tuple = (0, "")  # (tokens, method): the decision figure of the whole request
     # the decision figure's count of every element from the first change since the previous
-    # request on (cache.compare); 0 when nothing was compared or nothing changed
+    # request on (prefix.compare); 0 when nothing was compared or nothing changed
     rewrite: int = 0
 
 
@@ -386,7 +386,7 @@ def measure(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.Exact
 
 def evaluate(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.ExactCounter] = None,
              policy=None, hashes: bool = False, checked: bool = False, now_ms: int = 0,
-             previous: Optional[cache.State] = None) -> tuple:
+             previous: Optional[prefix.State] = None) -> tuple:
     """(Measurement, the built request) of the body that would be sent, payload guard included
     (built.guard says what it did): Assemble serializes exactly what was measured.
 
@@ -417,11 +417,11 @@ def _evaluate(inp: MeasureInput, cfg: Config, exact_counter, policy, hashes: boo
     low = built.lowered
     rewrite_from = None  # index into system + messages; -1 = the whole request
     if hashes:
-        built.digests = cache.digests(low, built.prefix_chain, msgs)
+        built.digests = prefix.digests(low, built.prefix_chain, msgs)
         if previous is not None:
-            built.change = cache.compare(previous, built.digests)
+            built.change = prefix.compare(previous, built.digests)
             if built.change is not None:
-                rewrite_from = -1 if built.change.segment == cache.TOOLS else \
+                rewrite_from = -1 if built.change.segment == prefix.TOOLS else \
                     built.change.flat - built.digests.counts[0]
 
     system_units = built.units(low.system)
