@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from contextsvc import config, history, measure, model as m, native
-from contextsvc.compact import compact as cmod, edits, offline, retention, select, serialize, template
+from contextsvc.compact import run as cmod, edits, offline, retention, select, serialize, template
 from contextsvc.compact.anthropic_backend import AnthropicSummarizer
 from contextsvc.compact.job import SummaryJob
 from contextsvc.errors import BadInput, Unavailable
