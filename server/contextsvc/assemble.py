@@ -122,10 +122,6 @@ def _synthetic(pid: str, text: str) -> m.Part:
     return m.Part(pid, m.Text(text, synthetic=True))
 
 
-def _last(messages, pred) -> int:
-    return next((i for i in range(len(messages) - 1, -1, -1) if pred(messages[i])), -1)
-
-
 @dataclass(slots=True)
 class Persist:
     """A part the client stores into message message_id of its conversation: it replaces the
@@ -194,7 +190,7 @@ def inject(inp: AssembleInput, now: Optional[dt.datetime] = None) -> tuple:
     # Injections go to the last user message in *send* order: after a compaction that kept a
     # tail, the compaction marker moves to the head, so the original order would pick it.
     sent = history.project(messages)
-    last_user = _last(sent, lambda x: x.role == m.USER and x.compaction() is None)
+    last_user = history.last_index(sent, lambda x: x.role == m.USER and x.compaction() is None)
     u = next(i for i, x in enumerate(messages) if x is sent[last_user]) if last_user >= 0 else -1
     if u >= 0:
         user = messages[u]
@@ -213,7 +209,7 @@ def inject(inp: AssembleInput, now: Optional[dt.datetime] = None) -> tuple:
             extra.append(_synthetic(f"{user.id}~reminder",
                                     f"<system-reminder>\n{inp.plan_reminder}\n</system-reminder>"))
             injected.append("plan_reminder")
-        finished = _last(sent, lambda x: x.role == m.ASSISTANT and x.finished)
+        finished = history.last_index(sent, lambda x: x.role == m.ASSISTANT and x.finished)
         if inp.step > 1 and finished >= 0 and last_user > finished:
             user, changed = _wrap_mid_run(user)
             if changed:

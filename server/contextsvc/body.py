@@ -63,7 +63,7 @@ class Built:
         """The JSON text of a system or message element, serialized once per build."""
         text = self.texts.get(id(element))
         if text is None:
-            text = self.texts[id(element)] = _dumps(element)
+            text = self.texts[id(element)] = native.json_text(element)
         return text
 
     def body_json(self) -> bytes:
@@ -75,13 +75,13 @@ class Built:
             held.append((parent, key, parent[key]))
             parent[key] = f"\x00{_SPLICE_TAG}{n}"  # no other string of the skeleton holds a NUL + tag
         try:
-            text = _dumps(body)
+            text = native.json_text(body)
         finally:
             for parent, key, items in held:
                 parent[key] = items
         for n, (_, _, items) in enumerate(held):
             spliced = "[" + ",".join(self.element_text(e) for e in items) + "]"
-            text = text.replace(_dumps(f"\x00{_SPLICE_TAG}{n}"), spliced, 1)
+            text = text.replace(native.json_text(f"\x00{_SPLICE_TAG}{n}"), spliced, 1)
         return text.encode()
 
 
@@ -89,19 +89,11 @@ class Built:
 _SPLICE_TAG = secrets.token_hex(8)
 
 
-# The body's JSON text (numbers as Node writes them): what every count here counts.
-_dumps = native.json_text
-
-
-def _last(messages: list, pred) -> int:
-    return next((i for i in range(len(messages) - 1, -1, -1) if pred(messages[i])), -1)
-
-
 def strip_historical_media(messages: list) -> tuple:
     """Media before the last user message with a real part become notes, once a summary exists."""
     if not any(x.role == m.ASSISTANT and x.summary and x.finished for x in messages):
         return messages, 0
-    cut = _last(messages, lambda x: x.role == m.USER and any(
+    cut = history.last_index(messages, lambda x: x.role == m.USER and any(
         not (isinstance(p.content, m.Text) and p.content.synthetic) for p in x.parts))
     sent = {x.id for x in history.project(messages)}  # what is not sent needs no stripping
     stripped, out = 0, []
@@ -192,9 +184,9 @@ def estimate_text(conv: m.Conversation, mdl: m.Model, tools: list, system: m.Sys
     with media and opaque state as placeholders, then the tool definitions."""
     lowered = estimate_lowered(conv, mdl, tools, system, prompt_dir, policy, max_markers, auto_markers,
                                marker_models)
-    text = _dumps(lowered.system + lowered.messages)
+    text = native.json_text(lowered.system + lowered.messages)
     if tools:
-        text += _dumps(tool_schema_list(tools))
+        text += native.json_text(tool_schema_list(tools))
     return text
 
 

@@ -89,16 +89,9 @@ def limit(mdl: m.Model, settings: m.CompactionSettings, cfg: Config) -> int:
     return u
 
 
-def _last(messages: list, pred) -> int:
-    for i in range(len(messages) - 1, -1, -1):
-        if pred(messages[i]):
-            return i
-    return -1
-
-
 def baseline(messages: list) -> Optional[m.Message]:
     """The last finished assistant, when its reported usage can anchor a projection."""
-    i = _last(messages, lambda x: x.role == m.ASSISTANT and x.finished)
+    i = history.last_index(messages, lambda x: x.role == m.ASSISTANT and x.finished)
     if i < 0:
         return None
     msg = messages[i]
@@ -123,7 +116,7 @@ def backward_overflow_source(messages: list) -> Optional[m.Message]:
 def mid_tool_round_trip(messages: list) -> bool:
     """A tool result follows the last user message. Informational: a tool part holds call and
     result together and Compact never separates them, so this no longer blocks compaction."""
-    u = _last(messages, lambda x: x.role == m.USER)
+    u = history.last_index(messages, lambda x: x.role == m.USER)
     return any(
         x.role == m.ASSISTANT and any(isinstance(p.content, m.Tool) for p in x.parts)
         for x in messages[u + 1:]
@@ -147,8 +140,6 @@ def output_budget(mdl: m.Model, configured: int, reported: int, normalized: int,
 
 # ---- calibrated, self-calibrated and exact figures -----------------------------------------
 
-_dumps = native.json_text  # the body's JSON text, numbers as Node writes them
-
 
 @dataclass(slots=True)
 class _Estimated:
@@ -169,7 +160,7 @@ def _estimated(inp: MeasureInput, built: body.Built, cfg: Config, policy) -> _Es
         low = body.estimate_lowered(inp.conversation, inp.model, inp.tools, inp.system, a.prompt_dir,
                                        policy, a.anthropic_max_breakpoints, a.anthropic_auto_breakpoints,
                                        a.marker_models)
-    tools_text = _dumps(body.tool_schema_list(inp.tools)) if inp.tools else ""
+    tools_text = native.json_text(body.tool_schema_list(inp.tools)) if inp.tools else ""
     return _Estimated(low.system, low.messages, tools_text)
 
 
@@ -254,7 +245,7 @@ def _figures(inp: MeasureInput, built: body.Built, cfg: Config, policy, exact_co
     built_elements = texts.system is low.system  # not the placeholder copy made for media
     element_json = None
     if inp.exact or (built_elements and built.texts):
-        text = built.element_text if built_elements else _dumps
+        text = built.element_text if built_elements else native.json_text
         element_json = [text(e) for e in elements]
     cuts = [0, n_sys, n_sys + max(at, 0), tail_from, len(elements)]
     if mc.calibrated_figures:
@@ -324,7 +315,7 @@ def _figures(inp: MeasureInput, built: body.Built, cfg: Config, policy, exact_co
     media_tail = media_rewrite = 0
     if built.ledger.media_count:
         def media_from(k):
-            return _media_in(element_json[k:] if element_json else map(_dumps, elements[k:]))
+            return _media_in(element_json[k:] if element_json else map(native.json_text, elements[k:]))
         if has_tail:
             media_tail = media_from(tail_from)
         if rewrite_from is not None:
@@ -430,7 +421,7 @@ def _evaluate(inp: MeasureInput, cfg: Config, exact_counter, policy, hashes: boo
     tool_tokens = 0
     if inp.tools:
         tool_tokens = native.estimate_tokens(native.json_lengths(body.tool_schema_list(inp.tools))[1])
-    last_assistant = _last(low.roles, lambda r: r == "assistant")
+    last_assistant = history.last_index(low.roles, lambda r: r == "assistant")
     tail_messages = message_units[last_assistant + 1:]
     tail = 0
     if tail_messages:

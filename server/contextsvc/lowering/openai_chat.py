@@ -10,10 +10,6 @@ from .neutral import LEAD_USER_TEXT, MMedia, MSpacer, MText, MToolCall, MToolRes
 from .tool_ids import wire_id
 
 
-def _arguments(value) -> str:
-    return native.json_text(value)  # as JSON.stringify writes the input (numbers included)
-
-
 def _media(provider: str, x: MMedia, ledger: MediaLedger) -> dict:
     src = media.source(provider, x.mime, x.data, x.url)
     if src is None:  # includes a PDF by web URL: file_data takes a base64 data: URL only
@@ -46,7 +42,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
             text = "".join(c.text for c in msg.content if isinstance(c, MText) and not isinstance(c, MSpacer))
             calls = [
                 {"id": wire_id(provider, c.call_id), "type": "function",
-                 "function": {"name": c.name, "arguments": _arguments(c.input)}}
+                 "function": {"name": c.name, "arguments": native.json_text(c.input)}}  # as JSON.stringify writes it
                 for c in msg.content if isinstance(c, MToolCall)
             ]
             if not text and not calls:
