@@ -10,7 +10,7 @@ import pytest
 
 from contextsvc import assemble, breakpoints, config, model as m
 from contextsvc.errors import BadInput
-from contextsvc.lowering import media, tool_ids
+from contextsvc.lowering import bedrock, media, registry, tool_ids
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 8
 PNG64 = base64.b64encode(PNG).decode()
@@ -103,7 +103,7 @@ def test_wire_ids_are_a_function_of_the_id_alone(provider):
     wire = [tool_ids.wire_id(provider, i) for i in ids]
     assert len(set(wire)) == len(ids)  # no two ids merge
     assert tool_ids.wire_id(provider, "call_1") == "call_1" and tool_ids.wire_id(provider, "toolu_01AbC") == "toolu_01AbC"
-    rule = tool_ids.RULES[provider]
+    rule = registry.FORMATS[provider].ids
     assert all(len(w) <= rule.max_len and rule.valid.fullmatch(w) for w in wire)
     assert wire == [tool_ids.wire_id(provider, i) for i in ids]
 
@@ -247,7 +247,7 @@ def test_media_table_answers_per_provider():
     assert media.accepts(m.ANTHROPIC, "image/png") and media.accepts(m.ANTHROPIC, "IMAGE/JPG")
     assert not media.accepts(m.ANTHROPIC, "image/svg+xml") and not media.accepts(m.ANTHROPIC, "image/heic")
     assert media.accepts(m.GEMINI, "image/heic") and not media.accepts(m.GEMINI, "image/gif")
-    assert media.accepts(m.BEDROCK, "text/csv") and media.BEDROCK_FORMATS["text/markdown"] == "md"
+    assert media.accepts(m.BEDROCK, "text/csv") and bedrock.MEDIA_FORMATS["text/markdown"] == "md"
     assert all(media.accepts(p, "application/pdf") for p in m.PROVIDERS)
     parsed = media.parse_data_url("data:image/png;name=a.png;base64,AAAA")
     assert (parsed.mime, parsed.is_base64, parsed.payload) == ("image/png", True, "AAAA")

@@ -1,27 +1,19 @@
-"""Prompt-cache breakpoints (docs/design.md §6): where markers go and their shape per provider.
-The hashes of the body prefix up to each one are in prefix.py."""
+"""Prompt-cache breakpoints (docs/design.md §6): which places of the body get a marker, chosen
+without naming a provider. What differs by provider (implicit cache or markers, the auto policy,
+the marker's shape and where it goes) is its wire format's (lowering/wire_format.py). The hashes
+of the body prefix up to each breakpoint are in prefix.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import model as m
 from .errors import BadInput
+from .lowering.registry import FORMATS
+from .lowering.wire_format import TTL_1H
 
 TTL_DEFAULT = ""
-TTL_1H = "1h"
 
-# Providers whose cache is implicit: no markers (OpenAI also gets prompt_cache_key).
-IMPLICIT = (m.OPENAI, m.GEMINI)
-# Providers with the native "auto" policy: last tool, last system block, latest user message.
-NATIVE_AUTO = (m.ANTHROPIC, m.BEDROCK)
-# Gateways in front of many model families: their markers reach only the models that honor them
-# (config assemble.marker_models); Alibaba, not listed, marks every model, as upstream does.
-GATEWAYS = (m.OPENROUTER, m.OPENAI_COMPATIBLE, m.COPILOT)
 # The model ids that honor markers behind a gateway, by substring: the Claude family, as upstream.
 MARKER_MODELS = ("claude", "anthropic")
-# Chat Completions gateways: markers go on message content parts only; the tool schema refuses
-# one on a tool definition.
-NO_TOOL_MARKER = (m.OPENAI_COMPATIBLE, m.OPENROUTER, m.ALIBABA, m.COPILOT)
 
 
 @dataclass(slots=True)
@@ -60,9 +52,10 @@ def _segment(lowered, index: int) -> str:
 
 def takes_auto_markers(provider: str, model_id: str, marker_models=MARKER_MODELS) -> bool:
     """Whether the auto policy places markers for this provider and model."""
-    if provider in IMPLICIT:
+    fmt = FORMATS[provider]
+    if fmt.implicit_cache:
         return False
-    if provider in GATEWAYS:
+    if fmt.gateway:
         mid = model_id.lower()
         return any(s.lower() in mid for s in marker_models if s)
     return True
@@ -87,13 +80,14 @@ def _late_hour(breakpoints: list):
 
 
 def _hinted(lowered, provider: str, tools: list, policy: Policy) -> list:
+    fmt = FORMATS[provider]
     n_sys = len(lowered.system)
     chosen = []
     for k, h in enumerate(policy.hints):
         if h.last_tool:
             if not tools:
                 raise BadInput(f"cache_hints[{k}].last_tool", "there are no tools to mark")
-            if provider in NO_TOOL_MARKER:
+            if not fmt.tool_marker:
                 raise BadInput(f"cache_hints[{k}].last_tool",
                                f"{provider} takes cache markers on message content parts only; its tool "
                                "definitions refuse one (hint a system block or a message instead)")
@@ -108,7 +102,7 @@ def _hinted(lowered, provider: str, tools: list, policy: Policy) -> list:
                 raise BadInput(f"cache_hints[{k}].system_block",
                                f"{h.system_block} is not a system block index (0..{n_sys - 1})")
             chosen.append(Breakpoint("system", h.system_block, "system", h.ttl))
-    if provider == m.BEDROCK:  # one cachePoint closes the system list
+    if fmt.system_marker_closes_list:
         chosen = [Breakpoint("system", n_sys - 1, "system", b.ttl) if b.kind == "system" else b for b in chosen]
     unique = {}
     for b in chosen:
@@ -120,7 +114,7 @@ def _auto(lowered, provider: str, tools: list, ttl: str) -> list:
     """The auto policy's breakpoints, most useful first (the first ones win when the caller's
     hints leave fewer places)."""
     n_sys, n_msg = len(lowered.system), len(lowered.messages)
-    if provider in NATIVE_AUTO:
+    if FORMATS[provider].native_auto:
         # The latest user message is the last *wire* user message, the one carrying the tool
         # results, not the last message a person typed: through a long tool loop the marker
         # then advances every step, and each step reads everything before it from the entry
@@ -150,32 +144,32 @@ def choose(lowered, provider: str, tools: list, policy: Policy, max_markers: int
     The caller's hints are kept; the auto policy fills the places left, up to max_markers in
     all (auto_markers of its own on the native policy, which leaves one for the caller).
     """
-    if provider in IMPLICIT:
+    fmt = FORMATS[provider]
+    if fmt.implicit_cache:
         return []
     chosen = _hinted(lowered, provider, tools, policy)
     if len(chosen) > max_markers:  # Anthropic, Bedrock and the gateways' upstreams all refuse more
         raise BadInput("cache_hints", f"{len(chosen)} breakpoints; {provider} accepts at most {max_markers}")
     # A message with no block that can carry a marker gets none (say, an assistant step of
     # reasoning alone on Anthropic, or tool calls alone on the gateways).
-    chosen = [b for b in chosen if b.kind != "message" or _markable(provider, lowered.messages[b.index])]
-    if provider == m.ANTHROPIC:
-        # The Messages API rejects a 1-hour entry placed after a 5-minute one.
+    chosen = [b for b in chosen if b.kind != "message" or fmt.markable(lowered.messages[b.index])]
+    if fmt.longer_ttls_first:
         late = _late_hour(chosen)
         if late is not None:
             raise BadInput("cache_hints", f"the 1h breakpoint at {late.location} follows a 5m one; "
                                           "Anthropic needs longer TTLs first")
     if takes_auto_markers(provider, model_id, marker_models):
-        limit = auto_markers if provider in NATIVE_AUTO else max_markers
+        limit = auto_markers if fmt.native_auto else max_markers
         taken = {(b.kind, b.index) for b in chosen}
         added = 0
         for b in _auto(lowered, provider, tools, policy.ttl):
             if len(chosen) >= max_markers or added >= limit:
                 break
-            if (b.kind, b.index) in taken or (b.kind == "message" and not _markable(
-                    provider, lowered.messages[b.index])):
+            if (b.kind, b.index) in taken or (b.kind == "message" and not fmt.markable(
+                    lowered.messages[b.index])):
                 continue
             # an auto marker that would break the caller's TTL order is left out, not the hint
-            if provider == m.ANTHROPIC and _late_hour([*chosen, b]) is not None:
+            if fmt.longer_ttls_first and _late_hour([*chosen, b]) is not None:
                 continue
             chosen.append(b)
             taken.add((b.kind, b.index))
@@ -183,70 +177,14 @@ def choose(lowered, provider: str, tools: list, policy: Policy, max_markers: int
     return _sorted(chosen)
 
 
-def _marker(provider: str, ttl: str) -> tuple:
-    """(key, value) of the marker for this provider."""
-    if provider == m.BEDROCK:
-        return "cachePoint", {"type": "default"}
-    value = {"type": "ephemeral"}
-    if ttl == TTL_1H and provider == m.ANTHROPIC:
-        value["ttl"] = "1h"
-    key = "copilot_cache_control" if provider == m.COPILOT else "cache_control"
-    return key, value
-
-
 def place(lowered, provider: str, breakpoints: list) -> list:
     """Puts each marker into the body, in the provider's wire format; returns the system and
     message elements it changed."""
-    body = lowered.body
+    fmt = FORMATS[provider]
     changed = []
     for b in breakpoints:
-        key, value = _marker(provider, b.ttl)
-        if b.kind == "tools":
-            tools = body["toolConfig"]["tools"] if provider == m.BEDROCK else body["tools"]
-            if provider == m.BEDROCK:
-                tools.append({key: value})  # a cachePoint block after the tool specs
-            else:
-                tools[b.index][key] = value
-            continue
-        element = (lowered.system if b.kind == "system" else lowered.messages)[b.index]
-        changed.append(element)
-        if provider == m.BEDROCK:
-            if b.kind == "system":
-                lowered.system.append({key: value})  # the block after the last system text
-            else:
-                element["content"].append({key: value})
-        elif provider == m.ANTHROPIC and b.kind == "system":
-            element[key] = value
-        else:
-            _marked_part(provider, element)[key] = value
+        key, value = fmt.marker(b.ttl)
+        element = fmt.place(lowered, b.kind, b.index, key, value)
+        if element is not None:
+            changed.append(element)
     return changed
-
-
-def _markable(provider: str, element: dict) -> bool:
-    """Whether a message has a part a marker can go on (see _marked_part); changes nothing."""
-    if provider == m.BEDROCK:
-        return True
-    content = element.get("content")
-    if provider == m.ANTHROPIC:
-        return any(b.get("type") not in _UNMARKABLE for b in content)
-    return bool(content)
-
-
-# Anthropic refuses cache_control on these blocks.
-_UNMARKABLE = ("thinking", "redacted_thinking")
-
-
-def _marked_part(provider: str, element: dict):
-    """The content part of a markable message (see _markable) its marker goes on.
-
-    Anthropic: the last block that is not reasoning. Chat Completions gateways: the last content
-    part, where they document the marker; a plain-string content becomes one text part for it.
-    Placed after the prefix hashes are taken, so that form never counts as a change. Not for
-    Bedrock, whose cachePoint is a block of its own.
-    """
-    content = element["content"]
-    if provider == m.ANTHROPIC:
-        return next(b for b in reversed(content) if b.get("type") not in _UNMARKABLE)
-    if isinstance(content, str):
-        element["content"] = content = [{"type": "text", "text": content}]
-    return content[-1]

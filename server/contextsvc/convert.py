@@ -11,6 +11,7 @@ import math
 from . import model as m
 from .config import ServerConfig
 from .errors import BadInput
+from .lowering import registry
 from .v1 import context_pb2 as pb
 
 _ROLES = {pb.ROLE_USER: m.USER, pb.ROLE_ASSISTANT: m.ASSISTANT}
@@ -20,16 +21,8 @@ _STATUSES = {
     pb.TOOL_STATUS_COMPLETED: m.COMPLETED,
     pb.TOOL_STATUS_ERROR: m.ERROR,
 }
-_PROVIDERS = {
-    pb.PROVIDER_ANTHROPIC: m.ANTHROPIC,
-    pb.PROVIDER_OPENAI: m.OPENAI,
-    pb.PROVIDER_OPENAI_COMPATIBLE: m.OPENAI_COMPATIBLE,
-    pb.PROVIDER_BEDROCK: m.BEDROCK,
-    pb.PROVIDER_OPENROUTER: m.OPENROUTER,
-    pb.PROVIDER_ALIBABA: m.ALIBABA,
-    pb.PROVIDER_COPILOT: m.COPILOT,
-    pb.PROVIDER_GEMINI: m.GEMINI,
-}
+# From the registry of wire formats, by name: PROVIDER_OPENAI_COMPATIBLE is "openai-compatible".
+_PROVIDERS = {pb.Provider.Value(registry.enum_name(p)): p for p in registry.PROVIDERS}
 PROVIDER_TO_PB = {v: k for k, v in _PROVIDERS.items()}
 _PRUNE_REASONS = {
     pb.PRUNE_REASON_NORMAL: "normal",

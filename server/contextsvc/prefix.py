@@ -6,6 +6,7 @@ import hashlib
 from dataclasses import dataclass
 
 from . import history, model as m, native
+from .lowering.registry import FORMATS
 
 
 def prefix_hashes(lowered, provider: str, breakpoints: list, texts: dict | None = None) -> dict:
@@ -19,7 +20,7 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, texts: dict | None 
     text by id(element), for the body to reuse.
     """
     body = lowered.body
-    tools = (body.get("toolConfig") or {}).get("tools", []) if provider == m.BEDROCK else body.get("tools", [])
+    tools = FORMATS[provider].tool_list(body)
     order = [("tools", i, t) for i, t in enumerate(tools)]
     order += [("system", i, s) for i, s in enumerate(lowered.system)]
     order += [("message", i, e) for i, e in enumerate(lowered.messages)]
