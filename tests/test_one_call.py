@@ -9,14 +9,14 @@ import json
 import grpc
 import pytest
 
-import convo
-from conftest import start_server
+from helpers import convo
+from helpers.server import start_server
 from contextsvc import prefix
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
-from test_assemble_rpc import SYSTEM, TOOLS
-from test_metrics import scrape
-from test_prune_rpc import long_session
+from helpers.rpc import SYSTEM, TOOLS
+from helpers.metrics import scrape
+from helpers.rpc import long_session
 
 PROVIDERS = {pb.PROVIDER_ANTHROPIC: "anthropic", pb.PROVIDER_OPENAI: "openai", pb.PROVIDER_BEDROCK: "bedrock",
              pb.PROVIDER_OPENROUTER: "openrouter", pb.PROVIDER_OPENAI_COMPATIBLE: "openai-compatible"}
