@@ -1,10 +1,13 @@
-"""Shared fixtures: a real server on loopback (ephemeral ports) and its client stub."""
+"""Shared fixtures: a real server on loopback (ephemeral ports) and its client stub; `impl`, each
+implementation of the hot path in turn (the compiled module and its Python twin), for any suite."""
 from __future__ import annotations
 
 import grpc
 import pytest
 
+from contextsvc import _native_py
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
+from helpers.implementations import IMPL_NAMES, compiled
 from helpers.server import start_server, wait_for  # noqa: F401 (fixtures below; tests import them from helpers)
 
 
@@ -26,3 +29,14 @@ def channel(server):
 @pytest.fixture(scope="module")
 def stub(channel):
     return pb_grpc.ContextServiceStub(channel)
+
+
+@pytest.fixture(scope="module", params=IMPL_NAMES)
+def impl(request):
+    if request.param == "python":
+        return _native_py
+    try:
+        return compiled()
+    except ImportError as exc:
+        pytest.fail(f"contextsvc._native_c is not importable ({exc}); build it, or set "
+                    "CONTEXTSVC_NO_EXTENSIONS=1 to test the Python implementation alone")
