@@ -31,7 +31,7 @@ import grpc  # noqa: E402
 
 from agent_loop import loop, session  # noqa: E402
 from agent_loop.fake_provider import FakeProvider  # noqa: E402
-from conftest import start_server  # noqa: E402
+from helpers.server import start_server  # noqa: E402
 from contextsvc.v1 import context_pb2_grpc as pb_grpc  # noqa: E402
 
 PROVIDERS = ("anthropic", "openai", "bedrock")

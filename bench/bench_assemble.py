@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import workload  # noqa: E402
 from bench_measure import pct, start_server  # noqa: E402
 
-from contextsvc import assemble, cache, config, convert, native, request  # noqa: E402
+from contextsvc import assemble, body, breakpoints, config, convert, native  # noqa: E402
 from contextsvc.v1 import context_pb2 as pb  # noqa: E402
 from contextsvc.v1 import context_pb2_grpc as pb_grpc  # noqa: E402
 
@@ -49,15 +49,15 @@ def phases(req, cfg, n):
         conv, mdl = convert.conversation(req.conversation), convert.model(req.model)
         tools, system = convert.tools(req.tools), convert.system(req.system)
         t1 = time.perf_counter()
-        lowered, _ = request.lower_request(conv, mdl, tools, system, "")
-        bps = cache.choose(lowered, mdl.provider, tools, cache.Policy(), 4, 3)
-        cache.place(lowered, mdl.provider, bps)
+        lowered, _ = body.lower_request(conv, mdl, tools, system, "")
+        bps = breakpoints.choose(lowered, mdl.provider, tools, breakpoints.Policy(), 4, 3)
+        breakpoints.place(lowered, mdl.provider, bps)
         t2 = time.perf_counter()
         for parent, key in lowered.lists:
             for e in parent[key]:
                 native.json_lengths(e)
         t3 = time.perf_counter()
-        request.Built(lowered, None, {}, bps).body_json()
+        body.Built(lowered, None, {}, bps).body_json()
         t4 = time.perf_counter()
         inp = assemble.AssembleInput(conv, mdl, tools, system, convert.compaction_settings(req.compaction),
                                      editor=convert.editor(req.editor))

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import workload  # noqa: E402
 
 from contextsvc import config, convert, measure, model as m, native  # noqa: E402
-from contextsvc.compact import compact as cmod, select  # noqa: E402
+from contextsvc.compact import run as cmod, select  # noqa: E402
 
 
 def median_ms(fn, repeat):

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import real_corpus  # noqa: E402
 import workload  # noqa: E402
 
-from contextsvc import config, convert, measure, model as m, native, request, tokens  # noqa: E402
+from contextsvc import body, config, convert, measure, model as m, native, tokens  # noqa: E402
 
 TARGET_ERROR = 0.10
 TARGET_MS = 5.0
@@ -143,7 +143,7 @@ def incremental(repeat):
         chars.append(counter.cache.tokenized_chars - before)
         plain.append(run(False)[1])
         bare.append(run(False, off)[1])
-    text = request.estimate_text(conv, mdl, tools, system)
+    text = body.estimate_text(conv, mdl, tools, system)
     t = time.perf_counter()
     counter.count(text)
     whole = (time.perf_counter() - t) * 1000

@@ -41,7 +41,7 @@ if str(_SERVER) not in sys.path:
     sys.path.insert(0, str(_SERVER))
 
 from contextsvc import config, model as m  # noqa: E402
-from contextsvc.compact import compact as cmod, edits as ed, template  # noqa: E402
+from contextsvc.compact import run as cmod, edits as ed, template  # noqa: E402
 
 CATEGORIES = ("goal", "constraints", "files", "commands", "errors", "decisions", "in_progress",
               "next_steps", "done_kept_out")

@@ -1,39 +1,14 @@
-"""Shared fixtures: a real server on loopback (ephemeral ports) and its client stub."""
+"""Shared fixtures: a real server on loopback (ephemeral ports) and its client stub; `impl`, each
+implementation of the hot path in turn (the compiled module and its Python twin), for any suite."""
 from __future__ import annotations
-
-import dataclasses
-import tempfile
-import time
 
 import grpc
 import pytest
 
-from contextsvc import config
-from contextsvc.app import Server
+from contextsvc import _native_py
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
-
-
-def wait_for(predicate, seconds=20.0):
-    """Polls until predicate() is true; the bound only keeps a broken build from hanging."""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    return predicate()
-
-
-def start_server(truncation_overrides=None, summarizer_overrides=None, **server_overrides) -> Server:
-    base = config.Config()
-    store = tempfile.mkdtemp(prefix="contextsvc-test-store-")
-    cfg = dataclasses.replace(
-        base,
-        server=dataclasses.replace(base.server, host="127.0.0.1", port=0, metrics_port=0, **server_overrides),
-        truncation=dataclasses.replace(base.truncation, directory=store, **(truncation_overrides or {})),
-        summarizer=dataclasses.replace(base.summarizer, **(summarizer_overrides or {})),
-    )
-    return Server(cfg).start()
+from helpers.implementations import IMPL_NAMES, compiled
+from helpers.server import start_server, wait_for  # noqa: F401 (fixtures below; tests import them from helpers)
 
 
 @pytest.fixture(scope="module")
@@ -54,3 +29,14 @@ def channel(server):
 @pytest.fixture(scope="module")
 def stub(channel):
     return pb_grpc.ContextServiceStub(channel)
+
+
+@pytest.fixture(scope="module", params=IMPL_NAMES)
+def impl(request):
+    if request.param == "python":
+        return _native_py
+    try:
+        return compiled()
+    except ImportError as exc:
+        pytest.fail(f"contextsvc._native_c is not importable ({exc}); build it, or set "
+                    "CONTEXTSVC_NO_EXTENSIONS=1 to test the Python implementation alone")

@@ -27,7 +27,7 @@ import pytest
 
 from agent_loop import loop, session
 from agent_loop.fake_provider import FakeProvider
-from conftest import start_server
+from helpers.server import start_server
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
 
 NODE_CLIENT = pathlib.Path(__file__).resolve().parent.parent / "clients" / "node"

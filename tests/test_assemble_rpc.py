@@ -9,23 +9,12 @@ import anthropic
 import grpc
 import pytest
 
-import convo
-from conftest import start_server
+from helpers import convo
+from helpers.server import start_server
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
-from test_metrics import scrape
-
-TOOLS = [pb.ToolDefinition(name="read", description="Read a file",
-                           input_schema_json='{"type":"object","properties":{"path":{"type":"string"}}}')]
-SYSTEM = pb.SystemPrompt(soul="You are a careful coding agent.", agent_prompt="Prefer small diffs.",
-                         env=pb.EnvInfo(working_directory="/repo", is_git_repo=True, platform="linux",
-                                        date="2026-12-02"),
-                         instructions=[pb.Instruction(path="AGENTS.md", content="Run the tests.")])
-
-
-def request(conv=None, provider=pb.PROVIDER_ANTHROPIC, **kw):
-    return pb.AssembleRequest(conversation=conv or convo.small_conversation(),
-                              model=convo.model(provider=provider), tools=TOOLS, system=SYSTEM, **kw)
+from helpers.metrics import scrape
+from helpers.rpc import SYSTEM, TOOLS, big_conversation_with_summary, request
 
 
 def test_body_is_the_measured_body_for_every_provider(stub):
@@ -189,24 +178,6 @@ def test_numbers_beyond_a_double_are_invalid_argument(stub, number):
             call()
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "input_json" in e.value.details()
-
-
-def big_conversation_with_summary():
-    msgs = [convo.user("msg_001", convo.text("u1", "start"), pb.Part(id="img1", file=pb.FilePart(
-                mime="image/png", filename="shot.png", data=b"\x89PNG" * 50_000))),
-            convo.assistant("msg_002", convo.text("a2", "looked")),
-            pb.Message(id="msg_003", role=pb.ROLE_USER, parts=[pb.Part(id="c3", compaction=pb.CompactionPart(auto=True))]),
-            convo.assistant("msg_004", convo.text("s4", "## Goal\n- ship"), summary=True, parent_id="msg_003"),
-            convo.user("msg_005", convo.text("u5", "go on"), pb.Part(id="img5", file=pb.FilePart(
-                mime="image/png", filename="after.png", data=b"\x89PNG" * 10_000)))]
-    n = 5
-    for t in range(14):  # 14 outputs of 25,000 tokens: 1.4 MB, over the payload guard
-        n += 1
-        msgs.append(convo.assistant(f"msg_{n:03d}", convo.tool(f"t{n}", f"call_{n}", "read", {"path": f"f{t}"},
-                                                               "y" * 100_000)))
-        n += 1
-        msgs.append(convo.user(f"msg_{n:03d}", convo.text(f"u{n}", f"next {t}")))
-    return pb.Conversation(session_id="big", messages=msgs)
 
 
 def test_payload_guard_prunes_then_reports(stub):

@@ -7,44 +7,17 @@ import json
 import grpc
 import pytest
 
-import convo
+from helpers import convo
 from contextsvc.v1 import context_pb2 as pb
+from helpers.rpc import OK, RESPONSES, call, request_for
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
-OK = grpc.StatusCode.OK
 CONVERSATION_RPCS = ("Measure", "Assemble", "Compact", "Prune")
 
 
-def request_for(rpc, conversation=None, model=None):
-    conv = conversation or convo.small_conversation()
-    mdl = model or convo.model()
-    if rpc == "Measure":
-        return pb.MeasureRequest(conversation=conv, model=mdl)
-    if rpc == "Assemble":
-        return pb.AssembleRequest(conversation=conv, model=mdl, step=1)
-    if rpc == "Compact":
-        return pb.CompactRequest(conversation=conv, model=mdl)
-    return pb.PruneRequest(conversation=conv, model=mdl, reason=pb.PRUNE_REASON_PAYLOAD_LIMIT)
-
-
-RESPONSES = {"Measure": pb.MeasureResponse, "Assemble": pb.AssembleResponse, "Compact": pb.CompactResponse,
-             "Prune": pb.PruneResponse, "TruncateToolOutput": pb.TruncateToolOutputResponse,
-             "ReadTruncated": pb.ReadTruncatedResponse}
 REQUESTS = {"Measure": pb.MeasureRequest, "Assemble": pb.AssembleRequest, "Compact": pb.CompactRequest,
             "Prune": pb.PruneRequest, "TruncateToolOutput": pb.TruncateToolOutputRequest,
             "ReadTruncated": pb.ReadTruncatedRequest}
-
-
-def call(channel, rpc, request, timeout=60):
-    """(code, details or response): the outcome of one call, by raw method path."""
-    data = request if isinstance(request, bytes) else request.SerializeToString()
-    method = channel.unary_unary(f"/contextsvc.v1.ContextService/{rpc}",
-                                 request_serializer=lambda b: b,
-                                 response_deserializer=RESPONSES[rpc].FromString)
-    try:
-        return OK, method(data, timeout=timeout)
-    except grpc.RpcError as e:
-        return e.code(), e.details()
 
 
 def valid_request(rpc):

@@ -1,4 +1,4 @@
-"""Every body Assemble emits for the seeded corpus (tests/corpus.py) is one its provider accepts,
+"""Every body Assemble emits for the seeded corpus (tests/helpers/corpus.py) is one its provider accepts,
 as the provider's judge (tests/judges/) decides, for all eight providers (docs/design.md §6, "What the body
 must pass").
 
@@ -19,7 +19,7 @@ import pytest
 from contextsvc import config, model as m, service
 from contextsvc.errors import BadInput
 
-import corpus
+from helpers import corpus
 from judges import judge_for
 
 CASES_PER_PROVIDER = 48  # with the deterministic walk in corpus.session, every feature several times

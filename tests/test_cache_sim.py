@@ -3,13 +3,11 @@ accounting adds up over sessions run through a real server."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import cache_model as cm  # noqa: E402
-import cache_sim  # noqa: E402
+import cache_model as cm
+import cache_sim
 
 MARK = {"type": "ephemeral"}
 TOOLS = [{"name": "read", "description": "Read a file", "input_schema": {"type": "object"}}]

@@ -2,46 +2,19 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
 import threading
-import tempfile
 import time
-from pathlib import Path
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-import convo
+from helpers import convo
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
-
-STARTED = re.compile(r"serving gRPC on 127\.0\.0\.1:(\d+), metrics http://127\.0\.0\.1:(\d+)/metrics, hot path (\w+)")
-
-
-def launch(*args, config_text="", tmp_path=None):
-    cmd = [sys.executable, "-m", "contextsvc", "serve", "--port", "0", "--metrics-port", "0", *args]
-    config_dir = tmp_path or Path(tempfile.mkdtemp(prefix="contextsvc-cli-"))
-    path = config_dir / "contextsvc.toml"
-    path.write_text(f'[server]\nshutdown_grace_seconds = 20.0\n[truncation]\ndirectory = "{config_dir / "store"}"\n'
-                    + config_text)
-    cmd += ["--config", str(path)]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 30
-    lines = []
-    while time.time() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        lines.append(line)
-        match = STARTED.search(line)
-        if match:
-            threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
-            return proc, int(match.group(1)), int(match.group(2)), match.group(3)
-    proc.kill()
-    raise AssertionError("server did not start:\n" + "".join(lines))
+from helpers.processes import launch
 
 
 def test_serve_logs_one_start_line_and_answers(tmp_path):

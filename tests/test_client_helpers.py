@@ -5,7 +5,7 @@ import pytest
 
 from contextsvc.client import apply_compaction, apply_persist, apply_prune
 from contextsvc.v1 import context_pb2 as pb
-from convo import assistant, text, tool, user
+from helpers.convo import assistant, text, tool, user
 
 
 def _history():

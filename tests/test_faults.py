@@ -19,15 +19,15 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-import convo
-from conftest import start_server, wait_for
+from helpers import convo
+from helpers.server import start_server, wait_for
 from contextsvc import config, truncation
 from contextsvc.app import Server
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
-from test_cli import launch
-from test_compact_rpc import compact_request
-from test_metrics import scrape
+from helpers.processes import launch
+from helpers.rpc import compact_request
+from helpers.metrics import scrape
 
 SUMMARY = "## Goal\n- fix the tests\n## Progress\n### Done\n- read src/module_0.py"
 

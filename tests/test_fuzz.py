@@ -13,7 +13,7 @@ import grpc
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from contextsvc.v1 import context_pb2 as pb
-from test_bad_input import RESPONSES, call, request_for
+from helpers.rpc import RESPONSES, call, request_for
 
 EXAMPLES = int(os.environ.get("CONTEXTSVC_FUZZ_EXAMPLES", "120"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=not os.environ.get("CONTEXTSVC_FUZZ_RANDOM"),

@@ -8,7 +8,7 @@ import math
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from contextsvc import config, measure, model as m, native, request, tokens
+from contextsvc import body, config, measure, model as m, native, tokens
 from contextsvc.errors import BadInput
 from contextsvc.lowering.media import MEDIA_PLACEHOLDER
 
@@ -93,7 +93,7 @@ def test_estimate_matches_reference_text_and_js_rounding():
         msg(3, m.USER, txt("c", "next")),
     ])
     r = run(conv, mdl())
-    text = request.estimate_text(conv, mdl(), [], m.SystemPrompt())
+    text = body.estimate_text(conv, mdl(), [], m.SystemPrompt())
     assert text.count('"cache_control":{"type":"ephemeral"}') == 1  # what is sent, marker included
     units = len(text.encode("utf-16-le")) // 2
     assert r.estimate == (math.floor(units / 4 + 0.5), tokens.ESTIMATE)
@@ -106,11 +106,11 @@ def test_media_counted_twice():
     r = run(conv, mdl())
     assert r.media_count == 1
     assert r.extra == 1500
-    text = request.estimate_text(conv, mdl(), [], m.SystemPrompt())
+    text = body.estimate_text(conv, mdl(), [], m.SystemPrompt())
     assert MEDIA_PLACEHOLDER in text and "AAEAAQ" not in text
     assert r.estimate[0] == native.estimate_tokens(text)
     assert r.raw[0] == tokens.preflight(r.estimate[0] + 1500, CFG.measure.factor)
-    built = request.build(conv, mdl(), [], m.SystemPrompt())
+    built = body.build(conv, mdl(), [], m.SystemPrompt())
     built.lowered.set_max_output(r.output_tokens)
     assert r.body_bytes == len(built.body_json())  # the real bytes are in the body
 
@@ -285,12 +285,12 @@ def test_body_bytes_equal_emitted_json(conv, provider, context):
     system = m.SystemPrompt(soul="soul", agent_prompt="prompt", env=m.EnvInfo("/w", True, "linux", "2026-12-02"),
                             instructions=[m.Instruction("AGENTS.md", "be nice")], skills=[m.Skill("pdf", "PDFs")])
     r = run(conv, model_, tools, system)
-    built = request.build(conv, model_, tools, system)
+    built = body.build(conv, model_, tools, system)
     built.lowered.set_max_output(r.output_tokens)
-    body = built.body_json()
-    assert r.body_bytes == len(body)
-    assert json.loads(body)  # a real JSON object
-    text = request.estimate_text(conv, model_, [], system)
+    raw = built.body_json()
+    assert r.body_bytes == len(raw)
+    assert json.loads(raw)  # a real JSON object
+    text = body.estimate_text(conv, model_, [], system)
     assert r.estimate[0] == native.estimate_tokens(text)
 
 

@@ -1,19 +1,15 @@
 """Converted messages are reused by wire bytes: same result as converting, never stale, bounded."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import grpc
 import pytest
 
-import convo
+from helpers import convo
 from contextsvc import convert
 from contextsvc.message_cache import ENTRY_OVERHEAD, MessageCache, resident_size
 from contextsvc.v1 import context_pb2 as pb
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
-import workload  # noqa: E402
+import workload
 
 
 def test_cached_conversion_equals_plain_conversion():
@@ -63,7 +59,7 @@ def test_the_cache_is_bounded_by_real_memory_oldest_out():
 
 
 def test_server_answers_the_same_with_and_without_the_cache(stub):
-    from conftest import start_server
+    from helpers.server import start_server
 
     req = workload.measure_request(100_000)
     uncached = start_server(message_cache_bytes=0)

@@ -9,8 +9,8 @@ import tracemalloc
 import grpc
 import pytest
 
-import convo
-from conftest import start_server
+from helpers import convo
+from helpers.server import start_server
 from contextsvc.message_cache import MessageCache
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc

@@ -1,27 +1,14 @@
 """Metrics scraped from the real /metrics endpoint after real RPCs."""
 from __future__ import annotations
 
-import urllib.request
-
 import grpc
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-import convo
-from conftest import start_server
+from helpers import convo
+from helpers.server import start_server
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
-
-
-def scrape(port) -> dict:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        assert r.status == 200
-        text = r.read().decode()
-    samples = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return samples
+from helpers.metrics import scrape
 
 
 @pytest.fixture()
@@ -86,7 +73,7 @@ def test_truncation_store_eviction_is_reported():
 
 
 def test_payload_guard_trips_by_outcome(fresh):
-    from test_assemble_rpc import big_conversation_with_summary, request
+    from helpers.rpc import big_conversation_with_summary, request
 
     server, stub = fresh
     assert not stub.Assemble(request(big_conversation_with_summary()), timeout=30).over_payload_limit

@@ -26,26 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contextsvc import _native_py, native
-
-NO_EXTENSIONS = os.environ.get("CONTEXTSVC_NO_EXTENSIONS") == "1"
-IMPL_NAMES = ["python"] if NO_EXTENSIONS else ["python", "cython"]
-
-
-def _compiled():
-    import contextsvc._native_c as compiled
-
-    return compiled
-
-
-@pytest.fixture(scope="module", params=IMPL_NAMES)
-def impl(request):
-    if request.param == "python":
-        return _native_py
-    try:
-        return _compiled()
-    except ImportError as exc:
-        pytest.fail(f"contextsvc._native_c is not importable ({exc}); build it, or set "
-                    "CONTEXTSVC_NO_EXTENSIONS=1 to test the Python implementation alone")
+from helpers.implementations import NO_EXTENSIONS, compiled as _compiled
 
 
 def kernels(module):

@@ -9,7 +9,7 @@ import pathlib
 import shutil
 import subprocess
 
-from conftest import start_server
+from helpers.server import start_server
 
 CLIENT = pathlib.Path(__file__).resolve().parent.parent / "clients" / "node"
 

@@ -9,14 +9,14 @@ import json
 import grpc
 import pytest
 
-import convo
-from conftest import start_server
-from contextsvc import cache
+from helpers import convo
+from helpers.server import start_server
+from contextsvc import prefix
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
-from test_assemble_rpc import SYSTEM, TOOLS
-from test_metrics import scrape
-from test_prune_rpc import long_session
+from helpers.rpc import SYSTEM, TOOLS
+from helpers.metrics import scrape
+from helpers.rpc import long_session
 
 PROVIDERS = {pb.PROVIDER_ANTHROPIC: "anthropic", pb.PROVIDER_OPENAI: "openai", pb.PROVIDER_BEDROCK: "bedrock",
              pb.PROVIDER_OPENROUTER: "openrouter", pb.PROVIDER_OPENAI_COMPATIBLE: "openai-compatible"}
@@ -104,18 +104,18 @@ def test_garbage_previous_cache_state_is_invalid_argument_naming_the_field(stub)
 
 def test_the_state_stays_bounded_and_groups_elements_of_a_long_session():
     n = 10_000
-    chain = [cache._short(str(i).encode()) for i in range(n)]
-    d = cache.Digests((3, 2, n - 5), chain, [0] * n, bytes(8))
-    state = cache.encode(d, 512)
+    chain = [prefix._short(str(i).encode()) for i in range(n)]
+    d = prefix.Digests((3, 2, n - 5), chain, [0] * n, bytes(8))
+    state = prefix.encode(d, 512)
     assert len(state) < 512 * 9 + 64
-    before = cache.decode(state)
+    before = prefix.decode(state)
     assert before.group == 20
-    changed = cache.Digests(d.counts, chain[:4321] + [b"x" * 8] * (n - 4321), d.pruned, d.compaction)
-    c = cache.compare(before, changed)
+    changed = prefix.Digests(d.counts, chain[:4321] + [b"x" * 8] * (n - 4321), d.pruned, d.compaction)
+    c = prefix.compare(before, changed)
     assert (c.segment, c.index, c.flat, c.resolution) == ("messages", 4320 - 5, 4320, 20)  # the group's start
-    assert cache.compare(before, d) is None
-    grown = cache.Digests((3, 2, n + 1), chain + [b"y" * 8], d.pruned + [0], d.compaction)
-    assert cache.compare(before, grown).cause == "new_turn"
+    assert prefix.compare(before, d) is None
+    grown = prefix.Digests((3, 2, n + 1), chain + [b"y" * 8], d.pruned + [0], d.compaction)
+    assert prefix.compare(before, grown).cause == "new_turn"
 
 
 # ---- the report against a byte comparison of consecutive bodies ------------------------------

@@ -13,9 +13,10 @@ import json
 
 import pytest
 
-import convo
-from contextsvc import assemble, cache, client, config, model as m
+from helpers import convo
+from contextsvc import assemble, breakpoints, client, config, model as m
 from contextsvc.v1 import context_pb2 as pb
+from helpers.prefix import cache_order
 
 READ = m.ToolDefinition("read", "Read a file", {"type": "object", "properties": {"path": {"type": "string"}}})
 GREP = m.ToolDefinition("grep", "Search files", {"type": "object", "properties": {"pattern": {"type": "string"}}})
@@ -23,35 +24,6 @@ SYSTEM = m.SystemPrompt(soul="You are a careful coding agent.", agent_prompt="Pr
                         env=m.EnvInfo("/repo", True, "linux", "2026-12-02"),
                         instructions=[m.Instruction("AGENTS.md", "Run the tests.")])
 CLAUDE = "claude-sonnet-4-5"
-MARKER_KEYS = ("cache_control", "copilot_cache_control", "cachePoint")
-
-
-def unmarked(value):
-    """The value without cache markers (keys, and Bedrock's cachePoint blocks)."""
-    if isinstance(value, dict):
-        return {k: unmarked(v) for k, v in value.items() if k not in MARKER_KEYS}
-    if isinstance(value, list):
-        return [unmarked(v) for v in value if not (isinstance(v, dict) and set(v) == {"cachePoint"})]
-    return value
-
-
-def cache_order(provider: str, body: dict) -> dict:
-    """tools, system and messages of a body as its provider's cache reads them."""
-    if provider == m.BEDROCK:
-        tools, system, messages = body.get("toolConfig", {}).get("tools", []), body["system"], body["messages"]
-    elif provider == m.ANTHROPIC:
-        tools, system, messages = body.get("tools", []), body["system"], body["messages"]
-    elif provider == m.GEMINI:
-        tools, system, messages = body.get("tools", []), body["systemInstruction"]["parts"], body["contents"]
-    else:  # the Chat Completions family: system messages lead the message list
-        tools = body.get("tools", [])
-        # a string content and one text part are the same to the gateways' upstream caches (a
-        # marker turns the one into the other: design.md §6)
-        listed = [{**x, "content": [{"type": "text", "text": x["content"]}]} if isinstance(x.get("content"), str)
-                  else x for x in body["messages"]]
-        system = [x for x in listed if x["role"] == "system"]
-        messages = [x for x in listed if x["role"] != "system"]
-    return {"tools": unmarked(tools), "system": unmarked(system), "messages": unmarked(messages)}
 
 
 def grown(old, new) -> bool:
@@ -285,7 +257,7 @@ def assembled(provider, model_id=CLAUDE, hints=(), cfg=None, **kw):
     loop.assistant_calls("read", {"path": "a.py"}, "x = 1\n")
     inp = assemble.AssembleInput(
         m.Conversation(list(loop.messages), "sess-policy"), m.Model(model_id, provider), [READ, GREP], SYSTEM,
-        m.CompactionSettings(), step=2, policy=cache.Policy(hints=list(hints)), **kw)
+        m.CompactionSettings(), step=2, policy=breakpoints.Policy(hints=list(hints)), **kw)
     return assemble.assemble(inp, cfg or config.Config())
 
 
@@ -309,7 +281,7 @@ def test_gateways_mark_only_the_models_that_honor_markers(provider):
     a = assembled(provider, "gpt-5")
     assert len(a.body) == a.measurement.body_bytes
     # the caller's explicit hint is kept even where auto places nothing
-    a = assembled(provider, "gpt-5", hints=[cache.Hint(system_block=0)])
+    a = assembled(provider, "gpt-5", hints=[breakpoints.Hint(system_block=0)])
     assert [b.location for b in a.breakpoints] == ["system[0]"]
 
 
@@ -331,21 +303,21 @@ def test_hints_are_kept_and_auto_fills_the_places_left(provider):
     auto = [b.location for b in assembled(provider).breakpoints]
     # the last tool, the last system block, the last wire user message (the tool results)
     assert auto == ["tools[1]", "system[1]", "messages[2]"]
-    a = assembled(provider, hints=[cache.Hint(message_id="msg_001")])
+    a = assembled(provider, hints=[breakpoints.Hint(message_id="msg_001")])
     assert [b.location for b in a.breakpoints] == ["tools[1]", "system[1]", "messages[0]", "messages[2]"]
     # two hints leave two places: the latest user message first, then the last system block
-    a = assembled(provider, hints=[cache.Hint(message_id="msg_001"), cache.Hint(system_block=0)])
+    a = assembled(provider, hints=[breakpoints.Hint(message_id="msg_001"), breakpoints.Hint(system_block=0)])
     expected = ["system[0]", "system[1]", "messages[0]", "messages[2]"]
     if provider == m.BEDROCK:  # one cachePoint closes the system list: the hint takes auto's place there
         expected = ["tools[1]", "system[1]", "messages[0]", "messages[2]"]
     assert [b.location for b in a.breakpoints] == expected
     # a hint where auto would mark anyway takes that place, and auto fills the rest
-    a = assembled(provider, hints=[cache.Hint(last_tool=True)])
+    a = assembled(provider, hints=[breakpoints.Hint(last_tool=True)])
     assert [b.location for b in a.breakpoints] == ["tools[1]", "system[1]", "messages[2]"]
 
 
 def test_gateway_hints_are_kept_and_auto_fills_up_to_four():
-    a = assembled(m.OPENROUTER, hints=[cache.Hint(message_id="msg_001")])
+    a = assembled(m.OPENROUTER, hints=[breakpoints.Hint(message_id="msg_001")])
     # auto ranks the last message, the last system block, the one before, the first system block
     assert [b.location for b in a.breakpoints] == ["system[1]", "messages[0]", "messages[1]", "messages[2]"]
 
@@ -365,7 +337,7 @@ def test_bedrock_auto_marks_the_last_tool_system_and_wire_user_message():
 @pytest.mark.parametrize("provider", (m.ANTHROPIC, m.BEDROCK, m.OPENROUTER, m.ALIBABA, m.OPENAI_COMPATIBLE,
                                       m.COPILOT))
 def test_never_more_than_four_markers_with_hints(provider):
-    hints = [cache.Hint(message_id="msg_001"), cache.Hint(message_id="msg_002"), cache.Hint(system_block=0)]
+    hints = [breakpoints.Hint(message_id="msg_001"), breakpoints.Hint(message_id="msg_002"), breakpoints.Hint(system_block=0)]
     assert len(assembled(provider, hints=hints).breakpoints) <= 4
 
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import pathlib
 import re
 import signal
 import socket
@@ -12,14 +11,13 @@ import urllib.request
 
 import grpc
 
-import convo
-from conftest import wait_for
+from helpers import convo
+from helpers.server import wait_for
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
-from test_cli import launch
+from helpers.processes import launch
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "bench"))
-from server_process import process_cpu_seconds, process_tree  # noqa: E402
+from server_process import process_cpu_seconds, process_tree
 
 OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]  # one TCP connection per channel
 

@@ -18,8 +18,8 @@ import urllib.request
 import grpc
 import pytest
 
-import convo
-from conftest import start_server
+from helpers import convo
+from helpers.server import start_server
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

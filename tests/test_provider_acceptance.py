@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from contextsvc import assemble, cache, config, model as m
+from contextsvc import assemble, breakpoints, config, model as m
 from contextsvc.errors import BadInput
-from contextsvc.lowering import media, tool_ids
+from contextsvc.lowering import bedrock, media, registry, tool_ids
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 8
 PNG64 = base64.b64encode(PNG).decode()
@@ -36,7 +36,7 @@ def read(call_id, output="x = 1\n", attachments=()):
 def run(provider, messages, *, tools=(READ,), hints=(), model_id="model-x", **kw):
     inp = assemble.AssembleInput(m.Conversation(messages, "sess-acc"), m.Model(model_id, provider),
                                  list(tools), m.SystemPrompt(soul="You are a coding agent.", agent_prompt="Be brief."),
-                                 m.CompactionSettings(), policy=cache.Policy(hints=list(hints)), **kw)
+                                 m.CompactionSettings(), policy=breakpoints.Policy(hints=list(hints)), **kw)
     return assemble.assemble(inp, config.Config())
 
 
@@ -103,7 +103,7 @@ def test_wire_ids_are_a_function_of_the_id_alone(provider):
     wire = [tool_ids.wire_id(provider, i) for i in ids]
     assert len(set(wire)) == len(ids)  # no two ids merge
     assert tool_ids.wire_id(provider, "call_1") == "call_1" and tool_ids.wire_id(provider, "toolu_01AbC") == "toolu_01AbC"
-    rule = tool_ids.RULES[provider]
+    rule = registry.FORMATS[provider].ids
     assert all(len(w) <= rule.max_len and rule.valid.fullmatch(w) for w in wire)
     assert wire == [tool_ids.wire_id(provider, i) for i in ids]
 
@@ -247,7 +247,7 @@ def test_media_table_answers_per_provider():
     assert media.accepts(m.ANTHROPIC, "image/png") and media.accepts(m.ANTHROPIC, "IMAGE/JPG")
     assert not media.accepts(m.ANTHROPIC, "image/svg+xml") and not media.accepts(m.ANTHROPIC, "image/heic")
     assert media.accepts(m.GEMINI, "image/heic") and not media.accepts(m.GEMINI, "image/gif")
-    assert media.accepts(m.BEDROCK, "text/csv") and media.BEDROCK_FORMATS["text/markdown"] == "md"
+    assert media.accepts(m.BEDROCK, "text/csv") and bedrock.MEDIA_FORMATS["text/markdown"] == "md"
     assert all(media.accepts(p, "application/pdf") for p in m.PROVIDERS)
     parsed = media.parse_data_url("data:image/png;name=a.png;base64,AAAA")
     assert (parsed.mime, parsed.is_base64, parsed.payload) == ("image/png", True, "AAAA")
@@ -263,7 +263,7 @@ def signed(text, sig="sig-1"):
 def test_anthropic_never_marks_a_thinking_block():
     conv = [user("m1", m.Text("Q")), assistant("m2", signed("a"), m.Text("answer"), signed("b")),
             assistant("m3", signed("only thinking")), user("m4", m.Text("Go on"))]
-    a = run(m.ANTHROPIC, conv, hints=[cache.Hint(message_id="m2"), cache.Hint(message_id="m4")])
+    a = run(m.ANTHROPIC, conv, hints=[breakpoints.Hint(message_id="m2"), breakpoints.Hint(message_id="m4")])
     b = json.loads(a.body)
     blocks = b["messages"][1]["content"]
     assert [x["type"] for x in blocks] == ["thinking", "text", "thinking", "thinking"]
@@ -271,7 +271,7 @@ def test_anthropic_never_marks_a_thinking_block():
     assert all("cache_control" not in x for x in blocks if x["type"] in ("thinking", "redacted_thinking"))
     conv[1] = assistant("m2", signed("only thinking"))
     conv[2] = assistant("m3", m.Text("later"))
-    a = run(m.ANTHROPIC, conv[:2] + [user("m4", m.Text("Go on"))], hints=[cache.Hint(message_id="m2")])
+    a = run(m.ANTHROPIC, conv[:2] + [user("m4", m.Text("Go on"))], hints=[breakpoints.Hint(message_id="m2")])
     # the hint has nowhere to go: dropped; the auto policy still fills the other places
     assert "cache_control" not in json.dumps(json.loads(a.body)["messages"][1])
     assert [b.location for b in a.breakpoints] == ["tools[0]", "system[1]", "messages[2]"]
@@ -295,7 +295,7 @@ def test_anthropic_sends_reasoning_another_model_signed_as_plain_text():
 @pytest.mark.parametrize("provider", MARKED)
 def test_more_than_four_hints_is_refused_for_every_marked_provider(provider):
     conv = [user(f"m{i}", m.Text(f"q{i}")) if i % 2 else assistant(f"m{i}", m.Text(f"a{i}")) for i in range(1, 8)]
-    hints = [cache.Hint(message_id=f"m{i}") for i in (1, 3, 5, 7)] + [cache.Hint(system_block=0)]
+    hints = [breakpoints.Hint(message_id=f"m{i}") for i in (1, 3, 5, 7)] + [breakpoints.Hint(system_block=0)]
     with pytest.raises(BadInput) as e:
         run(provider, conv, hints=hints)
     assert e.value.field == "cache_hints"
@@ -317,7 +317,7 @@ def test_gateway_markers_sit_on_the_last_content_part(provider):
 @pytest.mark.parametrize("provider", GATEWAYS)
 def test_gateways_refuse_a_last_tool_hint_and_say_why(provider):
     # the Chat Completions tool schema refuses cache_control on a tool definition
-    hints = [cache.Hint(system_block=0), cache.Hint(last_tool=True)]
+    hints = [breakpoints.Hint(system_block=0), breakpoints.Hint(last_tool=True)]
     with pytest.raises(BadInput) as e:
         run(provider, tool_turn(read("call_1")), hints=hints)
     assert e.value.field == "cache_hints[1].last_tool" and "message content parts only" in str(e.value)
@@ -327,6 +327,6 @@ def test_gateways_refuse_a_last_tool_hint_and_say_why(provider):
 
 @pytest.mark.parametrize("provider", (m.ANTHROPIC, m.BEDROCK))
 def test_native_formats_still_mark_the_last_tool(provider):
-    b = body(provider, tool_turn(read("call_1")), hints=[cache.Hint(last_tool=True)])
+    b = body(provider, tool_turn(read("call_1")), hints=[breakpoints.Hint(last_tool=True)])
     tools = b["tools"] if provider == m.ANTHROPIC else b["toolConfig"]["tools"]
     assert ("cache_control" in tools[-1]) if provider == m.ANTHROPIC else tools[-1] == {"cachePoint": {"type": "default"}}

@@ -4,7 +4,7 @@ from __future__ import annotations
 import base64
 import json
 
-import convo
+from helpers import convo
 from contextsvc.v1 import context_pb2 as pb
 
 PDF = "data:application/pdf;base64," + base64.b64encode(b"%PDF-1.4 tiny").decode()

@@ -4,20 +4,9 @@ from __future__ import annotations
 import grpc
 import pytest
 
-import convo
+from helpers import convo
 from contextsvc.v1 import context_pb2 as pb
-
-
-def long_session(turns=6, output_chars=60_000):
-    """Each turn: a user ask, an assistant reading a big file. ~15,000 tokens per output."""
-    msgs, n = [], 0
-    for t in range(turns):
-        n += 1
-        msgs.append(convo.user(f"msg_{n:03d}", convo.text(f"u{n}", f"step {t}")))
-        n += 1
-        msgs.append(convo.assistant(f"msg_{n:03d}", convo.tool(f"t{n}", f"call_{n}", "read", {"path": f"f{t}.py"},
-                                                                "x" * output_chars)))
-    return pb.Conversation(messages=msgs)
+from helpers.rpc import long_session
 
 
 TURNS = pb.CompactionSettings(prune_settings=pb.PruneSettings(protect="turns"))
@@ -151,9 +140,9 @@ def test_bad_prune_requests(stub):
 
 
 def test_prune_metrics_by_reason():
-    from conftest import start_server
+    from helpers.server import start_server
     from contextsvc.v1 import context_pb2_grpc as pb_grpc
-    from test_metrics import scrape
+    from helpers.metrics import scrape
 
     s = start_server()
     try:

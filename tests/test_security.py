@@ -7,9 +7,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-import convo
-from conftest import start_server
-from test_metrics import scrape
+from helpers import convo
+from helpers.server import start_server
+from helpers.metrics import scrape
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
 
 

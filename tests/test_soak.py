@@ -6,11 +6,7 @@ so a steady server holds steady memory. Latency figures are printed, never asser
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-import soak  # noqa: E402
+import soak
 
 SECONDS = 60
 RSS_GROWTH_BOUND_MIB = 48

@@ -2,7 +2,7 @@
 
 Per-turn injections touch only the tail; the body, its size, figures and breakpoints come from
 one function, `step`, that both Measure and Assemble call (Measure only skips serializing the
-body and, unless asked, the prefix digests), payload guard included (request.payload_guard
+body and, unless asked, the prefix digests), payload guard included (body.payload_guard
 prunes and strips historical media when the body is too big): the two agree on every figure for
 the same request.
 """
@@ -13,7 +13,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Optional
 
-from . import cache, history, measure, model as m
+from . import breakpoints, history, measure, model as m, prefix
 from .config import Config
 from .errors import BadInput
 
@@ -57,7 +57,7 @@ class AssembleInput:
     step: int = 1
     max_steps: int = 0
     plan_reminder: str = ""
-    policy: cache.Policy = field(default_factory=cache.Policy)
+    policy: breakpoints.Policy = field(default_factory=breakpoints.Policy)
     configured_output_tokens: int = 0
     tools_disabled: bool = False
     exact: bool = False  # also the exact token count (MeasureInput.exact)
@@ -66,7 +66,7 @@ class AssembleInput:
 
 @dataclass(slots=True)
 class Report:
-    """What changed in the cached prefix since the previous request (cache.compare), priced."""
+    """What changed in the cached prefix since the previous request (prefix.compare), priced."""
     prefix_kept: bool
     segment: str = ""  # "" = the same elements
     index: int = 0
@@ -120,10 +120,6 @@ def environment_details(editor: Editor, now: Optional[dt.datetime] = None) -> st
 
 def _synthetic(pid: str, text: str) -> m.Part:
     return m.Part(pid, m.Text(text, synthetic=True))
-
-
-def _last(messages, pred) -> int:
-    return next((i for i in range(len(messages) - 1, -1, -1) if pred(messages[i])), -1)
 
 
 @dataclass(slots=True)
@@ -194,7 +190,7 @@ def inject(inp: AssembleInput, now: Optional[dt.datetime] = None) -> tuple:
     # Injections go to the last user message in *send* order: after a compaction that kept a
     # tail, the compaction marker moves to the head, so the original order would pick it.
     sent = history.project(messages)
-    last_user = _last(sent, lambda x: x.role == m.USER and x.compaction() is None)
+    last_user = history.last_index(sent, lambda x: x.role == m.USER and x.compaction() is None)
     u = next(i for i, x in enumerate(messages) if x is sent[last_user]) if last_user >= 0 else -1
     if u >= 0:
         user = messages[u]
@@ -213,7 +209,7 @@ def inject(inp: AssembleInput, now: Optional[dt.datetime] = None) -> tuple:
             extra.append(_synthetic(f"{user.id}~reminder",
                                     f"<system-reminder>\n{inp.plan_reminder}\n</system-reminder>"))
             injected.append("plan_reminder")
-        finished = _last(sent, lambda x: x.role == m.ASSISTANT and x.finished)
+        finished = history.last_index(sent, lambda x: x.role == m.ASSISTANT and x.finished)
         if inp.step > 1 and finished >= 0 and last_user > finished:
             user, changed = _wrap_mid_run(user)
             if changed:
@@ -249,7 +245,7 @@ def step(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None, *, 
                                        configured_output_tokens=inp.configured_output_tokens))
     if inp.step < 0 or inp.max_steps < 0:
         raise BadInput("step" if inp.step < 0 else "max_steps", "must not be negative")
-    previous = cache.decode(inp.previous_cache_state) if inp.previous_cache_state else None
+    previous = prefix.decode(inp.previous_cache_state) if inp.previous_cache_state else None
     hashes = hashes or previous is not None
     messages, injected, block, persist = inject(inp, now)
     # Disabled tools stay defined: providers refuse tool blocks in history without them, and they
@@ -266,7 +262,7 @@ def step(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None, *, 
         previous=previous)
     guard = built.guard
     body = built.body_json() if serialize else b""  # tests hold len(body) == result.body_bytes
-    state = cache.encode(built.digests, cfg.assemble.cache_state_groups) if hashes else b""
+    state = prefix.encode(built.digests, cfg.assemble.cache_state_groups) if hashes else b""
     return Assembled(
         body=body,
         measurement=result,
@@ -283,7 +279,7 @@ def step(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None, *, 
     )
 
 
-def _report(previous: cache.State, built, result: measure.Measurement) -> Report:
+def _report(previous: prefix.State, built, result: measure.Measurement) -> Report:
     c = built.change
     if c is None:
         return Report(prefix_kept=True, reused_elements=previous.elements, resolution=previous.group)

@@ -11,6 +11,7 @@ import math
 from . import model as m
 from .config import ServerConfig
 from .errors import BadInput
+from .lowering import registry
 from .v1 import context_pb2 as pb
 
 _ROLES = {pb.ROLE_USER: m.USER, pb.ROLE_ASSISTANT: m.ASSISTANT}
@@ -20,16 +21,8 @@ _STATUSES = {
     pb.TOOL_STATUS_COMPLETED: m.COMPLETED,
     pb.TOOL_STATUS_ERROR: m.ERROR,
 }
-_PROVIDERS = {
-    pb.PROVIDER_ANTHROPIC: m.ANTHROPIC,
-    pb.PROVIDER_OPENAI: m.OPENAI,
-    pb.PROVIDER_OPENAI_COMPATIBLE: m.OPENAI_COMPATIBLE,
-    pb.PROVIDER_BEDROCK: m.BEDROCK,
-    pb.PROVIDER_OPENROUTER: m.OPENROUTER,
-    pb.PROVIDER_ALIBABA: m.ALIBABA,
-    pb.PROVIDER_COPILOT: m.COPILOT,
-    pb.PROVIDER_GEMINI: m.GEMINI,
-}
+# From the registry of wire formats, by name: PROVIDER_OPENAI_COMPATIBLE is "openai-compatible".
+_PROVIDERS = {pb.Provider.Value(registry.enum_name(p)): p for p in registry.PROVIDERS}
 PROVIDER_TO_PB = {v: k for k, v in _PROVIDERS.items()}
 _PRUNE_REASONS = {
     pb.PRUNE_REASON_NORMAL: "normal",
@@ -319,7 +312,7 @@ _TTLS = {pb.CACHE_TTL_UNSPECIFIED: "", pb.CACHE_TTL_5M: "", pb.CACHE_TTL_1H: "1h
 
 
 def cache_policy(hints, ttl: int, path: str = "cache_hints"):
-    from . import cache
+    from . import breakpoints
 
     if ttl not in _TTLS:
         raise BadInput("cache_ttl", f"unknown value {ttl}")
@@ -330,13 +323,13 @@ def cache_policy(hints, ttl: int, path: str = "cache_hints"):
             raise BadInput(f"{path}[{i}].target", "set one of system_block, message_id, last_tool")
         if h.ttl not in _TTLS:
             raise BadInput(f"{path}[{i}].ttl", f"unknown value {h.ttl}")
-        out.append(cache.Hint(system_block=h.system_block if target == "system_block" else -1,
+        out.append(breakpoints.Hint(system_block=h.system_block if target == "system_block" else -1,
                               message_id=h.message_id if target == "message_id" else "",
                               last_tool=target == "last_tool" and h.last_tool,
                               ttl=_TTLS[h.ttl] or _TTLS[ttl]))
         if target == "last_tool" and not h.last_tool:
             raise BadInput(f"{path}[{i}].last_tool", "must be true when it is the target")
-    return cache.Policy(hints=out, ttl=_TTLS[ttl])
+    return breakpoints.Policy(hints=out, ttl=_TTLS[ttl])
 
 
 def editor(e):

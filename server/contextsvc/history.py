@@ -4,6 +4,11 @@ from __future__ import annotations
 from . import model as m
 
 
+def last_index(items: list, pred) -> int:
+    """Index of the last item for which pred holds, or -1."""
+    return next((i for i in range(len(items) - 1, -1, -1) if pred(items[i])), -1)
+
+
 def _completed_summary_for(messages: list, user_index: int) -> int:
     """Index of the finished summary answering the compaction user message, or -1.
 

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from . import cache, history, model as m, native, request, tokens, validate
+from . import body, history, model as m, native, prefix, tokens, validate
 from .config import Config
 from .errors import BadInput
 from .lowering.media import MEDIA_PLACEHOLDER
@@ -57,7 +57,7 @@ class Measurement:
     compaction_figure: str = "calibrated"  # the method the decision figure was taken with
     decision: tuple = (0, "")  # (tokens, method): the decision figure of the whole request
     # the decision figure's count of every element from the first change since the previous
-    # request on (cache.compare); 0 when nothing was compared or nothing changed
+    # request on (prefix.compare); 0 when nothing was compared or nothing changed
     rewrite: int = 0
 
 
@@ -89,16 +89,9 @@ def limit(mdl: m.Model, settings: m.CompactionSettings, cfg: Config) -> int:
     return u
 
 
-def _last(messages: list, pred) -> int:
-    for i in range(len(messages) - 1, -1, -1):
-        if pred(messages[i]):
-            return i
-    return -1
-
-
 def baseline(messages: list) -> Optional[m.Message]:
     """The last finished assistant, when its reported usage can anchor a projection."""
-    i = _last(messages, lambda x: x.role == m.ASSISTANT and x.finished)
+    i = history.last_index(messages, lambda x: x.role == m.ASSISTANT and x.finished)
     if i < 0:
         return None
     msg = messages[i]
@@ -123,7 +116,7 @@ def backward_overflow_source(messages: list) -> Optional[m.Message]:
 def mid_tool_round_trip(messages: list) -> bool:
     """A tool result follows the last user message. Informational: a tool part holds call and
     result together and Compact never separates them, so this no longer blocks compaction."""
-    u = _last(messages, lambda x: x.role == m.USER)
+    u = history.last_index(messages, lambda x: x.role == m.USER)
     return any(
         x.role == m.ASSISTANT and any(isinstance(p.content, m.Tool) for p in x.parts)
         for x in messages[u + 1:]
@@ -147,12 +140,10 @@ def output_budget(mdl: m.Model, configured: int, reported: int, normalized: int,
 
 # ---- calibrated, self-calibrated and exact figures -----------------------------------------
 
-_dumps = native.json_text  # the body's JSON text, numbers as Node writes them
-
 
 @dataclass(slots=True)
 class _Estimated:
-    """The elements the estimate stands for (request.estimate_text is their JSON)."""
+    """The elements the estimate stands for (body.estimate_text is their JSON)."""
     system: list  # system elements
     messages: list  # non-system message elements
     tools: str  # JSON of the tool definitions, "" without tools
@@ -162,14 +153,14 @@ class _Estimated:
         return self.system + self.messages
 
 
-def _estimated(inp: MeasureInput, built: request.Built, cfg: Config, policy) -> _Estimated:
+def _estimated(inp: MeasureInput, built: body.Built, cfg: Config, policy) -> _Estimated:
     low, ledger = built.lowered, built.ledger
     if ledger.media_count or ledger.saved_units or ledger.extra:
         a = cfg.assemble  # media or opaque state in the body: the estimate sees placeholders
-        low = request.estimate_lowered(inp.conversation, inp.model, inp.tools, inp.system, a.prompt_dir,
+        low = body.estimate_lowered(inp.conversation, inp.model, inp.tools, inp.system, a.prompt_dir,
                                        policy, a.anthropic_max_breakpoints, a.anthropic_auto_breakpoints,
                                        a.marker_models)
-    tools_text = _dumps(request.tool_schema_list(inp.tools)) if inp.tools else ""
+    tools_text = native.json_text(body.tool_schema_list(inp.tools)) if inp.tools else ""
     return _Estimated(low.system, low.messages, tools_text)
 
 
@@ -233,7 +224,7 @@ def _media_in(element_texts) -> int:
     return sum(t.count(placeholder) for t in element_texts)
 
 
-def _figures(inp: MeasureInput, built: request.Built, cfg: Config, policy, exact_counter, base,
+def _figures(inp: MeasureInput, built: body.Built, cfg: Config, policy, exact_counter, base,
              reported: int, last_assistant: int, has_tail: bool, rewrite_from) -> _Figures:
     """The calibrated, self-calibrated and (when asked) exact figures and their projections,
     summed over the same stretches as the reference agent's (tail after the last assistant element,
@@ -254,7 +245,7 @@ def _figures(inp: MeasureInput, built: request.Built, cfg: Config, policy, exact
     built_elements = texts.system is low.system  # not the placeholder copy made for media
     element_json = None
     if inp.exact or (built_elements and built.texts):
-        text = built.element_text if built_elements else _dumps
+        text = built.element_text if built_elements else native.json_text
         element_json = [text(e) for e in elements]
     cuts = [0, n_sys, n_sys + max(at, 0), tail_from, len(elements)]
     if mc.calibrated_figures:
@@ -324,7 +315,7 @@ def _figures(inp: MeasureInput, built: request.Built, cfg: Config, policy, exact
     media_tail = media_rewrite = 0
     if built.ledger.media_count:
         def media_from(k):
-            return _media_in(element_json[k:] if element_json else map(_dumps, elements[k:]))
+            return _media_in(element_json[k:] if element_json else map(native.json_text, elements[k:]))
         if has_tail:
             media_tail = media_from(tail_from)
         if rewrite_from is not None:
@@ -386,7 +377,7 @@ def measure(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.Exact
 
 def evaluate(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.ExactCounter] = None,
              policy=None, hashes: bool = False, checked: bool = False, now_ms: int = 0,
-             previous: Optional[cache.State] = None) -> tuple:
+             previous: Optional[prefix.State] = None) -> tuple:
     """(Measurement, the built request) of the body that would be sent, payload guard included
     (built.guard says what it did): Assemble serializes exactly what was measured.
 
@@ -398,7 +389,7 @@ def evaluate(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.Exac
     if not checked:
         check(inp)
     result, built = _evaluate(inp, cfg, exact_counter, policy, hashes, previous)
-    guard = request.payload_guard(inp.conversation, result.body_bytes, inp.compaction, cfg, now_ms, inp.model)
+    guard = body.payload_guard(inp.conversation, result.body_bytes, inp.compaction, cfg, now_ms, inp.model)
     if guard.conversation is not None:
         result, built = _evaluate(dataclasses.replace(inp, conversation=guard.conversation), cfg,
                                   exact_counter, policy, hashes, previous)
@@ -411,17 +402,17 @@ def _evaluate(inp: MeasureInput, cfg: Config, exact_counter, policy, hashes: boo
     mdl, settings, msgs = inp.model, inp.compaction, inp.conversation.messages
     factor = cfg.measure.factor
     a = cfg.assemble
-    built = request.build(inp.conversation, mdl, inp.tools, inp.system, a.prompt_dir, policy,
+    built = body.build(inp.conversation, mdl, inp.tools, inp.system, a.prompt_dir, policy,
                           a.anthropic_max_breakpoints, a.anthropic_auto_breakpoints, hashes,
                           tools_disabled=inp.tools_disabled, marker_models=a.marker_models)
     low = built.lowered
     rewrite_from = None  # index into system + messages; -1 = the whole request
     if hashes:
-        built.digests = cache.digests(low, built.prefix_chain, msgs)
+        built.digests = prefix.digests(low, built.prefix_chain, msgs)
         if previous is not None:
-            built.change = cache.compare(previous, built.digests)
+            built.change = prefix.compare(previous, built.digests)
             if built.change is not None:
-                rewrite_from = -1 if built.change.segment == cache.TOOLS else \
+                rewrite_from = -1 if built.change.segment == prefix.TOOLS else \
                     built.change.flat - built.digests.counts[0]
 
     system_units = built.units(low.system)
@@ -429,8 +420,8 @@ def _evaluate(inp: MeasureInput, cfg: Config, exact_counter, policy, hashes: boo
     estimate = tokens.estimate_units(tokens.json_array_units(system_units + message_units))
     tool_tokens = 0
     if inp.tools:
-        tool_tokens = native.estimate_tokens(native.json_lengths(request.tool_schema_list(inp.tools))[1])
-    last_assistant = _last(low.roles, lambda r: r == "assistant")
+        tool_tokens = native.estimate_tokens(native.json_lengths(body.tool_schema_list(inp.tools))[1])
+    last_assistant = history.last_index(low.roles, lambda r: r == "assistant")
     tail_messages = message_units[last_assistant + 1:]
     tail = 0
     if tail_messages:

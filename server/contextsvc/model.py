@@ -24,7 +24,15 @@ OPENROUTER = "openrouter"
 ALIBABA = "alibaba"
 COPILOT = "copilot"
 GEMINI = "gemini"
-PROVIDERS = (ANTHROPIC, OPENAI, OPENAI_COMPATIBLE, BEDROCK, OPENROUTER, ALIBABA, COPILOT, GEMINI)
+
+
+def __getattr__(name: str):
+    # PROVIDERS: every provider name, from the registry of wire formats (lowering/registry.py),
+    # which imports this module
+    if name == "PROVIDERS":
+        from .lowering.registry import PROVIDERS
+        return PROVIDERS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(slots=True)

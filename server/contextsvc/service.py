@@ -4,8 +4,7 @@ Errors raised by the core are mapped to statuses by interceptors.ServiceIntercep
 """
 from __future__ import annotations
 
-from . import assemble, convert, prune, truncation
-from .compact import compact as compaction
+from . import assemble, compact, convert, prune, truncation
 from .config import Config
 from .errors import BadInput
 from .limits import Deadline
@@ -16,10 +15,10 @@ from .v1 import context_pb2_grpc as pb_grpc
 
 
 _OUTCOMES = {
-    compaction.COMPACTED: pb.COMPACT_OUTCOME_COMPACTED,
-    compaction.INSUFFICIENT: pb.COMPACT_OUTCOME_INSUFFICIENT,
-    compaction.CONTEXT_OVERFLOW: pb.COMPACT_OUTCOME_CONTEXT_OVERFLOW,
-    compaction.NOTHING_TO_DO: pb.COMPACT_OUTCOME_NOTHING_TO_DO,
+    compact.COMPACTED: pb.COMPACT_OUTCOME_COMPACTED,
+    compact.INSUFFICIENT: pb.COMPACT_OUTCOME_INSUFFICIENT,
+    compact.CONTEXT_OVERFLOW: pb.COMPACT_OUTCOME_CONTEXT_OVERFLOW,
+    compact.NOTHING_TO_DO: pb.COMPACT_OUTCOME_NOTHING_TO_DO,
 }
 
 
@@ -34,7 +33,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
         self._metrics = metrics
         self._exact = ExactCounter(cfg.measure.exact_encoding, cfg.measure.exact_cache_entries)
         self._truncation = truncation
-        self._summarizer = compaction.make_summarizer(cfg)
+        self._summarizer = compact.make_summarizer(cfg)
         self._json_depth = cfg.server.max_json_depth
         self._messages = MessageCache(cfg.server.message_cache_bytes) if cfg.server.message_cache_bytes else None
 
@@ -79,7 +78,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
 
     def Compact(self, request: pb.CompactRequest, context) -> pb.CompactResponse:
         convert.require(request, "conversation", "model")
-        inp = compaction.CompactInput(
+        inp = compact.CompactInput(
             **convert.shared_fields(request, self._messages, self._json_depth),
             overflow=request.overflow,
             auto=request.auto,
@@ -87,7 +86,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
             id_prefix=request.id_prefix,
         )
         deadline = Deadline.after(context.time_remaining(), cancelled=lambda: not context.is_active())
-        r = compaction.compact(inp, self._cfg, self._summarizer, deadline)
+        r = compact.compact(inp, self._cfg, self._summarizer, deadline)
         if self._metrics is not None:
             self._metrics.record_compaction(r.outcome, r.backend, r.fell_back, r.retention)
         out = pb.CompactResponse(

@@ -47,7 +47,7 @@ class Logged:
 def prefix_elements(provider: str, body: dict) -> tuple:
     """The body's elements as the provider's prompt cache reads them (tools -> system -> messages,
     markers removed: tests/test_prefix_stability.py's cache_order), one short digest each."""
-    from test_prefix_stability import cache_order  # tests/ is on sys.path in the tests and benches
+    from helpers.prefix import cache_order  # tests/ is on sys.path in the tests and benches
 
     if provider != "openai":  # a hand-made body may have no system prompt
         body = {"system": [], **body}

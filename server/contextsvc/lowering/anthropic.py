@@ -6,7 +6,8 @@ from . import media
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
 from .neutral import LEAD_USER_TEXT, MMedia, MReasoning, MText, MToolCall, MToolResult, attachment_note
-from .tool_ids import wire_id
+from .tool_ids import WORD, wire_id
+from .wire_format import TTL_1H, WireFormat
 
 NO_TOOL_USE = {"type": "none"}  # tools stay defined (history may hold tool blocks), none is called
 
@@ -79,3 +80,40 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
         if tools_disabled:
             out["tool_choice"] = NO_TOOL_USE
     return Lowered(out, system_blocks, wire, roles, sources, lists, (out, "max_tokens"))
+
+
+# Anthropic refuses cache_control on these blocks.
+_UNMARKABLE = ("thinking", "redacted_thinking")
+
+
+class Anthropic(WireFormat):
+    name = m.ANTHROPIC
+    body = staticmethod(body)
+    ids = WORD
+    accepted = {**media.WEB_IMAGES, "application/pdf": media.DOCUMENT}
+    fetched = frozenset(accepted)  # URL image and URL PDF sources
+    native_auto = True
+    longer_ttls_first = True  # the Messages API rejects a 1-hour entry placed after a 5-minute one
+
+    def marker(self, ttl: str) -> tuple:
+        value = {"type": "ephemeral"}
+        if ttl == TTL_1H:
+            value["ttl"] = "1h"
+        return "cache_control", value
+
+    def markable(self, element: dict) -> bool:
+        return any(b.get("type") not in _UNMARKABLE for b in element.get("content"))
+
+    def place(self, lowered, kind: str, index: int, key: str, value: dict):
+        if kind == "tools":
+            lowered.body["tools"][index][key] = value
+            return None
+        element = (lowered.system if kind == "system" else lowered.messages)[index]
+        if kind == "system":
+            element[key] = value
+        else:  # the last block that is not reasoning
+            next(b for b in reversed(element["content"]) if b.get("type") not in _UNMARKABLE)[key] = value
+        return element
+
+
+FORMAT = Anthropic()

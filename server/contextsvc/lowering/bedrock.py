@@ -9,7 +9,7 @@ model and the Converse documentation):
 - a message with a document and no text block: the document's name is added as text;
 - a conversation whose first message is the assistant's: a constant user message opens it;
 - an image or document format outside its enums (svg+xml, heic, ...): media go through the shared
-  table (media.source, BEDROCK_FORMATS), anything else is the attachment note.
+  table (media.source, MEDIA_FORMATS), anything else is the attachment note.
 """
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from .lowered import Lowered, open_with_user
 from .media import MediaLedger
 from .neutral import (LEAD_USER_TEXT, MMedia, MReasoning, MText, MToolCall, MToolResult,
                       attachment_note)
-from .tool_ids import wire_id, wire_name
+from .tool_ids import WORD, wire_id, wire_name
+from .wire_format import WireFormat
 
 # Converse accepts document names of letters, digits, single spaces, hyphens, parentheses and
 # square brackets; anything else fails the whole request.
@@ -29,6 +30,16 @@ _NAME_DISALLOWED = re.compile(r"[^A-Za-z0-9\s\-()\[\]]+")
 _NAME_MAX = 200  # DocumentBlock.name is 1..200 characters
 # A tool result's content may not be a blank text either; an empty output says so instead.
 NO_OUTPUT = "[No output]"
+
+# Converse names each media type by a format word of its own.
+MEDIA_FORMATS = {
+    "image/png": "png", "image/jpeg": "jpeg", "image/gif": "gif", "image/webp": "webp",
+    "application/pdf": "pdf", "text/csv": "csv", "application/msword": "doc",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
+    "application/vnd.ms-excel": "xls",
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": "xlsx",
+    "text/html": "html", "text/plain": "txt", "text/markdown": "md",
+}
 
 
 def document_name(filename: str) -> str:
@@ -64,7 +75,7 @@ def _media(x: MMedia, ledger: MediaLedger, names: _DocumentNames) -> dict:
     src = media.source(m.BEDROCK, x.mime, x.data, x.url)
     if src is None:
         return {"text": attachment_note(x)}
-    fmt, data = media.BEDROCK_FORMATS[src.mime], src.base64(ledger)
+    fmt, data = MEDIA_FORMATS[src.mime], src.base64(ledger)
     if src.kind == media.DOCUMENT:
         return {"document": {"format": fmt, "name": names(x.filename), "source": {"bytes": data}}}
     return {"image": {"format": fmt, "source": {"bytes": data}}}
@@ -139,3 +150,37 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
             for t in tools
         ]}
     return Lowered(out, system_blocks, wire, roles, sources, lists, (out["inferenceConfig"], "maxTokens"))
+
+
+class Bedrock(WireFormat):
+    name = m.BEDROCK
+    body = staticmethod(body)
+    ids = WORD
+    names = WORD  # toolSpec.name and toolUse.name are [a-zA-Z0-9_-]+ of 1..64
+    accepted = {t: media.IMAGE if t in media.WEB_IMAGES else media.DOCUMENT for t in MEDIA_FORMATS}
+    fetched = frozenset()  # bytes or S3 only
+    native_auto = True
+    system_marker_closes_list = True  # one cachePoint closes the system list
+
+    def tool_list(self, body: dict) -> list:
+        return (body.get("toolConfig") or {}).get("tools", [])
+
+    def marker(self, ttl: str) -> tuple:
+        return "cachePoint", {"type": "default"}
+
+    def markable(self, element: dict) -> bool:
+        return True  # the cachePoint is a block of its own
+
+    def place(self, lowered, kind: str, index: int, key: str, value: dict):
+        if kind == "tools":
+            lowered.body["toolConfig"]["tools"].append({key: value})  # a cachePoint block after the tool specs
+            return None
+        element = (lowered.system if kind == "system" else lowered.messages)[index]
+        if kind == "system":
+            lowered.system.append({key: value})  # the block after the last system text
+        else:
+            element["content"].append({key: value})
+        return element
+
+
+FORMAT = Bedrock()

@@ -8,8 +8,18 @@ from .. import model as m
 from . import media
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
-from .tool_ids import wire_name
+from .tool_ids import WORD, id_rule, wire_name
+from .wire_format import WireFormat
 from .neutral import LEAD_USER_TEXT, MMedia, MReasoning, MSpacer, MText, MToolCall, MToolResult, attachment_note
+
+
+_ACCEPTED = {
+    **{t: media.IMAGE for t in ("image/png", "image/jpeg", "image/webp", "image/heic", "image/heif")},
+    "application/pdf": media.DOCUMENT,
+    **{t: media.AUDIO for t in ("audio/wav", "audio/mp3", "audio/aiff", "audio/aac", "audio/ogg", "audio/flac")},
+    **{t: media.VIDEO for t in ("video/mp4", "video/mpeg", "video/mov", "video/avi", "video/x-flv", "video/mpg",
+                                "video/webm", "video/wmv", "video/3gpp")},
+}
 
 
 def _media(x: MMedia, ledger: MediaLedger) -> dict:
@@ -112,3 +122,18 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
             out["toolConfig"] = {"functionCallingConfig": {"mode": "NONE"}}
     out["generationConfig"] = {"maxOutputTokens": max_output}
     return Lowered(out, system_parts, wire, roles, sources, lists, (out["generationConfig"], "maxOutputTokens"))
+
+
+class Gemini(WireFormat):
+    name = m.GEMINI
+    body = staticmethod(body)
+    ids = WORD
+    # Function names start with a letter or underscore, then letters, digits and _ . : -, 64 at
+    # most (the bound the google-genai docs give).
+    names = id_rule("a-zA-Z0-9_.:-", 64, lead="a-zA-Z_")
+    accepted = _ACCEPTED
+    fetched = frozenset(_ACCEPTED)  # fileData.fileUri
+    implicit_cache = True
+
+
+FORMAT = Gemini()

@@ -11,7 +11,7 @@ import base64
 from dataclasses import dataclass
 from urllib.parse import unquote, unquote_to_bytes
 
-from .. import model as m, native
+from .. import native
 
 MEDIA_PLACEHOLDER = "[encoded media]"
 OPAQUE_PLACEHOLDER = "[opaque reasoning state]"
@@ -73,7 +73,7 @@ class MediaLedger:
 
 
 # ---- what each provider accepts ---------------------------------------------------------------
-# The one table of media types per provider (design.md §6, "What the body must pass"). A media
+# Each wire format's table of media types (design.md §6, "What the body must pass"). A media
 # part whose type its provider does not take is lowered as the attachment note.
 
 IMAGE = "image"
@@ -81,45 +81,16 @@ DOCUMENT = "document"
 AUDIO = "audio"
 VIDEO = "video"
 
-_WEB_IMAGES = {t: IMAGE for t in ("image/png", "image/jpeg", "image/gif", "image/webp")}
+# The web image types most providers take; each format's own table is its WireFormat's accepted
+# and fetched (anthropic.py, bedrock.py, gemini.py, openai_chat.py).
+WEB_IMAGES = {t: IMAGE for t in ("image/png", "image/jpeg", "image/gif", "image/webp")}
 
-# Converse names each type by a format word of its own.
-BEDROCK_FORMATS = {
-    "image/png": "png", "image/jpeg": "jpeg", "image/gif": "gif", "image/webp": "webp",
-    "application/pdf": "pdf", "text/csv": "csv", "application/msword": "doc",
-    "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
-    "application/vnd.ms-excel": "xls",
-    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": "xlsx",
-    "text/html": "html", "text/plain": "txt", "text/markdown": "md",
-}
 
-_CHAT = {**_WEB_IMAGES, "application/pdf": DOCUMENT}  # PDF as file.file_data, a base64 data URL
-_GEMINI = {
-    **{t: IMAGE for t in ("image/png", "image/jpeg", "image/webp", "image/heic", "image/heif")},
-    "application/pdf": DOCUMENT,
-    **{t: AUDIO for t in ("audio/wav", "audio/mp3", "audio/aiff", "audio/aac", "audio/ogg", "audio/flac")},
-    **{t: VIDEO for t in ("video/mp4", "video/mpeg", "video/mov", "video/avi", "video/x-flv", "video/mpg",
-                          "video/webm", "video/wmv", "video/3gpp")},
-}
+def _format(provider: str):
+    from .registry import FORMATS  # the registry imports the format modules, which import this
 
-ACCEPTED = {
-    m.ANTHROPIC: {**_WEB_IMAGES, "application/pdf": DOCUMENT},
-    m.BEDROCK: {t: IMAGE if t in _WEB_IMAGES else DOCUMENT for t in BEDROCK_FORMATS},
-    m.GEMINI: _GEMINI,
-    m.OPENAI: _CHAT,
-    m.OPENAI_COMPATIBLE: _CHAT,
-    m.OPENROUTER: _CHAT,
-    m.ALIBABA: _CHAT,
-    m.COPILOT: _CHAT,
-}
+    return FORMATS[provider]
 
-# The media types each provider fetches itself from an http(s) URL; the others need the bytes.
-FETCHED = {
-    m.ANTHROPIC: set(ACCEPTED[m.ANTHROPIC]),  # URL image and URL PDF sources
-    m.BEDROCK: set(),  # bytes or S3 only
-    m.GEMINI: set(_GEMINI),  # fileData.fileUri
-    **{p: set(_WEB_IMAGES) for p in (m.OPENAI, m.OPENAI_COMPATIBLE, m.OPENROUTER, m.ALIBABA, m.COPILOT)},
-}
 
 _ALIASES = {"image/jpg": "image/jpeg"}  # common, and refused under this name
 
@@ -132,7 +103,7 @@ def media_type(mime: str) -> str:
 
 def kind(provider: str, mime: str):
     """IMAGE, DOCUMENT, AUDIO or VIDEO when provider takes this media type, else None."""
-    return ACCEPTED[provider].get(media_type(mime))
+    return _format(provider).accepted.get(media_type(mime))
 
 
 def accepts(provider: str, mime: str) -> bool:
@@ -201,12 +172,12 @@ def source(provider: str, mime: str, data: bytes | None, url: str):
             else:
                 data = unquote_to_bytes(parsed.payload)
         elif url[:8].lower() == "https://" or url[:7].lower() == "http://":
-            if mime not in FETCHED[provider]:
+            if mime not in _format(provider).fetched:
                 return None
             web = url
         else:
             return None
-    found = ACCEPTED[provider].get(mime)
+    found = _format(provider).accepted.get(mime)
     if found is None or not (data or payload or web):
         return None
     return Source(found, mime, data, payload, web)

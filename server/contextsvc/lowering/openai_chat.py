@@ -7,11 +7,8 @@ from . import media
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
 from .neutral import LEAD_USER_TEXT, MMedia, MSpacer, MText, MToolCall, MToolResult, attachment_note
-from .tool_ids import wire_id
-
-
-def _arguments(value) -> str:
-    return native.json_text(value)  # as JSON.stringify writes the input (numbers included)
+from .tool_ids import id_rule, wire_id
+from .wire_format import WireFormat
 
 
 def _media(provider: str, x: MMedia, ledger: MediaLedger) -> dict:
@@ -46,7 +43,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
             text = "".join(c.text for c in msg.content if isinstance(c, MText) and not isinstance(c, MSpacer))
             calls = [
                 {"id": wire_id(provider, c.call_id), "type": "function",
-                 "function": {"name": c.name, "arguments": _arguments(c.input)}}
+                 "function": {"name": c.name, "arguments": native.json_text(c.input)}}  # as JSON.stringify writes it
                 for c in msg.content if isinstance(c, MToolCall)
             ]
             if not text and not calls:
@@ -72,7 +69,8 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
                 sources.append([msg.source_id])
     open_with_user(wire, roles, sources, {"role": "user", "content": LEAD_USER_TEXT})  # after the system messages
     all_msgs = system_msgs + wire
-    token_field = "max_completion_tokens" if provider == m.OPENAI else "max_tokens"
+    fmt = _FORMATS[provider]
+    token_field = fmt.token_field
     out = {"model": model_id, "messages": all_msgs, token_field: max_output}
     if tools:
         out["tools"] = [
@@ -82,6 +80,64 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
         ]
         if tools_disabled:
             out["tool_choice"] = "none"  # tools stay defined (history may hold tool calls), none is called
-    if session_id and provider in (m.OPENAI, m.OPENROUTER):
+    if session_id and fmt.prompt_cache_key:
         out["prompt_cache_key"] = session_id  # routes the session to a warm cache
     return Lowered(out, system_msgs, wire, roles, sources, [(out, "messages")], (out, token_field))
+
+
+# OpenAI refuses ids over 40 characters; any visible ASCII is taken (Kimi's `functions.read:1`
+# goes back to it unchanged).
+_CHAT_IDS = id_rule("!-~", 40)
+# The gateways forward one body to whichever upstream serves the model, Claude and Bedrock
+# among them: their ids keep to the alphabet those take, within OpenAI's 40 characters.
+_GATEWAY_IDS = id_rule("a-zA-Z0-9_-", 40)
+_ACCEPTED = {**media.WEB_IMAGES, "application/pdf": media.DOCUMENT}  # PDF as file.file_data, a base64 data URL
+
+
+class ChatCompletions(WireFormat):
+    """Chat Completions and the gateways speaking it: one class, an instance per provider.
+    Markers go on message content parts only (the gateways' tool schema refuses one on a tool
+    definition), as cache_control unless the provider names it otherwise."""
+
+    body = staticmethod(body)
+    ids = _GATEWAY_IDS
+    accepted = _ACCEPTED
+    fetched = frozenset(media.WEB_IMAGES)
+    tool_marker = False
+
+    def __init__(self, name: str, *, ids=_GATEWAY_IDS, implicit_cache=False, gateway=False,
+                 marker_key="cache_control", token_field="max_tokens", prompt_cache_key=False):
+        self.name, self.ids, self.implicit_cache, self.gateway = name, ids, implicit_cache, gateway
+        self.marker_key = marker_key
+        self.token_field = token_field  # where the output-token cap goes
+        self.prompt_cache_key = prompt_cache_key  # session_id as prompt_cache_key: routes the session to a warm cache
+
+    def marker(self, ttl: str) -> tuple:
+        return self.marker_key, {"type": "ephemeral"}
+
+    def markable(self, element: dict) -> bool:
+        return bool(element.get("content"))
+
+    def place(self, lowered, kind: str, index: int, key: str, value: dict):
+        """On the last content part, where the gateways document the marker; a plain-string
+        content becomes one text part for it (placed after the prefix hashes are taken, so that
+        form never counts as a change)."""
+        if kind == "tools":
+            lowered.body["tools"][index][key] = value
+            return None
+        element = (lowered.system if kind == "system" else lowered.messages)[index]
+        content = element["content"]
+        if isinstance(content, str):
+            element["content"] = content = [{"type": "text", "text": content}]
+        content[-1][key] = value
+        return element
+
+
+OPENAI = ChatCompletions(m.OPENAI, ids=_CHAT_IDS, implicit_cache=True, token_field="max_completion_tokens",
+                         prompt_cache_key=True)
+OPENAI_COMPATIBLE = ChatCompletions(m.OPENAI_COMPATIBLE, gateway=True)
+OPENROUTER = ChatCompletions(m.OPENROUTER, gateway=True, prompt_cache_key=True)
+# Alibaba is not a gateway here: it marks every model, as upstream does.
+ALIBABA = ChatCompletions(m.ALIBABA)
+COPILOT = ChatCompletions(m.COPILOT, gateway=True, marker_key="copilot_cache_control")
+_FORMATS = {f.name: f for f in (OPENAI, OPENAI_COMPATIBLE, OPENROUTER, ALIBABA, COPILOT)}

@@ -14,8 +14,6 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .. import model as m
-
 
 @dataclass(frozen=True, slots=True)
 class IdRule:
@@ -25,57 +23,38 @@ class IdRule:
     lead: re.Pattern | None = None  # what the first character must be, if anything
 
 
-def _rule(char_class: str, max_len: int, lead: str = "") -> IdRule:
+def id_rule(char_class: str, max_len: int, lead: str = "") -> IdRule:
     return IdRule(re.compile(f"[{char_class}]+"), re.compile(f"[^{char_class}]"), max_len,
                   re.compile(f"[{lead}]") if lead else None)
 
 
 # Anthropic documents ^[a-zA-Z0-9_-]+$; Bedrock the same pattern with 1..64 characters; Gemini
 # ids are free-form, kept to the same safe set. 64 bounds Anthropic too, where no limit is
-# documented, so a long foreign id never becomes the one thing a request is refused for.
-_WORD = _rule("a-zA-Z0-9_-", 64)
-# OpenAI refuses ids over 40 characters; any visible ASCII is taken (Kimi's `functions.read:1`
-# goes back to it unchanged).
-_CHAT = _rule("!-~", 40)
-# The gateways forward one body to whichever upstream serves the model, Claude and Bedrock
-# among them: their ids keep to the alphabet those take, within OpenAI's 40 characters.
-_GATEWAY = _rule("a-zA-Z0-9_-", 40)
-
-RULES = {
-    m.ANTHROPIC: _WORD,
-    m.BEDROCK: _WORD,
-    m.GEMINI: _WORD,
-    m.OPENAI: _CHAT,
-    m.OPENAI_COMPATIBLE: _GATEWAY,
-    m.OPENROUTER: _GATEWAY,
-    m.ALIBABA: _GATEWAY,
-    m.COPILOT: _GATEWAY,
-}
+# documented, so a long foreign id never becomes the one thing a request is refused for. Each
+# format's rules are its WireFormat's ids and names (the Chat Completions ones in openai_chat.py).
+WORD = id_rule("a-zA-Z0-9_-", 64)
 
 # 12 hex digits (48 bits) of SHA-256: a collision among a session's few thousand ids is
 # vanishingly unlikely, and the suffix leaves most of a 40-character id readable.
 _HASH_LEN = 12
 
 
-# Tool names, by the same rule: Bedrock's toolSpec.name and toolUse.name are [a-zA-Z0-9_-]+ of
-# 1..64; Gemini's function names start with a letter or underscore, then letters, digits and
-# _ . : -, 64 at most (the bound the google-genai docs give). Elsewhere names go unchanged.
-NAME_RULES = {
-    m.BEDROCK: _WORD,
-    m.GEMINI: _rule("a-zA-Z0-9_.:-", 64, lead="a-zA-Z_"),
-}
+def _format(provider: str):
+    from .registry import FORMATS  # the registry imports the format modules, which import this
+
+    return FORMATS[provider]
 
 
 def wire_id(provider: str, call_id: str) -> str:
     """call_id as written in this provider's body, for the call and its result alike."""
-    return _wire_id(RULES[provider], call_id)
+    return _wire_id(_format(provider).ids, call_id)
 
 
 def wire_name(provider: str, name: str) -> str:
     """A tool's name as written in this provider's body, in its definition, calls and results
     alike: unchanged when valid there, else mapped as ids are (a function of the name alone)."""
-    rule = NAME_RULES.get(provider)
-    return name if rule is None else _wire_id(rule, name)
+    names = _format(provider).names
+    return name if names is None else _wire_id(names, name)
 
 
 @lru_cache(maxsize=8192)

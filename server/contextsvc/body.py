@@ -7,7 +7,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 
-from . import cache, history, model as m, native, prune, system_prompt
+from . import breakpoints, history, model as m, native, prefix, prune, system_prompt
 from .config import Config
 from .lowering import MediaLedger, lower, to_model_messages
 from .lowering.lowered import Lowered
@@ -28,14 +28,14 @@ class Built:
     lowered: Lowered
     ledger: MediaLedger
     lengths: dict  # id(element) -> (utf8 bytes, utf16 units) of each system/message element
-    breakpoints: list  # cache.Breakpoint, with prefix hashes
+    breakpoints: list  # breakpoints.Breakpoint, with prefix hashes
     prefix_chain: dict = None  # (kind, index) -> prefix digest at every element, when hashed
     # id(element) -> JSON text of system/message elements already serialized (by the prefix
     # hashing; elements a marker changed afterwards are left out)
     texts: dict = field(default_factory=dict)
     guard: Guard = field(default_factory=Guard)  # set by measure.evaluate
-    digests: cache.Digests | None = None  # set by measure.evaluate when hashed
-    change: cache.Change | None = None  # since the previous request's digests, when given
+    digests: prefix.Digests | None = None  # set by measure.evaluate when hashed
+    change: prefix.Change | None = None  # since the previous request's digests, when given
 
     def units(self, elements: list) -> list:
         """UTF-16 units of each element, media and opaque values counted as placeholders."""
@@ -63,7 +63,7 @@ class Built:
         """The JSON text of a system or message element, serialized once per build."""
         text = self.texts.get(id(element))
         if text is None:
-            text = self.texts[id(element)] = _dumps(element)
+            text = self.texts[id(element)] = native.json_text(element)
         return text
 
     def body_json(self) -> bytes:
@@ -75,13 +75,13 @@ class Built:
             held.append((parent, key, parent[key]))
             parent[key] = f"\x00{_SPLICE_TAG}{n}"  # no other string of the skeleton holds a NUL + tag
         try:
-            text = _dumps(body)
+            text = native.json_text(body)
         finally:
             for parent, key, items in held:
                 parent[key] = items
         for n, (_, _, items) in enumerate(held):
             spliced = "[" + ",".join(self.element_text(e) for e in items) + "]"
-            text = text.replace(_dumps(f"\x00{_SPLICE_TAG}{n}"), spliced, 1)
+            text = text.replace(native.json_text(f"\x00{_SPLICE_TAG}{n}"), spliced, 1)
         return text.encode()
 
 
@@ -89,19 +89,11 @@ class Built:
 _SPLICE_TAG = secrets.token_hex(8)
 
 
-# The body's JSON text (numbers as Node writes them): what every count here counts.
-_dumps = native.json_text
-
-
-def _last(messages: list, pred) -> int:
-    return next((i for i in range(len(messages) - 1, -1, -1) if pred(messages[i])), -1)
-
-
 def strip_historical_media(messages: list) -> tuple:
     """Media before the last user message with a real part become notes, once a summary exists."""
     if not any(x.role == m.ASSISTANT and x.summary and x.finished for x in messages):
         return messages, 0
-    cut = _last(messages, lambda x: x.role == m.USER and any(
+    cut = history.last_index(messages, lambda x: x.role == m.USER and any(
         not (isinstance(p.content, m.Text) and p.content.synthetic) for p in x.parts))
     sent = {x.id for x in history.project(messages)}  # what is not sent needs no stripping
     stripped, out = 0, []
@@ -163,48 +155,49 @@ def lower_request(conv: m.Conversation, mdl: m.Model, tools: list, system: m.Sys
 
 
 def build(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPrompt,
-          prompt_dir: str = "", policy: cache.Policy | None = None, max_markers: int = 4,
+          prompt_dir: str = "", policy: breakpoints.Policy | None = None, max_markers: int = 4,
           auto_markers: int = 3, hashes: bool = False, tools_disabled: bool = False,
-          marker_models: tuple = cache.MARKER_MODELS) -> Built:
+          marker_models: tuple = breakpoints.MARKER_MODELS) -> Built:
     """Lowers the request and places its cache breakpoints (the auto policy unless hinted);
     with hashes, also the prefix hash at each breakpoint (costs a serialization pass).
     tools_disabled: the tools stay defined and the provider's "no tool use" choice is set.
     marker_models: the model ids (substrings) that take markers behind a gateway."""
     lowered, ledger = lower_request(conv, mdl, tools, system, prompt_dir, tools_disabled=tools_disabled)
-    breakpoints = cache.choose(lowered, mdl.provider, tools, policy or cache.Policy(), max_markers,
-                               auto_markers, mdl.id, marker_models)
+    chosen = breakpoints.choose(lowered, mdl.provider, tools, policy or breakpoints.Policy(), max_markers,
+                                auto_markers, mdl.id, marker_models)
     texts = {}
-    chain = cache.prefix_hashes(lowered, mdl.provider, breakpoints, texts) if hashes else None
-    for element in cache.place(lowered, mdl.provider, breakpoints):
+    chain = prefix.prefix_hashes(lowered, mdl.provider, chosen, texts) if hashes else None
+    for element in breakpoints.place(lowered, mdl.provider, chosen):
         texts.pop(id(element), None)
     lengths = {}
     json_lengths = native.json_lengths
     for parent, key in lowered.lists:
         for e in parent[key]:
             lengths[id(e)] = json_lengths(e)
-    return Built(lowered, ledger, lengths, breakpoints, chain, texts)
+    return Built(lowered, ledger, lengths, chosen, chain, texts)
 
 
 def estimate_text(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPrompt,
-                  prompt_dir: str = "", policy: cache.Policy | None = None, max_markers: int = 4,
-                  auto_markers: int = 3, marker_models: tuple = cache.MARKER_MODELS) -> str:
+                  prompt_dir: str = "", policy: breakpoints.Policy | None = None, max_markers: int = 4,
+                  auto_markers: int = 3, marker_models: tuple = breakpoints.MARKER_MODELS) -> str:
     """The text the estimate stands for: system and messages as sent (cache markers included)
     with media and opaque state as placeholders, then the tool definitions."""
     lowered = estimate_lowered(conv, mdl, tools, system, prompt_dir, policy, max_markers, auto_markers,
                                marker_models)
-    text = _dumps(lowered.system + lowered.messages)
+    text = native.json_text(lowered.system + lowered.messages)
     if tools:
-        text += _dumps(tool_schema_list(tools))
+        text += native.json_text(tool_schema_list(tools))
     return text
 
 
 def estimate_lowered(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPrompt,
-                     prompt_dir: str = "", policy: cache.Policy | None = None, max_markers: int = 4,
-                     auto_markers: int = 3, marker_models: tuple = cache.MARKER_MODELS) -> Lowered:
+                     prompt_dir: str = "", policy: breakpoints.Policy | None = None, max_markers: int = 4,
+                     auto_markers: int = 3, marker_models: tuple = breakpoints.MARKER_MODELS) -> Lowered:
     """The lowered request whose elements estimate_text serializes (media as placeholders)."""
     lowered, _ = lower_request(conv, mdl, tools, system, prompt_dir, placeholders=True)
-    cache.place(lowered, mdl.provider, cache.choose(lowered, mdl.provider, tools, policy or cache.Policy(),
-                                                    max_markers, auto_markers, mdl.id, marker_models))
+    breakpoints.place(lowered, mdl.provider, breakpoints.choose(lowered, mdl.provider, tools,
+                                                                policy or breakpoints.Policy(),
+                                                                max_markers, auto_markers, mdl.id, marker_models))
     return lowered
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from contextsvc.v1 import context_pb2 as pb
 
-from convo import text
+from helpers.convo import text
 
 PROVIDER_ENUM = {
     "anthropic": pb.PROVIDER_ANTHROPIC, "openai": pb.PROVIDER_OPENAI,

@@ -1,0 +1,190 @@
+"""Prompt-cache breakpoints (docs/design.md §6): which places of the body get a marker, chosen
+without naming a provider. What differs by provider (implicit cache or markers, the auto policy,
+the marker's shape and where it goes) is its wire format's (lowering/wire_format.py). The hashes
+of the body prefix up to each breakpoint are in prefix.py."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import BadInput
+from .lowering.registry import FORMATS
+from .lowering.wire_format import TTL_1H
+
+TTL_DEFAULT = ""
+
+# The model ids that honor markers behind a gateway, by substring: the Claude family, as upstream.
+MARKER_MODELS = ("claude", "anthropic")
+
+
+@dataclass(slots=True)
+class Hint:
+    """A caller-chosen breakpoint: exactly one target."""
+    system_block: int = -1
+    message_id: str = ""
+    last_tool: bool = False
+    ttl: str = TTL_DEFAULT
+
+
+@dataclass(slots=True)
+class Breakpoint:
+    kind: str  # "tools", "system" or "message"
+    index: int  # index within that list of the body
+    segment: str  # "tools", "system", "history" or "tail"
+    ttl: str = TTL_DEFAULT
+    prefix_bytes: int = 0
+    prefix_sha256: str = ""
+
+    @property
+    def location(self) -> str:
+        return f"{self.kind if self.kind != 'message' else 'messages'}[{self.index}]"
+
+
+@dataclass(slots=True)
+class Policy:
+    hints: list = field(default_factory=list)  # list[Hint]; kept, and auto fills the places left
+    ttl: str = TTL_DEFAULT
+
+
+def _segment(lowered, index: int) -> str:
+    last_user = max((i for i, r in enumerate(lowered.roles) if r == "user"), default=-1)
+    return "tail" if index >= last_user else "history"
+
+
+def takes_auto_markers(provider: str, model_id: str, marker_models=MARKER_MODELS) -> bool:
+    """Whether the auto policy places markers for this provider and model."""
+    fmt = FORMATS[provider]
+    if fmt.implicit_cache:
+        return False
+    if fmt.gateway:
+        mid = model_id.lower()
+        return any(s.lower() in mid for s in marker_models if s)
+    return True
+
+
+_ORDER = {"tools": 0, "system": 1, "message": 2}
+
+
+def _sorted(breakpoints: list) -> list:
+    return sorted(breakpoints, key=lambda b: (_ORDER[b.kind], b.index))
+
+
+def _late_hour(breakpoints: list):
+    """The first 1h breakpoint that follows a 5m one in prefix order (Anthropic refuses it)."""
+    short = False
+    for b in _sorted(breakpoints):
+        if b.ttl == TTL_DEFAULT:
+            short = True
+        elif b.ttl == TTL_1H and short:
+            return b
+    return None
+
+
+def _hinted(lowered, provider: str, tools: list, policy: Policy) -> list:
+    fmt = FORMATS[provider]
+    n_sys = len(lowered.system)
+    chosen = []
+    for k, h in enumerate(policy.hints):
+        if h.last_tool:
+            if not tools:
+                raise BadInput(f"cache_hints[{k}].last_tool", "there are no tools to mark")
+            if not fmt.tool_marker:
+                raise BadInput(f"cache_hints[{k}].last_tool",
+                               f"{provider} takes cache markers on message content parts only; its tool "
+                               "definitions refuse one (hint a system block or a message instead)")
+            chosen.append(Breakpoint("tools", len(tools) - 1, "tools", h.ttl))
+        elif h.message_id:
+            idx = max((i for i, ids in enumerate(lowered.sources) if h.message_id in ids), default=-1)
+            if idx < 0:
+                raise BadInput(f"cache_hints[{k}].message_id", f"{h.message_id!r} is not in the request")
+            chosen.append(Breakpoint("message", idx, _segment(lowered, idx), h.ttl))
+        else:
+            if not 0 <= h.system_block < n_sys:
+                raise BadInput(f"cache_hints[{k}].system_block",
+                               f"{h.system_block} is not a system block index (0..{n_sys - 1})")
+            chosen.append(Breakpoint("system", h.system_block, "system", h.ttl))
+    if fmt.system_marker_closes_list:
+        chosen = [Breakpoint("system", n_sys - 1, "system", b.ttl) if b.kind == "system" else b for b in chosen]
+    unique = {}
+    for b in chosen:
+        unique.setdefault((b.kind, b.index), b)
+    return list(unique.values())
+
+
+def _auto(lowered, provider: str, tools: list, ttl: str) -> list:
+    """The auto policy's breakpoints, most useful first (the first ones win when the caller's
+    hints leave fewer places)."""
+    n_sys, n_msg = len(lowered.system), len(lowered.messages)
+    if FORMATS[provider].native_auto:
+        # The latest user message is the last *wire* user message, the one carrying the tool
+        # results, not the last message a person typed: through a long tool loop the marker
+        # then advances every step, and each step reads everything before it from the entry
+        # the previous step wrote. Upstream marks the last two messages instead; a marker on
+        # the typed message would stay behind while the loop grows past the provider's
+        # lookback (20 blocks on Anthropic), and every step would be written again in full.
+        # Then the last system block (its entry survives a compaction, which rewrites the
+        # messages) and the last tool (it survives a change of the system prompt).
+        users = [i for i, r in enumerate(lowered.roles) if r == "user"]
+        out = [Breakpoint("message", users[-1], "tail", ttl)] if users else []
+        if n_sys:
+            out.append(Breakpoint("system", n_sys - 1, "system", ttl))
+        if tools:
+            out.append(Breakpoint("tools", len(tools) - 1, "tools", ttl))
+        return out
+    # The gateways' policy (upstream's): the first two system blocks and the last two messages;
+    # ranked the last message, the last of those system blocks, then the others.
+    sys = [Breakpoint("system", i, "system", ttl) for i in range(min(2, n_sys))]
+    msgs = [Breakpoint("message", i, _segment(lowered, i), ttl) for i in range(n_msg - 1, max(0, n_msg - 2) - 1, -1)]
+    return msgs[:1] + sys[::-1][:1] + msgs[1:] + sys[::-1][1:]
+
+
+def choose(lowered, provider: str, tools: list, policy: Policy, max_markers: int,
+           auto_markers: int, model_id: str = "", marker_models=MARKER_MODELS) -> list:
+    """The breakpoints to place, ordered as the provider's prefix is (tools, system, messages).
+
+    The caller's hints are kept; the auto policy fills the places left, up to max_markers in
+    all (auto_markers of its own on the native policy, which leaves one for the caller).
+    """
+    fmt = FORMATS[provider]
+    if fmt.implicit_cache:
+        return []
+    chosen = _hinted(lowered, provider, tools, policy)
+    if len(chosen) > max_markers:  # Anthropic, Bedrock and the gateways' upstreams all refuse more
+        raise BadInput("cache_hints", f"{len(chosen)} breakpoints; {provider} accepts at most {max_markers}")
+    # A message with no block that can carry a marker gets none (say, an assistant step of
+    # reasoning alone on Anthropic, or tool calls alone on the gateways).
+    chosen = [b for b in chosen if b.kind != "message" or fmt.markable(lowered.messages[b.index])]
+    if fmt.longer_ttls_first:
+        late = _late_hour(chosen)
+        if late is not None:
+            raise BadInput("cache_hints", f"the 1h breakpoint at {late.location} follows a 5m one; "
+                                          "Anthropic needs longer TTLs first")
+    if takes_auto_markers(provider, model_id, marker_models):
+        limit = auto_markers if fmt.native_auto else max_markers
+        taken = {(b.kind, b.index) for b in chosen}
+        added = 0
+        for b in _auto(lowered, provider, tools, policy.ttl):
+            if len(chosen) >= max_markers or added >= limit:
+                break
+            if (b.kind, b.index) in taken or (b.kind == "message" and not fmt.markable(
+                    lowered.messages[b.index])):
+                continue
+            # an auto marker that would break the caller's TTL order is left out, not the hint
+            if fmt.longer_ttls_first and _late_hour([*chosen, b]) is not None:
+                continue
+            chosen.append(b)
+            taken.add((b.kind, b.index))
+            added += 1
+    return _sorted(chosen)
+
+
+def place(lowered, provider: str, breakpoints: list) -> list:
+    """Puts each marker into the body, in the provider's wire format; returns the system and
+    message elements it changed."""
+    fmt = FORMATS[provider]
+    changed = []
+    for b in breakpoints:
+        key, value = fmt.marker(b.ttl)
+        element = fmt.place(lowered, b.kind, b.index, key, value)
+        if element is not None:
+            changed.append(element)
+    return changed

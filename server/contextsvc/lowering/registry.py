@@ -1,0 +1,27 @@
+"""The providers: each name and the wire format that lowers, marks and checks its bodies
+(docs/design.md §6). Everything else derives from this table: lowering.lower, the media and id
+rules, the breakpoints, model.PROVIDERS and the protobuf enum mapping (convert.py, by name:
+`openai-compatible` is PROVIDER_OPENAI_COMPATIBLE)."""
+from __future__ import annotations
+
+from . import anthropic, bedrock, gemini, openai_chat
+from .wire_format import WireFormat
+
+# In the order of the proto enum.
+FORMATS: dict[str, WireFormat] = {f.name: f for f in (
+    anthropic.FORMAT,
+    openai_chat.OPENAI,
+    openai_chat.OPENAI_COMPATIBLE,
+    bedrock.FORMAT,
+    openai_chat.OPENROUTER,
+    openai_chat.ALIBABA,
+    openai_chat.COPILOT,
+    gemini.FORMAT,
+)}
+
+PROVIDERS = tuple(FORMATS)
+
+
+def enum_name(provider: str) -> str:
+    """The protobuf Provider value's name of a provider."""
+    return "PROVIDER_" + provider.upper().replace("-", "_")

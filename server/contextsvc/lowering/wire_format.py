@@ -1,0 +1,58 @@
+"""What a wire format decides (docs/design.md §6): one object per provider, kept in its format
+module and listed in registry.py. Everything provider-specific is here or in a subclass:
+- its lowering (`body`, the format module's function);
+- its cache: implicit or marked, which auto policy, its marker's shape and where the marker goes;
+- which media it takes, and which it fetches itself from a URL;
+- the alphabet and length of its tool call ids and tool names.
+
+breakpoints.py chooses the breakpoints without naming a provider; the format places them.
+"""
+from __future__ import annotations
+
+from .tool_ids import IdRule
+
+TTL_1H = "1h"
+
+
+class WireFormat:
+    """A provider's wire format. Subclasses set the class attributes and, when the cache takes
+    markers, implement marker, markable and place."""
+
+    name: str = ""  # the provider's name (model.Model.provider); proto enum PROVIDER_<NAME>
+    body = None  # staticmethod: the format module's body(**kwargs) -> Lowered
+
+    # -- tool ids and names (tool_ids.py)
+    ids: IdRule = None  # the rule call ids are written by
+    names: IdRule | None = None  # the rule tool names are written by; None: unchanged
+
+    # -- media (media.py): media type -> media.IMAGE/DOCUMENT/AUDIO/VIDEO, and the types the
+    # provider fetches itself from an http(s) URL (the others need the bytes)
+    accepted: dict = {}
+    fetched: frozenset = frozenset()
+
+    # -- prompt cache (breakpoints.py)
+    implicit_cache: bool = False  # the cache needs no markers (and gets none)
+    native_auto: bool = False  # auto policy: last tool, last system block, latest user message
+    # a gateway in front of many model families: its markers reach only the models that honor
+    # them (config assemble.marker_models)
+    gateway: bool = False
+    tool_marker: bool = True  # a tool definition can carry a marker
+    system_marker_closes_list: bool = False  # one marker after the last system block stands for all
+    longer_ttls_first: bool = False  # a 1h entry after a 5m one is refused
+
+    def tool_list(self, body: dict) -> list:
+        """The body's tool definitions, in prefix order (what the prefix digests cover)."""
+        return body.get("tools", [])
+
+    def marker(self, ttl: str) -> tuple:
+        """(key, value) of the marker."""
+        raise NotImplementedError(f"{self.name} takes no cache markers")
+
+    def markable(self, element: dict) -> bool:
+        """Whether a message element has a part a marker can go on; changes nothing."""
+        raise NotImplementedError(f"{self.name} takes no cache markers")
+
+    def place(self, lowered, kind: str, index: int, key: str, value: dict):
+        """Puts one marker into the body; returns the system or message element it changed,
+        None for a tool definition."""
+        raise NotImplementedError(f"{self.name} takes no cache markers")

@@ -1,0 +1,253 @@
+"""Prefix digests (docs/design.md §6, "Prefix reuse"): hashes of the body prefix up to each
+breakpoint, and the per-response cache state that tells the next request what changed."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from . import history, model as m, native
+from .lowering.registry import FORMATS
+
+
+def prefix_hashes(lowered, provider: str, breakpoints: list, texts: dict | None = None) -> dict:
+    """Fills prefix_bytes/prefix_sha256: the canonical JSON of the elements the cache covers,
+    in prefix order (tools, then system, then messages), up to and including each marked one.
+    Returns the prefix digest at every element, keyed (kind, index): the next request of the
+    session checks its old breakpoints against it, wherever the markers have moved since.
+
+    Runs before the markers are placed: a marker moving along the history is not a change of
+    the cached content. texts, when given, receives each system and message element's JSON
+    text by id(element), for the body to reuse.
+    """
+    body = lowered.body
+    tools = FORMATS[provider].tool_list(body)
+    order = [("tools", i, t) for i, t in enumerate(tools)]
+    order += [("system", i, s) for i, s in enumerate(lowered.system)]
+    order += [("message", i, e) for i, e in enumerate(lowered.messages)]
+    wanted = {}
+    for b in breakpoints:
+        wanted.setdefault((b.kind, b.index), []).append(b)
+    h = hashlib.sha256()
+    size = 0
+    chain = {}
+    for kind, i, element in order:
+        text = native.json_text(element)  # the body's own text: the prefix is what is sent
+        if texts is not None and kind != "tools":
+            texts[id(element)] = text
+        chunk = text.encode()
+        h.update(chunk)
+        size += len(chunk)
+        chain[(kind, i)] = h.digest()
+        for b in wanted.get((kind, i), ()):
+            b.prefix_bytes = size
+            b.prefix_sha256 = h.hexdigest()
+    return chain
+
+
+# ---- the per-response cache state and what changed since the previous one --------------------
+#
+# Stateless by design (design.md §6 "Prefix reuse", design.md §11): each response carries the digests of its
+# prefix, the client passes them back with its next request, and whichever replica answers tells
+# what changed. No session table: it would be wrong with several processes or behind a proxy.
+
+# 8 bytes of SHA-256 per digest: two different prefixes match by accident once in 2^64, and a
+# 60-step session's state stays near 2 KB.
+DIGEST_BYTES = 8
+# Format of cache_state; a state of another version is refused (the client sends none then).
+STATE_VERSION = 1
+_MAGIC = b"CX"
+# Trailing check bytes (SHA-256 of the rest): a truncated or altered state is refused, not
+# misread as a break.
+_CHECK_BYTES = 4
+# Bounds on a state a client sends back, whatever this server's configuration: parsing it costs
+# at most this many digests.
+_MAX_STATE_GROUPS = 65_536
+_MAX_STATE_ELEMENTS = 1 << 30
+
+STATE_FIELD = "previous_cache_state"
+
+TOOLS, SYSTEM, MESSAGES = "tools", "system", "messages"
+COMPACTION, PRUNE, NEW_TURN, OTHER = "compaction", "prune", "new_turn", "other"
+
+
+@dataclass(slots=True)
+class Digests:
+    """A body's prefix, element by element in cache order (tools, system, messages), markers
+    removed."""
+    counts: tuple  # elements per segment: (tools, system, messages)
+    chain: list  # the prefix digest (DIGEST_BYTES) at every element
+    pruned: list  # tool outputs marked compacted among each element's source messages
+    compaction: bytes  # digest of the last completed compaction's summary id; zeros without one
+
+
+@dataclass(slots=True)
+class State:
+    """A previous response's digests, decoded: one digest per group of `group` elements."""
+    counts: tuple
+    group: int
+    ends: list  # the prefix digest at the last element of each group
+    pruned: list  # per group
+    compaction: bytes
+
+    @property
+    def elements(self) -> int:
+        return sum(self.counts)
+
+
+@dataclass(slots=True)
+class Change:
+    """The first element that differs from the previous request's."""
+    segment: str  # TOOLS, SYSTEM or MESSAGES
+    index: int  # within the segment, in this body
+    flat: int  # in cache order, in this body
+    cause: str  # COMPACTION, PRUNE, NEW_TURN or OTHER
+    prefix_kept: bool  # only appended: everything the previous request had is unchanged
+    resolution: int  # elements per previous digest (1 = index is exact)
+
+
+def _short(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()[:DIGEST_BYTES]
+
+
+def digests(lowered, chain: dict, messages: list) -> Digests:
+    """The digests of a built body: chain is prefix_hashes' result (taken before the markers
+    were placed), messages the conversation the body was built from."""
+    order = [k for k in chain]  # prefix_hashes fills it in cache order
+    n_tools = sum(1 for k in order if k[0] == "tools")
+    compacted = {}
+    for msg in messages:
+        n = sum(1 for p in msg.parts if isinstance(p.content, m.Tool) and p.content.compacted)
+        if n:
+            compacted[msg.id] = n
+    n_system = sum(1 for k in order if k[0] == "system")  # Bedrock's cachePoint block came later
+    pruned = [0] * (n_tools + n_system)
+    pruned += [sum(compacted.get(mid, 0) for mid in ids) for ids in lowered.sources]
+    last = history.last_compaction(messages)
+    return Digests((n_tools, n_system, len(lowered.sources)),
+                   [chain[k][:DIGEST_BYTES] for k in order], pruned,
+                   _short(messages[last].id.encode()) if last >= 0 else bytes(DIGEST_BYTES))
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def encode(d: Digests, max_groups: int) -> bytes:
+    """cache_state: at most max_groups digests, so a very long session groups its elements (the
+    report's index is then the first element of the group that changed)."""
+    n = len(d.chain)
+    group = max(1, -(-n // max(1, max_groups)))
+    ends = [d.chain[min(k + group, n) - 1] for k in range(0, n, group)]
+    pruned = [sum(d.pruned[k:k + group]) for k in range(0, n, group)]
+    out = bytearray(_MAGIC)
+    out.append(STATE_VERSION)
+    for v in (*d.counts, group):
+        out += _varint(v)
+    out += d.compaction
+    for e in ends:
+        out += e
+    for p in pruned:
+        out += _varint(p)
+    out += hashlib.sha256(out).digest()[:_CHECK_BYTES]
+    return bytes(out)
+
+
+class _Reader:
+    def __init__(self, data: bytes):
+        self.data, self.at = data, 0
+
+    def take(self, n: int) -> bytes:
+        if self.at + n > len(self.data):
+            raise _bad("is truncated")
+        chunk = self.data[self.at:self.at + n]
+        self.at += n
+        return chunk
+
+    def varint(self) -> int:
+        value = shift = 0
+        while True:
+            byte = self.take(1)[0]
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+            if shift > 63:
+                raise _bad("has an overlong number")
+
+
+def _bad(why: str):
+    from .errors import BadInput
+
+    return BadInput(STATE_FIELD, f"{why}: pass back the cache_state of the session's previous "
+                                 "response unchanged, or nothing")
+
+
+def decode(raw: bytes) -> State:
+    """A cache_state sent back by a client; BadInput naming the field when it is not one."""
+    if len(raw) < len(_MAGIC) + 1 + _CHECK_BYTES or raw[:len(_MAGIC)] != _MAGIC:
+        raise _bad("is not a cache_state")
+    body, check = raw[:-_CHECK_BYTES], raw[-_CHECK_BYTES:]
+    if hashlib.sha256(body).digest()[:_CHECK_BYTES] != check:
+        raise _bad("is damaged (check bytes differ)")
+    r = _Reader(body)
+    r.take(len(_MAGIC))
+    version = r.take(1)[0]
+    if version != STATE_VERSION:
+        raise _bad(f"has version {version}; this server reads version {STATE_VERSION}")
+    counts = (r.varint(), r.varint(), r.varint())
+    group = r.varint()
+    n = sum(counts)
+    if n > _MAX_STATE_ELEMENTS or group < 1:
+        raise _bad("has impossible sizes")
+    groups = -(-n // group)
+    if groups > _MAX_STATE_GROUPS:
+        raise _bad(f"has {groups} digests, more than {_MAX_STATE_GROUPS}")
+    compaction = r.take(DIGEST_BYTES)
+    ends = [r.take(DIGEST_BYTES) for _ in range(groups)]
+    pruned = [r.varint() for _ in range(groups)]
+    if r.at != len(body):
+        raise _bad("has trailing bytes")
+    return State(counts, group, ends, pruned, compaction)
+
+
+def _segment_of(flat: int, before: tuple, now: tuple) -> tuple:
+    """(segment, index in this body) of a first change at flat, given the segment sizes of the
+    previous request and this one (a segment whose size changed is where the change is)."""
+    t = now[0]
+    if flat < t or flat < before[0]:
+        return TOOLS, flat
+    s = now[1]
+    if flat - t < s or flat - t < before[1]:
+        return SYSTEM, flat - t
+    return MESSAGES, flat - t - s
+
+
+def compare(before: State, now: Digests) -> Change | None:
+    """The first element of this body that differs from the previous request's, judged on the
+    prefix digests (equal at element i means every element up to i is equal), or None when the
+    two are the same elements."""
+    n_before, n_now, g = before.elements, len(now.chain), before.group
+    for k, end_digest in enumerate(before.ends):
+        start = k * g
+        end = min(start + g, n_before) - 1
+        if end < n_now and now.chain[end] == end_digest:
+            continue
+        segment, index = _segment_of(start, before.counts, now.counts)
+        if segment == MESSAGES and now.compaction != before.compaction and any(now.compaction):
+            cause = COMPACTION
+        elif segment == MESSAGES and sum(now.pruned[start:end + 1]) > before.pruned[k]:
+            cause = PRUNE
+        else:
+            cause = OTHER
+        return Change(segment, index, start, cause, False, g)
+    if n_now == n_before:
+        return None
+    segment, index = _segment_of(n_before, before.counts, now.counts)
+    return Change(segment, index, n_before, NEW_TURN, True, g)
