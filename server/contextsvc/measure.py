@@ -357,10 +357,12 @@ def _decision(figure: str, stretch: tuple, media: int, media_tail: int, media_re
         method += f"+{percent.numerator if percent.denominator == 1 else float(percent)}%"
     method += f"+media:{mc.media_decision_tokens}"
     per_item = mc.media_decision_tokens
-    return Decision(math.ceil(total * margin) + media * per_item,
-                    math.ceil(tail * margin) + media_tail * per_item,
+    whole = math.ceil(total * margin) + media * per_item
+    # the rewrite is profiled as its own text, whose blocks can fall a little differently from
+    # the whole request's: it is never more than the whole request
+    return Decision(whole, math.ceil(tail * margin) + media_tail * per_item,
                     math.ceil(overhead * margin), method,
-                    math.ceil(rewrite * margin) + media_rewrite * per_item)
+                    min(whole, math.ceil(rewrite * margin) + media_rewrite * per_item))
 
 
 # ---- the RPC ---------------------------------------------------------------------------------
