@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from ..errors import Exhausted
+from ..errors import BadInput, Exhausted, NotFound, Unavailable
 from .settings import TruncationSettings
 
 __all__ = [
@@ -67,19 +67,25 @@ _TMP_RE = re.compile(r"\.tmp-(tool_[0-9a-f]{26})\.[0-9a-f]{8}", re.ASCII)
 
 
 class StoreError(Exception):
-    """Base of the errors raised by a `Store`."""
+    """Marks the errors a `Store` or `read_lines` raises, for a caller that catches any of them.
+    It decides no status: each one's gRPC status comes from its base in `contextsvc.errors`."""
 
 
-class InvalidOutputId(StoreError, ValueError):
-    """The string is not an output id this service could have generated."""
+class InvalidOutputId(StoreError, BadInput):
+    """The string is not an output id this service could have generated (INVALID_ARGUMENT,
+    naming the field ``output_id``)."""
+
+    def __init__(self, why: str):
+        super().__init__("output_id", why)
 
 
-class OutputNotFound(StoreError, LookupError):
-    """No stored output under this id: never stored, deleted, evicted, or expired."""
+class OutputNotFound(StoreError, NotFound):
+    """No stored output under this id: never stored, deleted, evicted, or expired (NOT_FOUND)."""
 
 
-class StoreUnavailable(StoreError):
-    """The store cannot read or write right now (disk full, read-only, I/O error, ...)."""
+class StoreUnavailable(StoreError, Unavailable):
+    """The store cannot read or write right now (disk full, read-only, I/O error, Redis down,
+    ...): UNAVAILABLE."""
 
 
 def parse_output_id(output_id: object) -> tuple[int, int, int]:
