@@ -170,11 +170,8 @@ class ContextService(pb_grpc.ContextServiceServicer):
         for name in ("offset", "limit"):
             if getattr(request, name) < 0:
                 raise BadInput(name, "must not be negative")
-        try:
-            r = truncation.read_lines(self._truncation, request.output_id, request.offset, request.limit,
-                                      default_limit=self._cfg.truncation.read_default_limit,
-                                      max_bytes=self._read_bytes())
-        except truncation.InvalidOutputId as e:
-            raise BadInput("output_id", str(e)) from None
+        r = truncation.read_lines(self._truncation, request.output_id, request.offset, request.limit,
+                                  default_limit=self._cfg.truncation.read_default_limit,
+                                  max_bytes=self._read_bytes())
         return pb.ReadTruncatedResponse(text=r.text, total_lines=r.total_lines, offset=r.offset,
                                         lines=r.lines, eof=r.eof)
