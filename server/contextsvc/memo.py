@@ -69,10 +69,48 @@ class StepMemo:
         return len(self._items)
 
 
+    def each(self, kind: str, messages: list, settings: tuple, compute) -> list:
+        """[compute(msg) for msg in messages], each kept under (kind, msg.digest, *settings): one
+        lock for all the lookups (a step's history is thousands of messages), misses computed
+        outside it."""
+        out = [None] * len(messages)
+        missing = []
+        items, found = self._items, 0
+        with self._lock:
+            get, touch = items.get, items.move_to_end
+            for i, msg in enumerate(messages):
+                d = msg.digest
+                if not d:
+                    missing.append((i, None))
+                    continue
+                key = (kind, d, *settings)
+                item = get(key)
+                if item is None:
+                    missing.append((i, key))
+                else:
+                    touch(key)
+                    out[i] = item[0]
+                    found += 1
+            self.hits += found
+            self.misses += len(missing)
+        for i, key in missing:
+            out[i] = value = compute(messages[i])
+            if key is not None:
+                self._put(key, value)
+        return out
+
+
 def _key_size(key: tuple) -> int:
     """The key tuple and its own items: the digest and small settings (their strings are most
     often interned constants, counted anyway: erring high keeps the bound)."""
     return sys.getsizeof(key) + sum(sys.getsizeof(x) for x in key)
+
+
+def each(memo, kind: str, messages: list, settings: tuple, compute) -> list:
+    """[compute(msg) for msg in messages], through memo when there is one (StepMemo.each)."""
+    if memo is None:
+        return [compute(x) for x in messages]
+    return memo.each(kind, messages, settings, compute)
 
 
 def cached(memo, kind: str, msg, settings: tuple, compute):

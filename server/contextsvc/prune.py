@@ -13,7 +13,7 @@ from typing import Optional
 from . import history, measure, model as m, native, validate
 from .config import PRUNE_PROTECT_RULES, Config
 from .errors import BadInput
-from .memo import cached
+from .memo import each
 
 NORMAL = "normal"
 PAYLOAD_LIMIT = "payload-limit"
@@ -88,7 +88,7 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
     """
     if reason not in REASONS:
         raise BadInput("reason", f"must be one of {', '.join(REASONS)}, got {reason!r}")
-    validate.conversation(conversation)
+    validate.conversation(conversation, memo=memo)
     validate.compaction_settings(settings)
     if model is not None:
         validate.model(model)
@@ -107,6 +107,7 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
     freed = 0
     chosen = []  # (message, part index)
     stop = False
+    scans = each(memo, "prune", msgs, (), tool_outputs)
     for i in range(len(msgs) - 1, -1, -1):
         msg = msgs[i]
         if by_turns:
@@ -116,7 +117,7 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
                 continue  # the freshest turns are never touched
         if msg.role == m.ASSISTANT and msg.summary:
             break  # never cross a compaction point
-        for j, tool, compacted, status, cost in cached(memo, "prune", msg, (), tool_outputs):
+        for j, tool, compacted, status, cost in scans[i]:
             if tool in g.protected_tools:
                 continue  # loaded instructions are live rules
             if compacted:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from .. import model as m
 from ..config import SummarizerConfig
-from ..memo import cached
+from ..memo import each
 from . import template
 
 NAME = "offline"
@@ -416,8 +416,8 @@ def extract(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, previous: di
     edited = []  # paths a completed edit wrote, packed into few Done bullets
     settings = (limits.max_items, limits.max_goals, limits.max_item_chars)
     facts = lambda x: _facts(x, limits)  # noqa: E731
-    for msg in messages:
-        for fact in cached(memo, "offline", msg, settings, facts):
+    for message_facts in each(memo, "offline", messages, settings, facts):
+        for fact in message_facts:
             kind = fact[0]
             if kind == "acc":
                 acc.add(fact[1], fact[2])

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import model as m
-from ..memo import cached
+from ..memo import each
 from . import offline
 
 
@@ -44,7 +44,7 @@ def extract(messages: list, memo=None) -> list:
     """The verbatim items of these messages, each once, in first-seen order: every tool input's,
     then every tool error's, then the prose's. memo (memo.StepMemo) keeps each message's items."""
     found = {}
-    per_message = [cached(memo, "retention", x, (), _items) for x in messages]
+    per_message = each(memo, "retention", messages, (), _items)
     for group in range(3):
         for items in per_message:
             for item in items[group]:

@@ -68,8 +68,8 @@ class CompactResult:
     decision_method: str = ""
 
 
-def check(inp: CompactInput) -> None:
-    validate.request(inp.conversation, inp.model, inp.tools, inp.compaction)
+def check(inp: CompactInput, memo=None) -> None:
+    validate.request(inp.conversation, inp.model, inp.tools, inp.compaction, memo)
     if inp.attempts < 0:
         raise BadInput("attempts", "must not be negative")
     if not any(x.role == m.USER for x in inp.conversation.messages):
@@ -279,7 +279,7 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
     """deadline: the caller's; when it passes (or the caller cancels) the work stops with
     errors.DeadlineExceeded, between summary requests and with each request's timeout cut to it.
     memo (memo.StepMemo): per-message sizes, prune scans and retention items kept across steps."""
-    check(inp)
+    check(inp, memo)
     mdl, settings = inp.model, inp.compaction
     msgs = inp.conversation.messages
     now_ms = inp.now_ms or time.time_ns() // 1_000_000

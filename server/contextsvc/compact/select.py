@@ -8,7 +8,7 @@ from fractions import Fraction
 from .. import model as m, native
 from ..config import Config
 from ..lowering import MediaLedger, lower, to_model_messages
-from ..memo import cached
+from ..memo import each
 
 
 @dataclass(slots=True)
@@ -35,11 +35,7 @@ def message_size(msg: m.Message, mdl: m.Model) -> int:
 
 def sizes(messages: list, mdl: m.Model, memo=None) -> list:
     """memo (memo.StepMemo): each message's size kept under its digest, the provider and model."""
-    if memo is None:
-        return [message_size(x, mdl) for x in messages]
-    settings = (mdl.provider, mdl.id)
-    size = lambda x: message_size(x, mdl)  # noqa: E731
-    return [cached(memo, "size", x, settings, size) for x in messages]
+    return each(memo, "size", messages, (mdl.provider, mdl.id), lambda x: message_size(x, mdl))
 
 
 def budget(usable: int, settings: m.CompactionSettings, cfg: Config) -> int:
