@@ -58,6 +58,10 @@ class ServerConfig:
     # size (agent sessions: about 3.7 bytes per wire byte, so about 9 MiB of wire bytes: thirty
     # 300 KB sessions); 0 disables
     message_cache_bytes: int = 32 * MiB
+    # memory for what Prune, Compact's selection and the offline summarizer compute per message
+    # (memo.py), charged at real size; its entries are small (a few hundred bytes per message),
+    # so this holds the recent history of hundreds of sessions; 0 disables
+    step_memo_bytes: int = 16 * MiB
     # TLS: PEM certificate chain and private key; both empty = plaintext (loopback, or TLS ends
     # at a proxy in front)
     tls_cert_file: str = ""

@@ -12,6 +12,7 @@ from . import model as m
 from .config import ServerConfig
 from .errors import BadInput
 from .lowering import registry
+from .message_cache import MessageCache
 from .v1 import context_pb2 as pb
 
 _ROLES = {pb.ROLE_USER: m.USER, pb.ROLE_ASSISTANT: m.ASSISTANT}
@@ -186,14 +187,17 @@ def conversation(c, path: str = "conversation", cache=None, max_json_depth: int 
     messages that converted cleanly are kept, so a refused message is refused every time."""
     messages = []
     for i, msg in enumerate(c.messages):
-        if cache is None:
-            messages.append(_message(msg, i, path, max_json_depth))
-            continue
         wire = msg.SerializeToString()
-        key = cache.key(wire)
+        key = MessageCache.key(wire)
+        if cache is None:
+            core = _message(msg, i, path, max_json_depth)
+            core.digest = key  # the per-message memos (memo.py) key on it, cache or not
+            messages.append(core)
+            continue
         core = cache.get(key)
         if core is None:
             core = _message(msg, i, path, max_json_depth)
+            core.digest = key
             cache.put(key, core, len(wire))
         messages.append(core)
     return m.Conversation(messages=messages, session_id=c.session_id)

@@ -176,6 +176,10 @@ class Message:
     summary: bool = False
     parent_id: str = ""
     agent: str = ""
+    # The digest of the message's wire bytes when it came off the wire (convert), b"" for a
+    # message built in the core. Not an init field, so a dataclasses.replace copy (a changed
+    # message) starts with b"": per-message memos (memo.py) are keyed by it and never see a stale one.
+    digest: bytes = field(default=b"", init=False, repr=False, compare=False)
 
     @property
     def finished(self) -> bool:

@@ -8,6 +8,7 @@ from . import assemble, compact, convert, prune, truncation
 from .config import Config
 from .errors import BadInput
 from .limits import Deadline
+from .memo import StepMemo
 from .message_cache import MessageCache
 from .tokens import ExactCounter
 from .v1 import context_pb2 as pb
@@ -33,9 +34,10 @@ class ContextService(pb_grpc.ContextServiceServicer):
         self._metrics = metrics
         self._exact = ExactCounter(cfg.measure.exact_encoding, cfg.measure.exact_cache_entries)
         self._truncation = truncation
-        self._summarizer = compact.make_summarizer(cfg)
         self._json_depth = cfg.server.max_json_depth
         self._messages = MessageCache(cfg.server.message_cache_bytes) if cfg.server.message_cache_bytes else None
+        self._memo = StepMemo(cfg.server.step_memo_bytes) if cfg.server.step_memo_bytes else None
+        self._summarizer = compact.make_summarizer(cfg, self._memo)
 
     def _step_input(self, request) -> assemble.AssembleInput:
         """The step a Measure or Assemble request describes: both take the same per-step fields."""
@@ -69,7 +71,8 @@ class ContextService(pb_grpc.ContextServiceServicer):
         mdl = convert.model(request.model) if request.HasField("model") else None
         r = prune.prune(convert.conversation(request.conversation, cache=self._messages,
                                              max_json_depth=self._json_depth), reason,
-                        convert.compaction_settings(request.compaction), self._cfg, model=mdl)
+                        convert.compaction_settings(request.compaction), self._cfg, model=mdl,
+                        memo=self._memo)
         if self._metrics is not None:
             self._metrics.record_prune(r.reason, r.acted, r.tokens_freed)
         return pb.PruneResponse(part_ids=r.part_ids, tokens_freed=r.tokens_freed, acted=r.acted,
@@ -86,7 +89,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
             id_prefix=request.id_prefix,
         )
         deadline = Deadline.after(context.time_remaining(), cancelled=lambda: not context.is_active())
-        r = compact.compact(inp, self._cfg, self._summarizer, deadline)
+        r = compact.compact(inp, self._cfg, self._summarizer, deadline, memo=self._memo)
         if self._metrics is not None:
             self._metrics.record_compaction(r.outcome, r.backend, r.fell_back, r.retention)
         out = pb.CompactResponse(

@@ -1,0 +1,156 @@
+"""The per-message memo of Prune, Compact's selection and the offline summarizer (memo.py).
+
+Same answers with it on or off: random conversations grown step by step, each step sent to a
+servicer with the memo (shared across the steps, as a server's is) and to one without, every
+Prune reason and Compact compared byte for byte. Its memory stays within its bound, each entry
+charged its real size.
+"""
+from __future__ import annotations
+
+import dataclasses
+import random
+import sys
+import tracemalloc
+
+import pytest
+
+from contextsvc import config, memo, model as m, service
+from contextsvc.client import apply_compaction
+from contextsvc.compact import run as compact_run
+from contextsvc.v1 import context_pb2 as pb
+from helpers.convo import assistant, model, text, tool, user
+
+WORDS = ("fix the parser in src/app/main.py and keep the public API stable; we must never break "
+         "ParseError handling, I'll use load_config because the cause is in utils.read_file next "
+         "then run pytest tests/test_main.py Error: failed to import").split()
+
+
+class _Context:
+    def time_remaining(self):
+        return 60.0
+
+    def is_active(self):
+        return True
+
+
+def _words(rng, n):
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def _grow(rng, msgs, n):
+    """One agent step: a user turn now and then, an assistant message with tools."""
+    if rng.random() < 0.3 or not msgs:
+        msgs.append(user(f"u{n}", text(f"u{n}p", _words(rng, rng.randint(3, 30)).capitalize() + ".")))
+        return
+    parts = [text(f"a{n}t", _words(rng, rng.randint(0, 25)))]
+    for k in range(rng.randint(0, 3)):
+        name = rng.choice(("read", "edit", "bash", "grep", "skill"))
+        inp = {"command": _words(rng, 3)} if name == "bash" else {"path": f"src/f{rng.randint(0, 9)}.py"}
+        status = rng.choice((pb.TOOL_STATUS_COMPLETED,) * 4 + (pb.TOOL_STATUS_ERROR, pb.TOOL_STATUS_RUNNING))
+        p = tool(f"a{n}x{k}", f"c{n}_{k}", name, inp, "out line\n" * rng.randint(0, 400), status=status)
+        if status == pb.TOOL_STATUS_ERROR:
+            p.tool.state.error = "Traceback: " + _words(rng, 4)
+        parts.append(p)
+    msgs.append(assistant(f"a{n}", *parts, usage=pb.Usage(input=rng.randint(0, 50_000))))
+
+
+def _memo_off():
+    cfg = config.Config()
+    return dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, step_memo_bytes=0))
+
+
+def _same(a, b):
+    assert a.SerializeToString(deterministic=True) == b.SerializeToString(deterministic=True)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_memo_changes_no_answer(seed, monkeypatch):
+    monkeypatch.setattr(compact_run.time, "time_ns", lambda: 1_700_000_000_000_000_000)
+    rng = random.Random(seed)
+    on_cfg, off_cfg = config.Config(), _memo_off()
+    # the converted-message cache on in both: the memo is the only difference
+    with_memo, without = service.ContextService(on_cfg), service.ContextService(off_cfg)
+    assert with_memo._memo is not None and without._memo is None
+    msgs, ctx = [], _Context()
+    mdl = model(context=rng.choice((8_000, 30_000, 200_000)))
+    for n in range(60):
+        _grow(rng, msgs, n)
+        if not any(x.role == pb.ROLE_USER for x in msgs):
+            continue
+        conv = pb.Conversation(session_id="s", messages=msgs)
+        for reason in (pb.PRUNE_REASON_NORMAL, pb.PRUNE_REASON_PAYLOAD_LIMIT, pb.PRUNE_REASON_POST_COMPACTION):
+            req = pb.PruneRequest(conversation=conv, reason=reason, model=mdl)
+            _same(with_memo.Prune(req, ctx), without.Prune(req, ctx))
+        if n % 7 == 6:
+            req = pb.CompactRequest(conversation=conv, model=mdl, auto=True)
+            a, b = with_memo.Compact(req, ctx), without.Compact(req, ctx)
+            _same(a, b)
+            if a.outcome == pb.COMPACT_OUTCOME_COMPACTED and rng.random() < 0.5:
+                msgs = apply_compaction(msgs, a)  # the next steps go on from the compacted history
+    assert with_memo._memo.hits > 0
+
+
+def test_a_bad_message_is_refused_the_same_with_the_memo():
+    """The memo keeps a message's own checks; errors still name the first bad field in order."""
+    on_cfg, off_cfg = config.Config(), _memo_off()
+    with_memo, without = service.ContextService(on_cfg), service.ContextService(off_cfg)
+    good = [user("u1", text("p1", "hi")), assistant("a1", tool("t1", "c1", "read", {"path": "x"}, "o"))]
+    for bad in ([*good, user("u1", text("p9", "dup id"))],
+                [*good, user("u2", text("t1", "dup part id"))],
+                [*good, user("u2", tool("t2", "c2", "read", {}, "user tool"))]):
+        req = pb.PruneRequest(conversation=pb.Conversation(messages=good), reason=pb.PRUNE_REASON_PAYLOAD_LIMIT)
+        with_memo.Prune(req, None)  # the good messages are known
+        req = pb.PruneRequest(conversation=pb.Conversation(messages=bad), reason=pb.PRUNE_REASON_PAYLOAD_LIMIT)
+        errors = []
+        for svc in (with_memo, without):
+            with pytest.raises(Exception) as exc:
+                svc.Prune(req, None)
+            errors.append(str(exc.value))
+        assert errors[0] == errors[1]
+
+
+def _message(i, size):
+    msg = m.Message(f"m{i}", m.USER, [m.Part(f"p{i}", m.Text(f"{i} " + "x" * size))])
+    msg.digest = i.to_bytes(16, "little")
+    return msg
+
+
+@pytest.mark.parametrize("size", [2, 60_000])
+def test_memory_stays_within_the_bound(size):
+    """Entries charged their real size: tracemalloc's count of what the memo holds stays
+    within the bound (plus slack for the table itself), for tiny and large values alike."""
+    bound = 1 << 20
+    msgs = [_message(i, size) for i in range(20_000 if size < 100 else 60)]
+    compute = lambda x: (x.parts[0].content.text[:size], ("fact", x.id))  # noqa: E731
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    mm = memo.StepMemo(bound)
+    for k in range(0, len(msgs), 100):
+        mm.each("k", msgs[k:k + 100], (), compute)
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert mm.size_bytes <= bound
+    assert held <= bound + 256 * 1024, (held, mm.size_bytes, len(mm))
+    assert mm.size_bytes >= 0.5 * held  # the charge is not far below reality either
+    assert 0 < len(mm) < len(msgs)  # the oldest went first
+
+
+def test_least_recently_used_go_first():
+    mm = memo.StepMemo(4_000)
+    msgs = [_message(i, 2) for i in range(40)]
+    mm.each("k", msgs[:3], (), lambda x: x.id)
+    for x in msgs[3:]:
+        mm.each("k", [msgs[0], x], (), lambda y: y.id)  # msgs[0] stays in use
+    calls = []
+    mm.each("k", [msgs[0], msgs[1]], (), lambda y: calls.append(y.id) or y.id)
+    assert calls == ["m1"]
+
+
+def test_a_message_without_digest_is_computed_every_time():
+    mm = memo.StepMemo(1 << 20)
+    msg = m.Message("x", m.USER, [])
+    calls = []
+    for _ in range(2):
+        assert mm.each("k", [msg], (), lambda y: calls.append(1) or 7) == [7]
+    assert len(calls) == 2 and len(mm) == 0
+    assert sys.getsizeof(msg.digest) > 0
