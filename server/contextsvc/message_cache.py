@@ -62,8 +62,12 @@ def resident_size(obj) -> int:
 _FIELDS: dict = {}  # type -> a function giving the tuple of its attribute values
 
 
+# A message's `digest` is the cache key itself, already charged in ENTRY_OVERHEAD.
+_NOT_WALKED = ("__weakref__", "__dict__", "digest")
+
+
 def _fields_of(t):
-    names = [n for c in t.__mro__ for n in getattr(c, "__slots__", ()) if n not in ("__weakref__", "__dict__")]
+    names = [n for c in t.__mro__ for n in getattr(c, "__slots__", ()) if n not in _NOT_WALKED]
     getter = operator.attrgetter(*names) if names else None
 
     def values(x):
