@@ -7,7 +7,7 @@ from __future__ import annotations
 from . import assemble, compact, convert, prune, truncation
 from .config import Config
 from .errors import BadInput
-from .limits import Deadline
+from .limits import NO_DEADLINE, Deadline
 from .memo import StepMemo
 from .message_cache import MessageCache
 from .tokens import ExactCounter
@@ -29,7 +29,10 @@ _READ_RESPONSE_OVERHEAD = 64
 
 
 def _deadline(context) -> Deadline:
-    """The caller's deadline and cancellation, for the core to check between steps of its work."""
+    """The caller's deadline and cancellation, for the core to check between steps of its work
+    (none without a gRPC context: the servicer called directly)."""
+    if context is None:
+        return NO_DEADLINE
     return Deadline.after(context.time_remaining(), cancelled=lambda: not context.is_active())
 
 
