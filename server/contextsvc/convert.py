@@ -237,6 +237,14 @@ def _message(msg, i: int, path: str, depth: int) -> m.Message:
     )
 
 
+def session_id(c, limit: int, path: str = "conversation.session_id") -> None:
+    """Refuses a session id over limit UTF-8 bytes (server.max_session_id_bytes)."""
+    n = len(c.session_id.encode("utf-8", "surrogatepass")) if len(c.session_id) * 4 > limit else 0
+    if n > limit:
+        raise BadInput(path, f"is {n} bytes, more than {limit} (server.max_session_id_bytes): "
+                       "a session id names the session, use a UUID or a digest")
+
+
 def shared_fields(request, cache=None, max_json_depth: int = JSON_DEPTH, deadline: Deadline = NO_DEADLINE) -> dict:
     """The core fields of Measure, Compact and Assemble requests, which share these five."""
     return {

@@ -50,6 +50,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
     def _step_input(self, request, deadline: Deadline) -> assemble.AssembleInput:
         """The step a Measure or Assemble request describes: both take the same per-step fields."""
         convert.require(request, "conversation", "model")
+        convert.session_id(request.conversation, self._cfg.server.max_session_id_bytes)
         return assemble.AssembleInput(
             **convert.shared_fields(request, self._messages, self._json_depth, deadline),
             editor=convert.editor(request.editor) if request.HasField("editor") else None,
@@ -76,6 +77,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
 
     def Prune(self, request: pb.PruneRequest, context) -> pb.PruneResponse:
         convert.require(request, "conversation")
+        convert.session_id(request.conversation, self._cfg.server.max_session_id_bytes)
         deadline = _deadline(context)
         reason = convert.prune_reason(request.reason)
         mdl = convert.model(request.model) if request.HasField("model") else None
@@ -91,6 +93,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
 
     def Compact(self, request: pb.CompactRequest, context) -> pb.CompactResponse:
         convert.require(request, "conversation", "model")
+        convert.session_id(request.conversation, self._cfg.server.max_session_id_bytes)
         deadline = _deadline(context)
         inp = compact.CompactInput(
             **convert.shared_fields(request, self._messages, self._json_depth, deadline),
