@@ -16,6 +16,7 @@ from typing import Optional
 from . import breakpoints, history, measure, model as m, prefix
 from .config import Config
 from .errors import BadInput
+from .limits import NO_DEADLINE, Deadline
 
 MAX_STEPS_PROMPT = """CRITICAL - MAXIMUM STEPS REACHED
 
@@ -227,22 +228,23 @@ def inject(inp: AssembleInput, now: Optional[dt.datetime] = None) -> tuple:
 
 
 def assemble(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None,
-             exact_counter=None) -> Assembled:
+             exact_counter=None, deadline: Deadline = NO_DEADLINE) -> Assembled:
     """The body to send, with every figure Measure gives for it and its cache state."""
-    return step(inp, cfg, now, serialize=True, hashes=True, exact_counter=exact_counter)
+    return step(inp, cfg, now, serialize=True, hashes=True, exact_counter=exact_counter, deadline=deadline)
 
 
 def step(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None, *, serialize: bool,
-         hashes: bool, exact_counter=None) -> Assembled:
+         hashes: bool, exact_counter=None, deadline: Deadline = NO_DEADLINE) -> Assembled:
     """One step of an agent loop, as Assemble and Measure both see it: injections, then the
     evaluation of the body that would be sent (payload guard included), then, when hashed, the
     cache state and what changed since the previous one.
 
     serialize: also the body's JSON (Assemble). hashes: the prefix digests (a serialization pass
-    over the elements); implied by a previous_cache_state.
+    over the elements); implied by a previous_cache_state. deadline: the caller's
+    (errors.DeadlineExceeded when it passes or the caller cancels).
     """
     measure.check(measure.MeasureInput(inp.conversation, inp.model, inp.tools, inp.system, inp.compaction,
-                                       configured_output_tokens=inp.configured_output_tokens))
+                                       configured_output_tokens=inp.configured_output_tokens), deadline)
     if inp.step < 0 or inp.max_steps < 0:
         raise BadInput("step" if inp.step < 0 else "max_steps", "must not be negative")
     previous = prefix.decode(inp.previous_cache_state) if inp.previous_cache_state else None
@@ -259,7 +261,8 @@ def step(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None, *, 
                              configured_output_tokens=inp.configured_output_tokens,
                              tools_disabled=tools_disabled),
         cfg, exact_counter, policy=inp.policy, hashes=hashes, checked=True, now_ms=now_ms,
-        previous=previous)
+        previous=previous, deadline=deadline)
+    deadline.check("assemble")
     guard = built.guard
     body = built.body_json() if serialize else b""  # tests hold len(body) == result.body_bytes
     state = prefix.encode(built.digests, cfg.assemble.cache_state_groups) if hashes else b""

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from . import breakpoints, history, model as m, native, prefix, prune, system_prompt
 from .config import Config
+from .limits import NO_DEADLINE, Deadline
 from .lowering import MediaLedger, lower, to_model_messages
 from .lowering.lowered import Lowered
 from .lowering.neutral import attachment_note
@@ -120,14 +121,14 @@ def strip_historical_media(messages: list) -> tuple:
 
 
 def payload_guard(conv: m.Conversation, body_bytes: int, settings: m.CompactionSettings, cfg: Config,
-                  now_ms: int = 0, model: m.Model | None = None) -> Guard:
+                  now_ms: int = 0, model: m.Model | None = None, deadline: Deadline = NO_DEADLINE) -> Guard:
     """The payload guard, one step of every RPC that sizes a body (Measure, Assemble): a body
     over REQUEST_PRUNE_BYTES runs the payload-limit prune (parts marked compacted at now_ms,
     default now) and strips historical media; Guard.conversation is then what to build
     instead. A body still over is sent anyway (the caller says so)."""
     if body_bytes <= cfg.assemble.request_prune_bytes:
         return Guard()
-    pruned = prune.prune(conv, prune.PAYLOAD_LIMIT, settings, cfg, model=model).part_ids
+    pruned = prune.prune(conv, prune.PAYLOAD_LIMIT, settings, cfg, model=model, deadline=deadline).part_ids
     shrunk = prune.apply(conv, pruned, now_ms or time.time_ns() // 1_000_000) if pruned else conv
     messages, stripped = strip_historical_media(shrunk.messages)
     if not (pruned or stripped):
@@ -157,22 +158,26 @@ def lower_request(conv: m.Conversation, mdl: m.Model, tools: list, system: m.Sys
 def build(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPrompt,
           prompt_dir: str = "", policy: breakpoints.Policy | None = None, max_markers: int = 4,
           auto_markers: int = 3, hashes: bool = False, tools_disabled: bool = False,
-          marker_models: tuple = breakpoints.MARKER_MODELS) -> Built:
+          marker_models: tuple = breakpoints.MARKER_MODELS, deadline: Deadline = NO_DEADLINE) -> Built:
     """Lowers the request and places its cache breakpoints (the auto policy unless hinted);
     with hashes, also the prefix hash at each breakpoint (costs a serialization pass).
     tools_disabled: the tools stay defined and the provider's "no tool use" choice is set.
-    marker_models: the model ids (substrings) that take markers behind a gateway."""
+    marker_models: the model ids (substrings) that take markers behind a gateway.
+    deadline: checked between stages and every CHECK_EVERY elements of the loops here."""
+    deadline.check("lowering")
     lowered, ledger = lower_request(conv, mdl, tools, system, prompt_dir, tools_disabled=tools_disabled)
+    deadline.check("lowering")
     chosen = breakpoints.choose(lowered, mdl.provider, tools, policy or breakpoints.Policy(), max_markers,
                                 auto_markers, mdl.id, marker_models)
     texts = {}
-    chain = prefix.prefix_hashes(lowered, mdl.provider, chosen, texts) if hashes else None
+    chain = prefix.prefix_hashes(lowered, mdl.provider, chosen, texts, deadline) if hashes else None
     for element in breakpoints.place(lowered, mdl.provider, chosen):
         texts.pop(id(element), None)
     lengths = {}
     json_lengths = native.json_lengths
     for parent, key in lowered.lists:
-        for e in parent[key]:
+        for i, e in enumerate(parent[key]):
+            deadline.tick(i, "sizing the body")
             lengths[id(e)] = json_lengths(e)
     return Built(lowered, ledger, lengths, chosen, chain, texts)
 

@@ -77,6 +77,9 @@ class ServerConfig:
     # schemas nest under 20 levels; every later stage stays far from Python's recursion limit
     # (1000 frames) at this depth, which is why it cannot be set above MAX_JSON_DEPTH
     max_json_depth: int = 256
+    # a conversation's session_id longer than this (UTF-8 bytes) is refused: real ids are UUIDs or
+    # a few of them joined (under 200 bytes); OpenAI takes 64 characters as prompt_cache_key
+    max_session_id_bytes: int = 1024
     # streams that hold a worker thread while open (reflection) served at once; one more is
     # refused at once. Whatever this says, one thread is always left for health checks
     max_streams: int = 3
@@ -101,6 +104,8 @@ class ServerConfig:
                              f"workers ({self.workers}): the spare threads answer health checks")
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
             raise ValueError("[server] tls_cert_file and tls_key_file must be set together")
+        if self.max_session_id_bytes < 1:
+            raise ValueError("[server] max_session_id_bytes must be at least 1")
         if not 1 <= self.max_json_depth <= MAX_JSON_DEPTH:
             raise ValueError(f"[server] max_json_depth must be in [1, {MAX_JSON_DEPTH}]")
         if self.tls_client_ca_file and not self.tls_cert_file:

@@ -11,6 +11,7 @@ import math
 from . import model as m
 from .config import ServerConfig
 from .errors import BadInput
+from .limits import NO_DEADLINE, Deadline
 from .lowering import registry
 from .message_cache import MessageCache
 from .v1 import context_pb2 as pb
@@ -181,12 +182,14 @@ _PART_BUILDERS = {
 }
 
 
-def conversation(c, path: str = "conversation", cache=None, max_json_depth: int = JSON_DEPTH) -> m.Conversation:
+def conversation(c, path: str = "conversation", cache=None, max_json_depth: int = JSON_DEPTH,
+                 deadline: Deadline = NO_DEADLINE) -> m.Conversation:
     """Field paths are built only when something is wrong: this runs for every message.
     With a MessageCache, messages seen before (same wire bytes) are not converted again; only
     messages that converted cleanly are kept, so a refused message is refused every time."""
     messages = []
     for i, msg in enumerate(c.messages):
+        deadline.tick(i, "conversion")
         wire = msg.SerializeToString()
         key = MessageCache.key(wire)
         if cache is None:
@@ -234,10 +237,19 @@ def _message(msg, i: int, path: str, depth: int) -> m.Message:
     )
 
 
-def shared_fields(request, cache=None, max_json_depth: int = JSON_DEPTH) -> dict:
+def session_id(c, limit: int, path: str = "conversation.session_id") -> None:
+    """Refuses a session id over limit UTF-8 bytes (server.max_session_id_bytes)."""
+    n = len(c.session_id.encode("utf-8", "surrogatepass")) if len(c.session_id) * 4 > limit else 0
+    if n > limit:
+        raise BadInput(path, f"is {n} bytes, more than {limit} (server.max_session_id_bytes): "
+                       "a session id names the session, use a UUID or a digest")
+
+
+def shared_fields(request, cache=None, max_json_depth: int = JSON_DEPTH, deadline: Deadline = NO_DEADLINE) -> dict:
     """The core fields of Measure, Compact and Assemble requests, which share these five."""
     return {
-        "conversation": conversation(request.conversation, cache=cache, max_json_depth=max_json_depth),
+        "conversation": conversation(request.conversation, cache=cache, max_json_depth=max_json_depth,
+                                     deadline=deadline),
         "model": model(request.model),
         "tools": tools(request.tools, max_json_depth=max_json_depth),
         "system": system(request.system),

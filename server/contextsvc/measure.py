@@ -9,6 +9,7 @@ from typing import Optional
 from . import body, history, model as m, native, prefix, tokens, validate
 from .config import Config
 from .errors import BadInput
+from .limits import NO_DEADLINE, Deadline
 from .lowering.media import MEDIA_PLACEHOLDER
 
 
@@ -225,7 +226,8 @@ def _media_in(element_texts) -> int:
 
 
 def _figures(inp: MeasureInput, built: body.Built, cfg: Config, policy, exact_counter, base,
-             reported: int, last_assistant: int, has_tail: bool, rewrite_from) -> _Figures:
+             reported: int, last_assistant: int, has_tail: bool, rewrite_from,
+             deadline: Deadline = NO_DEADLINE) -> _Figures:
     """The calibrated, self-calibrated and (when asked) exact figures and their projections,
     summed over the same stretches as the reference agent's (tail after the last assistant element,
     overhead = system + tools), and the rewrite: the elements from rewrite_from on (an index
@@ -234,6 +236,7 @@ def _figures(inp: MeasureInput, built: body.Built, cfg: Config, policy, exact_co
     mc = cfg.measure
     needs_text = mc.calibrated_figures or inp.exact
     texts = _estimated(inp, built, cfg, policy) if needs_text else _Estimated([], [], "")
+    deadline.check("figures")
     n_sys = len(texts.system)
     tail_from = n_sys + last_assistant + 1  # element index where the tail starts
 
@@ -247,6 +250,7 @@ def _figures(inp: MeasureInput, built: body.Built, cfg: Config, policy, exact_co
     if inp.exact or (built_elements and built.texts):
         text = built.element_text if built_elements else native.json_text
         element_json = [text(e) for e in elements]
+        deadline.check("figures")
     cuts = [0, n_sys, n_sys + max(at, 0), tail_from, len(elements)]
     if mc.calibrated_figures:
         pairs = [(_calibrated_text("[" + ",".join(element_json[a:b]) + "]") if element_json
@@ -287,8 +291,8 @@ def _figures(inp: MeasureInput, built: body.Built, cfg: Config, policy, exact_co
     projected_exact = 0
     if inp.exact:
         counter = exact_counter or tokens.ExactCounter(mc.exact_encoding)
-        counts = counter.count_parts(_join_parts(element_json, texts))
-        exact = (sum(counts), counter.method)
+        counts, method = counter.count_parts_with_method(_join_parts(element_json, texts), deadline)
+        exact = (sum(counts), method)
         n_el = n_sys + len(texts.messages)
         ex_tools = counts[-1] if texts.tools else 0
         ex_tail = sum(counts[tail_from:n_el]) if has_tail else 0
@@ -367,48 +371,53 @@ def _decision(figure: str, stretch: tuple, media: int, media_tail: int, media_re
 
 # ---- the RPC ---------------------------------------------------------------------------------
 
-def check(inp: MeasureInput) -> None:
-    validate.request(inp.conversation, inp.model, inp.tools, inp.compaction)
+def check(inp: MeasureInput, deadline: Deadline = NO_DEADLINE) -> None:
+    validate.request(inp.conversation, inp.model, inp.tools, inp.compaction, deadline=deadline)
     if inp.configured_output_tokens < 0:
         raise BadInput("configured_output_tokens", "must not be negative")
 
 
-def measure(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.ExactCounter] = None) -> Measurement:
-    return evaluate(inp, cfg, exact_counter)[0]
+def measure(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.ExactCounter] = None,
+            deadline: Deadline = NO_DEADLINE) -> Measurement:
+    return evaluate(inp, cfg, exact_counter, deadline=deadline)[0]
 
 
 def evaluate(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.ExactCounter] = None,
              policy=None, hashes: bool = False, checked: bool = False, now_ms: int = 0,
-             previous: Optional[prefix.State] = None) -> tuple:
+             previous: Optional[prefix.State] = None, deadline: Deadline = NO_DEADLINE) -> tuple:
     """(Measurement, the built request) of the body that would be sent, payload guard included
     (built.guard says what it did): Assemble serializes exactly what was measured.
 
     checked: the caller already ran check() on the request this input was derived from.
     hashes: also the prefix digests (built.digests); with previous, the previous request's
     digests, what changed since (built.change) and the decision figure of what is written again
-    (Measurement.rewrite).
+    (Measurement.rewrite). deadline: the caller's, checked between stages and inside the
+    per-element loops (errors.DeadlineExceeded).
     """
     if not checked:
-        check(inp)
-    result, built = _evaluate(inp, cfg, exact_counter, policy, hashes, previous)
-    guard = body.payload_guard(inp.conversation, result.body_bytes, inp.compaction, cfg, now_ms, inp.model)
+        check(inp, deadline)
+    result, built = _evaluate(inp, cfg, exact_counter, policy, hashes, previous, deadline)
+    guard = body.payload_guard(inp.conversation, result.body_bytes, inp.compaction, cfg, now_ms, inp.model,
+                               deadline)
     if guard.conversation is not None:
         result, built = _evaluate(dataclasses.replace(inp, conversation=guard.conversation), cfg,
-                                  exact_counter, policy, hashes, previous)
+                                  exact_counter, policy, hashes, previous, deadline)
     built.guard = guard
     return result, built
 
 
-def _evaluate(inp: MeasureInput, cfg: Config, exact_counter, policy, hashes: bool, previous) -> tuple:
+def _evaluate(inp: MeasureInput, cfg: Config, exact_counter, policy, hashes: bool, previous,
+              deadline: Deadline = NO_DEADLINE) -> tuple:
     """evaluate for the request as given, without the payload guard."""
     mdl, settings, msgs = inp.model, inp.compaction, inp.conversation.messages
     factor = cfg.measure.factor
     a = cfg.assemble
     built = body.build(inp.conversation, mdl, inp.tools, inp.system, a.prompt_dir, policy,
                           a.anthropic_max_breakpoints, a.anthropic_auto_breakpoints, hashes,
-                          tools_disabled=inp.tools_disabled, marker_models=a.marker_models)
+                          tools_disabled=inp.tools_disabled, marker_models=a.marker_models, deadline=deadline)
     low = built.lowered
     rewrite_from = None  # index into system + messages; -1 = the whole request
+    deadline.check("measure")
     if hashes:
         built.digests = prefix.digests(low, built.prefix_chain, msgs)
         if previous is not None:
@@ -457,7 +466,7 @@ def _evaluate(inp: MeasureInput, cfg: Config, exact_counter, policy, hashes: boo
     low.set_max_output(out_tokens)
 
     fig = _figures(inp, built, cfg, policy, exact_counter, base, reported, last_assistant,
-                   bool(tail_messages), rewrite_from)
+                   bool(tail_messages), rewrite_from, deadline)
     figure = cfg.measure.compaction_figure
     if figure == "exact" and fig.exact is None:
         figure = "calibrated"  # exact counts decide only when the request asks for them

@@ -6,10 +6,12 @@ import hashlib
 from dataclasses import dataclass
 
 from . import history, model as m, native
+from .limits import NO_DEADLINE, Deadline
 from .lowering.registry import FORMATS
 
 
-def prefix_hashes(lowered, provider: str, breakpoints: list, texts: dict | None = None) -> dict:
+def prefix_hashes(lowered, provider: str, breakpoints: list, texts: dict | None = None,
+                  deadline: Deadline = NO_DEADLINE) -> dict:
     """Fills prefix_bytes/prefix_sha256: the canonical JSON of the elements the cache covers,
     in prefix order (tools, then system, then messages), up to and including each marked one.
     Returns the prefix digest at every element, keyed (kind, index): the next request of the
@@ -30,7 +32,8 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, texts: dict | None 
     h = hashlib.sha256()
     size = 0
     chain = {}
-    for kind, i, element in order:
+    for n, (kind, i, element) in enumerate(order):
+        deadline.tick(n, "prefix hashing")
         text = native.json_text(element)  # the body's own text: the prefix is what is sent
         if texts is not None and kind != "tools":
             texts[id(element)] = text

@@ -13,6 +13,7 @@ from typing import Optional
 from . import history, measure, model as m, native, validate
 from .config import PRUNE_PROTECT_RULES, Config
 from .errors import BadInput
+from .limits import NO_DEADLINE, Deadline, ticking
 from .memo import each
 
 NORMAL = "normal"
@@ -80,7 +81,8 @@ def gates(settings: m.CompactionSettings, cfg: Config, mdl: Optional[m.Model] = 
 
 
 def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSettings,
-          cfg: Config, model: Optional[m.Model] = None, memo=None) -> PruneResult:
+          cfg: Config, model: Optional[m.Model] = None, memo=None,
+          deadline: Deadline = NO_DEADLINE) -> PruneResult:
     """The tool parts to mark, scanning what would be sent (history.project) newest first.
 
     `model` is optional: with a known context window it scales the token gates. `memo`
@@ -88,7 +90,7 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
     """
     if reason not in REASONS:
         raise BadInput("reason", f"must be one of {', '.join(REASONS)}, got {reason!r}")
-    validate.conversation(conversation, memo=memo)
+    validate.conversation(conversation, memo=memo, deadline=deadline)
     validate.compaction_settings(settings)
     if model is not None:
         validate.model(model)
@@ -107,8 +109,9 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
     freed = 0
     chosen = []  # (message, part index)
     stop = False
-    scans = each(memo, "prune", msgs, (), tool_outputs)
+    scans = each(memo, "prune", msgs, (), ticking(tool_outputs, deadline, "prune"))
     for i in range(len(msgs) - 1, -1, -1):
+        deadline.tick(i, "prune")
         msg = msgs[i]
         if by_turns:
             if msg.role == m.USER:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from . import assemble, compact, convert, prune, truncation
 from .config import Config
 from .errors import BadInput
-from .limits import Deadline
+from .limits import NO_DEADLINE, Deadline
 from .memo import StepMemo
 from .message_cache import MessageCache
 from .tokens import ExactCounter
@@ -28,6 +28,14 @@ _OUTCOMES = {
 _READ_RESPONSE_OVERHEAD = 64
 
 
+def _deadline(context) -> Deadline:
+    """The caller's deadline and cancellation, for the core to check between steps of its work
+    (none without a gRPC context: the servicer called directly)."""
+    if context is None:
+        return NO_DEADLINE
+    return Deadline.after(context.time_remaining(), cancelled=lambda: not context.is_active())
+
+
 class ContextService(pb_grpc.ContextServiceServicer):
     def __init__(self, cfg: Config, metrics=None, truncation=None):
         self._cfg = cfg
@@ -39,11 +47,12 @@ class ContextService(pb_grpc.ContextServiceServicer):
         self._memo = StepMemo(cfg.server.step_memo_bytes) if cfg.server.step_memo_bytes else None
         self._summarizer = compact.make_summarizer(cfg, self._memo)
 
-    def _step_input(self, request) -> assemble.AssembleInput:
+    def _step_input(self, request, deadline: Deadline) -> assemble.AssembleInput:
         """The step a Measure or Assemble request describes: both take the same per-step fields."""
         convert.require(request, "conversation", "model")
+        convert.session_id(request.conversation, self._cfg.server.max_session_id_bytes)
         return assemble.AssembleInput(
-            **convert.shared_fields(request, self._messages, self._json_depth),
+            **convert.shared_fields(request, self._messages, self._json_depth, deadline),
             editor=convert.editor(request.editor) if request.HasField("editor") else None,
             step=request.step,
             max_steps=request.max_steps,
@@ -56,9 +65,10 @@ class ContextService(pb_grpc.ContextServiceServicer):
         )
 
     def Measure(self, request: pb.MeasureRequest, context) -> pb.MeasureResponse:
-        inp = self._step_input(request)
+        deadline = _deadline(context)
+        inp = self._step_input(request, deadline)
         r = assemble.step(inp, self._cfg, serialize=False, hashes=request.want_cache_state,
-                          exact_counter=self._exact)
+                          exact_counter=self._exact, deadline=deadline)
         if self._metrics is not None:
             m = r.measurement
             self._metrics.record_measure(inp.model.provider, m.overflow or m.should_compact)
@@ -67,12 +77,14 @@ class ContextService(pb_grpc.ContextServiceServicer):
 
     def Prune(self, request: pb.PruneRequest, context) -> pb.PruneResponse:
         convert.require(request, "conversation")
+        convert.session_id(request.conversation, self._cfg.server.max_session_id_bytes)
+        deadline = _deadline(context)
         reason = convert.prune_reason(request.reason)
         mdl = convert.model(request.model) if request.HasField("model") else None
         r = prune.prune(convert.conversation(request.conversation, cache=self._messages,
-                                             max_json_depth=self._json_depth), reason,
+                                             max_json_depth=self._json_depth, deadline=deadline), reason,
                         convert.compaction_settings(request.compaction), self._cfg, model=mdl,
-                        memo=self._memo)
+                        memo=self._memo, deadline=deadline)
         if self._metrics is not None:
             self._metrics.record_prune(r.reason, r.acted, r.tokens_freed)
         return pb.PruneResponse(part_ids=r.part_ids, tokens_freed=r.tokens_freed, acted=r.acted,
@@ -81,14 +93,15 @@ class ContextService(pb_grpc.ContextServiceServicer):
 
     def Compact(self, request: pb.CompactRequest, context) -> pb.CompactResponse:
         convert.require(request, "conversation", "model")
+        convert.session_id(request.conversation, self._cfg.server.max_session_id_bytes)
+        deadline = _deadline(context)
         inp = compact.CompactInput(
-            **convert.shared_fields(request, self._messages, self._json_depth),
+            **convert.shared_fields(request, self._messages, self._json_depth, deadline),
             overflow=request.overflow,
             auto=request.auto,
             attempts=request.attempts,
             id_prefix=request.id_prefix,
         )
-        deadline = Deadline.after(context.time_remaining(), cancelled=lambda: not context.is_active())
         r = compact.compact(inp, self._cfg, self._summarizer, deadline, memo=self._memo)
         if self._metrics is not None:
             self._metrics.record_compaction(r.outcome, r.backend, r.fell_back, r.retention)
@@ -111,8 +124,9 @@ class ContextService(pb_grpc.ContextServiceServicer):
         return out
 
     def Assemble(self, request: pb.AssembleRequest, context) -> pb.AssembleResponse:
-        inp = self._step_input(request)
-        r = assemble.assemble(inp, self._cfg, exact_counter=self._exact)
+        deadline = _deadline(context)
+        inp = self._step_input(request, deadline)
+        r = assemble.assemble(inp, self._cfg, exact_counter=self._exact, deadline=deadline)
         m = r.measurement
         if self._metrics is not None:
             self._metrics.record_measure(inp.model.provider, m.overflow or m.should_compact)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import operator
+import re
 import threading
 import zlib
 from dataclasses import dataclass
@@ -15,12 +16,26 @@ from fractions import Fraction
 from importlib import resources
 
 from . import _native_py, exact_cache, native
+from .limits import NO_DEADLINE, Deadline
 
 ESTIMATE = "estimate:chars/4"  # UTF-16 code units / 4, JavaScript Math.round
 PREFLIGHT = "estimate:ceil(chars/4*1.3)"
 CALIBRATED = "calibrated:cl100k-ratios"  # per-class ratios fitted by bench/calibrate.py
 SELF_CALIBRATED = "self-calibrated:"  # + "<factor>x" and the message it was derived from
 EXACT_PREFIX = "tiktoken:"
+SPLIT_RUNS = "+split-runs"  # appended to the exact method when a run was cut (see SLICE_CHARS)
+
+# tiktoken's BPE is super-linear in the length of one regex piece, in time and memory (30 MB of
+# one letter: 36 s and 1.7 GB; 4 MB: 2.3 s and 120 MB), so text is tokenized in slices of at most
+# this many characters: 20 ms and a few MB each, and the deadline is checked between them.
+SLICE_CHARS = 1 << 16
+# A slice ends at the last exact piece boundary within this many characters of its end: a space
+# after a non-space and before an ASCII letter starts a piece in both cl100k's and o200k's
+# patterns, so cutting there changes no count. A slice with no such boundary (one run of 4 KiB
+# without a space) is cut where it is: its count may differ by a token or two at the cut, and the
+# method says so (SPLIT_RUNS).
+_SLICE_SEARCH = 4096
+_BOUNDARY = re.compile(r"(?<=\S) (?=[A-Za-z])")
 RATIOS_FILE = "token_ratios.json"  # package data written by bench/calibrate.py
 
 
@@ -180,15 +195,41 @@ class ExactCounter:
         return self._encoding
 
     def count(self, text: str) -> int:
-        # Special-token strings in content are plain text to the model's tokenizer.
-        return len(self._get().encode_ordinary(text))
+        return self.count_bounded(text)[0]
 
-    def count_parts(self, parts: list) -> list:
-        """The exact count of "".join(parts), attributed to the parts: their sum is exact.
+    def count_bounded(self, text: str, deadline: Deadline = NO_DEADLINE) -> tuple:
+        """(tokens, exact): the count of text, tokenized in slices of at most SLICE_CHARS;
+        exact is False when a slice had to cut a run without a boundary (a token or two off per cut)."""
+        # Special-token strings in content are plain text to the model's tokenizer.
+        encode = self._get().encode_ordinary
+        if len(text) <= SLICE_CHARS:
+            return len(encode(text)), True
+        total, exact, start, n = 0, True, 0, len(text)
+        while start < n:
+            deadline.check("exact token count")
+            end = min(start + SLICE_CHARS, n)
+            if end < n:
+                cut = None
+                for cut in _BOUNDARY.finditer(text, end - _SLICE_SEARCH, end):
+                    pass
+                if cut is not None:
+                    end = cut.start()
+                else:
+                    exact = False
+            total += len(encode(text[start:end]))
+            start = end
+        return total, exact
+
+    def count_parts(self, parts: list, deadline: Deadline = NO_DEADLINE) -> list:
+        return self.count_parts_with_method(parts, deadline)[0]
+
+    def count_parts_with_method(self, parts: list, deadline: Deadline = NO_DEADLINE) -> tuple:
+        """(counts, method): the exact count of "".join(parts), attributed to the parts: their
+        sum is exact (unless the method ends in SPLIT_RUNS: see count_bounded).
 
         The text is split at piece boundaries near each part's start and end
         (exact_cache.split_points); a split piece counts toward the part it starts in, and only
-        pieces not in the cache are tokenized.
+        pieces not in the cache are tokenized. A piece counted inexactly is not cached.
         """
         text = "".join(parts)
         starts, offset = [], 0
@@ -205,15 +246,18 @@ class ExactCounter:
                 owners.append(part)
         keys = exact_cache.keys(self.encoding_name, pieces)
         counts = self.cache.lookup(keys)
-        new, chars = [], 0
+        new, chars, all_exact = [], 0, True
         for i, c in enumerate(counts):
             if c is None:
-                counts[i] = self.count(pieces[i])
-                new.append((keys[i], counts[i]))
+                deadline.tick(len(new), "exact token count")
+                counts[i], exact = self.count_bounded(pieces[i], deadline)
+                if exact:
+                    new.append((keys[i], counts[i]))
+                all_exact = all_exact and exact
                 chars += len(pieces[i])
         if new:
             self.cache.store(new, chars)
         out = [0] * len(parts)
         for owner, c in zip(owners, counts):
             out[owner] += c
-        return out
+        return out, self.method if all_exact else self.method + SPLIT_RUNS

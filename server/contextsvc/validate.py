@@ -6,6 +6,7 @@ import math
 from . import model as m
 from .config import PRUNE_PROTECT_RULES
 from .errors import BadInput
+from .limits import NO_DEADLINE, Deadline, ticking
 from .memo import each
 
 # The largest token figure a request may carry: 2^53 - 1 (JSON's exact integers). Usage figures
@@ -24,15 +25,16 @@ def _tokens(value: int, path) -> None:
                        f"{value} is beyond any real token count (at most {MAX_TOKENS}, 2^53 - 1)")
 
 
-def conversation(conv: m.Conversation, path: str = "conversation", memo=None) -> None:
+def conversation(conv: m.Conversation, path: str = "conversation", memo=None,
+                 deadline: Deadline = NO_DEADLINE) -> None:
     """Runs on every call, so field paths are only formatted for the error raised.
 
     memo (memo.StepMemo): each message's own checks are kept under its digest, so a step checks
     its new messages and only the uniqueness of ids across the conversation. Anything wrong
     sends the whole conversation through the full checks, which raise the first error in order."""
-    if memo is not None and conv.messages and _known_good(conv.messages, memo):
+    if memo is not None and conv.messages and _known_good(conv.messages, memo, deadline):
         return
-    _conversation(conv, path)
+    _conversation(conv, path, deadline)
 
 
 def _own_ids(msg: m.Message):
@@ -44,9 +46,9 @@ def _own_ids(msg: m.Message):
     return msg.id, tuple(p.id for p in msg.parts if p.id)
 
 
-def _known_good(messages: list, memo) -> bool:
+def _known_good(messages: list, memo, deadline: Deadline = NO_DEADLINE) -> bool:
     ids, part_ids = set(), set()
-    for own in each(memo, "valid", messages, (), _own_ids):
+    for own in each(memo, "valid", messages, (), ticking(_own_ids, deadline, "validation")):
         if own is None or own[0] in ids:
             return False
         ids.add(own[0])
@@ -57,12 +59,13 @@ def _known_good(messages: list, memo) -> bool:
     return True
 
 
-def _conversation(conv: m.Conversation, path: str = "conversation") -> None:
+def _conversation(conv: m.Conversation, path: str = "conversation", deadline: Deadline = NO_DEADLINE) -> None:
     if not conv.messages:
         raise BadInput(f"{path}.messages", "must hold at least one message")
     ids = {}
     part_ids = {}
     for i, msg in enumerate(conv.messages):
+        deadline.tick(i, "validation")
         if not msg.id or msg.id in ids:
             mp = f"{path}.messages[{i}]"
             if not msg.id:
@@ -99,9 +102,9 @@ def _conversation(conv: m.Conversation, path: str = "conversation") -> None:
 
 
 def request(conv: m.Conversation, mdl: m.Model, tool_defs: list, settings: m.CompactionSettings,
-            memo=None) -> None:
+            memo=None, deadline: Deadline = NO_DEADLINE) -> None:
     """The checks every conversation-carrying request shares."""
-    conversation(conv, memo=memo)
+    conversation(conv, memo=memo, deadline=deadline)
     model(mdl)
     tools(tool_defs)
     compaction_settings(settings)

@@ -68,8 +68,8 @@ class CompactResult:
     decision_method: str = ""
 
 
-def check(inp: CompactInput, memo=None) -> None:
-    validate.request(inp.conversation, inp.model, inp.tools, inp.compaction, memo)
+def check(inp: CompactInput, memo=None, deadline: Deadline = NO_DEADLINE) -> None:
+    validate.request(inp.conversation, inp.model, inp.tools, inp.compaction, memo, deadline)
     if inp.attempts < 0:
         raise BadInput("attempts", "must not be negative")
     if not any(x.role == m.USER for x in inp.conversation.messages):
@@ -85,9 +85,10 @@ def make_summarizer(cfg: Config, memo=None):
     return offline.OfflineSummarizer(offline.OfflineLimits.of(cfg.summarizer), memo)
 
 
-def _measure(conv: m.Conversation, inp: CompactInput, cfg: Config) -> measure.Measurement:
+def _measure(conv: m.Conversation, inp: CompactInput, cfg: Config,
+             deadline: Deadline = NO_DEADLINE) -> measure.Measurement:
     return measure.measure(measure.MeasureInput(conv, inp.model, list(inp.tools), inp.system,
-                                                inp.compaction), cfg)
+                                                inp.compaction), cfg, deadline=deadline)
 
 
 def _under(tokens_: int, lim: int, mdl: m.Model) -> bool:
@@ -279,13 +280,13 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
     """deadline: the caller's; when it passes (or the caller cancels) the work stops with
     errors.DeadlineExceeded, between summary requests and with each request's timeout cut to it.
     memo (memo.StepMemo): per-message sizes, prune scans and retention items kept across steps."""
-    check(inp, memo)
+    check(inp, memo, deadline)
     mdl, settings = inp.model, inp.compaction
     msgs = inp.conversation.messages
     now_ms = inp.now_ms or time.time_ns() // 1_000_000
     lim = measure.limit(mdl, settings, cfg)
     use = measure.usable(mdl, settings, cfg)
-    measured = _measure(inp.conversation, inp, cfg)
+    measured = _measure(inp.conversation, inp, cfg, deadline)
     before = measured.projected
     over = not _under(before, lim, mdl)
     # with no edits the conversation stays as it is: tokens_after is its decision figure
@@ -304,7 +305,9 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
     projected = [x for x in history.project(msgs) if x is not marker
                  and not (marker is not None and x.summary and x.parent_id == marker.id)]
 
+    deadline.check("compact")
     plan = _plan(projected, msgs, inp.overflow, mdl, use, settings, cfg, keep_tail=True, memo=memo)
+    deadline.check("compact")
     if not serialize.serialize(plan.head, cfg.compact.tool_output_max_chars).messages:
         if not over:
             return result
@@ -334,17 +337,18 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
     marker_id = marker.id if marker is not None else ids.make("compaction")
     summary_id, next_id = ids.make("summary"), ids.make("continue")
     while True:
+        deadline.check("compact")
         transcript = serialize.serialize(plan.head, cfg.compact.tool_output_max_chars)
         text, chunked, backend = summarize(transcript)
         edits = _edits(inp, plan, marker, marker_id, summary_id, next_id, text, backend, summarize, now_ms, cfg)
         stored = ed.apply(msgs, edits)
         # the post-compaction prune reads the edited conversation, in send order
         pr = prune.prune(m.Conversation(stored, inp.conversation.session_id), prune.POST_COMPACTION,
-                         settings, cfg, model=mdl, memo=memo)
+                         settings, cfg, model=mdl, memo=memo, deadline=deadline)
         if pr.acted:
             edits.append(ed.MarkCompacted(list(pr.part_ids), now_ms))
             stored = ed.apply(stored, edits[-1:])
-        after = _measure(m.Conversation(stored, inp.conversation.session_id), inp, cfg)
+        after = _measure(m.Conversation(stored, inp.conversation.session_id), inp, cfg, deadline)
         tokens_after = after.decision[0]
         if _under(tokens_after, lim, mdl) or not plan.tail:
             break

@@ -1,6 +1,7 @@
 """OpenAI Chat Completions body (POST /v1/chat/completions), and gateways speaking it."""
 from __future__ import annotations
 
+import hashlib
 
 from .. import model as m, native
 from . import media
@@ -81,8 +82,21 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
         if tools_disabled:
             out["tool_choice"] = "none"  # tools stay defined (history may hold tool calls), none is called
     if session_id and fmt.prompt_cache_key:
-        out["prompt_cache_key"] = session_id  # routes the session to a warm cache
+        out["prompt_cache_key"] = cache_key(session_id)  # routes the session to a warm cache
     return Lowered(out, system_msgs, wire, roles, sources, [(out, "messages")], (out, token_field))
+
+
+# OpenAI refuses a prompt_cache_key over 64 characters (400 string_above_max_length).
+PROMPT_CACHE_KEY_MAX = 64
+
+
+def cache_key(session_id: str) -> str:
+    """The session id, or for one over PROMPT_CACHE_KEY_MAX characters a digest of it: the key
+    only routes the session to a warm cache, so any stable value per session does."""
+    if len(session_id) <= PROMPT_CACHE_KEY_MAX:
+        return session_id
+    digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return "sid-" + digest[:PROMPT_CACHE_KEY_MAX - 4]
 
 
 # OpenAI refuses ids over 40 characters; any visible ASCII is taken (Kimi's `functions.read:1`
