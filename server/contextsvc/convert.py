@@ -12,6 +12,7 @@ from . import model as m
 from .config import ServerConfig
 from .errors import BadInput
 from .lowering import registry
+from .step_memo import Wire
 from .v1 import context_pb2 as pb
 
 _ROLES = {pb.ROLE_USER: m.USER, pb.ROLE_ASSISTANT: m.ASSISTANT}
@@ -180,11 +181,14 @@ _PART_BUILDERS = {
 }
 
 
-def conversation(c, path: str = "conversation", cache=None, max_json_depth: int = JSON_DEPTH) -> m.Conversation:
+def conversation(c, path: str = "conversation", cache=None, max_json_depth: int = JSON_DEPTH,
+                 memo=None) -> m.Conversation:
     """Field paths are built only when something is wrong: this runs for every message.
     With a MessageCache, messages seen before (same wire bytes) are not converted again; only
-    messages that converted cleanly are kept, so a refused message is refused every time."""
+    messages that converted cleanly are kept, so a refused message is refused every time.
+    With a StepMemo too, the conversation carries each message's digest (Conversation.wire)."""
     messages = []
+    wire_keys = Wire(memo) if memo is not None and cache is not None else None
     for i, msg in enumerate(c.messages):
         if cache is None:
             messages.append(_message(msg, i, path, max_json_depth))
@@ -196,7 +200,9 @@ def conversation(c, path: str = "conversation", cache=None, max_json_depth: int 
             core = _message(msg, i, path, max_json_depth)
             cache.put(key, core, len(wire))
         messages.append(core)
-    return m.Conversation(messages=messages, session_id=c.session_id)
+        if wire_keys is not None:
+            wire_keys.add(core, key)
+    return m.Conversation(messages=messages, session_id=c.session_id, wire=wire_keys)
 
 
 def _message(msg, i: int, path: str, depth: int) -> m.Message:
@@ -230,10 +236,11 @@ def _message(msg, i: int, path: str, depth: int) -> m.Message:
     )
 
 
-def shared_fields(request, cache=None, max_json_depth: int = JSON_DEPTH) -> dict:
+def shared_fields(request, cache=None, max_json_depth: int = JSON_DEPTH, memo=None) -> dict:
     """The core fields of Measure, Compact and Assemble requests, which share these five."""
     return {
-        "conversation": conversation(request.conversation, cache=cache, max_json_depth=max_json_depth),
+        "conversation": conversation(request.conversation, cache=cache, max_json_depth=max_json_depth,
+                                     memo=memo),
         "model": model(request.model),
         "tools": tools(request.tools, max_json_depth=max_json_depth),
         "system": system(request.system),

@@ -192,6 +192,9 @@ class Message:
 class Conversation:
     messages: list  # list[Message], in send order; ids unique
     session_id: str = ""
+    # step_memo.Wire: the wire digests of the converted messages and the step memo, when the
+    # service converted them with one; None: every message is lowered afresh
+    wire: object = None
 
 
 @dataclass(slots=True)

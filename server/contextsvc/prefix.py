@@ -31,9 +31,11 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, texts: dict | None 
     size = 0
     chain = {}
     for kind, i, element in order:
-        text = native.json_text(element)  # the body's own text: the prefix is what is sent
-        if texts is not None and kind != "tools":
-            texts[id(element)] = text
+        text = texts.get(id(element)) if texts is not None and kind != "tools" else None
+        if text is None:
+            text = native.json_text(element)  # the body's own text: the prefix is what is sent
+            if texts is not None and kind != "tools":
+                texts[id(element)] = text
         chunk = text.encode()
         h.update(chunk)
         size += len(chunk)

@@ -9,6 +9,7 @@ from .config import Config
 from .errors import BadInput
 from .limits import Deadline
 from .message_cache import MessageCache
+from .step_memo import StepMemo
 from .tokens import ExactCounter
 from .v1 import context_pb2 as pb
 from .v1 import context_pb2_grpc as pb_grpc
@@ -36,12 +37,13 @@ class ContextService(pb_grpc.ContextServiceServicer):
         self._summarizer = compact.make_summarizer(cfg)
         self._json_depth = cfg.server.max_json_depth
         self._messages = MessageCache(cfg.server.message_cache_bytes) if cfg.server.message_cache_bytes else None
+        self._memo = StepMemo(cfg.server.step_memo_bytes) if cfg.server.step_memo_bytes else None
 
     def _step_input(self, request) -> assemble.AssembleInput:
         """The step a Measure or Assemble request describes: both take the same per-step fields."""
         convert.require(request, "conversation", "model")
         return assemble.AssembleInput(
-            **convert.shared_fields(request, self._messages, self._json_depth),
+            **convert.shared_fields(request, self._messages, self._json_depth, self._memo),
             editor=convert.editor(request.editor) if request.HasField("editor") else None,
             step=request.step,
             max_steps=request.max_steps,
