@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 import workload  # noqa: E402
 
-from contextsvc import config, convert, measure, model as m, native  # noqa: E402
+from contextsvc import config, convert, measure, memo, model as m, native, prune  # noqa: E402
 from contextsvc.compact import run as cmod, select  # noqa: E402
 
 
@@ -75,11 +75,34 @@ def main():
     inp = cmod.CompactInput(conv, convert.model(req.model), convert.tools(req.tools),
                             convert.system(req.system), m.CompactionSettings(), now_ms=1)
     result = cmod.compact(inp, cfg)
-    print(f"offline compact, {len(conv.messages)} messages (~1.25 MB): "
-          f"{median_ms(lambda: cmod.compact(inp, cfg), args.repeat):8.1f} ms "
-          f"(outcome {result.outcome}, tokens {result.tokens_before} -> {result.tokens_after}, "
-          f"chunked {result.chunked})")
+    # with a memo (memo.StepMemo, as the server runs): what each message gives is kept, so a
+    # repeated call pays only for what depends on position
+    step_memo = memo.StepMemo(cfg.server.step_memo_bytes)
+    for label, mm in (("memo off", None), ("memo on ", step_memo)):
+        print(f"offline compact, {len(conv.messages)} messages (~1.25 MB), {label}: "
+              f"{median_ms(lambda mm=mm: cmod.compact(inp, cfg, memo=mm), args.repeat):8.1f} ms "
+              f"(outcome {result.outcome}, tokens {result.tokens_before} -> {result.tokens_after}, "
+              f"chunked {result.chunked})")
+    for label, mm in (("memo off", None), ("memo on ", step_memo)):
+        print(f"prune (payload-limit), ~1.25 MB, {label}: "
+              f"{median_ms(lambda mm=mm: prune.prune(conv, prune.PAYLOAD_LIMIT, m.CompactionSettings(), cfg, memo=mm), args.repeat * 3):8.1f} ms")
+    print(f"memo: {len(step_memo)} entries, {step_memo.size_bytes / 1e6:.2f} MB charged")
+    profile(inp, cfg, step_memo)
     loopback(req, args.repeat)
+
+
+def profile(inp, cfg, step_memo, top=12):
+    """Where a memo-warm offline compact still spends its time (cProfile, by own time)."""
+    import cProfile
+    import pstats
+
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(3):
+        cmod.compact(inp, cfg, memo=step_memo)
+    pr.disable()
+    print(f"profile of 3 memo-warm offline compacts, top {top} by cumulative time:")
+    pstats.Stats(pr, stream=sys.stdout).sort_stats("cumulative").print_stats(top)
 
 
 def loopback(req, repeats):

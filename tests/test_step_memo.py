@@ -1,118 +1,156 @@
-"""The step memo (issue 19): the same answers with it on or off, over real servers and random
-growing sessions of every provider; its charge is its real memory; its bound holds."""
+"""The per-message memo of Prune, Compact's selection and the offline summarizer (memo.py).
+
+Same answers with it on or off: random conversations grown step by step, each step sent to a
+servicer with the memo (shared across the steps, as a server's is) and to one without, every
+Prune reason and Compact compared byte for byte. Its memory stays within its bound, each entry
+charged its real size.
+"""
 from __future__ import annotations
 
-import gc
+import dataclasses
+import random
+import sys
 import tracemalloc
 
-import grpc
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
 
-from helpers import convo, corpus
-from helpers.server import start_server
-from contextsvc import body, convert, model as m
-from contextsvc.lowering.registry import PROVIDERS
-from contextsvc.message_cache import MessageCache
-from contextsvc.step_memo import StepMemo
+from contextsvc import config, memo, model as m, service
+from contextsvc.client import apply_compaction
+from contextsvc.compact import run as compact_run
 from contextsvc.v1 import context_pb2 as pb
-from contextsvc.v1 import context_pb2_grpc as pb_grpc
+from helpers.convo import assistant, model, text, tool, user
+
+WORDS = ("fix the parser in src/app/main.py and keep the public API stable; we must never break "
+         "ParseError handling, I'll use load_config because the cause is in utils.read_file next "
+         "then run pytest tests/test_main.py Error: failed to import").split()
 
 
-@pytest.fixture(scope="module")
-def servers():
-    on, off = start_server(), start_server(step_memo_bytes=0)
-    chans = [grpc.insecure_channel(f"127.0.0.1:{s.port}") for s in (on, off)]
-    yield [pb_grpc.ContextServiceStub(c) for c in chans]
-    for c in chans:
-        c.close()
-    on.stop(grace=1)
-    off.stop(grace=1)
+class _Context:
+    def time_remaining(self):
+        return 60.0
+
+    def is_active(self):
+        return True
 
 
-def _answer(call, req):
-    try:
-        return call(req, timeout=60).SerializeToString(deterministic=True)
-    except grpc.RpcError as e:
-        return (e.code(), e.details())
+def _words(rng, n):
+    return " ".join(rng.choice(WORDS) for _ in range(n))
 
 
-_CASES = {p: corpus.cases(p, 12, seed=19) for p in PROVIDERS}
+def _grow(rng, msgs, n):
+    """One agent step: a user turn now and then, an assistant message with tools."""
+    if rng.random() < 0.3 or not msgs:
+        msgs.append(user(f"u{n}", text(f"u{n}p", _words(rng, rng.randint(3, 30)).capitalize() + ".")))
+        return
+    parts = [text(f"a{n}t", _words(rng, rng.randint(0, 25)))]
+    for k in range(rng.randint(0, 3)):
+        name = rng.choice(("read", "edit", "bash", "grep", "skill"))
+        inp = {"command": _words(rng, 3)} if name == "bash" else {"path": f"src/f{rng.randint(0, 9)}.py"}
+        status = rng.choice((pb.TOOL_STATUS_COMPLETED,) * 4 + (pb.TOOL_STATUS_ERROR, pb.TOOL_STATUS_RUNNING))
+        p = tool(f"a{n}x{k}", f"c{n}_{k}", name, inp, "out line\n" * rng.randint(0, 400), status=status)
+        if status == pb.TOOL_STATUS_ERROR:
+            p.tool.state.error = "Traceback: " + _words(rng, 4)
+        parts.append(p)
+    msgs.append(assistant(f"a{n}", *parts, usage=pb.Usage(input=rng.randint(0, 50_000))))
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(provider=st.sampled_from(PROVIDERS), case=st.integers(0, 11), data=st.data())
-def test_the_same_answers_with_the_memo_on_or_off(servers, provider, case, data):
-    """A session grown a few messages at a time; each step's Measure and Assemble, bytes and all,
-    with the cache state passed back, equal a server's without the memo."""
-    on, off = servers
-    full = _CASES[provider][case].request
-    n = len(full.conversation.messages)
-    cuts = sorted(set(data.draw(st.lists(st.integers(1, n), min_size=1, max_size=4)) + [n]))
-    state = {}
-    for cut in cuts:
-        req = pb.AssembleRequest()
-        req.CopyFrom(full)
-        del req.conversation.messages[cut:]
-        measure = pb.MeasureRequest(conversation=req.conversation, model=req.model, tools=req.tools,
-                                    system=req.system, want_cache_state=True)
-        got = [(_answer(s.Measure, measure), _answer(s.Assemble, req)) for s in (on, off)]
-        assert got[0] == got[1]
-        a = got[0][1]
-        if isinstance(a, bytes):
-            state = pb.AssembleResponse.FromString(a).cache_state
-            full.previous_cache_state = state  # the next step passes it back
+def _memo_off():
+    cfg = config.Config()
+    return dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, step_memo_bytes=0))
 
 
-def _fill(memo: StepMemo, make, count: int, provider: str = m.ANTHROPIC):
-    """Measures conversations of count messages through the memo (the message cache keeps
-    nothing, so what stays is the memo's alone)."""
-    cache = MessageCache(1)
-    mdl = m.Model(id="claude-sonnet-4-5", provider=provider)
-    for start in range(0, count, 50):
-        msgs = [make(k) for k in range(start, start + 50)]
-        conv = convert.conversation(pb.Conversation(messages=msgs), cache=cache, memo=memo)
-        body.build(conv, mdl, [], m.SystemPrompt())
+def _same(a, b):
+    assert a.SerializeToString(deterministic=True) == b.SerializeToString(deterministic=True)
 
 
-def tiny(n: int) -> pb.Message:
-    return convo.user(f"m{n}", convo.text(f"p{n}", "ok"))
+@pytest.mark.parametrize("seed", range(4))
+def test_the_memo_changes_no_answer(seed, monkeypatch):
+    monkeypatch.setattr(compact_run.time, "time_ns", lambda: 1_700_000_000_000_000_000)
+    rng = random.Random(seed)
+    on_cfg, off_cfg = config.Config(), _memo_off()
+    # the converted-message cache on in both: the memo is the only difference
+    with_memo, without = service.ContextService(on_cfg), service.ContextService(off_cfg)
+    assert with_memo._memo is not None and without._memo is None
+    msgs, ctx = [], _Context()
+    mdl = model(context=rng.choice((8_000, 30_000, 200_000)))
+    for n in range(60):
+        _grow(rng, msgs, n)
+        if not any(x.role == pb.ROLE_USER for x in msgs):
+            continue
+        conv = pb.Conversation(session_id="s", messages=msgs)
+        for reason in (pb.PRUNE_REASON_NORMAL, pb.PRUNE_REASON_PAYLOAD_LIMIT, pb.PRUNE_REASON_POST_COMPACTION):
+            req = pb.PruneRequest(conversation=conv, reason=reason, model=mdl)
+            _same(with_memo.Prune(req, ctx), without.Prune(req, ctx))
+        if n % 7 == 6:
+            req = pb.CompactRequest(conversation=conv, model=mdl, auto=True)
+            a, b = with_memo.Compact(req, ctx), without.Compact(req, ctx)
+            _same(a, b)
+            if a.outcome == pb.COMPACT_OUTCOME_COMPACTED and rng.random() < 0.5:
+                msgs = apply_compaction(msgs, a)  # the next steps go on from the compacted history
+    assert with_memo._memo.hits > 0
 
 
-def large(n: int) -> pb.Message:
-    return convo.assistant(f"m{n}", convo.text(f"a{n}", f"step {n} " + "log line\n" * 3000),
-                           convo.tool(f"t{n}", f"c{n}", "bash", {"cmd": f"make {n}", "args": list(range(50))},
-                                      "output line\n" * 3000))
+def test_a_bad_message_is_refused_the_same_with_the_memo():
+    """The memo keeps a message's own checks; errors still name the first bad field in order."""
+    on_cfg, off_cfg = config.Config(), _memo_off()
+    with_memo, without = service.ContextService(on_cfg), service.ContextService(off_cfg)
+    good = [user("u1", text("p1", "hi")), assistant("a1", tool("t1", "c1", "read", {"path": "x"}, "o"))]
+    for bad in ([*good, user("u1", text("p9", "dup id"))],
+                [*good, user("u2", text("t1", "dup part id"))],
+                [*good, user("u2", tool("t2", "c2", "read", {}, "user tool"))]):
+        req = pb.PruneRequest(conversation=pb.Conversation(messages=good), reason=pb.PRUNE_REASON_PAYLOAD_LIMIT)
+        with_memo.Prune(req, None)  # the good messages are known
+        req = pb.PruneRequest(conversation=pb.Conversation(messages=bad), reason=pb.PRUNE_REASON_PAYLOAD_LIMIT)
+        errors = []
+        for svc in (with_memo, without):
+            with pytest.raises(Exception) as exc:
+                svc.Prune(req, None)
+            errors.append(str(exc.value))
+        assert errors[0] == errors[1]
 
 
-@pytest.mark.parametrize("make,count", [(tiny, 3000), (large, 100)])
-def test_the_charge_is_the_real_memory(make, count):
-    memo = StepMemo(1 << 30)
-    gc.collect()
+def _message(i, size):
+    msg = m.Message(f"m{i}", m.USER, [m.Part(f"p{i}", m.Text(f"{i} " + "x" * size))])
+    msg.digest = i.to_bytes(16, "little")
+    return msg
+
+
+@pytest.mark.parametrize("size", [2, 60_000])
+def test_memory_stays_within_the_bound(size):
+    """Entries charged their real size: tracemalloc's count of what the memo holds stays
+    within the bound (plus slack for the table itself), for tiny and large values alike."""
+    bound = 1 << 20
+    msgs = [_message(i, size) for i in range(20_000 if size < 100 else 60)]
+    compute = lambda x: (x.parts[0].content.text[:size], ("fact", x.id))  # noqa: E731
     tracemalloc.start()
-    try:
-        _fill(memo, make, count)
-        gc.collect()
-        filled = tracemalloc.get_traced_memory()[0]
-        accounted = memo.size_bytes
-        memo.clear()
-        gc.collect()
-        used = filled - tracemalloc.get_traced_memory()[0]
-    finally:
-        tracemalloc.stop()
-    # what the memo frees is what it was charged; a constant string every element shares (a
-    # key such as "role") is charged each time, so the charge errs high, never low
-    # (tiny messages: about 1.6 times; large ones: close to 1)
-    assert used * 0.9 <= accounted <= used * 2, (used, accounted)
+    before = tracemalloc.get_traced_memory()[0]
+    mm = memo.StepMemo(bound)
+    for k in range(0, len(msgs), 100):
+        mm.each("k", msgs[k:k + 100], (), compute)
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert mm.size_bytes <= bound
+    assert held <= bound + 256 * 1024, (held, mm.size_bytes, len(mm))
+    assert mm.size_bytes >= 0.5 * held  # the charge is not far below reality either
+    assert 0 < len(mm) < len(msgs)  # the oldest went first
 
 
-def test_the_bound_holds_oldest_out():
-    bound = 256 * 1024
-    memo = StepMemo(bound)
-    _fill(memo, large, 60)
-    assert 0 < memo.size_bytes <= bound
-    memo_all = StepMemo(1 << 30)
-    _fill(memo_all, large, 60)
-    assert len(memo) < len(memo_all) and memo_all.size_bytes > bound  # the oldest went
-    newest = [k for k in memo_all._items][-1]
-    assert memo.get(newest) is not None
+def test_least_recently_used_go_first():
+    mm = memo.StepMemo(4_000)
+    msgs = [_message(i, 2) for i in range(40)]
+    mm.each("k", msgs[:3], (), lambda x: x.id)
+    for x in msgs[3:]:
+        mm.each("k", [msgs[0], x], (), lambda y: y.id)  # msgs[0] stays in use
+    calls = []
+    mm.each("k", [msgs[0], msgs[1]], (), lambda y: calls.append(y.id) or y.id)
+    assert calls == ["m1"]
+
+
+def test_a_message_without_digest_is_computed_every_time():
+    mm = memo.StepMemo(1 << 20)
+    msg = m.Message("x", m.USER, [])
+    calls = []
+    for _ in range(2):
+        assert mm.each("k", [msg], (), lambda y: calls.append(1) or 7) == [7]
+    assert len(calls) == 2 and len(mm) == 0
+    assert sys.getsizeof(msg.digest) > 0

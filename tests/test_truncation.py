@@ -16,10 +16,12 @@ import pytest
 
 from contextsvc.truncation import (
     ID_LENGTH,
+    CleanupReport,
     CleanupScheduler,
     InvalidOutputId,
     LocalDiskStore,
     OutputNotFound,
+    ReadResult,
     StoreUnavailable,
     TruncationSettings,
     build_hint,
@@ -27,7 +29,7 @@ from contextsvc.truncation import (
     read_lines,
     truncate_output,
 )
-from contextsvc.truncation import store as store_mod
+from contextsvc.truncation import ids, local_store
 
 SERVER_DIR = str(Path(__file__).resolve().parents[1] / "server")
 DAY = 24 * 3600
@@ -50,7 +52,7 @@ def output_files(directory: str | Path) -> list[str]:
     """Names in the directory that are valid output ids."""
     if not os.path.isdir(directory):
         return []
-    return sorted(n for n in os.listdir(directory) if store_mod._ID_RE.fullmatch(n))
+    return sorted(n for n in os.listdir(directory) if ids.ID_RE.fullmatch(n))
 
 
 def trunc(text, store, *, max_lines=2000, max_bytes=51200, direction="head", has_task_tool=False):
@@ -288,9 +290,9 @@ def test_read_lines_ranges(tmp_path):
     r = read_lines(store, no_trailing, 0, 10)
     assert (r.text, r.total_lines, r.eof) == ("a\n\nb", 3, True)
     blank = store.put("\n")  # one empty line
-    assert read_lines(store, blank, 0, 10) == store_mod.ReadResult("", 1, 0, 1, True)
+    assert read_lines(store, blank, 0, 10) == ReadResult("", 1, 0, 1, True)
     empty = store.put("")
-    assert read_lines(store, empty, 0, 10) == store_mod.ReadResult("", 0, 0, 0, True)
+    assert read_lines(store, empty, 0, 10) == ReadResult("", 0, 0, 0, True)
     with pytest.raises(OutputNotFound):
         read_lines(store, "tool_00000000000000000000000000", 0, 1)
 
@@ -422,7 +424,7 @@ def test_failed_rename_leaves_no_file(tmp_path, monkeypatch):
     def boom(src, dst):
         raise OSError(errno.EIO, "I/O error")
 
-    monkeypatch.setattr(store_mod.os, "replace", boom)
+    monkeypatch.setattr(local_store.os, "replace", boom)
     with pytest.raises(StoreUnavailable):
         store.put("x" * 100_000)
     assert no_leftovers(store.directory)
@@ -440,7 +442,7 @@ def test_disk_full_midway_through_write_leaves_no_file(tmp_path, monkeypatch):
         calls.append(1)
         return real_write(fd, bytes(data[: len(data) // 2]))
 
-    monkeypatch.setattr(store_mod.os, "write", half_then_full)
+    monkeypatch.setattr(local_store.os, "write", half_then_full)
     with pytest.raises(StoreUnavailable, match="no space left"):
         trunc("line\n" * 50_000, store)
     assert no_leftovers(store.directory)
@@ -448,7 +450,7 @@ def test_disk_full_midway_through_write_leaves_no_file(tmp_path, monkeypatch):
 
 def test_fsync_failure_is_unavailable(tmp_path, monkeypatch):
     store = make_store(tmp_path)
-    monkeypatch.setattr(store_mod.os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(errno.EIO, "EIO")))
+    monkeypatch.setattr(local_store.os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(errno.EIO, "EIO")))
     with pytest.raises(StoreUnavailable):
         store.put("data")
     assert no_leftovers(store.directory)
@@ -460,7 +462,7 @@ def test_open_enospc_is_unavailable(tmp_path, monkeypatch):
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(store_mod.os, "open", full)
+    monkeypatch.setattr(local_store.os, "open", full)
     with pytest.raises(StoreUnavailable, match="no space left on device"):
         store.put("data")
     monkeypatch.undo()
@@ -494,14 +496,14 @@ KILL_CHILD = textwrap.dedent(
     import os, sys, time
     sys.path.insert(0, sys.argv[1])
     from contextsvc.truncation import LocalDiskStore, TruncationSettings
-    from contextsvc.truncation import store as store_mod
+    from contextsvc.truncation import local_store
     real_write = os.write
     def slow_write(fd, data):
         # Write 1 MiB at a time, slowly, so the parent can kill us in the middle.
         n = real_write(fd, bytes(data[: 1 << 20]))
         time.sleep(0.02)
         return n
-    store_mod.os.write = slow_write
+    local_store.os.write = slow_write
     s = TruncationSettings(directory=sys.argv[2])
     store = LocalDiskStore(s.directory, s)
     print("ready", flush=True)
@@ -558,7 +560,7 @@ def test_cleanup_keeps_temp_files_of_writes_in_progress(tmp_path, monkeypatch):
         release.wait(5)
         real_fsync(fd)
 
-    monkeypatch.setattr(store_mod.os, "fsync", slow_fsync)
+    monkeypatch.setattr(local_store.os, "fsync", slow_fsync)
     out = []
     t = threading.Thread(target=lambda: out.append(store.put("in flight")))
     t.start()
@@ -606,10 +608,10 @@ def test_malformed_ids_are_rejected_without_file_access(tmp_path, monkeypatch, b
     secret = tmp_path / "secret"
     secret.write_text("do not read")
     touched = []
-    monkeypatch.setattr(store_mod, "open", lambda *a, **k: touched.append(a) or open(*a, **k),
+    monkeypatch.setattr(local_store, "open", lambda *a, **k: touched.append(a) or open(*a, **k),
                         raising=False)
     real_unlink = os.unlink
-    monkeypatch.setattr(store_mod.os, "unlink", lambda p, *a, **k: touched.append(p) or real_unlink(p, *a, **k))
+    monkeypatch.setattr(local_store.os, "unlink", lambda p, *a, **k: touched.append(p) or real_unlink(p, *a, **k))
     for call in (store.get, store.delete, lambda i: read_lines(store, i, 0, 10)):
         with pytest.raises(InvalidOutputId):
             call(bad)
@@ -642,7 +644,7 @@ class CountingStore:
         self.calls.append(now)
         if len(self.calls) <= self.fail_first:
             raise RuntimeError("disk on fire")
-        return store_mod.CleanupReport()
+        return CleanupReport()
 
 
 def test_scheduler_runs_repeatedly_survives_errors_and_stops_promptly(tmp_path):
@@ -659,7 +661,7 @@ def test_scheduler_runs_repeatedly_survives_errors_and_stops_promptly(tmp_path):
     assert time.monotonic() - t0 < 1
     assert not sched.running
     assert len(fake.calls) >= 5 and set(fake.calls) == {42.0}
-    assert sched.failures == 2 and sched.last_report == store_mod.CleanupReport()
+    assert sched.failures == 2 and sched.last_report == CleanupReport()
     n = len(fake.calls)
     time.sleep(0.1)
     assert len(fake.calls) == n  # really stopped

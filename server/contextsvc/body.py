@@ -14,6 +14,7 @@ from .lowering import MediaLedger, lower, to_model_messages
 from .lowering.lowered import Lowered, open_with_user
 from .lowering.neutral import MMessage, MText, attachment_note
 from .lowering.registry import FORMATS
+from .lowering_memo import pruned_digest
 
 
 @dataclass(slots=True)
@@ -134,22 +135,33 @@ def payload_guard(conv: m.Conversation, body_bytes: int, settings: m.CompactionS
     messages, stripped = strip_historical_media(shrunk.messages)
     if not (pruned or stripped):
         return Guard(tripped=True)
-    wire = conv.wire  # the step memo's keys; a message stripping changed has none
-    if wire is not None and pruned:
-        wire = wire.pruned(conv.messages, shrunk.messages, pruned)
-    return Guard(True, pruned, stripped, dataclasses.replace(shrunk, messages=messages, wire=wire))
+    if pruned:
+        _keep_digests(conv.messages, shrunk.messages, pruned)
+    return Guard(True, pruned, stripped, dataclasses.replace(shrunk, messages=messages,
+                                                             lowering_memo=conv.lowering_memo))
+
+
+def _keep_digests(before: list, after: list, part_ids) -> None:
+    """Gives each message of after (prune.apply's copy of before) that prune copied the digest
+    lowering_memo.pruned_digest derives from its original's, so the lowering memo still serves
+    it from one step to the next. A message media stripping then changes is a new copy, with
+    none."""
+    wanted = set(part_ids)
+    for old, new in zip(before, after):
+        if new is not old and old.digest:
+            new.digest = pruned_digest(old.digest, [p.id for p in new.parts if p.id in wanted])
 
 
 def lower_request(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPrompt,
                   prompt_dir: str, placeholders: bool = False,
                   tools_disabled: bool = False, known: dict | None = None) -> tuple[Lowered, MediaLedger]:
-    """The lowered request and its media ledger. With the step memo (conv.wire), each message's
-    lowering is taken from the memo when seen before, and known receives the (JSON text,
-    lengths) of every element the memo holds, by id(element)."""
+    """The lowered request and its media ledger. With the lowering memo (conv.lowering_memo),
+    each message's lowering is taken from the memo when seen before (by Message.digest), and
+    known receives the (JSON text, lengths) of every element the memo holds, by id(element)."""
     projected = history.project(conv.messages)
-    wire = conv.wire
-    if wire is not None and _memoizable(projected, mdl.provider):
-        return _lower_memoized(projected, wire, conv, mdl, tools, system, prompt_dir, placeholders,
+    memo = conv.lowering_memo
+    if memo is not None and _memoizable(projected, mdl.provider):
+        return _lower_memoized(projected, memo, conv, mdl, tools, system, prompt_dir, placeholders,
                                tools_disabled, known)
     messages = to_model_messages(projected, mdl)
     ledger = MediaLedger(placeholders=placeholders)
@@ -182,7 +194,7 @@ def _memoizable(messages: list, provider: str) -> bool:
 
 
 def _piece(msg: m.Message, mdl: m.Model, placeholders: bool) -> tuple:
-    """What one stored message lowers to alone (step_memo's piece): (elements, media_count, extra,
+    """What one stored message lowers to alone (lowering_memo's piece): (elements, media_count, extra,
     saved_units), elements a tuple of (role, element, saved units inside it). The lead user
     message a format puts first stands for no stored message and is left out."""
     ledger = MediaLedger(placeholders=placeholders)
@@ -208,13 +220,12 @@ def _lead(provider: str) -> dict:
     return copy.deepcopy(lead)
 
 
-def _lower_memoized(projected: list, wire, conv: m.Conversation, mdl: m.Model, tools: list,
+def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, tools: list,
                     system: m.SystemPrompt, prompt_dir: str, placeholders: bool, tools_disabled: bool,
                     known: dict | None) -> tuple[Lowered, MediaLedger]:
     """lower_request from memoized pieces: each message lowered alone (or taken from the memo),
     consecutive elements of one role joined where the format joins them, then the lead user
     message; the same body as lowering the whole request at once."""
-    memo = wire.memo
     settings = (mdl.provider, mdl.id, placeholders)
     ledger = MediaLedger(placeholders=placeholders)
     lowered = lower(mdl.provider, model_id=mdl.id, system=system_prompt.blocks(system, mdl, prompt_dir),
@@ -223,7 +234,7 @@ def _lower_memoized(projected: list, wire, conv: m.Conversation, mdl: m.Model, t
     joined = FORMATS[mdl.provider].merged_key
     elements, roles, sources, keys, saved = [], [], [], [], []
     for msg in projected:
-        digest = wire.digest(msg)
+        digest = msg.digest or None
         pkey = (digest, settings)
         piece = memo.get(pkey) if digest is not None else None
         if piece is None:
@@ -322,14 +333,14 @@ def build(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPromp
     with hashes, also the prefix hash at each breakpoint (costs a serialization pass).
     tools_disabled: the tools stay defined and the provider's "no tool use" choice is set.
     marker_models: the model ids (substrings) that take markers behind a gateway."""
-    known = {}  # id(element) -> (JSON text, lengths) of the elements the step memo holds
+    known = {}  # id(element) -> (JSON text, lengths) of the elements the lowering memo holds
     lowered, ledger = lower_request(conv, mdl, tools, system, prompt_dir, tools_disabled=tools_disabled,
                                     known=known)
     chosen = breakpoints.choose(lowered, mdl.provider, tools, policy or breakpoints.Policy(), max_markers,
                                 auto_markers, mdl.id, marker_models)
     texts = {k: v[0] for k, v in known.items()}
     chain = prefix.prefix_hashes(lowered, mdl.provider, chosen, texts) if hashes else None
-    for element in place(lowered, ledger, mdl.provider, chosen, conv.wire is not None, (known, texts)):
+    for element in place(lowered, ledger, mdl.provider, chosen, conv.lowering_memo is not None, (known, texts)):
         texts.pop(id(element), None)
     lengths = {}
     json_lengths = native.json_lengths
@@ -361,7 +372,7 @@ def estimate_lowered(conv: m.Conversation, mdl: m.Model, tools: list, system: m.
     place(lowered, ledger, mdl.provider, breakpoints.choose(lowered, mdl.provider, tools,
                                                             policy or breakpoints.Policy(),
                                                             max_markers, auto_markers, mdl.id, marker_models),
-          conv.wire is not None)
+          conv.lowering_memo is not None)
     return lowered
 
 

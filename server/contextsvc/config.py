@@ -58,11 +58,14 @@ class ServerConfig:
     # size (agent sessions: about 3.7 bytes per wire byte, so about 9 MiB of wire bytes: thirty
     # 300 KB sessions); 0 disables
     message_cache_bytes: int = 32 * MiB
-    # memory for what a step computes per message (its lowered elements, their JSON text and
-    # lengths: step_memo.py), charged at real size like the message cache; an element costs
-    # about 3 times its JSON, so a 1 MB session takes about 4 MiB; 0 disables (so does a
-    # message_cache_bytes of 0: the memo is keyed by the message cache's digests)
-    step_memo_bytes: int = 48 * MiB
+    # memory for what Prune, Compact's selection and the offline summarizer compute per message
+    # (memo.py), charged at real size; its entries are small (a few hundred bytes per message),
+    # so this holds the recent history of hundreds of sessions; 0 disables
+    step_memo_bytes: int = 16 * MiB
+    # memory for what Measure and Assemble lower each message to (its provider elements, their
+    # JSON text and lengths: lowering_memo.py), charged at real size like the message cache; an
+    # element costs about 3 times its JSON, so a 1 MB session takes about 4 MiB; 0 disables
+    lowering_memo_bytes: int = 48 * MiB
     # TLS: PEM certificate chain and private key; both empty = plaintext (loopback, or TLS ends
     # at a proxy in front)
     tls_cert_file: str = ""

@@ -12,7 +12,7 @@ from . import model as m
 from .config import ServerConfig
 from .errors import BadInput
 from .lowering import registry
-from .step_memo import Wire
+from .message_cache import MessageCache
 from .v1 import context_pb2 as pb
 
 _ROLES = {pb.ROLE_USER: m.USER, pb.ROLE_ASSISTANT: m.ASSISTANT}
@@ -182,27 +182,28 @@ _PART_BUILDERS = {
 
 
 def conversation(c, path: str = "conversation", cache=None, max_json_depth: int = JSON_DEPTH,
-                 memo=None) -> m.Conversation:
+                 lowering_memo=None) -> m.Conversation:
     """Field paths are built only when something is wrong: this runs for every message.
     With a MessageCache, messages seen before (same wire bytes) are not converted again; only
     messages that converted cleanly are kept, so a refused message is refused every time.
-    With a StepMemo too, the conversation carries each message's digest (Conversation.wire)."""
+    Every message carries the digest of its wire bytes (Message.digest); with a LoweringMemo, the
+    conversation carries it too (Conversation.lowering_memo) for Measure and Assemble."""
     messages = []
-    wire_keys = Wire(memo) if memo is not None and cache is not None else None
     for i, msg in enumerate(c.messages):
-        if cache is None:
-            messages.append(_message(msg, i, path, max_json_depth))
-            continue
         wire = msg.SerializeToString()
-        key = cache.key(wire)
+        key = MessageCache.key(wire)
+        if cache is None:
+            core = _message(msg, i, path, max_json_depth)
+            core.digest = key  # the per-message memos (memo.py) key on it, cache or not
+            messages.append(core)
+            continue
         core = cache.get(key)
         if core is None:
             core = _message(msg, i, path, max_json_depth)
+            core.digest = key
             cache.put(key, core, len(wire))
         messages.append(core)
-        if wire_keys is not None:
-            wire_keys.add(core, key)
-    return m.Conversation(messages=messages, session_id=c.session_id, wire=wire_keys)
+    return m.Conversation(messages=messages, session_id=c.session_id, lowering_memo=lowering_memo)
 
 
 def _message(msg, i: int, path: str, depth: int) -> m.Message:
@@ -236,11 +237,11 @@ def _message(msg, i: int, path: str, depth: int) -> m.Message:
     )
 
 
-def shared_fields(request, cache=None, max_json_depth: int = JSON_DEPTH, memo=None) -> dict:
+def shared_fields(request, cache=None, max_json_depth: int = JSON_DEPTH, lowering_memo=None) -> dict:
     """The core fields of Measure, Compact and Assemble requests, which share these five."""
     return {
         "conversation": conversation(request.conversation, cache=cache, max_json_depth=max_json_depth,
-                                     memo=memo),
+                                     lowering_memo=lowering_memo),
         "model": model(request.model),
         "tools": tools(request.tools, max_json_depth=max_json_depth),
         "system": system(request.system),

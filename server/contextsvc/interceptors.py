@@ -14,16 +14,12 @@ from google.protobuf.message import DecodeError
 
 from .admission import Admission
 from .errors import BadInput, DeadlineExceeded, Exhausted, NotFound, Unavailable
-from .truncation import InvalidOutputId, OutputNotFound, StoreUnavailable
 
 log = logging.getLogger("contextsvc")
 
 _STATUS_FOR = (
     (BadInput, grpc.StatusCode.INVALID_ARGUMENT),
-    (InvalidOutputId, grpc.StatusCode.INVALID_ARGUMENT),
     (NotFound, grpc.StatusCode.NOT_FOUND),
-    (OutputNotFound, grpc.StatusCode.NOT_FOUND),
-    (StoreUnavailable, grpc.StatusCode.UNAVAILABLE),
     (Exhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
     (DeadlineExceeded, grpc.StatusCode.DEADLINE_EXCEEDED),

@@ -62,8 +62,12 @@ def resident_size(obj) -> int:
 _FIELDS: dict = {}  # type -> a function giving the tuple of its attribute values
 
 
+# A message's `digest` is the cache key itself, already charged in ENTRY_OVERHEAD.
+_NOT_WALKED = ("__weakref__", "__dict__", "digest")
+
+
 def _fields_of(t):
-    names = [n for c in t.__mro__ for n in getattr(c, "__slots__", ()) if n not in ("__weakref__", "__dict__")]
+    names = [n for c in t.__mro__ for n in getattr(c, "__slots__", ()) if n not in _NOT_WALKED]
     getter = operator.attrgetter(*names) if names else None
 
     def values(x):
@@ -78,17 +82,13 @@ class SizedCache:
 
     def __init__(self, max_bytes: int):
         self._max = max_bytes
-        self._items = OrderedDict()  # digest -> (core message, wire bytes)
+        self._items = OrderedDict()  # key -> (value, charged bytes)
         self._bytes = 0
         self._lock = Lock()
         self.hits = 0
         self.misses = 0
 
-    @staticmethod
-    def key(wire: bytes) -> bytes:
-        return hashlib.blake2b(wire, digest_size=16).digest()
-
-    def get(self, key: bytes):
+    def get(self, key):
         with self._lock:
             item = self._items.get(key)
             if item is None:
@@ -132,3 +132,8 @@ class SizedCache:
 
 class MessageCache(SizedCache):
     """Converted messages by the digest of their wire bytes."""
+
+    @staticmethod
+    def key(wire: bytes) -> bytes:
+        """A message's digest (model.Message.digest): the key here, in memo.py and lowering_memo.py."""
+        return hashlib.blake2b(wire, digest_size=16).digest()

@@ -13,6 +13,7 @@ from typing import Optional
 from . import history, measure, model as m, native, validate
 from .config import PRUNE_PROTECT_RULES, Config
 from .errors import BadInput
+from .memo import each
 
 NORMAL = "normal"
 PAYLOAD_LIMIT = "payload-limit"
@@ -79,14 +80,15 @@ def gates(settings: m.CompactionSettings, cfg: Config, mdl: Optional[m.Model] = 
 
 
 def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSettings,
-          cfg: Config, model: Optional[m.Model] = None) -> PruneResult:
+          cfg: Config, model: Optional[m.Model] = None, memo=None) -> PruneResult:
     """The tool parts to mark, scanning what would be sent (history.project) newest first.
 
-    `model` is optional: with a known context window it scales the token gates.
+    `model` is optional: with a known context window it scales the token gates. `memo`
+    (memo.StepMemo) keeps each message's tool parts as the scan reads them.
     """
     if reason not in REASONS:
         raise BadInput("reason", f"must be one of {', '.join(REASONS)}, got {reason!r}")
-    validate.conversation(conversation)
+    validate.conversation(conversation, memo=memo)
     validate.compaction_settings(settings)
     if model is not None:
         validate.model(model)
@@ -95,7 +97,6 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
 
     g = gates(settings, cfg, model)
     by_turns = g.protect == TURNS
-    estimate = native.estimate_tokens
     # Send order: a post-compaction prune must reach the kept tail, which is stored before the
     # summary but sent after it. The projection keeps the stored message objects.
     msgs = history.project(conversation.messages)
@@ -106,6 +107,7 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
     freed = 0
     chosen = []  # (message, part index)
     stop = False
+    scans = each(memo, "prune", msgs, (), tool_outputs)
     for i in range(len(msgs) - 1, -1, -1):
         msg = msgs[i]
         if by_turns:
@@ -115,19 +117,14 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
                 continue  # the freshest turns are never touched
         if msg.role == m.ASSISTANT and msg.summary:
             break  # never cross a compaction point
-        parts = msg.parts
-        for j in range(len(parts) - 1, -1, -1):
-            c = parts[j].content
-            if not isinstance(c, m.Tool):
-                continue
-            if c.tool in g.protected_tools:
+        for j, tool, compacted, status, cost in scans[i]:
+            if tool in g.protected_tools:
                 continue  # loaded instructions are live rules
-            if c.compacted:
+            if compacted:
                 stop = True  # everything older was handled before
                 break
-            if c.status != m.COMPLETED:
+            if status != m.COMPLETED:
                 continue
-            cost = estimate(c.output)
             if not by_turns and results < g.protected_results:
                 # The freshest results are never touched nor counted: N of them, or as many as
                 # fit in the protected tokens (at least the newest), since five 12K-token test
@@ -158,6 +155,20 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
         ids.append(pid)
     return PruneResult(part_ids=ids, tokens_freed=freed, acted=True, reason=reason,
                        tokens_scanned=total)
+
+
+def tool_outputs(msg: m.Message) -> tuple:
+    """What the scan reads of a message: (part index, tool, compacted, status, estimate of the
+    output) of each tool part, newest first; only the message decides it."""
+    estimate = native.estimate_tokens
+    out = []
+    parts = msg.parts
+    for j in range(len(parts) - 1, -1, -1):
+        c = parts[j].content
+        if isinstance(c, m.Tool):
+            out.append((j, c.tool, c.compacted, c.status,
+                        estimate(c.output) if c.status == m.COMPLETED and not c.compacted else 0))
+    return tuple(out)
 
 
 def apply(conversation: m.Conversation, part_ids, now_ms: int) -> m.Conversation:

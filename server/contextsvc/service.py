@@ -8,8 +8,9 @@ from . import assemble, compact, convert, prune, truncation
 from .config import Config
 from .errors import BadInput
 from .limits import Deadline
+from .lowering_memo import LoweringMemo
+from .memo import StepMemo
 from .message_cache import MessageCache
-from .step_memo import StepMemo
 from .tokens import ExactCounter
 from .v1 import context_pb2 as pb
 from .v1 import context_pb2_grpc as pb_grpc
@@ -34,16 +35,17 @@ class ContextService(pb_grpc.ContextServiceServicer):
         self._metrics = metrics
         self._exact = ExactCounter(cfg.measure.exact_encoding, cfg.measure.exact_cache_entries)
         self._truncation = truncation
-        self._summarizer = compact.make_summarizer(cfg)
         self._json_depth = cfg.server.max_json_depth
         self._messages = MessageCache(cfg.server.message_cache_bytes) if cfg.server.message_cache_bytes else None
         self._memo = StepMemo(cfg.server.step_memo_bytes) if cfg.server.step_memo_bytes else None
+        self._summarizer = compact.make_summarizer(cfg, self._memo)
+        self._lowering = LoweringMemo(cfg.server.lowering_memo_bytes) if cfg.server.lowering_memo_bytes else None
 
     def _step_input(self, request) -> assemble.AssembleInput:
         """The step a Measure or Assemble request describes: both take the same per-step fields."""
         convert.require(request, "conversation", "model")
         return assemble.AssembleInput(
-            **convert.shared_fields(request, self._messages, self._json_depth, self._memo),
+            **convert.shared_fields(request, self._messages, self._json_depth, self._lowering),
             editor=convert.editor(request.editor) if request.HasField("editor") else None,
             step=request.step,
             max_steps=request.max_steps,
@@ -71,7 +73,8 @@ class ContextService(pb_grpc.ContextServiceServicer):
         mdl = convert.model(request.model) if request.HasField("model") else None
         r = prune.prune(convert.conversation(request.conversation, cache=self._messages,
                                              max_json_depth=self._json_depth), reason,
-                        convert.compaction_settings(request.compaction), self._cfg, model=mdl)
+                        convert.compaction_settings(request.compaction), self._cfg, model=mdl,
+                        memo=self._memo)
         if self._metrics is not None:
             self._metrics.record_prune(r.reason, r.acted, r.tokens_freed)
         return pb.PruneResponse(part_ids=r.part_ids, tokens_freed=r.tokens_freed, acted=r.acted,
@@ -88,7 +91,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
             id_prefix=request.id_prefix,
         )
         deadline = Deadline.after(context.time_remaining(), cancelled=lambda: not context.is_active())
-        r = compact.compact(inp, self._cfg, self._summarizer, deadline)
+        r = compact.compact(inp, self._cfg, self._summarizer, deadline, memo=self._memo)
         if self._metrics is not None:
             self._metrics.record_compaction(r.outcome, r.backend, r.fell_back, r.retention)
         out = pb.CompactResponse(
@@ -172,11 +175,8 @@ class ContextService(pb_grpc.ContextServiceServicer):
         for name in ("offset", "limit"):
             if getattr(request, name) < 0:
                 raise BadInput(name, "must not be negative")
-        try:
-            r = truncation.read_lines(self._truncation, request.output_id, request.offset, request.limit,
-                                      default_limit=self._cfg.truncation.read_default_limit,
-                                      max_bytes=self._read_bytes())
-        except truncation.InvalidOutputId as e:
-            raise BadInput("output_id", str(e)) from None
+        r = truncation.read_lines(self._truncation, request.output_id, request.offset, request.limit,
+                                  default_limit=self._cfg.truncation.read_default_limit,
+                                  max_bytes=self._read_bytes())
         return pb.ReadTruncatedResponse(text=r.text, total_lines=r.total_lines, offset=r.offset,
                                         lines=r.lines, eof=r.eof)

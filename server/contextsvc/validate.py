@@ -6,6 +6,7 @@ import math
 from . import model as m
 from .config import PRUNE_PROTECT_RULES
 from .errors import BadInput
+from .memo import each
 
 # The largest token figure a request may carry: 2^53 - 1 (JSON's exact integers). Usage figures
 # and limits are summed (a usage's parts, reported + tail + overhead, output + reserved), and
@@ -23,8 +24,40 @@ def _tokens(value: int, path) -> None:
                        f"{value} is beyond any real token count (at most {MAX_TOKENS}, 2^53 - 1)")
 
 
-def conversation(conv: m.Conversation, path: str = "conversation") -> None:
-    """Runs on every call, so field paths are only formatted for the error raised."""
+def conversation(conv: m.Conversation, path: str = "conversation", memo=None) -> None:
+    """Runs on every call, so field paths are only formatted for the error raised.
+
+    memo (memo.StepMemo): each message's own checks are kept under its digest, so a step checks
+    its new messages and only the uniqueness of ids across the conversation. Anything wrong
+    sends the whole conversation through the full checks, which raise the first error in order."""
+    if memo is not None and conv.messages and _known_good(conv.messages, memo):
+        return
+    _conversation(conv, path)
+
+
+def _own_ids(msg: m.Message):
+    """(message id, its part ids) when the message passes its own checks, else None."""
+    try:
+        _conversation(m.Conversation([msg]))
+    except BadInput:
+        return None
+    return msg.id, tuple(p.id for p in msg.parts if p.id)
+
+
+def _known_good(messages: list, memo) -> bool:
+    ids, part_ids = set(), set()
+    for own in each(memo, "valid", messages, (), _own_ids):
+        if own is None or own[0] in ids:
+            return False
+        ids.add(own[0])
+        n = len(part_ids)
+        part_ids.update(own[1])
+        if len(part_ids) - n != len(own[1]):
+            return False
+    return True
+
+
+def _conversation(conv: m.Conversation, path: str = "conversation") -> None:
     if not conv.messages:
         raise BadInput(f"{path}.messages", "must hold at least one message")
     ids = {}
@@ -65,9 +98,10 @@ def conversation(conv: m.Conversation, path: str = "conversation") -> None:
                 _usage(c.tokens, lambda i=i, j=j: f"{path}.messages[{i}].parts[{j}].step_finish.tokens")
 
 
-def request(conv: m.Conversation, mdl: m.Model, tool_defs: list, settings: m.CompactionSettings) -> None:
+def request(conv: m.Conversation, mdl: m.Model, tool_defs: list, settings: m.CompactionSettings,
+            memo=None) -> None:
     """The checks every conversation-carrying request shares."""
-    conversation(conv)
+    conversation(conv, memo=memo)
     model(mdl)
     tools(tool_defs)
     compaction_settings(settings)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from .. import model as m
 from ..config import SummarizerConfig
+from ..memo import each
 from . import template
 
 NAME = "offline"
@@ -260,10 +261,14 @@ class _Asks:
 
     def said(self, sentence: str) -> None:
         """A sentence of the assistant: a step when it names an ask."""
-        keys = _keys(sentence)
+        self.said_with(sentence, _keys(sentence),
+                       bool(DONE_SAID.search(sentence) and not NOT_YET.search(sentence)))
+
+    def said_with(self, sentence: str, keys: set, says_done: bool) -> None:
+        """said, with the sentence's keys and whether it says something is done worked out."""
         if not self._named(keys):
             return
-        if DONE_SAID.search(sentence) and not NOT_YET.search(sentence):
+        if says_done:
             self.step(sentence, set(), keys)
         else:
             self.step(sentence, keys)
@@ -303,10 +308,96 @@ def _text_of(msg: m.Message, *, synthetic: bool) -> str:
                      and (synthetic or not p.content.synthetic) and p.content.text)
 
 
-def extract(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, previous: dict = None) -> dict:
+def _facts(msg: m.Message, limits: OfflineLimits) -> tuple:
+    """What extract draws from one message, in the order it uses it: a tuple of steps
+    (kind, *args) that only this message and the limits decide; extract replays them through
+    its state (asks, files, failed calls), so the same message gives the same steps on every
+    compaction and they can be kept (memo.py)."""
+    out = []
+    if msg.role in (m.USER, m.ASSISTANT) and not msg.summary:
+        found = identifiers(_text_of(msg, synthetic=False))
+        out.append(("identifiers", tuple(found), tuple(bool(PATH.fullmatch(x)) for x in found)))
+    if msg.role == m.USER:
+        text = _text_of(msg, synthetic=False)
+        if text.strip():
+            first = next(line.strip() for line in text.splitlines() if line.strip())
+            out.append(("goal", _clip(first, limits), tuple(_clip(a, limits) for a in asks_in(text))))
+            for s in _sentences(text):
+                if CONSTRAINT.search(s):
+                    out.append(("acc", "constraints", _clip(s, limits)))
+            for line in text.splitlines():
+                if ERROR_LINE.search(line):
+                    out.append(("acc", "critical", _clip(line, limits)))
+        for p in msg.parts:
+            if isinstance(p.content, m.File) and p.content.filename:
+                out.append(("file", p.content.filename, "attached"))
+        return tuple(out)
+    if msg.role != m.ASSISTANT or msg.summary:
+        return tuple(out)
+    text = _text_of(msg, synthetic=True)
+    if text.strip():
+        out.append(("answered",))
+    for s in _sentences(text):
+        if NEXT.search(s) and not DONE_SAID.search(s):
+            out.append(("announced", _clip(s, limits)))  # a step the assistant announced: open until done
+            continue
+        said = _clip(s, limits)
+        out.append(("said", said, tuple(_keys(said)), bool(DONE_SAID.search(said) and not NOT_YET.search(said))))
+        if DECISION.search(s):
+            out.append(("acc", "decisions", said))
+    for line in text.splitlines():
+        if ERROR_LINE.search(line):
+            out.append(("acc", "critical", _clip(line, limits)))
+    if msg.error is not None:
+        out.append(("acc", "critical", _clip(f"{msg.error.name}: {msg.error.message}".rstrip(": "), limits)))
+    for p in msg.parts:
+        t = p.content
+        if not isinstance(t, m.Tool):
+            continue
+        out.append(("answered",))
+        kind = _kind(t.tool)
+        key = (t.tool, json.dumps(t.input, sort_keys=True, default=str))
+        paths = _paths(t.input)
+        role = {"edit": "edited", "read": "read"}.get(kind, t.tool)
+        for path in paths:
+            out.append(("file", path, role))
+        cmd = _command(t.input) if kind == "shell" else ""
+        touched = tuple(set(paths) | {p.rsplit("/", 1)[-1] for p in paths} | (_keys(cmd) if cmd else set()))
+        subject = f"`{cmd}`" if cmd else (f"`{t.tool}` on `{paths[0]}`" if paths else f"`{t.tool}`")
+        if t.status == m.COMPLETED:
+            out.append(("succeeded", key))
+            if cmd:
+                ran = _clip(f"Ran `{cmd}`", limits)
+                out.append(("acc", "done", ran))
+                out.append(("step", ran, touched, (), cmd))
+                err = [ln for ln in t.output.splitlines() if ERROR_LINE.search(ln)]
+                for ln in err[:2]:
+                    out.append(("acc", "critical", _clip(ln, limits)))
+            elif kind == "edit":
+                out.append(("edited", tuple(paths)))
+                out.append(("step", _clip(f"Edited {', '.join(f'`{p}`' for p in paths)}", limits), touched,
+                            touched, ""))
+            else:
+                verb = "Read" if kind == "read" else f"`{t.tool}`"
+                out.append(("step", _clip(f"{verb} {', '.join(f'`{p}`' for p in paths)}".rstrip(), limits),
+                            touched, (), ""))
+        elif t.status == m.ERROR:
+            bullet = _clip(f"{subject} failed: {_first_error_line(t.error or 'error')}", limits)
+            out.append(("failed", key, bullet))
+            out.append(("acc", "critical", _clip(_first_error_line(t.error or "error"), limits)))
+            out.append(("step", bullet, touched, (), ""))
+        else:
+            bullet = _clip(f"{subject} was interrupted", limits)
+            out.append(("acc", "in_progress", bullet))
+            out.append(("step", bullet, touched, (), ""))
+    return tuple(out)
+
+
+def extract(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, previous: dict = None,
+            memo=None) -> dict:
     """{section key: [bullet, ...]} extracted from these messages. previous (the parsed previous
     summary) carries its Next Steps and the request in progress in, for the steps of these
-    messages to tick off."""
+    messages to tick off. memo (memo.StepMemo) keeps each message's facts (_facts)."""
     acc = _Acc()
     asks = _Asks()
     for item in (previous or {}).get("in_progress", []):
@@ -323,81 +414,36 @@ def extract(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, previous: di
     last_user_answered = True
     mentioned, names = [], []  # paths and identifiers in prose
     edited = []  # paths a completed edit wrote, packed into few Done bullets
-    for msg in messages:
-        if msg.role in (m.USER, m.ASSISTANT) and not msg.summary:
-            for item in identifiers(_text_of(msg, synthetic=False)):
-                (mentioned if PATH.fullmatch(item) else names).append(item)
-        if msg.role == m.USER:
-            text = _text_of(msg, synthetic=False)
-            if text.strip():
-                first = next(line.strip() for line in text.splitlines() if line.strip())
-                goals.append(_clip(first, limits))
+    settings = (limits.max_items, limits.max_goals, limits.max_item_chars)
+    facts = lambda x: _facts(x, limits)  # noqa: E731
+    for message_facts in each(memo, "offline", messages, settings, facts):
+        for fact in message_facts:
+            kind = fact[0]
+            if kind == "acc":
+                acc.add(fact[1], fact[2])
+            elif kind == "step":
+                asks.step(fact[1], set(fact[2]), set(fact[3]), command=fact[4])
+            elif kind == "file":
+                files.setdefault(fact[1], {})[fact[2]] = None
+            elif kind == "identifiers":
+                for item, is_path in zip(fact[1], fact[2]):
+                    (mentioned if is_path else names).append(item)
+            elif kind == "answered":
+                last_user_answered = True
+            elif kind == "said":
+                asks.said_with(fact[1], set(fact[2]), fact[3])
+            elif kind == "announced":
+                asks.add(fact[1])
+            elif kind == "goal":
+                goals.append(fact[1])
                 last_user_answered = False
-                asks.ask([_clip(a, limits) for a in asks_in(text)])
-                for s in _sentences(text):
-                    if CONSTRAINT.search(s):
-                        acc.add("constraints", _clip(s, limits))
-                for line in text.splitlines():
-                    if ERROR_LINE.search(line):
-                        acc.add("critical", _clip(line, limits))
-            for p in msg.parts:
-                if isinstance(p.content, m.File) and p.content.filename:
-                    files.setdefault(p.content.filename, {})["attached"] = None
-            continue
-        if msg.role != m.ASSISTANT or msg.summary:
-            continue
-        text = _text_of(msg, synthetic=True)
-        if text.strip():
-            last_user_answered = True
-        for s in _sentences(text):
-            if NEXT.search(s) and not DONE_SAID.search(s):
-                asks.add(_clip(s, limits))  # a step the assistant announced: open until done
-                continue
-            asks.said(_clip(s, limits))
-            if DECISION.search(s):
-                acc.add("decisions", _clip(s, limits))
-        for line in text.splitlines():
-            if ERROR_LINE.search(line):
-                acc.add("critical", _clip(line, limits))
-        if msg.error is not None:
-            acc.add("critical", _clip(f"{msg.error.name}: {msg.error.message}".rstrip(": "), limits))
-        for p in msg.parts:
-            t = p.content
-            if not isinstance(t, m.Tool):
-                continue
-            last_user_answered = True
-            kind = _kind(t.tool)
-            key = (t.tool, json.dumps(t.input, sort_keys=True, default=str))
-            for path in _paths(t.input):
-                role = {"edit": "edited", "read": "read"}.get(kind, t.tool)
-                files.setdefault(path, {})[role] = None
-            cmd = _command(t.input) if kind == "shell" else ""
-            paths = _paths(t.input)
-            touched = set(paths) | {p.rsplit("/", 1)[-1] for p in paths} | (_keys(cmd) if cmd else set())
-            subject = f"`{cmd}`" if cmd else (f"`{t.tool}` on `{paths[0]}`" if paths else f"`{t.tool}`")
-            if t.status == m.COMPLETED:
-                failed.pop(key, None)
-                if cmd:
-                    acc.add("done", _clip(f"Ran `{cmd}`", limits))
-                    asks.step(_clip(f"Ran `{cmd}`", limits), touched, command=cmd)
-                    err = [ln for ln in t.output.splitlines() if ERROR_LINE.search(ln)]
-                    for ln in err[:2]:
-                        acc.add("critical", _clip(ln, limits))
-                elif kind == "edit":
-                    edited.extend(paths)
-                    asks.step(_clip(f"Edited {', '.join(f'`{p}`' for p in paths)}", limits), touched,
-                              done=touched)
-                else:
-                    verb = "Read" if kind == "read" else f"`{t.tool}`"
-                    asks.step(_clip(f"{verb} {', '.join(f'`{p}`' for p in paths)}".rstrip(), limits), touched)
-            elif t.status == m.ERROR:
-                line = _first_error_line(t.error or "error")
-                failed[key] = _clip(f"{subject} failed: {line}", limits)
-                acc.add("critical", _clip(line, limits))
-                asks.step(failed[key], touched)
-            else:
-                acc.add("in_progress", _clip(f"{subject} was interrupted", limits))
-                asks.step(_clip(f"{subject} was interrupted", limits), touched)
+                asks.ask(list(fact[2]))
+            elif kind == "succeeded":
+                failed.pop(fact[1], None)
+            elif kind == "failed":
+                failed[fact[1]] = fact[2]
+            elif kind == "edited":
+                edited.extend(fact[1])
     for bullet in failed.values():
         acc.add("blocked", bullet)
     now = asks.working_on()
@@ -508,11 +554,11 @@ def merge(previous: dict, new: dict, limits: OfflineLimits = DEFAULT_LIMITS) -> 
     return out
 
 
-def summarize(messages: list, previous: str = "", limits: OfflineLimits = DEFAULT_LIMITS) -> str:
+def summarize(messages: list, previous: str = "", limits: OfflineLimits = DEFAULT_LIMITS, memo=None) -> str:
     if not previous:
-        return template.render(extract(messages, limits))
+        return template.render(extract(messages, limits, memo=memo))
     before = template.parse(previous)
-    sections = extract(messages, limits, before)
+    sections = extract(messages, limits, before, memo)
     merged = merge(before, sections, limits)
     # the previous Next Steps and request in progress went through extract, which ticked off
     # what these messages did: its answer replaces them
@@ -526,11 +572,12 @@ class OfflineSummarizer:
 
     name = NAME
 
-    def __init__(self, limits: OfflineLimits = DEFAULT_LIMITS):
+    def __init__(self, limits: OfflineLimits = DEFAULT_LIMITS, memo=None):
         self.limits = limits
+        self.memo = memo  # memo.StepMemo: each message's facts, kept across compactions
 
     def summarize(self, job) -> str:
-        return summarize(job.messages, job.previous, self.limits)
+        return summarize(job.messages, job.previous, self.limits, self.memo)
 
     def merge(self, partials: list, previous: str = "", max_tokens: int = 0, deadline=None) -> str:
         merged = template.parse(previous) if previous else {k: [] for k in template.KEYS}

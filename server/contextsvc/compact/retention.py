@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import model as m
+from ..memo import each
 from . import offline
 
 
@@ -20,44 +21,36 @@ class Retention:
     missing: tuple = ()  # the items not found (for logs and tests)
 
 
-def _texts(messages: list) -> tuple[list, list, list]:
-    """(prose texts, tool inputs, tool error texts) of the messages."""
-    prose, inputs, errors = [], [], []
-    for msg in messages:
-        for p in msg.parts:
-            c = p.content
-            if isinstance(c, m.Text) and not c.ignored and not c.synthetic and c.text:
-                prose.append(c.text)
-            elif isinstance(c, m.Tool):
-                inputs.append(c)
-                if c.status == m.ERROR and c.error:
-                    errors.append(c.error)
-    return prose, inputs, errors
+def _items(msg: m.Message) -> tuple:
+    """(tool input items, tool error items, prose items) of one message, in order, unstripped."""
+    tools, errors, prose = [], [], []
+    for p in msg.parts:
+        c = p.content
+        if isinstance(c, m.Text) and not c.ignored and not c.synthetic and c.text:
+            for line in c.text.splitlines():
+                if offline.ERROR_LINE.search(line):
+                    prose.append(line)
+            prose.extend(offline.identifiers(c.text))
+        elif isinstance(c, m.Tool):
+            tools.extend(offline._paths(c.input))
+            if offline._kind(c.tool) == "shell":
+                tools.append(offline._command(c.input))
+            if c.status == m.ERROR and c.error:
+                errors.append(offline._first_error_line(c.error))
+    return tuple(tools), tuple(errors), tuple(prose)
 
 
-def extract(messages: list) -> list:
-    """The verbatim items of these messages, each once, in first-seen order."""
+def extract(messages: list, memo=None) -> list:
+    """The verbatim items of these messages, each once, in first-seen order: every tool input's,
+    then every tool error's, then the prose's. memo (memo.StepMemo) keeps each message's items."""
     found = {}
-
-    def add(item: str) -> None:
-        item = item.strip()
-        if len(item) >= 3:
-            found.setdefault(item, None)
-
-    prose, tools, errors = _texts(messages)
-    for t in tools:
-        for path in offline._paths(t.input):
-            add(path)
-        if offline._kind(t.tool) == "shell":
-            add(offline._command(t.input))
-    for err in errors:
-        add(offline._first_error_line(err))
-    for text in prose:
-        for line in text.splitlines():
-            if offline.ERROR_LINE.search(line):
-                add(line)
-        for item in offline.identifiers(text):
-            add(item)
+    per_message = each(memo, "retention", messages, (), _items)
+    for group in range(3):
+        for items in per_message:
+            for item in items[group]:
+                item = item.strip()
+                if len(item) >= 3:
+                    found.setdefault(item, None)
     return list(found)
 
 

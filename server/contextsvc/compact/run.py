@@ -68,20 +68,21 @@ class CompactResult:
     decision_method: str = ""
 
 
-def check(inp: CompactInput) -> None:
-    validate.request(inp.conversation, inp.model, inp.tools, inp.compaction)
+def check(inp: CompactInput, memo=None) -> None:
+    validate.request(inp.conversation, inp.model, inp.tools, inp.compaction, memo)
     if inp.attempts < 0:
         raise BadInput("attempts", "must not be negative")
     if not any(x.role == m.USER for x in inp.conversation.messages):
         raise BadInput("conversation.messages", "needs a user message: the last one is the compaction parent")
 
 
-def make_summarizer(cfg: Config):
+def make_summarizer(cfg: Config, memo=None):
+    """memo (memo.StepMemo): the offline summarizer keeps each message's facts in it."""
     if cfg.summarizer.backend == "anthropic":
         from .anthropic_backend import AnthropicSummarizer
 
         return AnthropicSummarizer(cfg)
-    return offline.OfflineSummarizer(offline.OfflineLimits.of(cfg.summarizer))
+    return offline.OfflineSummarizer(offline.OfflineLimits.of(cfg.summarizer), memo)
 
 
 def _measure(conv: m.Conversation, inp: CompactInput, cfg: Config) -> measure.Measurement:
@@ -258,12 +259,12 @@ class _Plan:
 
 
 def _plan(projected: list, stored: list, overflow: bool, mdl: m.Model, use: int,
-          settings: m.CompactionSettings, cfg: Config, keep_tail: bool) -> _Plan:
+          settings: m.CompactionSettings, cfg: Config, keep_tail: bool, memo=None) -> _Plan:
     """Head and tail, with the turn in progress never dropped: it is summarized or kept."""
     floor = _earliest_tail(projected, stored)
     kept = len(projected)
     if keep_tail:
-        selection = sel_mod.select(projected, mdl, use, settings, cfg)
+        selection = sel_mod.select(projected, mdl, use, settings, cfg, memo=memo)
         if selection.tail_start_id:
             kept = max(len(selection.head), floor)
     head, tail = projected[:kept], projected[kept:]
@@ -273,10 +274,12 @@ def _plan(projected: list, stored: list, overflow: bool, mdl: m.Model, use: int,
     return _Plan(head, tail, replay)
 
 
-def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline = NO_DEADLINE) -> CompactResult:
+def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline = NO_DEADLINE,
+            memo=None) -> CompactResult:
     """deadline: the caller's; when it passes (or the caller cancels) the work stops with
-    errors.DeadlineExceeded, between summary requests and with each request's timeout cut to it."""
-    check(inp)
+    errors.DeadlineExceeded, between summary requests and with each request's timeout cut to it.
+    memo (memo.StepMemo): per-message sizes, prune scans and retention items kept across steps."""
+    check(inp, memo)
     mdl, settings = inp.model, inp.compaction
     msgs = inp.conversation.messages
     now_ms = inp.now_ms or time.time_ns() // 1_000_000
@@ -301,15 +304,15 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
     projected = [x for x in history.project(msgs) if x is not marker
                  and not (marker is not None and x.summary and x.parent_id == marker.id)]
 
-    plan = _plan(projected, msgs, inp.overflow, mdl, use, settings, cfg, keep_tail=True)
+    plan = _plan(projected, msgs, inp.overflow, mdl, use, settings, cfg, keep_tail=True, memo=memo)
     if not serialize.serialize(plan.head, cfg.compact.tool_output_max_chars).messages:
         if not over:
             return result
         # Never stuck (design.md §5): over the limit with nothing old enough, the tail goes too.
-        plan = _plan(projected, msgs, inp.overflow, mdl, use, settings, cfg, keep_tail=False)
+        plan = _plan(projected, msgs, inp.overflow, mdl, use, settings, cfg, keep_tail=False, memo=memo)
     result.attempts = inp.attempts + 1
 
-    chosen = summarizer or make_summarizer(cfg)
+    chosen = summarizer or make_summarizer(cfg, memo)
     cap = measure.max_output(mdl, cfg)
 
     def summarize(tr: serialize.Transcript) -> tuple[str, bool, str]:
@@ -323,7 +326,7 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
             deadline.check("compact")  # no time left for the fallback either
             result.fell_back = True
             result.fallback_reason = f"{exc}; the offline summarizer answered instead"
-            chosen = offline.OfflineSummarizer(offline.OfflineLimits.of(cfg.summarizer))  # once failed, the rest of the call stays offline
+            chosen = offline.OfflineSummarizer(offline.OfflineLimits.of(cfg.summarizer), memo)  # once failed, the rest of the call stays offline
             text_, chunked_ = _run(chosen, tr, use, cap, cfg, deadline)
             return text_, chunked_, chosen.name
 
@@ -337,7 +340,7 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
         stored = ed.apply(msgs, edits)
         # the post-compaction prune reads the edited conversation, in send order
         pr = prune.prune(m.Conversation(stored, inp.conversation.session_id), prune.POST_COMPACTION,
-                         settings, cfg, model=mdl)
+                         settings, cfg, model=mdl, memo=memo)
         if pr.acted:
             edits.append(ed.MarkCompacted(list(pr.part_ids), now_ms))
             stored = ed.apply(stored, edits[-1:])
@@ -346,7 +349,7 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
         if _under(tokens_after, lim, mdl) or not plan.tail:
             break
         # Still over with a verbatim tail: summarize the tail too rather than report failure.
-        plan = _plan(projected, msgs, inp.overflow, mdl, use, settings, cfg, keep_tail=False)
+        plan = _plan(projected, msgs, inp.overflow, mdl, use, settings, cfg, keep_tail=False, memo=memo)
 
     under = _under(tokens_after, lim, mdl)
     sent = {id(x) for x in history.project(stored)}
@@ -361,7 +364,7 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
     result.tokens_after = tokens_after
     result.backend = backend
     result.chunked = chunked
-    result.retention = ret.measure(ret.extract(transcript.messages), text)
+    result.retention = ret.measure(ret.extract(transcript.messages, memo), text)
     result.edits = edits
     result.omittable_ids = [x.id for x in stored if id(x) not in sent]
     result.decision_method = after.decision[1]

@@ -8,6 +8,7 @@ from fractions import Fraction
 from .. import model as m, native
 from ..config import Config
 from ..lowering import MediaLedger, lower, to_model_messages
+from ..memo import each
 
 
 @dataclass(slots=True)
@@ -32,8 +33,9 @@ def message_size(msg: m.Message, mdl: m.Model) -> int:
     return native.estimate_tokens(sum(json_lengths(e)[1] for e in lowered.messages))
 
 
-def sizes(messages: list, mdl: m.Model) -> list:
-    return [message_size(x, mdl) for x in messages]
+def sizes(messages: list, mdl: m.Model, memo=None) -> list:
+    """memo (memo.StepMemo): each message's size kept under its digest, the provider and model."""
+    return each(memo, "size", messages, (mdl.provider, mdl.id), lambda x: message_size(x, mdl))
 
 
 def budget(usable: int, settings: m.CompactionSettings, cfg: Config) -> int:
@@ -49,7 +51,7 @@ def tail_turns(settings: m.CompactionSettings, cfg: Config) -> int:
 
 
 def select(messages: list, mdl: m.Model, usable: int, settings: m.CompactionSettings,
-           cfg: Config, message_sizes: list | None = None) -> Selection:
+           cfg: Config, message_sizes: list | None = None, memo=None) -> Selection:
     """sizes holds the estimate of every message the walk can reach (the last tail_turns turns);
     the others are never read and are reported as 0."""
     b = budget(usable, settings, cfg)
@@ -62,7 +64,7 @@ def select(messages: list, mdl: m.Model, usable: int, settings: m.CompactionSett
             first = len(messages)  # the walk reads nothing
         else:
             first = starts[-min(turns, len(starts))]
-        sz = [0] * first + sizes(messages[first:], mdl)
+        sz = [0] * first + sizes(messages[first:], mdl, memo)
     kept = native.select_tail(starts, sz, turns, b) if messages else -1
     if kept <= 0:
         return Selection(list(messages), [], "", b, sz)

@@ -2,26 +2,12 @@
 
 Plain Python in and out; the gRPC servicer maps these types to and from the protobuf messages.
 """
+from .cleanup import CleanupScheduler
+from .ids import ID_LENGTH, ID_PREFIX, IdGenerator, format_output_id, output_id_created_ms, parse_output_id
+from .lines import LineTooLong, ReadResult, first_line_over, read_lines
+from .local_store import LocalDiskStore
 from .settings import TruncationSettings, default_directory
-from .store import (
-    ID_LENGTH,
-    ID_PREFIX,
-    CleanupReport,
-    CleanupScheduler,
-    InvalidOutputId,
-    LineTooLong,
-    LocalDiskStore,
-    OutputNotFound,
-    ReadResult,
-    Store,
-    StoreError,
-    StoreUnavailable,
-    format_output_id,
-    output_id_created_ms,
-    first_line_over,
-    parse_output_id,
-    read_lines,
-)
+from .store import CleanupReport, InvalidOutputId, OutputNotFound, Store, StoreError, StoreUnavailable
 from .truncate import HEAD, TAIL, TruncationResult, build_hint, truncate_output
 
 __all__ = [
@@ -46,6 +32,7 @@ __all__ = [
     "StoreUnavailable",
     "ID_PREFIX",
     "ID_LENGTH",
+    "IdGenerator",
     "parse_output_id",
     "format_output_id",
     "output_id_created_ms",

@@ -40,15 +40,9 @@ import threading
 import time
 from typing import Callable
 
+from .ids import IdGenerator, parse_output_id
 from .settings import TruncationSettings
-from .store import (
-    CleanupReport,
-    OutputNotFound,
-    Store,
-    StoreUnavailable,
-    _IdGenerator,
-    parse_output_id,
-)
+from .store import CleanupReport, OutputNotFound, Store, StoreUnavailable
 
 try:  # the redis client is needed only when backend = "redis"
     import redis
@@ -166,7 +160,7 @@ class RedisStore(Store):
         self._sizes_key = self._prefix + "sizes"
         self._bytes_key = self._prefix + "bytes"
         self._lock = threading.Lock()
-        self._ids = _IdGenerator()
+        self._ids = IdGenerator()
         self._redis = client if client is not None else redis.Redis.from_url(
             settings.redis_url,
             socket_connect_timeout=settings.redis_connect_timeout_seconds,

@@ -32,7 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .store import LineTooLong, Store, first_line_over
+from .lines import LineTooLong, first_line_over
+from .store import Store
 
 __all__ = ["TruncationResult", "truncate_output", "build_hint", "HEAD", "TAIL"]
 

@@ -1,0 +1,121 @@
+"""What Prune, Compact's selection and the offline summarizer compute per message, kept for the next step.
+
+An agent resends its whole history every step; only the newest messages are new. What depends
+only on one message (the tool outputs prune weighs, its size for the tail selection, the facts
+the extractive summarizer and the retention check draw from it) is kept under the message's wire
+digest (model.Message.digest, set by convert) and the settings that change it, so a step pays
+for the new messages only. A message without a digest (built in the core, or a changed copy) is
+computed every time.
+
+Bounded in memory: each entry is charged its value's real size (message_cache.resident_size,
+sys.getsizeof over the objects it holds) plus its key and bookkeeping; least recently used go
+first. Values are never mutated once stored (tuples), so threads share them safely. The answers
+are the same with the memo on or off: it only skips recomputing a pure function of the message.
+"""
+from __future__ import annotations
+
+import sys
+from collections import OrderedDict
+from threading import Lock
+
+from .message_cache import ENTRY_OVERHEAD, resident_size
+
+
+class StepMemo:
+    def __init__(self, max_bytes: int):
+        self._max = max_bytes
+        self._items = OrderedDict()  # key -> (value, charged bytes)
+        self._bytes = 0
+        self._lock = Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get_or(self, key: tuple, compute):
+        """The value stored under key, or compute() stored under it (when it fits)."""
+        with self._lock:
+            item = self._items.get(key)
+            if item is not None:
+                self._items.move_to_end(key)
+                self.hits += 1
+                return item[0]
+            self.misses += 1
+        value = compute()
+        self._put(key, value)
+        return value
+
+    def _put(self, key: tuple, value) -> None:
+        size = resident_size(value) + _key_size(key) + ENTRY_OVERHEAD
+        if size > self._max:
+            return
+        with self._lock:
+            if key in self._items:
+                return
+            self._items[key] = (value, size)
+            self._bytes += size
+            while self._bytes > self._max:
+                _, (_, gone) = self._items.popitem(last=False)
+                self._bytes -= gone
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._bytes = 0
+
+    @property
+    def size_bytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+    def each(self, kind: str, messages: list, settings: tuple, compute) -> list:
+        """[compute(msg) for msg in messages], each kept under (kind, msg.digest, *settings): one
+        lock for all the lookups (a step's history is thousands of messages), misses computed
+        outside it."""
+        out = [None] * len(messages)
+        missing = []
+        items, found = self._items, 0
+        with self._lock:
+            get, touch = items.get, items.move_to_end
+            for i, msg in enumerate(messages):
+                d = msg.digest
+                if not d:
+                    missing.append((i, None))
+                    continue
+                key = (kind, d, *settings)
+                item = get(key)
+                if item is None:
+                    missing.append((i, key))
+                else:
+                    touch(key)
+                    out[i] = item[0]
+                    found += 1
+            self.hits += found
+            self.misses += len(missing)
+        for i, key in missing:
+            out[i] = value = compute(messages[i])
+            if key is not None:
+                self._put(key, value)
+        return out
+
+
+def _key_size(key: tuple) -> int:
+    """The key tuple and its own items: the digest and small settings (their strings are most
+    often interned constants, counted anyway: erring high keeps the bound)."""
+    return sys.getsizeof(key) + sum(sys.getsizeof(x) for x in key)
+
+
+def each(memo, kind: str, messages: list, settings: tuple, compute) -> list:
+    """[compute(msg) for msg in messages], through memo when there is one (StepMemo.each)."""
+    if memo is None:
+        return [compute(x) for x in messages]
+    return memo.each(kind, messages, settings, compute)
+
+
+def cached(memo, kind: str, msg, settings: tuple, compute):
+    """compute(msg), kept in memo under (kind, msg.digest, *settings) when there is a memo and
+    the message has a digest."""
+    if memo is None or not msg.digest:
+        return compute(msg)
+    return memo.get_or((kind, msg.digest, *settings), lambda: compute(msg))
