@@ -2,6 +2,7 @@
 Measure reports are the bytes Assemble emits."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import secrets
 import time
@@ -11,8 +12,10 @@ from . import breakpoints, history, model as m, native, prefix, prune, system_pr
 from .config import Config
 from .limits import NO_DEADLINE, Deadline
 from .lowering import MediaLedger, lower, to_model_messages
-from .lowering.lowered import Lowered
-from .lowering.neutral import attachment_note
+from .lowering.lowered import Lowered, open_with_user
+from .lowering.neutral import MMessage, MText, attachment_note
+from .lowering.registry import FORMATS
+from .lowering_memo import pruned_digest
 
 
 @dataclass(slots=True)
@@ -133,13 +136,35 @@ def payload_guard(conv: m.Conversation, body_bytes: int, settings: m.CompactionS
     messages, stripped = strip_historical_media(shrunk.messages)
     if not (pruned or stripped):
         return Guard(tripped=True)
-    return Guard(True, pruned, stripped, dataclasses.replace(shrunk, messages=messages))
+    if pruned:
+        _keep_digests(conv.messages, shrunk.messages, pruned)
+    return Guard(True, pruned, stripped, dataclasses.replace(shrunk, messages=messages,
+                                                             lowering_memo=conv.lowering_memo))
+
+
+def _keep_digests(before: list, after: list, part_ids) -> None:
+    """Gives each message of after (prune.apply's copy of before) that prune copied the digest
+    lowering_memo.pruned_digest derives from its original's, so the lowering memo still serves
+    it from one step to the next. A message media stripping then changes is a new copy, with
+    none."""
+    wanted = set(part_ids)
+    for old, new in zip(before, after):
+        if new is not old and old.digest:
+            new.digest = pruned_digest(old.digest, [p.id for p in new.parts if p.id in wanted])
 
 
 def lower_request(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPrompt,
                   prompt_dir: str, placeholders: bool = False,
-                  tools_disabled: bool = False) -> tuple[Lowered, MediaLedger]:
-    messages = to_model_messages(history.project(conv.messages), mdl)
+                  tools_disabled: bool = False, known: dict | None = None) -> tuple[Lowered, MediaLedger]:
+    """The lowered request and its media ledger. With the lowering memo (conv.lowering_memo),
+    each message's lowering is taken from the memo when seen before (by Message.digest), and
+    known receives the (JSON text, lengths) of every element the memo holds, by id(element)."""
+    projected = history.project(conv.messages)
+    memo = conv.lowering_memo
+    if memo is not None and _memoizable(projected, mdl.provider):
+        return _lower_memoized(projected, memo, conv, mdl, tools, system, prompt_dir, placeholders,
+                               tools_disabled, known)
+    messages = to_model_messages(projected, mdl)
     ledger = MediaLedger(placeholders=placeholders)
     lowered = lower(
         mdl.provider,
@@ -155,6 +180,152 @@ def lower_request(conv: m.Conversation, mdl: m.Model, tools: list, system: m.Sys
     return lowered, ledger
 
 
+def _memoizable(messages: list, provider: str) -> bool:
+    """Whether each message lowers alone as it does in the whole request. Not so for media on
+    Bedrock: its document names are made distinct across the request."""
+    if provider != m.BEDROCK:
+        return True
+    for msg in messages:
+        for p in msg.parts:
+            c = p.content
+            if (isinstance(c, m.File) and c.is_media) or (
+                    isinstance(c, m.Tool) and any(a.is_media for a in c.attachments)):
+                return False
+    return True
+
+
+def _piece(msg: m.Message, mdl: m.Model, placeholders: bool) -> tuple:
+    """What one stored message lowers to alone (lowering_memo's piece): (elements, media_count, extra,
+    saved_units), elements a tuple of (role, element, saved units inside it). The lead user
+    message a format puts first stands for no stored message and is left out."""
+    ledger = MediaLedger(placeholders=placeholders)
+    low = lower(mdl.provider, model_id=mdl.id, system=[], messages=to_model_messages([msg], mdl), tools=[],
+                max_output=0, ledger=ledger)
+    saved = ledger.saved_by
+    elements = tuple((role, e, saved.get(id(e), 0))
+                     for role, e, ids in zip(low.roles, low.messages, low.sources) if ids)
+    return elements, ledger.media_count, ledger.extra, ledger.saved_units
+
+
+_LEADS: dict = {}  # provider -> the lead user message of its format (lowered.open_with_user)
+
+
+def _lead(provider: str) -> dict:
+    """The format's lead user message, a fresh copy."""
+    lead = _LEADS.get(provider)
+    if lead is None:
+        low = lower(provider, model_id="", system=[], messages=[MMessage("assistant", [MText("x")], "x")],
+                    tools=[], max_output=0, ledger=MediaLedger())
+        assert low.sources[0] == [], "a body starting with the model's turn opens with the lead"
+        lead = _LEADS[provider] = low.messages[0]
+    return copy.deepcopy(lead)
+
+
+def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, tools: list,
+                    system: m.SystemPrompt, prompt_dir: str, placeholders: bool, tools_disabled: bool,
+                    known: dict | None) -> tuple[Lowered, MediaLedger]:
+    """lower_request from memoized pieces: each message lowered alone (or taken from the memo),
+    consecutive elements of one role joined where the format joins them, then the lead user
+    message; the same body as lowering the whole request at once."""
+    settings = (mdl.provider, mdl.id, placeholders)
+    ledger = MediaLedger(placeholders=placeholders)
+    lowered = lower(mdl.provider, model_id=mdl.id, system=system_prompt.blocks(system, mdl, prompt_dir),
+                    messages=[], tools=tools, max_output=0, ledger=ledger, session_id=conv.session_id,
+                    tools_disabled=tools_disabled)
+    joined = FORMATS[mdl.provider].merged_key
+    elements, roles, sources, keys, saved = [], [], [], [], []
+    for msg in projected:
+        digest = msg.digest or None
+        pkey = (digest, settings)
+        piece = memo.get(pkey) if digest is not None else None
+        if piece is None:
+            piece = _piece(msg, mdl, placeholders)
+            if digest is not None:
+                memo.put(pkey, piece)
+        parts, media_count, extra, saved_units = piece
+        ledger.media_count += media_count
+        ledger.extra += extra
+        ledger.saved_units += saved_units
+        for j, (role, element, units) in enumerate(parts):
+            key = (digest, j) if digest is not None else None
+            if joined and elements and elements[-1]["role"] == element["role"]:
+                last = elements[-1] = dict(elements[-1])
+                last[joined] = last[joined] + element[joined]
+                sources[-1] = sources[-1] + [msg.id]
+                keys[-1] = keys[-1] + (key,) if keys[-1] is not None and key is not None else None
+                saved[-1] += units
+                continue
+            elements.append(element)
+            roles.append(role)
+            sources.append([msg.id])
+            keys.append((key,) if key is not None else None)
+            saved.append(units)
+    if roles and roles[0] != "user":
+        open_with_user(elements, roles, sources, _lead(mdl.provider))
+        keys.insert(0, None)
+        saved.insert(0, 0)
+    for e, units in zip(elements, saved):
+        if units:
+            ledger.saved_by[id(e)] = units
+    _attach(lowered, elements)
+    lowered.roles[:] = roles
+    lowered.sources[:] = sources
+    if known is not None:
+        json_text, json_lengths = native.json_text, native.json_lengths
+        for e, key in zip(elements, keys):
+            if key is None:
+                continue
+            ekey = (settings, key)
+            found = memo.get(ekey)
+            if found is None:
+                found = (json_text(e), json_lengths(e))
+                memo.put(ekey, found)
+            known[id(e)] = found
+    return lowered, ledger
+
+
+def _attach(lowered: Lowered, elements: list) -> None:
+    """Puts the message elements into a body lowered without messages: its messages list, and a
+    list that holds the system elements and then the messages (Chat Completions) too."""
+    lowered.messages.extend(elements)
+    for parent, key in lowered.lists:
+        items = parent[key]
+        if items is not lowered.messages and items is not lowered.system:
+            items.extend(elements)
+
+
+def _replace_element(lowered: Lowered, index: int, element) -> None:
+    """Puts element in place of message element index, in every list of the body that holds it."""
+    old = lowered.messages[index]
+    lowered.messages[index] = element
+    for parent, key in lowered.lists:
+        items = parent[key]
+        if items is not lowered.messages and items is not lowered.system:
+            items[len(lowered.system) + index] = element
+    return old
+
+
+def place(lowered: Lowered, ledger: MediaLedger, provider: str, chosen: list, memoized: bool,
+          forget: tuple = ()) -> list:
+    """breakpoints.place; with memoized elements (shared with the memo and other requests, never
+    to be changed), each message element a marker goes on is first replaced by a copy, and the
+    replaced one's id is dropped from the dicts in forget (keyed by id(element)) while it is
+    alive: a later object could take its id."""
+    if memoized:
+        for b in chosen:
+            if b.kind != "message":
+                continue
+            old = lowered.messages[b.index]
+            new = copy.deepcopy(old)
+            _replace_element(lowered, b.index, new)
+            units = ledger.saved_by.pop(id(old), 0)
+            if units:
+                ledger.saved_by[id(new)] = units
+            for d in forget:
+                d.pop(id(old), None)
+    return breakpoints.place(lowered, provider, chosen)
+
+
 def build(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPrompt,
           prompt_dir: str = "", policy: breakpoints.Policy | None = None, max_markers: int = 4,
           auto_markers: int = 3, hashes: bool = False, tools_disabled: bool = False,
@@ -165,20 +336,23 @@ def build(conv: m.Conversation, mdl: m.Model, tools: list, system: m.SystemPromp
     marker_models: the model ids (substrings) that take markers behind a gateway.
     deadline: checked between stages and every CHECK_EVERY elements of the loops here."""
     deadline.check("lowering")
-    lowered, ledger = lower_request(conv, mdl, tools, system, prompt_dir, tools_disabled=tools_disabled)
+    known = {}  # id(element) -> (JSON text, lengths) of the elements the lowering memo holds
+    lowered, ledger = lower_request(conv, mdl, tools, system, prompt_dir, tools_disabled=tools_disabled,
+                                    known=known)
     deadline.check("lowering")
     chosen = breakpoints.choose(lowered, mdl.provider, tools, policy or breakpoints.Policy(), max_markers,
                                 auto_markers, mdl.id, marker_models)
-    texts = {}
+    texts = {k: v[0] for k, v in known.items()}
     chain = prefix.prefix_hashes(lowered, mdl.provider, chosen, texts, deadline) if hashes else None
-    for element in breakpoints.place(lowered, mdl.provider, chosen):
+    for element in place(lowered, ledger, mdl.provider, chosen, conv.lowering_memo is not None, (known, texts)):
         texts.pop(id(element), None)
     lengths = {}
     json_lengths = native.json_lengths
     for parent, key in lowered.lists:
         for i, e in enumerate(parent[key]):
             deadline.tick(i, "sizing the body")
-            lengths[id(e)] = json_lengths(e)
+            found = known.get(id(e))
+            lengths[id(e)] = found[1] if found is not None else json_lengths(e)
     return Built(lowered, ledger, lengths, chosen, chain, texts)
 
 
@@ -199,10 +373,11 @@ def estimate_lowered(conv: m.Conversation, mdl: m.Model, tools: list, system: m.
                      prompt_dir: str = "", policy: breakpoints.Policy | None = None, max_markers: int = 4,
                      auto_markers: int = 3, marker_models: tuple = breakpoints.MARKER_MODELS) -> Lowered:
     """The lowered request whose elements estimate_text serializes (media as placeholders)."""
-    lowered, _ = lower_request(conv, mdl, tools, system, prompt_dir, placeholders=True)
-    breakpoints.place(lowered, mdl.provider, breakpoints.choose(lowered, mdl.provider, tools,
-                                                                policy or breakpoints.Policy(),
-                                                                max_markers, auto_markers, mdl.id, marker_models))
+    lowered, ledger = lower_request(conv, mdl, tools, system, prompt_dir, placeholders=True)
+    place(lowered, ledger, mdl.provider, breakpoints.choose(lowered, mdl.provider, tools,
+                                                            policy or breakpoints.Policy(),
+                                                            max_markers, auto_markers, mdl.id, marker_models),
+          conv.lowering_memo is not None)
     return lowered
 
 

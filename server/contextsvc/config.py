@@ -62,6 +62,10 @@ class ServerConfig:
     # (memo.py), charged at real size; its entries are small (a few hundred bytes per message),
     # so this holds the recent history of hundreds of sessions; 0 disables
     step_memo_bytes: int = 16 * MiB
+    # memory for what Measure and Assemble lower each message to (its provider elements, their
+    # JSON text and lengths: lowering_memo.py), charged at real size like the message cache; an
+    # element costs about 3 times its JSON, so a 1 MB session takes about 4 MiB; 0 disables
+    lowering_memo_bytes: int = 48 * MiB
     # TLS: PEM certificate chain and private key; both empty = plaintext (loopback, or TLS ends
     # at a proxy in front)
     tls_cert_file: str = ""

@@ -183,10 +183,12 @@ _PART_BUILDERS = {
 
 
 def conversation(c, path: str = "conversation", cache=None, max_json_depth: int = JSON_DEPTH,
-                 deadline: Deadline = NO_DEADLINE) -> m.Conversation:
+                 deadline: Deadline = NO_DEADLINE, lowering_memo=None) -> m.Conversation:
     """Field paths are built only when something is wrong: this runs for every message.
     With a MessageCache, messages seen before (same wire bytes) are not converted again; only
-    messages that converted cleanly are kept, so a refused message is refused every time."""
+    messages that converted cleanly are kept, so a refused message is refused every time.
+    Every message carries the digest of its wire bytes (Message.digest); with a LoweringMemo, the
+    conversation carries it too (Conversation.lowering_memo) for Measure and Assemble."""
     messages = []
     for i, msg in enumerate(c.messages):
         deadline.tick(i, "conversion")
@@ -203,7 +205,7 @@ def conversation(c, path: str = "conversation", cache=None, max_json_depth: int 
             core.digest = key
             cache.put(key, core, len(wire))
         messages.append(core)
-    return m.Conversation(messages=messages, session_id=c.session_id)
+    return m.Conversation(messages=messages, session_id=c.session_id, lowering_memo=lowering_memo)
 
 
 def _message(msg, i: int, path: str, depth: int) -> m.Message:
@@ -245,11 +247,12 @@ def session_id(c, limit: int, path: str = "conversation.session_id") -> None:
                        "a session id names the session, use a UUID or a digest")
 
 
-def shared_fields(request, cache=None, max_json_depth: int = JSON_DEPTH, deadline: Deadline = NO_DEADLINE) -> dict:
+def shared_fields(request, cache=None, max_json_depth: int = JSON_DEPTH, deadline: Deadline = NO_DEADLINE,
+                  lowering_memo=None) -> dict:
     """The core fields of Measure, Compact and Assemble requests, which share these five."""
     return {
         "conversation": conversation(request.conversation, cache=cache, max_json_depth=max_json_depth,
-                                     deadline=deadline),
+                                     deadline=deadline, lowering_memo=lowering_memo),
         "model": model(request.model),
         "tools": tools(request.tools, max_json_depth=max_json_depth),
         "system": system(request.system),

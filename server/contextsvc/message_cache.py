@@ -77,20 +77,18 @@ def _fields_of(t):
     return values
 
 
-class MessageCache:
+class SizedCache:
+    """An LRU whose bound is the real size of what it holds (resident_size of each value)."""
+
     def __init__(self, max_bytes: int):
         self._max = max_bytes
-        self._items = OrderedDict()  # digest -> (core message, wire bytes)
+        self._items = OrderedDict()  # key -> (value, charged bytes)
         self._bytes = 0
         self._lock = Lock()
         self.hits = 0
         self.misses = 0
 
-    @staticmethod
-    def key(wire: bytes) -> bytes:
-        return hashlib.blake2b(wire, digest_size=16).digest()
-
-    def get(self, key: bytes):
+    def get(self, key):
         with self._lock:
             item = self._items.get(key)
             if item is None:
@@ -100,12 +98,14 @@ class MessageCache:
             self.hits += 1
             return item[0]
 
-    def put(self, key: bytes, message, wire_size: int = 0) -> None:
-        """wire_size is no longer used: the charge is the message's real size."""
+    def put(self, key, message, wire_size: int = 0) -> None:
+        """Charged the value's real size; wire_size, when known, skips what cannot fit."""
         # no need to walk what cannot fit: Python text takes at least half its UTF-8 size
         if wire_size > 2 * self._max:
             return
-        size = resident_size(message) + ENTRY_OVERHEAD
+        self._add(key, message, resident_size(message) + ENTRY_OVERHEAD)
+
+    def _add(self, key, message, size: int) -> None:
         if size > self._max:
             return
         with self._lock:
@@ -128,3 +128,12 @@ class MessageCache:
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+class MessageCache(SizedCache):
+    """Converted messages by the digest of their wire bytes."""
+
+    @staticmethod
+    def key(wire: bytes) -> bytes:
+        """A message's digest (model.Message.digest): the key here, in memo.py and lowering_memo.py."""
+        return hashlib.blake2b(wire, digest_size=16).digest()

@@ -34,9 +34,11 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, texts: dict | None 
     chain = {}
     for n, (kind, i, element) in enumerate(order):
         deadline.tick(n, "prefix hashing")
-        text = native.json_text(element)  # the body's own text: the prefix is what is sent
-        if texts is not None and kind != "tools":
-            texts[id(element)] = text
+        text = texts.get(id(element)) if texts is not None and kind != "tools" else None
+        if text is None:
+            text = native.json_text(element)  # the body's own text: the prefix is what is sent
+            if texts is not None and kind != "tools":
+                texts[id(element)] = text
         chunk = text.encode()
         h.update(chunk)
         size += len(chunk)

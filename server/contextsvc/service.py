@@ -8,6 +8,7 @@ from . import assemble, compact, convert, prune, truncation
 from .config import Config
 from .errors import BadInput
 from .limits import NO_DEADLINE, Deadline
+from .lowering_memo import LoweringMemo
 from .memo import StepMemo
 from .message_cache import MessageCache
 from .tokens import ExactCounter
@@ -46,13 +47,14 @@ class ContextService(pb_grpc.ContextServiceServicer):
         self._messages = MessageCache(cfg.server.message_cache_bytes) if cfg.server.message_cache_bytes else None
         self._memo = StepMemo(cfg.server.step_memo_bytes) if cfg.server.step_memo_bytes else None
         self._summarizer = compact.make_summarizer(cfg, self._memo)
+        self._lowering = LoweringMemo(cfg.server.lowering_memo_bytes) if cfg.server.lowering_memo_bytes else None
 
     def _step_input(self, request, deadline: Deadline) -> assemble.AssembleInput:
         """The step a Measure or Assemble request describes: both take the same per-step fields."""
         convert.require(request, "conversation", "model")
         convert.session_id(request.conversation, self._cfg.server.max_session_id_bytes)
         return assemble.AssembleInput(
-            **convert.shared_fields(request, self._messages, self._json_depth, deadline),
+            **convert.shared_fields(request, self._messages, self._json_depth, deadline, self._lowering),
             editor=convert.editor(request.editor) if request.HasField("editor") else None,
             step=request.step,
             max_steps=request.max_steps,

@@ -89,6 +89,7 @@ _UNMARKABLE = ("thinking", "redacted_thinking")
 class Anthropic(WireFormat):
     name = m.ANTHROPIC
     body = staticmethod(body)
+    merged_key = "content"
     ids = WORD
     accepted = {**media.WEB_IMAGES, "application/pdf": media.DOCUMENT}
     fetched = frozenset(accepted)  # URL image and URL PDF sources

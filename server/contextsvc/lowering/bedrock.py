@@ -155,6 +155,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
 class Bedrock(WireFormat):
     name = m.BEDROCK
     body = staticmethod(body)
+    merged_key = "content"
     ids = WORD
     names = WORD  # toolSpec.name and toolUse.name are [a-zA-Z0-9_-]+ of 1..64
     accepted = {t: media.IMAGE if t in media.WEB_IMAGES else media.DOCUMENT for t in MEDIA_FORMATS}

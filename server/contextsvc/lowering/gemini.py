@@ -127,6 +127,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
 class Gemini(WireFormat):
     name = m.GEMINI
     body = staticmethod(body)
+    merged_key = "parts"
     ids = WORD
     # Function names start with a letter or underscore, then letters, digits and _ . : -, 64 at
     # most (the bound the google-genai docs give).

@@ -21,6 +21,10 @@ class WireFormat:
     name: str = ""  # the provider's name (model.Model.provider); proto enum PROVIDER_<NAME>
     body = None  # staticmethod: the format module's body(**kwargs) -> Lowered
 
+    # -- lowering: the key of a message element's list of blocks when consecutive messages of one
+    # role are joined into one element (the API wants alternating roles); "" when they never are
+    merged_key: str = ""
+
     # -- tool ids and names (tool_ids.py)
     ids: IdRule = None  # the rule call ids are written by
     names: IdRule | None = None  # the rule tool names are written by; None: unchanged

@@ -1,0 +1,142 @@
+"""The lowering memo of Measure and Assemble (lowering_memo.py, issue 19): the same answers with it
+on or off, over real servers and random growing sessions of every provider; its charge is its real
+memory; its bound holds; it is keyed by Message.digest, with or without the message cache."""
+from __future__ import annotations
+
+import dataclasses
+import gc
+import tracemalloc
+
+import grpc
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from helpers import convo, corpus
+from helpers.server import start_server
+from contextsvc import body, convert, model as m
+from contextsvc.lowering.registry import PROVIDERS
+from contextsvc.message_cache import MessageCache
+from contextsvc.lowering_memo import LoweringMemo
+from contextsvc.v1 import context_pb2 as pb
+from contextsvc.v1 import context_pb2_grpc as pb_grpc
+
+
+@pytest.fixture(scope="module")
+def servers():
+    on, off = start_server(), start_server(lowering_memo_bytes=0)
+    chans = [grpc.insecure_channel(f"127.0.0.1:{s.port}") for s in (on, off)]
+    yield [pb_grpc.ContextServiceStub(c) for c in chans]
+    for c in chans:
+        c.close()
+    on.stop(grace=1)
+    off.stop(grace=1)
+
+
+def _answer(call, req):
+    try:
+        return call(req, timeout=60).SerializeToString(deterministic=True)
+    except grpc.RpcError as e:
+        return (e.code(), e.details())
+
+
+_CASES = {p: corpus.cases(p, 12, seed=19) for p in PROVIDERS}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(provider=st.sampled_from(PROVIDERS), case=st.integers(0, 11), data=st.data())
+def test_the_same_answers_with_the_memo_on_or_off(servers, provider, case, data):
+    """A session grown a few messages at a time; each step's Measure and Assemble, bytes and all,
+    with the cache state passed back, equal a server's without the memo."""
+    on, off = servers
+    full = _CASES[provider][case].request
+    n = len(full.conversation.messages)
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, n), min_size=1, max_size=4)) + [n]))
+    state = {}
+    for cut in cuts:
+        req = pb.AssembleRequest()
+        req.CopyFrom(full)
+        del req.conversation.messages[cut:]
+        measure = pb.MeasureRequest(conversation=req.conversation, model=req.model, tools=req.tools,
+                                    system=req.system, want_cache_state=True)
+        got = [(_answer(s.Measure, measure), _answer(s.Assemble, req)) for s in (on, off)]
+        assert got[0] == got[1]
+        a = got[0][1]
+        if isinstance(a, bytes):
+            state = pb.AssembleResponse.FromString(a).cache_state
+            full.previous_cache_state = state  # the next step passes it back
+
+
+def _fill(memo: LoweringMemo, make, count: int, provider: str = m.ANTHROPIC, cache=None):
+    """Measures conversations of count messages through the memo (no message cache by default,
+    so what stays is the memo's alone: convert gives every message its digest anyway)."""
+    mdl = m.Model(id="claude-sonnet-4-5", provider=provider)
+    for start in range(0, count, 50):
+        msgs = [make(k) for k in range(start, start + 50)]
+        conv = convert.conversation(pb.Conversation(messages=msgs), cache=cache, lowering_memo=memo)
+        body.build(conv, mdl, [], m.SystemPrompt())
+
+
+def tiny(n: int) -> pb.Message:
+    return convo.user(f"m{n}", convo.text(f"p{n}", "ok"))
+
+
+def large(n: int) -> pb.Message:
+    return convo.assistant(f"m{n}", convo.text(f"a{n}", f"step {n} " + "log line\n" * 3000),
+                           convo.tool(f"t{n}", f"c{n}", "bash", {"cmd": f"make {n}", "args": list(range(50))},
+                                      "output line\n" * 3000))
+
+
+@pytest.mark.parametrize("make,count", [(tiny, 3000), (large, 100)])
+def test_the_charge_is_the_real_memory(make, count):
+    memo = LoweringMemo(1 << 30)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        _fill(memo, make, count)
+        gc.collect()
+        filled = tracemalloc.get_traced_memory()[0]
+        accounted = memo.size_bytes
+        memo.clear()
+        gc.collect()
+        used = filled - tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    # what the memo frees is what it was charged; a constant string every element shares (a
+    # key such as "role") is charged each time, so the charge errs high, never low
+    # (tiny messages: about 1.6 times; large ones: close to 1)
+    assert used * 0.9 <= accounted <= used * 2, (used, accounted)
+
+
+def test_the_bound_holds_oldest_out():
+    bound = 256 * 1024
+    memo = LoweringMemo(bound)
+    _fill(memo, large, 60)
+    assert 0 < memo.size_bytes <= bound
+    memo_all = LoweringMemo(1 << 30)
+    _fill(memo_all, large, 60)
+    assert len(memo) < len(memo_all) and memo_all.size_bytes > bound  # the oldest went
+    newest = [k for k in memo_all._items][-1]
+    assert memo.get(newest) is not None
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_keyed_by_the_message_digest(cached):
+    """The pieces are found again under each message's digest (Message.digest, the key the
+    message cache and memo.py use), whether the message was converted afresh or came from the
+    message cache; a message without one is lowered afresh and adds nothing."""
+    cache = MessageCache(1 << 30) if cached else None
+    memo = LoweringMemo(1 << 30)
+    _fill(memo, tiny, 50, cache=cache)
+    n = len(memo)
+    msgs = [tiny(k) for k in range(50)]
+    conv = convert.conversation(pb.Conversation(messages=msgs), cache=cache, lowering_memo=memo)
+    digests = {msg.digest for msg in conv.messages}
+    assert len(digests) == 50 and all(len(d) == 16 for d in digests)
+    assert {k[0] for k in memo._items if isinstance(k[0], bytes)} == digests
+    hits = memo.hits
+    body.build(conv, m.Model(id="claude-sonnet-4-5", provider=m.ANTHROPIC), [], m.SystemPrompt())
+    assert len(memo) == n and memo.hits > hits
+    fresh = m.Conversation([dataclasses.replace(x) for x in conv.messages], lowering_memo=memo)
+    assert not any(x.digest for x in fresh.messages)
+    body.build(fresh, m.Model(id="claude-sonnet-4-5", provider=m.ANTHROPIC), [], m.SystemPrompt())
+    assert len(memo) == n
