@@ -25,7 +25,7 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "server"), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT / "tests")]  # the loop and fake provider; contextsvc is the installed package
 
 import grpc  # noqa: E402
 

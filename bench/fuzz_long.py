@@ -23,8 +23,7 @@ def main():
     p.add_argument("--examples", type=int, default=5000)
     p.add_argument("-k", default="", help="pytest -k expression selecting properties")
     a = p.parse_args()
-    env = {**os.environ, "CONTEXTSVC_FUZZ_EXAMPLES": str(a.examples), "CONTEXTSVC_FUZZ_RANDOM": "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "server"), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "CONTEXTSVC_FUZZ_EXAMPLES": str(a.examples), "CONTEXTSVC_FUZZ_RANDOM": "1"}
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ROOT / "tests" / "test_fuzz.py"),
            "--hypothesis-show-statistics"]
     if a.k:

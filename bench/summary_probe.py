@@ -32,16 +32,10 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
-_SERVER = Path(__file__).resolve().parent.parent / "server"
-if str(_SERVER) not in sys.path:
-    sys.path.insert(0, str(_SERVER))
-
-from contextsvc import config, model as m  # noqa: E402
-from contextsvc.compact import run as cmod, edits as ed, template  # noqa: E402
+from contextsvc import config, model as m
+from contextsvc.compact import run as cmod, edits as ed, template
 
 CATEGORIES = ("goal", "constraints", "files", "commands", "errors", "decisions", "in_progress",
               "next_steps", "done_kept_out")

@@ -60,8 +60,9 @@ class Replica:
             f'[server]\nhost = "127.0.0.1"\nport = {self.port}\nmetrics_port = {self.metrics_port}\n'
             f'[truncation]\nbackend = "redis"\nredis_url = "{redis_url}"\n'
             f'directory = "{self.home / "tool-output"}"\n')
-        env = dict(os.environ, XDG_CACHE_HOME=str(self.home / "cache"),
-                   PYTHONPATH=os.pathsep.join([str(ROOT / "server"), os.environ.get("PYTHONPATH", "")]))
+        # the installed package, as the tests' own process imports it (the source tree holds no
+        # generated stubs until it is built)
+        env = dict(os.environ, XDG_CACHE_HOME=str(self.home / "cache"))
         self.log = open(self.home / "replica.log", "wb")
         self.proc = subprocess.Popen([sys.executable, "-m", "contextsvc", "serve", "--config", str(self.config)],
                                      env=env, stdout=self.log, stderr=subprocess.STDOUT)
