@@ -8,7 +8,7 @@ import pytest
 from contextsvc import _native_py
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
 from helpers.implementations import IMPL_NAMES, compiled
-from helpers.server import start_server, wait_for  # noqa: F401 (fixtures below; tests import them from helpers)
+from helpers.server import start_server
 
 
 @pytest.fixture(scope="module")

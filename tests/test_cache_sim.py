@@ -2,7 +2,6 @@
 accounting adds up over sessions run through a real server."""
 from __future__ import annotations
 
-import sys
 
 import pytest
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import uuid
 
-import pytest
 import tiktoken
 
 from contextsvc import client

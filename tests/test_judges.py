@@ -7,7 +7,6 @@ must report.
 from __future__ import annotations
 
 import base64
-import copy
 import json
 from pathlib import Path
 

@@ -3,7 +3,6 @@ measured with tracemalloc in process, over a real server, for tiny and for large
 from __future__ import annotations
 
 import gc
-import json
 import tracemalloc
 
 import grpc
