@@ -15,20 +15,12 @@ are the same with the memo on or off: it only skips recomputing a pure function 
 from __future__ import annotations
 
 import sys
-from collections import OrderedDict
-from threading import Lock
 
-from .message_cache import ENTRY_OVERHEAD, resident_size
+from .message_cache import ENTRY_OVERHEAD, SizedCache, resident_size
 
 
-class StepMemo:
-    def __init__(self, max_bytes: int):
-        self._max = max_bytes
-        self._items = OrderedDict()  # key -> (value, charged bytes)
-        self._bytes = 0
-        self._lock = Lock()
-        self.hits = 0
-        self.misses = 0
+class StepMemo(SizedCache):
+    """SizedCache's bound and LRU, keyed by (kind, digest, *settings) tuples."""
 
     def get_or(self, key: tuple, compute):
         """The value stored under key, or compute() stored under it (when it fits)."""
@@ -44,30 +36,7 @@ class StepMemo:
         return value
 
     def _put(self, key: tuple, value) -> None:
-        size = resident_size(value) + _key_size(key) + ENTRY_OVERHEAD
-        if size > self._max:
-            return
-        with self._lock:
-            if key in self._items:
-                return
-            self._items[key] = (value, size)
-            self._bytes += size
-            while self._bytes > self._max:
-                _, (_, gone) = self._items.popitem(last=False)
-                self._bytes -= gone
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-            self._bytes = 0
-
-    @property
-    def size_bytes(self) -> int:
-        return self._bytes
-
-    def __len__(self) -> int:
-        return len(self._items)
-
+        self._add(key, value, resident_size(value) + _key_size(key) + ENTRY_OVERHEAD)
 
     def each(self, kind: str, messages: list, settings: tuple, compute) -> list:
         """[compute(msg) for msg in messages], each kept under (kind, msg.digest, *settings): one
