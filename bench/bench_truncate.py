@@ -35,7 +35,7 @@ class DiscardStore(Store):
         self._n += 1
         return f"tool_{self._n:026x}"
 
-    def get(self, output_id):
+    def get_bytes(self, output_id):
         raise NotImplementedError
 
     def delete(self, output_id):

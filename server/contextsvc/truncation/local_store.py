@@ -247,13 +247,6 @@ class LocalDiskStore(Store):
                 log.exception("on_evict hook failed")
         return count, freed
 
-    def get(self, output_id: str) -> str:
-        data = self.get_bytes(output_id)
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise StoreUnavailable(f"tool output {output_id} is corrupt (not UTF-8)") from e
-
     def get_bytes(self, output_id: str) -> bytes:
         path, created_ms = self._path(output_id)
         if self._expired(created_ms, self._now_ms()):

@@ -221,13 +221,6 @@ class RedisStore(Store):
         self._report_evictions(int(evicted), int(freed))
         return output_id
 
-    def get(self, output_id: str) -> str:
-        data = self.get_bytes(output_id)
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise StoreUnavailable(f"tool output {output_id} is corrupt (not UTF-8)") from e
-
     def get_bytes(self, output_id: str) -> bytes:
         """The stored UTF-8 as Redis holds it (no decode and re-encode for ranged reads)."""
         created_ms = parse_output_id(output_id)[0]  # InvalidOutputId before any Redis access

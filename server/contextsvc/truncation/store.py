@@ -67,7 +67,7 @@ class Store(abc.ABC):
     - ``put(text)`` stores the text and returns a fresh id (made by `ids.IdGenerator`). The id
       is valid on every replica as soon as ``put`` returns; a failed ``put`` raises
       `StoreUnavailable` and leaves nothing readable under any id (no partial object).
-    - ``get(id)`` returns exactly the stored text. A malformed id raises `InvalidOutputId`
+    - ``get_bytes(id)`` returns exactly the stored text, as UTF-8 (``get`` decodes it). A malformed id raises `InvalidOutputId`
       before any storage access; an unknown, deleted, evicted or expired id raises
       `OutputNotFound`. Expiry is computed from the time in the id, so an expired output is
       not found even before cleanup removed it; a backend problem raises `StoreUnavailable`.
@@ -86,12 +86,16 @@ class Store(abc.ABC):
         """Store ``text`` (a str, or its UTF-8 encoding) and return its new id."""
 
     @abc.abstractmethod
-    def get(self, output_id: str) -> str:
-        """The stored text of ``output_id``."""
-
     def get_bytes(self, output_id: str) -> bytes:
         """The stored text of ``output_id`` as UTF-8 (ranged reads work on bytes)."""
-        return self.get(output_id).encode("utf-8")
+
+    def get(self, output_id: str) -> str:
+        """The stored text of ``output_id``."""
+        data = self.get_bytes(output_id)
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise StoreUnavailable(f"tool output {output_id} is corrupt (not UTF-8)") from e
 
     @abc.abstractmethod
     def delete(self, output_id: str) -> bool:
