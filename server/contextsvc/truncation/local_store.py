@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 
 from .ids import ID_LENGTH, ID_RE, IdGenerator, format_output_id, parse_output_id
 from .settings import TruncationSettings
-from .store import CleanupReport, OutputNotFound, Store, StoreUnavailable
+from .store import CleanupReport, OutputNotFound, Store, StoreUnavailable, report_evictions
 
 __all__ = ["LocalDiskStore"]
 
@@ -240,11 +240,7 @@ class LocalDiskStore(Store):
                 continue
             count += 1
             freed += size
-        if count and self._on_evict is not None:
-            try:
-                self._on_evict(count, freed)
-            except Exception:
-                log.exception("on_evict hook failed")
+        report_evictions(self._on_evict, count, freed)
         return count, freed
 
     def get_bytes(self, output_id: str) -> bytes:

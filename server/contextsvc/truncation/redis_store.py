@@ -42,7 +42,7 @@ from typing import Callable
 
 from .ids import IdGenerator, parse_output_id
 from .settings import TruncationSettings
-from .store import CleanupReport, OutputNotFound, Store, StoreUnavailable
+from .store import CleanupReport, OutputNotFound, Store, StoreUnavailable, report_evictions
 
 try:  # the redis client is needed only when backend = "redis"
     import redis
@@ -198,13 +198,6 @@ class RedisStore(Store):
         except redis.RedisError as e:
             raise StoreUnavailable(f"{what}: Redis unreachable: {_first_line(e)}") from e
 
-    def _report_evictions(self, count: int, nbytes: int) -> None:
-        if count and self._on_evict is not None:
-            try:
-                self._on_evict(count, nbytes)
-            except Exception:
-                log.exception("on_evict hook failed")
-
     # -- Store ---------------------------------------------------------------------------
 
     def put(self, text: str | bytes) -> str:
@@ -218,7 +211,7 @@ class RedisStore(Store):
             "storing tool output", self._put_script, keys=self._keys(output_id),
             args=[output_id, data, created_ms, expire_at_ms, self._settings.max_store_bytes,
                   self._prefix])
-        self._report_evictions(int(evicted), int(freed))
+        report_evictions(self._on_evict, int(evicted), int(freed))
         return output_id
 
     def get_bytes(self, output_id: str) -> bytes:
@@ -264,7 +257,7 @@ class RedisStore(Store):
             expired_bytes += int(freed)
             if int(n) < CLEANUP_BATCH:
                 break
-        self._report_evictions(int(evicted), int(evicted_bytes))
+        report_evictions(self._on_evict, int(evicted), int(evicted_bytes))
         return CleanupReport(
             expired=expired,
             evicted=int(evicted),

@@ -8,9 +8,12 @@ of `Store.get_bytes`, and cleanup.py runs `Store.cleanup` on a schedule.
 from __future__ import annotations
 
 import abc
+import logging
 from dataclasses import dataclass
 
 from ..errors import BadInput, NotFound, Unavailable
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "Store",
@@ -112,3 +115,12 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def usage(self) -> tuple[int, int]:
         """(number of stored outputs, their total bytes)."""
+
+
+def report_evictions(on_evict, count: int, nbytes: int) -> None:
+    """Tells a store's on_evict hook (metrics) about evictions; a failing hook never fails a put."""
+    if count and on_evict is not None:
+        try:
+            on_evict(count, nbytes)
+        except Exception:
+            log.exception("on_evict hook failed")
