@@ -297,32 +297,22 @@ def system(s) -> m.SystemPrompt:
     )
 
 
-def compaction_settings(c) -> m.CompactionSettings:
-    def opt(name):
-        return getattr(c, name) if c.HasField(name) else None
+def _optional(msg, *names) -> dict:
+    """{name: value} of proto3 `optional` fields, None where the caller left a field unset."""
+    return {n: getattr(msg, n) if msg.HasField(n) else None for n in names}
 
+
+def compaction_settings(c) -> m.CompactionSettings:
     return m.CompactionSettings(
-        auto=opt("auto"),
-        threshold_percent=opt("threshold_percent"),
-        reserved=opt("reserved"),
-        prune=opt("prune"),
-        tail_turns=opt("tail_turns"),
-        preserve_recent_tokens=opt("preserve_recent_tokens"),
-        max_attempts=opt("max_attempts"),
+        **_optional(c, "auto", "threshold_percent", "reserved", "prune", "tail_turns",
+                    "preserve_recent_tokens", "max_attempts"),
         prune_settings=prune_settings(c.prune_settings),
     )
 
 
 def prune_settings(p) -> m.PruneSettings:
-    def opt(name):
-        return getattr(p, name) if p.HasField(name) else None
-
     return m.PruneSettings(
-        protect=opt("protect"),
-        protected_results=opt("protected_results"),
-        protected_turns=opt("protected_turns"),
-        protect_tokens=opt("protect_tokens"),
-        minimum_tokens=opt("minimum_tokens"),
+        **_optional(p, "protect", "protected_results", "protected_turns", "protect_tokens", "minimum_tokens"),
         protected_tools=tuple(p.protected_tools) if p.protected_tools_set else None,
     )
 
