@@ -9,7 +9,6 @@ work went on. Prints one line per case with the server's peak RSS.
 """
 from __future__ import annotations
 
-import re
 import sys
 import tempfile
 import time
@@ -23,6 +22,7 @@ from helpers import convo  # noqa: E402
 from helpers.processes import launch  # noqa: E402
 from contextsvc.v1 import context_pb2 as pb  # noqa: E402
 from contextsvc.v1 import context_pb2_grpc as pb_grpc  # noqa: E402
+from server_process import peak_rss_mb  # noqa: E402
 
 OPTIONS = [("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)]
 
@@ -55,9 +55,6 @@ CASES = {
 }
 
 
-def vm_hwm_mb(pid) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        return int(re.search(r"VmHWM:\s+(\d+) kB", f.read()).group(1)) / 1024
 
 
 def counted(metrics_port: int, method: str) -> float:
@@ -76,7 +73,7 @@ def run(name: str) -> str:
         with grpc.insecure_channel(f"127.0.0.1:{port}", options=OPTIONS) as ch:
             stub = pb_grpc.ContextServiceStub(ch)
             stub.Measure(convo.measure_request(), timeout=30)
-            base = vm_hwm_mb(proc.pid)
+            base = peak_rss_mb(proc.pid)
             before = counted(metrics_port, method)
             start = time.monotonic()
             try:
@@ -89,7 +86,7 @@ def run(name: str) -> str:
                 time.sleep(0.01)
             past = time.monotonic() - start - seconds
             return (f"{name:20s} deadline {seconds:.1f}s  caller saw {code} after {answered:.2f}s  "
-                    f"work ended {past:+.2f}s past the deadline  peak RSS {vm_hwm_mb(proc.pid):.0f} MB "
+                    f"work ended {past:+.2f}s past the deadline  peak RSS {peak_rss_mb(proc.pid):.0f} MB "
                     f"(idle {base:.0f} MB)")
     finally:
         proc.terminate()

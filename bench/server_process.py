@@ -54,3 +54,9 @@ def rss_mb(pid) -> float:
         with open(f"/proc/{p}/status") as f:
             kb += int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
     return kb / 1024
+
+
+def peak_rss_mb(pid) -> float:
+    """The peak resident memory of one process (VmHWM)."""
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"VmHWM:\s+(\d+) kB", f.read()).group(1)) / 1024

@@ -22,6 +22,7 @@ from grpc_reflection.v1alpha import reflection_pb2
 
 from helpers import convo
 from helpers.server import start_server, wait_for
+from server_process import peak_rss_mb
 from contextsvc import config
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
 from test_compact_rpc import compact_request
@@ -55,9 +56,6 @@ def serve(tmp_path, server_toml="", extra_toml="", env=None):
     raise AssertionError("server did not start:\n" + "".join(lines))
 
 
-def peak_rss_mb(pid) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        return int(re.search(r"VmHWM:\s+(\d+) kB", f.read()).group(1)) / 1024
 
 
 def stop(proc, seconds=30):
