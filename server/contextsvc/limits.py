@@ -1,40 +1,11 @@
-"""Per-call limits that are not about one request's content: concurrency and the caller's deadline.
-
-Neither knows gRPC: the RPC layer builds a Deadline from its context, and the interceptor holds
-an InFlightLimit around each service call.
-"""
+"""The caller's deadline, as the core sees it: the RPC layer builds a Deadline from its context
+(the concurrency limit lives in admission.py)."""
 from __future__ import annotations
 
-import threading
 import time
 from typing import Callable, Optional
 
-from .errors import DeadlineExceeded, Exhausted, Unavailable
-
-
-class InFlightLimit:
-    """At most `limit` calls at once; one more is refused at once instead of queued (0 = none).
-    Once closed (the server is stopping) every new call is refused as unavailable."""
-
-    def __init__(self, limit: int):
-        self.limit = limit
-        self._slots = threading.BoundedSemaphore(limit) if limit else None
-        self._closed = threading.Event()
-
-    def close(self) -> None:
-        self._closed.set()
-
-    def acquire(self, what: str) -> None:
-        if self._closed.is_set():
-            raise Unavailable(f"{what}: the server is shutting down; retry on another replica")
-        if self._slots is not None and not self._slots.acquire(blocking=False):
-            raise Exhausted(f"{what}: server busy, {self.limit} calls already in flight "
-                            "(server.max_concurrent_rpcs); retry with backoff")
-
-    def release(self) -> None:  # only after a successful acquire
-        if self._slots is not None:
-            self._slots.release()
-
+from .errors import DeadlineExceeded
 
 # A per-message loop checks the deadline once every this many messages: a few microseconds per
 # check, and 512 messages take at most a few milliseconds at any stage of a step.

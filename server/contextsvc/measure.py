@@ -304,7 +304,7 @@ def _figures(inp: MeasureInput, built: body.Built, cfg: Config, policy, exact_co
 
     # the decision figure's stretches: with the per-class margins unless a fixed one is configured
     if mc.measured_margins:
-        m_sys, m_head, m_middle, m_tail, m_tools = margined
+        m_sys, _, _, m_tail, m_tools = margined  # system, head, middle, tail, tools
         decide = (tokens.round_half_up(sum(margined)), tokens.round_half_up(m_tail) if has_tail else 0,
                   tokens.round_half_up(m_sys + m_tools), tokens.round_half_up(margined_rewrite))
     else:

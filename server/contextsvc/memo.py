@@ -22,19 +22,6 @@ from .message_cache import ENTRY_OVERHEAD, SizedCache, resident_size
 class StepMemo(SizedCache):
     """SizedCache's bound and LRU, keyed by (kind, digest, *settings) tuples."""
 
-    def get_or(self, key: tuple, compute):
-        """The value stored under key, or compute() stored under it (when it fits)."""
-        with self._lock:
-            item = self._items.get(key)
-            if item is not None:
-                self._items.move_to_end(key)
-                self.hits += 1
-                return item[0]
-            self.misses += 1
-        value = compute()
-        self._put(key, value)
-        return value
-
     def _put(self, key: tuple, value) -> None:
         self._add(key, value, resident_size(value) + _key_size(key) + ENTRY_OVERHEAD)
 
@@ -80,11 +67,3 @@ def each(memo, kind: str, messages: list, settings: tuple, compute) -> list:
     if memo is None:
         return [compute(x) for x in messages]
     return memo.each(kind, messages, settings, compute)
-
-
-def cached(memo, kind: str, msg, settings: tuple, compute):
-    """compute(msg), kept in memo under (kind, msg.digest, *settings) when there is a memo and
-    the message has a digest."""
-    if memo is None or not msg.digest:
-        return compute(msg)
-    return memo.get_or((kind, msg.digest, *settings), lambda: compute(msg))

@@ -140,16 +140,6 @@ def calibrated(text: str) -> int:
     return calibrated_profile([native.text_profile(text)])
 
 
-def calibrated_unrounded(text: str) -> float:
-    """The calibrated estimate of one text before rounding (for sums over many texts)."""
-    return ratios().tokens(*native.text_profile(text)[1:])
-
-
-def calibrated_json(value) -> float:
-    """calibrated_unrounded of value's JSON text, profiled in one walk without building it."""
-    return ratios().tokens(*native.json_profile(value)[1:])
-
-
 def calibrated_pair(profile) -> tuple:
     """(calibrated, calibrated with the per-class decision margins) of one text_profile or
     json_profile result, both unrounded: one profile serves both figures."""

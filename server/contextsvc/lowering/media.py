@@ -183,14 +183,6 @@ def source(provider: str, mime: str, data: bytes | None, url: str):
     return Source(found, mime, data, payload, web)
 
 
-def split_data_url(url: str):
-    """(media type, base64 payload) of a base64 data: URL, else None."""
-    parsed = parse_data_url(url)
-    if parsed is None or not parsed.is_base64:
-        return None
-    return parsed.mime or "application/octet-stream", parsed.payload
-
-
 def base64_size(payload: str) -> int:
     """Decoded size of a base64 string without decoding it."""
     n = len(payload)
