@@ -76,14 +76,7 @@ def _fill(memo: LoweringMemo, make, count: int, provider: str = m.ANTHROPIC, cac
         body.build(conv, mdl, [], m.SystemPrompt())
 
 
-def tiny(n: int) -> pb.Message:
-    return convo.user(f"m{n}", convo.text(f"p{n}", "ok"))
-
-
-def large(n: int) -> pb.Message:
-    return convo.assistant(f"m{n}", convo.text(f"a{n}", f"step {n} " + "log line\n" * 3000),
-                           convo.tool(f"t{n}", f"c{n}", "bash", {"cmd": f"make {n}", "args": list(range(50))},
-                                      "output line\n" * 3000))
+tiny, large = convo.tiny_message, convo.large_message
 
 
 @pytest.mark.parametrize("make,count", [(tiny, 3000), (large, 100)])

@@ -18,14 +18,7 @@ BOUND = 2 * 1024 * 1024
 SLACK = 128 * 1024  # the OrderedDict's table and allocator rounding
 
 
-def tiny(n: int) -> pb.Message:
-    return convo.user(f"m{n}", convo.text(f"p{n}", "ok"))
-
-
-def large(n: int) -> pb.Message:
-    return convo.assistant(f"m{n}", convo.text(f"a{n}", f"step {n} " + "log line\n" * 3000),
-                           convo.tool(f"t{n}", f"c{n}", "bash", {"cmd": f"make {n}", "args": list(range(50))},
-                                      "output line\n" * 3000))
+tiny, large = convo.tiny_message, convo.large_message
 
 
 def cache_of_running_server() -> MessageCache:

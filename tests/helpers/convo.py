@@ -42,3 +42,15 @@ def small_conversation():
 def measure_request(conversation=None, **kw):
     kw.setdefault("model", model())
     return pb.MeasureRequest(conversation=conversation or small_conversation(), **kw)
+
+
+def tiny_message(n: int) -> pb.Message:
+    """A user message of a few bytes: per-object overhead dominates what it costs in memory."""
+    return user(f"m{n}", text(f"p{n}", "ok"))
+
+
+def large_message(n: int) -> pb.Message:
+    """An assistant step of about 70 KB (text and a tool output): its strings dominate."""
+    return assistant(f"m{n}", text(f"a{n}", f"step {n} " + "log line\n" * 3000),
+                     tool(f"t{n}", f"c{n}", "bash", {"cmd": f"make {n}", "args": list(range(50))},
+                          "output line\n" * 3000))
