@@ -136,6 +136,7 @@ class Server:
         self._admission.close()
         if drain > 0:
             time.sleep(drain)
+        self._standard.end_watches()
         grace = self.cfg.server.shutdown_grace_seconds if grace is None else grace
         self._grpc.stop(grace).wait()
         self._standard.stop()

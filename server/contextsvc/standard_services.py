@@ -7,6 +7,8 @@ what ours add around them:
 - a reflection stream holds a worker thread while it is open (grpcio's sync server): streams
   are bounded by Admission and refused beyond it, and any stream (Watch included, which holds no
   thread) with no message either way for `stream_idle_seconds` is closed;
+- Watch updates are sent from a thread of their own (health_watches.py says why), and open
+  watches end with UNAVAILABLE once stop's drain is over;
 - Health/Check says NOT_SERVING while abandoned work leaves no room for a new call.
 """
 from __future__ import annotations
@@ -19,8 +21,9 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from .admission import Admission, Ticket
+from .admission import Admission
 from .errors import Exhausted, Unavailable
+from .health_watches import HealthWatches
 
 HEALTH_SERVICE = health.SERVICE_NAME
 REFLECTION_SERVICE = reflection.SERVICE_NAME
@@ -54,9 +57,7 @@ class StandardServices:
         self._idle = idle_seconds
         self._serving_names = set(serving_names)
         self._reflection = reflection.ReflectionServicer(service_names) if reflection_on else None
-        self._watches: dict[Ticket, None] = {}  # Watch streams (they hold no thread)
-        self._max_watches = max_watches
-        self._lock = threading.Lock()
+        self._watches = HealthWatches(max_watches)  # Watch streams (they hold no thread)
         self._stop = threading.Event()
         self._reaper = None
 
@@ -87,34 +88,22 @@ class StandardServices:
     def _watch_behavior(self):
         def watch(data, context, send_response_callback=None):
             request = _parse(health_pb2.HealthCheckRequest, data, context)
-            ticket = Ticket("watch", context.is_active, context.cancel)
-
-            def send(response):
-                ticket.touch()
-                send_response_callback(response)
-
-            with self._lock:
-                if len(self._watches) >= self._max_watches:
-                    full = True
-                else:
-                    full = False
-                    self._watches[ticket] = None
-            if full:
+            stream = self._watches.open(context, send_response_callback)
+            if stream is None:
                 context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                              f"Watch: {self._max_watches} health watches already open "
+                              f"Watch: {self._watches.limit} health watches already open "
                               "(server.max_watch_streams); use Health/Check or retry later")
-
-            def forget():
-                with self._lock:
-                    self._watches.pop(ticket, None)
-
-            context.add_callback(forget)
-            return self.servicer.Watch(request, context, send_response_callback=send)
+            return self.servicer.Watch(request, context,
+                                       send_response_callback=lambda r: self._watches.send(stream, r))
 
         # grpcio calls it with send_response_callback and frees the thread once it returns
         watch.experimental_non_blocking = True
         watch.experimental_thread_pool = None
         return watch
+
+    def end_watches(self) -> None:
+        """At stop, after the drain: watchers have seen NOT_SERVING; their streams end now."""
+        self._watches.end_all("server shutting down; watch another replica")
 
     # -- reflection --------------------------------------------------------------------------------
 
@@ -142,15 +131,15 @@ class StandardServices:
     def start(self) -> None:
         self._reaper = threading.Thread(target=self._reap, name="idle-streams", daemon=True)
         self._reaper.start()
+        self._watches.start()
 
     def stop(self) -> None:
         self._stop.set()
+        self._watches.stop()
 
     def _reap(self) -> None:
         period = max(0.05, min(1.0, self._idle / 4))
         while not self._stop.wait(period):
             cutoff = time.monotonic() - self._idle
-            with self._lock:
-                idle = [t for t in self._watches if t.last_active < cutoff]
-            for t in idle + self._admission.idle_streams(self._idle):
+            for t in self._watches.idle_tickets(cutoff) + self._admission.idle_streams(self._idle):
                 t.on_idle()  # cancels the call: the stream ends, its thread (if any) is freed

@@ -1,0 +1,103 @@
+"""The open grpc.health.v1 Watch streams: how many may be open, their updates, their end.
+
+Updates go out from one thread of their own. The stock HealthServicer calls a stream's send
+callback while it holds its lock, and grpc's send waits until the transport has taken the
+message, which grpc reports on the server's event thread; that same thread runs the close
+callback of a stream its client just ended, and that callback takes the servicer's lock. Sending
+from the caller's thread deadlocks the two whenever a status changes (stop's NOT_SERVING
+included) while a watcher hangs up, and the server then never stops.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+
+import grpc
+
+from .admission import Ticket
+
+log = logging.getLogger("contextsvc")
+
+
+class WatchStream:
+    """One Watch call: its idle ticket and its sends (made on the sender thread only)."""
+    __slots__ = ("ticket", "_context", "_send", "_ended")
+
+    def __init__(self, context, send_response_callback):
+        self.ticket = Ticket("watch", context.is_active, context.cancel)
+        self._context = context
+        self._send = send_response_callback
+        self._ended = False
+
+    def deliver(self, response) -> None:
+        """A status update, or None: the stream ends (grpc sends the status)."""
+        if self._ended:
+            return
+        self._ended = response is None
+        self.ticket.touch()
+        self._send(response)
+
+    def end(self, code: grpc.StatusCode, details: str) -> None:
+        if self._ended:
+            return
+        self._context.set_code(code)
+        self._context.set_details(details)
+        self.deliver(None)
+
+
+class HealthWatches:
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._open: dict[WatchStream, None] = {}
+        self._outbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._sender: threading.Thread | None = None
+
+    def open(self, context, send_response_callback) -> WatchStream | None:
+        """The new stream, or None when `limit` are already open."""
+        stream = WatchStream(context, send_response_callback)
+        with self._lock:
+            if len(self._open) >= self.limit:
+                return None
+            self._open[stream] = None
+        if not context.add_callback(lambda: self.forget(stream)):
+            self.forget(stream)  # the client left before the handler ran
+        return stream
+
+    def forget(self, stream: WatchStream) -> None:
+        with self._lock:
+            self._open.pop(stream, None)
+
+    def send(self, stream: WatchStream, response) -> None:
+        """Queues the update; never blocks (it is called under the servicer's lock)."""
+        self._outbox.put((stream.deliver, (response,)))
+
+    def idle_tickets(self, cutoff: float) -> list[Ticket]:
+        with self._lock:
+            return [s.ticket for s in self._open if s.ticket.last_active < cutoff]
+
+    def end_all(self, details: str) -> None:
+        """Ends every open stream with UNAVAILABLE after the updates already queued (at stop: a
+        watcher would otherwise hold the server open for the whole grace period)."""
+        with self._lock:
+            streams = list(self._open)
+        for stream in streams:
+            self._outbox.put((stream.end, (grpc.StatusCode.UNAVAILABLE, details)))
+
+    def start(self) -> None:
+        self._sender = threading.Thread(target=self._send_loop, name="health-watch-sender", daemon=True)
+        self._sender.start()
+
+    def stop(self) -> None:
+        if self._sender is not None:
+            self._outbox.put(None)
+            self._sender.join(5.0)
+
+    def _send_loop(self) -> None:
+        while (item := self._outbox.get()) is not None:
+            deliver, args = item
+            try:
+                deliver(*args)
+            except Exception:  # one broken stream must not silence the others
+                log.exception("health Watch: sending an update failed")

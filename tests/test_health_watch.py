@@ -1,0 +1,85 @@
+"""grpc.health.v1 Watch streams against a real server: watchers that come and go do not wedge
+the server, and a stop ends the open watches instead of waiting out its grace period on them."""
+from __future__ import annotations
+
+import threading
+import time
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from helpers.server import start_server
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def stop_within(server, seconds, grace):
+    """Seconds server.stop(grace) took, or None when it had not returned after `seconds`."""
+    start = time.monotonic()
+    stopper = threading.Thread(target=server.stop, kwargs={"grace": grace}, daemon=True)
+    stopper.start()
+    stopper.join(seconds)
+    return None if stopper.is_alive() else time.monotonic() - start
+
+
+def churn(port, until, opened):
+    """Opens a Watch, reads its first update, hangs up; again until `until`."""
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        while time.monotonic() < until:
+            call = stub.Watch(health_pb2.HealthCheckRequest(), timeout=5)
+            try:
+                next(call)
+                opened.append(1)
+            except grpc.RpcError:
+                pass
+            call.cancel()
+
+
+def test_watchers_hanging_up_while_others_open_and_a_stop_comes_do_not_wedge_the_server():
+    s = start_server()
+    opened: list[int] = []
+    until = time.monotonic() + 4.0
+    threads = [threading.Thread(target=churn, args=(s.port, until, opened), daemon=True) for _ in range(8)]
+    for t in threads:
+        t.start()
+    time.sleep(2.0)
+    with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
+        health = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
+    assert health.status == SERVING
+    took = stop_within(s, 20, grace=10)  # the stop comes while watchers still open and hang up
+    for t in threads:
+        t.join(10)
+    print(f"\n{len(opened)} watches opened and closed; stop took {took}")
+    assert len(opened) > 50
+    assert took is not None and took < 10, took
+
+
+def test_stop_ends_open_watches_after_telling_them_not_serving():
+    s = start_server(drain_seconds=0.5)
+    seen: list = []
+    with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
+        call = health_pb2_grpc.HealthStub(ch).Watch(health_pb2.HealthCheckRequest(), timeout=30)
+
+        def read():
+            try:
+                for response in call:
+                    seen.append(response.status)
+            except grpc.RpcError as e:
+                seen.append(e.code())
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        assert wait_until(lambda: seen == [SERVING])
+        took = stop_within(s, 20, grace=15)
+        reader.join(5)
+    assert took is not None and took < 5, took  # not the 15 s grace
+    assert seen == [SERVING, NOT_SERVING, grpc.StatusCode.UNAVAILABLE], seen
+
+
+def wait_until(predicate, seconds=5.0):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not predicate():
+        time.sleep(0.02)
+    return predicate()
