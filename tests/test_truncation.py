@@ -29,6 +29,8 @@ from contextsvc.truncation import (
     read_lines,
     truncate_output,
 )
+from contextsvc.errors import DeadlineExceeded
+from contextsvc.limits import Deadline
 from contextsvc.truncation import ids, local_store
 
 SERVER_DIR = str(Path(__file__).resolve().parents[1] / "server")
@@ -197,6 +199,19 @@ def test_bad_arguments(tmp_path):
             trunc("a\nb", store, **kw)
     with pytest.raises(ValueError):
         trunc("\ud800" * 100_000, store)  # lone surrogate: not encodable
+
+
+def test_a_caller_past_its_deadline_or_gone_stores_nothing(tmp_path):
+    store = make_store(tmp_path)
+    text = "line\n" * 5000  # over max_lines: would be stored
+    for deadline in (Deadline(time.monotonic() - 1), Deadline(None, cancelled=lambda: True)):
+        with pytest.raises(DeadlineExceeded, match="before storing the output"):
+            truncate_output(text, max_lines=100, max_bytes=51200, has_task_tool=False, store=store,
+                            deadline=deadline)
+    assert store.list_ids() == []
+    result = truncate_output(text, max_lines=100, max_bytes=51200, has_task_tool=False, store=store,
+                             deadline=Deadline.after(60))
+    assert store.list_ids() == [result.output_id]
 
 
 def reference_truncate(text: str, max_lines: int, max_bytes: int, direction: str):

@@ -171,6 +171,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
             has_task_tool=request.has_task_tool,
             store=self._truncation,
             max_read_bytes=self._read_bytes(),
+            deadline=_deadline(context),
         )
         if self._metrics is not None:
             self._metrics.truncations.labels(r.cut_by or "none").inc()

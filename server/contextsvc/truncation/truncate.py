@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..limits import NO_DEADLINE, Deadline
 from .lines import LineTooLong, first_line_over
 from .store import Store
 
@@ -109,6 +110,7 @@ def truncate_output(
     has_task_tool: bool,
     store: Store,
     max_read_bytes: int = 0,
+    deadline: Deadline = NO_DEADLINE,
 ) -> TruncationResult:
     """Truncate ``text`` to at most ``max_lines`` lines and ``max_bytes`` bytes.
 
@@ -128,6 +130,9 @@ def truncate_output(
     ``max_read_bytes`` (0 = none) is the most one ranged read may return: a text with a line
     longer than that could be stored but never read back, so it is refused with `LineTooLong`
     before anything is stored (reads of shorter lines are split by `read_lines`).
+
+    A caller whose ``deadline`` has passed (or who cancelled) gets `DeadlineExceeded` before
+    anything is stored: an output nobody will ever be told the id of is not kept.
     """
     _check_positive_int("max_lines", max_lines)
     _check_positive_int("max_bytes", max_bytes)
@@ -158,6 +163,7 @@ def truncate_output(
         over = first_line_over(data, max_read_bytes)
         if over is not None:
             raise LineTooLong(over[0], over[1], max_read_bytes, "output (nothing was stored)")
+    deadline.check("TruncateToolOutput, before storing the output")
     output_id = store.put(data)
     hint = build_hint(output_id, has_task_tool)
     count = removed_lines if cut_by == "lines" else removed_bytes
