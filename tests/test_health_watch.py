@@ -6,9 +6,13 @@ import threading
 import time
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+import pytest
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from helpers.server import start_server
+from contextsvc.errors import Unavailable
+from contextsvc.health_watches import HealthWatches
+from contextsvc.standard_services import _Registering
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -83,3 +87,41 @@ def wait_until(predicate, seconds=5.0):
     while time.monotonic() < end and not predicate():
         time.sleep(0.02)
     return predicate()
+
+
+class _Call:
+    """What the watch code asks of a grpc context; `ended`: the client left before the handler
+    registered its callbacks (grpc's add_callback then answers False and never calls them)."""
+    def __init__(self, ended=False):
+        self.ended = ended
+
+    def is_active(self):
+        return not self.ended
+
+    def cancel(self):
+        pass
+
+    def add_callback(self, callback):
+        return not self.ended
+
+
+def test_a_watch_whose_client_left_before_registering_is_not_kept():
+    """The stock servicer ignores add_callback's False: without our context wrapper it would keep
+    that watch's send callback (and the call behind it) for the life of the process."""
+    servicer = health.HealthServicer()
+    sent = []
+    servicer.Watch(health_pb2.HealthCheckRequest(), _Registering(_Call(ended=True)), send_response_callback=sent.append)
+    assert sent == [health_pb2.HealthCheckResponse(status=SERVING), None]  # its status, then the end
+    assert not servicer._send_response_callbacks.get("")  # its table of watchers to update
+    servicer.set("", NOT_SERVING)
+    assert len(sent) == 2
+
+
+def test_a_watch_opened_after_the_watches_were_ended_is_refused():
+    """At stop, end_all ends the open watches; one that arrives after it (its handler queued
+    behind busy workers) is refused, or it would hold the stop for the whole grace period."""
+    watches = HealthWatches(limit=4)
+    assert watches.open(_Call(), lambda r: None) is not None
+    watches.end_all("stopping")
+    with pytest.raises(Unavailable, match="shutting down"):
+        watches.open(_Call(), lambda r: None)

@@ -59,6 +59,8 @@ class Server:
         self._stopped = threading.Event()
         self._done = threading.Event()
         self.unfinished = 0  # calls still running when stop() gave up waiting
+        self.exit_now = False  # threads may be left running (unfinished calls, a failed stop)
+        self.exit_code = 0
         s = cfg.server
         # config errors (an unreadable or invalid certificate, key or token) surface here, before
         # any socket is bound
@@ -120,8 +122,8 @@ class Server:
     def serving(self, service: str = "") -> bool:
         """What grpc.health.v1 Check answers for service ("" = the whole server) is SERVING:
         the metrics port's /healthz mirrors it for HTTP-only health checks."""
-        return self._health.Check(health_pb2.HealthCheckRequest(service=service),
-                                  _CheckContext()).status == health_pb2.HealthCheckResponse.SERVING
+        return self._standard.check(health_pb2.HealthCheckRequest(service=service),
+                                    _CheckContext()).status == health_pb2.HealthCheckResponse.SERVING
 
     def stop(self, grace: float | None = None, drain: float = 0.0) -> None:
         """Stops taking work, lets in-flight calls finish within the grace period.
@@ -132,6 +134,15 @@ class Server:
         if self._stopped.is_set():
             return
         self._stopped.set()
+        try:
+            self._stop(grace, drain)
+        except Exception:  # the process must still end: cli waits for _done
+            log.exception("contextsvc: stopping failed; exiting without the rest of the stop")
+            self.exit_now, self.exit_code = True, 1
+        finally:
+            self._done.set()
+
+    def _stop(self, grace: float | None, drain: float) -> None:
         self._health.enter_graceful_shutdown()
         self._admission.close()
         if drain > 0:
@@ -143,6 +154,7 @@ class Server:
         # grpc cancels what is left after the grace, but cannot stop a thread: work that does not
         # notice keeps running; `contextsvc serve` exits without it (cli.main)
         self.unfinished = self._admission.running()
+        self.exit_now = bool(self.unfinished)
         if self.unfinished:
             log.warning("contextsvc: %d calls still running after the %g s grace period; "
                         "stopping without them", self.unfinished, grace)
@@ -154,7 +166,6 @@ class Server:
         if self.metrics is not None and not self.shared_port:
             self.metrics.stop()
         log.info("contextsvc stopped")
-        self._done.set()
 
     def wait(self) -> None:
         """Blocks until stop() has drained in-flight calls."""

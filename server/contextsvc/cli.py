@@ -67,11 +67,12 @@ def main(argv=None) -> int:
     if args.shared_port:
         print(READY_LINE, flush=True)
     server.wait()
-    if getattr(server, "unfinished", 0):
-        # calls that ignored the cancellation still hold threads, which the interpreter would
-        # wait for at exit: the grace period is the operator's bound, so leave without them
+    if getattr(server, "exit_now", False):
+        # calls that ignored the cancellation (or a stop that failed half-way) leave threads,
+        # which the interpreter would wait for at exit: the grace period is the operator's
+        # bound, so leave without them
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)
+        os._exit(server.exit_code)
     return 0

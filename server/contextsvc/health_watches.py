@@ -16,6 +16,7 @@ import threading
 import grpc
 
 from .admission import Ticket
+from .errors import Exhausted, Unavailable
 
 log = logging.getLogger("contextsvc")
 
@@ -53,13 +54,18 @@ class HealthWatches:
         self._open: dict[WatchStream, None] = {}
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         self._sender: threading.Thread | None = None
+        self._ended = False  # end_all has run: the server is stopping
 
-    def open(self, context, send_response_callback) -> WatchStream | None:
-        """The new stream, or None when `limit` are already open."""
+    def open(self, context, send_response_callback) -> WatchStream:
+        """The new stream. Raises Exhausted when `limit` are already open, Unavailable once the
+        server is stopping (a watch opened after end_all would hold the stop for its grace)."""
         stream = WatchStream(context, send_response_callback)
         with self._lock:
+            if self._ended:
+                raise Unavailable("Watch: the server is shutting down; watch another replica")
             if len(self._open) >= self.limit:
-                return None
+                raise Exhausted(f"Watch: {self.limit} health watches already open "
+                                "(server.max_watch_streams); use Health/Check or retry later")
             self._open[stream] = None
         if not context.add_callback(lambda: self.forget(stream)):
             self.forget(stream)  # the client left before the handler ran
@@ -81,6 +87,7 @@ class HealthWatches:
         """Ends every open stream with UNAVAILABLE after the updates already queued (at stop: a
         watcher would otherwise hold the server open for the whole grace period)."""
         with self._lock:
+            self._ended = True
             streams = list(self._open)
         for stream in streams:
             self._outbox.put((stream.end, (grpc.StatusCode.UNAVAILABLE, details)))

@@ -47,6 +47,23 @@ def _serialize(message) -> bytes:
     return message.SerializeToString()
 
 
+class _Registering:
+    """The context the stock servicer's Watch sees: a callback it registers on a call that has
+    already ended runs at once. The servicer ignores add_callback's False and would otherwise
+    keep that stream's send callback (and the call behind it) for the life of the process."""
+
+    def __init__(self, context):
+        self._context = context
+
+    def add_callback(self, callback) -> bool:
+        if not self._context.add_callback(callback):
+            callback()  # the servicer's lock is re-entrant: it holds it while registering
+        return True
+
+    def __getattr__(self, name):
+        return getattr(self._context, name)
+
+
 class StandardServices:
     """Health (its state in `servicer`: set(), enter_graceful_shutdown()) and reflection."""
 
@@ -78,7 +95,10 @@ class StandardServices:
     # -- health ------------------------------------------------------------------------------------
 
     def _check(self, data, context):
-        request = _parse(health_pb2.HealthCheckRequest, data, context)
+        return self.check(_parse(health_pb2.HealthCheckRequest, data, context), context)
+
+    def check(self, request, context):
+        """What Health/Check answers for request (the metrics port's /healthz reads it too)."""
         response = self.servicer.Check(request, context)
         if (response.status == health_pb2.HealthCheckResponse.SERVING
                 and request.service in self._serving_names and self._admission.stalled()):
@@ -88,12 +108,13 @@ class StandardServices:
     def _watch_behavior(self):
         def watch(data, context, send_response_callback=None):
             request = _parse(health_pb2.HealthCheckRequest, data, context)
-            stream = self._watches.open(context, send_response_callback)
-            if stream is None:
-                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                              f"Watch: {self._watches.limit} health watches already open "
-                              "(server.max_watch_streams); use Health/Check or retry later")
-            return self.servicer.Watch(request, context,
+            try:
+                stream = self._watches.open(context, send_response_callback)
+            except Exhausted as e:
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
+            except Unavailable as e:
+                context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
+            return self.servicer.Watch(request, _Registering(context),
                                        send_response_callback=lambda r: self._watches.send(stream, r))
 
         # grpcio calls it with send_response_callback and frees the thread once it returns
