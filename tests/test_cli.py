@@ -14,7 +14,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from helpers import convo
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
+from helpers.metrics import scrape
 from helpers.processes import launch
+from helpers.server import wait_for
 
 
 def test_serve_logs_one_start_line_and_answers(tmp_path):
@@ -32,7 +34,7 @@ def test_serve_logs_one_start_line_and_answers(tmp_path):
 
 
 def test_sigterm_finishes_in_flight_calls_and_refuses_new_ones():
-    proc, port, _, _ = launch()
+    proc, port, metrics_port, _ = launch()
     conv = convo.small_conversation()
     # a call that takes a while: exact counting of 12 MB of prose
     conv.messages[2].parts[0].text.text = "the quick brown fox jumps over the lazy dog. " * 280_000
@@ -49,7 +51,11 @@ def test_sigterm_finishes_in_flight_calls_and_refuses_new_ones():
     threads = [threading.Thread(target=call) for _ in range(2)]
     for t in threads:
         t.start()
-    time.sleep(0.5)  # the requests are in flight
+    # the requests are in flight: both read by the server (its request-size histogram counts
+    # them as it decodes them, a moment before the call is admitted)
+    read = ("contextsvc_request_bytes_count", (("method", "Measure"),))
+    assert wait_for(lambda: scrape(metrics_port).get(read, 0) == 2, seconds=30)
+    time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
     for t in threads:
         t.join(60)

@@ -23,10 +23,12 @@ def count(server, method, code):
     return scrape(server.metrics_port).get(("contextsvc_rpcs_total", (("code", code), ("method", method))), 0)
 
 
-def slow_measure():
-    """An exact count of 12 MB of prose: seconds of work."""
+def slow_measure(animal="fox"):
+    """An exact count of 25 MB of prose: seconds of work (about 2 s on a quick machine). Each
+    animal makes other text: exact counts are cached, and a second call on the same text
+    would finish from the first one's pieces."""
     conv = convo.small_conversation()
-    conv.messages[2].parts[0].text.text = "the quick brown fox jumps over the lazy dog. " * 280_000
+    conv.messages[2].parts[0].text.text = f"the quick brown {animal} jumps over the lazy dog. " * 560_000
     return convo.measure_request(conv, exact=True)
 
 
@@ -40,10 +42,13 @@ def test_abandoned_calls_are_not_counted_ok():
             measure = ch.unary_unary("/contextsvc.v1.ContextService/Measure",
                                      request_serializer=pb.MeasureRequest.SerializeToString)
             with pytest.raises(grpc.RpcError) as e:
-                measure(slow_measure(), timeout=0.5)
+                measure(slow_measure("fox"), timeout=1.0)
             assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-            cancelled = measure.future(slow_measure())
-            time.sleep(0.5)
+            cancelled = measure.future(slow_measure("cat"))
+            # cancelled once the server has read it (the request-size histogram counts it then)
+            read = ("contextsvc_request_bytes_count", (("method", "Measure"),))
+            assert wait_for(lambda: scrape(s.metrics_port).get(read, 0) == 2)
+            time.sleep(0.3)
             cancelled.cancel()
             done = lambda: (count(s, "Measure", "DEADLINE_EXCEEDED") + count(s, "Measure", "CANCELLED")
                             + count(s, "Measure", "OK")) == 2
