@@ -228,23 +228,25 @@ def inject(inp: AssembleInput, now: Optional[dt.datetime] = None) -> tuple:
 
 
 def assemble(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None,
-             exact_counter=None, deadline: Deadline = NO_DEADLINE) -> Assembled:
+             exact_counter=None, deadline: Deadline = NO_DEADLINE, memo=None) -> Assembled:
     """The body to send, with every figure Measure gives for it and its cache state."""
-    return step(inp, cfg, now, serialize=True, hashes=True, exact_counter=exact_counter, deadline=deadline)
+    return step(inp, cfg, now, serialize=True, hashes=True, exact_counter=exact_counter, deadline=deadline,
+                memo=memo)
 
 
 def step(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None, *, serialize: bool,
-         hashes: bool, exact_counter=None, deadline: Deadline = NO_DEADLINE) -> Assembled:
+         hashes: bool, exact_counter=None, deadline: Deadline = NO_DEADLINE, memo=None) -> Assembled:
     """One step of an agent loop, as Assemble and Measure both see it: injections, then the
     evaluation of the body that would be sent (payload guard included), then, when hashed, the
     cache state and what changed since the previous one.
 
     serialize: also the body's JSON (Assemble). hashes: the prefix digests (a serialization pass
     over the elements); implied by a previous_cache_state. deadline: the caller's
-    (errors.DeadlineExceeded when it passes or the caller cancels).
+    (errors.DeadlineExceeded when it passes or the caller cancels). memo (memo.StepMemo): the
+    validation of messages seen in earlier steps is not redone.
     """
     measure.check(measure.MeasureInput(inp.conversation, inp.model, inp.tools, inp.system, inp.compaction,
-                                       configured_output_tokens=inp.configured_output_tokens), deadline)
+                                       configured_output_tokens=inp.configured_output_tokens), deadline, memo)
     if inp.step < 0 or inp.max_steps < 0:
         raise BadInput("step" if inp.step < 0 else "max_steps", "must not be negative")
     previous = prefix.decode(inp.previous_cache_state) if inp.previous_cache_state else None

@@ -196,15 +196,17 @@ def _memoizable(messages: list, provider: str) -> bool:
 
 def _piece(msg: m.Message, mdl: m.Model, placeholders: bool) -> tuple:
     """What one stored message lowers to alone (lowering_memo's piece): (elements, media_count, extra,
-    saved_units), elements a tuple of (role, element, saved units inside it). The lead user
-    message a format puts first stands for no stored message and is left out."""
+    saved_units, texts), elements a tuple of (role, element, saved units inside it), texts the
+    (JSON text, lengths) of each element. The lead user message a format puts first stands for
+    no stored message and is left out."""
     ledger = MediaLedger(placeholders=placeholders)
     low = lower(mdl.provider, model_id=mdl.id, system=[], messages=to_model_messages([msg], mdl), tools=[],
                 max_output=0, ledger=ledger)
     saved = ledger.saved_by
     elements = tuple((role, e, saved.get(id(e), 0))
                      for role, e, ids in zip(low.roles, low.messages, low.sources) if ids)
-    return elements, ledger.media_count, ledger.extra, ledger.saved_units
+    texts = tuple((native.json_text(e), native.json_lengths(e)) for _, e, _ in elements)
+    return elements, ledger.media_count, ledger.extra, ledger.saved_units, texts
 
 
 _LEADS: dict = {}  # provider -> the lead user message of its format (lowered.open_with_user)
@@ -233,36 +235,40 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
                     messages=[], tools=tools, max_output=0, ledger=ledger, session_id=conv.session_id,
                     tools_disabled=tools_disabled)
     joined = FORMATS[mdl.provider].merged_key
-    elements, roles, sources, keys, saved = [], [], [], [], []
-    for msg in projected:
-        digest = msg.digest or None
-        pkey = (digest, settings)
-        piece = memo.get(pkey) if digest is not None else None
+    piece_keys = [(msg.digest, settings) if msg.digest else None for msg in projected]
+    pieces = memo.get_many(piece_keys)
+    # per element: its (JSON text, lengths) when it is one piece's element as it stands, or the
+    # piece keys of the elements merged into it (their joined JSON is a memo entry of its own)
+    elements, roles, sources, keys, saved, found = [], [], [], [], [], []
+    for msg, pkey, piece in zip(projected, piece_keys, pieces):
         if piece is None:
             piece = _piece(msg, mdl, placeholders)
-            if digest is not None:
+            if pkey is not None:
                 memo.put(pkey, piece)
-        parts, media_count, extra, saved_units = piece
+        parts, media_count, extra, saved_units, texts = piece
         ledger.media_count += media_count
         ledger.extra += extra
         ledger.saved_units += saved_units
         for j, (role, element, units) in enumerate(parts):
-            key = (digest, j) if digest is not None else None
+            key = (msg.digest, j) if pkey is not None else None
             if joined and elements and elements[-1]["role"] == element["role"]:
                 last = elements[-1] = dict(elements[-1])
                 last[joined] = last[joined] + element[joined]
                 sources[-1] = sources[-1] + [msg.id]
                 keys[-1] = keys[-1] + (key,) if keys[-1] is not None and key is not None else None
+                found[-1] = None
                 saved[-1] += units
                 continue
             elements.append(element)
             roles.append(role)
             sources.append([msg.id])
             keys.append((key,) if key is not None else None)
+            found.append(texts[j])
             saved.append(units)
     if roles and roles[0] != "user":
         open_with_user(elements, roles, sources, _lead(mdl.provider))
         keys.insert(0, None)
+        found.insert(0, None)
         saved.insert(0, 0)
     for e, units in zip(elements, saved):
         if units:
@@ -271,16 +277,16 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
     lowered.roles[:] = roles
     lowered.sources[:] = sources
     if known is not None:
+        merged = [(settings, key) if text is None and key is not None else None for text, key in zip(found, keys)]
         json_text, json_lengths = native.json_text, native.json_lengths
-        for e, key in zip(elements, keys):
-            if key is None:
-                continue
-            ekey = (settings, key)
-            found = memo.get(ekey)
-            if found is None:
-                found = (json_text(e), json_lengths(e))
-                memo.put(ekey, found)
-            known[id(e)] = found
+        for e, text, ekey, entry in zip(elements, found, merged, memo.get_many(merged)):
+            if text is None and ekey is not None:
+                text = entry
+                if text is None:
+                    text = (json_text(e), json_lengths(e))
+                    memo.put(ekey, text)
+            if text is not None:
+                known[id(e)] = text
     return lowered, ledger
 
 

@@ -189,22 +189,21 @@ def conversation(c, path: str = "conversation", cache=None, max_json_depth: int 
     messages that converted cleanly are kept, so a refused message is refused every time.
     Every message carries the digest of its wire bytes (Message.digest); with a LoweringMemo, the
     conversation carries it too (Conversation.lowering_memo) for Measure and Assemble."""
-    messages = []
+    key = MessageCache.key
+    wires, keys = [], []
     for i, msg in enumerate(c.messages):
         deadline.tick(i, "conversion")
-        wire = msg.SerializeToString()
-        key = MessageCache.key(wire)
-        if cache is None:
-            core = _message(msg, i, path, max_json_depth)
-            core.digest = key  # the per-message memos (memo.py) key on it, cache or not
-            messages.append(core)
-            continue
-        core = cache.get(key)
+        wires.append(wire := msg.SerializeToString())
+        keys.append(key(wire))
+    # one lock for every lookup; the misses are converted outside it
+    messages = cache.get_many(keys) if cache is not None else [None] * len(keys)
+    for i, core in enumerate(messages):
         if core is None:
-            core = _message(msg, i, path, max_json_depth)
-            core.digest = key
-            cache.put(key, core, len(wire))
-        messages.append(core)
+            deadline.tick(i, "conversion")
+            core = messages[i] = _message(c.messages[i], i, path, max_json_depth)
+            core.digest = keys[i]  # the per-message memos (memo.py) key on it, cache or not
+            if cache is not None:
+                cache.put(keys[i], core, len(wires[i]))
     return m.Conversation(messages=messages, session_id=c.session_id, lowering_memo=lowering_memo)
 
 

@@ -28,10 +28,12 @@ from .message_cache import ENTRY_OVERHEAD, SizedCache, resident_size
 class LoweringMemo(SizedCache):
     """The LRU shared by all RPCs. Two kinds of entry:
     (digest, settings) -> a piece: what one stored message lowers to alone, the tuple
-        (elements, media_count, extra, saved_units), elements a tuple of
-        (role, element dict, saved units inside it);
-    (settings, piece keys) -> (JSON text, (UTF-8 bytes, UTF-16 units)) of the element those
-        pieces make, a piece key being (digest, index of the element in its piece)."""
+        (elements, media_count, extra, saved_units, texts), elements a tuple of
+        (role, element dict, saved units inside it), texts each element's
+        (JSON text, (UTF-8 bytes, UTF-16 units));
+    (settings, piece keys) -> the same (JSON text, lengths) of an element that consecutive
+        pieces merge into (formats that join same-role messages), a piece key being
+        (digest, index of the element in its piece)."""
 
     def put(self, key, value, wire_size: int = 0) -> None:
         """The charge covers the key too (its digests and settings)."""

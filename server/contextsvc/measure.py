@@ -371,8 +371,9 @@ def _decision(figure: str, stretch: tuple, media: int, media_tail: int, media_re
 
 # ---- the RPC ---------------------------------------------------------------------------------
 
-def check(inp: MeasureInput, deadline: Deadline = NO_DEADLINE) -> None:
-    validate.request(inp.conversation, inp.model, inp.tools, inp.compaction, deadline=deadline)
+def check(inp: MeasureInput, deadline: Deadline = NO_DEADLINE, memo=None) -> None:
+    """memo (memo.StepMemo): each message's own checks kept across steps (validate.conversation)."""
+    validate.request(inp.conversation, inp.model, inp.tools, inp.compaction, memo=memo, deadline=deadline)
     if inp.configured_output_tokens < 0:
         raise BadInput("configured_output_tokens", "must not be negative")
 

@@ -27,32 +27,14 @@ class StepMemo(SizedCache):
 
     def each(self, kind: str, messages: list, settings: tuple, compute) -> list:
         """[compute(msg) for msg in messages], each kept under (kind, msg.digest, *settings): one
-        lock for all the lookups (a step's history is thousands of messages), misses computed
-        outside it."""
-        out = [None] * len(messages)
-        missing = []
-        items, found = self._items, 0
-        with self._lock:
-            get, touch = items.get, items.move_to_end
-            for i, msg in enumerate(messages):
-                d = msg.digest
-                if not d:
-                    missing.append((i, None))
-                    continue
-                key = (kind, d, *settings)
-                item = get(key)
-                if item is None:
-                    missing.append((i, key))
-                else:
-                    touch(key)
-                    out[i] = item[0]
-                    found += 1
-            self.hits += found
-            self.misses += len(missing)
-        for i, key in missing:
-            out[i] = value = compute(messages[i])
-            if key is not None:
-                self._put(key, value)
+        lock for all the lookups (get_many), misses computed outside it."""
+        keys = [(kind, msg.digest, *settings) if msg.digest else None for msg in messages]
+        out = self.get_many(keys)
+        for i, value in enumerate(out):
+            if value is None:
+                out[i] = value = compute(messages[i])
+                if keys[i] is not None:
+                    self._put(keys[i], value)
         return out
 
 

@@ -70,7 +70,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
         deadline = _deadline(context)
         inp = self._step_input(request, deadline)
         r = assemble.step(inp, self._cfg, serialize=False, hashes=request.want_cache_state,
-                          exact_counter=self._exact, deadline=deadline)
+                          exact_counter=self._exact, deadline=deadline, memo=self._memo)
         if self._metrics is not None:
             m = r.measurement
             self._metrics.record_measure(inp.model.provider, m.overflow or m.should_compact)
@@ -128,7 +128,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
     def Assemble(self, request: pb.AssembleRequest, context) -> pb.AssembleResponse:
         deadline = _deadline(context)
         inp = self._step_input(request, deadline)
-        r = assemble.assemble(inp, self._cfg, exact_counter=self._exact, deadline=deadline)
+        r = assemble.assemble(inp, self._cfg, exact_counter=self._exact, deadline=deadline, memo=self._memo)
         m = r.measurement
         if self._metrics is not None:
             self._metrics.record_measure(inp.model.provider, m.overflow or m.should_compact)
