@@ -55,8 +55,9 @@ def _grow(rng, msgs, n):
 
 
 def _memo_off():
+    """Both per-message memos off: the step memo and the lowering memo (Compact measures through it)."""
     cfg = config.Config()
-    return dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, step_memo_bytes=0))
+    return dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, step_memo_bytes=0, lowering_memo_bytes=0))
 
 
 def _same(a, b):
@@ -68,9 +69,9 @@ def test_the_memo_changes_no_answer(seed, monkeypatch):
     monkeypatch.setattr(compact_run.time, "time_ns", lambda: 1_700_000_000_000_000_000)
     rng = random.Random(seed)
     on_cfg, off_cfg = config.Config(), _memo_off()
-    # the converted-message cache on in both: the memo is the only difference
+    # the converted-message cache on in both: the memos are the only difference
     with_memo, without = service.ContextService(on_cfg), service.ContextService(off_cfg)
-    assert with_memo._memo is not None and without._memo is None
+    assert with_memo._memo is not None and without._memo is None and without._lowering is None
     msgs, ctx = [], _Context()
     mdl = model(context=rng.choice((8_000, 30_000, 200_000)))
     for n in range(60):

@@ -98,7 +98,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
         convert.session_id(request.conversation, self._cfg.server.max_session_id_bytes)
         deadline = _deadline(context)
         inp = compact.CompactInput(
-            **convert.shared_fields(request, self._messages, self._json_depth, deadline),
+            **convert.shared_fields(request, self._messages, self._json_depth, deadline, self._lowering),
             overflow=request.overflow,
             auto=request.auto,
             attempts=request.attempts,
