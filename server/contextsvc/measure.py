@@ -379,13 +379,13 @@ def check(inp: MeasureInput, deadline: Deadline = NO_DEADLINE, memo=None) -> Non
 
 
 def measure(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.ExactCounter] = None,
-            deadline: Deadline = NO_DEADLINE) -> Measurement:
-    return evaluate(inp, cfg, exact_counter, deadline=deadline)[0]
+            deadline: Deadline = NO_DEADLINE, memo=None) -> Measurement:
+    return evaluate(inp, cfg, exact_counter, deadline=deadline, memo=memo)[0]
 
 
 def evaluate(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.ExactCounter] = None,
              policy=None, hashes: bool = False, checked: bool = False, now_ms: int = 0,
-             previous: Optional[prefix.State] = None, deadline: Deadline = NO_DEADLINE) -> tuple:
+             previous: Optional[prefix.State] = None, deadline: Deadline = NO_DEADLINE, memo=None) -> tuple:
     """(Measurement, the built request) of the body that would be sent, payload guard included
     (built.guard says what it did): Assemble serializes exactly what was measured.
 
@@ -393,10 +393,10 @@ def evaluate(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.Exac
     hashes: also the prefix digests (built.digests); with previous, the previous request's
     digests, what changed since (built.change) and the decision figure of what is written again
     (Measurement.rewrite). deadline: the caller's, checked between stages and inside the
-    per-element loops (errors.DeadlineExceeded).
+    per-element loops (errors.DeadlineExceeded). memo (memo.StepMemo): for check().
     """
     if not checked:
-        check(inp, deadline)
+        check(inp, deadline, memo)
     result, built = _evaluate(inp, cfg, exact_counter, policy, hashes, previous, deadline)
     guard = body.payload_guard(inp.conversation, result.body_bytes, inp.compaction, cfg, now_ms, inp.model,
                                deadline)

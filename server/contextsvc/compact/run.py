@@ -86,9 +86,9 @@ def make_summarizer(cfg: Config, memo=None):
 
 
 def _measure(conv: m.Conversation, inp: CompactInput, cfg: Config,
-             deadline: Deadline = NO_DEADLINE) -> measure.Measurement:
+             deadline: Deadline = NO_DEADLINE, memo=None) -> measure.Measurement:
     return measure.measure(measure.MeasureInput(conv, inp.model, list(inp.tools), inp.system,
-                                                inp.compaction), cfg, deadline=deadline)
+                                                inp.compaction), cfg, deadline=deadline, memo=memo)
 
 
 def _under(tokens_: int, lim: int, mdl: m.Model) -> bool:
@@ -286,7 +286,7 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
     now_ms = inp.now_ms or time.time_ns() // 1_000_000
     lim = measure.limit(mdl, settings, cfg)
     use = measure.usable(mdl, settings, cfg)
-    measured = _measure(inp.conversation, inp, cfg, deadline)
+    measured = _measure(inp.conversation, inp, cfg, deadline, memo)
     before = measured.projected
     over = not _under(before, lim, mdl)
     # with no edits the conversation stays as it is: tokens_after is its decision figure
@@ -348,7 +348,9 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
         if pr.acted:
             edits.append(ed.MarkCompacted(list(pr.part_ids), now_ms))
             stored = ed.apply(stored, edits[-1:])
-        after = _measure(m.Conversation(stored, inp.conversation.session_id), inp, cfg, deadline)
+        # measured through the lowering memo too: the kept messages are the request's own
+        after = _measure(m.Conversation(stored, inp.conversation.session_id,
+                                        lowering_memo=inp.conversation.lowering_memo), inp, cfg, deadline, memo)
         tokens_after = after.decision[0]
         if _under(tokens_after, lim, mdl) or not plan.tail:
             break
