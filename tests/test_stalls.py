@@ -5,7 +5,6 @@ where the process itself matters (peak memory, exit), a real `contextsvc serve` 
 Each test prints its figures (time to answer, the server's peak RSS) with `pytest -s`."""
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -13,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import grpc
 import pytest
@@ -25,8 +23,8 @@ from helpers.server import start_server, wait_for
 from server_process import peak_rss_mb
 from contextsvc import config
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
-from test_compact_rpc import compact_request
-from test_faults import SUMMARY, MessagesAPI, anthropic_server
+from helpers.fake_anthropic import FakeMessagesAPI, anthropic_server
+from helpers.rpc import compact_request
 
 STARTED = re.compile(r"serving gRPC on 127\.0\.0\.1:(\d+), metrics http://127\.0\.0\.1:(\d+)/metrics")
 REFLECTION = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
@@ -207,52 +205,10 @@ def test_reflection_can_be_turned_off_and_sits_behind_the_token():
 
 # ---- 2. a trickling summarizer ---------------------------------------------------------------
 
-class TricklingAPI:
-    """A Messages API that answers a valid summary, one byte a second (headers included)."""
-
-    def __init__(self):
-        self.requests = 0
-        self.stopped = threading.Event()
-        api = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                api.requests += 1
-                data = json.dumps({"id": "msg_1", "type": "message", "role": "assistant",
-                                   "model": body["model"], "content": [{"type": "text", "text": SUMMARY}],
-                                   "stop_reason": "end_turn", "stop_sequence": None,
-                                   "usage": {"input_tokens": 10, "output_tokens": 5}}).encode()
-                raw = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                       b"content-length: %d\r\n\r\n" % len(data)) + data
-                try:
-                    for i in range(len(raw)):
-                        if api.stopped.wait(1.0):
-                            return
-                        self.wfile.write(raw[i:i + 1])
-                        self.wfile.flush()
-                except OSError:
-                    pass
-                self.close_connection = True
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def close(self):
-        self.stopped.set()
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture()
 def trickle(monkeypatch):
     monkeypatch.setenv("CONTEXTSVC_TEST_KEY", "sk-test-123")
-    api = TricklingAPI()
+    api = FakeMessagesAPI("trickle")
     yield api
     api.close()
 
@@ -307,7 +263,7 @@ def test_sixteen_trickling_compacts_leave_the_service_serving(trickle, tmp_path)
                   f"peak RSS {peak_rss_mb(proc.pid):.0f} MB")
             assert not isinstance(r, grpc.StatusCode), r
     finally:
-        trickle.stopped.set()
+        trickle.release.set()
         assert stop(proc) == 0
 
 
@@ -316,7 +272,7 @@ def test_sixteen_trickling_compacts_leave_the_service_serving(trickle, tmp_path)
 def test_sigterm_exits_after_the_grace_whatever_is_running(tmp_path):
     """A Compact stuck on a summarizer that never answers (no caller deadline, 60 s timeout):
     the process exits shortly after drain + grace, not when the call ends."""
-    api = MessagesAPI("hang")
+    api = FakeMessagesAPI("hang")
     env = dict(os.environ, CONTEXTSVC_TEST_KEY="sk-test-123")
     proc, port = serve(tmp_path, "shutdown_grace_seconds = 2.0\ndrain_seconds = 0.2", extra_toml=(
         f'[summarizer]\nbackend = "anthropic"\nbase_url = "{api.url}"\napi_key_env = "CONTEXTSVC_TEST_KEY"\n'
@@ -325,7 +281,7 @@ def test_sigterm_exits_after_the_grace_whatever_is_running(tmp_path):
         with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
             stub = pb_grpc.ContextServiceStub(ch)
             stuck = stub.Compact.future(compact_request())
-            assert wait_for(lambda: api.requests == 1, seconds=10)
+            assert wait_for(lambda: len(api.requests) == 1, seconds=10)
             start = time.monotonic()
             proc.send_signal(signal.SIGTERM)
             try:
@@ -350,7 +306,7 @@ def test_abandoned_calls_do_not_hold_the_concurrency_slots():
     """Two Compacts stuck on a hanging summarizer, then abandoned by their callers: the next
     Measure is answered, not refused. When abandoned work takes every thread the service can give,
     calls are refused naming it and health says NOT_SERVING, until that work ends."""
-    api = MessagesAPI("hang")
+    api = FakeMessagesAPI("hang")
     os.environ.setdefault("CONTEXTSVC_TEST_KEY", "sk-test-123")
     s = anthropic_server(api, max_concurrent_rpcs=2, workers=5, max_streams=1)
     try:
@@ -360,7 +316,7 @@ def test_abandoned_calls_do_not_hold_the_concurrency_slots():
 
             def abandon(n, before):
                 calls = [stub.Compact.future(compact_request()) for _ in range(n)]
-                assert wait_for(lambda: api.requests == before + n, seconds=10)
+                assert wait_for(lambda: len(api.requests) == before + n, seconds=10)
                 for c in calls:
                     c.cancel()
 
