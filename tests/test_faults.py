@@ -24,7 +24,7 @@ from contextsvc.app import Server
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
 from helpers.fake_anthropic import FakeMessagesAPI, anthropic_server
-from helpers.processes import launch
+from helpers.processes import launch, stop
 from helpers.rpc import compact_request
 from helpers.metrics import scrape
 
@@ -286,11 +286,6 @@ def serve_process(store_dir: Path, wrap=None, preexec=None):
     raise AssertionError("server did not start:\n" + "".join(lines))
 
 
-def stop_process(proc):
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) == 0
-
-
 def test_disk_full_by_file_size_limit_fails_the_write_cleanly(tmp_path):
     """RLIMIT_FSIZE makes the kernel refuse a write past 512 KiB (EFBIG), even as root: the
     same path through the store as a full disk. The small output is stored, the big one is
@@ -316,7 +311,7 @@ def test_disk_full_by_file_size_limit_fails_the_write_cleanly(tmp_path):
             assert again.truncated
             assert_store_intact(stub, store, [(first.output_id, SMALL), (again.output_id, SMALL + "one more\n")])
     finally:
-        stop_process(proc)
+        assert stop(proc, 60) == 0
 
 
 def _namespace_mounts_work() -> bool:
@@ -360,7 +355,7 @@ def test_real_full_disk_enospc(tmp_path):
             assert r.text == SMALL.rstrip("\n")
             assert truncate(stub, SMALL).truncated  # the failed write left no space taken
     finally:
-        stop_process(proc)
+        assert stop(proc, 60) == 0
 
 
 @needs_mounts
@@ -379,7 +374,7 @@ def test_read_only_store_reads_old_outputs_and_refuses_new_ones(tmp_path):
             assert "read-only file system" in e.value.details()
             assert_store_intact(stub, store, [(old_id, SMALL)])
     finally:
-        stop_process(proc)
+        assert stop(proc, 60) == 0
 
 
 # ---- SIGTERM under load --------------------------------------------------------------------------

@@ -6,10 +6,8 @@ Each test prints its figures (time to answer, the server's peak RSS) with `pytes
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 
@@ -24,47 +22,13 @@ from server_process import peak_rss_mb
 from contextsvc import config
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
 from helpers.fake_anthropic import FakeMessagesAPI, anthropic_server
+from helpers.processes import launch, stop
 from helpers.rpc import compact_request
 
-STARTED = re.compile(r"serving gRPC on 127\.0\.0\.1:(\d+), metrics http://127\.0\.0\.1:(\d+)/metrics")
 REFLECTION = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
 WATCH = "/grpc.health.v1.Health/Watch"
 TOKEN = "s3cret-token"
 AUTH = (("authorization", f"Bearer {TOKEN}"),)
-
-
-def serve(tmp_path, server_toml="", extra_toml="", env=None):
-    """A real `contextsvc serve` process; returns (process, gRPC port)."""
-    path = tmp_path / "contextsvc.toml"
-    path.write_text(f"[server]\n{server_toml}\n[truncation]\ndirectory = \"{tmp_path / 'store'}\"\n{extra_toml}")
-    cmd = [sys.executable, "-m", "contextsvc", "serve", "--port", "0", "--metrics-port", "0", "--config", str(path)]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
-    deadline, lines = time.monotonic() + 30, []
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        lines.append(line)
-        match = STARTED.search(line)
-        if match:
-            proc.log = lines
-            threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
-            return proc, int(match.group(1))
-    proc.kill()
-    raise AssertionError("server did not start:\n" + "".join(lines))
-
-
-
-
-def stop(proc, seconds=30):
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(seconds)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise
 
 
 def timed(call):
@@ -108,7 +72,7 @@ def test_idle_streams_do_not_starve_unary_calls_or_health(tmp_path, method):
     """Workers plus ten idle streams (so that more workers do not pass it): an authorized
     Measure and Health/Check still answer at once."""
     workers = config.ServerConfig().workers
-    proc, port = serve(tmp_path, f'auth_token = "{TOKEN}"')
+    proc, port, _, _ = launch(server_toml=f'auth_token = "{TOKEN}"', tmp_path=tmp_path)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
             release, calls = open_idle_streams(ch, method, workers + 10)
@@ -245,9 +209,9 @@ def test_sixteen_trickling_compacts_leave_the_service_serving(trickle, tmp_path)
     """16 Compacts (the default limit) against the trickle, each with a 3 s deadline: every one
     answers by its deadline, and right after a Measure is answered, not refused."""
     env = dict(os.environ, CONTEXTSVC_TEST_KEY="sk-test-123")
-    proc, port = serve(tmp_path, extra_toml=(
-        f'[summarizer]\nbackend = "anthropic"\nbase_url = "{trickle.url}"\napi_key_env = "CONTEXTSVC_TEST_KEY"\n'
-        'timeout_seconds = 60.0\nfallback_to_offline = false\n'), env=env)
+    summarizer = (f'[summarizer]\nbackend = "anthropic"\nbase_url = "{trickle.url}"\n'
+                  'api_key_env = "CONTEXTSVC_TEST_KEY"\ntimeout_seconds = 60.0\nfallback_to_offline = false\n')
+    proc, port, _, _ = launch(server_toml="", config_text=summarizer, tmp_path=tmp_path, env=env)  # shipped [server]
     limit = config.ServerConfig().max_concurrent_rpcs
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
@@ -274,9 +238,11 @@ def test_sigterm_exits_after_the_grace_whatever_is_running(tmp_path):
     the process exits shortly after drain + grace, not when the call ends."""
     api = FakeMessagesAPI("hang")
     env = dict(os.environ, CONTEXTSVC_TEST_KEY="sk-test-123")
-    proc, port = serve(tmp_path, "shutdown_grace_seconds = 2.0\ndrain_seconds = 0.2", extra_toml=(
-        f'[summarizer]\nbackend = "anthropic"\nbase_url = "{api.url}"\napi_key_env = "CONTEXTSVC_TEST_KEY"\n'
-        'timeout_seconds = 60.0\nmax_retries = 0\nfallback_to_offline = false\n'), env=env)
+    summarizer = (f'[summarizer]\nbackend = "anthropic"\nbase_url = "{api.url}"\n'
+                  'api_key_env = "CONTEXTSVC_TEST_KEY"\ntimeout_seconds = 60.0\nmax_retries = 0\n'
+                  'fallback_to_offline = false\n')
+    proc, port, _, _ = launch(server_toml="shutdown_grace_seconds = 2.0\ndrain_seconds = 0.2",
+                              config_text=summarizer, tmp_path=tmp_path, env=env)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
             stub = pb_grpc.ContextServiceStub(ch)
