@@ -29,8 +29,8 @@ from helpers.server import start_server, wait_for
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
 from helpers.redis_server import RedisServer, free_port
-from test_metrics import scrape
-from test_one_call import TOOLS, session
+from helpers.metrics import scrape
+from helpers.rpc import TOOLS, cache_steps
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 HAPROXY_CONFIG = ROOT / "deploy" / "haproxy" / "haproxy.cfg"
@@ -188,7 +188,7 @@ def test_a_session_spread_over_both_replicas_gets_the_same_cache_reports_as_on_o
         runs = []
         for target in (stub, direct):
             state, got = b"", []
-            for label, conv, system, _ in session(pb.PROVIDER_ANTHROPIC):
+            for label, conv, system, _ in cache_steps(pb.PROVIDER_ANTHROPIC):
                 r = target.Assemble(pb.AssembleRequest(conversation=conv, model=convo.model(), tools=TOOLS,
                                                        system=system, previous_cache_state=state), timeout=10)
                 got.append((label, r.body, r.cache_state, r.cache_report))
