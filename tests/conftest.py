@@ -1,6 +1,7 @@
 """Shared fixtures: a real server on loopback (ephemeral ports) and its client stub; `impl`, each
 implementation of the hot path in turn (the compiled module and its Python twin), for any suite;
-`pki`, a CA with a server and a client certificate made by openssl at test time."""
+`pki`, a CA with a server and a client certificate made by openssl at test time; `api`, a fake
+Anthropic Messages API on loopback, its key in CONTEXTSVC_TEST_KEY."""
 from __future__ import annotations
 
 import subprocess
@@ -10,6 +11,7 @@ import pytest
 
 from contextsvc import _native_py
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
+from helpers.fake_anthropic import FakeMessagesAPI
 from helpers.implementations import IMPL_NAMES, compiled
 from helpers.server import start_server
 
@@ -43,6 +45,14 @@ def impl(request):
     except ImportError as exc:
         pytest.fail(f"contextsvc._native_c is not importable ({exc}); build it, or set "
                     "CONTEXTSVC_NO_EXTENSIONS=1 to test the Python implementation alone")
+
+
+@pytest.fixture()
+def api(monkeypatch):
+    monkeypatch.setenv("CONTEXTSVC_TEST_KEY", "sk-test-123")
+    fake = FakeMessagesAPI()
+    yield fake
+    fake.close()
 
 
 def _openssl(*args, cwd):

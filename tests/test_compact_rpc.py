@@ -7,7 +7,7 @@ import pytest
 from helpers import convo
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
-from helpers.fake_anthropic import FakeMessagesAPI, anthropic_server
+from helpers.fake_anthropic import anthropic_server
 from helpers.metrics import scrape
 from helpers.rpc import compact_request, session
 
@@ -52,14 +52,6 @@ def test_bad_compact_requests(stub, req, field):
     with pytest.raises(grpc.RpcError) as e:
         stub.Compact(req, timeout=30)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and field in e.value.details()
-
-
-@pytest.fixture()
-def api(monkeypatch):
-    monkeypatch.setenv("CONTEXTSVC_TEST_KEY", "sk-test-123")
-    fake = FakeMessagesAPI()
-    yield fake
-    fake.close()
 
 
 def test_anthropic_backend_through_the_server(api):

@@ -23,18 +23,10 @@ from contextsvc import config, truncation
 from contextsvc.app import Server
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
-from helpers.fake_anthropic import FakeMessagesAPI, anthropic_server
+from helpers.fake_anthropic import anthropic_server
 from helpers.processes import launch, stop
 from helpers.rpc import compact_request
 from helpers.metrics import scrape
-
-
-@pytest.fixture()
-def api(monkeypatch):
-    monkeypatch.setenv("CONTEXTSVC_TEST_KEY", "sk-test-123")
-    fake = FakeMessagesAPI()
-    yield fake
-    fake.close()
 
 
 def code_count(server, method, code):

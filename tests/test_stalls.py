@@ -170,11 +170,9 @@ def test_reflection_can_be_turned_off_and_sits_behind_the_token():
 # ---- 2. a trickling summarizer ---------------------------------------------------------------
 
 @pytest.fixture()
-def trickle(monkeypatch):
-    monkeypatch.setenv("CONTEXTSVC_TEST_KEY", "sk-test-123")
-    api = FakeMessagesAPI("trickle")
-    yield api
-    api.close()
+def trickle(api):
+    api.mode = "trickle"
+    return api
 
 
 def test_trickling_summarizer_falls_back_within_the_callers_deadline(trickle):
