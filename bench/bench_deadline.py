@@ -41,7 +41,7 @@ def many(n=200_000):
 
 
 def compact_many(n=60_000):
-    from test_compact_rpc import compact_request
+    from helpers.rpc import compact_request
     return compact_request(many(n), context=8_000)
 
 

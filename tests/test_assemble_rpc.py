@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import anthropic
 import grpc
@@ -13,6 +11,7 @@ from helpers import convo
 from helpers.server import start_server
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
+from helpers.fake_anthropic import SUMMARY, FakeMessagesAPI
 from helpers.metrics import scrape
 from helpers.rpc import SYSTEM, TOOLS, big_conversation_with_summary, request
 
@@ -220,43 +219,16 @@ def test_payload_guard_still_over_sends_anyway(stub):
     assert a.guard_tripped and a.over_payload_limit and not a.pruned_part_ids and a.body_bytes > 2_000_000
 
 
-class MessagesEndpoint:
-    """A loopback endpoint speaking the Messages API, recording the raw request body."""
-
-    def __init__(self):
-        self.bodies = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_POST(self):
-                outer.bodies.append(self.rfile.read(int(self.headers["content-length"])))
-                data = json.dumps({"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-                                   "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
-                                   "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 1}}).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-
 def test_anthropic_sdk_sends_exactly_the_assembled_body(stub):
-    endpoint = MessagesEndpoint()
+    api = FakeMessagesAPI()
     try:
         a = stub.Assemble(request(editor=pb.EditorContext(current_time="2026-12-02T17:00:00+00:00")), timeout=10)
-        client = anthropic.Anthropic(api_key="sk-test", base_url=endpoint.url, max_retries=0, timeout=30)
+        client = anthropic.Anthropic(api_key="sk-test", base_url=api.url, max_retries=0, timeout=30)
         reply = client.messages.create(**json.loads(a.body))
-        assert reply.content[0].text == "ok"
-        assert json.loads(endpoint.bodies[-1]) == json.loads(a.body)
+        assert reply.content[0].text == SUMMARY
+        assert api.requests[-1][2] == json.loads(a.body)
     finally:
-        endpoint.server.shutdown()
+        api.close()
 
 
 def test_prefix_breaks_are_counted_by_segment():

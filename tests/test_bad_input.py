@@ -9,7 +9,7 @@ import pytest
 
 from helpers import convo
 from contextsvc.v1 import context_pb2 as pb
-from helpers.rpc import OK, RESPONSES, call, request_for
+from helpers.rpc import GARBAGE, OK, RESPONSES, call, request_for
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 CONVERSATION_RPCS = ("Measure", "Assemble", "Compact", "Prune")
@@ -242,15 +242,6 @@ def test_read_of_an_unknown_id_is_not_found(channel, stub):
 
 
 # ---- bytes that are not a request --------------------------------------------------------------
-
-GARBAGE = [
-    b"\xff\xff\xff\xff",  # an invalid tag
-    b"\x0a\xff\xff\xff\xff\x0f",  # a length running past the end
-    b"\x0a\x02\xff\xfe",  # field 1 (a string or a message in every request) holding neither
-    b"GET / HTTP/1.1\r\n\r\n",
-    bytes(range(256)),
-]
-
 
 @pytest.mark.parametrize("rpc", list(RESPONSES))
 @pytest.mark.parametrize("data", GARBAGE, ids=[f"garbage{i}" for i in range(len(GARBAGE))])

@@ -10,7 +10,7 @@ from contextsvc.compact import run as cmod, edits, offline, retention, select, s
 from contextsvc.compact.anthropic_backend import AnthropicSummarizer
 from contextsvc.compact.job import SummaryJob
 from contextsvc.errors import BadInput, Unavailable
-from helpers.fake_anthropic import SUMMARY, FakeMessagesAPI
+from helpers.fake_anthropic import SUMMARY
 
 CFG = config.Config()
 SONNET = m.Model("claude-sonnet-4-5", m.ANTHROPIC, m.ModelLimits(200_000, 0, 64_000))
@@ -458,14 +458,6 @@ def test_chunked_with_a_model_backend_merges_partials():
 
 
 # ---- the anthropic backend through the real SDK -----------------------------------------------
-
-
-@pytest.fixture
-def api(monkeypatch):
-    monkeypatch.setenv("CONTEXTSVC_TEST_KEY", "sk-test-123")
-    server = FakeMessagesAPI()
-    yield server
-    server.close()
 
 
 def anthropic_cfg(api, fallback=True, timeout=5.0):

@@ -5,10 +5,9 @@ import grpc
 import pytest
 
 from helpers import convo
-from helpers.server import start_server
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
-from helpers.fake_anthropic import FakeMessagesAPI
+from helpers.fake_anthropic import anthropic_server
 from helpers.metrics import scrape
 from helpers.rpc import compact_request, session
 
@@ -55,22 +54,8 @@ def test_bad_compact_requests(stub, req, field):
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and field in e.value.details()
 
 
-@pytest.fixture()
-def api(monkeypatch):
-    monkeypatch.setenv("CONTEXTSVC_TEST_KEY", "sk-test-123")
-    fake = FakeMessagesAPI()
-    yield fake
-    fake.close()
-
-
-def _anthropic_server(api, fallback):
-    return start_server(summarizer_overrides=dict(
-        backend="anthropic", base_url=api.url, api_key_env="CONTEXTSVC_TEST_KEY",
-        timeout_seconds=0.5, max_retries=0, fallback_to_offline=fallback))
-
-
 def test_anthropic_backend_through_the_server(api):
-    s = _anthropic_server(api, fallback=False)
+    s = anthropic_server(api, fallback=False, timeout=0.5)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
             r = pb_grpc.ContextServiceStub(ch).Compact(compact_request(), timeout=30)
@@ -91,7 +76,7 @@ def test_anthropic_backend_through_the_server(api):
 @pytest.mark.parametrize("mode", ["500", "401", "slow"])
 def test_anthropic_failures_status_or_fallback(api, mode):
     api.mode = mode
-    strict, lenient = _anthropic_server(api, fallback=False), _anthropic_server(api, fallback=True)
+    strict, lenient = (anthropic_server(api, fallback, timeout=0.5) for fallback in (False, True))
     try:
         with grpc.insecure_channel(f"127.0.0.1:{strict.port}") as ch:
             with pytest.raises(grpc.RpcError) as e:

@@ -3,8 +3,6 @@ a defined status naming the field, or a real answer."""
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import grpc
 import pytest
@@ -14,6 +12,7 @@ from helpers.server import start_server
 from contextsvc.config import ServerConfig
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
+from helpers.fake_anthropic import FakeMessagesAPI, anthropic_server
 from helpers.rpc import compact_request, session
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
@@ -260,45 +259,12 @@ ODD_REPLIES = {
 }
 
 
-class RawMessagesAPI:
-    """A loopback Messages API answering every request with 200 and the given body."""
-
-    def __init__(self, body: bytes):
-        api = self
-        self.body = body
-        self.requests = 0
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_POST(self):
-                self.rfile.read(int(self.headers["content-length"]))
-                api.requests += 1
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(api.body)))
-                self.end_headers()
-                self.wfile.write(api.body)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.mark.parametrize("name", ODD_REPLIES)
 def test_a_reply_that_is_not_a_summary_is_unavailable_or_falls_back(monkeypatch, name):
     body, reason = ODD_REPLIES[name]
     monkeypatch.setenv("CONTEXTSVC_TEST_KEY", "sk-test")
-    api = RawMessagesAPI(body)
-    servers = [start_server(summarizer_overrides=dict(
-        backend="anthropic", base_url=api.url, api_key_env="CONTEXTSVC_TEST_KEY", timeout_seconds=5,
-        max_retries=0, fallback_to_offline=fallback)) for fallback in (False, True)]
+    api = FakeMessagesAPI("raw", raw_body=body)
+    servers = [anthropic_server(api, fallback, timeout=5) for fallback in (False, True)]
     try:
         strict, lenient = servers
         with grpc.insecure_channel(f"127.0.0.1:{strict.port}") as ch:
@@ -310,7 +276,7 @@ def test_a_reply_that_is_not_a_summary_is_unavailable_or_falls_back(monkeypatch,
             assert code == grpc.StatusCode.OK, r
             assert r.fell_back and r.backend == "offline" and reason in r.fallback_reason
             assert r.outcome == pb.COMPACT_OUTCOME_COMPACTED and "## Goal" in r.summary.parts[0].text.text
-        assert api.requests == 2
+        assert len(api.requests) == 2
     finally:
         for s in servers:
             s.stop(grace=1)

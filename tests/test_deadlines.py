@@ -14,12 +14,13 @@ import pytest
 
 from helpers import convo
 from helpers.metrics import scrape
+from helpers.processes import launch, stop
+from helpers.rpc import compact_request
 from helpers.server import start_server
+from server_process import peak_rss_mb
 from contextsvc import tokens
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
-from test_compact_rpc import compact_request
-from test_stalls import peak_rss_mb, serve, stop
 
 OPTIONS = [("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)]
 SLACK = 1.0  # the work ends within this many seconds of the deadline (typical: 30-60 ms)
@@ -93,7 +94,7 @@ def test_exact_count_of_one_long_run_stops_at_the_deadline(tmp_path):
     Before: 32 s past the deadline at 1.75 GB of peak RSS (tiktoken's BPE on one 30 MB piece)."""
     request = convo.measure_request(pb.Conversation(session_id="s", messages=[
         convo.user("m1", convo.text("p1", "a" * (30 << 20)))]), exact=True)
-    proc, port = serve(tmp_path)
+    proc, port, _, _ = launch(server_toml="", tmp_path=tmp_path)  # the shipped [server] settings
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}", options=OPTIONS) as ch:
             stub = pb_grpc.ContextServiceStub(ch)

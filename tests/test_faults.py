@@ -3,7 +3,6 @@ a store that cannot be written, SIGTERM under load."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import resource
 import shutil
@@ -12,7 +11,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import grpc
@@ -25,81 +23,10 @@ from contextsvc import config, truncation
 from contextsvc.app import Server
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
-from helpers.processes import launch
+from helpers.fake_anthropic import anthropic_server
+from helpers.processes import launch, stop
 from helpers.rpc import compact_request
 from helpers.metrics import scrape
-
-SUMMARY = "## Goal\n- fix the tests\n## Progress\n### Done\n- read src/module_0.py"
-
-
-class MessagesAPI:
-    """A loopback Messages API that misbehaves on purpose, one way per mode:
-    ok, hang (holds the request until released), die (sends half a body, then closes),
-    reset (closes without answering), garbage (200 with a body that is not JSON)."""
-
-    def __init__(self, mode="ok"):
-        self.mode = mode
-        self.requests = 0
-        self.release = threading.Event()
-        api = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                api.requests += 1
-                if api.mode == "hang":
-                    api.release.wait(60)
-                if api.mode == "reset":
-                    self.close_connection = True
-                    self.connection.shutdown(2)
-                    return
-                data = json.dumps({"id": "msg_1", "type": "message", "role": "assistant",
-                                   "model": body["model"], "content": [{"type": "text", "text": SUMMARY}],
-                                   "stop_reason": "end_turn", "stop_sequence": None,
-                                   "usage": {"input_tokens": 10, "output_tokens": 5}}).encode()
-                if api.mode == "garbage":
-                    data = b"<html>502 upstream went away</html>"
-                try:
-                    self.send_response(200)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(data)))
-                    self.end_headers()
-                    if api.mode == "die":
-                        self.wfile.write(data[: len(data) // 2])
-                        self.wfile.flush()
-                        self.close_connection = True
-                        self.connection.shutdown(2)
-                        return
-                    self.wfile.write(data)
-                except OSError:
-                    pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def close(self):
-        self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture()
-def api(monkeypatch):
-    monkeypatch.setenv("CONTEXTSVC_TEST_KEY", "sk-test-123")
-    fake = MessagesAPI()
-    yield fake
-    fake.close()
-
-
-def anthropic_server(api, fallback=False, timeout=30.0, retries=0, **server):
-    return start_server(summarizer_overrides=dict(
-        backend="anthropic", base_url=api.url, api_key_env="CONTEXTSVC_TEST_KEY",
-        timeout_seconds=timeout, max_retries=retries, fallback_to_offline=fallback), **server)
 
 
 def code_count(server, method, code):
@@ -131,7 +58,7 @@ def test_short_deadline_ends_a_hanging_compact_and_frees_its_worker(api, fallbac
             if fallback:
                 r = stub.Compact(compact_request(), timeout=3.0)
                 assert r.fell_back and r.backend == "offline"
-                assert api.requests == 1  # no retry in the time kept for the fallback
+                assert len(api.requests) == 1  # no retry in the time kept for the fallback
                 return
             with pytest.raises(grpc.RpcError) as e:
                 stub.Compact(compact_request(), timeout=3.0)
@@ -141,7 +68,7 @@ def test_short_deadline_ends_a_hanging_compact_and_frees_its_worker(api, fallbac
             assert code_count(s, "Compact", "OK") == 0
             # the single slot is free long before the backend would have answered
             assert wait_for(lambda: measure_ok(stub), seconds=10)
-            assert api.requests == 1  # no retry was sent past the deadline
+            assert len(api.requests) == 1  # no retry was sent past the deadline
     finally:
         s.stop(grace=1)
 
@@ -211,7 +138,7 @@ def test_retries_stay_within_the_attempt_count(api):
             with pytest.raises(grpc.RpcError) as e:
                 pb_grpc.ContextServiceStub(ch).Compact(compact_request(), timeout=30)
             assert e.value.code() == grpc.StatusCode.UNAVAILABLE
-            assert api.requests == 3  # one attempt and two retries
+            assert len(api.requests) == 3  # one attempt and two retries
     finally:
         s.stop(grace=1)
 
@@ -232,7 +159,7 @@ def test_concurrency_limit_refuses_at_once_and_health_still_answers(api):
             holders = [threading.Thread(target=hold) for _ in range(2)]
             for t in holders:
                 t.start()
-            assert wait_for(lambda: api.requests == 2)  # both slots are taken
+            assert wait_for(lambda: len(api.requests) == 2)  # both slots are taken
             with pytest.raises(grpc.RpcError) as e:
                 stub.Measure(convo.measure_request(), timeout=10)
             assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -270,7 +197,7 @@ def test_transport_bound_refuses_every_service_beyond_it(api):
             holders = [threading.Thread(target=hold) for _ in range(2)]
             for t in holders:
                 t.start()
-            assert wait_for(lambda: api.requests == 2)
+            assert wait_for(lambda: len(api.requests) == 2)
             with pytest.raises(grpc.RpcError) as e:
                 health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
             assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -351,11 +278,6 @@ def serve_process(store_dir: Path, wrap=None, preexec=None):
     raise AssertionError("server did not start:\n" + "".join(lines))
 
 
-def stop_process(proc):
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) == 0
-
-
 def test_disk_full_by_file_size_limit_fails_the_write_cleanly(tmp_path):
     """RLIMIT_FSIZE makes the kernel refuse a write past 512 KiB (EFBIG), even as root: the
     same path through the store as a full disk. The small output is stored, the big one is
@@ -381,7 +303,7 @@ def test_disk_full_by_file_size_limit_fails_the_write_cleanly(tmp_path):
             assert again.truncated
             assert_store_intact(stub, store, [(first.output_id, SMALL), (again.output_id, SMALL + "one more\n")])
     finally:
-        stop_process(proc)
+        assert stop(proc, 60) == 0
 
 
 def _namespace_mounts_work() -> bool:
@@ -425,7 +347,7 @@ def test_real_full_disk_enospc(tmp_path):
             assert r.text == SMALL.rstrip("\n")
             assert truncate(stub, SMALL).truncated  # the failed write left no space taken
     finally:
-        stop_process(proc)
+        assert stop(proc, 60) == 0
 
 
 @needs_mounts
@@ -444,7 +366,7 @@ def test_read_only_store_reads_old_outputs_and_refuses_new_ones(tmp_path):
             assert "read-only file system" in e.value.details()
             assert_store_intact(stub, store, [(old_id, SMALL)])
     finally:
-        stop_process(proc)
+        assert stop(proc, 60) == 0
 
 
 # ---- SIGTERM under load --------------------------------------------------------------------------

@@ -14,9 +14,8 @@ import pytest
 from helpers import convo
 from helpers.server import start_server, wait_for
 from contextsvc.v1 import context_pb2 as pb
-from test_bad_input import GARBAGE
-from test_metrics import scrape
-from test_security import pki  # noqa: F401 - a real CA, server certificate and key
+from helpers.metrics import scrape
+from helpers.rpc import GARBAGE
 
 
 def count(server, method, code):

@@ -3,7 +3,6 @@ takes every per-step field, and each response reports, statelessly, what changed
 prefix since the previous one. All over a real server."""
 from __future__ import annotations
 
-import copy
 import json
 
 import grpc
@@ -16,7 +15,7 @@ from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
 from helpers.rpc import SYSTEM, TOOLS
 from helpers.metrics import scrape
-from helpers.rpc import long_session
+from helpers.rpc import cache_steps, long_session
 
 PROVIDERS = {pb.PROVIDER_ANTHROPIC: "anthropic", pb.PROVIDER_OPENAI: "openai", pb.PROVIDER_BEDROCK: "bedrock",
              pb.PROVIDER_OPENROUTER: "openrouter", pb.PROVIDER_OPENAI_COMPATIBLE: "openai-compatible"}
@@ -166,41 +165,6 @@ def expected_report(before: dict, now: dict):
     return True, "", 0
 
 
-def session(provider):
-    """(label, conversation, system, expected cause) for consecutive steps of one session: tool
-    steps and turns that only append, a pruned output, a changed system, a compaction."""
-    steps = []
-    conv = pb.Conversation(session_id="s1", messages=[convo.user("msg_001", convo.text("u1", "Fix the parser."))])
-    system = copy.deepcopy(SYSTEM)
-    steps.append(("first", copy.deepcopy(conv), copy.deepcopy(system), None))
-    n = 1
-    for k in range(1, 7):
-        n += 1
-        conv.messages.append(convo.assistant(f"msg_{n:03d}", convo.text(f"a{n}", f"Reading part {k}."),
-                                             convo.tool(f"t{n}", f"call_{n}", "read", {"path": f"src/p{k}.py"},
-                                                        f"def f{k}():\n    return {k}\n" * 200)))
-        steps.append((f"tool step {k}", copy.deepcopy(conv), copy.deepcopy(system), "new_turn"))
-        if k % 3 == 0:
-            n += 1
-            conv.messages.append(convo.assistant(f"msg_{n:03d}", convo.text(f"a{n}", "Done with this part.")))
-            n += 1
-            conv.messages.append(convo.user(f"msg_{n:03d}", convo.text(f"u{n}", f"Now part {k + 1}.")))
-            steps.append((f"new turn {k}", copy.deepcopy(conv), copy.deepcopy(system), "new_turn"))
-    conv.messages[1].parts[1].tool.state.time_compacted_ms = 1_700_000_000_000  # a prune that acted
-    steps.append(("prune", copy.deepcopy(conv), copy.deepcopy(system), "prune"))
-    system.instructions.append(pb.Instruction(path="docs/RULES.md", content="Never force-push."))
-    steps.append(("system", copy.deepcopy(conv), copy.deepcopy(system), "other"))
-    n += 1
-    conv.messages.append(convo.user(f"msg_{n:03d}", pb.Part(id=f"c{n}", compaction=pb.CompactionPart(auto=True))))
-    n += 1
-    conv.messages.append(convo.assistant(f"msg_{n:03d}", convo.text(f"a{n}", "## Goal\nFix the parser."),
-                                         summary=True, parent_id=f"msg_{n - 1:03d}"))
-    n += 1
-    conv.messages.append(convo.user(f"msg_{n:03d}", convo.text(f"u{n}", "Continue.")))
-    steps.append(("compaction", copy.deepcopy(conv), copy.deepcopy(system), "compaction"))
-    return steps
-
-
 @pytest.mark.parametrize("provider", list(PROVIDERS))
 def test_report_and_metric_agree_with_a_byte_comparison_of_consecutive_bodies(provider):
     s = start_server()
@@ -208,7 +172,7 @@ def test_report_and_metric_agree_with_a_byte_comparison_of_consecutive_bodies(pr
         with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
             stub = pb_grpc.ContextServiceStub(ch)
             state, before, breaks = b"", None, {}
-            for label, conv, system, cause in session(provider):
+            for label, conv, system, cause in cache_steps(provider):
                 r = stub.Assemble(pb.AssembleRequest(conversation=conv, model=convo.model(provider=provider),
                                                      tools=TOOLS, system=system, previous_cache_state=state),
                                   timeout=10)

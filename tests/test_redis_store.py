@@ -1,4 +1,4 @@
-"""RedisStore against a real Redis run as the README tells operators (tests/redis_server.py)."""
+"""RedisStore against a real Redis run as the README tells operators (tests/helpers/redis_server.py)."""
 from __future__ import annotations
 
 import itertools
@@ -17,7 +17,7 @@ from contextsvc.truncation import (
     read_lines,
 )
 from contextsvc.truncation.redis_store import RedisStore
-from redis_server import RedisServer
+from helpers.redis_server import RedisServer
 
 _prefixes = itertools.count()
 DAY = 24 * 3600

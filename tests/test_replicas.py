@@ -1,7 +1,7 @@
 """Two replicas behind a real gRPC-aware proxy with a real shared store (docs/design.md §11).
 
 HAProxy (Debian's `haproxy`) runs the shipped deploy/haproxy/haproxy.cfg as is, its addresses
-given in the environment; Redis runs the shipped deploy/redis/redis.conf (tests/redis_server.py).
+given in the environment; Redis runs the shipped deploy/redis/redis.conf (tests/helpers/redis_server.py).
 Each replica is a `contextsvc serve` process with a local directory and cache of its own, so only
 Redis can make a stored output visible to both. Which replica answered a call is read from its
 own /metrics counters. Missing binaries fail the tests (.ci/deps installs them).
@@ -28,9 +28,9 @@ from helpers import convo
 from helpers.server import start_server, wait_for
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
-from redis_server import RedisServer, free_port
-from test_metrics import scrape
-from test_one_call import TOOLS, session
+from helpers.redis_server import RedisServer, free_port
+from helpers.metrics import scrape
+from helpers.rpc import TOOLS, cache_steps
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 HAPROXY_CONFIG = ROOT / "deploy" / "haproxy" / "haproxy.cfg"
@@ -188,7 +188,7 @@ def test_a_session_spread_over_both_replicas_gets_the_same_cache_reports_as_on_o
         runs = []
         for target in (stub, direct):
             state, got = b"", []
-            for label, conv, system, _ in session(pb.PROVIDER_ANTHROPIC):
+            for label, conv, system, _ in cache_steps(pb.PROVIDER_ANTHROPIC):
                 r = target.Assemble(pb.AssembleRequest(conversation=conv, model=convo.model(), tools=TOOLS,
                                                        system=system, previous_cache_state=state), timeout=10)
                 got.append((label, r.body, r.cache_state, r.cache_report))

@@ -13,25 +13,6 @@ from helpers.metrics import scrape
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
 
 
-def _openssl(*args, cwd):
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    """A CA, a server certificate for 127.0.0.1/localhost and a client certificate, all CA-signed."""
-    d = tmp_path_factory.mktemp("pki")
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test-ca",
-             "-keyout", "ca.key", "-out", "ca.pem", cwd=d)
-    (d / "server.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    for name, ext in (("server", ["-extfile", "server.ext"]), ("client", [])):
-        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
-                 "-keyout", f"{name}.key", "-out", f"{name}.csr", cwd=d)
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                 "-CAcreateserial", "-days", "1", "-out", f"{name}.pem", *ext, cwd=d)
-    return d
-
-
 def _read(path):
     return path.read_bytes()
 

@@ -5,15 +5,11 @@ where the process itself matters (peak memory, exit), a real `contextsvc serve` 
 Each test prints its figures (time to answer, the server's peak RSS) with `pytest -s`."""
 from __future__ import annotations
 
-import json
 import os
-import re
 import signal
 import subprocess
-import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import grpc
 import pytest
@@ -25,48 +21,14 @@ from helpers.server import start_server, wait_for
 from server_process import peak_rss_mb
 from contextsvc import config
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
-from test_compact_rpc import compact_request
-from test_faults import SUMMARY, MessagesAPI, anthropic_server
+from helpers.fake_anthropic import FakeMessagesAPI, anthropic_server
+from helpers.processes import launch, stop
+from helpers.rpc import compact_request
 
-STARTED = re.compile(r"serving gRPC on 127\.0\.0\.1:(\d+), metrics http://127\.0\.0\.1:(\d+)/metrics")
 REFLECTION = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
 WATCH = "/grpc.health.v1.Health/Watch"
 TOKEN = "s3cret-token"
 AUTH = (("authorization", f"Bearer {TOKEN}"),)
-
-
-def serve(tmp_path, server_toml="", extra_toml="", env=None):
-    """A real `contextsvc serve` process; returns (process, gRPC port)."""
-    path = tmp_path / "contextsvc.toml"
-    path.write_text(f"[server]\n{server_toml}\n[truncation]\ndirectory = \"{tmp_path / 'store'}\"\n{extra_toml}")
-    cmd = [sys.executable, "-m", "contextsvc", "serve", "--port", "0", "--metrics-port", "0", "--config", str(path)]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
-    deadline, lines = time.monotonic() + 30, []
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        lines.append(line)
-        match = STARTED.search(line)
-        if match:
-            proc.log = lines
-            threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
-            return proc, int(match.group(1))
-    proc.kill()
-    raise AssertionError("server did not start:\n" + "".join(lines))
-
-
-
-
-def stop(proc, seconds=30):
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(seconds)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise
 
 
 def timed(call):
@@ -110,7 +72,7 @@ def test_idle_streams_do_not_starve_unary_calls_or_health(tmp_path, method):
     """Workers plus ten idle streams (so that more workers do not pass it): an authorized
     Measure and Health/Check still answer at once."""
     workers = config.ServerConfig().workers
-    proc, port = serve(tmp_path, f'auth_token = "{TOKEN}"')
+    proc, port, _, _ = launch(server_toml=f'auth_token = "{TOKEN}"', tmp_path=tmp_path)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
             release, calls = open_idle_streams(ch, method, workers + 10)
@@ -207,54 +169,10 @@ def test_reflection_can_be_turned_off_and_sits_behind_the_token():
 
 # ---- 2. a trickling summarizer ---------------------------------------------------------------
 
-class TricklingAPI:
-    """A Messages API that answers a valid summary, one byte a second (headers included)."""
-
-    def __init__(self):
-        self.requests = 0
-        self.stopped = threading.Event()
-        api = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                api.requests += 1
-                data = json.dumps({"id": "msg_1", "type": "message", "role": "assistant",
-                                   "model": body["model"], "content": [{"type": "text", "text": SUMMARY}],
-                                   "stop_reason": "end_turn", "stop_sequence": None,
-                                   "usage": {"input_tokens": 10, "output_tokens": 5}}).encode()
-                raw = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                       b"content-length: %d\r\n\r\n" % len(data)) + data
-                try:
-                    for i in range(len(raw)):
-                        if api.stopped.wait(1.0):
-                            return
-                        self.wfile.write(raw[i:i + 1])
-                        self.wfile.flush()
-                except OSError:
-                    pass
-                self.close_connection = True
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def close(self):
-        self.stopped.set()
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture()
-def trickle(monkeypatch):
-    monkeypatch.setenv("CONTEXTSVC_TEST_KEY", "sk-test-123")
-    api = TricklingAPI()
-    yield api
-    api.close()
+def trickle(api):
+    api.mode = "trickle"
+    return api
 
 
 def test_trickling_summarizer_falls_back_within_the_callers_deadline(trickle):
@@ -289,9 +207,9 @@ def test_sixteen_trickling_compacts_leave_the_service_serving(trickle, tmp_path)
     """16 Compacts (the default limit) against the trickle, each with a 3 s deadline: every one
     answers by its deadline, and right after a Measure is answered, not refused."""
     env = dict(os.environ, CONTEXTSVC_TEST_KEY="sk-test-123")
-    proc, port = serve(tmp_path, extra_toml=(
-        f'[summarizer]\nbackend = "anthropic"\nbase_url = "{trickle.url}"\napi_key_env = "CONTEXTSVC_TEST_KEY"\n'
-        'timeout_seconds = 60.0\nfallback_to_offline = false\n'), env=env)
+    summarizer = (f'[summarizer]\nbackend = "anthropic"\nbase_url = "{trickle.url}"\n'
+                  'api_key_env = "CONTEXTSVC_TEST_KEY"\ntimeout_seconds = 60.0\nfallback_to_offline = false\n')
+    proc, port, _, _ = launch(server_toml="", config_text=summarizer, tmp_path=tmp_path, env=env)  # shipped [server]
     limit = config.ServerConfig().max_concurrent_rpcs
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
@@ -307,7 +225,7 @@ def test_sixteen_trickling_compacts_leave_the_service_serving(trickle, tmp_path)
                   f"peak RSS {peak_rss_mb(proc.pid):.0f} MB")
             assert not isinstance(r, grpc.StatusCode), r
     finally:
-        trickle.stopped.set()
+        trickle.release.set()
         assert stop(proc) == 0
 
 
@@ -316,16 +234,18 @@ def test_sixteen_trickling_compacts_leave_the_service_serving(trickle, tmp_path)
 def test_sigterm_exits_after_the_grace_whatever_is_running(tmp_path):
     """A Compact stuck on a summarizer that never answers (no caller deadline, 60 s timeout):
     the process exits shortly after drain + grace, not when the call ends."""
-    api = MessagesAPI("hang")
+    api = FakeMessagesAPI("hang")
     env = dict(os.environ, CONTEXTSVC_TEST_KEY="sk-test-123")
-    proc, port = serve(tmp_path, "shutdown_grace_seconds = 2.0\ndrain_seconds = 0.2", extra_toml=(
-        f'[summarizer]\nbackend = "anthropic"\nbase_url = "{api.url}"\napi_key_env = "CONTEXTSVC_TEST_KEY"\n'
-        'timeout_seconds = 60.0\nmax_retries = 0\nfallback_to_offline = false\n'), env=env)
+    summarizer = (f'[summarizer]\nbackend = "anthropic"\nbase_url = "{api.url}"\n'
+                  'api_key_env = "CONTEXTSVC_TEST_KEY"\ntimeout_seconds = 60.0\nmax_retries = 0\n'
+                  'fallback_to_offline = false\n')
+    proc, port, _, _ = launch(server_toml="shutdown_grace_seconds = 2.0\ndrain_seconds = 0.2",
+                              config_text=summarizer, tmp_path=tmp_path, env=env)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
             stub = pb_grpc.ContextServiceStub(ch)
             stuck = stub.Compact.future(compact_request())
-            assert wait_for(lambda: api.requests == 1, seconds=10)
+            assert wait_for(lambda: len(api.requests) == 1, seconds=10)
             start = time.monotonic()
             proc.send_signal(signal.SIGTERM)
             try:
@@ -350,7 +270,7 @@ def test_abandoned_calls_do_not_hold_the_concurrency_slots():
     """Two Compacts stuck on a hanging summarizer, then abandoned by their callers: the next
     Measure is answered, not refused. When abandoned work takes every thread the service can give,
     calls are refused naming it and health says NOT_SERVING, until that work ends."""
-    api = MessagesAPI("hang")
+    api = FakeMessagesAPI("hang")
     os.environ.setdefault("CONTEXTSVC_TEST_KEY", "sk-test-123")
     s = anthropic_server(api, max_concurrent_rpcs=2, workers=5, max_streams=1)
     try:
@@ -360,7 +280,7 @@ def test_abandoned_calls_do_not_hold_the_concurrency_slots():
 
             def abandon(n, before):
                 calls = [stub.Compact.future(compact_request()) for _ in range(n)]
-                assert wait_for(lambda: api.requests == before + n, seconds=10)
+                assert wait_for(lambda: len(api.requests) == before + n, seconds=10)
                 for c in calls:
                     c.cancel()
 

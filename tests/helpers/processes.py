@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -11,26 +12,44 @@ from pathlib import Path
 
 
 STARTED = re.compile(r"serving gRPC on 127\.0\.0\.1:(\d+), metrics http://127\.0\.0\.1:(\d+)/metrics, hot path (\w+)")
+BOUNDED_GRACE = "shutdown_grace_seconds = 20.0"
 
 
-def launch(*args, config_text="", tmp_path=None):
+def launch(*args, server_toml=BOUNDED_GRACE, config_text="", tmp_path=None, env=None):
+    """(process, gRPC port, metrics port, hot path) once the server says it is up; args go to
+    `serve`. The config file (in tmp_path, else a new temporary directory) holds server_toml as
+    its [server] section (by default only a 20 s grace, so that a call stuck at exit holds a
+    test for less than the default), the store in that directory, then config_text.
+    proc.log holds every line the server writes to stderr."""
     cmd = [sys.executable, "-m", "contextsvc", "serve", "--port", "0", "--metrics-port", "0", *args]
     config_dir = tmp_path or Path(tempfile.mkdtemp(prefix="contextsvc-cli-"))
     path = config_dir / "contextsvc.toml"
-    path.write_text(f'[server]\nshutdown_grace_seconds = 20.0\n[truncation]\ndirectory = "{config_dir / "store"}"\n'
-                    + config_text)
+    path.write_text(f'[server]\n{server_toml}\n[truncation]\ndirectory = "{config_dir / "store"}"\n{config_text}')
     cmd += ["--config", str(path)]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 30
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 30
     lines = []
-    while time.time() < deadline:
+    while time.monotonic() < deadline:
         line = proc.stderr.readline()
         if not line:
             break
         lines.append(line)
         match = STARTED.search(line)
         if match:
-            threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
+            proc.log = lines
+            threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()  # keep the pipe drained
             return proc, int(match.group(1)), int(match.group(2)), match.group(3)
     proc.kill()
     raise AssertionError("server did not start:\n" + "".join(lines))
+
+
+def stop(proc, seconds=30):
+    """SIGTERM, then the exit code; kills the process if it has not exited within seconds."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(seconds)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise

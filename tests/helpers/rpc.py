@@ -1,5 +1,8 @@
-"""Ready-made requests and sessions for the RPC suites, and a call by raw method path."""
+"""Ready-made requests and sessions for the RPC suites, bytes that are not a request (GARBAGE),
+and a call by raw method path."""
 from __future__ import annotations
+
+import copy
 
 import grpc
 
@@ -103,3 +106,47 @@ def long_session(turns=6, output_chars=60_000):
         msgs.append(convo.assistant(f"msg_{n:03d}", convo.tool(f"t{n}", f"call_{n}", "read", {"path": f"f{t}.py"},
                                                                 "x" * output_chars)))
     return pb.Conversation(messages=msgs)
+
+
+def cache_steps(provider):
+    """(label, conversation, system, expected cause) for consecutive steps of one session: tool
+    steps and turns that only append, a pruned output, a changed system, a compaction."""
+    steps = []
+    conv = pb.Conversation(session_id="s1", messages=[convo.user("msg_001", convo.text("u1", "Fix the parser."))])
+    system = copy.deepcopy(SYSTEM)
+    steps.append(("first", copy.deepcopy(conv), copy.deepcopy(system), None))
+    n = 1
+    for k in range(1, 7):
+        n += 1
+        conv.messages.append(convo.assistant(f"msg_{n:03d}", convo.text(f"a{n}", f"Reading part {k}."),
+                                             convo.tool(f"t{n}", f"call_{n}", "read", {"path": f"src/p{k}.py"},
+                                                        f"def f{k}():\n    return {k}\n" * 200)))
+        steps.append((f"tool step {k}", copy.deepcopy(conv), copy.deepcopy(system), "new_turn"))
+        if k % 3 == 0:
+            n += 1
+            conv.messages.append(convo.assistant(f"msg_{n:03d}", convo.text(f"a{n}", "Done with this part.")))
+            n += 1
+            conv.messages.append(convo.user(f"msg_{n:03d}", convo.text(f"u{n}", f"Now part {k + 1}.")))
+            steps.append((f"new turn {k}", copy.deepcopy(conv), copy.deepcopy(system), "new_turn"))
+    conv.messages[1].parts[1].tool.state.time_compacted_ms = 1_700_000_000_000  # a prune that acted
+    steps.append(("prune", copy.deepcopy(conv), copy.deepcopy(system), "prune"))
+    system.instructions.append(pb.Instruction(path="docs/RULES.md", content="Never force-push."))
+    steps.append(("system", copy.deepcopy(conv), copy.deepcopy(system), "other"))
+    n += 1
+    conv.messages.append(convo.user(f"msg_{n:03d}", pb.Part(id=f"c{n}", compaction=pb.CompactionPart(auto=True))))
+    n += 1
+    conv.messages.append(convo.assistant(f"msg_{n:03d}", convo.text(f"a{n}", "## Goal\nFix the parser."),
+                                         summary=True, parent_id=f"msg_{n - 1:03d}"))
+    n += 1
+    conv.messages.append(convo.user(f"msg_{n:03d}", convo.text(f"u{n}", "Continue.")))
+    steps.append(("compaction", copy.deepcopy(conv), copy.deepcopy(system), "compaction"))
+    return steps
+
+
+GARBAGE = [  # bytes that are not a request
+    b"\xff\xff\xff\xff",  # an invalid tag
+    b"\x0a\xff\xff\xff\xff\x0f",  # a length running past the end
+    b"\x0a\x02\xff\xfe",  # field 1 (a string or a message in every request) holding neither
+    b"GET / HTTP/1.1\r\n\r\n",
+    bytes(range(256)),
+]

@@ -9,7 +9,7 @@ import socket
 import subprocess
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "deploy" / "redis" / "redis.conf"
 START_SECONDS = 15.0
 
