@@ -10,6 +10,8 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 
 import grpc
 import pytest
@@ -266,6 +268,15 @@ def test_sigterm_exits_after_the_grace_whatever_is_running(tmp_path):
 
 # ---- 5. a concurrency limit full of abandoned work ---------------------------------------------
 
+def healthz(port) -> int:
+    """The HTTP status of the metrics port's /healthz."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
 def test_abandoned_calls_do_not_hold_the_concurrency_slots():
     """Two Compacts stuck on a hanging summarizer, then abandoned by their callers: the next
     Measure is answered, not refused. When abandoned work takes every thread the service can give,
@@ -298,10 +309,12 @@ def test_abandoned_calls_do_not_hold_the_concurrency_slots():
             assert "abandoned" in e.value.details()
             assert health.Check(health_pb2.HealthCheckRequest(), timeout=5).status == \
                 health_pb2.HealthCheckResponse.NOT_SERVING
+            assert healthz(s.metrics_port) == 503  # the HTTP mirror of Health/Check says so too
             api.mode = "ok"
             api.release.set()
             assert wait_for(lambda: health.Check(health_pb2.HealthCheckRequest(), timeout=5).status ==
                             health_pb2.HealthCheckResponse.SERVING, seconds=10)
+            assert healthz(s.metrics_port) == 200
             assert stub.Measure(convo.measure_request(), timeout=5).body_bytes > 0
     finally:
         api.close()
