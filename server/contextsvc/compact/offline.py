@@ -227,6 +227,7 @@ class _Asks:
 
     def __init__(self):
         self.keys = {}  # ask -> its keys, in the order asked
+        self._asking = {}  # key -> the asks that name it (every step looks its keys up here)
         self.done = set()
         self.current = ""  # the ask the latest step that named one was about
         self.last_step = ""
@@ -236,7 +237,9 @@ class _Asks:
 
     def add(self, ask: str) -> None:
         if ask not in self.keys:
-            self.keys[ask] = _keys(ask)
+            self.keys[ask] = keys = _keys(ask)
+            for k in keys:
+                self._asking.setdefault(k, []).append(ask)
 
     def ask(self, asks: list) -> None:
         for a in asks:
@@ -246,7 +249,10 @@ class _Asks:
         self.named_after_latest = False
 
     def _named(self, keys: set) -> list:
-        return [a for a, k in self.keys.items() if a not in self.done and k & keys]
+        """The asks not done yet that share a key with keys, in the order asked."""
+        asking, done = self._asking, self.done
+        named = {a for k in keys for a in asking.get(k, ()) if a not in done}
+        return [a for a in self.keys if a in named] if len(named) > 1 else list(named)
 
     def step(self, desc: str, touched: set, done: set = frozenset(), command: str = "") -> None:
         self.last_step = desc
