@@ -72,21 +72,37 @@ class Built:
 
     def body_json(self) -> bytes:
         """The body's JSON; element lists are spliced in from element_text, so the elements the
-        prefix hashing serialized are not serialized again."""
+        prefix hashing serialized are not serialized again, and the text is put together in one
+        join (a megabyte history makes every copy count)."""
         body = self.lowered.body
         held = []
         for n, (parent, key) in enumerate(self.lowered.lists):
             held.append((parent, key, parent[key]))
             parent[key] = f"\x00{_SPLICE_TAG}{n}"  # no other string of the skeleton holds a NUL + tag
         try:
-            text = native.json_text(body)
+            skeleton = native.json_text(body)
         finally:
             for parent, key, items in held:
                 parent[key] = items
-        for n, (_, _, items) in enumerate(held):
-            spliced = "[" + ",".join(self.element_text(e) for e in items) + "]"
-            text = text.replace(native.json_text(f"\x00{_SPLICE_TAG}{n}"), spliced, 1)
-        return text.encode()
+        markers = [native.json_text(f"\x00{_SPLICE_TAG}{n}") for n in range(len(held))]
+        pieces, done = [], 0
+        for start, n in sorted((skeleton.index(marker), n) for n, marker in enumerate(markers)):
+            pieces.append(skeleton[done:start])
+            texts = [self.element_text(e) for e in held[n][2]]
+            joined = [","] * (2 * len(texts) - 1) if texts else []
+            joined[::2] = texts  # e0 "," e1 "," ...: the one join below copies each text once
+            pieces += ("[", *joined, "]")
+            done = start + len(markers[n])
+        pieces.append(skeleton[done:])
+        return "".join(pieces).encode()
+
+
+def array_text(texts: list) -> str:
+    """The JSON array of these element texts, "[e0,e1,...]", copied once: a step's history is
+    megabytes, and one astral character anywhere makes the whole text four bytes a character."""
+    if len(texts) < 2:
+        return "[" + "".join(texts) + "]"
+    return ",".join(["[" + texts[0], *texts[1:-1], texts[-1] + "]"])
 
 
 # marks where body_json splices each element list into the serialized skeleton

@@ -192,14 +192,6 @@ def _anchor(msgs: list, low_sources: list, model_id: str) -> tuple:
     return None, -1
 
 
-def _array_text(texts: list) -> str:
-    """The JSON array of these element texts, "[e0,e1,...]", copied once: a step's history is
-    megabytes, and one astral character anywhere makes the whole text four bytes a character."""
-    if len(texts) < 2:
-        return "[" + "".join(texts) + "]"
-    return ",".join(["[" + texts[0], *texts[1:-1], texts[-1] + "]"])
-
-
 def _calibrated_text(text: str) -> tuple:
     """(calibrated, calibrated with the per-class decision margins) of text, unrounded, from one
     native.text_profile."""
@@ -261,7 +253,7 @@ def _figures(inp: MeasureInput, built: body.Built, cfg: Config, policy, exact_co
         deadline.check("figures")
     cuts = [0, n_sys, n_sys + max(at, 0), tail_from, len(elements)]
     if mc.calibrated_figures:
-        pairs = [(_calibrated_text(_array_text(element_json[a:b])) if element_json
+        pairs = [(_calibrated_text(body.array_text(element_json[a:b])) if element_json
                   else tokens.calibrated_pair(native.json_profile(elements[a:b]))) if b > a else (0.0, 0.0)
                  for a, b in zip(cuts, cuts[1:])] + [_calibrated_text(texts.tools)]
     else:
@@ -277,7 +269,7 @@ def _figures(inp: MeasureInput, built: body.Built, cfg: Config, policy, exact_co
             cal_rewrite, margined_rewrite = cal_total, sum(margined)
         elif rewrite_from < len(elements):
             cal_rewrite, margined_rewrite = (
-                _calibrated_text(_array_text(element_json[rewrite_from:])) if element_json
+                _calibrated_text(body.array_text(element_json[rewrite_from:])) if element_json
                 else tokens.calibrated_pair(native.json_profile(elements[rewrite_from:])))
 
     # self-calibrated: the provider's own count of a prefix over ours gives this model's factor

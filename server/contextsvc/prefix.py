@@ -120,20 +120,33 @@ def digests(lowered, chain: dict, messages: list) -> Digests:
     order = [k for k in chain]  # prefix_hashes fills it in cache order
     n_tools = sum(1 for k in order if k[0] == "tools")
     compacted = {}
+    tool = m.Tool
     for msg in messages:
-        n = sum(1 for p in msg.parts if isinstance(p.content, m.Tool) and p.content.compacted)
+        n = 0
+        for p in msg.parts:
+            c = p.content
+            if c.__class__ is tool and c.compacted:
+                n += 1
         if n:
             compacted[msg.id] = n
     n_system = sum(1 for k in order if k[0] == "system")  # Bedrock's cachePoint block came later
     pruned = [0] * (n_tools + n_system)
-    pruned += [sum(compacted.get(mid, 0) for mid in ids) for ids in lowered.sources]
+    if compacted:
+        pruned += [sum(compacted.get(mid, 0) for mid in ids) for ids in lowered.sources]
+    else:
+        pruned += [0] * len(lowered.sources)
     last = history.last_compaction(messages)
     return Digests((n_tools, n_system, len(lowered.sources)),
                    [chain[k][:DIGEST_BYTES] for k in order], pruned,
                    _short(messages[last].id.encode()) if last >= 0 else bytes(DIGEST_BYTES))
 
 
+_ONE_BYTE = [bytes([n]) for n in range(0x80)]  # most counts in a state are small
+
+
 def _varint(n: int) -> bytes:
+    if n < 0x80:
+        return _ONE_BYTE[n]
     out = bytearray()
     while True:
         byte, n = n & 0x7F, n >> 7
@@ -149,17 +162,18 @@ def encode(d: Digests, max_groups: int) -> bytes:
     report's index is then the first element of the group that changed)."""
     n = len(d.chain)
     group = max(1, -(-n // max(1, max_groups)))
-    ends = [d.chain[min(k + group, n) - 1] for k in range(0, n, group)]
-    pruned = [sum(d.pruned[k:k + group]) for k in range(0, n, group)]
+    if group == 1:
+        ends, pruned = d.chain, d.pruned
+    else:
+        ends = [d.chain[min(k + group, n) - 1] for k in range(0, n, group)]
+        pruned = [sum(d.pruned[k:k + group]) for k in range(0, n, group)]
     out = bytearray(_MAGIC)
     out.append(STATE_VERSION)
     for v in (*d.counts, group):
         out += _varint(v)
     out += d.compaction
-    for e in ends:
-        out += e
-    for p in pruned:
-        out += _varint(p)
+    out += b"".join(ends)
+    out += b"".join(map(_varint, pruned))
     out += hashlib.sha256(out).digest()[:_CHECK_BYTES]
     return bytes(out)
 
