@@ -2,7 +2,7 @@
 
 Prints p50/p99 latency for a 10 KB and a 1.25 MB conversation, and requests per second with 16
 concurrent callers on the 10 KB one. Also the in-process core time, to show the RPC overhead.
-Usage: python bench/bench_measure.py [--seconds 5]
+Usage: python bench/bench_measure.py [--seconds 5] [--processes 2]
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from contextsvc import config, convert, measure, native  # noqa: E402
 from contextsvc.v1 import context_pb2_grpc as pb_grpc  # noqa: E402
 
 
-def start_server():
-    return serve("--no-metrics")
+def start_server(processes: int = 1):
+    return serve("--no-metrics", "--processes", str(processes))
 
 
 def pct(values, q):
@@ -79,8 +79,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--repeats", type=int, default=200)
+    ap.add_argument("--processes", type=int, default=1, help="serving processes (server.processes)")
     args = ap.parse_args()
-    proc, port = start_server()
+    proc, port = start_server(args.processes)
     try:
         small, big = workload.measure_request(10_000), workload.measure_request(1_250_000)
         print(f"hot path: {native.IMPLEMENTATION}; requests: 10 KB = {small.ByteSize()} B "
@@ -94,7 +95,8 @@ def main():
                 print(f"Measure {name:>7} over loopback: p50 {p50:7.3f} ms  p99 {p99:7.3f} ms   "
                       f"in-process core p50 {core:7.3f} ms")
         rps, errors = throughput(port, small, 16, args.seconds)
-        print(f"Measure 10 KB, 16 concurrent callers, {args.seconds:.0f} s: {rps:,.0f} requests/s, {errors} errors")
+        print(f"Measure 10 KB, 16 concurrent callers, {args.seconds:.0f} s, {args.processes} serving "
+              f"process(es): {rps:,.0f} requests/s, {errors} errors")
     finally:
         proc.terminate()
         proc.wait(30)
