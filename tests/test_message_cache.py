@@ -75,3 +75,47 @@ def test_server_answers_the_same_with_and_without_the_cache(stub):
     grown.CopyFrom(req)
     grown.conversation.messages.append(convo.user("zz-new", convo.text("zz-p", "one more request " * 50)))
     assert stub.Measure(grown, timeout=30).body_bytes > plain.body_bytes
+
+
+def test_conversion_holds_one_message_s_wire_bytes_at_a_time():
+    """The wire bytes serialized for each message's digest are dropped once hashed: converting
+    eight 4 MB messages peaks near their converted text, not near twice it."""
+    import tracemalloc
+
+    conv = pb.Conversation(messages=[convo.user(f"m{i}", convo.text(f"p{i}", chr(97 + i) * (4 << 20)))
+                                     for i in range(8)])
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        converted = convert.conversation(conv)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert len(converted.messages) == 8
+    assert peak < 44 << 20, f"peak {peak / 2**20:.0f} MB for 32 MB of text"
+
+
+class _CountingDeadline:
+    """A Deadline that never expires and counts how often it is asked."""
+    def __init__(self):
+        from contextsvc.limits import Deadline
+        self.asked = 0
+        self.deadline = Deadline(None, cancelled=self._ask)
+
+    def _ask(self):
+        self.asked += 1
+        return False
+
+
+def test_converting_the_new_messages_checks_the_deadline_whatever_the_cache_holds():
+    """The cache holding exactly the messages at which a count over positions would check: the
+    conversion of the other 2,000 still checks the caller's deadline as it goes."""
+    from contextsvc.limits import CHECK_EVERY
+
+    msgs = [convo.user(f"m{i}", convo.text(f"p{i}", f"text {i}")) for i in range(2 * CHECK_EVERY * 2)]
+    cache = MessageCache(64 << 20)
+    convert.conversation(pb.Conversation(messages=msgs[::CHECK_EVERY]), cache=cache)  # warm those
+    counting = _CountingDeadline()
+    convert.conversation(pb.Conversation(messages=msgs), cache=cache, deadline=counting.deadline)
+    wire_checks = -(-len(msgs) // CHECK_EVERY)  # the serializing pass
+    assert counting.asked > wire_checks, "no check while converting the new messages"

@@ -190,20 +190,23 @@ def conversation(c, path: str = "conversation", cache=None, max_json_depth: int 
     Every message carries the digest of its wire bytes (Message.digest); with a LoweringMemo, the
     conversation carries it too (Conversation.lowering_memo) for Measure and Assemble."""
     key = MessageCache.key
-    wires, keys = [], []
+    sizes, keys = [], []
     for i, msg in enumerate(c.messages):
         deadline.tick(i, "conversion")
-        wires.append(wire := msg.SerializeToString())
+        wire = msg.SerializeToString()
+        sizes.append(len(wire))
         keys.append(key(wire))
     # one lock for every lookup; the misses are converted outside it
     messages = cache.get_many(keys) if cache is not None else [None] * len(keys)
+    converted = 0
     for i, core in enumerate(messages):
         if core is None:
-            deadline.tick(i, "conversion")
+            deadline.tick(converted, "conversion")  # counted over the misses: hits may fall on every check
+            converted += 1
             core = messages[i] = _message(c.messages[i], i, path, max_json_depth)
             core.digest = keys[i]  # the per-message memos (memo.py) key on it, cache or not
             if cache is not None:
-                cache.put(keys[i], core, len(wires[i]))
+                cache.put(keys[i], core, sizes[i])
     return m.Conversation(messages=messages, session_id=c.session_id, lowering_memo=lowering_memo)
 
 

@@ -6,6 +6,10 @@ message, which grpc reports on the server's event thread; that same thread runs 
 callback of a stream its client just ended, and that callback takes the servicer's lock. Sending
 from the caller's thread deadlocks the two whenever a status changes (stop's NOT_SERVING
 included) while a watcher hangs up, and the server then never stops.
+
+One thread for every watcher: a watcher that stops reading until its HTTP/2 window is full (some
+thousands of unread updates) holds the others' updates until the idle reaper closes it
+(`stream_idle_seconds`) or the stop's grace ends. Updates are rare (a few per process life).
 """
 from __future__ import annotations
 

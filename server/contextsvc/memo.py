@@ -27,7 +27,8 @@ class StepMemo(SizedCache):
 
     def each(self, kind: str, messages: list, settings: tuple, compute) -> list:
         """[compute(msg) for msg in messages], each kept under (kind, msg.digest, *settings): one
-        lock for all the lookups (get_many), misses computed outside it."""
+        lock for all the lookups (get_many), misses computed outside it. compute never answers
+        None: that is how get_many says a value is not kept."""
         keys = [(kind, msg.digest, *settings) if msg.digest else None for msg in messages]
         out = self.get_many(keys)
         for i, value in enumerate(out):

@@ -38,18 +38,19 @@ def conversation(conv: m.Conversation, path: str = "conversation", memo=None,
 
 
 def _own_ids(msg: m.Message):
-    """(message id, its part ids) when the message passes its own checks, else None."""
+    """(message id, its part ids) when the message passes its own checks, else False (kept in
+    the memo like any answer: None would read as not kept)."""
     try:
         _conversation(m.Conversation([msg]))
     except BadInput:
-        return None
+        return False
     return msg.id, tuple(p.id for p in msg.parts if p.id)
 
 
 def _known_good(messages: list, memo, deadline: Deadline = NO_DEADLINE) -> bool:
     ids, part_ids = set(), set()
     for own in each(memo, "valid", messages, (), ticking(_own_ids, deadline, "validation")):
-        if own is None or own[0] in ids:
+        if own is False or own[0] in ids:
             return False
         ids.add(own[0])
         n = len(part_ids)
