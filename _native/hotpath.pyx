@@ -20,23 +20,7 @@ import json
 from contextsvc import _native_py
 from contextsvc._native_py import CJK_COUNTS, MAX_JSON_DEPTH, PROFILE_BLOCK, TEXT_CLASSES, number_text
 
-__all__ = [
-    "MAX_JSON_DEPTH",
-    "number_text",
-    "json_text",
-    "has_float",
-    "json_size",
-    "json_lengths",
-    "utf16_len",
-    "estimate_tokens",
-    "split_turns",
-    "select_tail",
-    "TEXT_CLASSES",
-    "PROFILE_BLOCK",
-    "CJK_COUNTS",
-    "text_profile",
-    "json_profile",
-]
+__all__ = list(_native_py.__all__)  # the twin is the specification of the API
 
 cdef extern from "Python.h":
     # Borrowed-reference views of the C API, free of Cython reference counting.

@@ -15,25 +15,7 @@ from types import ModuleType
 
 from . import _native_py
 
-__all__ = [
-    "IMPLEMENTATION",
-    "MAX_JSON_DEPTH",
-    "implementations",
-    "number_text",
-    "json_text",
-    "has_float",
-    "json_size",
-    "json_lengths",
-    "utf16_len",
-    "estimate_tokens",
-    "split_turns",
-    "select_tail",
-    "TEXT_CLASSES",
-    "PROFILE_BLOCK",
-    "CJK_COUNTS",
-    "text_profile",
-    "json_profile",
-]
+__all__ = ["IMPLEMENTATION", "implementations", *_native_py.__all__]
 
 DISABLE_ENV = "CONTEXTSVC_NO_EXTENSIONS"
 _COMPILED = "contextsvc._native_c"
