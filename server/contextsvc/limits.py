@@ -35,11 +35,6 @@ class Deadline:
             return None
         return max(0.0, self.expires_at - time.monotonic())
 
-    def timeout(self, configured: float) -> float:
-        """A dependency call's timeout: the configured one, cut to what the caller still allows."""
-        left = self.remaining()
-        return configured if left is None else min(configured, left)
-
     def expired(self) -> bool:
         return self._cancelled() or (self.expires_at is not None and time.monotonic() >= self.expires_at)
 

@@ -177,7 +177,7 @@ def source(provider: str, mime: str, data: bytes | None, url: str):
             web = url
         else:
             return None
-    found = _format(provider).accepted.get(mime)
+    found = kind(provider, mime)
     if found is None or not (data or payload or web):
         return None
     return Source(found, mime, data, payload, web)
