@@ -88,21 +88,27 @@ class Built:
         pieces, done = [], 0
         for start, n in sorted((skeleton.index(marker), n) for n, marker in enumerate(markers)):
             pieces.append(skeleton[done:start])
-            texts = [self.element_text(e) for e in held[n][2]]
-            joined = [","] * (2 * len(texts) - 1) if texts else []
-            joined[::2] = texts  # e0 "," e1 "," ...: the one join below copies each text once
-            pieces += ("[", *joined, "]")
+            pieces += array_parts([self.element_text(e) for e in held[n][2]])
             done = start + len(markers[n])
         pieces.append(skeleton[done:])
         return "".join(pieces).encode()
 
 
+def array_parts(texts: list) -> list:
+    """The pieces of the JSON array of these element texts: "[", e0, ",", e1, ..., "]". One
+    join of them copies each text once: a step's history is megabytes, and one astral character
+    anywhere makes the whole text four bytes a character."""
+    if not texts:
+        return ["[]"]
+    parts = [","] * (2 * len(texts) + 1)
+    parts[1::2] = texts
+    parts[0], parts[-1] = "[", "]"
+    return parts
+
+
 def array_text(texts: list) -> str:
-    """The JSON array of these element texts, "[e0,e1,...]", copied once: a step's history is
-    megabytes, and one astral character anywhere makes the whole text four bytes a character."""
-    if len(texts) < 2:
-        return "[" + "".join(texts) + "]"
-    return ",".join(["[" + texts[0], *texts[1:-1], texts[-1] + "]"])
+    """The JSON array of these element texts, "[e0,e1,...]"."""
+    return "".join(array_parts(texts))
 
 
 # marks where body_json splices each element list into the serialized skeleton
