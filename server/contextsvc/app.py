@@ -161,8 +161,7 @@ class Server:
         else:
             log.info("contextsvc: in-flight calls finished")
         self._cleanup.stop()
-        if hasattr(self.store, "close"):  # RedisStore: its connection pool
-            self.store.close()
+        self.store.close()
         if self.metrics is not None and not self.shared_port:
             self.metrics.stop()
         log.info("contextsvc stopped")

@@ -52,11 +52,9 @@ class LocalDiskStore(Store):
         clock: Callable[[], float] = time.time,
         on_evict: Callable[[int, int], None] | None = None,
     ) -> None:
+        super().__init__(settings, clock)
         self._dir = os.path.abspath(os.fspath(directory))
-        self._settings = settings
-        self._clock = clock
         self._on_evict = on_evict
-        self._retention_ms = int(settings.retention_seconds * 1000)
         self._lock = threading.Lock()
         self._ids = IdGenerator()
         self._index: dict[str, int] = {}  # id -> size; kept in id order while _sorted
@@ -87,12 +85,6 @@ class LocalDiskStore(Store):
         created_ms, seq, rand = parse_output_id(output_id)
         return os.path.join(self._dir, format_output_id(created_ms, seq, rand)), created_ms
 
-    def _expired(self, created_ms: int, now_ms: int) -> bool:
-        return now_ms - created_ms > self._retention_ms
-
-    def _now_ms(self, now: float | None = None) -> int:
-        return int((self._clock() if now is None else now) * 1000)
-
     def _ensure_dir(self) -> None:
         os.makedirs(self._dir, mode=0o700, exist_ok=True)
 
@@ -112,7 +104,7 @@ class LocalDiskStore(Store):
     # -- Store ---------------------------------------------------------------------------
 
     def put(self, text: str | bytes) -> str:
-        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        data = self._utf8(text)
         with self._lock:
             output_id = self._ids.next(self._now_ms())
             tmp_name = f"{_TMP_PREFIX}{output_id}.{secrets.token_hex(4)}"

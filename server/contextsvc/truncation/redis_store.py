@@ -151,10 +151,8 @@ class RedisStore(Store):
     ) -> None:
         if redis is None:
             raise RuntimeError("truncation backend 'redis' needs the redis package: pip install redis")
-        self._settings = settings
-        self._clock = clock
+        super().__init__(settings, clock)
         self._on_evict = on_evict
-        self._retention_ms = int(settings.retention_seconds * 1000)
         self._prefix = settings.redis_key_prefix
         self._index_key = self._prefix + "index"
         self._sizes_key = self._prefix + "sizes"
@@ -180,9 +178,6 @@ class RedisStore(Store):
 
     # -- helpers -------------------------------------------------------------------------
 
-    def _now_ms(self, now: float | None = None) -> int:
-        return int((self._clock() if now is None else now) * 1000)
-
     def _key(self, output_id: str) -> str:
         return self._prefix + output_id
 
@@ -201,11 +196,11 @@ class RedisStore(Store):
     # -- Store ---------------------------------------------------------------------------
 
     def put(self, text: str | bytes) -> str:
-        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        data = self._utf8(text)
         with self._lock:
             output_id = self._ids.next(self._now_ms())
         created_ms = parse_output_id(output_id)[0]
-        # alive while now - created <= retention, as LocalDiskStore._expired has it
+        # alive while now - created <= retention (Store._expired): the key goes one ms later
         expire_at_ms = created_ms + self._retention_ms + 1
         evicted, freed = self._call(
             "storing tool output", self._put_script, keys=self._keys(output_id),
@@ -217,7 +212,7 @@ class RedisStore(Store):
     def get_bytes(self, output_id: str) -> bytes:
         """The stored UTF-8 as Redis holds it (no decode and re-encode for ranged reads)."""
         created_ms = parse_output_id(output_id)[0]  # InvalidOutputId before any Redis access
-        if self._now_ms() - created_ms > self._retention_ms:
+        if self._expired(created_ms, self._now_ms()):
             raise OutputNotFound(f"tool output {output_id} not found (expired)")
         data = self._call(f"reading tool output {output_id}", self._redis.get, self._key(output_id))
         if data is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import logging
 from dataclasses import dataclass
+from typing import Callable
 
 from ..errors import BadInput, NotFound, Unavailable
 
@@ -82,7 +83,30 @@ class Store(abc.ABC):
       not an error).
     - ``usage()`` returns (count, bytes) of the stored outputs, possibly approximate between
       cleanups.
+    - ``close()`` releases what the store holds open (a connection pool); nothing by default.
+
+    The expiry rule and the clock are kept here, so that every backend, and every replica,
+    agrees on when an output is gone.
     """
+
+    def __init__(self, settings, clock: Callable[[], float]):
+        self._settings = settings
+        self._clock = clock
+        self._retention_ms = int(settings.retention_seconds * 1000)
+
+    def _now_ms(self, now: float | None = None) -> int:
+        return int((self._clock() if now is None else now) * 1000)
+
+    def _expired(self, created_ms: int, now_ms: int) -> bool:
+        """An output is alive while now - created <= retention."""
+        return now_ms - created_ms > self._retention_ms
+
+    @staticmethod
+    def _utf8(text: str | bytes) -> bytes:
+        return text.encode("utf-8") if isinstance(text, str) else bytes(text)
+
+    def close(self) -> None:
+        """Releases what the store holds open; nothing by default."""
 
     @abc.abstractmethod
     def put(self, text: str | bytes) -> str:
