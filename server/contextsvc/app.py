@@ -58,7 +58,6 @@ class Server:
         self.metrics_port = None
         self._stopped = threading.Event()
         self._done = threading.Event()
-        self.unfinished = 0  # calls still running when stop() gave up waiting
         self.exit_now = False  # threads may be left running (unfinished calls, a failed stop)
         self.exit_code = 0
         s = cfg.server
@@ -153,11 +152,11 @@ class Server:
         self._standard.stop()
         # grpc cancels what is left after the grace, but cannot stop a thread: work that does not
         # notice keeps running; `contextsvc serve` exits without it (cli.main)
-        self.unfinished = self._admission.running()
-        self.exit_now = bool(self.unfinished)
-        if self.unfinished:
+        unfinished = self._admission.running()
+        self.exit_now = bool(unfinished)
+        if unfinished:
             log.warning("contextsvc: %d calls still running after the %g s grace period; "
-                        "stopping without them", self.unfinished, grace)
+                        "stopping without them", unfinished, grace)
         else:
             log.info("contextsvc: in-flight calls finished")
         self._cleanup.stop()

@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     if args.shared_port:
         print(READY_LINE, flush=True)
     server.wait()
-    if getattr(server, "exit_now", False):
+    if server.exit_now:
         # calls that ignored the cancellation (or a stop that failed half-way) leave threads,
         # which the interpreter would wait for at exit: the grace period is the operator's
         # bound, so leave without them

@@ -45,18 +45,31 @@ def _status_name(context) -> str:
     return grpc.StatusCode.CANCELLED.name
 
 
-def _identity(data: bytes) -> bytes:
+def identity(data: bytes) -> bytes:
+    """A (de)serializer that passes the bytes through: the handler reads or wrote them itself."""
     return data
+
+
+def status_for(error: Exception) -> grpc.StatusCode | None:
+    """The status the core's error stands for (errors.py's tree), None for any other error."""
+    for kind, code in _STATUS_FOR:
+        if isinstance(error, kind):
+            return code
+    return None
+
+
+def abort_for(context, error: Exception) -> None:
+    """Ends the call with the status error stands for and its message (raises, as abort does)."""
+    context.abort(status_for(error), str(error))
 
 
 class ServiceInterceptor(grpc.ServerInterceptor):
     """Maps errors and records count, latency and request size per method and code."""
 
-    def __init__(self, metrics, service_prefix: str, limit: Admission | None = None,
-                 max_response_bytes: int = 0):
+    def __init__(self, metrics, service_prefix: str, limit: Admission, max_response_bytes: int = 0):
         self._metrics = metrics
         self._prefix = service_prefix  # only this service's methods; health/reflection pass
-        self._limit = limit or Admission(workers=2 ** 31, max_calls=0, max_streams=0)
+        self._limit = limit
         self._max_response = max_response_bytes  # 0 = grpc's own limit only
 
     def intercept_service(self, continuation, details):
@@ -87,10 +100,8 @@ class ServiceInterceptor(grpc.ServerInterceptor):
                                   f"request: not a valid {method} request message ({request.error})")
                 try:
                     ticket = limit.enter_call(method, context.is_active)
-                except Exhausted as e:
-                    context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
-                except Unavailable as e:
-                    context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
+                except (Exhausted, Unavailable) as e:
+                    abort_for(context, e)
                 try:
                     response = inner(request, context)
                     # serialized here: a response over the limit is refused with a reason (and
@@ -102,9 +113,8 @@ class ServiceInterceptor(grpc.ServerInterceptor):
                                       f"server.max_response_bytes ({max_response})")
                     return data
                 except Exception as e:  # noqa: BLE001 - mapped below, or re-raised
-                    for kind, code in _STATUS_FOR:
-                        if isinstance(e, kind):
-                            context.abort(code, str(e))
+                    if status_for(e) is not None:
+                        abort_for(context, e)
                     if context.code() is not None:
                         raise  # an abort from the servicer itself
                     log.exception("%s failed", method)
@@ -120,5 +130,5 @@ class ServiceInterceptor(grpc.ServerInterceptor):
         return grpc.unary_unary_rpc_method_handler(
             behavior,
             request_deserializer=read,
-            response_serializer=_identity,
+            response_serializer=identity,
         )

@@ -12,6 +12,7 @@ import ssl
 import grpc
 
 from .config import check_token
+from .interceptors import identity
 
 
 def server_credentials(cfg) -> grpc.ServerCredentials | None:
@@ -97,7 +98,7 @@ def _deny(reason: str, handler):
         context.abort(grpc.StatusCode.UNAUTHENTICATED, reason)
 
     # the request is never read: its bytes pass through undecoded
-    raw = dict(request_deserializer=lambda data: data)
+    raw = dict(request_deserializer=identity)
     if handler.request_streaming and handler.response_streaming:
         return grpc.stream_stream_rpc_method_handler(abort, **raw)
     if handler.request_streaming:

@@ -24,13 +24,10 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 from .admission import Admission
 from .errors import Exhausted, Unavailable
 from .health_watches import HealthWatches
+from .interceptors import abort_for, identity
 
 HEALTH_SERVICE = health.SERVICE_NAME
 REFLECTION_SERVICE = reflection.SERVICE_NAME
-
-
-def _identity(data: bytes) -> bytes:
-    return data
 
 
 def _parse(cls, data: bytes, context):
@@ -81,14 +78,14 @@ class StandardServices:
     def handlers(self) -> list:
         out = [grpc.method_handlers_generic_handler(HEALTH_SERVICE, {
             "Check": grpc.unary_unary_rpc_method_handler(
-                self._check, request_deserializer=_identity, response_serializer=_serialize),
+                self._check, request_deserializer=identity, response_serializer=_serialize),
             "Watch": grpc.unary_stream_rpc_method_handler(
-                self._watch_behavior(), request_deserializer=_identity, response_serializer=_serialize),
+                self._watch_behavior(), request_deserializer=identity, response_serializer=_serialize),
         })]
         if self._reflection is not None:
             out.append(grpc.method_handlers_generic_handler(REFLECTION_SERVICE, {
                 "ServerReflectionInfo": grpc.stream_stream_rpc_method_handler(
-                    self._reflect, request_deserializer=_identity, response_serializer=_serialize),
+                    self._reflect, request_deserializer=identity, response_serializer=_serialize),
             }))
         return out
 
@@ -110,10 +107,8 @@ class StandardServices:
             request = _parse(health_pb2.HealthCheckRequest, data, context)
             try:
                 stream = self._watches.open(context, send_response_callback)
-            except Exhausted as e:
-                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
-            except Unavailable as e:
-                context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
+            except (Exhausted, Unavailable) as e:
+                abort_for(context, e)
             return self.servicer.Watch(request, _Registering(context),
                                        send_response_callback=lambda r: self._watches.send(stream, r))
 
@@ -131,10 +126,8 @@ class StandardServices:
     def _reflect(self, request_iterator, context):
         try:
             ticket = self._admission.enter_stream("ServerReflectionInfo", context.is_active, context.cancel)
-        except Exhausted as e:
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
-        except Unavailable as e:
-            context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
+        except (Exhausted, Unavailable) as e:
+            abort_for(context, e)
         try:
             def requests():
                 for data in request_iterator:

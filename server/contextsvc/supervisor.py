@@ -22,15 +22,13 @@ import threading
 import time
 
 from . import native
+from .app import SERVICE_NAME
 from .config import Config
 from .metrics import CollectedMetrics
 from .signals import stop_on_signals
 from .security import bearer_token, server_credentials
-from .v1 import context_pb2
 
 log = logging.getLogger("contextsvc")
-
-_SERVICE_NAME = context_pb2.DESCRIPTOR.services_by_name["ContextService"].full_name
 
 READY_LINE = "ready"  # what a shared-port process prints on stdout once it serves
 PARENT_ENV = "CONTEXTSVC_SUPERVISOR_PID"
@@ -99,6 +97,7 @@ class Supervisor:
         server_credentials(cfg.server)
         self.cfg = cfg
         self.config_path = config_path
+        self.exit_now, self.exit_code = False, 0  # as Server's: its processes exit on their own
         self.count = process_count(cfg)
         self.port = None
         self.metrics_port = None
@@ -178,7 +177,7 @@ class Supervisor:
     def serving(self, service: str = "") -> bool:
         """For /healthz on the metrics port: not stopping and at least one process serving
         (the kernel sends new connections only to the live ones)."""
-        if service not in ("", _SERVICE_NAME):
+        if service not in ("", SERVICE_NAME):
             return False
         return not self._stopping.is_set() and any(
             slot.proc is not None and slot.proc.poll() is None and slot.ready.is_set()
