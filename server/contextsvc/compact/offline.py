@@ -265,13 +265,9 @@ class _Asks:
             self.current = (named or did)[-1]
             self.named_after_latest = True
 
-    def said(self, sentence: str) -> None:
-        """A sentence of the assistant: a step when it names an ask."""
-        self.said_with(sentence, _keys(sentence),
-                       bool(DONE_SAID.search(sentence) and not NOT_YET.search(sentence)))
-
     def said_with(self, sentence: str, keys: set, says_done: bool) -> None:
-        """said, with the sentence's keys and whether it says something is done worked out."""
+        """A sentence of the assistant, with its keys and whether it says something is done
+        (worked out once per message, in _facts): a step when it names an ask."""
         if not self._named(keys):
             return
         if says_done:
@@ -320,11 +316,12 @@ def _facts(msg: m.Message, limits: OfflineLimits) -> tuple:
     its state (asks, files, failed calls), so the same message gives the same steps on every
     compaction and they can be kept (memo.py)."""
     out = []
+    own_text = _text_of(msg, synthetic=False) if msg.role in (m.USER, m.ASSISTANT) else ""
     if msg.role in (m.USER, m.ASSISTANT) and not msg.summary:
-        found = identifiers(_text_of(msg, synthetic=False))
+        found = identifiers(own_text)
         out.append(("identifiers", tuple(found), tuple(bool(PATH.fullmatch(x)) for x in found)))
     if msg.role == m.USER:
-        text = _text_of(msg, synthetic=False)
+        text = own_text
         if text.strip():
             first = next(line.strip() for line in text.splitlines() if line.strip())
             out.append(("goal", _clip(first, limits), tuple(_clip(a, limits) for a in asks_in(text))))

@@ -231,7 +231,7 @@ def _sends_content(msg: m.Message) -> bool:
 def _replay_index(projected: list) -> int:
     """The last real user message, when real content precedes it (the reference's hasContent):
     replaying the only content there is would overflow again."""
-    r = next((i for i in range(len(projected) - 1, -1, -1) if sel_mod.starts_turn(projected[i])), -1)
+    r = history.last_index(projected, sel_mod.starts_turn)
     if r > 0 and any(_sends_content(x) for x in projected[:r]):
         return r
     return -1
@@ -240,8 +240,7 @@ def _replay_index(projected: list) -> int:
 def _earliest_tail(projected: list, stored: list) -> int:
     """Where a kept tail may start: after the previous compaction's own tail. That tail is stored
     before the previous marker, so a new tail reaching into it could not be projected back."""
-    s = next((i for i in range(len(projected) - 1, -1, -1)
-              if projected[i].role == m.ASSISTANT and projected[i].summary), -1)
+    s = history.last_index(projected, lambda x: x.role == m.ASSISTANT and x.summary)
     if s < 0:
         return 0
     position = {id(x): i for i, x in enumerate(stored)}
