@@ -242,8 +242,9 @@ def step(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None, *, 
 
     serialize: also the body's JSON (Assemble). hashes: the prefix digests (a serialization pass
     over the elements); implied by a previous_cache_state. deadline: the caller's
-    (errors.DeadlineExceeded when it passes or the caller cancels). memo (memo.StepMemo): the
-    validation of messages seen in earlier steps is not redone.
+    (errors.DeadlineExceeded when it passes or the caller cancels). memo (memo.StepMemo): what
+    validation and the payload guard's prune computed for messages of earlier steps is not
+    redone.
     """
     measure.check(measure.MeasureInput(inp.conversation, inp.model, inp.tools, inp.system, inp.compaction,
                                        configured_output_tokens=inp.configured_output_tokens), deadline, memo)
@@ -263,7 +264,7 @@ def step(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None, *, 
                              configured_output_tokens=inp.configured_output_tokens,
                              tools_disabled=tools_disabled),
         cfg, exact_counter, policy=inp.policy, hashes=hashes, checked=True, now_ms=now_ms,
-        previous=previous, deadline=deadline)
+        previous=previous, deadline=deadline, memo=memo)
     deadline.check("assemble")
     guard = built.guard
     body = built.body_json() if serialize else b""  # tests hold len(body) == result.body_bytes

@@ -146,14 +146,17 @@ def strip_historical_media(messages: list) -> tuple:
 
 
 def payload_guard(conv: m.Conversation, body_bytes: int, settings: m.CompactionSettings, cfg: Config,
-                  now_ms: int = 0, model: m.Model | None = None, deadline: Deadline = NO_DEADLINE) -> Guard:
+                  now_ms: int = 0, model: m.Model | None = None, deadline: Deadline = NO_DEADLINE,
+                  memo=None) -> Guard:
     """The payload guard, one step of every RPC that sizes a body (Measure, Assemble): a body
     over REQUEST_PRUNE_BYTES runs the payload-limit prune (parts marked compacted at now_ms,
     default now) and strips historical media; Guard.conversation is then what to build
-    instead. A body still over is sent anyway (the caller says so)."""
+    instead. A body still over is sent anyway (the caller says so). memo (memo.StepMemo): the
+    prune's per-message validation and scans, as the Prune RPC keeps them."""
     if body_bytes <= cfg.assemble.request_prune_bytes:
         return Guard()
-    pruned = prune.prune(conv, prune.PAYLOAD_LIMIT, settings, cfg, model=model, deadline=deadline).part_ids
+    pruned = prune.prune(conv, prune.PAYLOAD_LIMIT, settings, cfg, model=model, memo=memo,
+                         deadline=deadline).part_ids
     shrunk = prune.apply(conv, pruned, now_ms or time.time_ns() // 1_000_000) if pruned else conv
     messages, stripped = strip_historical_media(shrunk.messages)
     if not (pruned or stripped):

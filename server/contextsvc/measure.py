@@ -393,13 +393,14 @@ def evaluate(inp: MeasureInput, cfg: Config, exact_counter: Optional[tokens.Exac
     hashes: also the prefix digests (built.digests); with previous, the previous request's
     digests, what changed since (built.change) and the decision figure of what is written again
     (Measurement.rewrite). deadline: the caller's, checked between stages and inside the
-    per-element loops (errors.DeadlineExceeded). memo (memo.StepMemo): for check().
+    per-element loops (errors.DeadlineExceeded). memo (memo.StepMemo): for check() and the
+    payload guard's prune.
     """
     if not checked:
         check(inp, deadline, memo)
     result, built = _evaluate(inp, cfg, exact_counter, policy, hashes, previous, deadline)
     guard = body.payload_guard(inp.conversation, result.body_bytes, inp.compaction, cfg, now_ms, inp.model,
-                               deadline)
+                               deadline, memo)
     if guard.conversation is not None:
         result, built = _evaluate(dataclasses.replace(inp, conversation=guard.conversation), cfg,
                                   exact_counter, policy, hashes, previous, deadline)
