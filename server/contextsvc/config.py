@@ -80,7 +80,7 @@ class ServerConfig:
     # JSON nesting accepted in tool inputs and tool schemas, checked once at conversion: real
     # schemas nest under 20 levels; every later stage stays far from Python's recursion limit
     # (1000 frames) at this depth, which is why it cannot be set above MAX_JSON_DEPTH
-    max_json_depth: int = 256
+    max_json_depth: int = MAX_JSON_DEPTH
     # a conversation's session_id longer than this (UTF-8 bytes) is refused: real ids are UUIDs or
     # a few of them joined (under 200 bytes); OpenAI takes 64 characters as prompt_cache_key
     max_session_id_bytes: int = 1024

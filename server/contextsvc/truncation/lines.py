@@ -74,8 +74,7 @@ def read_lines(
     if max_bytes and end - start > max_bytes:
         cut = data.rfind(b"\n", start, start + max_bytes + 1)
         if cut < 0:
-            stop = data.find(b"\n", start, body_end)
-            raise LineTooLong(offset, (body_end if stop < 0 else stop) - start, max_bytes)
+            raise LineTooLong(offset, _line_size(data, start, body_end), max_bytes)
         end = cut
     lines = data.count(b"\n", start, end) + 1
     try:
@@ -85,10 +84,14 @@ def read_lines(
     return ReadResult(text, total, offset, lines, offset + lines >= total)
 
 
+def _line_size(data: bytes, pos: int, body_end: int) -> int:
+    """UTF-8 size of the line starting at pos (up to its newline, or to body_end)."""
+    stop = data.find(b"\n", pos, body_end)
+    return (body_end if stop < 0 else stop) - pos
 
-# Bytes counted per step when looking for the n-th newline; the last block is halved down to
 
-
+# _after_newlines counts newlines a block of _BLOCK bytes at a time, then halves the block that
+# holds the n-th one down to _NARROW bytes before finding it newline by newline
 _BLOCK = 1 << 20
 _NARROW = 4096
 
@@ -127,7 +130,6 @@ def first_line_over(data: bytes, max_bytes: int) -> tuple[int, int] | None:
     while body_end - pos > max_bytes:
         nl = data.rfind(b"\n", pos, pos + max_bytes + 1)
         if nl < 0:
-            stop = data.find(b"\n", pos, body_end)
-            return data.count(b"\n", 0, pos), (body_end if stop < 0 else stop) - pos
+            return data.count(b"\n", 0, pos), _line_size(data, pos, body_end)
         pos = nl + 1
     return None
