@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 
 import grpc
 
@@ -23,6 +24,13 @@ from .admission import Ticket
 from .errors import Exhausted, Unavailable
 
 log = logging.getLogger("contextsvc")
+
+
+def on_close(context, callback) -> None:
+    """Runs callback when the call ends, or at once when it already has (grpc's add_callback
+    then answers False and would never run it)."""
+    if not context.add_callback(callback):
+        callback()
 
 
 class WatchStream:
@@ -71,8 +79,7 @@ class HealthWatches:
                 raise Exhausted(f"Watch: {self.limit} health watches already open "
                                 "(server.max_watch_streams); use Health/Check or retry later")
             self._open[stream] = None
-        if not context.add_callback(lambda: self.forget(stream)):
-            self.forget(stream)  # the client left before the handler ran
+        on_close(context, lambda: self.forget(stream))
         return stream
 
     def forget(self, stream: WatchStream) -> None:
@@ -83,7 +90,9 @@ class HealthWatches:
         """Queues the update; never blocks (it is called under the servicer's lock)."""
         self._outbox.put((stream.deliver, (response,)))
 
-    def idle_tickets(self, cutoff: float) -> list[Ticket]:
+    def idle_streams(self, idle_seconds: float) -> list[Ticket]:
+        """Watches with no update sent for idle_seconds (as Admission.idle_streams)."""
+        cutoff = time.monotonic() - idle_seconds
         with self._lock:
             return [s.ticket for s in self._open if s.ticket.last_active < cutoff]
 

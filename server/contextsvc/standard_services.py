@@ -14,7 +14,6 @@ what ours add around them:
 from __future__ import annotations
 
 import threading
-import time
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -23,7 +22,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from .admission import Admission
 from .errors import Exhausted, Unavailable
-from .health_watches import HealthWatches
+from .health_watches import HealthWatches, on_close
 from .interceptors import abort_for, identity
 
 HEALTH_SERVICE = health.SERVICE_NAME
@@ -53,8 +52,7 @@ class _Registering:
         self._context = context
 
     def add_callback(self, callback) -> bool:
-        if not self._context.add_callback(callback):
-            callback()  # the servicer's lock is re-entrant: it holds it while registering
+        on_close(self._context, callback)  # the servicer's lock is re-entrant: it holds it here
         return True
 
     def __getattr__(self, name):
@@ -154,6 +152,5 @@ class StandardServices:
     def _reap(self) -> None:
         period = max(0.05, min(1.0, self._idle / 4))
         while not self._stop.wait(period):
-            cutoff = time.monotonic() - self._idle
-            for t in self._watches.idle_tickets(cutoff) + self._admission.idle_streams(self._idle):
+            for t in self._watches.idle_streams(self._idle) + self._admission.idle_streams(self._idle):
                 t.on_idle()  # cancels the call: the stream ends, its thread (if any) is freed
