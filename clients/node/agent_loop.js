@@ -113,6 +113,10 @@ class Session {
       tools: this.tools, system: SYSTEM, compaction: this.settings };
   }
 
+  lastUser() {
+    return this.messages.findLast((m) => m.role === "ROLE_USER");
+  }
+
   rpc(method, request) {
     return this.client[method](request, DEADLINES_MS[method]);
   }
@@ -139,8 +143,8 @@ class Session {
   }
 
   async prune(step) {
-    const r = await this.rpc("Prune", { conversation: { session_id: this.sessionId, messages: this.messages },
-      model: this.model, reason: "PRUNE_REASON_NORMAL", compaction: this.settings });
+    const { conversation, model, compaction } = this.base();
+    const r = await this.rpc("Prune", { conversation, model, reason: "PRUNE_REASON_NORMAL", compaction });
     if (r.acted) {
       this.messages = applyPrune(this.messages, r);
       this.changed.add("prune");
@@ -150,7 +154,7 @@ class Session {
   }
 
   async assemble(stepInTurn) {
-    const lastUser = [...this.messages].reverse().find((m) => m.role === "ROLE_USER");
+    const lastUser = this.lastUser();
     const lastId = lastUser ? lastUser.id : "";
     const env = this.envFor[0] === lastId ? this.envFor[1] : "";
     const r = await this.rpc("Assemble", { ...this.base(), step: stepInTurn, max_steps: MAX_STEPS,
@@ -243,7 +247,7 @@ class Session {
     }
     this.lastKinds = a.tools.map((t) => t.kind || "?");
     parts.push({ id: a.step_finish_id, step_finish: { reason: "tool-calls", tokens: usage } });
-    const parent = [...this.messages].reverse().find((m) => m.role === "ROLE_USER");
+    const parent = this.lastUser();
     this.messages.push({ id: a.id, role: "ROLE_ASSISTANT", time_created_ms: a.time_ms, time_completed_ms: a.time_ms + 1000,
       parts, usage, model_id: this.model.id, provider_id: this.provider, parent_id: parent ? parent.id : "" });
   }

@@ -18,11 +18,10 @@ function oneof(obj, name, members) {
   return members.find((m) => obj[m] !== undefined && obj[m] !== null);
 }
 
-function partKind(part) {
-  if (part.kind) return part.kind;
-  return ["text", "reasoning", "file", "tool", "step_start", "step_finish", "compaction", "subtask",
-    "agent", "retry", "snapshot", "patch"].find((k) => part[k] !== undefined && part[k] !== null);
-}
+const PART_KINDS = ["text", "reasoning", "file", "tool", "step_start", "step_finish", "compaction", "subtask",
+  "agent", "retry", "snapshot", "patch"];
+
+const partKind = (part) => oneof(part, "kind", PART_KINDS);
 
 function cloneMessage(message) {
   // structuredClone keeps Buffers as Uint8Array, which protobufjs accepts for bytes fields
