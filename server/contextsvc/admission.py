@@ -24,9 +24,9 @@ from .errors import Exhausted, Unavailable
 class Ticket:
     __slots__ = ("kind", "alive", "abandoned", "last_active", "on_idle")
 
-    def __init__(self, kind: str, alive: Callable[[], bool], on_idle=None):
+    def __init__(self, kind: str, alive: Callable[[], bool] | None = None, on_idle=None):
         self.kind = kind
-        self.alive = alive
+        self.alive = alive  # calls: whether the caller is still there
         self.abandoned = False
         self.last_active = time.monotonic()
         self.on_idle = on_idle  # streams: closes the stream
@@ -77,14 +77,14 @@ class Admission:
             self._calls.add(ticket)
             return ticket
 
-    def enter_stream(self, what: str, alive: Callable[[], bool], on_idle: Callable[[], None]) -> Ticket:
+    def enter_stream(self, what: str, on_idle: Callable[[], None]) -> Ticket:
         if self._closed.is_set():
             raise Unavailable(f"{what}: the server is shutting down; retry on another replica")
         with self._lock:
             if len(self._streams) >= self.max_streams or self._busy() >= self.workers - 1:
                 raise Exhausted(f"{what}: {len(self._streams)} streams already open "
                                 f"(server.max_streams, of {self.workers} server.workers); retry later")
-            ticket = Ticket("stream", alive, on_idle)
+            ticket = Ticket("stream", on_idle=on_idle)
             self._streams.add(ticket)
             return ticket
 

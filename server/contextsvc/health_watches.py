@@ -38,7 +38,7 @@ class WatchStream:
     __slots__ = ("ticket", "_context", "_send", "_ended")
 
     def __init__(self, context, send_response_callback):
-        self.ticket = Ticket("watch", context.is_active, context.cancel)
+        self.ticket = Ticket("watch", on_idle=context.cancel)
         self._context = context
         self._send = send_response_callback
         self._ended = False

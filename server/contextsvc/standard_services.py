@@ -123,7 +123,7 @@ class StandardServices:
 
     def _reflect(self, request_iterator, context):
         try:
-            ticket = self._admission.enter_stream("ServerReflectionInfo", context.is_active, context.cancel)
+            ticket = self._admission.enter_stream("ServerReflectionInfo", context.cancel)
         except (Exhausted, Unavailable) as e:
             abort_for(context, e)
         try:
