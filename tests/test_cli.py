@@ -84,3 +84,18 @@ def test_config_file_values_take_effect(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
+
+
+def test_sigusr1_writes_every_threads_stack_and_the_server_keeps_serving():
+    """What an operator reads when a call or a stop seems stuck."""
+    proc, port, _, _ = launch()
+    try:
+        proc.send_signal(signal.SIGUSR1)
+        # the main thread waits for the stop; grpc's poller serves
+        assert wait_for(lambda: any("contextsvc/cli.py" in line and " in main" in line for line in proc.log))
+        assert any("grpc/_server.py" in line and " in _serve" in line for line in proc.log)
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            assert pb_grpc.ContextServiceStub(ch).Measure(convo.measure_request(), timeout=10).body_bytes > 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0

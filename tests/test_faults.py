@@ -272,7 +272,8 @@ def serve_process(store_dir: Path, wrap=None, preexec=None):
     for line in proc.stderr:
         lines.append(line)
         if "serving gRPC on" in line:
-            threading.Thread(target=proc.stderr.read, daemon=True).start()
+            proc.log = lines  # helpers.processes.stop shows it if the process does not exit
+            threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
             return proc, int(line.split("127.0.0.1:")[1].split(",")[0])
     proc.kill()
     raise AssertionError("server did not start:\n" + "".join(lines))

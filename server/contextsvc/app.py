@@ -25,6 +25,9 @@ from .v1 import context_pb2_grpc as pb_grpc
 
 log = logging.getLogger("contextsvc")
 
+# how long past the grace period the transport's own shutdown may take before the stop goes on
+TRANSPORT_STOP_SLACK_SECONDS = 10.0
+
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ContextService"].full_name
 
 
@@ -58,8 +61,7 @@ class Server:
         self.metrics_port = None
         self._stopped = threading.Event()
         self._done = threading.Event()
-        self.exit_now = False  # threads may be left running (unfinished calls, a failed stop)
-        self.exit_code = 0
+        self.exit_code = 0  # 1 when the stop failed half-way
         s = cfg.server
         # config errors (an unreadable or invalid certificate, key or token) surface here, before
         # any socket is bound
@@ -137,7 +139,7 @@ class Server:
             self._stop(grace, drain)
         except Exception:  # the process must still end: cli waits for _done
             log.exception("contextsvc: stopping failed; exiting without the rest of the stop")
-            self.exit_now, self.exit_code = True, 1
+            self.exit_code = 1
         finally:
             self._done.set()
 
@@ -148,15 +150,19 @@ class Server:
             time.sleep(drain)
         self._standard.end_watches()
         grace = self.cfg.server.shutdown_grace_seconds if grace is None else grace
-        self._grpc.stop(grace).wait()
+        # grpc cancels what is left after the grace; its own shutdown gets a bounded wait too, so
+        # that nothing in the transport can hold the stop (and the process) open indefinitely
+        transport_stopped = self._grpc.stop(grace).wait(grace + TRANSPORT_STOP_SLACK_SECONDS)
         self._standard.stop()
-        # grpc cancels what is left after the grace, but cannot stop a thread: work that does not
-        # notice keeps running; `contextsvc serve` exits without it (cli.main)
+        # grpc cannot stop a thread: work that does not notice the cancellation keeps running;
+        # `contextsvc serve` exits without it (cli.main)
         unfinished = self._admission.running()
-        self.exit_now = bool(unfinished)
         if unfinished:
             log.warning("contextsvc: %d calls still running after the %g s grace period; "
                         "stopping without them", unfinished, grace)
+        elif not transport_stopped:
+            log.warning("contextsvc: the gRPC transport had not stopped %g s after the grace period; "
+                        "stopping without it", TRANSPORT_STOP_SLACK_SECONDS)
         else:
             log.info("contextsvc: in-flight calls finished")
         self._cleanup.stop()

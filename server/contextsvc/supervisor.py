@@ -97,7 +97,7 @@ class Supervisor:
         server_credentials(cfg.server)
         self.cfg = cfg
         self.config_path = config_path
-        self.exit_now, self.exit_code = False, 0  # as Server's: its processes exit on their own
+        self.exit_code = 0  # as Server's: its processes exit on their own
         self.count = process_count(cfg)
         self.port = None
         self.metrics_port = None

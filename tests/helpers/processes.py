@@ -44,12 +44,17 @@ def launch(*args, server_toml=BOUNDED_GRACE, config_text="", tmp_path=None, env=
 
 
 def stop(proc, seconds=30):
-    """SIGTERM, then the exit code; kills the process if it has not exited within seconds."""
+    """SIGTERM, then the exit code. A process still running after seconds is asked for its
+    threads' stacks (SIGUSR1), then killed, and the failure shows what it was waiting on."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
     try:
         return proc.wait(seconds)
     except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(2)
         proc.kill()
         proc.wait()
-        raise
+        time.sleep(0.5)  # the drain thread reads what the stack dump wrote
+        log = "".join(getattr(proc, "log", []))[-20_000:]
+        raise AssertionError(f"the server had not exited {seconds} s after SIGTERM; its log:\n{log}") from None
