@@ -534,8 +534,36 @@ cdef inline int _is_single_token(uint32_t cp) noexcept:
     return cp < 0x10000 and (_single_token[cp >> 3] >> (cp & 7)) & 1
 
 
-cdef inline int _classify(Py_ssize_t *hist, Py_ssize_t upper, Py_ssize_t switches,
-                          Py_ssize_t n) noexcept:
+ctypedef fused cs_char:
+    uint8_t
+    uint16_t
+    uint32_t
+
+
+cdef Py_ssize_t _padding(const cs_char *p, Py_ssize_t start, Py_ssize_t end) noexcept:
+    """_native_py.block_padding of p[start:end]."""
+    cdef Py_ssize_t padding = 0, run = 0, i
+    cdef bint indent = False, was_backslash = False
+    cdef uint32_t cp
+    for i in range(start, end):
+        cp = p[i]
+        if cp == 32 or cp == 9:
+            run += 1
+        else:
+            if run >= 2 and not indent:
+                padding += run
+            run = 0
+            indent = cp == 10 or cp == 13 or (cp == 110 and was_backslash)
+        was_backslash = cp == 92
+    if run >= 2 and not indent:
+        padding += run
+    return padding
+
+
+cdef inline int _classify(const cs_char *p, Py_ssize_t start, Py_ssize_t *hist, Py_ssize_t upper,
+                          Py_ssize_t switches, Py_ssize_t n) noexcept:
+    """_native_py.classify_block of the block p[start:start + n]."""
+    cdef Py_ssize_t punct = hist[K_PUNCT] + hist[K_JSON], padding
     cdef Py_ssize_t alnum = hist[K_HEX_LETTER] + hist[K_LETTER] + hist[K_DIGIT]
     cdef Py_ssize_t space = hist[K_SPACE] + hist[K_NEWLINE]
     if hist[K_CJK] * 4 >= n:
@@ -550,8 +578,14 @@ cdef inline int _classify(Py_ssize_t *hist, Py_ssize_t upper, Py_ssize_t switche
         return C_HEXDUMP
     if (hist[K_JSON] + hist[K_BACKSLASH]) * 100 >= n * 15:
         return C_JSON
-    if space * 20 <= n and (hist[K_PUNCT] + hist[K_JSON]) * 8 >= n:  # test and CI output
+    # test and CI output; the padding (a second pass) only when it could decide: it is at most
+    # the spaces, so a block with punct * 8 + space < n fails whatever it is
+    if space * 20 <= n and punct * 8 >= n:
         return C_TESTLOG
+    if punct * 8 + space >= n:
+        padding = _padding(p, start, start + n)
+        if (space - padding) * 20 <= n and punct * 8 >= n - padding:
+            return C_TESTLOG
     if hist[K_DIGIT] * 10 >= n:
         return C_LOGS
     if (hist[K_JSON] + hist[K_BACKSLASH] + hist[K_PUNCT]) * 10 >= n:
@@ -608,12 +642,6 @@ cdef void _init_profile_tables() noexcept:
 _init_profile_tables()
 
 
-ctypedef fused cs_char:
-    uint8_t
-    uint16_t
-    uint32_t
-
-
 cdef void _profile(const cs_char *p, Py_ssize_t length, Py_ssize_t *units, Py_ssize_t *runs,
                    Py_ssize_t *cjk, Py_ssize_t *total) noexcept:
     """The loop of text_profile over one storage width (1, 2 or 4 bytes per code point)."""
@@ -655,7 +683,7 @@ cdef void _profile(const cs_char *p, Py_ssize_t length, Py_ssize_t *units, Py_ss
         for k in range(FIELDS_PER_WORD, KINDS):
             hist[k] = (hi >> (FIELD_BITS * (k - FIELDS_PER_WORD))) & FIELD_MASK
         n = end - start
-        cls = _classify(hist, (hi >> (FIELD_BITS * F_UPPER)) & FIELD_MASK,
+        cls = _classify(p, start, hist, (hi >> (FIELD_BITS * F_UPPER)) & FIELD_MASK,
                         pairs & ((1 << RUN_SHIFT) - 1), n)
         units[cls] += n + astral
         runs[cls] += pairs >> RUN_SHIFT

@@ -236,16 +236,19 @@ PYTEST_RUNS = (
 
 
 def _pytest_log(module: str, verbose: bool) -> str:
-    """The output of pytest over an installed package's test module, cached."""
+    """The output of pytest over an installed package's test module, cached. Run as an agent's
+    shell tool runs it: from the project's root (node ids relative to it) and with no terminal
+    (80 columns), so that verbose lines are padded into pytest's progress column."""
     mode = "v" if verbose else "q"
-    cached = CACHE / "pytest" / f"{module.replace('/', '_')}.{mode}.log"
+    cached = CACHE / "pytest" / f"{module.replace('/', '_')}.{mode}.root80.log"
     if cached.is_file():
         return cached.read_text(encoding="utf-8", errors="replace")
-    args = [sys.executable, "-m", "pytest", str(SITE / module), "-p", "no:cacheprovider", "-o", "addopts=",
+    package, relative = module.split("/", 1)
+    args = [sys.executable, "-m", "pytest", relative, "-p", "no:cacheprovider", "-o", "addopts=",
             "-rA", "--color=no"] + (["-v", "--tb=long"] if verbose else ["-q", "--tb=short", "-W", "error"])
     try:
-        run = subprocess.run(args, capture_output=True, text=True, timeout=240, cwd="/tmp",
-                             env={**os.environ, "COLUMNS": "120"})
+        run = subprocess.run(args, capture_output=True, text=True, timeout=240, cwd=SITE / package,
+                             env={**os.environ, "COLUMNS": "80"})
         text = run.stdout + run.stderr
     except subprocess.TimeoutExpired as e:
         text = (e.stdout or b"").decode("utf-8", "replace") if isinstance(e.stdout, bytes) else (e.stdout or "")

@@ -811,7 +811,7 @@ def test_select_tail_on_a_long_history(impl):
 # spaces and newlines, JSON punctuation, backslashes, other punctuation, CJK, other non-ASCII,
 # astral characters and lone surrogates; CJK of each script, one cl100k token or not ("的", "の",
 # "이", "，" are; "龘", "ゐ", "똠", "丷" are not), and the edges of the script ranges.
-_PROFILE_CHARS = st.sampled_from(list("abfAFZzq0379 \t\n\r\"{}:,\\+/=_;()\x00\x7f") +
+_PROFILE_CHARS = st.sampled_from(list("abfnAFZzq0379 \t\n\r\"{}[]:,.%\\+/=_;()\x00\x7f") +
                                  ["中", "あ", "한", "ｱ", "é", "ж", "\xff", "😀", "\U00020000", "\ud800",
                                   "的", "の", "이", "，", "龘", "ゐ", "똠", "丷", "\u3040", "\u30ff",
                                   "\u4e00", "\u9fff", "\uac00", "\ud7af", "\u2e80", "\uffef"])
@@ -821,6 +821,12 @@ profile_texts = st.one_of(
     # long runs of one class, so that whole blocks cross each threshold
     st.lists(st.tuples(_PROFILE_CHARS, st.integers(1, 300)), max_size=8).map(
         lambda runs: "".join(c * n for c, n in runs)),
+    # test output and code, each piece followed by 0-60 spaces or tabs: column padding and
+    # indentation after raw and escaped newlines, on both sides of the test-output rule
+    st.lists(st.tuples(st.sampled_from(["tests/test_a.py::test_b", " PASSED", "[ 10%]", "\n", "\\n",
+                                        "\\\\n", "    return x", "E", ":", ".", "\t", "a"]),
+                       st.integers(0, 60), st.sampled_from(" \t")), max_size=80).map(
+        lambda pieces: "".join(p + pad * n for p, n, pad in pieces)),
 )
 
 
@@ -859,9 +865,16 @@ def test_text_profile_compiled_agrees_with_the_twin(impl, s):
      "testlog"),
     ("." * 120 + "s" + "." * 60 + "F" + "." * 73 + "\n", "testlog"),
     (json.dumps("tests/test_native.py::test_text_profile_classes[impl0-text3-json] PASSED\n" * 6), "testlog"),
-    # the same ids padded into pytest -v's columns, a failure's message: spaces, code by shape
-    ("tests/test_tokens.py::test_x PASSED                                  [ 10%]\n" * 8, "code"),
+    # the same ids padded into pytest -v's progress column, raw and as Measure sees them: the
+    # padding is columns, not spaces between words
+    ("tests/test_tokens.py::test_x PASSED                                  [ 10%]\n" * 6
+     + "tests/test_tokens.py::test_y PASSED          [ 20%]\n", "testlog"),
+    (json.dumps("tests/test_tokens.py::test_x PASSED                                  [ 10%]\n" * 8), "testlog"),
+    # a failure's message, indented code (indentation is not padding, even in a JSON string),
+    # a table: spaces between words, code by shape
     ("FAILED tests/test_measure.py::test_margin - AssertionError: assert 9.1 <= 9.0\n" * 5, "code"),
+    (json.dumps("    def f(self, x):\n        return self._g(x) + h[x]\n" * 8), "code"),
+    ("| name      | value     | unit   |\n|-----------|-----------|--------|\n" * 6, "code"),
     ("E       AssertionError: assert {'a': 1} == {'a': 2}\nE         Differing items:\n" * 5, "code"),
 ])
 def test_text_profile_classes(impl, text, cls):
@@ -919,6 +932,30 @@ def test_text_profile_long_mixed_texts_agree(impl, alphabet):
         # runs of varied length, so that blocks fall on every side of each threshold
         s = "".join(rng.choice(alphabet) * rng.choice((1, 1, 2, 5, 40)) for _ in range(rng.randint(1, 400)))
         assert impl.text_profile(s) == _native_py.text_profile(s)
+
+
+def test_text_profile_padded_test_output_agrees(impl):
+    """pytest -v lines of every length, padded with 0-40 spaces, raw and JSON-escaped: blocks
+    fall on both sides of the test-output rule, whose padding the compiled module counts in a
+    second pass of its own."""
+    rng = random.Random(7)
+    for _ in range(300):
+        lines = [f"tests/{'x' * rng.randint(1, 30)}.py::test_{'y' * rng.randint(1, 30)} "
+                 f"{rng.choice(['PASSED', 'FAILED', 'E  '])}{' ' * rng.randint(0, 40)}[{rng.randint(0, 100):>3}%]"
+                 for _ in range(rng.randint(1, 12))]
+        text = "\n".join(lines)
+        for s in (text, json.dumps(text), text.replace(" ", "\t")):
+            assert impl.text_profile(s) == _native_py.text_profile(s)
+
+
+def test_block_padding():
+    assert _native_py.block_padding("") == 0
+    assert _native_py.block_padding("a b c") == 0  # single spaces between words
+    assert _native_py.block_padding("a  b\t\t\tc") == 5  # runs of two or more after a character
+    assert _native_py.block_padding("a\n    b") == 0  # indentation after a newline
+    assert _native_py.block_padding("a\\n    b  c") == 2  # ... and after an escaped one
+    assert _native_py.block_padding("   b") == 3  # a block starts mid-line
+    assert _native_py.block_padding("a   ") == 3  # a run at the block's end
 
 
 # ---------------------------------------------------------------------------------------------

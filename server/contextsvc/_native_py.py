@@ -458,9 +458,10 @@ def cjk_script(cp: int) -> int:
     return OTHER_CJK
 
 
-def classify_block(hist, upper: int, switches: int, n: int) -> int:
+def classify_block(hist, upper: int, switches: int, n: int, padding: int) -> int:
     """The content class of a block of n code points from its histogram of kinds, its count of
-    A-Z and its count of adjacent letter/digit pairs (integer thresholds: no rounding)."""
+    A-Z, its count of adjacent letter/digit pairs and its padding (block_padding). Integer
+    thresholds: no rounding."""
     letters = hist[K_HEX_LETTER] + hist[K_LETTER]
     alnum = letters + hist[K_DIGIT]
     space = hist[K_SPACE] + hist[K_NEWLINE]
@@ -478,16 +479,38 @@ def classify_block(hist, upper: int, switches: int, n: int) -> int:
         return HEXDUMP
     if (hist[K_JSON] + hist[K_BACKSLASH]) * 100 >= n * 15:
         return JSON
-    # test and CI output (pytest node ids and PASSED/FAILED lines, paths, progress dots): dense
-    # punctuation (:: [] / . _ -) with almost no spaces; cl100k cuts it finer than code
-    # (indented) or logs. Lines padded into columns (pytest -v's "[ 10%]") stay code or logs.
-    if space * 20 <= n and (hist[K_PUNCT] + hist[K_JSON]) * 8 >= n:
+    # test and CI output (pytest node ids and PASSED/FAILED lines, paths, progress dots): almost
+    # no spaces but the padding of pytest -v's progress column ("PASSED      [ 10%]"), and dense
+    # punctuation (:: [] / . _ -) among the rest; cl100k cuts it finer than code (indented) or logs
+    if (space - padding) * 20 <= n and (hist[K_PUNCT] + hist[K_JSON]) * 8 >= n - padding:
         return TESTLOG
     if hist[K_DIGIT] * 10 >= n:
         return LOGS
     if (hist[K_JSON] + hist[K_BACKSLASH] + hist[K_PUNCT]) * 10 >= n:
         return CODE
     return PROSE
+
+
+def block_padding(block: str) -> int:
+    """Spaces (or tabs) in runs of two or more after a line's first other character: columns
+    lined up with spaces, not indentation and not the single space between words. A line starts
+    after a newline and after a newline's escape in a JSON string (a backslash, then n); a block
+    is taken to start mid-line (blocks cut lines anywhere, and most of a line is past its
+    indentation)."""
+    padding = run = 0
+    indent = was_backslash = False
+    for ch in block:
+        if ch in " \t":
+            run += 1
+        else:
+            if run >= 2 and not indent:
+                padding += run
+            run = 0
+            indent = ch in "\n\r" or (ch == "n" and was_backslash)
+        was_backslash = ch == "\\"
+    if run >= 2 and not indent:
+        padding += run
+    return padding
 
 
 def text_profile(s: str) -> tuple:
@@ -537,7 +560,7 @@ def text_profile(s: str) -> tuple:
                 group = RUN_GROUPS[kind]
             previous = kind
         n = len(block)
-        cls = classify_block(hist, upper, switches, n)
+        cls = classify_block(hist, upper, switches, n, block_padding(block))
         units[cls] += n + astral
         runs[cls] += block_runs
         total += n + astral
