@@ -10,10 +10,11 @@ the calibration set (weighted least squares). Which characters are one token com
 encoding's vocabulary alone: this script writes that table first, restarting itself when it
 changed so that the fit sees the new profile.
 
-Decision margins come from the held-back set only: per content class, the p95 of the needed
-raise (cl100k / calibrated - 1, 0 when the estimate was high) over the held-back samples whose
-main class (most UTF-16 units) it is; a class no held-back sample is mostly of gets the largest
-margin found. The measurements behind both (profiles and exact counts, no text) are written to
+Decision margins come from the held-back set only: per content class, the smallest whole percent
+under which the decision figure itself (each block raised by its own class's margin) under-counts
+at most 5% of the held-back samples whose main class (most UTF-16 units) it is, starting from the
+p95 of the raise those samples needed (cl100k / calibrated - 1, 0 when the estimate was high); a
+class no held-back sample is mostly of gets the largest margin found. The measurements behind both (profiles and exact counts, no text) are written to
 bench/data/calibration_rows.json.gz, so a test can check that the shipped numbers are this
 script's output.
 Usage: python bench/calibrate.py [--out server/contextsvc/data/token_ratios.json]
@@ -21,6 +22,7 @@ Usage: python bench/calibrate.py [--out server/contextsvc/data/token_ratios.json
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import json
 import math
@@ -139,19 +141,39 @@ def main_class(features: list) -> int:
 
 
 def margins(rows: list[dict], data: dict) -> dict:
-    """Per content class, the p95 of the raise the held-back samples mostly of it needed."""
+    """Per content class, the margin under which at most 5% of the held-back samples mostly of
+    it are under-counted by the decision figure itself. The figure raises each block's share by
+    the margin of the block's class, so a sample of mostly code that also holds prose is raised
+    by less than code's margin: starting from the p95 of the raise each sample needed, a class
+    whose samples are still under-counted too often gets one more percent, until none is."""
     r = tokens.Ratios.from_mapping(data)
     k = len(native.TEXT_CLASSES)
+    held = [row for row in rows if row["held_back"]]
     needed = {}
-    for row in rows:
-        if row["held_back"]:
-            f = row["features"]
-            est = r.tokens(f[:k], f[k:2 * k], f[2 * k:])
-            needed.setdefault(main_class(f), []).append(max(0.0, row["exact"] / est - 1))
+    for row in held:
+        f = row["features"]
+        est = r.tokens(f[:k], f[k:2 * k], f[2 * k:])
+        needed.setdefault(main_class(f), []).append(max(0.0, row["exact"] / est - 1))
     found = {c: quantile(v, MARGIN_QUANTILE) for c, v in needed.items()}
     worst = max(found.values())
-    # rounded up to a whole percent: the method string names them so
-    return {c: math.ceil(found.get(i, worst) * 100 - 1e-9) / 100 for i, c in enumerate(native.TEXT_CLASSES)}
+    # whole percents: the method string names them so
+    percent = [math.ceil(found.get(i, worst) * 100 - 1e-9) for i in range(k)]
+    by_class = {c: [row for row in held if main_class(row["features"]) == c] for c in needed}
+    while True:
+        raised = dataclasses.replace(r, margins=tuple(p / 100 for p in percent))
+        short = [c for c, group in by_class.items()
+                 if sum(raised.tokens(f[:k], f[k:2 * k], f[2 * k:], margins=True) < row["exact"]
+                        for row in group for f in [row["features"]]) > allowed_over_quantile(len(group))]
+        if not short:
+            break
+        for c in short:
+            percent[c] += 1
+    return {c: percent[i] / 100 for i, c in enumerate(native.TEXT_CLASSES)}
+
+
+def allowed_over_quantile(n: int) -> int:
+    """How many of n samples may lie above their class's MARGIN_QUANTILE (nearest rank)."""
+    return n - -(-MARGIN_QUANTILE * n // 100)
 
 
 def ratios_data(rows: list[dict]) -> dict:
