@@ -99,3 +99,29 @@ def test_sigusr1_writes_every_threads_stack_and_the_server_keeps_serving():
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
+
+
+def _tgkill(pid: int, tid: int, sig: int) -> None:
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    SYS_tgkill = 234  # x86_64
+    assert libc.syscall(SYS_tgkill, pid, tid, sig) == 0, ctypes.get_errno()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or os.uname().machine != "x86_64",
+                    reason="tgkill through its x86_64 syscall number")
+@pytest.mark.parametrize("args", [(), ("--processes", "2")], ids=["server", "supervisor"])
+def test_sigterm_handed_to_another_thread_still_stops_the_server(args):
+    """The kernel may hand a process's signal to any thread; CPython runs the handler in the
+    main thread, which must not sit in an untimed wait (before: the signal was lost, the
+    process kept serving)."""
+    proc, port, _, _ = launch(*args)
+    try:
+        others = [int(t) for t in os.listdir(f"/proc/{proc.pid}/task") if int(t) != proc.pid]
+        assert others
+        _tgkill(proc.pid, others[-1], signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -18,7 +18,7 @@ from .interceptors import ServiceInterceptor
 from .metrics import Metrics
 from .security import BearerTokenInterceptor, bearer_token, server_credentials
 from .service import ContextService
-from .signals import stop_on_signals
+from .signals import stop_on_signals, wait_for_stop
 from .standard_services import HEALTH_SERVICE, REFLECTION_SERVICE, StandardServices
 from .v1 import context_pb2 as pb
 from .v1 import context_pb2_grpc as pb_grpc
@@ -173,7 +173,7 @@ class Server:
 
     def wait(self) -> None:
         """Blocks until stop() has drained in-flight calls."""
-        self._done.wait()
+        wait_for_stop(self._done)
 
     def stop_on_signals(self) -> None:
         stop_on_signals(functools.partial(self.stop, drain=self.cfg.server.drain_seconds),

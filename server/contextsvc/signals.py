@@ -17,3 +17,11 @@ def stop_on_signals(stop: Callable[[], None], what: str) -> None:
 
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
+
+
+def wait_for_stop(done: threading.Event) -> None:
+    """Waits for done in one-second slices. A signal the kernel hands to another thread only
+    flags CPython's main thread, whose handler runs when that thread next runs bytecode: a main
+    thread blocked in an untimed wait would never run it, and SIGTERM would be lost."""
+    while not done.wait(1.0):
+        pass

@@ -25,7 +25,7 @@ from . import native
 from .app import SERVICE_NAME
 from .config import Config
 from .metrics import CollectedMetrics
-from .signals import stop_on_signals
+from .signals import stop_on_signals, wait_for_stop
 from .security import bearer_token, server_credentials
 
 log = logging.getLogger("contextsvc")
@@ -259,7 +259,7 @@ class Supervisor:
             self._reserved.close()
 
     def wait(self) -> None:
-        self._done.wait()
+        wait_for_stop(self._done)
 
     def stop_on_signals(self) -> None:
         stop_on_signals(self.stop, f"stopping {self.count} serving processes")
