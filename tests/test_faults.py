@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import resource
 import shutil
 import signal
@@ -24,7 +25,7 @@ from contextsvc.app import Server
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
 from helpers.fake_anthropic import anthropic_server
-from helpers.processes import launch, stop
+from helpers.processes import launch, started, stop
 from helpers.rpc import compact_request
 from helpers.metrics import scrape
 
@@ -259,6 +260,9 @@ def test_store_path_blocked_by_a_file_is_unavailable_and_nothing_is_lost(tmp_pat
     assert blocker.read_text().startswith("a regular file")
 
 
+SERVING = re.compile(r"serving gRPC on 127\.0\.0\.1:(\d+)")
+
+
 def serve_process(store_dir: Path, wrap=None, preexec=None):
     """`contextsvc serve` in a child process, optionally wrapped (e.g. in a mount namespace)."""
     cfg = store_dir.parent / "contextsvc.toml"
@@ -268,15 +272,7 @@ def serve_process(store_dir: Path, wrap=None, preexec=None):
         cmd = wrap(cmd)
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, preexec_fn=preexec,
                             env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
-    lines = []
-    for line in proc.stderr:
-        lines.append(line)
-        if "serving gRPC on" in line:
-            proc.log = lines  # helpers.processes.stop shows it if the process does not exit
-            threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
-            return proc, int(line.split("127.0.0.1:")[1].split(",")[0])
-    proc.kill()
-    raise AssertionError("server did not start:\n" + "".join(lines))
+    return proc, int(started(proc, SERVING).group(1))
 
 
 def test_disk_full_by_file_size_limit_fails_the_write_cleanly(tmp_path):

@@ -27,18 +27,26 @@ def launch(*args, server_toml=BOUNDED_GRACE, config_text="", tmp_path=None, env=
     path.write_text(f'[server]\n{server_toml}\n[truncation]\ndirectory = "{config_dir / "store"}"\n{config_text}')
     cmd += ["--config", str(path)]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.monotonic() + 30
+    match = started(proc, STARTED)
+    return proc, int(match.group(1)), int(match.group(2)), match.group(3)
+
+
+def started(proc, line_pattern: re.Pattern, seconds: float = 30):
+    """The match of the server's start line in its stderr; from then on proc.log holds every
+    line the server writes there (the pipe kept drained). Kills the process if no such line
+    comes within seconds (or before it exits)."""
+    deadline = time.monotonic() + seconds
     lines = []
     while time.monotonic() < deadline:
         line = proc.stderr.readline()
         if not line:
             break
         lines.append(line)
-        match = STARTED.search(line)
+        match = line_pattern.search(line)
         if match:
             proc.log = lines
-            threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()  # keep the pipe drained
-            return proc, int(match.group(1)), int(match.group(2)), match.group(3)
+            threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
+            return match
     proc.kill()
     raise AssertionError("server did not start:\n" + "".join(lines))
 
