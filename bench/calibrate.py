@@ -14,9 +14,9 @@ Decision margins come from the held-back set only: per content class, the smalle
 under which the decision figure itself (each block raised by its own class's margin) under-counts
 at most 5% of the held-back samples whose main class (most UTF-16 units) it is, starting from the
 p95 of the raise those samples needed (cl100k / calibrated - 1, 0 when the estimate was high); a
-class no held-back sample is mostly of gets the largest margin found. The measurements behind both (profiles and exact counts, no text) are written to
-bench/data/calibration_rows.json.gz, so a test can check that the shipped numbers are this
-script's output.
+class no held-back sample is mostly of gets the largest margin found. The measurements behind both
+(profiles and exact counts, no text) are written to bench/data/calibration_rows.json.gz, so a test
+can check that the shipped numbers are this script's output.
 Usage: python bench/calibrate.py [--out server/contextsvc/data/token_ratios.json]
 """
 from __future__ import annotations
@@ -148,27 +148,40 @@ def margins(rows: list[dict], data: dict) -> dict:
     whose samples are still under-counted too often gets one more percent, until none is."""
     r = tokens.Ratios.from_mapping(data)
     k = len(native.TEXT_CLASSES)
-    held = [row for row in rows if row["held_back"]]
-    needed = {}
-    for row in held:
-        f = row["features"]
-        est = r.tokens(f[:k], f[k:2 * k], f[2 * k:])
-        needed.setdefault(main_class(f), []).append(max(0.0, row["exact"] / est - 1))
-    found = {c: quantile(v, MARGIN_QUANTILE) for c, v in needed.items()}
+    by_class = held_back_by_class(rows)
+    found = {c: quantile([max(0.0, row["exact"] / _estimate(r, row) - 1) for row in group], MARGIN_QUANTILE)
+             for c, group in by_class.items()}
     worst = max(found.values())
     # whole percents: the method string names them so
     percent = [math.ceil(found.get(i, worst) * 100 - 1e-9) for i in range(k)]
-    by_class = {c: [row for row in held if main_class(row["features"]) == c] for c in needed}
     while True:
         raised = dataclasses.replace(r, margins=tuple(p / 100 for p in percent))
-        short = [c for c, group in by_class.items()
-                 if sum(raised.tokens(f[:k], f[k:2 * k], f[2 * k:], margins=True) < row["exact"]
-                        for row in group for f in [row["features"]]) > allowed_over_quantile(len(group))]
+        short = [c for c, group in by_class.items() if under_counted(raised, group) > allowed_over_quantile(len(group))]
         if not short:
             break
         for c in short:
             percent[c] += 1
     return {c: percent[i] / 100 for i, c in enumerate(native.TEXT_CLASSES)}
+
+
+def held_back_by_class(rows: list[dict]) -> dict:
+    """The held-back rows grouped by their main content class (its index)."""
+    by_class = {}
+    for row in rows:
+        if row["held_back"]:
+            by_class.setdefault(main_class(row["features"]), []).append(row)
+    return by_class
+
+
+def _estimate(ratios: tokens.Ratios, row: dict, margins: bool = False) -> float:
+    k = len(native.TEXT_CLASSES)
+    f = row["features"]
+    return ratios.tokens(f[:k], f[k:2 * k], f[2 * k:], margins=margins)
+
+
+def under_counted(ratios: tokens.Ratios, rows: list[dict]) -> int:
+    """How many rows the decision figure (the estimate with ratios' margins) puts below cl100k."""
+    return sum(_estimate(ratios, row, margins=True) < row["exact"] for row in rows)
 
 
 def allowed_over_quantile(n: int) -> int:

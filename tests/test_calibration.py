@@ -95,15 +95,8 @@ def test_shipped_ratios_and_margins_are_what_calibrate_fits_from_the_committed_r
 def test_the_shipped_margins_keep_their_promise_on_every_held_back_row():
     """Per main content class, the decision figure as Measure takes it (each block raised by its
     own class's margin) is below cl100k on at most 5% of the held-back rows (nearest rank)."""
-    k = len(native.TEXT_CLASSES)
-    r = tokens.ratios()
-    groups = {}
-    for row in ROWS:
-        if row["held_back"]:
-            groups.setdefault(calibrate.main_class(row["features"]), []).append(row)
-    for c, group in groups.items():
-        under = sum(r.tokens(f[:k], f[k:2 * k], f[2 * k:], margins=True) < row["exact"]
-                    for row in group for f in [row["features"]])
+    for c, group in calibrate.held_back_by_class(ROWS).items():
+        under = calibrate.under_counted(tokens.ratios(), group)
         assert under <= calibrate.allowed_over_quantile(len(group)), f"{native.TEXT_CLASSES[c]}: {under} of {len(group)} under"
 
 
