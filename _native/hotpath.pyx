@@ -540,9 +540,12 @@ ctypedef fused cs_char:
     uint32_t
 
 
-cdef Py_ssize_t _padding(const cs_char *p, Py_ssize_t start, Py_ssize_t end) noexcept:
-    """_native_py.block_padding of p[start:end]."""
-    cdef Py_ssize_t padding = 0, run = 0, i
+cdef bint _padded(const cs_char *p, Py_ssize_t start, Py_ssize_t end, Py_ssize_t need,
+                  Py_ssize_t spaces) noexcept:
+    """Whether _native_py.block_padding(p[start:end]) is at least need, for a block holding
+    spaces spaces and tabs. Stops as soon as the answer is known: most blocks that ask are
+    indented code, whose first lines hold more spaces that cannot be padding than it can spare."""
+    cdef Py_ssize_t padding = 0, lost = 0, run = 0, spare = spaces - need, i
     cdef bint indent = False, was_backslash = False
     cdef uint32_t cp
     for i in range(start, end):
@@ -552,18 +555,24 @@ cdef Py_ssize_t _padding(const cs_char *p, Py_ssize_t start, Py_ssize_t end) noe
         else:
             if run >= 2 and not indent:
                 padding += run
+                if padding >= need:
+                    return True
+            elif run:
+                lost += run
+                if lost > spare:
+                    return False
             run = 0
             indent = cp == 10 or cp == 13 or (cp == 110 and was_backslash)
         was_backslash = cp == 92
     if run >= 2 and not indent:
         padding += run
-    return padding
+    return padding >= need
 
 
 cdef inline int _classify(const cs_char *p, Py_ssize_t start, Py_ssize_t *hist, Py_ssize_t upper,
                           Py_ssize_t switches, Py_ssize_t n) noexcept:
     """_native_py.classify_block of the block p[start:start + n]."""
-    cdef Py_ssize_t punct = hist[K_PUNCT] + hist[K_JSON], padding
+    cdef Py_ssize_t punct = hist[K_PUNCT] + hist[K_JSON], need
     cdef Py_ssize_t alnum = hist[K_HEX_LETTER] + hist[K_LETTER] + hist[K_DIGIT]
     cdef Py_ssize_t space = hist[K_SPACE] + hist[K_NEWLINE]
     if hist[K_CJK] * 4 >= n:
@@ -578,14 +587,12 @@ cdef inline int _classify(const cs_char *p, Py_ssize_t start, Py_ssize_t *hist, 
         return C_HEXDUMP
     if (hist[K_JSON] + hist[K_BACKSLASH]) * 100 >= n * 15:
         return C_JSON
-    # test and CI output; the padding (a second pass) only when it could decide: it is at most
-    # the spaces, so a block with punct * 8 + space < n fails whatever it is
-    if space * 20 <= n and punct * 8 >= n:
+    # test and CI output: the rule holds when the padding is at least need (from its two
+    # inequalities); the padding (a second pass) is looked at only when it could be, that is
+    # when need is not more than the block's spaces and tabs
+    need = max(0, (space * 20 - n + 19) // 20, n - punct * 8)
+    if need == 0 or (need <= hist[K_SPACE] and _padded(p, start, start + n, need, hist[K_SPACE])):
         return C_TESTLOG
-    if punct * 8 + space >= n:
-        padding = _padding(p, start, start + n)
-        if (space - padding) * 20 <= n and punct * 8 >= n - padding:
-            return C_TESTLOG
     if hist[K_DIGIT] * 10 >= n:
         return C_LOGS
     if (hist[K_JSON] + hist[K_BACKSLASH] + hist[K_PUNCT]) * 10 >= n:
