@@ -15,7 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from helpers import convo
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
 from helpers.metrics import scrape
-from helpers.processes import launch
+from helpers.processes import launch, stop
 from helpers.server import wait_for
 
 
@@ -97,8 +97,7 @@ def test_sigusr1_writes_every_threads_stack_and_the_server_keeps_serving():
         with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
             assert pb_grpc.ContextServiceStub(ch).Measure(convo.measure_request(), timeout=10).body_bytes > 0
     finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(30) == 0
+        assert stop(proc) == 0
 
 
 def _tgkill(pid: int, tid: int, sig: int) -> None:
@@ -122,7 +121,7 @@ def test_sigterm_handed_to_another_thread_still_stops_the_server(args):
     """The kernel may hand a process's signal to any thread; CPython runs the handler in the
     main thread, which must not sit in an untimed wait (before: the signal was lost, the
     process kept serving)."""
-    proc, port, _, _ = launch(*args)
+    proc, *_ = launch(*args)
     try:
         others = [int(t) for t in os.listdir(f"/proc/{proc.pid}/task")
                   if int(t) != proc.pid and not _blocks(proc.pid, int(t), signal.SIGTERM)]
