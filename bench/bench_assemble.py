@@ -19,7 +19,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import workload  # noqa: E402
 from bench_measure import pct, start_server  # noqa: E402
 
-from contextsvc import assemble, body, breakpoints, config, convert, native  # noqa: E402
+from contextsvc import assemble, body, breakpoints, config, native  # noqa: E402
+from contextsvc.rpc import conversion  # noqa: E402
 from contextsvc.v1 import context_pb2 as pb  # noqa: E402
 from contextsvc.v1 import context_pb2_grpc as pb_grpc  # noqa: E402
 
@@ -46,8 +47,8 @@ def phases(req, cfg, n):
     out = {"convert": [], "lower": [], "count": [], "serialize": [], "total": []}
     for _ in range(n):
         t0 = time.perf_counter()
-        conv, mdl = convert.conversation(req.conversation), convert.model(req.model)
-        tools, system = convert.tools(req.tools), convert.system(req.system)
+        conv, mdl = conversion.conversation(req.conversation), conversion.model(req.model)
+        tools, system = conversion.tools(req.tools), conversion.system(req.system)
         t1 = time.perf_counter()
         lowered, _ = body.lower_request(conv, mdl, tools, system, "")
         bps = breakpoints.choose(lowered, mdl.provider, tools, breakpoints.Policy(), 4, 3)
@@ -59,8 +60,8 @@ def phases(req, cfg, n):
         t3 = time.perf_counter()
         body.Built(lowered, None, {}, bps).body_json()
         t4 = time.perf_counter()
-        inp = assemble.AssembleInput(conv, mdl, tools, system, convert.compaction_settings(req.compaction),
-                                     editor=convert.editor(req.editor))
+        inp = assemble.AssembleInput(conv, mdl, tools, system, conversion.compaction_settings(req.compaction),
+                                     editor=conversion.editor(req.editor))
         t5 = time.perf_counter()
         assemble.assemble(inp, cfg)
         t6 = time.perf_counter()

@@ -18,8 +18,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 import workload  # noqa: E402
 
-from contextsvc import config, convert, measure, memo, model as m, native, prune  # noqa: E402
-from contextsvc.compact import run as cmod, select  # noqa: E402
+from contextsvc import config, measure, memo, conversation as m, native, prune  # noqa: E402
+from contextsvc.rpc import conversion  # noqa: E402
+from contextsvc.compact import run as cmod, head_tail  # noqa: E402
 
 
 def median_ms(fn, repeat):
@@ -56,9 +57,9 @@ def main():
     usable = measure.usable(mdl, m.CompactionSettings(), cfg)
 
     msgs = history(10_000)
-    sizes = select.sizes(msgs, mdl)
-    flags = [select.starts_turn(x) for x in msgs]
-    budget = select.budget(usable, m.CompactionSettings(), cfg)
+    sizes = head_tail.sizes(msgs, mdl)
+    flags = [head_tail.starts_turn(x) for x in msgs]
+    budget = head_tail.budget(usable, m.CompactionSettings(), cfg)
     print(f"native.IMPLEMENTATION = {native.IMPLEMENTATION}")
     print("split_turns + select_tail, 10,000 messages (median):")
     for name, impl in native.implementations().items():
@@ -66,14 +67,14 @@ def main():
             impl.select_tail(impl.split_turns(flags), sizes, cfg.compact.tail_turns, budget)
         print(f"  {name:7s} {median_ms(step, args.repeat * 10):8.3f} ms")
     print(f"sizing 10,000 messages (lowering + json_lengths): "
-          f"{median_ms(lambda: select.sizes(msgs, mdl), args.repeat):8.1f} ms")
+          f"{median_ms(lambda: head_tail.sizes(msgs, mdl), args.repeat):8.1f} ms")
     print(f"select() end to end, 10,000 messages:            "
-          f"{median_ms(lambda: select.select(msgs, mdl, usable, m.CompactionSettings(), cfg), args.repeat):8.1f} ms")
+          f"{median_ms(lambda: head_tail.select(msgs, mdl, usable, m.CompactionSettings(), cfg), args.repeat):8.1f} ms")
 
     req = workload.measure_request(1_250_000)
-    conv = convert.conversation(req.conversation)
-    inp = cmod.CompactInput(conv, convert.model(req.model), convert.tools(req.tools),
-                            convert.system(req.system), m.CompactionSettings(), now_ms=1)
+    conv = conversion.conversation(req.conversation)
+    inp = cmod.CompactInput(conv, conversion.model(req.model), conversion.tools(req.tools),
+                            conversion.system(req.system), m.CompactionSettings(), now_ms=1)
     result = cmod.compact(inp, cfg)
     # with a memo (memo.StepMemo, as the server runs): what each message gives is kept, so a
     # repeated call pays only for what depends on position

@@ -19,7 +19,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import workload  # noqa: E402
 from server_process import serve  # noqa: E402
 
-from contextsvc import config, convert, measure, native  # noqa: E402
+from contextsvc import config, measure, native  # noqa: E402
+from contextsvc.rpc import conversion  # noqa: E402
 from contextsvc.v1 import context_pb2_grpc as pb_grpc  # noqa: E402
 
 
@@ -47,9 +48,9 @@ def in_process(req, n):
     times = []
     for _ in range(n):
         t = time.perf_counter()
-        inp = measure.MeasureInput(convert.conversation(req.conversation), convert.model(req.model),
-                                   convert.tools(req.tools), convert.system(req.system),
-                                   convert.compaction_settings(req.compaction))
+        inp = measure.MeasureInput(conversion.conversation(req.conversation), conversion.model(req.model),
+                                   conversion.tools(req.tools), conversion.system(req.system),
+                                   conversion.compaction_settings(req.compaction))
         measure.measure(inp, cfg)
         times.append((time.perf_counter() - t) * 1000)
     return statistics.median(times)

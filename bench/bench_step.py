@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import workload  # noqa: E402
 from server_process import serve  # noqa: E402
 
-from contextsvc import config, native, service  # noqa: E402
+from contextsvc import config, native  # noqa: E402
+from contextsvc.rpc import servicer  # noqa: E402
 from contextsvc.v1 import context_pb2 as pb  # noqa: E402
 from contextsvc.v1 import context_pb2_grpc as pb_grpc  # noqa: E402
 
@@ -86,7 +87,7 @@ def main():
         proc.terminate()
         proc.wait(30)
     cfg = config.load(args.config) if args.config else config.Config()
-    svc = service.ContextService(cfg)
+    svc = servicer.ContextService(cfg)
     print(f"in-process Measure 1 MB p50: {timed(lambda r: svc.Measure(r, None), big):7.2f} ms")
     wire = big[-1].SerializeToString()
     parse = timed(lambda r: pb.MeasureRequest.FromString(wire), big[:20])

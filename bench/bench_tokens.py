@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import real_corpus  # noqa: E402
 import workload  # noqa: E402
 
-from contextsvc import body, config, convert, measure, model as m, native, tokens  # noqa: E402
+from contextsvc import body, config, measure, conversation as m, native, tokens  # noqa: E402
+from contextsvc.rpc import conversion  # noqa: E402
 
 TARGET_ERROR = 0.10
 TARGET_MS = 5.0
@@ -114,8 +115,8 @@ def cost(samples, counter, repeat):
 
 def incremental(repeat):
     req = workload.measure_request(650_000)
-    conv = convert.conversation(req.conversation)
-    mdl, tools, system = convert.model(req.model), convert.tools(req.tools), convert.system(req.system)
+    conv = conversion.conversation(req.conversation)
+    mdl, tools, system = conversion.model(req.model), conversion.tools(req.tools), conversion.system(req.system)
     cfg = config.Config()
     counter = tokens.ExactCounter(cfg.measure.exact_encoding, cfg.measure.exact_cache_entries)
 

@@ -4,10 +4,10 @@ Each session is an agent loop against a real `contextsvc serve` process over gRP
 call per step (the previous response's cache_state passed back as previous_cache_state): when its
 figures say should_compact (sessions with compaction only), Prune first (reason NORMAL,
 compaction.prune=true, the model given so its gates scale with the window), apply it with
-contextsvc.client.apply_prune and Assemble again when it acted; only if should_compact still
-holds, Compact, apply its edits with contextsvc.client.apply_compaction and Assemble again. A step
+contextsvc_client.apply_prune and Assemble again when it acted; only if should_compact still
+holds, Compact, apply its edits with contextsvc_client.apply_compaction and Assemble again. A step
 that fits prunes nothing: a prune is lossless but breaks the cached prefix. The parts Assemble
-returns to persist are stored (contextsvc.client.apply_persist), and the body is "sent" to a model of
+returns to persist are stored (contextsvc_client.apply_persist), and the body is "sent" to a model of
 Anthropic's prompt cache (bench/cache_model.py). The model answers with a tool call whose output
 grows the history; a second user message arrives mid-run halfway through; the last step is the
 last allowed one (max_steps). Sessions: Anthropic and Bedrock (cachePoint markers read with the
@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cache_model  # noqa: E402
 import server_process  # noqa: E402
 
-from contextsvc import client  # noqa: E402
+import contextsvc_client
 from contextsvc.v1 import context_pb2 as pb  # noqa: E402
 from contextsvc.v1 import context_pb2_grpc as pb_grpc  # noqa: E402
 
@@ -251,7 +251,7 @@ def run_session(stub, spec: Spec) -> Session:
             p = stub.Prune(pb.PruneRequest(conversation=conv, model=model, reason=pb.PRUNE_REASON_NORMAL,
                                            compaction=pb.CompactionSettings(prune=True)), timeout=60)
             if p.acted:
-                messages = client.apply_prune(messages, p)
+                messages = contextsvc_client.apply_prune(messages, p)
                 conv = pb.Conversation(session_id=conv.session_id, messages=messages)
                 pruned = True
                 session.prunes += 1
@@ -260,7 +260,7 @@ def run_session(stub, spec: Spec) -> Session:
             r = stub.Compact(pb.CompactRequest(conversation=conv, model=model, tools=tool_defs, system=sys_prompt,
                                                auto=True, id_prefix=f"cmp{step}_"), timeout=120)
             if r.edits:
-                messages = client.apply_compaction(messages, r, drop_omittable=True)
+                messages = contextsvc_client.apply_compaction(messages, r, drop_omittable=True)
                 conv = pb.Conversation(session_id=conv.session_id, messages=messages)
                 compacted = True
                 session.compactions += 1
@@ -268,7 +268,7 @@ def run_session(stub, spec: Spec) -> Session:
         block = a.environment_details  # passed back on the later steps of the same user message
         # the parts to store (the environment block, a mid-run message's wrapping), as the
         # README's agent loop does; the cache state goes back with the next request
-        messages = client.apply_persist(messages, a)
+        messages = contextsvc_client.apply_persist(messages, a)
         state = a.cache_state
         report = a.cache_report
         prompt = cache_model.parse(a.body, spec.provider)

@@ -4,7 +4,7 @@ Each caller plays an agent whose conversation grows step by step (a tool call wi
 then the next user turn): Assemble on every step (passing the previous response's cache_state
 back as previous_cache_state, so every Assemble after a session's first compares the prefix) and
 Measure, Prune every few steps, Compact now and then (a compacted session applies the edits with
-contextsvc.client.apply_compaction, as an agent does), and big tool outputs go through
+contextsvc_client.apply_compaction, as an agent does), and big tool outputs go through
 TruncateToolOutput and ReadTruncated. Loopback only, bounded callers and duration. Prints
 requests/s, p50/p95/p99 per RPC, errors by code, the cache reports of the Assemble responses
 (kept, or the break's cause; informational) and the server's RSS before and after. Exits 1 on
@@ -28,7 +28,7 @@ import grpc
 
 from server_process import cpu_seconds, rss_mb, serve
 
-from contextsvc.client import apply_compaction
+from contextsvc_client import apply_compaction
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
 

@@ -34,7 +34,7 @@ import argparse
 import random
 from dataclasses import dataclass, field
 
-from contextsvc import config, model as m
+from contextsvc import config, conversation as m
 from contextsvc.compact import run as cmod, edits as ed, template
 
 CATEGORIES = ("goal", "constraints", "files", "commands", "errors", "decisions", "in_progress",

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from contextsvc import assemble, config, model as m
+from contextsvc import assemble, config, conversation as m
 
 PDF = b"%PDF-1.4 tiny"
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 8

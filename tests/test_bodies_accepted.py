@@ -16,7 +16,8 @@ import json
 
 import pytest
 
-from contextsvc import config, model as m, service
+from contextsvc import config, conversation as m
+from contextsvc.rpc import servicer
 from contextsvc.errors import BadInput
 
 from helpers import corpus
@@ -27,7 +28,7 @@ CASES_PER_PROVIDER = 48  # with the deterministic walk in corpus.session, every 
 
 @pytest.fixture(scope="module")
 def servicer():
-    return service.ContextService(config.Config())
+    return servicer.ContextService(config.Config())
 
 
 def _no_tool_choice(provider: str, body: dict) -> str:

@@ -1,9 +1,9 @@
-"""contextsvc.client: applying CompactResponse, PruneResponse and AssembleResponse.persist to a message list."""
+"""contextsvc_client: applying CompactResponse, PruneResponse and AssembleResponse.persist to a message list."""
 from __future__ import annotations
 
 import pytest
 
-from contextsvc.client import apply_compaction, apply_persist, apply_prune
+from contextsvc_client import apply_compaction, apply_persist, apply_prune
 from contextsvc.v1 import context_pb2 as pb
 from helpers.convo import assistant, text, tool, user
 

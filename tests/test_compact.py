@@ -5,10 +5,11 @@ import dataclasses
 
 import pytest
 
-from contextsvc import config, history, measure, model as m, native
-from contextsvc.compact import run as cmod, edits, offline, retention, select, serialize, template
-from contextsvc.compact.anthropic_backend import AnthropicSummarizer
-from contextsvc.compact.job import SummaryJob
+from contextsvc import config, projection, measure, conversation as m, native
+from contextsvc.compact import run as cmod, edits, retention, head_tail, serialize, template
+from contextsvc.compact.summarizers import offline
+from contextsvc.compact.summarizers.anthropic import AnthropicSummarizer
+from contextsvc.compact.summarizers.job import SummaryJob
 from contextsvc.errors import BadInput, Unavailable
 from helpers.fake_anthropic import SUMMARY
 
@@ -70,7 +71,7 @@ def run(conv, model_=SONNET, settings=NO, cfg=CFG, summarizer=None, **kw):
 # ---- select ------------------------------------------------------------------------------------
 
 def sized(conv):
-    return select.sizes(conv.messages, SONNET)
+    return head_tail.sizes(conv.messages, SONNET)
 
 
 def test_select_keeps_whole_turns_that_fit():
@@ -79,12 +80,12 @@ def test_select_keeps_whole_turns_that_fit():
         c.user(f"question {i}").assistant(f"answer {i}")
     sz = sized(c)
     budget = sum(sz[4:])  # exactly the last two turns
-    s = select.select(c.messages, SONNET, 100_000, m.CompactionSettings(preserve_recent_tokens=budget), CFG)
+    s = head_tail.select(c.messages, SONNET, 100_000, m.CompactionSettings(preserve_recent_tokens=budget), CFG)
     assert s.tail_start_id == c.messages[4].id
     assert [x.id for x in s.head] == [x.id for x in c.messages[:4]]
     assert s.tail == c.messages[4:]
     # tail_turns limits the walk even when the budget is larger
-    s = select.select(c.messages, SONNET, 100_000,
+    s = head_tail.select(c.messages, SONNET, 100_000,
                       m.CompactionSettings(preserve_recent_tokens=10**6, tail_turns=1), CFG)
     assert s.tail_start_id == c.messages[6].id
 
@@ -95,7 +96,7 @@ def test_select_splits_inside_a_turn():
     c.user("do it").assistant("x" * 4000).assistant("step two").assistant("done")
     sz = sized(c)
     budget = sz[4] + sz[5]  # the last turn's last two messages only
-    s = select.select(c.messages, SONNET, 100_000, m.CompactionSettings(preserve_recent_tokens=budget), CFG)
+    s = head_tail.select(c.messages, SONNET, 100_000, m.CompactionSettings(preserve_recent_tokens=budget), CFG)
     assert s.tail_start_id == c.messages[4].id
     assert len(s.head) == 4
 
@@ -103,9 +104,9 @@ def test_select_splits_inside_a_turn():
 def test_select_nothing_fits_summarizes_everything():
     c = Conv()
     c.user("old").assistant("a" * 8000).user("new").assistant("b" * 8000)
-    s = select.select(c.messages, SONNET, 100_000, m.CompactionSettings(preserve_recent_tokens=10), CFG)
+    s = head_tail.select(c.messages, SONNET, 100_000, m.CompactionSettings(preserve_recent_tokens=10), CFG)
     assert (s.tail_start_id, s.tail, len(s.head)) == ("", [], 4)
-    s = select.select(c.messages, SONNET, 100_000, m.CompactionSettings(tail_turns=0), CFG)
+    s = head_tail.select(c.messages, SONNET, 100_000, m.CompactionSettings(tail_turns=0), CFG)
     assert s.tail_start_id == "" and len(s.head) == 4
 
 
@@ -113,7 +114,7 @@ def test_select_huge_tool_output_at_start_of_last_turn():
     c = Conv()
     c.user("earlier").assistant("fine")
     c.user("run the suite").assistant(bash("pytest", "F" * 800_000)).assistant("3 tests fail in parser.py")
-    s = select.select(c.messages, SONNET, 200_000, NO, CFG)
+    s = head_tail.select(c.messages, SONNET, 200_000, NO, CFG)
     assert s.budget == CFG.compact.preserve_recent_max
     # the 200K-token log is summarized; the conclusion after it is kept verbatim
     assert s.tail_start_id == c.messages[4].id
@@ -123,14 +124,14 @@ def test_select_huge_tool_output_at_start_of_last_turn():
 def test_select_kept_start_at_first_message_is_all_head():
     c = Conv()
     c.user("only").assistant("turn")
-    s = select.select(c.messages, SONNET, 100_000, NO, CFG)
+    s = head_tail.select(c.messages, SONNET, 100_000, NO, CFG)
     assert s.tail_start_id == "" and len(s.head) == 2
 
 
 @pytest.mark.parametrize("usable,expected", [(0, 2000), (4000, 2000), (20_000, 5000), (200_000, 8000)])
 def test_select_budget(usable, expected):
-    assert select.budget(usable, NO, CFG) == expected
-    assert select.budget(usable, m.CompactionSettings(preserve_recent_tokens=123), CFG) == 123
+    assert head_tail.budget(usable, NO, CFG) == expected
+    assert head_tail.budget(usable, m.CompactionSettings(preserve_recent_tokens=123), CFG) == 123
 
 
 def test_sizes_are_json_estimates_of_lowered_messages():
@@ -140,7 +141,7 @@ def test_sizes_are_json_estimates_of_lowered_messages():
 
 def test_compaction_marker_does_not_start_a_turn():
     c = Conv().user("a").assistant("b").marker()
-    assert native.split_turns([select.starts_turn(x) for x in c.messages]) == [0]
+    assert native.split_turns([head_tail.starts_turn(x) for x in c.messages]) == [0]
 
 
 # ---- serialize ---------------------------------------------------------------------------------
@@ -340,7 +341,7 @@ def test_overflow_keeps_a_user_message_in_the_tail_instead_of_sending_it_twice()
     c.assistant("partial").marker(overflow=True)
     r = run(c.conv(), overflow=True)
     assert r.tail_start_id == c.messages[5].id and r.continue_message is None
-    sent = history.project(edits.apply(c.messages, r.edits))
+    sent = projection.project(edits.apply(c.messages, r.edits))
     assert [x.id for x in sent].count(c.messages[7].id) == 1
 
 

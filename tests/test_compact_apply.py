@@ -2,7 +2,7 @@
 
 For generated conversations (UUID ids, tool outputs of many sizes, screenshots, a second
 compaction on top of a first), windows and settings, over a real server: Compact, apply its edits
-with contextsvc.client.apply_compaction (with and without dropping the omittable messages), and
+with contextsvc_client.apply_compaction (with and without dropping the omittable messages), and
 Measure the result with the same model, tools, system and settings. decision.tokens must equal
 tokens_after, and under_limit must be true exactly when tokens_after < limit.
 """
@@ -12,7 +12,7 @@ import json
 
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
-from contextsvc.client import apply_compaction
+from contextsvc_client import apply_compaction
 from contextsvc.v1 import context_pb2 as pb
 
 PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010802000000907753de0000000c4944415408d763f8ff"

@@ -11,7 +11,7 @@ import uuid
 
 import tiktoken
 
-from contextsvc import client
+import contextsvc_client
 from contextsvc.v1 import context_pb2 as pb
 
 from helpers.convo import assistant, text, tool, user
@@ -42,7 +42,7 @@ def compact(stub, conv, model=WINDOW_32K, **kw):
 
 def applied(conv, response, drop=False):
     return pb.Conversation(session_id=conv.session_id,
-                           messages=client.apply_compaction(list(conv.messages), response, drop_omittable=drop))
+                           messages=contextsvc_client.apply_compaction(list(conv.messages), response, drop_omittable=drop))
 
 
 def long_turn(steps, lines=60, usage_every=None):

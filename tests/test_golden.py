@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from contextsvc import assemble, config, model as m
+from contextsvc import assemble, config, conversation as m
 
 GOLDEN = Path(__file__).parent / "golden"
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 8

@@ -11,8 +11,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from helpers.server import start_server
 from contextsvc.errors import Unavailable
-from contextsvc.health_watches import HealthWatches
-from contextsvc.standard_services import _Registering
+from contextsvc.rpc.health_watches import HealthWatches
+from contextsvc.rpc.standard_services import _Registering
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from contextsvc import model as m
+from contextsvc import conversation as m
 from judges import judge_for
 from judges._common import parse_data_url
 

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from helpers import convo, corpus
 from helpers.server import start_server
-from contextsvc import body, convert, model as m
+from contextsvc import body, conversation as m
+from contextsvc.rpc import conversion
 from contextsvc.lowering.registry import PROVIDERS
 from contextsvc.message_cache import MessageCache
 from contextsvc.lowering_memo import LoweringMemo
@@ -72,7 +73,7 @@ def _fill(memo: LoweringMemo, make, count: int, provider: str = m.ANTHROPIC, cac
     mdl = m.Model(id="claude-sonnet-4-5", provider=provider)
     for start in range(0, count, 50):
         msgs = [make(k) for k in range(start, start + 50)]
-        conv = convert.conversation(pb.Conversation(messages=msgs), cache=cache, lowering_memo=memo)
+        conv = conversion.conversation(pb.Conversation(messages=msgs), cache=cache, lowering_memo=memo)
         body.build(conv, mdl, [], m.SystemPrompt())
 
 
@@ -122,7 +123,7 @@ def test_keyed_by_the_message_digest(cached):
     _fill(memo, tiny, 50, cache=cache)
     n = len(memo)
     msgs = [tiny(k) for k in range(50)]
-    conv = convert.conversation(pb.Conversation(messages=msgs), cache=cache, lowering_memo=memo)
+    conv = conversion.conversation(pb.Conversation(messages=msgs), cache=cache, lowering_memo=memo)
     digests = {msg.digest for msg in conv.messages}
     assert len(digests) == 50 and all(len(d) == 16 for d in digests)
     assert {k[0] for k in memo._items if isinstance(k[0], bytes)} == digests

@@ -8,7 +8,7 @@ import math
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from contextsvc import body, config, measure, model as m, native, tokens
+from contextsvc import body, config, measure, conversation as m, native, tokens
 from contextsvc.errors import BadInput
 from contextsvc.lowering.media import MEDIA_PLACEHOLDER
 

@@ -5,7 +5,7 @@ import grpc
 import pytest
 
 from helpers import convo
-from contextsvc import convert
+from contextsvc.rpc import conversion
 from contextsvc.message_cache import ENTRY_OVERHEAD, MessageCache, resident_size
 from contextsvc.v1 import context_pb2 as pb
 
@@ -15,10 +15,10 @@ import workload
 def test_cached_conversion_equals_plain_conversion():
     conv = workload.conversation(200_000)
     cache = MessageCache(64 * 1024 * 1024)
-    plain = convert.conversation(conv)
-    first = convert.conversation(conv, cache=cache)
+    plain = conversion.conversation(conv)
+    first = conversion.conversation(conv, cache=cache)
     assert cache.misses == len(conv.messages) and cache.hits == 0
-    again = convert.conversation(conv, cache=cache)
+    again = conversion.conversation(conv, cache=cache)
     assert cache.hits == len(conv.messages)
     assert plain == first == again
 
@@ -26,9 +26,9 @@ def test_cached_conversion_equals_plain_conversion():
 def test_a_changed_message_is_converted_again():
     cache = MessageCache(1024 * 1024)
     conv = convo.small_conversation()
-    convert.conversation(conv, cache=cache)
+    conversion.conversation(conv, cache=cache)
     conv.messages[2].parts[0].text.text = "A different request"  # same id, new content
-    got = convert.conversation(conv, cache=cache)
+    got = conversion.conversation(conv, cache=cache)
     assert got.messages[2].parts[0].content.text == "A different request"
     assert cache.hits == 2 and cache.misses == 4
 
@@ -36,25 +36,25 @@ def test_a_changed_message_is_converted_again():
 def test_invalid_messages_still_fail_with_their_path():
     cache = MessageCache(1024 * 1024)
     conv = convo.small_conversation()
-    convert.conversation(conv, cache=cache)
+    conversion.conversation(conv, cache=cache)
     conv.messages[1].parts[1].tool.state.input_json = "{not json"
-    with pytest.raises(convert.BadInput) as e:
-        convert.conversation(conv, cache=cache)
+    with pytest.raises(conversion.BadInput) as e:
+        conversion.conversation(conv, cache=cache)
     assert e.value.field == "conversation.messages[1].parts[1].tool.state.input_json"
 
 
 def test_the_cache_is_bounded_by_real_memory_oldest_out():
     # each message is charged its objects' real size: three fit in three and a half of them
     msgs = [convo.user(f"m{i}", convo.text(f"p{i}", "x" * 900)) for i in range(5)]
-    one = resident_size(convert.conversation(pb.Conversation(messages=[msgs[0]])).messages[0]) + ENTRY_OVERHEAD
+    one = resident_size(conversion.conversation(pb.Conversation(messages=[msgs[0]])).messages[0]) + ENTRY_OVERHEAD
     bound = 3 * one + one // 2
     cache = MessageCache(bound)
     for msg in msgs:
-        convert.conversation(pb.Conversation(messages=[msg]), cache=cache)
+        conversion.conversation(pb.Conversation(messages=[msg]), cache=cache)
     assert cache.size_bytes <= bound and len(cache) == 3
-    convert.conversation(pb.Conversation(messages=[msgs[0]]), cache=cache)  # evicted: converted again
+    conversion.conversation(pb.Conversation(messages=[msgs[0]]), cache=cache)  # evicted: converted again
     assert cache.hits == 0
-    convert.conversation(pb.Conversation(messages=[msgs[4]]), cache=cache)  # newest: still there
+    conversion.conversation(pb.Conversation(messages=[msgs[4]]), cache=cache)  # newest: still there
     assert cache.hits == 1
 
 
@@ -87,7 +87,7 @@ def test_conversion_holds_one_message_s_wire_bytes_at_a_time():
     tracemalloc.start()
     try:
         base = tracemalloc.get_traced_memory()[0]
-        converted = convert.conversation(conv)
+        converted = conversion.conversation(conv)
         peak = tracemalloc.get_traced_memory()[1] - base
     finally:
         tracemalloc.stop()
@@ -98,7 +98,7 @@ def test_conversion_holds_one_message_s_wire_bytes_at_a_time():
 class _CountingDeadline:
     """A Deadline that never expires and counts how often it is asked."""
     def __init__(self):
-        from contextsvc.limits import Deadline
+        from contextsvc.deadline import Deadline
         self.asked = 0
         self.deadline = Deadline(None, cancelled=self._ask)
 
@@ -110,12 +110,12 @@ class _CountingDeadline:
 def test_converting_the_new_messages_checks_the_deadline_whatever_the_cache_holds():
     """The cache holding exactly the messages at which a count over positions would check: the
     conversion of the other 2,000 still checks the caller's deadline as it goes."""
-    from contextsvc.limits import CHECK_EVERY
+    from contextsvc.deadline import CHECK_EVERY
 
     msgs = [convo.user(f"m{i}", convo.text(f"p{i}", f"text {i}")) for i in range(2 * CHECK_EVERY * 2)]
     cache = MessageCache(64 << 20)
-    convert.conversation(pb.Conversation(messages=msgs[::CHECK_EVERY]), cache=cache)  # warm those
+    conversion.conversation(pb.Conversation(messages=msgs[::CHECK_EVERY]), cache=cache)  # warm those
     counting = _CountingDeadline()
-    convert.conversation(pb.Conversation(messages=msgs), cache=cache, deadline=counting.deadline)
+    conversion.conversation(pb.Conversation(messages=msgs), cache=cache, deadline=counting.deadline)
     wire_checks = -(-len(msgs) // CHECK_EVERY)  # the serializing pass
     assert counting.asked > wire_checks, "no check while converting the new messages"

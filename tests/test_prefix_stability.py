@@ -14,7 +14,8 @@ import json
 import pytest
 
 from helpers import convo
-from contextsvc import assemble, breakpoints, client, config, model as m
+from contextsvc import assemble, breakpoints, config, conversation as m
+import contextsvc_client
 from contextsvc.v1 import context_pb2 as pb
 from helpers.prefix import cache_order
 
@@ -59,7 +60,7 @@ def first_break(provider: str, before: dict, after: dict, last_step: bool) -> st
 # ---- an agent loop over the core -----------------------------------------------------------
 
 def store(messages: list, persist: list) -> list:
-    """What a client does with Assemble's persist parts (in-process twin of client.apply_persist)."""
+    """What a client does with Assemble's persist parts (in-process twin of contextsvc_client.apply_persist)."""
     out = list(messages)
     for p in persist:
         i = next(k for k, x in enumerate(out) if x.id == p.message_id)
@@ -359,7 +360,7 @@ def test_a_client_storing_persist_parts_keeps_the_prefix_over_the_wire(stub):
             conversation=pb.Conversation(session_id="sess-wire", messages=messages),
             model=convo.model(provider=pb.PROVIDER_ANTHROPIC), tools=tools, system=system, editor=editor,
             step=n), timeout=10)
-        messages[:] = client.apply_persist(messages, a)
+        messages[:] = contextsvc_client.apply_persist(messages, a)
         bodies.append(json.loads(a.body))
         return a
 
@@ -394,9 +395,9 @@ def test_apply_persist_replaces_by_id_or_appends():
     r = pb.AssembleResponse(persist=[
         pb.PersistPart(message_id="msg_001", part=convo.text("u1", "<system-reminder>\nwrapped")),
         pb.PersistPart(message_id="msg_001", part=convo.text("msg_001~environment", "\n\nblock", synthetic=True))])
-    out = client.apply_persist(msgs, r)
+    out = contextsvc_client.apply_persist(msgs, r)
     assert [p.text.text for p in out[0].parts] == ["<system-reminder>\nwrapped", "\n\nblock"]
     assert msgs[0].parts[0].text.text == "Fix it" and out[1] is msgs[1]  # the caller's objects untouched
-    assert client.apply_persist(msgs, pb.AssembleResponse()) == msgs
+    assert contextsvc_client.apply_persist(msgs, pb.AssembleResponse()) == msgs
     with pytest.raises(ValueError, match="persist\\[0\\].message_id"):
-        client.apply_persist(msgs, pb.AssembleResponse(persist=[pb.PersistPart(message_id="nope")]))
+        contextsvc_client.apply_persist(msgs, pb.AssembleResponse(persist=[pb.PersistPart(message_id="nope")]))

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from contextsvc import assemble, breakpoints, config, model as m
+from contextsvc import assemble, breakpoints, config, conversation as m
 from contextsvc.errors import BadInput
 from contextsvc.lowering import bedrock, media, registry, tool_ids
 

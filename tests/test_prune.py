@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from contextsvc import config, model as m, prune
+from contextsvc import config, conversation as m, prune
 from contextsvc.errors import BadInput
 
 CFG = config.Config()

@@ -9,11 +9,7 @@ import pytest
 import redis
 
 from contextsvc.truncation import (
-    InvalidOutputId,
-    OutputNotFound,
-    StoreUnavailable,
-    TruncationSettings,
-    output_id_created_ms,
+    InvalidOutputId, OutputNotFound, StoreUnavailable, TruncationSettings, output_id_created_ms,
     read_lines,
 )
 from contextsvc.truncation.redis_store import RedisStore

@@ -14,8 +14,9 @@ import tracemalloc
 
 import pytest
 
-from contextsvc import config, memo, model as m, service
-from contextsvc.client import apply_compaction
+from contextsvc import config, memo, conversation as m
+from contextsvc.rpc import servicer
+from contextsvc_client import apply_compaction
 from contextsvc.compact import run as compact_run
 from contextsvc.v1 import context_pb2 as pb
 from helpers.convo import assistant, model, text, tool, user
@@ -70,7 +71,7 @@ def test_the_memo_changes_no_answer(seed, monkeypatch):
     rng = random.Random(seed)
     on_cfg, off_cfg = config.Config(), _memo_off()
     # the converted-message cache on in both: the memos are the only difference
-    with_memo, without = service.ContextService(on_cfg), service.ContextService(off_cfg)
+    with_memo, without = servicer.ContextService(on_cfg), servicer.ContextService(off_cfg)
     assert with_memo._memo is not None and without._memo is None and without._lowering is None
     msgs, ctx = [], _Context()
     mdl = model(context=rng.choice((8_000, 30_000, 200_000)))
@@ -94,7 +95,7 @@ def test_the_memo_changes_no_answer(seed, monkeypatch):
 def test_a_bad_message_is_refused_the_same_with_the_memo():
     """The memo keeps a message's own checks; errors still name the first bad field in order."""
     on_cfg, off_cfg = config.Config(), _memo_off()
-    with_memo, without = service.ContextService(on_cfg), service.ContextService(off_cfg)
+    with_memo, without = servicer.ContextService(on_cfg), servicer.ContextService(off_cfg)
     good = [user("u1", text("p1", "hi")), assistant("a1", tool("t1", "c1", "read", {"path": "x"}, "o"))]
     for bad in ([*good, user("u1", text("p9", "dup id"))],
                 [*good, user("u2", text("t1", "dup part id"))],

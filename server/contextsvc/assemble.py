@@ -13,10 +13,10 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Optional
 
-from . import breakpoints, history, measure, model as m, prefix
+from . import breakpoints, projection, measure, conversation as m, prefix
 from .config import Config
 from .errors import BadInput
-from .limits import NO_DEADLINE, Deadline
+from .deadline import NO_DEADLINE, Deadline
 
 MAX_STEPS_PROMPT = """CRITICAL - MAXIMUM STEPS REACHED
 
@@ -190,8 +190,8 @@ def inject(inp: AssembleInput, now: Optional[dt.datetime] = None) -> tuple:
     injected, block, persist = [], "", []
     # Injections go to the last user message in *send* order: after a compaction that kept a
     # tail, the compaction marker moves to the head, so the original order would pick it.
-    sent = history.project(messages)
-    last_user = history.last_index(sent, lambda x: x.role == m.USER and x.compaction() is None)
+    sent = projection.project(messages)
+    last_user = projection.last_index(sent, lambda x: x.role == m.USER and x.compaction() is None)
     u = next(i for i, x in enumerate(messages) if x is sent[last_user]) if last_user >= 0 else -1
     if u >= 0:
         user = messages[u]
@@ -210,7 +210,7 @@ def inject(inp: AssembleInput, now: Optional[dt.datetime] = None) -> tuple:
             extra.append(_synthetic(f"{user.id}~reminder",
                                     f"<system-reminder>\n{inp.plan_reminder}\n</system-reminder>"))
             injected.append("plan_reminder")
-        finished = history.last_index(sent, lambda x: x.role == m.ASSISTANT and x.finished)
+        finished = projection.last_index(sent, lambda x: x.role == m.ASSISTANT and x.finished)
         if inp.step > 1 and finished >= 0 and last_user > finished:
             user, changed = _wrap_mid_run(user)
             if changed:

@@ -8,9 +8,9 @@ import secrets
 import time
 from dataclasses import dataclass, field
 
-from . import breakpoints, history, model as m, native, prefix, prune, system_prompt
+from . import breakpoints, projection, conversation as m, native, prefix, prune, system_prompt
 from .config import Config
-from .limits import NO_DEADLINE, Deadline
+from .deadline import NO_DEADLINE, Deadline
 from .lowering import MediaLedger, lower, to_model_messages
 from .lowering.lowered import Lowered, open_with_user
 from .lowering.neutral import MMessage, MText, attachment_note
@@ -119,9 +119,9 @@ def strip_historical_media(messages: list) -> tuple:
     """Media before the last user message with a real part become notes, once a summary exists."""
     if not any(x.role == m.ASSISTANT and x.summary and x.finished for x in messages):
         return messages, 0
-    cut = history.last_index(messages, lambda x: x.role == m.USER and any(
+    cut = projection.last_index(messages, lambda x: x.role == m.USER and any(
         not (isinstance(p.content, m.Text) and p.content.synthetic) for p in x.parts))
-    sent = {x.id for x in history.project(messages)}  # what is not sent needs no stripping
+    sent = {x.id for x in projection.project(messages)}  # what is not sent needs no stripping
     stripped, out = 0, []
     for i, msg in enumerate(messages):
         if i >= cut or msg.id not in sent:
@@ -184,7 +184,7 @@ def lower_request(conv: m.Conversation, mdl: m.Model, tools: list, system: m.Sys
     """The lowered request and its media ledger. With the lowering memo (conv.lowering_memo),
     each message's lowering is taken from the memo when seen before (by Message.digest), and
     known receives the (JSON text, lengths) of every element the memo holds, by id(element)."""
-    projected = history.project(conv.messages)
+    projected = projection.project(conv.messages)
     memo = conv.lowering_memo
     if memo is not None and _memoizable(projected, mdl.provider):
         return _lower_memoized(projected, memo, conv, mdl, tools, system, prompt_dir, placeholders,

@@ -6,10 +6,10 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from . import body, history, model as m, native, prefix, tokens, validate
+from . import body, projection, conversation as m, native, prefix, tokens, validate
 from .config import Config
 from .errors import BadInput
-from .limits import NO_DEADLINE, Deadline
+from .deadline import NO_DEADLINE, Deadline
 from .lowering.media import MEDIA_PLACEHOLDER
 
 
@@ -92,7 +92,7 @@ def limit(mdl: m.Model, settings: m.CompactionSettings, cfg: Config) -> int:
 
 def baseline(messages: list) -> Optional[m.Message]:
     """The last finished assistant, when its reported usage can anchor a projection."""
-    i = history.last_index(messages, lambda x: x.role == m.ASSISTANT and x.finished)
+    i = projection.last_index(messages, lambda x: x.role == m.ASSISTANT and x.finished)
     if i < 0:
         return None
     msg = messages[i]
@@ -107,7 +107,7 @@ def backward_overflow_source(messages: list) -> Optional[m.Message]:
     """The newest finished assistant stored after the last completed compaction, unless it is a
     summary (a summary's usage is the summarizer's input, the old history: never ours). The kept
     tail is stored before the compaction marker, so its pre-compaction usage is never read."""
-    start = history.last_compaction(messages) + 1
+    start = projection.last_compaction(messages) + 1
     for msg in reversed(messages[start:]):
         if msg.role == m.ASSISTANT and msg.finished:
             return None if msg.summary else msg
@@ -117,7 +117,7 @@ def backward_overflow_source(messages: list) -> Optional[m.Message]:
 def mid_tool_round_trip(messages: list) -> bool:
     """A tool result follows the last user message. Informational: a tool part holds call and
     result together and Compact never separates them, so this no longer blocks compaction."""
-    u = history.last_index(messages, lambda x: x.role == m.USER)
+    u = projection.last_index(messages, lambda x: x.role == m.USER)
     return any(
         x.role == m.ASSISTANT and any(isinstance(p.content, m.Tool) for p in x.parts)
         for x in messages[u + 1:]
@@ -434,7 +434,7 @@ def _evaluate(inp: MeasureInput, cfg: Config, exact_counter, policy, hashes: boo
     tool_tokens = 0
     if inp.tools:
         tool_tokens = native.estimate_tokens(native.json_lengths(body.tool_schema_list(inp.tools))[1])
-    last_assistant = history.last_index(low.roles, lambda r: r == "assistant")
+    last_assistant = projection.last_index(low.roles, lambda r: r == "assistant")
     tail_messages = message_units[last_assistant + 1:]
     tail = 0
     if tail_messages:

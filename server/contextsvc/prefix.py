@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from . import history, model as m, native
-from .limits import NO_DEADLINE, Deadline
+from . import projection, conversation as m, native
+from .deadline import NO_DEADLINE, Deadline
 from .lowering.registry import FORMATS
 
 
@@ -135,7 +135,7 @@ def digests(lowered, chain: dict, messages: list) -> Digests:
         pruned += [sum(compacted.get(mid, 0) for mid in ids) for ids in lowered.sources]
     else:
         pruned += [0] * len(lowered.sources)
-    last = history.last_compaction(messages)
+    last = projection.last_compaction(messages)
     return Digests((n_tools, n_system, len(lowered.sources)),
                    [chain[k][:DIGEST_BYTES] for k in order], pruned,
                    _short(messages[last].id.encode()) if last >= 0 else bytes(DIGEST_BYTES))

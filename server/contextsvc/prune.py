@@ -10,10 +10,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
-from . import history, measure, model as m, native, validate
+from . import projection, measure, conversation as m, native, validate
 from .config import PRUNE_PROTECT_RULES, Config
 from .errors import BadInput
-from .limits import NO_DEADLINE, Deadline, ticking
+from .deadline import NO_DEADLINE, Deadline, ticking
 from .memo import each
 
 NORMAL = "normal"
@@ -83,7 +83,7 @@ def gates(settings: m.CompactionSettings, cfg: Config, mdl: Optional[m.Model] = 
 def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSettings,
           cfg: Config, model: Optional[m.Model] = None, memo=None,
           deadline: Deadline = NO_DEADLINE) -> PruneResult:
-    """The tool parts to mark, scanning what would be sent (history.project) newest first.
+    """The tool parts to mark, scanning what would be sent (projection.project) newest first.
 
     `model` is optional: with a known context window it scales the token gates. `memo`
     (memo.StepMemo) keeps each message's tool parts as the scan reads them.
@@ -101,7 +101,7 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
     by_turns = g.protect == TURNS
     # Send order: a post-compaction prune must reach the kept tail, which is stored before the
     # summary but sent after it. The projection keeps the stored message objects.
-    msgs = history.project(conversation.messages)
+    msgs = projection.project(conversation.messages)
     turns = 0
     results = 0  # completed tool results passed under the tool-results rule
     protected = 0  # their tokens

@@ -26,7 +26,7 @@ from .app import SERVICE_NAME
 from .config import Config
 from .metrics import CollectedMetrics
 from .signals import stop_on_signals, wait_for_stop
-from .security import bearer_token, server_credentials
+from .rpc.security import bearer_token, server_credentials
 
 log = logging.getLogger("contextsvc")
 

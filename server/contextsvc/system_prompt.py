@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import re
 
-from . import model as m
+from . import conversation as m
 
 # Model-id rules for the family prompt, first match wins (docs/design.md §6).
 _FAMILY_RULES = (

@@ -16,7 +16,7 @@ from fractions import Fraction
 from importlib import resources
 
 from . import _native_py, exact_cache, native
-from .limits import NO_DEADLINE, Deadline
+from .deadline import NO_DEADLINE, Deadline
 
 ESTIMATE = "estimate:chars/4"  # UTF-16 code units / 4, JavaScript Math.round
 PREFLIGHT = "estimate:ceil(chars/4*1.3)"

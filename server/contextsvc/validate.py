@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import math
 
-from . import model as m
+from . import conversation as m
 from .config import PRUNE_PROTECT_RULES
 from .errors import BadInput
-from .limits import NO_DEADLINE, Deadline, ticking
+from .deadline import NO_DEADLINE, Deadline, ticking
 from .memo import each
 
 # The largest token figure a request may carry: 2^53 - 1 (JSON's exact integers). Usage figures

@@ -35,7 +35,7 @@ import time
 import urllib.error
 import urllib.request
 
-from contextsvc.client import apply_compaction, apply_persist, apply_prune
+from contextsvc_client import apply_compaction, apply_persist, apply_prune
 from contextsvc.v1 import context_pb2 as pb
 
 from .fake_provider import first_difference, is_prefix, unpaired_tool_calls

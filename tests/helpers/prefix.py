@@ -1,7 +1,7 @@
 """A body's elements as its provider's cache reads them, markers removed."""
 from __future__ import annotations
 
-from contextsvc import model as m
+from contextsvc import conversation as m
 
 
 MARKER_KEYS = ("cache_control", "copilot_cache_control", "cachePoint")

@@ -4,8 +4,10 @@ The entry point is `contextsvc.compact.compact(CompactInput, Config, summarizer=
 run is in `run.py`.
 """
 from .retention import Retention
-from .run import (COMPACTED, CONTEXT_OVERFLOW, CONTINUE_PROMPT, INSUFFICIENT, NOTHING_TO_DO,
-                  CompactInput, CompactResult, compact, make_summarizer)
+from .run import (
+    COMPACTED, CONTEXT_OVERFLOW, CONTINUE_PROMPT, INSUFFICIENT, NOTHING_TO_DO, CompactInput,
+    CompactResult, compact, make_summarizer,
+)
 
 __all__ = ["compact", "make_summarizer", "CompactInput", "CompactResult", "Retention", "COMPACTED",
            "INSUFFICIENT", "CONTEXT_OVERFLOW", "NOTHING_TO_DO", "CONTINUE_PROMPT"]

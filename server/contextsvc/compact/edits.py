@@ -11,7 +11,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Union
 
-from .. import model as m
+from .. import conversation as m
 
 
 @dataclass(slots=True)

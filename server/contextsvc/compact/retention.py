@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import model as m
+from .. import conversation as m
 from ..memo import each
-from . import offline
+from .summarizers import offline
 
 
 @dataclass(slots=True)

@@ -9,13 +9,14 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Optional
 
-from .. import history, measure, model as m, native, prune, tokens, validate
+from .. import projection, measure, conversation as m, native, prune, tokens, validate
 from ..config import Config
 from ..errors import BadInput, Unavailable
-from ..limits import NO_DEADLINE, Deadline
+from ..deadline import NO_DEADLINE, Deadline
 from ..lowering.neutral import attachment_note
-from . import edits as ed, offline, retention as ret, select as sel_mod, serialize, template
-from .job import ContextTooLong, SummaryJob
+from . import edits as ed, retention as ret, head_tail, serialize, template
+from .summarizers import offline
+from .summarizers.job import ContextTooLong, SummaryJob
 
 COMPACTED = "compacted"
 INSUFFICIENT = "insufficient"
@@ -79,7 +80,7 @@ def check(inp: CompactInput, memo=None, deadline: Deadline = NO_DEADLINE) -> Non
 def make_summarizer(cfg: Config, memo=None):
     """memo (memo.StepMemo): the offline summarizer keeps each message's facts in it."""
     if cfg.summarizer.backend == "anthropic":
-        from .anthropic_backend import AnthropicSummarizer
+        from .summarizers.anthropic import AnthropicSummarizer
 
         return AnthropicSummarizer(cfg)
     return offline.OfflineSummarizer(offline.OfflineLimits.of(cfg.summarizer), memo)
@@ -231,7 +232,7 @@ def _sends_content(msg: m.Message) -> bool:
 def _replay_index(projected: list) -> int:
     """The last real user message, when real content precedes it (the reference's hasContent):
     replaying the only content there is would overflow again."""
-    r = history.last_index(projected, sel_mod.starts_turn)
+    r = projection.last_index(projected, head_tail.starts_turn)
     if r > 0 and any(_sends_content(x) for x in projected[:r]):
         return r
     return -1
@@ -240,7 +241,7 @@ def _replay_index(projected: list) -> int:
 def _earliest_tail(projected: list, stored: list) -> int:
     """Where a kept tail may start: after the previous compaction's own tail. That tail is stored
     before the previous marker, so a new tail reaching into it could not be projected back."""
-    s = history.last_index(projected, lambda x: x.role == m.ASSISTANT and x.summary)
+    s = projection.last_index(projected, lambda x: x.role == m.ASSISTANT and x.summary)
     if s < 0:
         return 0
     position = {id(x): i for i, x in enumerate(stored)}
@@ -264,7 +265,7 @@ def _plan(projected: list, stored: list, overflow: bool, mdl: m.Model, use: int,
     floor = _earliest_tail(projected, stored)
     kept = len(projected)
     if keep_tail:
-        selection = sel_mod.select(projected, mdl, use, settings, cfg, memo=memo)
+        selection = head_tail.select(projected, mdl, use, settings, cfg, memo=memo)
         if selection.tail_start_id:
             kept = max(len(selection.head), floor)
     head, tail = projected[:kept], projected[kept:]
@@ -301,7 +302,7 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
     parent = msgs[max(i for i, x in enumerate(msgs) if x.role == m.USER)]
     marker = parent if parent.compaction() is not None else None
     # Earlier attempts at this same compaction (summaries answering the marker) are dropped.
-    projected = [x for x in history.project(msgs) if x is not marker
+    projected = [x for x in projection.project(msgs) if x is not marker
                  and not (marker is not None and x.summary and x.parent_id == marker.id)]
 
     deadline.check("compact")
@@ -357,7 +358,7 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
         plan = _plan(projected, msgs, inp.overflow, mdl, use, settings, cfg, keep_tail=False, memo=memo)
 
     under = _under(tokens_after, lim, mdl)
-    sent = {id(x) for x in history.project(stored)}
+    sent = {id(x) for x in projection.project(stored)}
     new = {e.message.id: e.message for e in edits if isinstance(e, ed.InsertMessage)}
     result.outcome = COMPACTED if under else INSUFFICIENT
     result.tail_start_id = _tail_start(stored, marker_id)
@@ -391,7 +392,7 @@ def _edits(inp: CompactInput, plan: _Plan, marker: Optional[m.Message], marker_i
     replay = None
     if plan.replay is not None:
         replay = _placeholder_copy(plan.replay, next_id, now_ms)
-        if use > 0 and sel_mod.message_size(replay, mdl) > chunk_budget(use, cfg):
+        if use > 0 and head_tail.message_size(replay, mdl) > chunk_budget(use, cfg):
             # A replay too big to resend is summarized the same way and replaced by a note saying so.
             replay_summary, _, _ = summarize(serialize.serialize([plan.replay], cfg.compact.tool_output_max_chars))
             replay = m.Message(next_id, m.USER, [m.Part(f"{next_id}:0", m.Text(

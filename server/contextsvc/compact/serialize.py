@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from .. import model as m
+from .. import conversation as m
 from ..lowering.neutral import COMPACTED_OUTPUT, INTERRUPTED_OUTPUT, attachment_note
 
 TRUNCATED = "[Tool output truncated for compaction: omitted {n} chars]"

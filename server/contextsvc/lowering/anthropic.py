@@ -1,7 +1,7 @@
 """Anthropic Messages API body (POST /v1/messages)."""
 from __future__ import annotations
 
-from .. import model as m
+from .. import conversation as m
 from . import media
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger

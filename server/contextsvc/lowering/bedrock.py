@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import re
 
-from .. import model as m
+from .. import conversation as m
 from . import media
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
-from .neutral import (LEAD_USER_TEXT, MMedia, MReasoning, MText, MToolCall, MToolResult,
-                      attachment_note)
+from .neutral import LEAD_USER_TEXT, MMedia, MReasoning, MText, MToolCall, MToolResult, attachment_note
 from .tool_ids import WORD, wire_id, wire_name
 from .wire_format import WireFormat
 

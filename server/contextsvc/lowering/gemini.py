@@ -4,13 +4,15 @@ from __future__ import annotations
 import base64
 import binascii
 
-from .. import model as m
+from .. import conversation as m
 from . import media
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
 from .tool_ids import WORD, id_rule, wire_name
 from .wire_format import WireFormat
-from .neutral import LEAD_USER_TEXT, MMedia, MReasoning, MSpacer, MText, MToolCall, MToolResult, attachment_note
+from .neutral import (
+    LEAD_USER_TEXT, MMedia, MReasoning, MSpacer, MText, MToolCall, MToolResult, attachment_note,
+)
 
 
 _ACCEPTED = {

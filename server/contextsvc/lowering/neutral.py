@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import model as m
+from .. import conversation as m
 
 COMPACTED_OUTPUT = "[Old tool result content cleared]"
 INTERRUPTED_OUTPUT = "[Tool execution was interrupted]"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import hashlib
 
-from .. import model as m, native
+from .. import conversation as m, native
 from . import media
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger

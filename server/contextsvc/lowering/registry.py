@@ -1,6 +1,6 @@
 """The providers: each name and the wire format that lowers, marks and checks its bodies
 (docs/design.md §6). Everything else derives from this table: lowering.lower, the media and id
-rules, the breakpoints, model.PROVIDERS and the protobuf enum mapping (convert.py, by name:
+rules, the breakpoints, conversation.PROVIDERS and the protobuf enum mapping (rpc/conversion.py, by name:
 `openai-compatible` is PROVIDER_OPENAI_COMPATIBLE)."""
 from __future__ import annotations
 

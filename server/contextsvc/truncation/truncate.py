@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..limits import NO_DEADLINE, Deadline
+from ..deadline import NO_DEADLINE, Deadline
 from .lines import LineTooLong, first_line_over
 from .store import Store
 

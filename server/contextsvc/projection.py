@@ -1,7 +1,7 @@
 """History projection (docs/design.md §6): only what follows the last completed compaction point."""
 from __future__ import annotations
 
-from . import model as m
+from . import conversation as m
 
 
 def last_index(items: list, pred) -> int:

@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 import math
 
-from . import model as m
-from .config import ServerConfig
-from .errors import BadInput
-from .limits import NO_DEADLINE, Deadline
-from .lowering import registry
-from .message_cache import MessageCache
-from .v1 import context_pb2 as pb
+from .. import conversation as m
+from ..config import ServerConfig
+from ..errors import BadInput
+from ..deadline import NO_DEADLINE, Deadline
+from ..lowering import registry
+from ..message_cache import MessageCache
+from ..v1 import context_pb2 as pb
 
 _ROLES = {pb.ROLE_USER: m.USER, pb.ROLE_ASSISTANT: m.ASSISTANT}
 _STATUSES = {
@@ -323,7 +323,7 @@ _TTLS = {pb.CACHE_TTL_UNSPECIFIED: "", pb.CACHE_TTL_5M: "", pb.CACHE_TTL_1H: "1h
 
 
 def cache_policy(hints, ttl: int, path: str = "cache_hints"):
-    from . import breakpoints
+    from .. import breakpoints
 
     if ttl not in _TTLS:
         raise BadInput("cache_ttl", f"unknown value {ttl}")
@@ -344,7 +344,7 @@ def cache_policy(hints, ttl: int, path: str = "cache_hints"):
 
 
 def editor(e):
-    from .assemble import Editor
+    from ..assemble import Editor
 
     return Editor(e.current_time, e.working_directory, e.workspace_root, e.active_file,
                   list(e.visible_files), list(e.open_tabs), e.environment_details)
@@ -420,7 +420,7 @@ def token_count(pair) -> pb.TokenCount:
 
 
 def compact_edit(edit) -> pb.CompactEdit:
-    from .compact import edits as ed
+    from ..compact import edits as ed
 
     if isinstance(edit, ed.InsertMessage):
         return pb.CompactEdit(insert=pb.InsertMessage(after_id=edit.after_id, message=message_to_pb(edit.message)))

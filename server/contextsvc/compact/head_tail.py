@@ -5,7 +5,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .. import model as m, native
+from .. import conversation as m, native
 from ..config import Config
 from ..lowering import MediaLedger, lower, to_model_messages
 from ..memo import each

@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Callable
 
-from .errors import Exhausted, Unavailable
+from ..errors import Exhausted, Unavailable
 
 
 class Ticket:

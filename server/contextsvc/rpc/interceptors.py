@@ -13,7 +13,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from .admission import Admission
-from .errors import BadInput, DeadlineExceeded, Exhausted, NotFound, Unavailable
+from ..errors import BadInput, DeadlineExceeded, Exhausted, NotFound, Unavailable
 
 log = logging.getLogger("contextsvc")
 

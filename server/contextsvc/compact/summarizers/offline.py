@@ -15,10 +15,10 @@ import json
 import re
 from dataclasses import dataclass
 
-from .. import model as m
-from ..config import SummarizerConfig
-from ..memo import each
-from . import template
+from ... import conversation as m
+from ...config import SummarizerConfig
+from ...memo import each
+from .. import template
 
 NAME = "offline"
 

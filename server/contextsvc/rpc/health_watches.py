@@ -21,7 +21,7 @@ import time
 import grpc
 
 from .admission import Ticket
-from .errors import Exhausted, Unavailable
+from ..errors import Exhausted, Unavailable
 
 log = logging.getLogger("contextsvc")
 

@@ -21,7 +21,7 @@ from grpc_health.v1 import health, health_pb2
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from .admission import Admission
-from .errors import Exhausted, Unavailable
+from ..errors import Exhausted, Unavailable
 from .health_watches import HealthWatches, on_close
 from .interceptors import abort_for, identity
 

@@ -4,16 +4,17 @@ Errors raised by the core are mapped to statuses by interceptors.ServiceIntercep
 """
 from __future__ import annotations
 
-from . import assemble, compact, convert, prune, truncation
-from .config import Config
-from .errors import BadInput
-from .limits import NO_DEADLINE, Deadline
-from .lowering_memo import LoweringMemo
-from .memo import StepMemo
-from .message_cache import MessageCache
-from .tokens import ExactCounter
-from .v1 import context_pb2 as pb
-from .v1 import context_pb2_grpc as pb_grpc
+from .. import assemble, compact, prune, truncation
+from . import conversion
+from ..config import Config
+from ..errors import BadInput
+from ..deadline import NO_DEADLINE, Deadline
+from ..lowering_memo import LoweringMemo
+from ..memo import StepMemo
+from ..message_cache import MessageCache
+from ..tokens import ExactCounter
+from ..v1 import context_pb2 as pb
+from ..v1 import context_pb2_grpc as pb_grpc
 
 
 _OUTCOMES = {
@@ -51,15 +52,15 @@ class ContextService(pb_grpc.ContextServiceServicer):
 
     def _step_input(self, request, deadline: Deadline) -> assemble.AssembleInput:
         """The step a Measure or Assemble request describes: both take the same per-step fields."""
-        convert.require(request, "conversation", "model")
-        convert.session_id(request.conversation, self._cfg.server.max_session_id_bytes)
+        conversion.require(request, "conversation", "model")
+        conversion.session_id(request.conversation, self._cfg.server.max_session_id_bytes)
         return assemble.AssembleInput(
-            **convert.shared_fields(request, self._messages, self._json_depth, deadline, self._lowering),
-            editor=convert.editor(request.editor) if request.HasField("editor") else None,
+            **conversion.shared_fields(request, self._messages, self._json_depth, deadline, self._lowering),
+            editor=conversion.editor(request.editor) if request.HasField("editor") else None,
             step=request.step,
             max_steps=request.max_steps,
             plan_reminder=request.plan_reminder,
-            policy=convert.cache_policy(request.cache_hints, request.cache_ttl),
+            policy=conversion.cache_policy(request.cache_hints, request.cache_ttl),
             configured_output_tokens=request.configured_output_tokens,
             tools_disabled=request.tools_disabled,
             exact=request.exact,
@@ -74,18 +75,18 @@ class ContextService(pb_grpc.ContextServiceServicer):
         if self._metrics is not None:
             m = r.measurement
             self._metrics.record_measure(inp.model.provider, m.overflow or m.should_compact)
-        return pb.MeasureResponse(**convert.figures(r.measurement), cache_state=r.cache_state,
-                                  cache_report=convert.cache_report(r.report))
+        return pb.MeasureResponse(**conversion.figures(r.measurement), cache_state=r.cache_state,
+                                  cache_report=conversion.cache_report(r.report))
 
     def Prune(self, request: pb.PruneRequest, context) -> pb.PruneResponse:
-        convert.require(request, "conversation")
-        convert.session_id(request.conversation, self._cfg.server.max_session_id_bytes)
+        conversion.require(request, "conversation")
+        conversion.session_id(request.conversation, self._cfg.server.max_session_id_bytes)
         deadline = _deadline(context)
-        reason = convert.prune_reason(request.reason)
-        mdl = convert.model(request.model) if request.HasField("model") else None
-        r = prune.prune(convert.conversation(request.conversation, cache=self._messages,
+        reason = conversion.prune_reason(request.reason)
+        mdl = conversion.model(request.model) if request.HasField("model") else None
+        r = prune.prune(conversion.conversation(request.conversation, cache=self._messages,
                                              max_json_depth=self._json_depth, deadline=deadline), reason,
-                        convert.compaction_settings(request.compaction), self._cfg, model=mdl,
+                        conversion.compaction_settings(request.compaction), self._cfg, model=mdl,
                         memo=self._memo, deadline=deadline)
         if self._metrics is not None:
             self._metrics.record_prune(r.reason, r.acted, r.tokens_freed)
@@ -94,11 +95,11 @@ class ContextService(pb_grpc.ContextServiceServicer):
                                 tokens_scanned=r.tokens_scanned)
 
     def Compact(self, request: pb.CompactRequest, context) -> pb.CompactResponse:
-        convert.require(request, "conversation", "model")
-        convert.session_id(request.conversation, self._cfg.server.max_session_id_bytes)
+        conversion.require(request, "conversation", "model")
+        conversion.session_id(request.conversation, self._cfg.server.max_session_id_bytes)
         deadline = _deadline(context)
         inp = compact.CompactInput(
-            **convert.shared_fields(request, self._messages, self._json_depth, deadline, self._lowering),
+            **conversion.shared_fields(request, self._messages, self._json_depth, deadline, self._lowering),
             overflow=request.overflow,
             auto=request.auto,
             attempts=request.attempts,
@@ -113,13 +114,13 @@ class ContextService(pb_grpc.ContextServiceServicer):
             under_limit=r.under_limit, tokens_before=r.tokens_before, tokens_after=r.tokens_after,
             limit=r.limit, attempts=r.attempts, backend=r.backend or "", fell_back=r.fell_back,
             fallback_reason=r.fallback_reason or "", chunked=r.chunked,
-            edits=[convert.compact_edit(e) for e in r.edits], omittable_ids=r.omittable_ids,
+            edits=[conversion.compact_edit(e) for e in r.edits], omittable_ids=r.omittable_ids,
             decision_method=r.decision_method,
         )
         if r.summary is not None:
-            out.summary.CopyFrom(convert.message_to_pb(r.summary))
+            out.summary.CopyFrom(conversion.message_to_pb(r.summary))
         if r.continue_message is not None:
-            out.continue_message.CopyFrom(convert.message_to_pb(r.continue_message))
+            out.continue_message.CopyFrom(conversion.message_to_pb(r.continue_message))
         if r.retention is not None:
             out.retention.CopyFrom(pb.Retention(items=r.retention.items, retained=r.retention.retained,
                                                 ratio=r.retention.ratio))
@@ -137,7 +138,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
         return pb.AssembleResponse(
             body=r.body,
             body_bytes=m.body_bytes,
-            estimate=convert.token_count(m.estimate),
+            estimate=conversion.token_count(m.estimate),
             breakpoints=[pb.Breakpoint(location=b.location, segment=b.segment, prefix_bytes=b.prefix_bytes,
                                        prefix_sha256=b.prefix_sha256) for b in r.breakpoints],
             pruned_part_ids=r.pruned_part_ids,
@@ -147,10 +148,10 @@ class ContextService(pb_grpc.ContextServiceServicer):
             guard_tripped=r.guard_tripped,
             environment_details=r.environment_details,
             output_tokens=m.output_tokens,
-            figures=pb.Figures(**convert.figures(m)),
+            figures=pb.Figures(**conversion.figures(m)),
             cache_state=r.cache_state,
-            cache_report=convert.cache_report(r.report),
-            persist=[convert.persist_part(p) for p in r.persist],
+            cache_report=conversion.cache_report(r.report),
+            persist=[conversion.persist_part(p) for p in r.persist],
         )
 
     def TruncateToolOutput(self, request: pb.TruncateToolOutputRequest, context):

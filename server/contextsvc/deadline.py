@@ -1,5 +1,5 @@
 """The caller's deadline, as the core sees it: the RPC layer builds a Deadline from its context
-(the concurrency limit lives in admission.py)."""
+(the concurrency limit lives in rpc/admission.py)."""
 from __future__ import annotations
 
 import time

@@ -13,10 +13,11 @@ from __future__ import annotations
 import os
 import time
 
-from ..config import Config
-from ..errors import DeadlineExceeded, Unavailable
-from ..limits import NO_DEADLINE
-from . import http_deadline, template
+from ...config import Config
+from ...errors import DeadlineExceeded, Unavailable
+from ...deadline import NO_DEADLINE
+from . import http_deadline
+from .. import template
 from .job import ContextTooLong
 
 NAME = "anthropic"

@@ -11,7 +11,7 @@ import ssl
 
 import grpc
 
-from .config import check_token
+from ..config import check_token
 from .interceptors import identity
 
 

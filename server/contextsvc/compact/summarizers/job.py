@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import Unavailable
-from ..limits import NO_DEADLINE, Deadline
+from ...errors import Unavailable
+from ...deadline import NO_DEADLINE, Deadline
 
 
 @dataclass(slots=True)

@@ -1,0 +1,1 @@
+"""The summarizers Compact asks: the embedded offline one and the Anthropic Messages API."""
