@@ -17,6 +17,7 @@ import re
 from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
 
 from ._common import (ANTHROPIC_ID, MAX_MARKERS, OPENAI_ID_MAX, Problems, data_url_problem, is_http_url,
+                      strict_validator, validate)
 
 PROVIDERS = ("openai", "openai-compatible", "openrouter", "alibaba", "copilot")
 
