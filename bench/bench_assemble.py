@@ -19,7 +19,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import workload  # noqa: E402
 from bench_measure import pct, start_server  # noqa: E402
 
-from contextsvc import assemble, body, breakpoints, config, native  # noqa: E402
+from contextsvc import assemble, breakpoints, config, conversation as m, native  # noqa: E402
+from contextsvc.step import Plan, pieces, request  # noqa: E402
 from contextsvc.rpc import conversion  # noqa: E402
 from contextsvc.v1 import context_pb2 as pb  # noqa: E402
 from contextsvc.v1 import context_pb2_grpc as pb_grpc  # noqa: E402
@@ -50,7 +51,7 @@ def phases(req, cfg, n):
         conv, mdl = conversion.conversation(req.conversation), conversion.model(req.model)
         tools, system = conversion.tools(req.tools), conversion.system(req.system)
         t1 = time.perf_counter()
-        lowered, _ = body.lower_request(conv, mdl, tools, system, "")
+        lowered = pieces.lower_request(conv, Plan.of(mdl, tools, system, m.CompactionSettings(), cfg)).lowered
         bps = breakpoints.choose(lowered, mdl.provider, tools, breakpoints.Policy(), 4, 3)
         breakpoints.place(lowered, mdl.provider, bps)
         t2 = time.perf_counter()
@@ -58,7 +59,7 @@ def phases(req, cfg, n):
             for e in parent[key]:
                 native.json_lengths(e)
         t3 = time.perf_counter()
-        body.Built(lowered, None, {}, bps).body_json()
+        request.Request(lowered, None, {}, bps).body_json()
         t4 = time.perf_counter()
         inp = assemble.AssembleInput(conv, mdl, tools, system, conversion.compaction_settings(req.compaction),
                                      editor=conversion.editor(req.editor))

@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 import workload  # noqa: E402
 
-from contextsvc import config, measure, memo, conversation as m, native, prune  # noqa: E402
+from contextsvc import config, memo, conversation as m, native, prune, window  # noqa: E402
 from contextsvc.rpc import conversion  # noqa: E402
 from contextsvc.compact import run as cmod, head_tail  # noqa: E402
 
@@ -54,7 +54,7 @@ def main():
     args = ap.parse_args()
     cfg = config.Config()
     mdl = m.Model("claude-sonnet-4-5", m.ANTHROPIC, m.ModelLimits(200_000, 0, 64_000))
-    usable = measure.usable(mdl, m.CompactionSettings(), cfg)
+    usable = window.usable(mdl, m.CompactionSettings(), cfg)
 
     msgs = history(10_000)
     sizes = head_tail.sizes(msgs, mdl)
@@ -76,9 +76,9 @@ def main():
     inp = cmod.CompactInput(conv, conversion.model(req.model), conversion.tools(req.tools),
                             conversion.system(req.system), m.CompactionSettings(), now_ms=1)
     result = cmod.compact(inp, cfg)
-    # with a memo (memo.StepMemo, as the server runs): what each message gives is kept, so a
+    # with a memo (memo.Memo, as the server runs): what each message gives is kept, so a
     # repeated call pays only for what depends on position
-    step_memo = memo.StepMemo(cfg.server.step_memo_bytes)
+    step_memo = memo.Memo(cfg.server.memo_bytes)
     for label, mm in (("memo off", None), ("memo on ", step_memo)):
         print(f"offline compact, {len(conv.messages)} messages (~1.25 MB), {label}: "
               f"{median_ms(lambda mm=mm: cmod.compact(inp, cfg, memo=mm), args.repeat):8.1f} ms "

@@ -1,7 +1,7 @@
 """The message cache on a growing conversation: Measure and Assemble, cache on vs off.
 
 An agent's step resends the whole history plus one new message. Two `contextsvc serve`
-processes, one with `server.message_cache_bytes = 0`, get the same sequence of requests, each one
+processes, one with `server.memo_bytes = 0`, get the same sequence of requests, each one
 message longer than the last; prints p50/p99 per server and the ratio.
 Usage: python bench/bench_message_cache.py [--size 1250000] [--steps 40]
 """
@@ -62,7 +62,7 @@ def main():
     ap.add_argument("--steps", type=int, default=40)
     args = ap.parse_args()
     off_cfg = Path(tempfile.mkdtemp()) / "nocache.toml"
-    off_cfg.write_text("[server]\nmessage_cache_bytes = 0\n")
+    off_cfg.write_text("[server]\nmemo_bytes = 0\n")
     on, on_port = start_server()
     off, off_port = start_server("--config", str(off_cfg))
     try:

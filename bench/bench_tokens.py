@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import real_corpus  # noqa: E402
 import workload  # noqa: E402
 
-from contextsvc import body, config, measure, conversation as m, native, tokens  # noqa: E402
+from contextsvc import config, measure, conversation as m, native, tokens  # noqa: E402
+from contextsvc.step import Plan, request  # noqa: E402
 from contextsvc.rpc import conversion  # noqa: E402
 
 TARGET_ERROR = 0.10
@@ -144,7 +145,7 @@ def incremental(repeat):
         chars.append(counter.cache.tokenized_chars - before)
         plain.append(run(False)[1])
         bare.append(run(False, off)[1])
-    text = body.estimate_text(conv, mdl, tools, system)
+    text = request.estimate_text(conv, Plan.of(mdl, tools, system, m.CompactionSettings(), cfg))
     t = time.perf_counter()
     counter.count(text)
     whole = (time.perf_counter() - t) * 1000

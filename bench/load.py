@@ -51,14 +51,14 @@ _WORDS = ("the parser fails on nested input so we read src/app/main.py again and
 _CODE = 'def handle(request):\n    if not request.path:\n        raise ValueError("empty path")\n    return ROUTES[request.path](request)\n'
 
 
-def start_server(store_dir, message_cache_bytes, processes, redis_url=None):
+def start_server(store_dir, memo_bytes, processes, redis_url=None):
     cfg = os.path.join(store_dir, "load.toml")
     with open(cfg, "w") as f:
         f.write(f'[truncation]\ndirectory = "{store_dir}/store"\n')
         if redis_url:
             f.write(f'backend = "redis"\nredis_url = "{redis_url}"\n')
-        if message_cache_bytes is not None:
-            f.write(f"[server]\nmessage_cache_bytes = {message_cache_bytes}\n")
+        if memo_bytes is not None:
+            f.write(f"[server]\nmemo_bytes = {memo_bytes}\n")
     return serve("--metrics-port", "0", "--config", cfg, "--processes", str(processes))
 
 
@@ -175,7 +175,7 @@ def main(argv=None) -> int:
     p.add_argument("--callers", type=int, default=8, help=f"concurrent agent sessions (1..{MAX_CALLERS})")
     p.add_argument("--seconds", type=float, default=60, help=f"duration (at most {MAX_SECONDS})")
     p.add_argument("--message-cache-bytes", type=int,
-                   help="the server's [server] message_cache_bytes (default: the config default)")
+                   help="the server's [server] memo_bytes (default: the config default)")
     p.add_argument("--processes", type=int, default=1,
                    help="the server's serving processes (--processes of contextsvc serve)")
     p.add_argument("--redis-url", help="store tool outputs in this Redis (truncation.backend = redis)")
@@ -185,7 +185,7 @@ def main(argv=None) -> int:
         p.error("callers and seconds are bounded")
 
     with tempfile.TemporaryDirectory(prefix="contextsvc-load-") as tmp:
-        proc, port = start_server(tmp, args.message_cache_bytes, args.processes, args.redis_url)
+        proc, port = start_server(tmp, args.memo_bytes, args.processes, args.redis_url)
         try:
             rss_before, cpu_before = rss_mb(proc.pid), cpu_seconds(proc.pid)
             stats, stop = Stats(), threading.Event()

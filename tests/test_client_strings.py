@@ -36,8 +36,7 @@ def test_six_hundred_steps_with_megabyte_strings_leave_memory_bounded():
     limit: the server keeps at most its caches' bounds. Before, a per-session table kept 583 MB
     after 600 Assembles with 1 MB session ids."""
     cache_bytes = 4 << 20
-    s = start_server(message_cache_bytes=cache_bytes, step_memo_bytes=cache_bytes,
-                     lowering_memo_bytes=cache_bytes)
+    s = start_server(memo_bytes=3 * cache_bytes)
     big = "x" * MB
     try:
         with grpc.insecure_channel(f"127.0.0.1:{s.port}", options=OPTIONS) as ch:

@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from contextsvc import config, projection, measure, conversation as m, native
+from contextsvc import config, conversation as m, native, projection, window
 from contextsvc.compact import run as cmod, edits, retention, head_tail, serialize, template
 from contextsvc.compact.summarizers import offline
 from contextsvc.compact.summarizers.anthropic import AnthropicSummarizer
@@ -314,7 +314,7 @@ def test_compact_result_messages():
     assert r.tail_start_id == c.messages[5].id  # the last real turn is kept
     assert r.summarized_ids == [x.id for x in c.messages[:5]]
     assert r.continue_message is None  # a manual compaction (auto: false) adds no continue prompt
-    assert r.tokens_after < r.tokens_before and r.limit == measure.limit(SONNET, NO, CFG)
+    assert r.tokens_after < r.tokens_before and r.limit == window.limit(SONNET, NO, CFG)
     auto = run(c.conv(), settings=m.CompactionSettings(tail_turns=1, preserve_recent_tokens=100_000), auto=True)
     assert auto.continue_message.role == m.USER
     assert auto.continue_message.parts[0].content.text == cmod.CONTINUE_PROMPT
@@ -373,7 +373,7 @@ def test_needs_a_user_message():
 @pytest.mark.parametrize("context", [8_192, 200_000, 1_000_000])
 def test_insufficient_is_never_reported_as_compacted(context):
     mdl = m.Model("claude-sonnet-4-5", m.ANTHROPIC, m.ModelLimits(context, 0, 4096))
-    lim = measure.limit(mdl, NO, CFG)
+    lim = window.limit(mdl, NO, CFG)
     c = working_session()
     huge = m.SystemPrompt(soul="rules " * (lim + 10))  # the system prompt alone is over
     r = cmod.compact(cmod.CompactInput(c.conv(), mdl, system=huge, now_ms=1), CFG)
@@ -477,7 +477,7 @@ def test_anthropic_backend_request_and_response(api):
     assert path == "/v1/messages"
     assert "sk-test-123" in (headers.get("x-api-key", "") + headers.get("Authorization", ""))
     assert body["model"] == cfg.summarizer.model
-    assert body["max_tokens"] == measure.max_output(SONNET, cfg)
+    assert body["max_tokens"] == window.max_output(SONNET, cfg)
     system = body["system"]
     assert len(system) == 1 and system[0]["type"] == "text"
     assert system[0]["text"] == template.TEMPLATE_RULES

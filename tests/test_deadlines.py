@@ -60,7 +60,7 @@ def test_large_conversation_stops_at_the_deadline_and_frees_its_memory(method):
     """100,000 messages, a 0.5 s deadline. Before: Measure ran 13 s past it, Assemble 21 s,
     Prune 14 s, Compact (60,000 messages) 6 s, at 150-560 MB of peak RSS."""
     deadline = 0.5
-    s = start_server(message_cache_bytes=0, step_memo_bytes=0)
+    s = start_server(memo_bytes=0)
     request = CASES[method](many(100_000))
     try:
         with grpc.insecure_channel(f"127.0.0.1:{s.port}", options=OPTIONS) as ch:

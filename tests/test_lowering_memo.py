@@ -1,4 +1,4 @@
-"""The lowering memo of Measure and Assemble (lowering_memo.py, issue 19): the same answers with it
+"""The memo's lowering entries (memo.py, step/pieces.py; issue 19): the same answers with it
 on or off, over real servers and random growing sessions of every provider; its charge is its real
 memory; its bound holds; it is keyed by Message.digest, with or without the message cache."""
 from __future__ import annotations
@@ -13,18 +13,19 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from helpers import convo, corpus
 from helpers.server import start_server
-from contextsvc import body, conversation as m
+from contextsvc import conversation as m
 from contextsvc.rpc import conversion
 from contextsvc.lowering.registry import PROVIDERS
-from contextsvc.message_cache import MessageCache
-from contextsvc.lowering_memo import LoweringMemo
+from contextsvc.memo import LOWERED, Memo
+from contextsvc.step import request
+from helpers.steps import plan
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
 
 
 @pytest.fixture(scope="module")
 def servers():
-    on, off = start_server(), start_server(lowering_memo_bytes=0)
+    on, off = start_server(), start_server(memo_bytes=0)
     chans = [grpc.insecure_channel(f"127.0.0.1:{s.port}") for s in (on, off)]
     yield [pb_grpc.ContextServiceStub(c) for c in chans]
     for c in chans:
@@ -67,14 +68,14 @@ def test_the_same_answers_with_the_memo_on_or_off(servers, provider, case, data)
             full.previous_cache_state = state  # the next step passes it back
 
 
-def _fill(memo: LoweringMemo, make, count: int, provider: str = m.ANTHROPIC, cache=None):
-    """Measures conversations of count messages through the memo (no message cache by default,
-    so what stays is the memo's alone: convert gives every message its digest anyway)."""
+def _fill(memo: Memo, make, count: int, provider: str = m.ANTHROPIC, cache=None):
+    """Measures conversations of count messages through the memo (conversion without it by
+    default, so what stays is the lowering alone: conversion gives every message its digest anyway)."""
     mdl = m.Model(id="claude-sonnet-4-5", provider=provider)
     for start in range(0, count, 50):
         msgs = [make(k) for k in range(start, start + 50)]
-        conv = conversion.conversation(pb.Conversation(messages=msgs), cache=cache, lowering_memo=memo)
-        body.build(conv, mdl, [], m.SystemPrompt())
+        conv = conversion.conversation(pb.Conversation(messages=msgs), memo=cache)
+        request.build(conv, plan(mdl), memo)
 
 
 tiny, large = convo.tiny_message, convo.large_message
@@ -82,7 +83,7 @@ tiny, large = convo.tiny_message, convo.large_message
 
 @pytest.mark.parametrize("make,count", [(tiny, 3000), (large, 100)])
 def test_the_charge_is_the_real_memory(make, count):
-    memo = LoweringMemo(1 << 30)
+    memo = Memo(1 << 30)
     gc.collect()
     tracemalloc.start()
     try:
@@ -103,10 +104,10 @@ def test_the_charge_is_the_real_memory(make, count):
 
 def test_the_bound_holds_oldest_out():
     bound = 256 * 1024
-    memo = LoweringMemo(bound)
+    memo = Memo(bound)
     _fill(memo, large, 60)
     assert 0 < memo.size_bytes <= bound
-    memo_all = LoweringMemo(1 << 30)
+    memo_all = Memo(1 << 30)
     _fill(memo_all, large, 60)
     assert len(memo) < len(memo_all) and memo_all.size_bytes > bound  # the oldest went
     newest = [k for k in memo_all._items][-1]
@@ -116,21 +117,21 @@ def test_the_bound_holds_oldest_out():
 @pytest.mark.parametrize("cached", [False, True])
 def test_keyed_by_the_message_digest(cached):
     """The pieces are found again under each message's digest (Message.digest, the key the
-    message cache and memo.py use), whether the message was converted afresh or came from the
-    message cache; a message without one is lowered afresh and adds nothing."""
-    cache = MessageCache(1 << 30) if cached else None
-    memo = LoweringMemo(1 << 30)
+    memo uses for every entry), whether the message was converted afresh or came from the
+    memo; a message without one is lowered afresh and adds nothing."""
+    memo = Memo(1 << 30)
+    cache = memo if cached else None
     _fill(memo, tiny, 50, cache=cache)
     n = len(memo)
     msgs = [tiny(k) for k in range(50)]
-    conv = conversion.conversation(pb.Conversation(messages=msgs), cache=cache, lowering_memo=memo)
+    conv = conversion.conversation(pb.Conversation(messages=msgs), memo=cache)
     digests = {msg.digest for msg in conv.messages}
     assert len(digests) == 50 and all(len(d) == 16 for d in digests)
-    assert {k[0] for k in memo._items if isinstance(k[0], bytes)} == digests
+    assert {k[1] for k in memo._items if k[0] == LOWERED} == digests
     hits = memo.hits
-    body.build(conv, m.Model(id="claude-sonnet-4-5", provider=m.ANTHROPIC), [], m.SystemPrompt())
+    request.build(conv, plan(m.Model(id="claude-sonnet-4-5", provider=m.ANTHROPIC)), memo)
     assert len(memo) == n and memo.hits > hits
-    fresh = m.Conversation([dataclasses.replace(x) for x in conv.messages], lowering_memo=memo)
+    fresh = m.Conversation([dataclasses.replace(x) for x in conv.messages])
     assert not any(x.digest for x in fresh.messages)
-    body.build(fresh, m.Model(id="claude-sonnet-4-5", provider=m.ANTHROPIC), [], m.SystemPrompt())
+    request.build(fresh, plan(m.Model(id="claude-sonnet-4-5", provider=m.ANTHROPIC)), memo)
     assert len(memo) == n

@@ -8,7 +8,9 @@ import math
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from contextsvc import body, config, measure, conversation as m, native, tokens
+from contextsvc import config, measure, conversation as m, native, tokens, window
+from helpers.steps import plan
+from contextsvc.step import request
 from contextsvc.errors import BadInput
 from contextsvc.lowering.media import MEDIA_PLACEHOLDER
 
@@ -59,31 +61,31 @@ def test_preflight_is_exact_rational():
     (8_192, 0, 16_000, 0),                   # output larger than the window
 ])
 def test_usable_window(context, input_, output, expected):
-    assert measure.usable(mdl(context, input_, output), m.CompactionSettings(), CFG) == expected
+    assert window.usable(mdl(context, input_, output), m.CompactionSettings(), CFG) == expected
 
 
 @pytest.mark.parametrize("context", [8_000, 200_000, 1_000_000])
 def test_threshold_percent_lowers_the_limit(context):
     model_ = mdl(context, 0, 4_000)
     s = m.CompactionSettings(threshold_percent=50)
-    assert measure.limit(model_, s, CFG) == min(context - 4_000, context // 2)
-    assert measure.limit(model_, m.CompactionSettings(), CFG) == context - 4_000
+    assert window.limit(model_, s, CFG) == min(context - 4_000, context // 2)
+    assert window.limit(model_, m.CompactionSettings(), CFG) == context - 4_000
     # an explicit reserved applies to input limits only
     with_input = mdl(context, context // 2, 4_000)
-    assert measure.usable(with_input, m.CompactionSettings(reserved=1000), CFG) == context // 2 - 1000
+    assert window.usable(with_input, m.CompactionSettings(reserved=1000), CFG) == context // 2 - 1000
 
 
 def test_output_budget_example_from_spec():
     model_ = mdl(300_000, 0, 32_000)
-    assert measure.output_budget(model_, 32_000, 280_000, 1000, 0, CFG) == 17_952
+    assert window.output_budget(model_, 32_000, 280_000, 1000, 0, CFG) == 17_952
     # nothing left: the configured value goes through unchanged
-    assert measure.output_budget(model_, 32_000, 299_000, 0, 0, CFG) == 32_000
+    assert window.output_budget(model_, 32_000, 299_000, 0, 0, CFG) == 32_000
     # plenty left: configured kept
-    assert measure.output_budget(model_, 32_000, 1_000, 0, 0, CFG) == 32_000
+    assert window.output_budget(model_, 32_000, 1_000, 0, 0, CFG) == 32_000
     # a sliver left: never below 1024
-    assert measure.output_budget(model_, 32_000, 297_000, 0, 0, CFG) == 1024
+    assert window.output_budget(model_, 32_000, 297_000, 0, 0, CFG) == 1024
     # media are padded 2048 each
-    assert measure.output_budget(model_, 32_000, 0, 250_000, 10, CFG) == 300_000 - 270_480 - 2048
+    assert window.output_budget(model_, 32_000, 0, 250_000, 10, CFG) == 300_000 - 270_480 - 2048
 
 
 def test_estimate_matches_reference_text_and_js_rounding():
@@ -93,7 +95,7 @@ def test_estimate_matches_reference_text_and_js_rounding():
         msg(3, m.USER, txt("c", "next")),
     ])
     r = run(conv, mdl())
-    text = body.estimate_text(conv, mdl(), [], m.SystemPrompt())
+    text = request.estimate_text(conv, plan(mdl(), [], m.SystemPrompt()))
     assert text.count('"cache_control":{"type":"ephemeral"}') == 1  # what is sent, marker included
     units = len(text.encode("utf-16-le")) // 2
     assert r.estimate == (math.floor(units / 4 + 0.5), tokens.ESTIMATE)
@@ -106,11 +108,11 @@ def test_media_counted_twice():
     r = run(conv, mdl())
     assert r.media_count == 1
     assert r.extra == 1500
-    text = body.estimate_text(conv, mdl(), [], m.SystemPrompt())
+    text = request.estimate_text(conv, plan(mdl(), [], m.SystemPrompt()))
     assert MEDIA_PLACEHOLDER in text and "AAEAAQ" not in text
     assert r.estimate[0] == native.estimate_tokens(text)
     assert r.raw[0] == tokens.preflight(r.estimate[0] + 1500, CFG.measure.factor)
-    built = body.build(conv, mdl(), [], m.SystemPrompt())
+    built = request.build(conv, plan(mdl(), [], m.SystemPrompt()))
     built.lowered.set_max_output(r.output_tokens)
     assert r.body_bytes == len(built.body_json())  # the real bytes are in the body
 
@@ -285,12 +287,12 @@ def test_body_bytes_equal_emitted_json(conv, provider, context):
     system = m.SystemPrompt(soul="soul", agent_prompt="prompt", env=m.EnvInfo("/w", True, "linux", "2026-12-02"),
                             instructions=[m.Instruction("AGENTS.md", "be nice")], skills=[m.Skill("pdf", "PDFs")])
     r = run(conv, model_, tools, system)
-    built = body.build(conv, model_, tools, system)
+    built = request.build(conv, plan(model_, tools, system))
     built.lowered.set_max_output(r.output_tokens)
     raw = built.body_json()
     assert r.body_bytes == len(raw)
     assert json.loads(raw)  # a real JSON object
-    text = body.estimate_text(conv, model_, [], system)
+    text = request.estimate_text(conv, plan(model_, [], system))
     assert r.estimate[0] == native.estimate_tokens(text)
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from helpers import convo
 from contextsvc.rpc import conversion
-from contextsvc.message_cache import ENTRY_OVERHEAD, MessageCache, resident_size
+from contextsvc.memo import ENTRY_OVERHEAD, MESSAGE, Memo, resident_size
 from contextsvc.v1 import context_pb2 as pb
 
 import workload
@@ -14,47 +14,48 @@ import workload
 
 def test_cached_conversion_equals_plain_conversion():
     conv = workload.conversation(200_000)
-    cache = MessageCache(64 * 1024 * 1024)
+    cache = Memo(64 * 1024 * 1024)
     plain = conversion.conversation(conv)
-    first = conversion.conversation(conv, cache=cache)
+    first = conversion.conversation(conv, memo=cache)
     assert cache.misses == len(conv.messages) and cache.hits == 0
-    again = conversion.conversation(conv, cache=cache)
+    again = conversion.conversation(conv, memo=cache)
     assert cache.hits == len(conv.messages)
     assert plain == first == again
 
 
 def test_a_changed_message_is_converted_again():
-    cache = MessageCache(1024 * 1024)
+    cache = Memo(1024 * 1024)
     conv = convo.small_conversation()
-    conversion.conversation(conv, cache=cache)
+    conversion.conversation(conv, memo=cache)
     conv.messages[2].parts[0].text.text = "A different request"  # same id, new content
-    got = conversion.conversation(conv, cache=cache)
+    got = conversion.conversation(conv, memo=cache)
     assert got.messages[2].parts[0].content.text == "A different request"
     assert cache.hits == 2 and cache.misses == 4
 
 
 def test_invalid_messages_still_fail_with_their_path():
-    cache = MessageCache(1024 * 1024)
+    cache = Memo(1024 * 1024)
     conv = convo.small_conversation()
-    conversion.conversation(conv, cache=cache)
+    conversion.conversation(conv, memo=cache)
     conv.messages[1].parts[1].tool.state.input_json = "{not json"
     with pytest.raises(conversion.BadInput) as e:
-        conversion.conversation(conv, cache=cache)
+        conversion.conversation(conv, memo=cache)
     assert e.value.field == "conversation.messages[1].parts[1].tool.state.input_json"
 
 
 def test_the_cache_is_bounded_by_real_memory_oldest_out():
     # each message is charged its objects' real size: three fit in three and a half of them
     msgs = [convo.user(f"m{i}", convo.text(f"p{i}", "x" * 900)) for i in range(5)]
-    one = resident_size(conversion.conversation(pb.Conversation(messages=[msgs[0]])).messages[0]) + ENTRY_OVERHEAD
+    first = conversion.conversation(pb.Conversation(messages=[msgs[0]])).messages[0]
+    one = resident_size((MESSAGE, first.digest)) + resident_size(first) + ENTRY_OVERHEAD
     bound = 3 * one + one // 2
-    cache = MessageCache(bound)
+    cache = Memo(bound)
     for msg in msgs:
-        conversion.conversation(pb.Conversation(messages=[msg]), cache=cache)
+        conversion.conversation(pb.Conversation(messages=[msg]), memo=cache)
     assert cache.size_bytes <= bound and len(cache) == 3
-    conversion.conversation(pb.Conversation(messages=[msgs[0]]), cache=cache)  # evicted: converted again
+    conversion.conversation(pb.Conversation(messages=[msgs[0]]), memo=cache)  # evicted: converted again
     assert cache.hits == 0
-    conversion.conversation(pb.Conversation(messages=[msgs[4]]), cache=cache)  # newest: still there
+    conversion.conversation(pb.Conversation(messages=[msgs[4]]), memo=cache)  # newest: still there
     assert cache.hits == 1
 
 
@@ -62,7 +63,7 @@ def test_server_answers_the_same_with_and_without_the_cache(stub):
     from helpers.server import start_server
 
     req = workload.measure_request(100_000)
-    uncached = start_server(message_cache_bytes=0)
+    uncached = start_server(memo_bytes=0)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{uncached.port}") as ch:
             from contextsvc.v1 import context_pb2_grpc as pb_grpc
@@ -113,9 +114,9 @@ def test_converting_the_new_messages_checks_the_deadline_whatever_the_cache_hold
     from contextsvc.deadline import CHECK_EVERY
 
     msgs = [convo.user(f"m{i}", convo.text(f"p{i}", f"text {i}")) for i in range(2 * CHECK_EVERY * 2)]
-    cache = MessageCache(64 << 20)
-    conversion.conversation(pb.Conversation(messages=msgs[::CHECK_EVERY]), cache=cache)  # warm those
+    cache = Memo(64 << 20)
+    conversion.conversation(pb.Conversation(messages=msgs[::CHECK_EVERY]), memo=cache)  # warm those
     counting = _CountingDeadline()
-    conversion.conversation(pb.Conversation(messages=msgs), cache=cache, deadline=counting.deadline)
+    conversion.conversation(pb.Conversation(messages=msgs), memo=cache, deadline=counting.deadline)
     wire_checks = -(-len(msgs) // CHECK_EVERY)  # the serializing pass
     assert counting.asked > wire_checks, "no check while converting the new messages"

@@ -1,4 +1,4 @@
-"""The message cache's real memory stays within server.message_cache_bytes (issue 16, item 10):
+"""The memo's real memory stays within server.memo_bytes (issue 16, item 10):
 measured with tracemalloc in process, over a real server, for tiny and for large messages."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from helpers import convo
 from helpers.server import start_server
-from contextsvc.message_cache import MessageCache
+from contextsvc.memo import Memo
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
 
@@ -21,16 +21,16 @@ SLACK = 128 * 1024  # the OrderedDict's table and allocator rounding
 tiny, large = convo.tiny_message, convo.large_message
 
 
-def cache_of_running_server() -> MessageCache:
-    (cache,) = [o for o in gc.get_objects() if isinstance(o, MessageCache)]
+def cache_of_running_server() -> Memo:
+    (cache,) = [o for o in gc.get_objects() if isinstance(o, Memo)]
     return cache
 
 
 @pytest.mark.parametrize("make,count,per_call", [(tiny, 40_000, 4000), (large, 120, 20)])
 def test_real_memory_of_the_cache_stays_within_its_bound(make, count, per_call):
     gc.collect()
-    assert not [o for o in gc.get_objects() if isinstance(o, MessageCache)]
-    s = start_server(message_cache_bytes=BOUND, max_concurrent_rpcs=1, workers=2)
+    assert not [o for o in gc.get_objects() if isinstance(o, Memo)]
+    s = start_server(memo_bytes=BOUND, max_concurrent_rpcs=1, workers=2)
     tracemalloc.start()
     try:
         with grpc.insecure_channel(f"127.0.0.1:{s.port}",

@@ -15,6 +15,7 @@ import pytest
 
 from helpers import convo
 from contextsvc import assemble, breakpoints, config, conversation as m
+from contextsvc.step import environment
 import contextsvc_client
 from contextsvc.v1 import context_pb2 as pb
 from helpers.prefix import cache_order
@@ -116,7 +117,7 @@ class Loop:
     def assemble(self) -> assemble.Assembled:
         self.step += 1
         self.clock += 37  # the editor's clock moves at every step: the block must not
-        editor = assemble.Editor(current_time=f"2026-12-02T17:{self.clock // 60:02d}:{self.clock % 60:02d}+00:00",
+        editor = environment.Editor(current_time=f"2026-12-02T17:{self.clock // 60:02d}:{self.clock % 60:02d}+00:00",
                                  working_directory="/repo", active_file=f"src/f{self.step}.py",
                                  open_tabs=[f"src/f{self.step}.py"])
         inp = assemble.AssembleInput(
@@ -172,7 +173,7 @@ def test_every_step_and_turn_keeps_the_prefix_for_every_provider(provider):
 def test_a_user_message_keeps_its_environment_block_for_the_session(provider):
     loop = session(provider)
     users = [x for x in loop.messages if x.role == m.USER]
-    blocks = [assemble.stored_environment(x) for x in users]
+    blocks = [environment.stored_environment(x) for x in users]
     assert all(blocks), "every user message that was the latest holds a stored block"
     # computed once per user message: the clock of the step that first saw it, not a later one
     assert "17:00:37" in blocks[0] and "17:02:28" in blocks[1] and "17:03:42" in blocks[2]
@@ -186,7 +187,7 @@ def test_a_stored_block_is_recognized_under_the_client_s_own_part_id():
     loop.new_turn("Hello")
     a = loop.assemble()
     (p,) = a.persist
-    assert p.part.id.endswith(assemble.ENVIRONMENT_SUFFIX) and p.part.content.synthetic
+    assert p.part.id.endswith(environment.ENVIRONMENT_SUFFIX) and p.part.content.synthetic
     # a client that names its own part ids stores the block under another id
     loop.messages = [dataclasses.replace(x, parts=[x.parts[0], m.Part("prt_01J9", p.part.content)])
                      for x in loop.messages]
@@ -207,14 +208,14 @@ def test_a_wrapped_mid_run_message_stays_wrapped(provider):
     loop.user("Also keep the public API stable")
     a = loop.assemble()
     assert "mid_run_reminder" in a.injected
-    wrapped = [p for p in a.persist if not p.part.id.endswith(assemble.ENVIRONMENT_SUFFIX)]
+    wrapped = [p for p in a.persist if not p.part.id.endswith(environment.ENVIRONMENT_SUFFIX)]
     assert [p.part.content.text.split("\n")[:3] for p in wrapped] == [
         ["<system-reminder>", "The user sent the following message:", "Also keep the public API stable"]]
     for _ in range(3):  # later steps: a newer assistant has finished; the message stays as it was
         loop.assistant_calls("grep", {"pattern": "api"}, "none")
         b = loop.assemble()
         assert "mid_run_reminder" not in b.injected and not [
-            p for p in b.persist if not p.part.id.endswith(assemble.ENVIRONMENT_SUFFIX)]
+            p for p in b.persist if not p.part.id.endswith(environment.ENVIRONMENT_SUFFIX)]
         text = json.dumps(loop.bodies[-1][0], ensure_ascii=False)
         assert text.count("The user sent the following message:") == 1  # wrapped once, never twice
     for k in range(1, len(loop.bodies)):

@@ -56,9 +56,9 @@ def _grow(rng, msgs, n):
 
 
 def _memo_off():
-    """Both per-message memos off: the step memo and the lowering memo (Compact measures through it)."""
+    """The memo off (Compact measures through it too)."""
     cfg = config.Config()
-    return dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, step_memo_bytes=0, lowering_memo_bytes=0))
+    return dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, memo_bytes=0))
 
 
 def _same(a, b):
@@ -72,7 +72,7 @@ def test_the_memo_changes_no_answer(seed, monkeypatch):
     on_cfg, off_cfg = config.Config(), _memo_off()
     # the converted-message cache on in both: the memos are the only difference
     with_memo, without = servicer.ContextService(on_cfg), servicer.ContextService(off_cfg)
-    assert with_memo._memo is not None and without._memo is None and without._lowering is None
+    assert with_memo._memo is not None and without._memo is None
     msgs, ctx = [], _Context()
     mdl = model(context=rng.choice((8_000, 30_000, 200_000)))
     for n in range(60):
@@ -126,7 +126,7 @@ def test_memory_stays_within_the_bound(size):
     compute = lambda x: (x.parts[0].content.text[:size], ("fact", x.id))  # noqa: E731
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
-    mm = memo.StepMemo(bound)
+    mm = memo.Memo(bound)
     for k in range(0, len(msgs), 100):
         mm.each("k", msgs[k:k + 100], (), compute)
     held = tracemalloc.get_traced_memory()[0] - before
@@ -138,7 +138,7 @@ def test_memory_stays_within_the_bound(size):
 
 
 def test_least_recently_used_go_first():
-    mm = memo.StepMemo(4_000)
+    mm = memo.Memo(4_000)
     msgs = [_message(i, 2) for i in range(40)]
     mm.each("k", msgs[:3], (), lambda x: x.id)
     for x in msgs[3:]:
@@ -149,7 +149,7 @@ def test_least_recently_used_go_first():
 
 
 def test_a_message_without_digest_is_computed_every_time():
-    mm = memo.StepMemo(1 << 20)
+    mm = memo.Memo(1 << 20)
     msg = m.Message("x", m.USER, [])
     calls = []
     for _ in range(2):

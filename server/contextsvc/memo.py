@@ -1,29 +1,158 @@
-"""What Prune, Compact's selection and the offline summarizer compute per message, kept for the next step.
+"""The one per-message memo: what a step computes from one message alone, kept for the next step
+(docs/design.md §10).
 
-An agent resends its whole history every step; only the newest messages are new. What depends
-only on one message (the tool outputs prune weighs, its size for the tail selection, the facts
-the extractive summarizer and the retention check draw from it) is kept under the message's wire
-digest (model.Message.digest, set by convert) and the settings that change it, so a step pays
-for the new messages only. A message without a digest (built in the core, or a changed copy) is
-computed every time.
+An agent resends its whole history every step; only the newest messages are new. Whatever
+depends only on one message and on a few settings (its conversion from protobuf, its lowering to
+a wire format's elements with their JSON and lengths, prune's scan of its tool outputs, its
+validation, Compact's size of it, the offline summarizer's facts) is kept under the digest of the
+message's wire bytes (conversation.Message.digest, set by conversion) and those settings, so a
+step pays for the new messages only. A message without a digest (built or changed in the core)
+is computed every time.
 
-Bounded in memory: each entry is charged its value's real size (message_cache.resident_size,
-sys.getsizeof over the objects it holds) plus its key and bookkeeping; least recently used go
-first. Values are never mutated once stored (tuples), so threads share them safely. The answers
-are the same with the memo on or off: it only skips recomputing a pure function of the message.
+One store, one bound: each entry is charged what its Python objects really take
+(`resident_size`, a walk with sys.getsizeof) plus its key and bookkeeping; least recently used
+go first. Values are never mutated once stored, so threads share them safely. Every answer is
+the same with the memo on or off: it only skips recomputing a pure function of a message.
+
+Keys are tuples whose first item names the kind of entry (MESSAGE, LOWERED, MERGED, or the
+kind a caller of `each` gives), so kinds never collide.
 """
 from __future__ import annotations
 
+import hashlib
+import operator
 import sys
+from collections import OrderedDict
+from threading import Lock
 
-from .message_cache import ENTRY_OVERHEAD, SizedCache, resident_size
+# What one entry costs besides its key and value: the (value, size) tuple (56 bytes) and its
+# int (28), and the OrderedDict's hash slot, index and link node (about 100, amortized over the
+# table's growth), rounded up
+ENTRY_OVERHEAD = 240
+
+MESSAGE = "message"  # (MESSAGE, digest) -> the converted conversation.Message
+LOWERED = "lowered"  # (LOWERED, digest, settings) -> what the message lowers to alone (step.pieces)
+MERGED = "merged"  # (MERGED, settings, piece keys) -> JSON text and lengths of a merged element
+LEAD = "lead"  # (LEAD, provider) -> the lead user message a format opens with (step.pieces)
 
 
-class StepMemo(SizedCache):
-    """SizedCache's bound and LRU, keyed by (kind, digest, *settings) tuples."""
+def digest(wire: bytes) -> bytes:
+    """A message's digest (conversation.Message.digest): the key of everything kept for it."""
+    return hashlib.blake2b(wire, digest_size=16).digest()
 
-    def _put(self, key: tuple, value) -> None:
-        self._add(key, value, resident_size(value) + _key_size(key) + ENTRY_OVERHEAD)
+
+def pruned_digest(message_digest: bytes, part_ids) -> bytes:
+    """The digest of a copy of a message with the parts part_ids marked compacted (the payload
+    guard's prune): the copy lowers as its original with those parts compacted, whenever that
+    was, so its key is the original's digest and the ids (the compaction time differs from step
+    to step; every per-message entry reads only whether a part is compacted)."""
+    ids = "\x00".join(part_ids)
+    return hashlib.blake2b(message_digest + ids.encode("utf-8", "surrogatepass"), digest_size=16,
+                           person=b"pruned").digest()
+
+
+def resident_size(obj) -> int:
+    """Bytes the Python objects reachable from obj take: sys.getsizeof of each, walking
+    dataclasses with slots, lists, tuples and dicts without recursion. Objects every message
+    shares (None, booleans, small ints, the empty string) are free; a converted message is a
+    tree, so nothing else is counted twice (and a shared constant counted twice only errs high)."""
+    size = 0
+    stack = [obj]
+    pop, extend, getsizeof = stack.pop, stack.extend, sys.getsizeof
+    while stack:
+        x = pop()
+        t = type(x)
+        if t is str:
+            if x:
+                size += getsizeof(x)
+        elif t is list or t is tuple:
+            size += getsizeof(x)
+            extend(x)
+        elif t is dict:
+            size += getsizeof(x)
+            extend(x.keys())
+            extend(x.values())
+        elif t is int:
+            if not -5 <= x <= 256:
+                size += getsizeof(x)
+        elif x is None or t is bool:
+            pass
+        elif t is bytes or t is float:
+            size += getsizeof(x)
+        else:
+            size += getsizeof(x)
+            fields = _FIELDS.get(t)
+            if fields is None:
+                fields = _FIELDS[t] = _fields_of(t)
+            extend(fields(x))
+    return size
+
+
+_FIELDS: dict = {}  # type -> a function giving the tuple of its attribute values
+
+
+# A message's `digest` is in the entry's key, charged there.
+_NOT_WALKED = ("__weakref__", "__dict__", "digest")
+
+
+def _fields_of(t):
+    names = [n for c in t.__mro__ for n in getattr(c, "__slots__", ()) if n not in _NOT_WALKED]
+    getter = operator.attrgetter(*names) if names else None
+
+    def values(x):
+        out = () if getter is None else (getter(x) if len(names) > 1 else (getter(x),))
+        d = getattr(x, "__dict__", None)
+        return out + (d,) if d is not None else out
+    return values
+
+
+class Memo:
+    """An LRU whose bound is the real size of what it holds (resident_size of key and value)."""
+
+    def __init__(self, max_bytes: int):
+        self._max = max_bytes
+        self._items = OrderedDict()  # key -> (value, charged bytes)
+        self._bytes = 0
+        self._lock = Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key):
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                self.misses += 1
+                return None
+            self._items.move_to_end(key)
+            self.hits += 1
+            return item[0]
+
+    def get_many(self, keys: list) -> list:
+        """[get(key) for key in keys] under one lock (a step looks up thousands); a None key
+        gives None and counts as nothing."""
+        out = [None] * len(keys)
+        found = asked = 0
+        with self._lock:
+            get, touch = self._items.get, self._items.move_to_end
+            for i, key in enumerate(keys):
+                if key is None:
+                    continue
+                asked += 1
+                item = get(key)
+                if item is not None:
+                    touch(key)
+                    out[i] = item[0]
+                    found += 1
+            self.hits += found
+            self.misses += asked - found
+        return out
+
+    def put(self, key, value, wire_size: int = 0) -> None:
+        """Charged the key's and the value's real size; wire_size, when known, skips what cannot
+        fit (Python text takes at least half its UTF-8 size)."""
+        if wire_size > 2 * self._max:
+            return
+        self._add(key, value, resident_size(key) + resident_size(value) + ENTRY_OVERHEAD)
 
     def each(self, kind: str, messages: list, settings: tuple, compute) -> list:
         """[compute(msg) for msg in messages], each kept under (kind, msg.digest, *settings): one
@@ -35,18 +164,36 @@ class StepMemo(SizedCache):
             if value is None:
                 out[i] = value = compute(messages[i])
                 if keys[i] is not None:
-                    self._put(keys[i], value)
+                    self.put(keys[i], value)
         return out
 
+    def _add(self, key, value, size: int) -> None:
+        if size > self._max:
+            return
+        with self._lock:
+            if key in self._items:
+                return
+            self._items[key] = (value, size)
+            self._bytes += size
+            while self._bytes > self._max:
+                _, (_, gone) = self._items.popitem(last=False)
+                self._bytes -= gone
 
-def _key_size(key: tuple) -> int:
-    """The key tuple and its own items: the digest and small settings (their strings are most
-    often interned constants, counted anyway: erring high keeps the bound)."""
-    return sys.getsizeof(key) + sum(sys.getsizeof(x) for x in key)
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._bytes = 0
+
+    @property
+    def size_bytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
-def each(memo, kind: str, messages: list, settings: tuple, compute) -> list:
-    """[compute(msg) for msg in messages], through memo when there is one (StepMemo.each)."""
+def each(memo: Memo | None, kind: str, messages: list, settings: tuple, compute) -> list:
+    """[compute(msg) for msg in messages], through memo when there is one (Memo.each)."""
     if memo is None:
         return [compute(x) for x in messages]
     return memo.each(kind, messages, settings, compute)

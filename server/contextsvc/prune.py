@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
-from . import projection, measure, conversation as m, native, validate
+from . import conversation as m, native, projection, validate, window
 from .config import PRUNE_PROTECT_RULES, Config
 from .errors import BadInput
 from .deadline import NO_DEADLINE, Deadline, ticking
@@ -61,11 +61,7 @@ def gates(settings: m.CompactionSettings, cfg: Config, mdl: Optional[m.Model] = 
     """Config values, the token gates scaled to the window when the model's is known (design.md §4:
     min(config, usable / 4) and min(config, usable / 10)), then each per-request value wins."""
     pc, ps = cfg.prune, settings.prune_settings
-    protect_tokens, minimum_tokens = pc.protect_tokens, pc.minimum_tokens
-    if mdl is not None and mdl.limits.context > 0:
-        u = measure.usable(mdl, settings, cfg)
-        protect_tokens = min(protect_tokens, u // 4)
-        minimum_tokens = min(minimum_tokens, u // 10)
+    protect_tokens, minimum_tokens = window.prune_gates(pc.protect_tokens, pc.minimum_tokens, mdl, settings, cfg)
 
     def pick(override, default):
         return default if override is None else override

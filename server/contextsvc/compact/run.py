@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Optional
 
-from .. import projection, measure, conversation as m, native, prune, tokens, validate
+from .. import conversation as m, native, projection, prune, step, tokens, validate, window
 from ..config import Config
 from ..errors import BadInput, Unavailable
 from ..deadline import NO_DEADLINE, Deadline
@@ -87,9 +87,10 @@ def make_summarizer(cfg: Config, memo=None):
 
 
 def _measure(conv: m.Conversation, inp: CompactInput, cfg: Config,
-             deadline: Deadline = NO_DEADLINE, memo=None) -> measure.Measurement:
-    return measure.measure(measure.MeasureInput(conv, inp.model, list(inp.tools), inp.system,
-                                                inp.compaction), cfg, deadline=deadline, memo=memo)
+             deadline: Deadline = NO_DEADLINE, memo=None) -> step.Measurement:
+    """The step's measurement of conv as Measure would answer it (the decision figure)."""
+    plan = step.Plan.of(inp.model, list(inp.tools), inp.system, inp.compaction, cfg)
+    return step.run(conv, plan, memo=memo, deadline=deadline).measurement
 
 
 def _under(tokens_: int, lim: int, mdl: m.Model) -> bool:
@@ -284,8 +285,8 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
     mdl, settings = inp.model, inp.compaction
     msgs = inp.conversation.messages
     now_ms = inp.now_ms or time.time_ns() // 1_000_000
-    lim = measure.limit(mdl, settings, cfg)
-    use = measure.usable(mdl, settings, cfg)
+    lim = window.limit(mdl, settings, cfg)
+    use = window.usable(mdl, settings, cfg)
     measured = _measure(inp.conversation, inp, cfg, deadline, memo)
     before = measured.projected
     over = not _under(before, lim, mdl)
@@ -316,7 +317,7 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
     result.attempts = inp.attempts + 1
 
     chosen = summarizer or make_summarizer(cfg, memo)
-    cap = measure.max_output(mdl, cfg)
+    cap = window.max_output(mdl, cfg)
 
     def summarize(tr: serialize.Transcript) -> tuple[str, bool, str]:
         nonlocal chosen
@@ -348,9 +349,8 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
         if pr.acted:
             edits.append(ed.MarkCompacted(list(pr.part_ids), now_ms))
             stored = ed.apply(stored, edits[-1:])
-        # measured through the lowering memo too: the kept messages are the request's own
-        after = _measure(m.Conversation(stored, inp.conversation.session_id,
-                                        lowering_memo=inp.conversation.lowering_memo), inp, cfg, deadline, memo)
+        # measured through the memo too: the kept messages are the request's own
+        after = _measure(m.Conversation(stored, inp.conversation.session_id), inp, cfg, deadline, memo)
         tokens_after = after.decision[0]
         if _under(tokens_after, lim, mdl) or not plan.tail:
             break
@@ -387,7 +387,7 @@ def _edits(inp: CompactInput, plan: _Plan, marker: Optional[m.Message], marker_i
     """The edits that store this compaction, placed so that the next request is
     [marker, summary, (replay,) kept tail, (continue)] and nothing is sent twice."""
     msgs, mdl = inp.conversation.messages, inp.model
-    use = measure.usable(mdl, inp.compaction, cfg)
+    use = window.usable(mdl, inp.compaction, cfg)
     last_id = msgs[-1].id
     replay = None
     if plan.replay is not None:

@@ -13,7 +13,7 @@ from ..config import ServerConfig
 from ..errors import BadInput
 from ..deadline import NO_DEADLINE, Deadline
 from ..lowering import registry
-from ..message_cache import MessageCache
+from ..memo import MESSAGE, Memo, digest
 from ..v1 import context_pb2 as pb
 
 _ROLES = {pb.ROLE_USER: m.USER, pb.ROLE_ASSISTANT: m.ASSISTANT}
@@ -182,14 +182,13 @@ _PART_BUILDERS = {
 }
 
 
-def conversation(c, path: str = "conversation", cache=None, max_json_depth: int = JSON_DEPTH,
-                 deadline: Deadline = NO_DEADLINE, lowering_memo=None) -> m.Conversation:
+def conversation(c, path: str = "conversation", memo: Memo | None = None, max_json_depth: int = JSON_DEPTH,
+                 deadline: Deadline = NO_DEADLINE) -> m.Conversation:
     """Field paths are built only when something is wrong: this runs for every message.
-    With a MessageCache, messages seen before (same wire bytes) are not converted again; only
+    With the memo, messages seen before (same wire bytes) are not converted again; only
     messages that converted cleanly are kept, so a refused message is refused every time.
-    Every message carries the digest of its wire bytes (Message.digest); with a LoweringMemo, the
-    conversation carries it too (Conversation.lowering_memo) for Measure and Assemble."""
-    key = MessageCache.key
+    Every message carries the digest of its wire bytes (Message.digest), memo or not."""
+    key = digest
     sizes, keys = [], []
     for i, msg in enumerate(c.messages):
         deadline.tick(i, "conversion")
@@ -197,17 +196,17 @@ def conversation(c, path: str = "conversation", cache=None, max_json_depth: int 
         sizes.append(len(wire))
         keys.append(key(wire))
     # one lock for every lookup; the misses are converted outside it
-    messages = cache.get_many(keys) if cache is not None else [None] * len(keys)
+    messages = memo.get_many([(MESSAGE, k) for k in keys]) if memo is not None else [None] * len(keys)
     converted = 0
     for i, core in enumerate(messages):
         if core is None:
             deadline.tick(converted, "conversion")  # counted over the misses: hits may fall on every check
             converted += 1
             core = messages[i] = _message(c.messages[i], i, path, max_json_depth)
-            core.digest = keys[i]  # the per-message memos (memo.py) key on it, cache or not
-            if cache is not None:
-                cache.put(keys[i], core, sizes[i])
-    return m.Conversation(messages=messages, session_id=c.session_id, lowering_memo=lowering_memo)
+            core.digest = keys[i]  # every per-message entry of the memo keys on it
+            if memo is not None:
+                memo.put((MESSAGE, keys[i]), core, sizes[i])
+    return m.Conversation(messages=messages, session_id=c.session_id)
 
 
 def _message(msg, i: int, path: str, depth: int) -> m.Message:
@@ -249,12 +248,12 @@ def session_id(c, limit: int, path: str = "conversation.session_id") -> None:
                        "a session id names the session, use a UUID or a digest")
 
 
-def shared_fields(request, cache=None, max_json_depth: int = JSON_DEPTH, deadline: Deadline = NO_DEADLINE,
-                  lowering_memo=None) -> dict:
+def shared_fields(request, memo: Memo | None = None, max_json_depth: int = JSON_DEPTH,
+                  deadline: Deadline = NO_DEADLINE) -> dict:
     """The core fields of Measure, Compact and Assemble requests, which share these five."""
     return {
-        "conversation": conversation(request.conversation, cache=cache, max_json_depth=max_json_depth,
-                                     deadline=deadline, lowering_memo=lowering_memo),
+        "conversation": conversation(request.conversation, memo=memo, max_json_depth=max_json_depth,
+                                     deadline=deadline),
         "model": model(request.model),
         "tools": tools(request.tools, max_json_depth=max_json_depth),
         "system": system(request.system),

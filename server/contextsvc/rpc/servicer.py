@@ -9,9 +9,7 @@ from . import conversion
 from ..config import Config
 from ..errors import BadInput
 from ..deadline import NO_DEADLINE, Deadline
-from ..lowering_memo import LoweringMemo
-from ..memo import StepMemo
-from ..message_cache import MessageCache
+from ..memo import Memo
 from ..tokens import ExactCounter
 from ..v1 import context_pb2 as pb
 from ..v1 import context_pb2_grpc as pb_grpc
@@ -45,17 +43,15 @@ class ContextService(pb_grpc.ContextServiceServicer):
         self._exact = ExactCounter(cfg.measure.exact_encoding, cfg.measure.exact_cache_entries)
         self._truncation = truncation
         self._json_depth = cfg.server.max_json_depth
-        self._messages = MessageCache(cfg.server.message_cache_bytes) if cfg.server.message_cache_bytes else None
-        self._memo = StepMemo(cfg.server.step_memo_bytes) if cfg.server.step_memo_bytes else None
+        self._memo = Memo(cfg.server.memo_bytes) if cfg.server.memo_bytes else None
         self._summarizer = compact.make_summarizer(cfg, self._memo)
-        self._lowering = LoweringMemo(cfg.server.lowering_memo_bytes) if cfg.server.lowering_memo_bytes else None
 
     def _step_input(self, request, deadline: Deadline) -> assemble.AssembleInput:
         """The step a Measure or Assemble request describes: both take the same per-step fields."""
         conversion.require(request, "conversation", "model")
         conversion.session_id(request.conversation, self._cfg.server.max_session_id_bytes)
         return assemble.AssembleInput(
-            **conversion.shared_fields(request, self._messages, self._json_depth, deadline, self._lowering),
+            **conversion.shared_fields(request, self._memo, self._json_depth, deadline),
             editor=conversion.editor(request.editor) if request.HasField("editor") else None,
             step=request.step,
             max_steps=request.max_steps,
@@ -70,7 +66,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
     def Measure(self, request: pb.MeasureRequest, context) -> pb.MeasureResponse:
         deadline = _deadline(context)
         inp = self._step_input(request, deadline)
-        r = assemble.step(inp, self._cfg, serialize=False, hashes=request.want_cache_state,
+        r = assemble.run(inp, self._cfg, serialize=False, hashes=request.want_cache_state,
                           exact_counter=self._exact, deadline=deadline, memo=self._memo)
         if self._metrics is not None:
             m = r.measurement
@@ -84,7 +80,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
         deadline = _deadline(context)
         reason = conversion.prune_reason(request.reason)
         mdl = conversion.model(request.model) if request.HasField("model") else None
-        r = prune.prune(conversion.conversation(request.conversation, cache=self._messages,
+        r = prune.prune(conversion.conversation(request.conversation, memo=self._memo,
                                              max_json_depth=self._json_depth, deadline=deadline), reason,
                         conversion.compaction_settings(request.compaction), self._cfg, model=mdl,
                         memo=self._memo, deadline=deadline)
@@ -99,7 +95,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
         conversion.session_id(request.conversation, self._cfg.server.max_session_id_bytes)
         deadline = _deadline(context)
         inp = compact.CompactInput(
-            **conversion.shared_fields(request, self._messages, self._json_depth, deadline, self._lowering),
+            **conversion.shared_fields(request, self._memo, self._json_depth, deadline),
             overflow=request.overflow,
             auto=request.auto,
             attempts=request.attempts,

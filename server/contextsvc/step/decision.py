@@ -1,0 +1,128 @@
+"""The decision (docs/design.md §3 "One decision figure", "Window, limit, overflow"): the one
+figure every compaction choice reads, the reported usage it may project from, the backward and
+forward overflow checks, and should_compact.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from .. import conversation as m, projection, tokens
+from .figures import Figures
+from .plan import Plan
+
+
+@dataclass(slots=True)
+class Decision:
+    total: int  # the decision figure of the whole request
+    tail: int  # of what follows the last assistant element
+    overhead: int  # of the tools and leading system elements
+    method: str
+    rewrite: int  # of the elements from the first change since the previous request on
+    figure: str  # the method's name in config (measure.compaction_figure), as applied
+    reported: int  # the baseline's reported usage; 0 without one
+    has_baseline: bool
+    overflow: bool  # backward-looking: the last answer's real usage reached the limit
+    projected: int
+    projected_calibrated: int
+    projected_self_calibrated: int
+    projected_exact: int  # 0 unless the exact count was asked for
+    mid_tool_round_trip: bool
+    should_compact: bool
+
+
+def baseline(messages: list) -> Optional[m.Message]:
+    """The last finished assistant, when its reported usage can anchor a projection."""
+    i = projection.last_index(messages, lambda x: x.role == m.ASSISTANT and x.finished)
+    if i < 0:
+        return None
+    msg = messages[i]
+    if msg.summary or msg.usage.input_side() == 0:
+        return None
+    if any(x.role == m.ASSISTANT and not x.finished for x in messages[i + 1:]):
+        return None
+    return msg
+
+
+def backward_overflow_source(messages: list) -> Optional[m.Message]:
+    """The newest finished assistant stored after the last completed compaction, unless it is a
+    summary (a summary's usage is the summarizer's input, the old history: never ours). The kept
+    tail is stored before the compaction marker, so its pre-compaction usage is never read."""
+    start = projection.last_compaction(messages) + 1
+    for msg in reversed(messages[start:]):
+        if msg.role == m.ASSISTANT and msg.finished:
+            return None if msg.summary else msg
+    return None
+
+
+def mid_tool_round_trip(messages: list) -> bool:
+    """A tool result follows the last user message. Informational: a tool part holds call and
+    result together and Compact never separates them, so this no longer blocks compaction."""
+    u = projection.last_index(messages, lambda x: x.role == m.USER)
+    return any(
+        x.role == m.ASSISTANT and any(isinstance(p.content, m.Tool) for p in x.parts)
+        for x in messages[u + 1:]
+    )
+
+
+def decide(messages: list, fig: Figures, plan: Plan) -> Decision:
+    mdl, settings, cfg = plan.model, plan.compaction, plan.cfg
+    lim = plan.limit
+    context_known = mdl.limits.context > 0
+    auto = cfg.measure.auto if settings.auto is None else settings.auto
+    source = backward_overflow_source(messages)
+    overflow = bool(auto and context_known and source is not None and source.usage.count() >= lim)
+    base = baseline(messages)
+    reported = base.usage.count() if base is not None else 0
+
+    def projected_by(method: str) -> int:
+        total, tail, overhead = fig.projections[method]
+        return reported + tail + overhead if base is not None else total
+
+    figure = cfg.measure.compaction_figure
+    if figure == "exact" and fig.exact is None:
+        figure = "calibrated"  # exact counts decide only when the request asks for them
+    total, tail, overhead, method, rewrite = _figure(figure, fig.stretches[figure], fig, plan)
+    # One figure decides (design.md §3): the decision figure of the whole request, or the projection
+    # from the last reported usage when that is higher (it saw what the provider really counted).
+    # Never the lower of the two: a tail the estimate undercounts must not slip a request past
+    # the window. Mid tool round-trip included.
+    projected = total
+    if base is not None:
+        projected = max(projected, reported + tail + overhead)
+    should = context_known and auto and (overflow or projected >= lim)
+    return Decision(total, tail, overhead, method, rewrite, figure, reported, base is not None, overflow,
+                    projected, projected_by("calibrated"), projected_by("self-calibrated"),
+                    projected_by("exact") if fig.exact is not None else 0, mid_tool_round_trip(messages),
+                    should)
+
+
+def _figure(figure: str, stretch: tuple, fig: Figures, plan: Plan) -> tuple:
+    """(whole, tail, overhead, method, rewrite) of the figure every compaction choice reads: the
+    method's count of the text (media as placeholders) times the safety margin, plus a fixed cost
+    per media item (design.md §3)."""
+    mc = plan.cfg.measure
+    total, tail, overhead, rewrite = stretch
+    margin = mc.margin
+    names = {"estimate": tokens.PREFLIGHT, "calibrated": tokens.CALIBRATED,
+             "self-calibrated": fig.self_calibrated[1],
+             "exact": tokens.EXACT_PREFIX + mc.exact_encoding.removesuffix("_offline")}
+    method = names[figure]
+    if figure == "estimate" or (figure == "exact" and tokens.cl100k_is_native(plan.model.id)):
+        margin = 1  # the reference's figure carries its own factor; cl100k is this model's own
+    elif figure == "exact":
+        margin = mc.exact_margin  # cl100k standing in for another model's tokenizer
+    elif mc.measured_margins:  # the stretch holds the per-class margins already
+        margin = 1
+        method += "+" + tokens.ratios().margin_text()
+    if margin != 1:
+        percent = (margin - 1) * 100
+        method += f"+{percent.numerator if percent.denominator == 1 else float(percent)}%"
+    method += f"+media:{mc.media_decision_tokens}"
+    per_item = mc.media_decision_tokens
+    whole = math.ceil(total * margin) + fig.media_count * per_item
+    # the rewrite is profiled as its own text, whose blocks can fall a little differently from
+    # the whole request's: it is never more than the whole request
+    return (whole, math.ceil(tail * margin) + fig.media_tail * per_item, math.ceil(overhead * margin), method,
+            min(whole, math.ceil(rewrite * margin) + fig.media_rewrite * per_item))

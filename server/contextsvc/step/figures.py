@@ -1,0 +1,257 @@
+"""Figures (docs/design.md §3 "Token figures"): every token figure of the request, each with the
+method that produced it: the reference's estimate (chars / 4, the 1.3 pre-flight factor), the
+calibrated estimate (per text class, with the decision margins), the self-calibrated one (scaled
+by the provider's own count of an earlier prefix) and, when asked, the exact count. Each is
+summed over the stretches the decision reads: the whole request, the tail after the last
+assistant element, the overhead (system and tools) and the rewrite (from the first change since
+the previous request on).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from .. import conversation as m, native, projection, tokens
+from ..deadline import NO_DEADLINE, Deadline
+from ..lowering.media import MEDIA_PLACEHOLDER
+from ..memo import Memo
+from .plan import Plan
+from .request import Request, array_text, estimate_lowered, tool_schema_list
+
+
+@dataclass(slots=True)
+class Figures:
+    # the reference's figures (chars / 4 and its pre-flight factor)
+    estimate: int  # of system and messages
+    tools: int  # of the tool definitions
+    tail: int  # pre-flight figure of what follows the last assistant element
+    overhead: int  # pre-flight figure of the tools and leading system elements
+    normalized: int  # pre-flight figure of the whole request, media as placeholders
+    raw: int  # the same with what media really cost
+    extra: int  # what media and opaque state cost beyond their placeholders
+    rewrite: int  # pre-flight figure from the first change since the previous request on
+    has_tail: bool
+    media_count: int
+    # the calibrated, self-calibrated and exact figures
+    calibrated: tuple  # (tokens, method)
+    self_calibrated: tuple
+    factor: float  # provider-reported input / our calibrated prefix; 0 = none
+    anchor_id: str  # the assistant message id the factor came from
+    exact: Optional[tuple]
+    # method -> (whole request, tail, overhead) each projection adds to the reported usage
+    projections: dict
+    # method -> (whole request, tail, overhead, rewrite) the decision figure is taken from
+    stretches: dict
+    media_tail: int  # media items in the tail elements
+    media_rewrite: int  # media items in the rewritten elements
+
+
+def rewrite_from(request: Request) -> Optional[int]:
+    """Where the rewrite starts: an index into system + message elements; -1 = the whole request,
+    tools included; None = nothing compared or nothing changed."""
+    change = request.change
+    if change is None:
+        return None
+    return -1 if change.segment == "tools" else change.flat - request.digests.counts[0]
+
+
+def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counter=None, memo: Memo | None = None,
+            deadline: Deadline = NO_DEADLINE) -> Figures:
+    factor = plan.cfg.measure.factor
+    low = request.lowered
+    since = rewrite_from(request)
+    system_units = request.units(low.system)
+    message_units = request.units(low.messages)
+    estimate = tokens.estimate_units(tokens.json_array_units(system_units + message_units))
+    tool_tokens = 0
+    if plan.tools:
+        tool_tokens = native.estimate_tokens(native.json_lengths(tool_schema_list(plan.tools))[1])
+    last_assistant = projection.last_index(low.roles, lambda r: r == "assistant")
+    tail_messages = message_units[last_assistant + 1:]
+    tail = 0
+    if tail_messages:
+        tail = tokens.preflight(tokens.estimate_units(tokens.json_array_units(tail_messages)), factor)
+    system_tokens = tokens.estimate_units(tokens.json_array_units(system_units)) if system_units else 0
+    overhead = tokens.preflight(tool_tokens + system_tokens, factor)
+    extra = request.ledger.extra
+    normalized = tokens.preflight(estimate + tool_tokens, factor)
+    rewrite = 0
+    if since is not None:
+        rewritten = (system_units + message_units)[since:]
+        if since < 0:
+            rewrite = normalized
+        elif rewritten:  # nothing when the previous request was longer and this one is its prefix
+            rewrite = tokens.preflight(tokens.estimate_units(tokens.json_array_units(rewritten)), factor)
+    raw = tokens.preflight(estimate + extra + tool_tokens, factor)
+    out = Figures(estimate, tool_tokens, tail, overhead, normalized, raw, extra, rewrite, bool(tail_messages),
+                  request.ledger.media_count, (0, tokens.CALIBRATED), (0, tokens.CALIBRATED), 0.0, "", None,
+                  {}, {}, 0, 0)
+    _calibrated_and_exact(out, conv, request, plan, exact_counter, last_assistant, since, memo, deadline)
+    out.stretches["estimate"] = (normalized, tail, overhead, rewrite)
+    return out
+
+
+@dataclass(slots=True)
+class _Estimated:
+    """The elements the estimate stands for (request.estimate_text is their JSON)."""
+    system: list  # system elements
+    messages: list  # non-system message elements
+    tools: str  # JSON of the tool definitions, "" without tools
+
+    @property
+    def elements(self) -> list:
+        return self.system + self.messages
+
+
+def _estimated(conv: m.Conversation, request: Request, plan: Plan, memo: Memo | None) -> _Estimated:
+    low, ledger = request.lowered, request.ledger
+    if ledger.media_count or ledger.saved_units or ledger.extra:
+        low = estimate_lowered(conv, plan, memo)  # media or opaque state: the estimate sees placeholders
+    tools_text = native.json_text(tool_schema_list(plan.tools)) if plan.tools else ""
+    return _Estimated(low.system, low.messages, tools_text)
+
+
+def _join_parts(elements: list, t: _Estimated) -> list:
+    """Parts whose join is the estimate's text: "[" e0, "," e1, ..., "]", then the tools;
+    elements are the JSON texts of t's elements."""
+    if not elements:
+        parts = ["[]"]
+    else:
+        parts = ["[" + elements[0]] + ["," + e for e in elements[1:]]
+        parts[-1] += "]"
+    if t.tools:
+        parts.append(t.tools)
+    return parts
+
+
+def _anchor(msgs: list, low_sources: list, model_id: str) -> tuple:
+    """(assistant message, index of its first lowered element) whose reported input anchors the
+    self-calibration: the last finished, non-summary one of this model still in the request."""
+    first = {}
+    for i, ids in enumerate(low_sources):
+        for mid in ids:
+            first.setdefault(mid, i)
+    for msg in reversed(msgs):
+        if (msg.role == m.ASSISTANT and msg.finished and not msg.summary and msg.usage.input_side() > 0
+                and msg.model_id in ("", model_id) and msg.id in first):
+            return msg, first[msg.id]
+    return None, -1
+
+
+def _calibrated_text(text: str) -> tuple:
+    """(calibrated, calibrated with the per-class decision margins) of text, unrounded, from one
+    native.text_profile."""
+    if not text:
+        return (0.0, 0.0)
+    return tokens.calibrated_pair(native.text_profile(text))
+
+
+def _media_in(element_texts) -> int:
+    placeholder = '"' + MEDIA_PLACEHOLDER + '"'
+    return sum(t.count(placeholder) for t in element_texts)
+
+
+def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, plan: Plan, exact_counter,
+                          last_assistant: int, rewrite_from, memo: Memo | None, deadline: Deadline) -> None:
+    """The calibrated, self-calibrated and (when asked) exact figures, summed over the same
+    stretches as the reference agent's (tail after the last assistant element, overhead = system
+    + tools), and the rewrite: the elements from rewrite_from on (an index into system +
+    messages; -1 = the whole request, tools included; None = none)."""
+    msgs, mdl, low = conv.messages, plan.model, request.lowered
+    mc = plan.cfg.measure
+    has_tail = out.has_tail
+    needs_text = mc.calibrated_figures or plan.exact
+    texts = _estimated(conv, request, plan, memo) if needs_text else _Estimated([], [], "")
+    deadline.check("figures")
+    n_sys = len(texts.system)
+    tail_from = n_sys + last_assistant + 1  # element index where the tail starts
+
+    # calibrated: the class-aware estimate of each stretch of elements the sums below need
+    anchor, at = _anchor(msgs, low.sources, mdl.id)
+    elements = texts.elements
+    # exact counts need each element's JSON; so does a build that already serialized its
+    # elements (Assemble's prefix hashing), for free; otherwise one JSON text per stretch
+    built_elements = texts.system is low.system  # not the placeholder copy made for media
+    element_json = None
+    if plan.exact or (built_elements and request.texts):
+        text = request.element_text if built_elements else native.json_text
+        element_json = [text(e) for e in elements]
+        deadline.check("figures")
+    cuts = [0, n_sys, n_sys + max(at, 0), tail_from, len(elements)]
+    if mc.calibrated_figures:
+        pairs = [(_calibrated_text(array_text(element_json[a:b])) if element_json
+                  else tokens.calibrated_pair(native.json_profile(elements[a:b]))) if b > a else (0.0, 0.0)
+                 for a, b in zip(cuts, cuts[1:])] + [_calibrated_text(texts.tools)]
+    else:
+        pairs = [(0.0, 0.0)] * 5
+    (system_cal, head_cal, middle_cal, tail_cal, tools_cal), margined = zip(*pairs)
+    cal_total = tokens.round_half_up(system_cal + head_cal + middle_cal + tail_cal + tools_cal)
+    cal_tail = tokens.round_half_up(tail_cal) if has_tail else 0
+    cal_overhead = tokens.round_half_up(system_cal + tools_cal)
+    out.projections["calibrated"] = (cal_total, cal_tail, cal_overhead)
+    cal_rewrite = margined_rewrite = 0.0  # (calibrated, with margins) from the first change on
+    if rewrite_from is not None and mc.calibrated_figures:
+        if rewrite_from < 0:
+            cal_rewrite, margined_rewrite = cal_total, sum(margined)
+        elif rewrite_from < len(elements):
+            cal_rewrite, margined_rewrite = (
+                _calibrated_text(array_text(element_json[rewrite_from:])) if element_json
+                else tokens.calibrated_pair(native.json_profile(elements[rewrite_from:])))
+
+    # self-calibrated: the provider's own count of a prefix over ours gives this model's factor
+    factor, anchor_id = 0.0, ""
+    if anchor is not None and mc.calibrated_figures:
+        ours = system_cal + head_cal + tools_cal
+        if ours >= mc.self_calibration_min_tokens:
+            f = anchor.usage.input_side() / ours
+            if mc.self_calibration_min_factor <= f <= mc.self_calibration_max_factor:
+                factor, anchor_id = f, anchor.id
+    if factor:
+        self_cal = (tokens.scaled(cal_total, factor), f"{tokens.SELF_CALIBRATED}{factor:.4f}x({anchor_id})")
+        out.projections["self-calibrated"] = (self_cal[0], tokens.scaled(cal_tail, factor),
+                                              tokens.scaled(cal_overhead, factor))
+    else:  # nothing to calibrate against: the calibrated figure stands
+        self_cal = (cal_total, tokens.CALIBRATED)
+        out.projections["self-calibrated"] = out.projections["calibrated"]
+
+    exact = None
+    if plan.exact:
+        counter = exact_counter or tokens.ExactCounter(mc.exact_encoding)
+        counts, method = counter.count_parts_with_method(_join_parts(element_json, texts), deadline)
+        exact = (sum(counts), method)
+        n_el = n_sys + len(texts.messages)
+        ex_tools = counts[-1] if texts.tools else 0
+        ex_tail = sum(counts[tail_from:n_el]) if has_tail else 0
+        ex_overhead = sum(counts[:n_sys]) + ex_tools
+        out.projections["exact"] = (exact[0], ex_tail, ex_overhead)
+        ex_rewrite = 0
+        if rewrite_from is not None:
+            ex_rewrite = exact[0] if rewrite_from < 0 else sum(counts[rewrite_from:n_el])
+
+    # the decision figure's stretches: with the per-class margins unless a fixed one is configured
+    if mc.measured_margins:
+        m_sys, _, _, m_tail, m_tools = margined  # system, head, middle, tail, tools
+        decide = (tokens.round_half_up(sum(margined)), tokens.round_half_up(m_tail) if has_tail else 0,
+                  tokens.round_half_up(m_sys + m_tools), tokens.round_half_up(margined_rewrite))
+    else:
+        decide = (cal_total, cal_tail, cal_overhead, tokens.round_half_up(cal_rewrite))
+    stretches = out.stretches
+    stretches["calibrated"] = decide
+    if factor:
+        stretches["self-calibrated"] = tuple(tokens.scaled(x, factor) for x in decide)
+    else:
+        stretches["self-calibrated"] = stretches["calibrated"]
+    if exact is not None:
+        stretches["exact"] = (exact[0], ex_tail, ex_overhead, ex_rewrite)
+    media_tail = media_rewrite = 0
+    if request.ledger.media_count:
+        def media_from(k):
+            return _media_in(element_json[k:] if element_json else map(native.json_text, elements[k:]))
+        if has_tail:
+            media_tail = media_from(tail_from)
+        if rewrite_from is not None:
+            media_rewrite = request.ledger.media_count if rewrite_from < 0 else media_from(rewrite_from)
+    out.calibrated = (cal_total, tokens.CALIBRATED)
+    out.self_calibrated = self_cal
+    out.factor, out.anchor_id, out.exact = factor, anchor_id, exact
+    out.media_tail, out.media_rewrite = media_tail, media_rewrite

@@ -1,0 +1,179 @@
+"""Pieces (docs/design.md §6 "Lowering", §10): each message of the history as sent, lowered to
+its wire format's elements, with each element's JSON text and UTF-8 and UTF-16 lengths; memoized
+per message (memo.py), so a step lowers only the messages it has not seen.
+
+A message lowers alone as it does in the whole request (but media on Bedrock, whose document
+names are made distinct across the request); what depends on position is put together here
+every step: which consecutive messages merge into one element, and the lead user message.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+from .. import conversation as m, native, projection, system_prompt
+from ..lowering import MediaLedger, lower, to_model_messages
+from ..lowering.lowered import Lowered, open_with_user
+from ..lowering.neutral import MMessage, MText
+from ..lowering.registry import FORMATS
+from ..memo import LEAD, LOWERED, MERGED, Memo
+from .plan import Plan
+
+
+@dataclass(slots=True)
+class Pieces:
+    """The lowered request (body without markers or output cap yet) and its media ledger."""
+    lowered: Lowered
+    ledger: MediaLedger
+    # the message elements are the memo's own objects, shared with other requests: a marker
+    # goes on a copy (step.request.place)
+    shared: bool
+
+
+def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
+                  known: dict | None = None) -> Pieces:
+    """The lowered request (the history as sent: projection.project) and its media ledger. With
+    the memo, each message's lowering is taken from it when seen before (by Message.digest), and
+    known receives the (JSON text, lengths) of every element the memo holds, by id(element)."""
+    mdl, tools, system = plan.model, plan.tools, plan.system
+    prompt_dir, placeholders, tools_disabled = plan.cfg.assemble.prompt_dir, plan.placeholders, plan.tools_disabled
+    projected = projection.project(conv.messages)
+    if memo is not None and _memoizable(projected, mdl.provider):
+        return Pieces(*_lower_memoized(projected, memo, conv, mdl, tools, system, prompt_dir, placeholders,
+                                       tools_disabled, known), True)
+    messages = to_model_messages(projected, mdl)
+    ledger = MediaLedger(placeholders=placeholders)
+    lowered = lower(
+        mdl.provider,
+        model_id=mdl.id,
+        system=system_prompt.blocks(system, mdl, prompt_dir),
+        messages=messages,
+        tools=tools,
+        max_output=0,
+        ledger=ledger,
+        session_id=conv.session_id,
+        tools_disabled=tools_disabled,
+    )
+    return Pieces(lowered, ledger, False)
+
+
+def _memoizable(messages: list, provider: str) -> bool:
+    """Whether each message lowers alone as it does in the whole request. Not so for media on
+    Bedrock: its document names are made distinct across the request."""
+    if provider != m.BEDROCK:
+        return True
+    for msg in messages:
+        for p in msg.parts:
+            c = p.content
+            if (isinstance(c, m.File) and c.is_media) or (
+                    isinstance(c, m.Tool) and any(a.is_media for a in c.attachments)):
+                return False
+    return True
+
+
+def _piece(msg: m.Message, mdl: m.Model, placeholders: bool) -> tuple:
+    """What one stored message lowers to alone (the memo's LOWERED entry): (elements, media_count, extra,
+    saved_units, texts), elements a tuple of (role, element, saved units inside it), texts the
+    (JSON text, lengths) of each element. The lead user message a format puts first stands for
+    no stored message and is left out."""
+    ledger = MediaLedger(placeholders=placeholders)
+    low = lower(mdl.provider, model_id=mdl.id, system=[], messages=to_model_messages([msg], mdl), tools=[],
+                max_output=0, ledger=ledger)
+    saved = ledger.saved_by
+    elements = tuple((role, e, saved.get(id(e), 0))
+                     for role, e, ids in zip(low.roles, low.messages, low.sources) if ids)
+    texts = tuple((native.json_text(e), native.json_lengths(e)) for _, e, _ in elements)
+    return elements, ledger.media_count, ledger.extra, ledger.saved_units, texts
+
+
+def _lead(provider: str, memo: Memo) -> dict:
+    """The format's lead user message (lowered.open_with_user), a fresh copy: lowered once per
+    provider while the memo keeps it."""
+    key = (LEAD, provider)
+    lead = memo.get(key)
+    if lead is None:
+        low = lower(provider, model_id="", system=[], messages=[MMessage("assistant", [MText("x")], "x")],
+                    tools=[], max_output=0, ledger=MediaLedger())
+        assert low.sources[0] == [], "a body starting with the model's turn opens with the lead"
+        lead = low.messages[0]
+        memo.put(key, lead)
+    return copy.deepcopy(lead)
+
+
+def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, tools: list,
+                    system: m.SystemPrompt, prompt_dir: str, placeholders: bool, tools_disabled: bool,
+                    known: dict | None) -> tuple[Lowered, MediaLedger]:
+    """lower_request from memoized pieces: each message lowered alone (or taken from the memo),
+    consecutive elements of one role joined where the format joins them, then the lead user
+    message; the same body as lowering the whole request at once."""
+    settings = (mdl.provider, mdl.id, placeholders)
+    ledger = MediaLedger(placeholders=placeholders)
+    lowered = lower(mdl.provider, model_id=mdl.id, system=system_prompt.blocks(system, mdl, prompt_dir),
+                    messages=[], tools=tools, max_output=0, ledger=ledger, session_id=conv.session_id,
+                    tools_disabled=tools_disabled)
+    joined = FORMATS[mdl.provider].merged_key
+    piece_keys = [(LOWERED, msg.digest, settings) if msg.digest else None for msg in projected]
+    pieces = memo.get_many(piece_keys)
+    # per element: its (JSON text, lengths) when it is one piece's element as it stands, or the
+    # piece keys of the elements merged into it (their joined JSON is a memo entry of its own)
+    elements, roles, sources, keys, saved, found = [], [], [], [], [], []
+    for msg, pkey, piece in zip(projected, piece_keys, pieces):
+        if piece is None:
+            piece = _piece(msg, mdl, placeholders)
+            if pkey is not None:
+                memo.put(pkey, piece)
+        parts, media_count, extra, saved_units, texts = piece
+        ledger.media_count += media_count
+        ledger.extra += extra
+        ledger.saved_units += saved_units
+        for j, (role, element, units) in enumerate(parts):
+            key = (msg.digest, j) if pkey is not None else None
+            if joined and elements and elements[-1]["role"] == element["role"]:
+                last = elements[-1] = dict(elements[-1])
+                last[joined] = last[joined] + element[joined]
+                sources[-1] = sources[-1] + [msg.id]
+                keys[-1] = keys[-1] + (key,) if keys[-1] is not None and key is not None else None
+                found[-1] = None
+                saved[-1] += units
+                continue
+            elements.append(element)
+            roles.append(role)
+            sources.append([msg.id])
+            keys.append((key,) if key is not None else None)
+            found.append(texts[j])
+            saved.append(units)
+    if roles and roles[0] != "user":
+        open_with_user(elements, roles, sources, _lead(mdl.provider, memo))
+        keys.insert(0, None)
+        found.insert(0, None)
+        saved.insert(0, 0)
+    for e, units in zip(elements, saved):
+        if units:
+            ledger.saved_by[id(e)] = units
+    _attach(lowered, elements)
+    lowered.roles[:] = roles
+    lowered.sources[:] = sources
+    if known is not None:
+        merged = [(MERGED, settings, key) if text is None and key is not None else None for text, key in zip(found, keys)]
+        json_text, json_lengths = native.json_text, native.json_lengths
+        for e, text, ekey, entry in zip(elements, found, merged, memo.get_many(merged)):
+            if text is None and ekey is not None:
+                text = entry
+                if text is None:
+                    text = (json_text(e), json_lengths(e))
+                    memo.put(ekey, text)
+            if text is not None:
+                known[id(e)] = text
+    return lowered, ledger
+
+
+def _attach(lowered: Lowered, elements: list) -> None:
+    """Puts the message elements into a body lowered without messages: its messages list, and a
+    list that holds the system elements and then the messages (Chat Completions) too."""
+    lowered.messages.extend(elements)
+    for parent, key in lowered.lists:
+        items = parent[key]
+        if items is not lowered.messages and items is not lowered.system:
+            items.extend(elements)
+
+

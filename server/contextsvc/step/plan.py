@@ -1,0 +1,45 @@
+"""The plan of one step: every setting the stages read, fixed before the first stage runs."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from .. import breakpoints, conversation as m, prefix, window
+from ..config import Config
+from ..lowering.registry import FORMATS
+from ..lowering.wire_format import WireFormat
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a step is decided with besides the conversation: the model and its wire format, the
+    window, the request's policies and the service's config. Frozen: no stage changes a setting
+    for a later one."""
+    model: m.Model
+    fmt: WireFormat
+    tools: list
+    system: m.SystemPrompt
+    compaction: m.CompactionSettings
+    cfg: Config
+    policy: breakpoints.Policy
+    exact: bool = False  # also the exact token count
+    configured_output_tokens: int = 0
+    tools_disabled: bool = False  # tools stay in the body, with the provider's "no tool use" choice
+    hashes: bool = False  # the prefix digests (a serialization pass over the elements)
+    previous: Optional[prefix.State] = None  # the previous request's digests, when passed back
+    now_ms: int = 0  # the time the payload guard's prune marks parts compacted at (0 = now)
+    placeholders: bool = False  # media and opaque state as their placeholders (the estimate's text)
+
+    @property
+    def usable(self) -> int:
+        return window.usable(self.model, self.compaction, self.cfg)
+
+    @property
+    def limit(self) -> int:
+        return window.limit(self.model, self.compaction, self.cfg)
+
+    @classmethod
+    def of(cls, model: m.Model, tools: list, system: m.SystemPrompt, compaction: m.CompactionSettings,
+           cfg: Config, policy: Optional[breakpoints.Policy] = None, **settings) -> "Plan":
+        return cls(model, FORMATS[model.provider], tools, system, compaction, cfg,
+                   policy or breakpoints.Policy(), **settings)

@@ -1,0 +1,202 @@
+"""The request (docs/design.md §6): the lowered pieces put together with their system blocks,
+lead message and cache markers; every element's lengths; the prefix digests; the body's exact
+size without building it, and its JSON when asked (Assemble). Measure and Assemble read the same
+Request, so the bytes Measure reports are the bytes Assemble emits.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import secrets
+from dataclasses import dataclass, field
+
+from .. import breakpoints, conversation as m, native, prefix
+from ..deadline import NO_DEADLINE, Deadline
+from ..lowering import MediaLedger
+from ..lowering.lowered import Lowered
+from ..memo import Memo
+from .pieces import lower_request
+from .plan import Plan
+
+
+@dataclass(slots=True)
+class Request:
+    """The request as it would be sent: the lowered body with its markers, every element's
+    lengths, and (when hashed) its prefix digests and what changed since the previous request."""
+    lowered: Lowered
+    ledger: MediaLedger
+    lengths: dict  # id(element) -> (utf8 bytes, utf16 units) of each system/message element
+    breakpoints: list  # breakpoints.Breakpoint, with prefix hashes
+    prefix_chain: dict = None  # (kind, index) -> prefix digest at every element, when hashed
+    # id(element) -> JSON text of system/message elements already serialized (by the prefix
+    # hashing; elements a marker changed afterwards are left out)
+    texts: dict = field(default_factory=dict)
+    digests: prefix.Digests | None = None  # when hashed
+    change: prefix.Change | None = None  # since the previous request's digests, when given
+
+    def units(self, elements: list) -> list:
+        """UTF-16 units of each element, media and opaque values counted as placeholders."""
+        saved = self.ledger.saved_by
+        return [self.lengths[id(e)][1] - saved.get(id(e), 0) for e in elements]
+
+    def body_bytes(self) -> int:
+        """Exact UTF-8 size of the body JSON, reusing the per-element walk."""
+        body = self.lowered.body
+        held = []
+        for parent, key in self.lowered.lists:
+            held.append((parent, key, parent[key]))
+            parent[key] = []
+        try:
+            total = native.json_size(body)
+        finally:
+            for parent, key, items in held:
+                parent[key] = items
+        for _, _, items in held:
+            if items:
+                total += sum(self.lengths[id(e)][0] for e in items) + len(items) - 1
+        return total
+
+    def element_text(self, element) -> str:
+        """The JSON text of a system or message element, serialized once per build."""
+        text = self.texts.get(id(element))
+        if text is None:
+            text = self.texts[id(element)] = native.json_text(element)
+        return text
+
+    def body_json(self) -> bytes:
+        """The body's JSON; element lists are spliced in from element_text, so the elements the
+        prefix hashing serialized are not serialized again, and the text is put together in one
+        join (a megabyte history makes every copy count)."""
+        body = self.lowered.body
+        held = []
+        for n, (parent, key) in enumerate(self.lowered.lists):
+            held.append((parent, key, parent[key]))
+            parent[key] = f"\x00{_SPLICE_TAG}{n}"  # no other string of the skeleton holds a NUL + tag
+        try:
+            skeleton = native.json_text(body)
+        finally:
+            for parent, key, items in held:
+                parent[key] = items
+        markers = [native.json_text(f"\x00{_SPLICE_TAG}{n}") for n in range(len(held))]
+        pieces, done = [], 0
+        for start, n in sorted((skeleton.index(marker), n) for n, marker in enumerate(markers)):
+            pieces.append(skeleton[done:start])
+            pieces += array_parts([self.element_text(e) for e in held[n][2]])
+            done = start + len(markers[n])
+        pieces.append(skeleton[done:])
+        return "".join(pieces).encode()
+
+
+def array_parts(texts: list) -> list:
+    """The pieces of the JSON array of these element texts: "[", e0, ",", e1, ..., "]". One
+    join of them copies each text once: a step's history is megabytes, and one astral character
+    anywhere makes the whole text four bytes a character."""
+    if not texts:
+        return ["[]"]
+    parts = [","] * (2 * len(texts) + 1)
+    parts[1::2] = texts
+    parts[0], parts[-1] = "[", "]"
+    return parts
+
+
+def array_text(texts: list) -> str:
+    """The JSON array of these element texts, "[e0,e1,...]"."""
+    return "".join(array_parts(texts))
+
+
+# marks where body_json splices each element list into the serialized skeleton
+_SPLICE_TAG = secrets.token_hex(8)
+
+
+def _replace_element(lowered: Lowered, index: int, element) -> None:
+    """Puts element in place of message element index, in every list of the body that holds it."""
+    old = lowered.messages[index]
+    lowered.messages[index] = element
+    for parent, key in lowered.lists:
+        items = parent[key]
+        if items is not lowered.messages and items is not lowered.system:
+            items[len(lowered.system) + index] = element
+    return old
+
+
+def place(lowered: Lowered, ledger: MediaLedger, provider: str, chosen: list, memoized: bool,
+          forget: tuple = ()) -> list:
+    """breakpoints.place; with memoized elements (shared with the memo and other requests, never
+    to be changed), each message element a marker goes on is first replaced by a copy, and the
+    replaced one's id is dropped from the dicts in forget (keyed by id(element)) while it is
+    alive: a later object could take its id."""
+    if memoized:
+        for b in chosen:
+            if b.kind != "message":
+                continue
+            old = lowered.messages[b.index]
+            new = copy.deepcopy(old)
+            _replace_element(lowered, b.index, new)
+            units = ledger.saved_by.pop(id(old), 0)
+            if units:
+                ledger.saved_by[id(new)] = units
+            for d in forget:
+                d.pop(id(old), None)
+    return breakpoints.place(lowered, provider, chosen)
+
+
+def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
+          deadline: Deadline = NO_DEADLINE) -> Request:
+    """Lowers the request (step.pieces) and places its cache breakpoints (the auto policy unless
+    hinted); with plan.hashes, also the prefix digest at every element (a serialization pass)
+    and, with plan.previous, what changed since. deadline: checked between stages and every
+    CHECK_EVERY elements of the loops here."""
+    mdl = plan.model
+    deadline.check("lowering")
+    known = {}  # id(element) -> (JSON text, lengths) of the elements the memo holds
+    pieces = lower_request(conv, plan, memo, known)
+    lowered, ledger = pieces.lowered, pieces.ledger
+    deadline.check("lowering")
+    chosen = _choose(lowered, plan)
+    texts = {k: v[0] for k, v in known.items()}
+    chain = prefix.prefix_hashes(lowered, mdl.provider, chosen, texts, deadline) if plan.hashes else None
+    for element in place(lowered, ledger, mdl.provider, chosen, pieces.shared, (known, texts)):
+        texts.pop(id(element), None)
+    lengths = {}
+    json_lengths = native.json_lengths
+    for parent, key in lowered.lists:
+        for i, e in enumerate(parent[key]):
+            deadline.tick(i, "sizing the body")
+            found = known.get(id(e))
+            lengths[id(e)] = found[1] if found is not None else json_lengths(e)
+    request = Request(lowered, ledger, lengths, chosen, chain, texts)
+    deadline.check("measure")
+    if plan.hashes:
+        request.digests = prefix.digests(lowered, chain, conv.messages)
+        if plan.previous is not None:
+            request.change = prefix.compare(plan.previous, request.digests)
+    return request
+
+
+def _choose(lowered: Lowered, plan: Plan) -> list:
+    a = plan.cfg.assemble
+    return breakpoints.choose(lowered, plan.model.provider, plan.tools, plan.policy, a.anthropic_max_breakpoints,
+                              a.anthropic_auto_breakpoints, plan.model.id, a.marker_models)
+
+
+def estimate_text(conv: m.Conversation, plan: Plan, memo: Memo | None = None) -> str:
+    """The text the estimate stands for: system and messages as sent (cache markers included)
+    with media and opaque state as placeholders, then the tool definitions."""
+    lowered = estimate_lowered(conv, plan, memo)
+    text = native.json_text(lowered.system + lowered.messages)
+    if plan.tools:
+        text += native.json_text(tool_schema_list(plan.tools))
+    return text
+
+
+def estimate_lowered(conv: m.Conversation, plan: Plan, memo: Memo | None = None) -> Lowered:
+    """The lowered request whose elements estimate_text serializes (media as placeholders)."""
+    pieces = lower_request(conv, dataclasses.replace(plan, placeholders=True), memo)
+    place(pieces.lowered, pieces.ledger, plan.model.provider, _choose(pieces.lowered, plan), pieces.shared)
+    return pieces.lowered
+
+
+def tool_schema_list(tools: list) -> list:
+    """What tool definitions count as: the JSON of [{name, description, inputSchema}]."""
+    return [{"name": t.name, "description": t.description, "inputSchema": t.input_schema}
+            for t in tools]

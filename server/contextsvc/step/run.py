@@ -1,0 +1,73 @@
+"""One step of an agent loop, as Measure and Assemble both see it (docs/design.md "A step through
+the modules"): check -> inject -> pieces and request -> figures -> decision -> payload guard.
+When the guard changes what is sent, the pass from pieces on runs once more for it, so every
+figure is of the body that is sent.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from dataclasses import dataclass
+from typing import Optional
+
+from .. import conversation as m, validate, window
+from ..deadline import NO_DEADLINE, Deadline
+from ..errors import BadInput
+from ..memo import Memo
+from .decision import decide
+from .figures import figures
+from .guard import Guard, payload_guard
+from .inject import Injected, Turn, inject
+from .measurement import Measurement, gather
+from .plan import Plan
+from .request import Request, build
+
+
+@dataclass(slots=True)
+class Step:
+    measurement: Measurement
+    request: Request  # what is sent (after the payload guard)
+    guard: Guard
+    injected: Injected
+
+
+def check(conv: m.Conversation, plan: Plan, memo: Memo | None = None, deadline: Deadline = NO_DEADLINE) -> None:
+    """The request's own checks, each naming the field (errors.BadInput). memo: each message's
+    checks kept across steps (validate.conversation)."""
+    validate.request(conv, plan.model, plan.tools, plan.compaction, memo=memo, deadline=deadline)
+    if plan.configured_output_tokens < 0:
+        raise BadInput("configured_output_tokens", "must not be negative")
+
+
+def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Memo | None = None,
+        exact_counter=None, now: Optional[dt.datetime] = None, deadline: Deadline = NO_DEADLINE,
+        checked: bool = False) -> Step:
+    """The step for conv under plan. turn: the per-turn injections (none without one). memo: what
+    earlier steps computed per message. exact_counter: the service's (its cache of counts).
+    checked: the caller already ran check() on this conversation. deadline: the caller's,
+    checked between stages and inside the per-element loops (errors.DeadlineExceeded)."""
+    if not checked:
+        check(conv, plan, memo, deadline)
+    injected = inject(conv.messages, turn, now) if turn is not None else Injected(conv.messages, [], "")
+    sent = dataclasses.replace(conv, messages=injected.messages)
+    measurement, request = measure(sent, plan, memo, exact_counter, deadline)
+    guard = payload_guard(sent, measurement.body_bytes, plan, memo, deadline)
+    if guard.conversation is not None:
+        measurement, request = measure(guard.conversation, plan, memo, exact_counter, deadline)
+    return Step(measurement, request, guard, injected)
+
+
+def measure(conv: m.Conversation, plan: Plan, memo: Memo | None = None, exact_counter=None,
+            deadline: Deadline = NO_DEADLINE) -> tuple:
+    """(Measurement, Request) of conv as it is sent, without the payload guard: the request
+    (pieces, markers, digests), its figures, the decision, and the output budget written into
+    the body."""
+    request = build(conv, plan, memo, deadline)
+    fig = figures(conv, request, plan, exact_counter, memo, deadline)
+    dec = decide(conv.messages, fig, plan)
+    mdl, cfg = plan.model, plan.cfg
+    max_out = window.max_output(mdl, cfg)
+    configured = plan.configured_output_tokens or max_out
+    out_tokens = window.output_budget(mdl, configured, dec.reported, fig.normalized, fig.media_count, cfg)
+    request.lowered.set_max_output(out_tokens)
+    return gather(request.body_bytes(), fig, dec, mdl.id, plan.usable, plan.limit, max_out, out_tokens), request
