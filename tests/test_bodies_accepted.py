@@ -17,7 +17,7 @@ import json
 import pytest
 
 from contextsvc import config, conversation as m
-from contextsvc.rpc import servicer
+from contextsvc.rpc.servicer import ContextService
 from contextsvc.errors import BadInput
 
 from helpers import corpus
@@ -28,7 +28,7 @@ CASES_PER_PROVIDER = 48  # with the deterministic walk in corpus.session, every 
 
 @pytest.fixture(scope="module")
 def servicer():
-    return servicer.ContextService(config.Config())
+    return ContextService(config.Config())
 
 
 def _no_tool_choice(provider: str, body: dict) -> str:
