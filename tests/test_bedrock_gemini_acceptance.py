@@ -245,28 +245,28 @@ ODD_NAMES = ["github.create issue/v2", "3d-render", "mcp__server__" + "t" * 80]
 
 @pytest.mark.parametrize("name", ODD_NAMES)
 def test_bedrock_tool_names_are_mapped_alike_in_definition_and_call(name):
-    from contextsvc.lowering import tool_ids
+    from contextsvc.lowering import bedrock, tool_ids
     b = body(m.BEDROCK, user("m1", m.Text("hi")), assistant("m2", m.StepStart(), call("c1", name=name)),
              user("m3", m.Text("go")), name=name)
     spec = b["toolConfig"]["tools"][0]["toolSpec"]["name"]
     used = b["messages"][1]["content"][0]["toolUse"]["name"]
-    assert spec == used == tool_ids.wire_name(m.BEDROCK, name) and len(spec) <= 64
+    assert spec == used == tool_ids.wire_name(bedrock.FORMAT, name) and len(spec) <= 64
     assert re.fullmatch(r"[a-zA-Z0-9_-]+", spec)
     converse_accepts(b)
-    assert tool_ids.wire_name(m.BEDROCK, "read_file") == "read_file"  # a valid name is unchanged
+    assert tool_ids.wire_name(bedrock.FORMAT, "read_file") == "read_file"  # a valid name is unchanged
 
 
 @pytest.mark.parametrize("name", ODD_NAMES)
 def test_gemini_function_names_are_mapped_alike_in_declaration_call_and_response(name):
-    from contextsvc.lowering import tool_ids
+    from contextsvc.lowering import gemini, tool_ids
     b = body(m.GEMINI, user("m1", m.Text("hi")), assistant("m2", m.StepStart(), call("c1", name=name)),
              user("m3", m.Text("go")), name=name)
     declared = b["tools"][0]["functionDeclarations"][0]["name"]
     parts = [p for c in b["contents"] for p in c["parts"]]
     called = next(p["functionCall"]["name"] for p in parts if "functionCall" in p)
     answered = next(p["functionResponse"]["name"] for p in parts if "functionResponse" in p)
-    assert declared == called == answered == tool_ids.wire_name(m.GEMINI, name)
+    assert declared == called == answered == tool_ids.wire_name(gemini.FORMAT, name)
     assert re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_.:-]{0,63}", declared)
-    assert tool_ids.wire_name(m.GEMINI, "mcp.server:read") == "mcp.server:read"
+    assert tool_ids.wire_name(gemini.FORMAT, "mcp.server:read") == "mcp.server:read"
     from judges import judge_for
     assert judge_for(m.GEMINI)(b) == []

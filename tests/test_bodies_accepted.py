@@ -17,7 +17,8 @@ import json
 import pytest
 
 from contextsvc import config, conversation as m
-from contextsvc.rpc import servicer
+from contextsvc.lowering.registry import PROVIDERS
+from contextsvc.rpc.servicer import ContextService
 from contextsvc.errors import BadInput
 
 from helpers import corpus
@@ -28,7 +29,7 @@ CASES_PER_PROVIDER = 48  # with the deterministic walk in corpus.session, every 
 
 @pytest.fixture(scope="module")
 def servicer():
-    return servicer.ContextService(config.Config())
+    return ContextService(config.Config())
 
 
 def _no_tool_choice(provider: str, body: dict) -> str:
@@ -69,7 +70,7 @@ def _problems(provider: str, case: corpus.Case, servicer) -> tuple:
 @pytest.fixture(scope="module")
 def outcomes(servicer):
     out = {}
-    for provider in m.PROVIDERS:
+    for provider in PROVIDERS:
         counts = collections.Counter()
         failures = []
         for case in corpus.cases(provider, CASES_PER_PROVIDER):
@@ -90,7 +91,7 @@ def _summary(failures: list) -> str:
     return "\n".join(lines + ["examples:"] + [f"  {e[:300]}" for e in examples.values()])
 
 
-@pytest.mark.parametrize("provider", m.PROVIDERS)
+@pytest.mark.parametrize("provider", PROVIDERS)
 def test_corpus_bodies_are_accepted(provider, outcomes):
     counts, failures = outcomes[provider]
     print(f"\n{provider}: {counts['judged']} bodies judged, {counts['refused-body']} refused by the judge, "
@@ -102,7 +103,7 @@ def test_corpus_bodies_are_accepted(provider, outcomes):
 
 def test_corpus_covers_every_feature():
     """The corpus really holds what it claims, for every provider."""
-    for provider in m.PROVIDERS:
+    for provider in PROVIDERS:
         seen = set()
         for case in corpus.cases(provider, CASES_PER_PROVIDER):
             req = case.request

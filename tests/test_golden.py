@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from contextsvc import assemble, config, conversation as m
+from contextsvc.lowering.registry import PROVIDERS
 
 GOLDEN = Path(__file__).parent / "golden"
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 8
@@ -57,7 +58,7 @@ def body(provider: str) -> bytes:
     return assemble.assemble(inp, config.Config()).body
 
 
-@pytest.mark.parametrize("provider", m.PROVIDERS)
+@pytest.mark.parametrize("provider", PROVIDERS)
 def test_golden_body(provider):
     path = GOLDEN / f"{provider}.json"
     got = json.dumps(json.loads(body(provider)), ensure_ascii=False, indent=1) + "\n"

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from contextsvc import conversation as m
+from contextsvc.lowering.registry import PROVIDERS
 from judges import judge_for
 from judges._common import parse_data_url
 
@@ -416,7 +417,7 @@ def test_gemini_refuses(change, rule, where):
 # ---- shared pieces ------------------------------------------------------------------------------
 
 def test_every_provider_has_a_judge():
-    for provider in m.PROVIDERS:
+    for provider in PROVIDERS:
         assert callable(judge_for(provider))
     with pytest.raises(KeyError):
         judge_for("nobody")
@@ -430,13 +431,13 @@ def test_data_urls_parse_as_rfc_2397():
 
 
 def test_judges_refuse_a_non_object():
-    for provider in m.PROVIDERS:
+    for provider in PROVIDERS:
         assert rules(judge_for(provider)([])) == {"schema"}
 
 
 # ---- the committed goldens ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("provider", m.PROVIDERS)
+@pytest.mark.parametrize("provider", PROVIDERS)
 def test_golden_body_is_accepted(provider):
     body = json.loads((GOLDEN / f"{provider}.json").read_text(encoding="utf-8"))
     assert judge_for(provider)(body) == []

@@ -13,6 +13,7 @@ from helpers.steps import plan
 from contextsvc.step import request
 from contextsvc.errors import BadInput
 from contextsvc.lowering.media import MEDIA_PLACEHOLDER
+from contextsvc.lowering.registry import PROVIDERS
 
 CFG = config.Config()
 
@@ -279,7 +280,7 @@ def conversations(draw):
 
 
 @settings(max_examples=150, deadline=None)
-@given(conv=conversations(), provider=st.sampled_from(m.PROVIDERS),
+@given(conv=conversations(), provider=st.sampled_from(PROVIDERS),
        context=st.sampled_from([0, 8_000, 200_000, 1_000_000]))
 def test_body_bytes_equal_emitted_json(conv, provider, context):
     model_ = m.Model("model-x", provider, m.ModelLimits(context, 0, 8_000))

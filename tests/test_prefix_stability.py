@@ -15,6 +15,7 @@ import pytest
 
 from helpers import convo
 from contextsvc import assemble, breakpoints, config, conversation as m
+from contextsvc.lowering.registry import PROVIDERS
 from contextsvc.step import environment
 import contextsvc_client
 from contextsvc.v1 import context_pb2 as pb
@@ -160,7 +161,7 @@ def session(provider: str) -> Loop:
     return loop
 
 
-@pytest.mark.parametrize("provider", m.PROVIDERS)
+@pytest.mark.parametrize("provider", PROVIDERS)
 def test_every_step_and_turn_keeps_the_prefix_for_every_provider(provider):
     loop = session(provider)
     assert len(loop.bodies) == 10
@@ -169,7 +170,7 @@ def test_every_step_and_turn_keeps_the_prefix_for_every_provider(provider):
         assert first_break(provider, before, after, last) == "", f"request {k} -> {k + 1}"
 
 
-@pytest.mark.parametrize("provider", m.PROVIDERS)
+@pytest.mark.parametrize("provider", PROVIDERS)
 def test_a_user_message_keeps_its_environment_block_for_the_session(provider):
     loop = session(provider)
     users = [x for x in loop.messages if x.role == m.USER]
@@ -198,7 +199,7 @@ def test_a_stored_block_is_recognized_under_the_client_s_own_part_id():
     assert json.dumps(loop.bodies[1][0]).count("<environment_details>") == 1
 
 
-@pytest.mark.parametrize("provider", m.PROVIDERS)
+@pytest.mark.parametrize("provider", PROVIDERS)
 def test_a_wrapped_mid_run_message_stays_wrapped(provider):
     loop = Loop(provider)
     loop.new_turn("Fix the failing test")
@@ -222,7 +223,7 @@ def test_a_wrapped_mid_run_message_stays_wrapped(provider):
         assert first_break(provider, loop.bodies[k - 1][0], loop.bodies[k][0], False) == "", k
 
 
-@pytest.mark.parametrize("provider", m.PROVIDERS)
+@pytest.mark.parametrize("provider", PROVIDERS)
 def test_the_last_step_keeps_the_tools_and_disables_them(provider):
     loop = Loop(provider, max_steps=2)
     loop.new_turn("Fix it")

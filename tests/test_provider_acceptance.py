@@ -10,7 +10,7 @@ import pytest
 
 from contextsvc import assemble, breakpoints, config, conversation as m
 from contextsvc.errors import BadInput
-from contextsvc.lowering import bedrock, media, registry, tool_ids
+from contextsvc.lowering import anthropic, bedrock, gemini, media, registry, tool_ids
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 8
 PNG64 = base64.b64encode(PNG).decode()
@@ -96,16 +96,17 @@ def test_openai_family_ids_fit_40_characters(provider):
     assert len(call[0]["id"]) <= 40 and call[1]["id"] == "call_ok"
 
 
-@pytest.mark.parametrize("provider", m.PROVIDERS)
+@pytest.mark.parametrize("provider", registry.PROVIDERS)
 def test_wire_ids_are_a_function_of_the_id_alone(provider):
     ids = ["call_1", "toolu_01AbC", "functions.read:1", "functions.read_1", "a b", "a/b", "x" * 100,
            "x" * 99 + "y", "é", "call_1 "]
-    wire = [tool_ids.wire_id(provider, i) for i in ids]
+    fmt = registry.FORMATS[provider]
+    wire = [tool_ids.wire_id(fmt, i) for i in ids]
     assert len(set(wire)) == len(ids)  # no two ids merge
-    assert tool_ids.wire_id(provider, "call_1") == "call_1" and tool_ids.wire_id(provider, "toolu_01AbC") == "toolu_01AbC"
-    rule = registry.FORMATS[provider].ids
+    assert tool_ids.wire_id(fmt, "call_1") == "call_1" and tool_ids.wire_id(fmt, "toolu_01AbC") == "toolu_01AbC"
+    rule = fmt.ids
     assert all(len(w) <= rule.max_len and rule.valid.fullmatch(w) for w in wire)
-    assert wire == [tool_ids.wire_id(provider, i) for i in ids]
+    assert wire == [tool_ids.wire_id(fmt, i) for i in ids]
 
 
 def test_a_new_id_never_rewrites_an_old_one():
@@ -126,7 +127,7 @@ def test_gateway_ids_keep_to_the_upstreams_alphabet(provider):
     assert calls == [b["messages"][k]["tool_call_id"] for k in (4, 5, 6)]
     assert all(ANTHROPIC_ID.match(i) and len(i) <= 40 for i in calls) and len(set(calls)) == 3
     assert calls[1] == "functions_read_1"  # a valid id passes unchanged
-    assert calls[0] == tool_ids.wire_id(provider, "functions.read:1")  # a function of the id alone
+    assert calls[0] == tool_ids.wire_id(registry.FORMATS[provider], "functions.read:1")  # a function of the id alone
 
 
 def test_plain_openai_keeps_its_own_id_rule():
@@ -156,7 +157,7 @@ def test_openai_family_body_starts_with_a_user_message_after_the_system(provider
     assert (content if isinstance(content, str) else content[0]["text"]) == "[Conversation start]"
 
 
-@pytest.mark.parametrize("provider", m.PROVIDERS)
+@pytest.mark.parametrize("provider", registry.PROVIDERS)
 def test_the_lead_message_is_constant_and_only_when_needed(provider):
     later = HIDDEN_FIRST + [assistant("m4", m.Text("Done.")), user("m5", m.Text("Thanks"))]
     a, b = conversation(body(provider, HIDDEN_FIRST)), conversation(body(provider, later))
@@ -244,11 +245,11 @@ def test_openai_family_image_url_only_for_images_it_takes(provider):
 
 
 def test_media_table_answers_per_provider():
-    assert media.accepts(m.ANTHROPIC, "image/png") and media.accepts(m.ANTHROPIC, "IMAGE/JPG")
-    assert not media.accepts(m.ANTHROPIC, "image/svg+xml") and not media.accepts(m.ANTHROPIC, "image/heic")
-    assert media.accepts(m.GEMINI, "image/heic") and not media.accepts(m.GEMINI, "image/gif")
-    assert media.accepts(m.BEDROCK, "text/csv") and bedrock.MEDIA_FORMATS["text/markdown"] == "md"
-    assert all(media.accepts(p, "application/pdf") for p in m.PROVIDERS)
+    assert media.accepts(anthropic.FORMAT, "image/png") and media.accepts(anthropic.FORMAT, "IMAGE/JPG")
+    assert not media.accepts(anthropic.FORMAT, "image/svg+xml") and not media.accepts(anthropic.FORMAT, "image/heic")
+    assert media.accepts(gemini.FORMAT, "image/heic") and not media.accepts(gemini.FORMAT, "image/gif")
+    assert media.accepts(bedrock.FORMAT, "text/csv") and bedrock.MEDIA_FORMATS["text/markdown"] == "md"
+    assert all(media.accepts(f, "application/pdf") for f in registry.FORMATS.values())
     parsed = media.parse_data_url("data:image/png;name=a.png;base64,AAAA")
     assert (parsed.mime, parsed.is_base64, parsed.payload) == ("image/png", True, "AAAA")
     assert media.parse_data_url("data:,hello").mime == "" and not media.parse_data_url("data:,hello").is_base64

@@ -16,6 +16,8 @@ RUNNING = "running"
 COMPLETED = "completed"
 ERROR = "error"
 
+# The providers' names (Model.provider); lowering/registry.py lists them with their wire formats
+# (PROVIDERS).
 ANTHROPIC = "anthropic"
 OPENAI = "openai"
 OPENAI_COMPATIBLE = "openai-compatible"
@@ -24,15 +26,6 @@ OPENROUTER = "openrouter"
 ALIBABA = "alibaba"
 COPILOT = "copilot"
 GEMINI = "gemini"
-
-
-def __getattr__(name: str):
-    # PROVIDERS: every provider name, from the registry of wire formats (lowering/registry.py),
-    # which imports this module
-    if name == "PROVIDERS":
-        from .lowering.registry import PROVIDERS
-        return PROVIDERS
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(slots=True)

@@ -2,7 +2,7 @@
 
 Each judge module has one job, `judge(body) -> list[str]` for one wire format: the problems the
 provider would refuse the body for, empty when it would accept it. `judge_for(provider)` picks
-the judge for a provider name of contextsvc.model.PROVIDERS.
+the judge for a provider name of contextsvc.lowering.registry.PROVIDERS.
 """
 from __future__ import annotations
 

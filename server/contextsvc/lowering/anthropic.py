@@ -13,7 +13,7 @@ NO_TOOL_USE = {"type": "none"}  # tools stay defined (history may hold tool bloc
 
 
 def _media(x: MMedia, ledger: MediaLedger) -> dict:
-    src = media.source(m.ANTHROPIC, x.mime, x.data, x.url)
+    src = media.source(FORMAT, x.mime, x.data, x.url)
     if src is None:
         return {"type": "text", "text": attachment_note(x)}
     if src.url:
@@ -35,11 +35,11 @@ def _block(c, ledger: MediaLedger):
             return {"type": "thinking", "thinking": c.text, "signature": ledger.opaque(c.signature)}
         return None  # unsigned reasoning is rejected by the API: the model never sees it again
     if isinstance(c, MToolCall):
-        return {"type": "tool_use", "id": wire_id(m.ANTHROPIC, c.call_id), "name": c.name, "input": c.input}
+        return {"type": "tool_use", "id": wire_id(FORMAT, c.call_id), "name": c.name, "input": c.input}
     if isinstance(c, MToolResult):
         content = [{"type": "text", "text": c.text}] if c.text else []
         content.extend(_media(x, ledger) for x in c.media)
-        block = {"type": "tool_result", "tool_use_id": wire_id(m.ANTHROPIC, c.call_id), "content": content}
+        block = {"type": "tool_result", "tool_use_id": wire_id(FORMAT, c.call_id), "content": content}
         if c.is_error:
             block["is_error"] = True
         return block

@@ -71,7 +71,7 @@ class _DocumentNames:
 def _media(x: MMedia, ledger: MediaLedger, names: _DocumentNames) -> dict:
     """Through the shared media table: a type Converse does not take, or a web URL (Converse takes
     bytes or S3 only), becomes the attachment note."""
-    src = media.source(m.BEDROCK, x.mime, x.data, x.url)
+    src = media.source(FORMAT, x.mime, x.data, x.url)
     if src is None:
         return {"text": attachment_note(x)}
     fmt, data = MEDIA_FORMATS[src.mime], src.base64(ledger)
@@ -96,12 +96,12 @@ def _block(c, ledger: MediaLedger, names: _DocumentNames):
             return None  # Converse rejects unsigned reasoning, as the Messages API does
         return {"reasoningContent": {"reasoningText": {"text": c.text, "signature": ledger.opaque(c.signature)}}}
     if isinstance(c, MToolCall):
-        return {"toolUse": {"toolUseId": wire_id(m.BEDROCK, c.call_id), "name": wire_name(m.BEDROCK, c.name),
+        return {"toolUse": {"toolUseId": wire_id(FORMAT, c.call_id), "name": wire_name(FORMAT, c.name),
                             "input": c.input}}
     if isinstance(c, MToolResult):
         content = [b for b in [_text(c.text)] if b is not None]
         content.extend(_media(x, ledger, names) for x in c.media)
-        return {"toolResult": {"toolUseId": wire_id(m.BEDROCK, c.call_id), "content": content or [{"text": NO_OUTPUT}],
+        return {"toolResult": {"toolUseId": wire_id(FORMAT, c.call_id), "content": content or [{"text": NO_OUTPUT}],
                                "status": "error" if c.is_error else "success"}}
     raise TypeError(type(c).__name__)
 
@@ -144,7 +144,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     out["inferenceConfig"] = {"maxTokens": max_output}
     if tools:
         out["toolConfig"] = {"tools": [
-            {"toolSpec": {"name": wire_name(m.BEDROCK, t.name), "description": t.description if (t.description or "").strip() else t.name,
+            {"toolSpec": {"name": wire_name(FORMAT, t.name), "description": t.description if (t.description or "").strip() else t.name,
                           "inputSchema": {"json": t.input_schema or {"type": "object"}}}}
             for t in tools
         ]}

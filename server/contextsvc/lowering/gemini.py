@@ -27,7 +27,7 @@ _ACCEPTED = {
 def _media(x: MMedia, ledger: MediaLedger) -> dict:
     """Through the shared media table: a type Gemini does not take (gif, svg, ...) becomes the
     attachment note; an http(s) URL goes as fileData, anything else inline."""
-    src = media.source(m.GEMINI, x.mime, x.data, x.url)
+    src = media.source(FORMAT, x.mime, x.data, x.url)
     if src is None:
         return {"text": attachment_note(x)}
     if src.url:
@@ -65,7 +65,7 @@ def _declaration(t) -> dict:
     # Tool schemas are JSON Schema ($schema, $ref, additionalProperties, anyOf, ...);
     # `parameters` takes only an OpenAPI subset and refuses the rest, so the schema goes as is
     # in `parametersJsonSchema`, which takes JSON Schema: nothing the tool says is lost.
-    return {"name": wire_name(m.GEMINI, t.name), "description": t.description,
+    return {"name": wire_name(FORMAT, t.name), "description": t.description,
             "parametersJsonSchema": t.input_schema or {"type": "object"}}
 
 
@@ -89,9 +89,9 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
             elif isinstance(c, MMedia):
                 parts.append(_media(c, ledger))
             elif isinstance(c, MToolCall):
-                parts.append({"functionCall": {"name": wire_name(m.GEMINI, c.name), "args": c.input}})
+                parts.append({"functionCall": {"name": wire_name(FORMAT, c.name), "args": c.input}})
             elif isinstance(c, MToolResult):
-                name = wire_name(m.GEMINI, c.name)
+                name = wire_name(FORMAT, c.name)
                 parts.append({"functionResponse": {"name": name, "response": {"name": name, "content": c.text}}})
                 moved.extend(c.media)  # function responses carry text: media follows as parts
             if signature and parts:

@@ -74,7 +74,8 @@ class MediaLedger:
 
 # ---- what each provider accepts ---------------------------------------------------------------
 # Each wire format's table of media types (design.md §6, "What the body must pass"). A media
-# part whose type its provider does not take is lowered as the attachment note.
+# part whose type its provider does not take is lowered as the attachment note. The functions
+# below take the provider's WireFormat (fmt) and read its accepted and fetched tables.
 
 IMAGE = "image"
 DOCUMENT = "document"
@@ -86,12 +87,6 @@ VIDEO = "video"
 WEB_IMAGES = {t: IMAGE for t in ("image/png", "image/jpeg", "image/gif", "image/webp")}
 
 
-def _format(provider: str):
-    from .registry import FORMATS  # the registry imports the format modules, which import this
-
-    return FORMATS[provider]
-
-
 _ALIASES = {"image/jpg": "image/jpeg"}  # common, and refused under this name
 
 
@@ -101,13 +96,13 @@ def media_type(mime: str) -> str:
     return _ALIASES.get(bare, bare)
 
 
-def kind(provider: str, mime: str):
-    """IMAGE, DOCUMENT, AUDIO or VIDEO when provider takes this media type, else None."""
-    return _format(provider).accepted.get(media_type(mime))
+def kind(fmt, mime: str):
+    """IMAGE, DOCUMENT, AUDIO or VIDEO when fmt's provider takes this media type, else None."""
+    return fmt.accepted.get(media_type(mime))
 
 
-def accepts(provider: str, mime: str) -> bool:
-    return kind(provider, mime) is not None
+def accepts(fmt, mime: str) -> bool:
+    return kind(fmt, mime) is not None
 
 
 @dataclass(slots=True)
@@ -155,8 +150,9 @@ class Source:
         return ledger.url(self.url)
 
 
-def source(provider: str, mime: str, data: bytes | None, url: str):
-    """How provider takes this media part, or None: then it is lowered as the attachment note.
+def source(fmt, mime: str, data: bytes | None, url: str):
+    """How fmt's provider takes this media part, or None: then it is lowered as the attachment
+    note.
 
     A base64 data: URL gives its payload; any other data: URL is percent-encoded content,
     decoded to bytes (never sent on as a URL); an http(s) URL is kept only where the provider
@@ -172,12 +168,12 @@ def source(provider: str, mime: str, data: bytes | None, url: str):
             else:
                 data = unquote_to_bytes(parsed.payload)
         elif url[:8].lower() == "https://" or url[:7].lower() == "http://":
-            if mime not in _format(provider).fetched:
+            if mime not in fmt.fetched:
                 return None
             web = url
         else:
             return None
-    found = kind(provider, mime)
+    found = kind(fmt, mime)
     if found is None or not (data or payload or web):
         return None
     return Source(found, mime, data, payload, web)

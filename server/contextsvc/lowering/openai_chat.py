@@ -12,8 +12,8 @@ from .tool_ids import id_rule, wire_id
 from .wire_format import WireFormat
 
 
-def _media(provider: str, x: MMedia, ledger: MediaLedger) -> dict:
-    src = media.source(provider, x.mime, x.data, x.url)
+def _media(fmt: ChatCompletions, x: MMedia, ledger: MediaLedger) -> dict:
+    src = media.source(fmt, x.mime, x.data, x.url)
     if src is None:  # includes a PDF by web URL: file_data takes a base64 data: URL only
         return {"type": "text", "text": attachment_note(x)}
     if src.kind == media.DOCUMENT:
@@ -22,8 +22,8 @@ def _media(provider: str, x: MMedia, ledger: MediaLedger) -> dict:
     return {"type": "image_url", "image_url": {"url": url}}
 
 
-def _user_content(provider: str, parts: list, ledger: MediaLedger):
-    blocks = [{"type": "text", "text": c.text} if isinstance(c, MText) else _media(provider, c, ledger)
+def _user_content(fmt: ChatCompletions, parts: list, ledger: MediaLedger):
+    blocks = [{"type": "text", "text": c.text} if isinstance(c, MText) else _media(fmt, c, ledger)
               for c in parts]
     if len(blocks) == 1 and blocks[0]["type"] == "text":
         return blocks[0]["text"]  # a lone text goes as a plain string
@@ -32,18 +32,19 @@ def _user_content(provider: str, parts: list, ledger: MediaLedger):
 
 def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="",
          tools_disabled=False) -> Lowered:
+    fmt = _FORMATS[provider]
     system_msgs = [{"role": "system", "content": s} for s in system]
     wire, roles, sources = [], [], []
     for msg in messages:
         if msg.role == "user":
-            wire.append({"role": "user", "content": _user_content(provider, msg.content, ledger)})
+            wire.append({"role": "user", "content": _user_content(fmt, msg.content, ledger)})
             ledger.claim(wire[-1])
             roles.append("user")
             sources.append([msg.source_id])
         elif msg.role == "assistant":
             text = "".join(c.text for c in msg.content if isinstance(c, MText) and not isinstance(c, MSpacer))
             calls = [
-                {"id": wire_id(provider, c.call_id), "type": "function",
+                {"id": wire_id(fmt, c.call_id), "type": "function",
                  "function": {"name": c.name, "arguments": native.json_text(c.input)}}  # as JSON.stringify writes it
                 for c in msg.content if isinstance(c, MToolCall)
             ]
@@ -59,18 +60,17 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
             moved = []
             for r in msg.content:
                 assert isinstance(r, MToolResult)
-                wire.append({"role": "tool", "tool_call_id": wire_id(provider, r.call_id), "content": r.text})
+                wire.append({"role": "tool", "tool_call_id": wire_id(fmt, r.call_id), "content": r.text})
                 roles.append("tool")
                 sources.append([msg.source_id])
                 moved.extend(r.media)
             if moved:  # tool messages carry text only: media follows as a user message
-                wire.append({"role": "user", "content": [_media(provider, x, ledger) for x in moved]})
+                wire.append({"role": "user", "content": [_media(fmt, x, ledger) for x in moved]})
                 ledger.claim(wire[-1])
                 roles.append("user")
                 sources.append([msg.source_id])
     open_with_user(wire, roles, sources, {"role": "user", "content": LEAD_USER_TEXT})  # after the system messages
     all_msgs = system_msgs + wire
-    fmt = _FORMATS[provider]
     token_field = fmt.token_field
     out = {"model": model_id, "messages": all_msgs, token_field: max_output}
     if tools:

@@ -1,7 +1,8 @@
 """The providers: each name and the wire format that lowers, marks and checks its bodies
-(docs/design.md §6). Everything else derives from this table: lowering.lower, the media and id
-rules, the breakpoints, conversation.PROVIDERS and the protobuf enum mapping (rpc/conversion.py, by name:
-`openai-compatible` is PROVIDER_OPENAI_COMPATIBLE)."""
+(docs/design.md §6). Everything else derives from this table: lowering.lower, the breakpoints,
+PROVIDERS and the protobuf enum mapping (rpc/conversion.py, by name: `openai-compatible` is
+PROVIDER_OPENAI_COMPATIBLE). Each format module passes its own WireFormat to the media and id
+helpers (media.py, tool_ids.py), which read its tables and never this one."""
 from __future__ import annotations
 
 from . import anthropic, bedrock, gemini, openai_chat

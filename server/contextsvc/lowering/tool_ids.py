@@ -39,22 +39,16 @@ WORD = id_rule("a-zA-Z0-9_-", 64)
 _HASH_LEN = 12
 
 
-def _format(provider: str):
-    from .registry import FORMATS  # the registry imports the format modules, which import this
-
-    return FORMATS[provider]
-
-
-def wire_id(provider: str, call_id: str) -> str:
-    """call_id as written in this provider's body, for the call and its result alike."""
-    return _wire_id(_format(provider).ids, call_id)
+def wire_id(fmt, call_id: str) -> str:
+    """call_id as written in the body of fmt (a WireFormat), for the call and its result alike."""
+    return _wire_id(fmt.ids, call_id)
 
 
-def wire_name(provider: str, name: str) -> str:
-    """A tool's name as written in this provider's body, in its definition, calls and results
-    alike: unchanged when valid there, else mapped as ids are (a function of the name alone)."""
-    names = _format(provider).names
-    return name if names is None else _wire_id(names, name)
+def wire_name(fmt, name: str) -> str:
+    """A tool's name as written in the body of fmt (a WireFormat), in its definition, calls and
+    results alike: unchanged when valid there, else mapped as ids are (a function of the name
+    alone)."""
+    return name if fmt.names is None else _wire_id(fmt.names, name)
 
 
 @lru_cache(maxsize=8192)
