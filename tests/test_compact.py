@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from contextsvc import config, conversation as m, native, projection, window
-from contextsvc.compact import run as cmod, edits, retention, head_tail, serialize, template
+from contextsvc.compact import run as cmod, chunked, edits, retention, head_tail, serialize, template
 from contextsvc.compact.summarizers import offline
 from contextsvc.compact.summarizers.anthropic import AnthropicSummarizer
 from contextsvc.compact.summarizers.job import SummaryJob
@@ -426,9 +426,9 @@ def test_chunked_fallback_offline():
 
 def test_chunk_split_is_greedy_and_bounded():
     t = serialize.serialize(big_session(10).messages, 2000)
-    budget = cmod.chunk_budget(1000, CFG)
+    budget = chunked.chunk_budget(1000, CFG)
     assert budget == CFG.compact.chunk_min_tokens
-    chunks = cmod.split_chunks(t, budget)
+    chunks = chunked.split_chunks(t, budget)
     assert sum(len(b) for _, b in chunks) == len(t.blocks)
     for _, blocks in chunks:
         assert len(blocks) == 1 or sum(native.estimate_tokens(b) for b in blocks) <= budget

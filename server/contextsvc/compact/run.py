@@ -2,20 +2,17 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Optional
 
-from .. import conversation as m, native, projection, prune, step, tokens, validate, window
+from .. import conversation as m, projection, prune, step, validate, window
 from ..config import Config
 from ..errors import BadInput, Unavailable
 from ..deadline import NO_DEADLINE, Deadline
 from ..lowering.neutral import attachment_note
-from . import edits as ed, retention as ret, head_tail, serialize, template
-from .summarizers import offline
+from . import chunked, edits as ed, retention as ret, head_tail, serialize
+from .summarizers import make_summarizer, offline, offline_fallback
 from .summarizers.job import ContextTooLong, SummaryJob
 
 COMPACTED = "compacted"
@@ -77,15 +74,6 @@ def check(inp: CompactInput, memo=None, deadline: Deadline = NO_DEADLINE) -> Non
         raise BadInput("conversation.messages", "needs a user message: the last one is the compaction parent")
 
 
-def make_summarizer(cfg: Config, memo=None):
-    """memo (memo.StepMemo): the offline summarizer keeps each message's facts in it."""
-    if cfg.summarizer.backend == "anthropic":
-        from .summarizers.anthropic import AnthropicSummarizer
-
-        return AnthropicSummarizer(cfg)
-    return offline.OfflineSummarizer(offline.OfflineLimits.of(cfg.summarizer), memo)
-
-
 def _measure(conv: m.Conversation, inp: CompactInput, cfg: Config,
              deadline: Deadline = NO_DEADLINE, memo=None) -> step.Measurement:
     """The step's measurement of conv as Measure would answer it (the decision figure)."""
@@ -99,100 +87,18 @@ def _under(tokens_: int, lim: int, mdl: m.Model) -> bool:
 
 # ---- summarizing -------------------------------------------------------------------------------
 
-def _preflight(text: str, cfg: Config) -> int:
-    return tokens.preflight(native.estimate_tokens(text), cfg.measure.factor)
-
-
-def needs_chunks(job: SummaryJob, usable: int, cfg: Config) -> bool:
-    """ceil(estimate * 1.3) + output > usable, for the summary request itself, its output capped
-    at the chunk output budget (2048) as the reference agent sizes it: the model's full output cap
-    would send small heads down the chunked path."""
-    if usable <= 0:
-        return False
-    request_text = template.TEMPLATE_RULES + template.prompt(job.transcript, job.previous)
-    output = min(job.max_tokens, cfg.compact.chunk_output_tokens)
-    return _preflight(request_text, cfg) + output > usable
-
-
-def chunk_budget(usable: int, cfg: Config) -> int:
-    cc = cfg.compact
-    return max(cc.chunk_min_tokens, math.floor(usable * Fraction(cc.chunk_ratio)))
-
-
-def split_chunks(transcript: serialize.Transcript, budget: int) -> list:
-    """Greedy runs of whole messages of at most budget tokens: [(messages, blocks), ...]."""
-    chunks, msgs, blocks, size = [], [], [], 0
-    for msg, block in zip(transcript.messages, transcript.blocks):
-        cost = native.estimate_tokens(block)
-        if blocks and size + cost > budget:
-            chunks.append((msgs, blocks))
-            msgs, blocks, size = [], [], 0
-        msgs.append(msg)
-        blocks.append(block)
-        size += cost
-    if blocks:
-        chunks.append((msgs, blocks))
-    return chunks
-
-
-def _chunk_text(blocks: list, budget: int, cfg: Config) -> str:
-    text = "\n\n".join(blocks)
-    if native.estimate_tokens(text) > budget:
-        text = serialize.clip(text, cfg.compact.chunk_clip_chars)  # one message over budget
-    return text
-
-
-def _reduce(summarizer, partials: list, previous: str, cap: int, depth: int, cfg: Config,
-            deadline: Deadline) -> str:
-    """Merge partial summaries; on failure halve and reduce each half, at most merge_depth deep."""
-    deadline.check("compact")
-    try:
-        return summarizer.merge(partials, previous, cap, deadline=deadline)
-    except ContextTooLong:
-        if depth >= cfg.compact.merge_depth or len(partials) < 2:
-            raise
-    half = len(partials) // 2
-    left = _reduce(summarizer, partials[:half], "", cap, depth + 1, cfg, deadline)
-    right = _reduce(summarizer, partials[half:], "", cap, depth + 1, cfg, deadline)
-    deadline.check("compact")
-    return summarizer.merge([left, right], previous, cap, deadline=deadline)
-
-
-def _summarize_chunked(summarizer, transcript: serialize.Transcript, usable: int, cap: int,
-                       cfg: Config, deadline: Deadline) -> str:
-    budget = chunk_budget(usable, cfg)
-    chunks = split_chunks(transcript, budget)
-    out_cap = cfg.compact.chunk_output_tokens
-    if isinstance(summarizer, offline.OfflineSummarizer):
-        # The extractive merge is the rolling update: fold the chunks in, oldest first.
-        summary = transcript.previous_summary
-        for msgs, blocks in chunks:
-            deadline.check("compact")  # a caller gone or out of time stops the work here
-            summary = summarizer.summarize(SummaryJob(msgs, "\n\n".join(blocks), summary, out_cap))
-        return summary
-    jobs = [SummaryJob(msgs, _chunk_text(blocks, budget, cfg), "", out_cap, deadline) for msgs, blocks in chunks]
-
-    def one(job: SummaryJob) -> str:
-        deadline.check("compact")  # chunks not started yet when time is up are not sent
-        return summarizer.summarize(job)
-
-    with ThreadPoolExecutor(max_workers=max(1, cfg.compact.chunk_concurrency)) as pool:
-        partials = list(pool.map(one, jobs))
-    if len(partials) == 1 and not transcript.previous_summary:
-        return partials[0]
-    return _reduce(summarizer, partials, transcript.previous_summary, cap, 1, cfg, deadline)
-
-
 def _run(summarizer, transcript: serialize.Transcript, usable: int, cap: int,
          cfg: Config, deadline: Deadline) -> tuple[str, bool]:
+    """The summary, and whether it was made in chunks: when the request would not fit, or the
+    summarizer finds it too long."""
     deadline.check("compact")
     job = SummaryJob(transcript.messages, transcript.text, transcript.previous_summary, cap, deadline)
-    if needs_chunks(job, usable, cfg):
-        return _summarize_chunked(summarizer, transcript, usable, cap, cfg, deadline), True
+    if chunked.needs_chunks(job, usable, cfg):
+        return chunked.summarize(summarizer, transcript, usable, cap, cfg, deadline), True
     try:
         return summarizer.summarize(job), False
     except ContextTooLong:
-        return _summarize_chunked(summarizer, transcript, usable, cap, cfg, deadline), True
+        return chunked.summarize(summarizer, transcript, usable, cap, cfg, deadline), True
 
 
 # ---- the new messages --------------------------------------------------------------------------
@@ -325,12 +231,13 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
             text_, chunked_ = _run(chosen, tr, use, cap, cfg, deadline)
             return text_, chunked_, chosen.name
         except Unavailable as exc:
-            if not cfg.summarizer.fallback_to_offline or isinstance(chosen, offline.OfflineSummarizer):
+            fallback = offline_fallback(chosen, cfg, memo)
+            if fallback is None:
                 raise
             deadline.check("compact")  # no time left for the fallback either
             result.fell_back = True
             result.fallback_reason = f"{exc}; the offline summarizer answered instead"
-            chosen = offline.OfflineSummarizer(offline.OfflineLimits.of(cfg.summarizer), memo)  # once failed, the rest of the call stays offline
+            chosen = fallback  # once failed, the rest of the call stays offline
             text_, chunked_ = _run(chosen, tr, use, cap, cfg, deadline)
             return text_, chunked_, chosen.name
 
@@ -340,7 +247,7 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
     while True:
         deadline.check("compact")
         transcript = serialize.serialize(plan.head, cfg.compact.tool_output_max_chars)
-        text, chunked, backend = summarize(transcript)
+        text, was_chunked, backend = summarize(transcript)
         edits = _edits(inp, plan, marker, marker_id, summary_id, next_id, text, backend, summarize, now_ms, cfg)
         stored = ed.apply(msgs, edits)
         # the post-compaction prune reads the edited conversation, in send order
@@ -369,7 +276,7 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
     result.under_limit = under
     result.tokens_after = tokens_after
     result.backend = backend
-    result.chunked = chunked
+    result.chunked = was_chunked
     result.retention = ret.measure(ret.extract(transcript.messages, memo), text)
     result.edits = edits
     result.omittable_ids = [x.id for x in stored if id(x) not in sent]
@@ -392,7 +299,7 @@ def _edits(inp: CompactInput, plan: _Plan, marker: Optional[m.Message], marker_i
     replay = None
     if plan.replay is not None:
         replay = _placeholder_copy(plan.replay, next_id, now_ms)
-        if use > 0 and head_tail.message_size(replay, mdl) > chunk_budget(use, cfg):
+        if use > 0 and head_tail.message_size(replay, mdl) > chunked.chunk_budget(use, cfg):
             # A replay too big to resend is summarized the same way and replaced by a note saying so.
             replay_summary, _, _ = summarize(serialize.serialize([plan.replay], cfg.compact.tool_output_max_chars))
             replay = m.Message(next_id, m.USER, [m.Part(f"{next_id}:0", m.Text(
