@@ -1,15 +1,26 @@
-"""One agent step on a large history against a small one (issue 19): Measure and Assemble over
-loopback on a ~1 MB conversation and a ~10 KB one, side by side in one run, medians; and
-in-process Measure of the ~1 MB one. Each call sends the conversation grown by one more step
-(an assistant answer and a user message), so no whole-response cache can win.
+"""One agent step on a large history against a small one (issue 19): Measure, Assemble, Prune
+(payload-limit) and Compact (the offline summarizer) over loopback on a ~1 MB conversation and a
+~10 KB one, side by side in one run, medians; and in-process Measure of the ~1 MB one. Each call
+sends the conversation grown by one more step (an assistant answer and a user message), so no
+whole-response cache can win. Both Compact calls summarize a head; Prune frees 427 parts of the
+~1 MB one and finds nothing to prune in the ~10 KB one (its cost there is the scan).
 Also the floor: parsing, hashing and the compiled byte count of the same request.
-Usage: python bench/bench_step.py [--steps 40] [--config memo_off.toml]
+
+--against DIR compares this tree with another checkout (DIR/server with its generated stubs and
+compiled module in place, as in a worktree of this one): the loopback bench runs in a subprocess
+per tree, alternating, --pairs times (the order flips each pair, so a drift of the machine falls
+on both), and prints each tree's median of medians and, per RPC and size, the median of the
+pairs' ratios with their range.
+Usage: python bench/bench_step.py [--steps 40] [--config memo_off.toml] [--against DIR [--pairs 5]]
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,8 +31,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 import workload  # noqa: E402
 from server_process import serve  # noqa: E402
 
-from contextsvc import config, native  # noqa: E402
-from contextsvc.rpc import servicer  # noqa: E402
 from contextsvc.v1 import context_pb2 as pb  # noqa: E402
 from contextsvc.v1 import context_pb2_grpc as pb_grpc  # noqa: E402
 
@@ -29,6 +38,8 @@ from contextsvc.v1 import context_pb2_grpc as pb_grpc  # noqa: E402
 # 1.25 MB, which would prune: another path)
 BIG_TEXT = 800_000
 SMALL_TEXT = 10_000
+SIZES = ("10 KB", "1 MB")
+TREE = Path(__file__).resolve().parents[1]
 
 
 def grown(base: pb.MeasureRequest, steps: int) -> list:
@@ -52,6 +63,18 @@ def assemble_of(r: pb.MeasureRequest) -> pb.AssembleRequest:
     return pb.AssembleRequest(conversation=r.conversation, model=r.model, tools=r.tools, system=r.system)
 
 
+def prune_of(r: pb.MeasureRequest) -> pb.PruneRequest:
+    return pb.PruneRequest(conversation=r.conversation, model=r.model, reason=pb.PRUNE_REASON_PAYLOAD_LIMIT)
+
+
+def compact_of(r: pb.MeasureRequest) -> pb.CompactRequest:
+    return pb.CompactRequest(conversation=r.conversation, model=r.model, tools=r.tools, system=r.system)
+
+
+# each RPC timed, and its request made from the grown MeasureRequest
+RPCS = (("Measure", lambda r: r), ("Assemble", assemble_of), ("Prune", prune_of), ("Compact", compact_of))
+
+
 def timed(call, reqs) -> float:
     call(reqs[0])  # warm: the history is seen once, as the session's earlier steps would have
     times = []
@@ -62,31 +85,37 @@ def timed(call, reqs) -> float:
     return statistics.median(times)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--config", default="")
-    args = ap.parse_args()
-    big = grown(workload.measure_request(BIG_TEXT), args.steps)
-    small = grown(workload.measure_request(SMALL_TEXT), args.steps * 5)
-    extra = ("--config", args.config) if args.config else ()
+def loopback(small, big, config_path, show=print) -> dict:
+    """{rpc: {size: median ms}} of each RPC against a `contextsvc serve` process (the one the
+    interpreter's path finds); the last Assemble body, for the floor."""
+    extra = ("--config", config_path) if config_path else ()
     proc, port = serve("--no-metrics", *extra)
+    medians = {}
     try:
         opts = [("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)]
         with grpc.insecure_channel(f"127.0.0.1:{port}", options=opts) as ch:
             stub = pb_grpc.ContextServiceStub(ch)
             body = stub.Assemble(assemble_of(big[-1]), timeout=60).body
-            print(f"hot path {native.IMPLEMENTATION}; big: {big[-1].ByteSize():,} B request, {len(body):,} B body, "
-                  f"{len(big[-1].conversation.messages)} msgs; small: {small[-1].ByteSize():,} B")
-            for name, call in (("Measure", stub.Measure), ("Assemble", stub.Assemble)):
-                conv = (lambda r: r) if name == "Measure" else assemble_of
-                s = timed(lambda r: call(conv(r), timeout=60), small)
-                b = timed(lambda r: call(conv(r), timeout=60), big)
-                print(f"{name:8} loopback p50: 10 KB {s:7.2f} ms   1 MB {b:7.2f} ms   ratio {b / s:5.1f}x")
+            show(f"big: {big[-1].ByteSize():,} B request, {len(body):,} B body, "
+                 f"{len(big[-1].conversation.messages)} msgs; small: {small[-1].ByteSize():,} B")
+            for name, request_of in RPCS:
+                call = getattr(stub, name)
+                s = timed(lambda r: call(request_of(r), timeout=60), small)
+                b = timed(lambda r: call(request_of(r), timeout=60), big)
+                medians[name] = {SIZES[0]: s, SIZES[1]: b}
+                show(f"{name:8} loopback p50: 10 KB {s:7.2f} ms   1 MB {b:7.2f} ms   ratio {b / s:5.1f}x")
     finally:
         proc.terminate()
         proc.wait(30)
-    cfg = config.load(args.config) if args.config else config.Config()
+    return medians, body
+
+
+def floor(big, body, config_path):
+    """In-process Measure of the 1 MB request, and what parsing, hashing and counting it cost."""
+    from contextsvc import config, native
+    from contextsvc.rpc import servicer
+
+    cfg = config.load(config_path) if config_path else config.Config()
     svc = servicer.ContextService(cfg)
     print(f"in-process Measure 1 MB p50: {timed(lambda r: svc.Measure(r, None), big):7.2f} ms")
     wire = big[-1].SerializeToString()
@@ -95,11 +124,67 @@ def main():
                                for x in r.conversation.messages], big[:20])
     raw = hashlib.sha256
     sha = timed(lambda r: raw(wire).digest(), big[:20])
-    import json
     doc = json.loads(body)
     size = timed(lambda r: native.json_size(doc), big[:20])
     print(f"floor: parse {parse:.2f} ms, serialize+blake2b per message {hashing:.2f} ms, sha256 of the request "
           f"{sha:.2f} ms, byte count of the body {size:.2f} ms")
+
+
+def run_tree(tree: Path, args) -> dict:
+    """This script's loopback bench in a subprocess whose contextsvc (and server) is tree's."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join((str(tree / "server"), str(tree / "clients" / "python"))))
+    cmd = [sys.executable, __file__, "--steps", str(args.steps), "--loopback-json"]
+    if args.config:
+        cmd += ["--config", args.config]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"the bench failed on {tree}:\n{done.stderr}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def compare(args):
+    """Interleaved pairs of this tree and args.against: each side's median of its runs' medians,
+    and per RPC and size the median of the pairs' ratios this / against (a pair's two runs are
+    adjacent in time, so what the machine does meanwhile weighs on both) with their range, to
+    tell a change from noise."""
+    trees = {"this": TREE, "against": Path(args.against).resolve()}
+    pairs = []
+    for k in range(args.pairs):
+        order = ("this", "against") if k % 2 == 0 else ("against", "this")
+        pairs.append({side: run_tree(trees[side], args) for side in order})
+        print(f"pair {k + 1}/{args.pairs} done", file=sys.stderr)
+    print(f"this {trees['this']} against {trees['against']}: {args.pairs} interleaved pairs, "
+          f"median of the runs' p50 (ms); ratio this / against, median of the pairs [range]")
+    for name, _ in RPCS:
+        for size in SIZES:
+            mine = statistics.median(p["this"][name][size] for p in pairs)
+            theirs = statistics.median(p["against"][name][size] for p in pairs)
+            ratios = [p["this"][name][size] / p["against"][name][size] for p in pairs]
+            print(f"{name:8} {size:5}  this {mine:8.2f}   against {theirs:8.2f}   "
+                  f"ratio {statistics.median(ratios):5.2f} [{min(ratios):.2f}-{max(ratios):.2f}]")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--config", default="")
+    ap.add_argument("--against", default="", help="another checkout to compare with, in interleaved pairs")
+    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--loopback-json", action="store_true", help=argparse.SUPPRESS)  # one side of --against
+    args = ap.parse_args()
+    if args.against:
+        compare(args)
+        return
+    big = grown(workload.measure_request(BIG_TEXT), args.steps)
+    small = grown(workload.measure_request(SMALL_TEXT), args.steps * 5)
+    if args.loopback_json:
+        medians, _ = loopback(small, big, args.config, show=lambda line: None)
+        print(json.dumps(medians))
+        return
+    from contextsvc import native
+    print(f"hot path {native.IMPLEMENTATION}")
+    _, body = loopback(small, big, args.config)
+    floor(big, body, args.config)
 
 
 if __name__ == "__main__":
