@@ -1,13 +1,16 @@
-"""Protobuf <-> core types. The only module besides the servicer that knows the wire schema.
+"""Protobuf <-> core types: each request checked and converted into the core's input, each core
+result built into its response. The only module besides the servicer that knows the wire schema.
 
-Conversion checks what only the wire can get wrong (unknown enum numbers, a part with no kind,
-tool arguments that are not JSON) and names the offending field in proto paths.
+Conversion checks what only the wire can get wrong (missing fields, unknown enum numbers, a part
+with no kind, tool arguments that are not JSON, negative sizes) and names the offending field in
+proto paths.
 """
 from __future__ import annotations
 
 import json
 import math
 
+from .. import assemble, compact, truncation
 from .. import conversation as m
 from ..config import ServerConfig
 from ..errors import BadInput
@@ -342,11 +345,90 @@ def cache_policy(hints, ttl: int, path: str = "cache_hints"):
     return breakpoints.Policy(hints=out, ttl=_TTLS[ttl])
 
 
-def editor(e):
-    from ..assemble import Editor
+def editor(e) -> assemble.Editor:
+    return assemble.Editor(e.current_time, e.working_directory, e.workspace_root, e.active_file,
+                           list(e.visible_files), list(e.open_tabs), e.environment_details)
 
-    return Editor(e.current_time, e.working_directory, e.workspace_root, e.active_file,
-                  list(e.visible_files), list(e.open_tabs), e.environment_details)
+
+# ---- requests -> core input ------------------------------------------------------------------
+# Checked in the order the fields are read, so that a request with several faults is always
+# refused for the same one.
+
+def step_input(request, max_session_id_bytes: int, memo: Memo | None = None, max_json_depth: int = JSON_DEPTH,
+               deadline: Deadline = NO_DEADLINE) -> assemble.AssembleInput:
+    """The step a Measure or Assemble request describes: both take the same per-step fields."""
+    require(request, "conversation", "model")
+    session_id(request.conversation, max_session_id_bytes)
+    return assemble.AssembleInput(
+        **shared_fields(request, memo, max_json_depth, deadline),
+        editor=editor(request.editor) if request.HasField("editor") else None,
+        step=request.step,
+        max_steps=request.max_steps,
+        plan_reminder=request.plan_reminder,
+        policy=cache_policy(request.cache_hints, request.cache_ttl),
+        configured_output_tokens=request.configured_output_tokens,
+        tools_disabled=request.tools_disabled,
+        exact=request.exact,
+        previous_cache_state=request.previous_cache_state,
+    )
+
+
+def compact_input(request, max_session_id_bytes: int, memo: Memo | None = None,
+                  max_json_depth: int = JSON_DEPTH, deadline: Deadline = NO_DEADLINE) -> compact.CompactInput:
+    require(request, "conversation", "model")
+    session_id(request.conversation, max_session_id_bytes)
+    return compact.CompactInput(
+        **shared_fields(request, memo, max_json_depth, deadline),
+        overflow=request.overflow,
+        auto=request.auto,
+        attempts=request.attempts,
+        id_prefix=request.id_prefix,
+    )
+
+
+def prune_input(request, max_session_id_bytes: int) -> tuple:
+    """A Prune request's (reason, model or None), after its checks. Its conversation and
+    compaction settings are converted after these, as the arguments of the prune itself."""
+    require(request, "conversation")
+    session_id(request.conversation, max_session_id_bytes)
+    reason = prune_reason(request.reason)
+    return reason, (model(request.model) if request.HasField("model") else None)
+
+
+_DIRECTIONS = {pb.TRUNCATE_DIRECTION_UNSPECIFIED: truncation.HEAD,
+               pb.TRUNCATE_DIRECTION_HEAD: truncation.HEAD,
+               pb.TRUNCATE_DIRECTION_TAIL: truncation.TAIL}
+
+
+def truncate_input(request) -> str:
+    """A TruncateToolOutput request's direction (truncation.HEAD or TAIL), after its checks;
+    its max_lines and max_bytes are 0 for the configured defaults."""
+    for name in ("max_lines", "max_bytes"):
+        if getattr(request, name) < 0:
+            raise BadInput(name, "must not be negative (0 means the configured default)")
+    if request.direction not in _DIRECTIONS:
+        raise BadInput("direction", f"unknown value {request.direction}")
+    return _DIRECTIONS[request.direction]
+
+
+def check_read(request) -> None:
+    """Refuses a ReadTruncated request without an output id or with a negative offset or limit."""
+    if not request.output_id:
+        raise BadInput("output_id", "is required")
+    for name in ("offset", "limit"):
+        if getattr(request, name) < 0:
+            raise BadInput(name, "must not be negative")
+
+
+# A ReadTruncatedResponse's fields besides the text's bytes (text tag and length, three int64
+# varints, eof) take at most 41 bytes; a read returns at most max_response_bytes less this.
+_READ_RESPONSE_OVERHEAD = 64
+
+
+def read_text_bytes(max_response_bytes: int) -> int:
+    """The most text one ReadTruncated response can carry within max_response_bytes; 0 (for
+    either) = no limit."""
+    return max(1, max_response_bytes - _READ_RESPONSE_OVERHEAD) if max_response_bytes > 0 else 0
 
 
 # ---- core -> protobuf ------------------------------------------------------------------------
@@ -473,3 +555,78 @@ def cache_report(r) -> pb.CacheReport | None:
     return pb.CacheReport(compared=True, prefix_kept=r.prefix_kept, segment=r.segment, index=r.index,
                           cause=r.cause, rewrite=token_count(r.rewrite), reused_elements=r.reused_elements,
                           resolution=r.resolution)
+
+
+# ---- core results -> responses ---------------------------------------------------------------
+
+def measure_response(r: assemble.Assembled) -> pb.MeasureResponse:
+    """A step evaluated without its body's JSON."""
+    return pb.MeasureResponse(**figures(r.measurement), cache_state=r.cache_state,
+                              cache_report=cache_report(r.report))
+
+
+def assemble_response(r: assemble.Assembled) -> pb.AssembleResponse:
+    measured = r.measurement
+    return pb.AssembleResponse(
+        body=r.body,
+        body_bytes=measured.body_bytes,
+        estimate=token_count(measured.estimate),
+        breakpoints=[pb.Breakpoint(location=b.location, segment=b.segment, prefix_bytes=b.prefix_bytes,
+                                   prefix_sha256=b.prefix_sha256) for b in r.breakpoints],
+        pruned_part_ids=r.pruned_part_ids,
+        media_stripped=r.media_stripped,
+        injected=r.injected,
+        over_payload_limit=r.over_payload_limit,
+        guard_tripped=r.guard_tripped,
+        environment_details=r.environment_details,
+        output_tokens=measured.output_tokens,
+        figures=pb.Figures(**figures(measured)),
+        cache_state=r.cache_state,
+        cache_report=cache_report(r.report),
+        persist=[persist_part(p) for p in r.persist],
+    )
+
+
+_OUTCOMES = {
+    compact.COMPACTED: pb.COMPACT_OUTCOME_COMPACTED,
+    compact.INSUFFICIENT: pb.COMPACT_OUTCOME_INSUFFICIENT,
+    compact.CONTEXT_OVERFLOW: pb.COMPACT_OUTCOME_CONTEXT_OVERFLOW,
+    compact.NOTHING_TO_DO: pb.COMPACT_OUTCOME_NOTHING_TO_DO,
+}
+
+
+def compact_response(r: compact.CompactResult) -> pb.CompactResponse:
+    out = pb.CompactResponse(
+        outcome=_OUTCOMES[r.outcome], tail_start_id=r.tail_start_id or "",
+        summarized_ids=r.summarized_ids, pruned_part_ids=r.pruned_part_ids,
+        under_limit=r.under_limit, tokens_before=r.tokens_before, tokens_after=r.tokens_after,
+        limit=r.limit, attempts=r.attempts, backend=r.backend or "", fell_back=r.fell_back,
+        fallback_reason=r.fallback_reason or "", chunked=r.chunked,
+        edits=[compact_edit(e) for e in r.edits], omittable_ids=r.omittable_ids,
+        decision_method=r.decision_method,
+    )
+    if r.summary is not None:
+        out.summary.CopyFrom(message_to_pb(r.summary))
+    if r.continue_message is not None:
+        out.continue_message.CopyFrom(message_to_pb(r.continue_message))
+    if r.retention is not None:
+        out.retention.CopyFrom(pb.Retention(items=r.retention.items, retained=r.retention.retained,
+                                            ratio=r.retention.ratio))
+    return out
+
+
+def prune_response(r, reason: int) -> pb.PruneResponse:
+    """A prune.PruneResult; reason is the request's PruneReason, echoed as it came."""
+    return pb.PruneResponse(part_ids=r.part_ids, tokens_freed=r.tokens_freed, acted=r.acted,
+                            stopped_by=r.stopped_by, reason=reason, tokens_scanned=r.tokens_scanned)
+
+
+def truncate_response(r: truncation.TruncationResult) -> pb.TruncateToolOutputResponse:
+    return pb.TruncateToolOutputResponse(
+        content=r.content, truncated=r.truncated, output_id=r.output_id or "",
+        removed_lines=r.removed_lines, removed_bytes=r.removed_bytes, cut_by=r.cut_by or "")
+
+
+def read_response(r: truncation.ReadResult) -> pb.ReadTruncatedResponse:
+    return pb.ReadTruncatedResponse(text=r.text, total_lines=r.total_lines, offset=r.offset,
+                                    lines=r.lines, eof=r.eof)
