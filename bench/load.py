@@ -174,7 +174,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--callers", type=int, default=8, help=f"concurrent agent sessions (1..{MAX_CALLERS})")
     p.add_argument("--seconds", type=float, default=60, help=f"duration (at most {MAX_SECONDS})")
-    p.add_argument("--message-cache-bytes", type=int,
+    p.add_argument("--memo-bytes", type=int,
                    help="the server's [server] memo_bytes (default: the config default)")
     p.add_argument("--processes", type=int, default=1,
                    help="the server's serving processes (--processes of contextsvc serve)")

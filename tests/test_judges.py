@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from contextsvc import conversation as m
 from contextsvc.lowering.registry import PROVIDERS
 from judges import judge_for
 from judges._common import parse_data_url

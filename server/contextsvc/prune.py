@@ -82,7 +82,7 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
     """The tool parts to mark, scanning what would be sent (projection.project) newest first.
 
     `model` is optional: with a known context window it scales the token gates. `memo`
-    (memo.StepMemo) keeps each message's tool parts as the scan reads them.
+    (memo.Memo) keeps each message's tool parts as the scan reads them.
     """
     if reason not in REASONS:
         raise BadInput("reason", f"must be one of {', '.join(REASONS)}, got {reason!r}")

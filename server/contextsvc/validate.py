@@ -29,7 +29,7 @@ def conversation(conv: m.Conversation, path: str = "conversation", memo=None,
                  deadline: Deadline = NO_DEADLINE) -> None:
     """Runs on every call, so field paths are only formatted for the error raised.
 
-    memo (memo.StepMemo): each message's own checks are kept under its digest, so a step checks
+    memo (memo.Memo): each message's own checks are kept under its digest, so a step checks
     its new messages and only the uniqueness of ids across the conversation. Anything wrong
     sends the whole conversation through the full checks, which raise the first error in order."""
     if memo is not None and conv.messages and _known_good(conv.messages, memo, deadline):

@@ -34,7 +34,7 @@ def message_size(msg: m.Message, mdl: m.Model) -> int:
 
 
 def sizes(messages: list, mdl: m.Model, memo=None) -> list:
-    """memo (memo.StepMemo): each message's size kept under its digest, the provider and model."""
+    """memo (memo.Memo): each message's size kept under its digest, the provider and model."""
     return each(memo, "size", messages, (mdl.provider, mdl.id), lambda x: message_size(x, mdl))
 
 

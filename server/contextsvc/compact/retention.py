@@ -42,7 +42,7 @@ def _items(msg: m.Message) -> tuple:
 
 def extract(messages: list, memo=None) -> list:
     """The verbatim items of these messages, each once, in first-seen order: every tool input's,
-    then every tool error's, then the prose's. memo (memo.StepMemo) keeps each message's items."""
+    then every tool error's, then the prose's. memo (memo.Memo) keeps each message's items."""
     found = {}
     per_message = each(memo, "retention", messages, (), _items)
     for group in range(3):

@@ -186,7 +186,7 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
             memo=None) -> CompactResult:
     """deadline: the caller's; when it passes (or the caller cancels) the work stops with
     errors.DeadlineExceeded, between summary requests and with each request's timeout cut to it.
-    memo (memo.StepMemo): per-message sizes, prune scans and retention items kept across steps."""
+    memo (memo.Memo): per-message sizes, prune scans and retention items kept across steps."""
     check(inp, memo, deadline)
     mdl, settings = inp.model, inp.compaction
     msgs = inp.conversation.messages

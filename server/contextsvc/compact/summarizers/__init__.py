@@ -9,7 +9,7 @@ from . import offline
 
 
 def make_summarizer(cfg: Config, memo=None):
-    """memo (memo.StepMemo): the offline summarizer keeps each message's facts in it."""
+    """memo (memo.Memo): the offline summarizer keeps each message's facts in it."""
     if cfg.summarizer.backend == "anthropic":
         from .anthropic import AnthropicSummarizer  # the SDK is loaded only when it is used
 

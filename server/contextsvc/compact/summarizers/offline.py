@@ -400,7 +400,7 @@ def extract(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, previous: di
             memo=None) -> dict:
     """{section key: [bullet, ...]} extracted from these messages. previous (the parsed previous
     summary) carries its Next Steps and the request in progress in, for the steps of these
-    messages to tick off. memo (memo.StepMemo) keeps each message's facts (_facts)."""
+    messages to tick off. memo (memo.Memo) keeps each message's facts (_facts)."""
     acc = _Acc()
     asks = _Asks()
     for item in (previous or {}).get("in_progress", []):
@@ -577,7 +577,7 @@ class OfflineSummarizer:
 
     def __init__(self, limits: OfflineLimits = DEFAULT_LIMITS, memo=None):
         self.limits = limits
-        self.memo = memo  # memo.StepMemo: each message's facts, kept across compactions
+        self.memo = memo  # memo.Memo: each message's facts, kept across compactions
 
     def summarize(self, job) -> str:
         return summarize(job.messages, job.previous, self.limits, self.memo)
