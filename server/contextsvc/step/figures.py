@@ -14,9 +14,8 @@ from typing import Optional
 from .. import conversation as m, native, projection, tokens
 from ..deadline import NO_DEADLINE, Deadline
 from ..lowering.media import MEDIA_PLACEHOLDER
-from ..memo import Memo
 from .plan import Plan
-from .request import Request, array_text, estimate_lowered, tool_schema_list
+from .request import Request, array_text, tool_schema_list
 
 
 @dataclass(slots=True)
@@ -55,7 +54,7 @@ def rewrite_from(request: Request) -> Optional[int]:
     return -1 if change.segment == "tools" else change.flat - request.digests.counts[0]
 
 
-def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counter=None, memo: Memo | None = None,
+def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counter=None,
             deadline: Deadline = NO_DEADLINE) -> Figures:
     factor = plan.cfg.measure.factor
     low = request.lowered
@@ -86,7 +85,7 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counter=No
     out = Figures(estimate, tool_tokens, tail, overhead, normalized, raw, extra, rewrite, bool(tail_messages),
                   request.ledger.media_count, (0, tokens.CALIBRATED), (0, tokens.CALIBRATED), 0.0, "", None,
                   {}, {}, 0, 0)
-    _calibrated_and_exact(out, conv, request, plan, exact_counter, last_assistant, since, memo, deadline)
+    _calibrated_and_exact(out, conv, request, plan, exact_counter, last_assistant, since, deadline)
     out.stretches["estimate"] = (normalized, tail, overhead, rewrite)
     return out
 
@@ -103,10 +102,8 @@ class _Estimated:
         return self.system + self.messages
 
 
-def _estimated(conv: m.Conversation, request: Request, plan: Plan, memo: Memo | None) -> _Estimated:
-    low, ledger = request.lowered, request.ledger
-    if ledger.media_count or ledger.saved_units or ledger.extra:
-        low = estimate_lowered(conv, plan, memo)  # media or opaque state: the estimate sees placeholders
+def _estimated(request: Request, plan: Plan) -> _Estimated:
+    low = request.estimated or request.lowered  # media or opaque state: the estimate sees placeholders
     tools_text = native.json_text(tool_schema_list(plan.tools)) if plan.tools else ""
     return _Estimated(low.system, low.messages, tools_text)
 
@@ -152,7 +149,7 @@ def _media_in(element_texts) -> int:
 
 
 def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, plan: Plan, exact_counter,
-                          last_assistant: int, rewrite_from, memo: Memo | None, deadline: Deadline) -> None:
+                          last_assistant: int, rewrite_from, deadline: Deadline) -> None:
     """The calibrated, self-calibrated and (when asked) exact figures, summed over the same
     stretches as the reference agent's (tail after the last assistant element, overhead = system
     + tools), and the rewrite: the elements from rewrite_from on (an index into system +
@@ -161,7 +158,7 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
     mc = plan.cfg.measure
     has_tail = out.has_tail
     needs_text = mc.calibrated_figures or plan.exact
-    texts = _estimated(conv, request, plan, memo) if needs_text else _Estimated([], [], "")
+    texts = _estimated(request, plan) if needs_text else _Estimated([], [], "")
     deadline.check("figures")
     n_sys = len(texts.system)
     tail_from = n_sys + last_assistant + 1  # element index where the tail starts

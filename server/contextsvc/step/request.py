@@ -32,6 +32,9 @@ class Request:
     # hashing; elements a marker changed afterwards are left out)
     texts: dict = field(default_factory=dict)
     digests: prefix.Digests | None = None  # when hashed
+    # the same request with media and opaque state as their placeholders (what the calibrated and
+    # exact figures read), when it differs from lowered and a figure reads it
+    estimated: Lowered | None = None
     change: prefix.Change | None = None  # since the previous request's digests, when given
 
     def units(self, elements: list) -> list:
@@ -165,6 +168,9 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
             found = known.get(id(e))
             lengths[id(e)] = found[1] if found is not None else json_lengths(e)
     request = Request(lowered, ledger, lengths, chosen, chain, texts)
+    mc = plan.cfg.measure
+    if (mc.calibrated_figures or plan.exact) and (ledger.media_count or ledger.saved_units or ledger.extra):
+        request.estimated = estimate_lowered(conv, plan, memo)
     deadline.check("measure")
     if plan.hashes:
         request.digests = prefix.digests(lowered, chain, conv.messages)

@@ -63,7 +63,7 @@ def measure(conv: m.Conversation, plan: Plan, memo: Memo | None = None, exact_co
     (pieces, markers, digests), its figures, the decision, and the output budget written into
     the body."""
     request = build(conv, plan, memo, deadline)
-    fig = figures(conv, request, plan, exact_counter, memo, deadline)
+    fig = figures(conv, request, plan, exact_counter, deadline)
     dec = decide(conv.messages, fig, plan)
     mdl, cfg = plan.model, plan.cfg
     max_out = window.max_output(mdl, cfg)
