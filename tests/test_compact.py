@@ -555,3 +555,53 @@ def test_offline_limits_come_from_config():
     assert len(files) == 2 and "pkg/m5.py" in files[-1]  # the newest kept, the oldest out
     wide = run(c.conv(), settings=m.CompactionSettings(tail_turns=1))
     assert len(template.parse(wide.summary.parts[0].content.text)["files"]) > 2
+
+
+# ---- a compaction after an earlier one -----------------------------------------------------------
+
+def test_compact_after_an_earlier_compaction_summarizes_the_turns_since():
+    """[compaction; its summary; a turn; compaction], manual: the finished pair is hidden before the
+    tail is selected (as upstream), so the turn since is summarized, rolled into the earlier
+    summary, instead of "nothing to do"."""
+    c = Conv().marker(auto=False)
+    c.assistant("## Goal\n- fix the parser in src/parse.py", summary=True, parent_id=c.messages[-1].id)
+    c.user("fix bug in a.py").assistant("patched a.py").marker(auto=False)
+    r = run(c.conv(), settings=m.CompactionSettings(auto=False))
+    assert r.outcome == "compacted"
+    assert {c.messages[2].id, c.messages[3].id} <= set(r.summarized_ids)
+    text = r.summary.parts[0].content.text
+    assert "a.py" in text and "src/parse.py" in text
+
+
+def _continue_turn(messages: list, step: int) -> list:
+    """The agent's turn goes on after a compaction: two more tool steps, no new user message."""
+    out = list(messages)
+    for k in range(2):
+        mid = f"step_{step}_{k}"
+        path = f"src/app/part_{step}_{k}.py"
+        out.append(m.Message(mid, m.ASSISTANT, [m.Part(mid + "-t", read(path, f"line of {path}\n" * 20))],
+                             time_completed_ms=1))
+    return out
+
+
+def test_a_second_compaction_in_the_same_turn_rolls_the_first_summary_forward():
+    """After Compact(overflow=true) the compaction marker is the last user message; a later
+    compaction in the same turn is a new one (the marker is answered), never a retry of the
+    first that drops its summary: every file the first summary held is still in the second."""
+    c = working_session()
+    c.user("Now refactor src/app/loader.py")
+    settings = m.CompactionSettings(tail_turns=1)
+    msgs = _continue_turn(c.messages, 1)
+    first = run(m.Conversation(msgs, "s1"), overflow=True, settings=settings)
+    assert first.outcome == "compacted" and first.continue_message is None  # the turn is kept
+    assert max(i for i, x in enumerate(edits.apply(msgs, first.edits)) if x.role == m.USER) > len(msgs) - 1
+    kept = [p for p in ("src/app/server.py", "src/app/config.py", "docs/CHANGELOG.md")
+            if p in first.summary.parts[0].content.text]
+    assert kept, "the first summary holds the session's files"
+    msgs = _continue_turn(edits.apply(msgs, first.edits), 2)
+    second = run(m.Conversation(msgs, "s1"), overflow=True, settings=settings)
+    assert second.outcome == "compacted" and second.under_limit
+    text = second.summary.parts[0].content.text
+    assert [p for p in kept if p not in text] == []
+    sent = projection.project(edits.apply(msgs, second.edits))
+    assert sent[1].summary and sent[1].parts[0].content.text == text

@@ -24,6 +24,21 @@ def _completed_summary_for(messages: list, user_index: int) -> int:
     return -1
 
 
+def answered(messages: list, marker_index: int) -> bool:
+    """Whether the compaction marker at marker_index is answered by a finished summary: a
+    completed compaction, which a later one builds on (never a retry of it)."""
+    return _completed_summary_for(messages, marker_index) >= 0
+
+
+def finished_pair(projected: list) -> int:
+    """How many messages a projection starts with that are a finished compaction pair (the
+    marker and its summary): 2, or 0. Hidden when the tail is selected: the summary goes in as
+    the previous summary, never as a turn of its own."""
+    if len(projected) > 1 and projected[0].compaction() is not None and projected[1].summary:
+        return 2
+    return 0
+
+
 def last_compaction(messages: list) -> int:
     """Stored index of the last completed compaction's summary, or -1: what was stored after it
     is what the conversation has done since (the kept tail is stored before the marker)."""

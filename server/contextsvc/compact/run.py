@@ -172,9 +172,12 @@ def _plan(projected: list, stored: list, overflow: bool, mdl: m.Model, use: int,
     floor = _earliest_tail(projected, stored)
     kept = len(projected)
     if keep_tail:
-        selection = head_tail.select(projected, mdl, use, settings, cfg, memo=memo)
+        # the finished compaction pair the projection starts with is hidden (as upstream): it is
+        # never a turn to keep, and a history that is one turn since then is summarized whole
+        hidden = projection.finished_pair(projected)
+        selection = head_tail.select(projected[hidden:], mdl, use, settings, cfg, memo=memo)
         if selection.tail_start_id:
-            kept = max(len(selection.head), floor)
+            kept = max(hidden + len(selection.head), floor)
     head, tail = projected[:kept], projected[kept:]
     r = _replay_index(projected) if overflow else -1
     # a user message kept verbatim in the tail is not replayed: it would be sent twice
@@ -206,8 +209,13 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
         result.outcome = CONTEXT_OVERFLOW
         return result
 
-    parent = msgs[max(i for i, x in enumerate(msgs) if x.role == m.USER)]
-    marker = parent if parent.compaction() is not None else None
+    # The marker this call answers: the last user message when it is a compaction marker no
+    # finished summary answers yet (an earlier attempt at it may have failed). One that is
+    # answered is a finished compaction (after an overflow compaction it stays the last user
+    # message while the turn goes on): this one builds on it, with a marker of its own.
+    p = max(i for i, x in enumerate(msgs) if x.role == m.USER)
+    parent = msgs[p]
+    marker = parent if parent.compaction() is not None and not projection.answered(msgs, p) else None
     # Earlier attempts at this same compaction (summaries answering the marker) are dropped.
     projected = [x for x in projection.project(msgs) if x is not marker
                  and not (marker is not None and x.summary and x.parent_id == marker.id)]
