@@ -65,6 +65,10 @@ def _check(summary: dict, fp: FakeProvider, first: int, window: int):
     assert summary["max_input"] + loop.WINDOWS[window] <= window
     if window == 32_000:
         assert summary["compactions"], "a 32K session compacts"
+        assert summary["prunes"], "a 32K session prunes"
+    # a prune that left the request fitting prevents the compaction (SPEC §3, the rebased baseline)
+    wasted = [p for p in summary["prunes"] if p.get("fits_after") and p.get("should_compact_after")]
+    assert not wasted, wasted
     _check_cache(summary, fp.log[first:], window)
 
 

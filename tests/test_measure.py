@@ -8,7 +8,7 @@ import math
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from contextsvc import config, measure, conversation as m, native, tokens, window
+from contextsvc import config, measure, conversation as m, native, prune, tokens, window
 from helpers.steps import plan
 from contextsvc.step import request
 from contextsvc.errors import BadInput
@@ -309,3 +309,46 @@ def test_a_fresh_summary_is_not_an_overflow():
     ])
     r = run(conv, model_)
     assert not r.overflow and not r.should_compact
+
+
+# ---- the baseline, rebased on what changed since it was counted (SPEC §3) -------------------
+
+def _pruned_session(context=32_000):
+    """A 32K session whose last answer reported nearly the whole window: six 3,500-token tool
+    outputs before it, and the conversation as Prune leaves it (the old outputs marked compacted
+    after that answer)."""
+    model_ = mdl(context, 0, 4_000)
+    messages = [msg(0, m.USER, txt("u0", "refactor the parser"))]
+    for i in range(1, 7):
+        messages.append(finished(i, tool_part(f"t{i}", f"c{i}", f"line {i} of src/parse.py\n" * 700)))
+    messages.append(finished(7, txt("a7", "done reading"), usage=m.Usage(input=28_300, output=200)))
+    messages.append(msg(8, m.USER, txt("u8", "now fix the failing test")))
+    conv = m.Conversation(messages)
+    part_ids = prune.prune(conv, prune.NORMAL, m.CompactionSettings(prune=True), CFG, model=model_).part_ids
+    assert part_ids, "the session has old outputs to prune"
+    return model_, conv, prune.apply(conv, part_ids, now_ms=5_000)
+
+
+def test_a_prune_that_frees_enough_clears_should_compact():
+    """Prune freed most of the history: the request now fits (its own decision figure is far under
+    the limit), so should_compact is false although the last reported usage, which counted the
+    outputs Prune removed, was over the limit."""
+    model_, before, after = _pruned_session()
+    r0 = run(before, model_)
+    assert r0.should_compact and r0.reported >= r0.limit  # why Prune ran
+    r = run(after, model_)
+    assert r.decision[0] < r.limit / 2
+    assert not r.should_compact and r.projected < r.limit
+    assert r.reported == r0.reported  # the provider's count, as reported
+
+
+def test_a_prune_made_before_the_answer_is_not_taken_out_again():
+    """Outputs compacted before the baseline answer was produced were sent as placeholders then:
+    the provider's count already excludes them, and the projection stands as reported."""
+    model_, _, after = _pruned_session()
+    earlier = m.Conversation([
+        dataclasses.replace(x, parts=[m.Part(p.id, dataclasses.replace(p.content, time_compacted_ms=1))
+                                      if isinstance(p.content, m.Tool) and p.content.compacted else p
+                                      for p in x.parts]) for x in after.messages])
+    r = run(earlier, model_)
+    assert r.should_compact and r.projected >= r.reported

@@ -177,7 +177,15 @@ class Session {
   // Prune only when the request would not fit, then Compact only when it still would not.
   async prepare(step, stepInTurn) {
     let a = await this.assemble(stepInTurn);
-    if (a.figures.should_compact && await this.prune(step)) a = await this.assemble(stepInTurn);
+    if (a.figures.should_compact && await this.prune(step)) {
+      a = await this.assemble(stepInTurn);
+      // whether what the prune left fits (its own decision figure), and whether a compaction
+      // still follows: the two must never hold together
+      Object.assign(this.summary.prunes[this.summary.prunes.length - 1], {
+        fits_after: Number(a.figures.decision.tokens) < Number(a.figures.limit),
+        should_compact_after: a.figures.should_compact,
+      });
+    }
     for (let i = 0; i < COMPACT_LOOP_GUARD && a.figures.should_compact; i++) {
       const r = await this.compact(false, step, a.figures);
       if (r.outcome === "COMPACT_OUTCOME_CONTEXT_OVERFLOW") return null;

@@ -202,6 +202,10 @@ class Session:
         a = self.assemble(step_in_turn)
         if a.figures.should_compact and self.prune(step):
             a = self.assemble(step_in_turn)
+            # whether what the prune left fits (its own decision figure), and whether a compaction
+            # still follows: the two must never hold together
+            self.summary.prunes[-1].update(fits_after=a.figures.decision.tokens < a.figures.limit,
+                                           should_compact_after=a.figures.should_compact)
         for _ in range(COMPACT_LOOP_GUARD):
             if not a.figures.should_compact:
                 break

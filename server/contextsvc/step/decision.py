@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .. import conversation as m, projection, tokens
+from .baseline import baseline
 from .figures import Figures
 from .plan import Plan
 
@@ -22,6 +23,7 @@ class Decision:
     rewrite: int  # of the elements from the first change since the previous request on
     figure: str  # the method's name in config (measure.compaction_figure), as applied
     reported: int  # the baseline's reported usage; 0 without one
+    rebased: int  # reported, rebased on what changed before the baseline since (step.baseline)
     has_baseline: bool
     overflow: bool  # backward-looking: the last answer's real usage reached the limit
     projected: int
@@ -30,19 +32,6 @@ class Decision:
     projected_exact: int  # 0 unless the exact count was asked for
     mid_tool_round_trip: bool
     should_compact: bool
-
-
-def baseline(messages: list) -> Optional[m.Message]:
-    """The last finished assistant, when its reported usage can anchor a projection."""
-    i = projection.last_index(messages, lambda x: x.role == m.ASSISTANT and x.finished)
-    if i < 0:
-        return None
-    msg = messages[i]
-    if msg.summary or msg.usage.input_side() == 0:
-        return None
-    if any(x.role == m.ASSISTANT and not x.finished for x in messages[i + 1:]):
-        return None
-    return msg
 
 
 def backward_overflow_source(messages: list) -> Optional[m.Message]:
@@ -71,37 +60,46 @@ def decide(messages: list, fig: Figures, plan: Plan) -> Decision:
     lim = plan.limit
     context_known = mdl.limits.context > 0
     auto = cfg.measure.auto if settings.auto is None else settings.auto
-    source = backward_overflow_source(messages)
-    overflow = bool(auto and context_known and source is not None and source.usage.count() >= lim)
     base = baseline(messages)
     reported = base.usage.count() if base is not None else 0
 
     def projected_by(method: str) -> int:
         total, tail, overhead = fig.projections[method]
-        return reported + tail + overhead if base is not None else total
+        if base is None:
+            return total
+        return max(0, reported + fig.rebase_projections.get(method, 0)) + tail + overhead
 
     figure = cfg.measure.compaction_figure
     if figure == "exact" and fig.exact is None:
         figure = "calibrated"  # exact counts decide only when the request asks for them
-    total, tail, overhead, method, rewrite = _figure(figure, fig.stretches[figure], fig, plan)
+    total, tail, overhead, method, rewrite, rebase = _figure(figure, fig.stretches[figure], fig, plan)
     # One figure decides (design.md §3): the decision figure of the whole request, or the projection
     # from the last reported usage when that is higher (it saw what the provider really counted).
     # Never the lower of the two: a tail the estimate undercounts must not slip a request past
-    # the window. Mid tool round-trip included.
+    # the window. Mid tool round-trip included. The reported usage stands only for what the
+    # provider counted: what was pruned or stripped before it since is taken out (rebased).
     projected = total
+    rebased = max(0, reported + rebase) if base is not None else 0
     if base is not None:
-        projected = max(projected, reported + tail + overhead)
+        projected = max(projected, rebased + tail + overhead)
+    # backward-looking: the last answer's real usage reached the limit; rebased the same way
+    # when it is the baseline's, so a prune that frees enough clears this check too
+    source = backward_overflow_source(messages)
+    used = source.usage.count() if source is not None else 0
+    if source is not None and source is base:
+        used = max(0, used + rebase)
+    overflow = bool(auto and context_known and source is not None and used >= lim)
     should = context_known and auto and (overflow or projected >= lim)
-    return Decision(total, tail, overhead, method, rewrite, figure, reported, base is not None, overflow,
+    return Decision(total, tail, overhead, method, rewrite, figure, reported, rebased, base is not None, overflow,
                     projected, projected_by("calibrated"), projected_by("self-calibrated"),
                     projected_by("exact") if fig.exact is not None else 0, mid_tool_round_trip(messages),
                     should)
 
 
 def _figure(figure: str, stretch: tuple, fig: Figures, plan: Plan) -> tuple:
-    """(whole, tail, overhead, method, rewrite) of the figure every compaction choice reads: the
-    method's count of the text (media as placeholders) times the safety margin, plus a fixed cost
-    per media item (design.md §3)."""
+    """(whole, tail, overhead, method, rewrite, rebase) of the figure every compaction choice
+    reads: the method's count of the text (media as placeholders) times the safety margin, plus a
+    fixed cost per media item (design.md §3); rebase: the change since the baseline was counted."""
     mc = plan.cfg.measure
     total, tail, overhead, rewrite = stretch
     margin = mc.margin
@@ -124,5 +122,6 @@ def _figure(figure: str, stretch: tuple, fig: Figures, plan: Plan) -> tuple:
     whole = math.ceil(total * margin) + fig.media_count * per_item
     # the rewrite is profiled as its own text, whose blocks can fall a little differently from
     # the whole request's: it is never more than the whole request
+    rebase = math.ceil(fig.rebase_stretches.get(figure, 0) * margin) + fig.media_rebase * per_item
     return (whole, math.ceil(tail * margin) + fig.media_tail * per_item, math.ceil(overhead * margin), method,
-            min(whole, math.ceil(rewrite * margin) + fig.media_rewrite * per_item))
+            min(whole, math.ceil(rewrite * margin) + fig.media_rewrite * per_item), rebase)

@@ -8,12 +8,15 @@ the previous request on).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
 from .. import conversation as m, native, projection, tokens
 from ..deadline import NO_DEADLINE, Deadline
 from ..lowering.media import MEDIA_PLACEHOLDER
+from ..memo import Memo
+from .baseline import as_counted, baseline, changed_pieces
 from .plan import Plan
 from .request import Request, array_text, tool_schema_list
 
@@ -43,6 +46,12 @@ class Figures:
     stretches: dict
     media_tail: int  # media items in the tail elements
     media_rewrite: int  # media items in the rewritten elements
+    # what changed before the baseline since the provider counted it (step.baseline), as now
+    # minus as counted: method -> its change in the projections' terms, and in the decision
+    # stretches' terms; the change in media items
+    rebase_projections: dict = dataclasses.field(default_factory=dict)
+    rebase_stretches: dict = dataclasses.field(default_factory=dict)
+    media_rebase: int = 0
 
 
 def rewrite_from(request: Request) -> Optional[int]:
@@ -54,8 +63,10 @@ def rewrite_from(request: Request) -> Optional[int]:
     return -1 if change.segment == "tools" else change.flat - request.digests.counts[0]
 
 
-def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counter=None,
-            deadline: Deadline = NO_DEADLINE) -> Figures:
+def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counter=None, memo: Memo | None = None,
+            before: dict | None = None, deadline: Deadline = NO_DEADLINE) -> Figures:
+    """Every figure of the request. before: id -> the message as it was before this step changed
+    it (the payload guard), for the baseline's rebase; memo: the changed messages' lowering."""
     factor = plan.cfg.measure.factor
     low = request.lowered
     since = rewrite_from(request)
@@ -87,7 +98,40 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counter=No
                   {}, {}, 0, 0)
     _calibrated_and_exact(out, conv, request, plan, exact_counter, last_assistant, since, deadline)
     out.stretches["estimate"] = (normalized, tail, overhead, rewrite)
+    base = baseline(conv.messages)
+    if base is not None:
+        _rebase(out, as_counted(conv.messages, base, before or {}), plan, exact_counter, memo)
     return out
+
+
+def _rebase(out: Figures, pairs: list, plan: Plan, exact_counter, memo: Memo | None) -> None:
+    """The figures of the changed messages now minus as counted, per method (step.baseline)."""
+    if not pairs:
+        return
+    now, now_media, then, then_media = changed_pieces(pairs, plan, memo)
+    mc = plan.cfg.measure
+
+    def estimate(pieces):
+        return tokens.preflight(tokens.estimate_units(tokens.json_array_units([u for _, (_, u) in pieces])),
+                                mc.factor)
+
+    def pair(pieces):
+        return _calibrated_text(array_text([text for text, _ in pieces])) if mc.calibrated_figures else (0.0, 0.0)
+
+    (cal_now, margined_now), (cal_then, margined_then) = pair(now), pair(then)
+    cal = tokens.round_half_up(cal_now) - tokens.round_half_up(cal_then)
+    decide = (tokens.round_half_up(margined_now) - tokens.round_half_up(margined_then)) if mc.measured_margins \
+        else cal
+    scale = (lambda x: tokens.scaled(x, out.factor)) if out.factor else (lambda x: x)
+    out.rebase_projections = {"calibrated": cal, "self-calibrated": scale(cal)}
+    out.rebase_stretches = {"estimate": estimate(now) - estimate(then), "calibrated": decide,
+                            "self-calibrated": scale(decide)}
+    if out.exact is not None:
+        counter = exact_counter or tokens.ExactCounter(mc.exact_encoding)
+        exact = counter.count(array_text([text for text, _ in now])) - counter.count(
+            array_text([text for text, _ in then]))
+        out.rebase_projections["exact"] = out.rebase_stretches["exact"] = exact
+    out.media_rebase = now_media - then_media
 
 
 @dataclass(slots=True)

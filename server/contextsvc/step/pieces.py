@@ -86,6 +86,28 @@ def _piece(msg: m.Message, mdl: m.Model, placeholders: bool) -> tuple:
     return elements, ledger.media_count, ledger.extra, ledger.saved_units, texts
 
 
+@dataclass(slots=True)
+class MessagePiece:
+    """What one stored message lowers to alone."""
+    elements: tuple  # (role, element, saved units inside it) of each element
+    media_count: int
+    extra: int
+    saved_units: int
+    texts: tuple  # (JSON text, (UTF-8 bytes, UTF-16 units)) of each element
+
+
+def message_piece(msg: m.Message, plan: Plan, memo: Memo | None = None) -> MessagePiece:
+    """msg lowered alone under plan (its memo entry when seen before)."""
+    mdl = plan.model
+    key = (LOWERED, msg.digest, (mdl.provider, mdl.id, plan.placeholders)) if msg.digest and memo else None
+    piece = memo.get(key) if key is not None else None
+    if piece is None:
+        piece = _piece(msg, mdl, plan.placeholders)
+        if key is not None:
+            memo.put(key, piece)
+    return MessagePiece(*piece)
+
+
 def _lead(provider: str, memo: Memo) -> dict:
     """The format's lead user message (lowered.open_with_user), a fresh copy: lowered once per
     provider while the memo keeps it."""

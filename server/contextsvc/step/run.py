@@ -53,17 +53,19 @@ def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Mem
     measurement, request = measure(sent, plan, memo, exact_counter, deadline)
     guard = payload_guard(sent, measurement.body_bytes, plan, memo, deadline)
     if guard.conversation is not None:
-        measurement, request = measure(guard.conversation, plan, memo, exact_counter, deadline)
+        # the messages the guard changed, as they were: the baseline is rebased on them
+        before = {x.id: x for x, y in zip(sent.messages, guard.conversation.messages) if x is not y}
+        measurement, request = measure(guard.conversation, plan, memo, exact_counter, deadline, before)
     return Step(measurement, request, guard, injected)
 
 
 def measure(conv: m.Conversation, plan: Plan, memo: Memo | None = None, exact_counter=None,
-            deadline: Deadline = NO_DEADLINE) -> tuple:
+            deadline: Deadline = NO_DEADLINE, before: dict | None = None) -> tuple:
     """(Measurement, Request) of conv as it is sent, without the payload guard: the request
     (pieces, markers, digests), its figures, the decision, and the output budget written into
-    the body."""
+    the body. before: id -> the message as it was before the payload guard changed it."""
     request = build(conv, plan, memo, deadline)
-    fig = figures(conv, request, plan, exact_counter, deadline)
+    fig = figures(conv, request, plan, exact_counter, memo, before, deadline)
     dec = decide(conv.messages, fig, plan)
     mdl, cfg = plan.model, plan.cfg
     max_out = window.max_output(mdl, cfg)

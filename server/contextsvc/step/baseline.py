@@ -1,0 +1,69 @@
+"""The baseline (docs/design.md §3 "Forward-looking pre-flight"): the last reported usage a
+projection starts from, rebased on what changed before it since the provider counted it.
+
+The provider counted the request that produced the baseline assistant message. A tool output
+pruned after that answer (by Prune, or by the payload guard in this step), or a medium the guard
+stripped, was counted whole and is sent as its placeholder now: the projection takes the
+provider's count minus the figure of what was removed plus the figure of what replaced it, so a
+prune that frees enough always clears should_compact.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from .. import conversation as m, projection
+from ..memo import Memo
+from .pieces import message_piece
+from .plan import Plan
+
+
+def baseline(messages: list) -> Optional[m.Message]:
+    """The last finished assistant, when its reported usage can anchor a projection."""
+    i = projection.last_index(messages, lambda x: x.role == m.ASSISTANT and x.finished)
+    if i < 0:
+        return None
+    msg = messages[i]
+    if msg.summary or msg.usage.input_side() == 0:
+        return None
+    if any(x.role == m.ASSISTANT and not x.finished for x in messages[i + 1:]):
+        return None
+    return msg
+
+
+def as_counted(messages: list, base: m.Message, before: dict) -> list:
+    """(message as sent now, message as the provider counted it) of every message before base
+    that changed since base was answered. before: id -> the message as it was before this step
+    changed it (the payload guard), for the messages it changed."""
+    out = []
+    for msg in messages:
+        if msg is base:
+            break
+        then = _uncompacted(before.get(msg.id, msg), base.time_completed_ms)
+        if then is not msg:
+            out.append((msg, then))
+    return out
+
+
+def _uncompacted(msg: m.Message, since_ms: int) -> m.Message:
+    """msg with the tool outputs compacted after since_ms whole again (as they were counted)."""
+    if not any(isinstance(p.content, m.Tool) and p.content.time_compacted_ms > since_ms for p in msg.parts):
+        return msg
+    parts = [m.Part(p.id, dataclasses.replace(p.content, time_compacted_ms=0))
+             if isinstance(p.content, m.Tool) and p.content.time_compacted_ms > since_ms else p
+             for p in msg.parts]
+    return dataclasses.replace(msg, parts=parts)
+
+
+def changed_pieces(pairs: list, plan: Plan, memo: Memo | None) -> tuple:
+    """((JSON text, lengths) of each element now, media items now, the same as counted) of the
+    changed messages, each lowered alone with media as placeholders (the estimate's text)."""
+    plan = dataclasses.replace(plan, placeholders=True)
+    now_texts, then_texts, now_media, then_media = [], [], 0, 0
+    for now, then in pairs:
+        a, b = message_piece(now, plan, memo), message_piece(then, plan, memo)
+        now_texts += a.texts
+        then_texts += b.texts
+        now_media += a.media_count
+        then_media += b.media_count
+    return now_texts, now_media, then_texts, then_media
