@@ -1,9 +1,10 @@
-"""contextsvc_client: applying CompactResponse, PruneResponse and AssembleResponse.persist to a message list."""
+"""contextsvc_client: applying CompactResponse, PruneResponse and AssembleResponse.persist to a message list,
+and turning a model's tool call name back into the request's (AssembleResponse.tool_names)."""
 from __future__ import annotations
 
 import pytest
 
-from contextsvc_client import apply_compaction, apply_persist, apply_prune
+from contextsvc_client import apply_compaction, apply_persist, apply_prune, client_tool_name
 from contextsvc.v1 import context_pb2 as pb
 from helpers.convo import assistant, text, tool, user
 
@@ -152,6 +153,13 @@ def test_apply_persist_without_parts_returns_an_equal_new_list_and_checks_ids():
     assert same == before and same is not before
     with pytest.raises(ValueError, match="persist\\[0\\].message_id: no message 'nope'"):
         apply_persist(before, pb.AssembleResponse(persist=[pb.PersistPart(message_id="nope", part=text("x", "y"))]))
+
+
+def test_client_tool_name_turns_a_mapped_name_back_and_keeps_any_other():
+    a = pb.AssembleResponse(tool_names={"github_create_issue_3f2a9c1b7d4e": "github.create_issue"})
+    assert client_tool_name(a, "github_create_issue_3f2a9c1b7d4e") == "github.create_issue"
+    assert client_tool_name(a, "read") == "read"
+    assert client_tool_name(pb.AssembleResponse(), "github_create_issue_3f2a9c1b7d4e") == "github_create_issue_3f2a9c1b7d4e"
 
 
 def test_node_helpers_pass_their_unit_tests():

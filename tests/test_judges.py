@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from contextsvc.lowering.registry import PROVIDERS
+from contextsvc.lowering.registry import FORMATS, PROVIDERS
+from contextsvc.lowering.tool_ids import wire_name
 from judges import judge_for
 from judges._common import parse_data_url
 
@@ -20,6 +21,7 @@ PNG64 = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 8).decode()
 PDF64 = base64.b64encode(b"%PDF-1.4\n%%EOF\n").decode()
 SVG64 = base64.b64encode(b"<svg xmlns='http://www.w3.org/2000/svg'/>").decode()
 GOLDEN = Path(__file__).parent / "golden"
+MCP_NAME = "github.create_issue"  # an MCP tool's name: the dot is refused by Anthropic and OpenAI
 
 
 def rules(problems) -> set:
@@ -114,9 +116,18 @@ def _a(change):
     (lambda b: b["messages"][0]["content"][0].update(cache_control={"type": "ephemeral", "ttl": "1h"}) or
      b["system"][0]["cache_control"].pop("ttl"), "marker-ttl-order", "messages[0].content[0]"),
     (lambda b: b["messages"][4].update(cache_control={"type": "ephemeral"}), "marker-place", "messages[4]"),
+    (lambda b: b["tools"][0].update(name=MCP_NAME), "tool-name", "tools[0].name"),
+    (lambda b: b["tools"][0].update(name="r" * 65), "tool-name", "tools[0].name"),
+    (lambda b: b["messages"][1]["content"][3].update(name=MCP_NAME), "tool-name", "messages[1].content[3].name"),
 ])
 def test_anthropic_refuses(change, rule, where):
     refuses("anthropic", _a(change), rule, where)
+
+
+def test_anthropic_accepts_a_mapped_mcp_name_in_tools_and_history():
+    wire = wire_name(FORMATS["anthropic"], MCP_NAME)
+    body = _a(lambda b: (b["tools"][0].update(name=wire), b["messages"][1]["content"][3].update(name=wire)))
+    assert wire != MCP_NAME and judge_for("anthropic")(body) == []
 
 
 def test_lazy_iterables_are_forced():
@@ -233,6 +244,9 @@ CHAT_BAD = [
                 b["messages"][5].update(tool_call_id="call_" + "x" * 40)), "tool-id", "messages[4].tool_calls[0]"),
     (lambda b: b.pop("tools"), "tools-defined", "tools"),
     (lambda b: b["tools"][0]["function"].update(name="read file"), "tool-name", "tools[0]"),
+    (lambda b: b["tools"][0]["function"].update(name=MCP_NAME), "tool-name", "tools[0].function.name"),
+    (lambda b: b["messages"][4]["tool_calls"][1]["function"].update(name=MCP_NAME), "tool-name",
+     "messages[4].tool_calls[1].function.name"),
 ]
 
 
@@ -240,6 +254,14 @@ CHAT_BAD = [
 @pytest.mark.parametrize("change,rule,where", CHAT_BAD)
 def test_chat_refuses(provider, change, rule, where):
     refuses(provider, _c(provider, change), rule, where)
+
+
+@pytest.mark.parametrize("provider", CHAT)
+def test_chat_accepts_a_mapped_mcp_name_in_tools_and_history(provider):
+    wire = wire_name(FORMATS[provider], MCP_NAME)
+    body = _c(provider, lambda b: [x.update(name=wire) for x in
+                                   (b["tools"][0]["function"], *(c["function"] for c in b["messages"][4]["tool_calls"]))])
+    assert wire != MCP_NAME and judge_for(provider)(body) == []
 
 
 @pytest.mark.parametrize("provider", sorted(MARKER))

@@ -1,4 +1,5 @@
-// Applying Compact, Prune and Assemble (persist) results to the caller's stored conversation, over the plain objects
+// Applying Compact, Prune and Assemble (persist) results to the caller's stored conversation, and
+// turning a model's tool call name back into the caller's (clientToolName), over the plain objects
 // @grpc/proto-loader produces with client.js's options (keepCase, oneofs: a oneof's name holds
 // the field set, e.g. `edit: "insert"`, `kind: "tool"`).
 //
@@ -128,4 +129,11 @@ function applyPersist(messages, response) {
   return out;
 }
 
-module.exports = { applyCompaction, applyPrune, applyPersist };
+// The request's name of the tool a model's call names wireName (as the AssembleResponse's body
+// wrote it, e.g. a mapped `github_create_issue_...`): its tool_names entry, else wireName itself.
+function clientToolName(response, wireName) {
+  const names = response.tool_names || {};
+  return Object.hasOwn(names, wireName) ? names[wireName] : wireName;
+}
+
+module.exports = { applyCompaction, applyPrune, applyPersist, clientToolName };

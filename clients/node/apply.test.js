@@ -4,7 +4,7 @@
 
 const test = require("node:test");
 const assert = require("node:assert/strict");
-const { applyCompaction, applyPrune, applyPersist } = require("./apply");
+const { applyCompaction, applyPrune, applyPersist, clientToolName } = require("./apply");
 
 const tool = (id, callId, output) => ({ id, kind: "tool",
   tool: { call_id: callId, tool: "read", state: { status: "TOOL_STATUS_COMPLETED", output, time_compacted_ms: 0 } } });
@@ -110,4 +110,12 @@ test("applyPersist without parts returns an equal new array, and checks ids", ()
   assert.deepEqual(applyPersist(before, {}), before);
   assert.throws(() => applyPersist(before, { persist: [{ message_id: "nope", part: text("x", "y") }] }),
     /persist\[0\]\.message_id: no message 'nope'/);
+});
+
+test("clientToolName turns a mapped name back and keeps any other", () => {
+  const a = { tool_names: { github_create_issue_3f2a9c1b7d4e: "github.create_issue" } };
+  assert.equal(clientToolName(a, "github_create_issue_3f2a9c1b7d4e"), "github.create_issue");
+  assert.equal(clientToolName(a, "read"), "read");
+  assert.equal(clientToolName(a, "constructor"), "constructor", "not a property of Object.prototype");
+  assert.equal(clientToolName({}, "read"), "read");
 });

@@ -4,6 +4,7 @@
 
 const assert = require("node:assert/strict");
 const { connect, status } = require("./client");
+const { clientToolName } = require("./apply");
 
 const text = (id, s) => ({ id, text: { text: s } });
 const tool = (id, callId, name, input, output) => ({
@@ -55,6 +56,16 @@ async function main(address) {
       assert.equal(body.model, "claude-sonnet-4-5");
       assert.ok(Array.isArray(body.messages) && body.messages.length > 0);
       assert.ok(r.breakpoints.length > 0, "places cache breakpoints");
+    });
+
+    await check("Assemble tool names", async () => {
+      const names = ["github.create_issue", "bash"];  // an MCP tool's name and a plain one
+      const tools = names.map((name) => ({ name, description: `the ${name} tool` }));
+      const r = await client.Assemble({ conversation, model, tools });
+      const wire = JSON.parse(Buffer.from(r.body).toString("utf8")).tools.map((t) => t.name);
+      assert.match(wire[0], /^[a-zA-Z0-9_-]{1,64}$/, "the MCP name is written in Anthropic's alphabet");
+      assert.equal(wire[1], "bash", "a valid name is unchanged");
+      assert.deepEqual(wire.map((w) => clientToolName(r, w)), names, "tool_names turns the body's names back");
     });
 
     await check("Prune", async () => {

@@ -13,6 +13,7 @@ from typing import Optional
 from . import breakpoints, conversation as m, prefix, step
 from .config import Config
 from .deadline import NO_DEADLINE, Deadline
+from .lowering.tool_ids import name_map
 from .memo import Memo
 from .step import Measurement
 from .step.environment import Editor
@@ -67,6 +68,7 @@ class Assembled:
     cache_state: bytes = b""  # the digests to pass back with the next request; b"" when not hashed
     report: Optional[Report] = None  # when previous_cache_state was given
     persist: list = field(default_factory=list)  # list[Persist]: parts the client stores
+    tool_names: dict = field(default_factory=dict)  # tool name in the body -> the request's, where they differ
 
 
 def assemble(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None,
@@ -116,6 +118,7 @@ def run(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None, *, s
         cache_state=state,
         report=_report(previous, request, result) if previous is not None else None,
         persist=s.injected.persist,
+        tool_names=name_map(plan.fmt, (t.name for t in inp.tools)),
     )
 
 

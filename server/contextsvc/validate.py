@@ -7,6 +7,8 @@ from . import conversation as m
 from .config import PRUNE_PROTECT_RULES
 from .errors import BadInput
 from .deadline import NO_DEADLINE, Deadline, ticking
+from .lowering.registry import FORMATS
+from .lowering.tool_ids import wire_name
 from .memo import each
 
 # The largest token figure a request may carry: 2^53 - 1 (JSON's exact integers). Usage figures
@@ -107,7 +109,7 @@ def request(conv: m.Conversation, mdl: m.Model, tool_defs: list, settings: m.Com
     """The checks every conversation-carrying request shares."""
     conversation(conv, memo=memo, deadline=deadline)
     model(mdl)
-    tools(tool_defs)
+    tools(tool_defs, fmt=FORMATS.get(mdl.provider))
     compaction_settings(settings)
 
 
@@ -126,14 +128,22 @@ def model(x: m.Model, path: str = "model") -> None:
         _tokens(getattr(x.limits, name), f"{path}.limits.{name}")
 
 
-def tools(xs: list, path: str = "tools") -> None:
-    seen = set()
+def tools(xs: list, path: str = "tools", fmt=None) -> None:
+    """Names present and distinct; with fmt (the request's WireFormat), also distinct as written
+    in its body: a name valid there that equals another's mapped form would merge the two."""
+    seen, written = set(), {}
     for i, t in enumerate(xs):
         if not t.name:
             raise BadInput(f"{path}[{i}].name", "is required")
         if t.name in seen:
             raise BadInput(f"{path}[{i}].name", f"{t.name!r} is defined twice")
         seen.add(t.name)
+        if fmt is not None:
+            wire = wire_name(fmt, t.name)
+            if wire in written:
+                raise BadInput(f"{path}[{i}].name", f"{t.name!r} is written {wire!r} on {fmt.name}, as "
+                                                    f"{path}[{written[wire]}].name is")
+            written[wire] = i
 
 
 def compaction_settings(s: m.CompactionSettings, path: str = "compaction") -> None:

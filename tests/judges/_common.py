@@ -17,6 +17,9 @@ from pydantic_core import SchemaValidator
 
 # Tool ids of the Anthropic Messages API (tool_use.id, tool_result.tool_use_id).
 ANTHROPIC_ID = re.compile(r"[a-zA-Z0-9_-]+")
+# Tool names of the Anthropic Messages API and OpenAI Chat Completions (tools and calls alike):
+# ^[a-zA-Z0-9_-]{1,64}$; the whole request is refused for one outside it.
+TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 # OpenAI Chat Completions refuses longer tool call ids ("string too long ... maximum length 40").
 OPENAI_ID_MAX = 40
 # The most cache markers any marker-taking provider accepts in one request (Anthropic, Bedrock).
@@ -112,6 +115,12 @@ def _is_branch(loc) -> bool:
 
 
 _SCALAR_BRANCHES = frozenset({"str", "int", "float", "bool", "none", "dict", "list"})
+
+
+def tool_name_problem(name, where: str, p: Problems) -> None:
+    """A tool name outside TOOL_NAME, as a `tool-name` problem."""
+    if isinstance(name, str) and not TOOL_NAME.fullmatch(name):
+        p.add("tool-name", where, f"{name[:80]!r} is outside ^[a-zA-Z0-9_-]{{1,64}}$")
 
 
 def b64_ok(data) -> bool:

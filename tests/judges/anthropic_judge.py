@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 
-from ._common import ANTHROPIC_ID, MAX_MARKERS, Problems, b64_ok, is_http_url, strict_validator, validate
+from ._common import (ANTHROPIC_ID, MAX_MARKERS, Problems, b64_ok, is_http_url, strict_validator, tool_name_problem,
+                      validate)
 
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 THINKING = ("thinking", "redacted_thinking")
@@ -134,6 +135,7 @@ def judge(body: dict) -> list:
                 _media(b, where, p)
             if kind == "tool_use":
                 tool_blocks = True
+                tool_name_problem(b.get("name"), f"{where}.name", p)
                 if not ANTHROPIC_ID.fullmatch(str(b.get("id", ""))):
                     p.add("tool-id", where, f"tool_use.id {b.get('id')!r} does not match ^[a-zA-Z0-9_-]+$")
                 if b.get("id") in ids_seen:
@@ -152,6 +154,9 @@ def judge(body: dict) -> list:
                     for j, x in inner_blocks:
                         if x.get("type") in ("image", "document"):
                             _media(x, f"{where}.content[{j}]", p)
+    for k, tool in enumerate(body.get("tools") or []):
+        if isinstance(tool, dict):
+            tool_name_problem(tool.get("name"), f"tools[{k}].name", p)
     if tool_blocks and not body.get("tools"):
         p.add("tools-defined", "tools", "requests which include tool_use or tool_result blocks must define tools")
 

@@ -12,12 +12,11 @@ Then the documented rules beyond the shape.
 from __future__ import annotations
 
 import copy
-import re
 
 from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
 
 from ._common import (ANTHROPIC_ID, MAX_MARKERS, OPENAI_ID_MAX, Problems, data_url_problem, is_http_url,
-                      strict_validator, validate)
+                      strict_validator, tool_name_problem, validate)
 
 PROVIDERS = ("openai", "openai-compatible", "openrouter", "alibaba", "copilot")
 
@@ -41,8 +40,6 @@ EXTRAS = {
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 # Files the `file` part takes as file_data: a base64 data URL of a PDF.
 FILE_TYPES = frozenset({"application/pdf"})
-# OpenAI function names: ^[a-zA-Z0-9_-]{1,64}$.
-FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 
 
 def _take_markers(body: dict, provider: str, p: Problems) -> int:
@@ -154,6 +151,7 @@ def judge(body: dict, provider: str = "openai") -> list:
                 continue
             tool_history = True
             where = f"messages[{i}].tool_calls[{k}]"
+            tool_name_problem((call.get("function") or {}).get("name"), f"{where}.function.name", p)
             cid = call.get("id")
             if not isinstance(cid, str):
                 continue
@@ -172,6 +170,5 @@ def judge(body: dict, provider: str = "openai") -> list:
         p.add("tools-defined", "tools", "history holds tool calls but no tools are defined (design.md §6: tools stay)")
     for k, tool in enumerate(body.get("tools") or []):
         name = ((tool or {}).get("function") or {}).get("name") if isinstance(tool, dict) else None
-        if isinstance(name, str) and not FUNCTION_NAME.fullmatch(name):
-            p.add("tool-name", f"tools[{k}].function.name", f"{name!r} is outside ^[a-zA-Z0-9_-]{{1,64}}$")
+        tool_name_problem(name, f"tools[{k}].function.name", p)
     return p

@@ -1,4 +1,5 @@
-"""Applying Compact, Prune and Assemble results to the caller's stored conversation.
+"""Applying Compact, Prune and Assemble results to the caller's stored conversation, and
+turning a model's tool call name back into the caller's.
 
 The service is stateless: the client owns the history, and a CompactResponse or PruneResponse
 says what to change in it. These helpers make those changes on a plain list of
@@ -16,6 +17,11 @@ message's wrapping) go into the history the same way, before the next request:
 
     a = stub.Assemble(pb.AssembleRequest(conversation=..., model=..., editor=..., step=step))
     messages = apply_persist(messages, a)
+
+The model calls a tool by the name the body gave it, which for a name the provider refuses
+(`github.create_issue` on Anthropic or OpenAI) is a mapped one; client_tool_name turns it back:
+
+    tool = tools_by_name[client_tool_name(a, call.name)]
 """
 from __future__ import annotations
 
@@ -108,6 +114,12 @@ def apply_persist(messages: Sequence[pb.Message], response: pb.AssembleResponse)
             msg.parts.append(item.part)
         out[at] = msg
     return out
+
+
+def client_tool_name(response: pb.AssembleResponse, wire_name: str) -> str:
+    """The request's name of the tool a model's call names wire_name (as the response's body
+    wrote it): the response's tool_names entry, else wire_name itself (a name the body kept)."""
+    return response.tool_names.get(wire_name, wire_name)
 
 
 def _index(messages: Sequence[pb.Message]) -> dict[str, int]:

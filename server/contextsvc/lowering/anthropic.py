@@ -6,7 +6,7 @@ from . import media
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
 from .neutral import LEAD_USER_TEXT, MMedia, MReasoning, MText, MToolCall, MToolResult, attachment_note
-from .tool_ids import WORD, wire_id
+from .tool_ids import WORD, wire_id, wire_name
 from .wire_format import TTL_1H, WireFormat
 
 NO_TOOL_USE = {"type": "none"}  # tools stay defined (history may hold tool blocks), none is called
@@ -35,7 +35,8 @@ def _block(c, ledger: MediaLedger):
             return {"type": "thinking", "thinking": c.text, "signature": ledger.opaque(c.signature)}
         return None  # unsigned reasoning is rejected by the API: the model never sees it again
     if isinstance(c, MToolCall):
-        return {"type": "tool_use", "id": wire_id(FORMAT, c.call_id), "name": c.name, "input": c.input}
+        return {"type": "tool_use", "id": wire_id(FORMAT, c.call_id), "name": wire_name(FORMAT, c.name),
+                "input": c.input}
     if isinstance(c, MToolResult):
         content = [{"type": "text", "text": c.text}] if c.text else []
         content.extend(_media(x, ledger) for x in c.media)
@@ -74,7 +75,8 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     lists.append((out, "messages"))
     if tools:
         out["tools"] = [
-            {"name": t.name, "description": t.description, "input_schema": t.input_schema or {"type": "object"}}
+            {"name": wire_name(FORMAT, t.name), "description": t.description,
+             "input_schema": t.input_schema or {"type": "object"}}
             for t in tools
         ]
         if tools_disabled:
@@ -91,6 +93,7 @@ class Anthropic(WireFormat):
     body = staticmethod(body)
     merged_key = "content"
     ids = WORD
+    names = WORD  # tools[].name and tool_use.name: ^[a-zA-Z0-9_-]{1,64}$
     accepted = {**media.WEB_IMAGES, "application/pdf": media.DOCUMENT}
     fetched = frozenset(accepted)  # URL image and URL PDF sources
     native_auto = True

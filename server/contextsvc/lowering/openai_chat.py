@@ -8,7 +8,7 @@ from . import media
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
 from .neutral import LEAD_USER_TEXT, MMedia, MSpacer, MText, MToolCall, MToolResult, attachment_note
-from .tool_ids import id_rule, wire_id
+from .tool_ids import WORD, id_rule, wire_id, wire_name
 from .wire_format import WireFormat
 
 
@@ -45,7 +45,8 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
             text = "".join(c.text for c in msg.content if isinstance(c, MText) and not isinstance(c, MSpacer))
             calls = [
                 {"id": wire_id(fmt, c.call_id), "type": "function",
-                 "function": {"name": c.name, "arguments": native.json_text(c.input)}}  # as JSON.stringify writes it
+                 # arguments as JSON.stringify writes them
+                 "function": {"name": wire_name(fmt, c.name), "arguments": native.json_text(c.input)}}
                 for c in msg.content if isinstance(c, MToolCall)
             ]
             if not text and not calls:
@@ -75,7 +76,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     out = {"model": model_id, "messages": all_msgs, token_field: max_output}
     if tools:
         out["tools"] = [
-            {"type": "function", "function": {"name": t.name, "description": t.description,
+            {"type": "function", "function": {"name": wire_name(fmt, t.name), "description": t.description,
                                               "parameters": t.input_schema or {"type": "object"}}}
             for t in tools
         ]
@@ -115,6 +116,7 @@ class ChatCompletions(WireFormat):
 
     body = staticmethod(body)
     ids = _GATEWAY_IDS
+    names = WORD  # function names: ^[a-zA-Z0-9_-]{1,64}$, at OpenAI and at every gateway's upstreams
     accepted = _ACCEPTED
     fetched = frozenset(media.WEB_IMAGES)
     tool_marker = False

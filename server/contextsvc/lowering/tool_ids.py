@@ -1,11 +1,13 @@
-"""Tool call ids as each provider accepts them (docs/design.md §6, "What the body must pass").
+"""Tool call ids and tool names as each provider accepts them (docs/design.md §6, "What the body
+must pass").
 
 A session can hold ids minted by another provider (`functions.read:1`, `toolu_01...`, long
-Responses-API ids). Each id is written in the provider's alphabet and length by a rule that is a
-function of that id alone: an id already valid passes unchanged, any other one is sanitized and
-suffixed with a hash of the original. So a call and its result always agree, two ids never merge
-(the hash tells them apart), and a new id never changes how an old one is written, which would
-break the cached prefix.
+Responses-API ids), and MCP tools are named `github.create_issue`, up to 128 characters. Each id
+or name is written in the provider's alphabet and length by a rule that is a function of that id
+or name alone: one already valid passes unchanged, any other one is sanitized and suffixed with a
+hash of the original. So a call and its result always agree, two never merge (the hash tells them
+apart), and a new tool or id never changes how an old one is written, which would break the
+cached prefix. The model calls a tool by its written name; name_map turns it back.
 """
 from __future__ import annotations
 
@@ -28,10 +30,11 @@ def id_rule(char_class: str, max_len: int, lead: str = "") -> IdRule:
                   re.compile(f"[{lead}]") if lead else None)
 
 
-# Anthropic documents ^[a-zA-Z0-9_-]+$; Bedrock the same pattern with 1..64 characters; Gemini
+# Anthropic documents ids ^[a-zA-Z0-9_-]+$; Bedrock the same pattern with 1..64 characters; Gemini
 # ids are free-form, kept to the same safe set. 64 bounds Anthropic too, where no limit is
-# documented, so a long foreign id never becomes the one thing a request is refused for. Each
-# format's rules are its WireFormat's ids and names (the Chat Completions ones in openai_chat.py).
+# documented, so a long foreign id never becomes the one thing a request is refused for. Tool
+# names are ^[a-zA-Z0-9_-]{1,64}$ at Anthropic, OpenAI and Bedrock. Each format's rules are its
+# WireFormat's ids and names (the Chat Completions ones in openai_chat.py).
 WORD = id_rule("a-zA-Z0-9_-", 64)
 
 # 12 hex digits (48 bits) of SHA-256: a collision among a session's few thousand ids is
@@ -49,6 +52,13 @@ def wire_name(fmt, name: str) -> str:
     results alike: unchanged when valid there, else mapped as ids are (a function of the name
     alone)."""
     return name if fmt.names is None else _wire_id(fmt.names, name)
+
+
+def name_map(fmt, names) -> dict:
+    """{name as written in the body of fmt: the caller's name} for each of names that is written
+    otherwise (what AssembleResponse.tool_names returns)."""
+    written = ((wire_name(fmt, name), name) for name in names)
+    return {wire: name for wire, name in written if wire != name}
 
 
 @lru_cache(maxsize=8192)

@@ -584,6 +584,7 @@ def assemble_response(r: assemble.Assembled) -> pb.AssembleResponse:
         cache_state=r.cache_state,
         cache_report=cache_report(r.report),
         persist=[persist_part(p) for p in r.persist],
+        tool_names=r.tool_names,
     )
 
 
