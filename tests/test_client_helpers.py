@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from contextsvc_client import apply_compaction, apply_persist, apply_prune, client_tool_name
+from contextsvc_client import apply_assemble, apply_compaction, apply_persist, apply_prune, client_tool_name
 from contextsvc.v1 import context_pb2 as pb
 from helpers.convo import assistant, text, tool, user
 
@@ -145,6 +145,19 @@ def test_apply_persist_replaces_a_part_by_id_or_appends_it_on_copies():
     after[0].parts[1].text.text = "changed"
     assert r.persist[1].part.text.text == "\n\nblock", "stored parts are copies"
     assert len(apply_persist(after, r)[0].parts) == 2, "stored again, still once"
+
+
+def test_apply_assemble_stores_the_persist_parts_and_the_payload_guards_prune():
+    before = _history()
+    r = pb.AssembleResponse(
+        persist=[pb.PersistPart(message_id="u1", part=text("u1~environment", "\n\nblock", synthetic=True))],
+        pruned_part_ids=[before[1].parts[0].id])
+    after = apply_assemble(before, r, now_ms=77)
+    assert [p.text.text for p in after[0].parts][-1] == "\n\nblock"
+    assert after[1].parts[0].tool.state.time_compacted_ms == 77
+    assert before[1].parts[0].tool.state.time_compacted_ms == 0, "the caller's message is untouched"
+    with pytest.raises(ValueError, match="pruned_part_ids"):
+        apply_assemble(before, pb.AssembleResponse(pruned_part_ids=["nope"]))
 
 
 def test_apply_persist_without_parts_returns_an_equal_new_list_and_checks_ids():

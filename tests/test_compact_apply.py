@@ -12,7 +12,7 @@ import json
 
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
-from contextsvc_client import apply_compaction
+from contextsvc_client import apply_assemble, apply_compaction
 from contextsvc.v1 import context_pb2 as pb
 
 PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010802000000907753de0000000c4944415408d763f8ff"
@@ -109,3 +109,32 @@ def test_measure_after_applying_equals_tokens_after(stub, convo, window, provide
                                     pb.Part(id=nid(), tool=pb.ToolPart(call_id=f"c_{nid()[:8]}", tool="bash", state=pb.ToolState(
                                         status=pb.TOOL_STATUS_COMPLETED, input_json="{}", output="log line\n" * 3000)))]))
     _check(stub, after, model, comp, False, True, 0, drop)
+
+
+EDITOR = pb.EditorContext(current_time="2026-12-04T10:00:00+00:00", working_directory="/work/app",
+                          active_file="src/app.py", visible_files=["src/app.py", "tests/test_app.py"])
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(convo=conversations(),
+       window=st.sampled_from([(32_000, 4_096), (200_000, 8_192)]),
+       provider=st.sampled_from([pb.PROVIDER_ANTHROPIC, pb.PROVIDER_OPENAI, pb.PROVIDER_BEDROCK]),
+       overflow=st.booleans(), auto=st.booleans())
+def test_the_next_assemble_with_an_editor_equals_tokens_after(stub, convo, window, provider, overflow, auto):
+    """The README's loop: every Assemble's parts stored (apply_assemble), Compact, apply, then the
+    next Assemble with the same editor: its decision figure is tokens_after. The continue prompt
+    a compaction adds gets no environment block (it is the service's message, not the
+    person's), so the next request is no bigger than the compaction counted."""
+    messages, _ = convo
+    model = pb.Model(id="claude-sonnet-4-5" if provider != pb.PROVIDER_OPENAI else "gpt-4o", provider=provider,
+                     limits=pb.ModelLimits(context=window[0], output=window[1]))
+    ask = dict(model=model, tools=TOOLS, system=SYSTEM, compaction=pb.CompactionSettings())
+    convo_of = lambda msgs: pb.Conversation(session_id="prop", messages=msgs)  # noqa: E731
+    a = stub.Assemble(pb.AssembleRequest(conversation=convo_of(messages), editor=EDITOR, **ask), timeout=30)
+    messages = apply_assemble(messages, a, now_ms=2)
+    r = stub.Compact(pb.CompactRequest(conversation=convo_of(messages), overflow=overflow, auto=auto, **ask),
+                     timeout=30)
+    after = apply_compaction(messages, r, drop_omittable=True)
+    b = stub.Assemble(pb.AssembleRequest(conversation=convo_of(after), editor=EDITOR, **ask), timeout=30)
+    event(f"{pb.CompactOutcome.Name(r.outcome)}, continue={any(e.WhichOneof('edit') == 'insert' for e in r.edits)}")
+    assert b.figures.decision.tokens == r.tokens_after, (pb.CompactOutcome.Name(r.outcome), list(b.injected))

@@ -131,9 +131,18 @@ function applyPersist(messages, response) {
 
 // The request's name of the tool a model's call names wireName (as the AssembleResponse's body
 // wrote it, e.g. a mapped `github_create_issue_...`): its tool_names entry, else wireName itself.
+// Everything an Assemble asks the client to store before it sends the body: the persist parts
+// (applyPersist) and the tool parts the payload guard marked compacted in the body
+// (pruned_part_ids, at nowMs). Storing both keeps the next body's history as this one sent it.
+function applyAssemble(messages, response, nowMs = Date.now()) {
+  const out = applyPersist(messages, response);
+  const ids = response.pruned_part_ids || [];
+  return ids.length ? mark(out, ids, nowMs, "pruned_part_ids") : out;
+}
+
 function clientToolName(response, wireName) {
   const names = response.tool_names || {};
   return Object.hasOwn(names, wireName) ? names[wireName] : wireName;
 }
 
-module.exports = { applyCompaction, applyPrune, applyPersist, clientToolName };
+module.exports = { applyCompaction, applyPrune, applyPersist, applyAssemble, clientToolName };

@@ -4,7 +4,7 @@
 
 const test = require("node:test");
 const assert = require("node:assert/strict");
-const { applyCompaction, applyPrune, applyPersist, clientToolName } = require("./apply");
+const { applyCompaction, applyPrune, applyPersist, applyAssemble, clientToolName } = require("./apply");
 
 const tool = (id, callId, output) => ({ id, kind: "tool",
   tool: { call_id: callId, tool: "read", state: { status: "TOOL_STATUS_COMPLETED", output, time_compacted_ms: 0 } } });
@@ -100,6 +100,17 @@ test("applyPersist replaces a part by id or appends it, on copies", () => {
   assert.equal(r.persist[1].part.text.text, "\n\nblock", "stored parts are copies");
   // applied twice (the same block returned again), it is still stored once
   assert.equal(applyPersist(after, r)[0].parts.length, 2);
+});
+
+test("applyAssemble stores the persist parts and the payload guard's prune", () => {
+  const before = history();
+  const r = { persist: [{ message_id: "u1", part: { id: "u1~environment", kind: "text", text: { text: "\n\nblock", synthetic: true } } }],
+    pruned_part_ids: ["t1"] };
+  const after = applyAssemble(before, r, 77);
+  assert.equal(after[0].parts.at(-1).text.text, "\n\nblock");
+  assert.equal(after[1].parts[0].tool.state.time_compacted_ms, 77);
+  assert.equal(before[1].parts[0].tool.state.time_compacted_ms, 0, "the caller's message is untouched");
+  assert.throws(() => applyAssemble(before, { pruned_part_ids: ["nope"] }), /pruned_part_ids/);
 });
 
 test("applyPersist without parts returns an equal new array, and checks ids", () => {

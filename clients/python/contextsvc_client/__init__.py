@@ -116,6 +116,22 @@ def apply_persist(messages: Sequence[pb.Message], response: pb.AssembleResponse)
     return out
 
 
+def apply_assemble(messages: Sequence[pb.Message], response: pb.AssembleResponse,
+                   now_ms: int | None = None) -> list[pb.Message]:
+    """Everything an Assemble asks the client to store before it sends the body: the persist
+    parts (apply_persist) and the tool parts the payload guard marked compacted in the body
+    (pruned_part_ids, at now_ms, default now). Storing both keeps the next body's history as this
+    one sent it; a guard that must strip media again does so from the stored history.
+
+    Raises ValueError as apply_persist and apply_prune do.
+    """
+    out = apply_persist(messages, response)
+    if response.pruned_part_ids:
+        stamp = int(time.time() * 1000) if now_ms is None else now_ms
+        out = _mark(out, response.pruned_part_ids, stamp, "pruned_part_ids")
+    return out
+
+
 def client_tool_name(response: pb.AssembleResponse, wire_name: str) -> str:
     """The request's name of the tool a model's call names wire_name (as the response's body
     wrote it): the response's tool_names entry, else wire_name itself (a name the body kept)."""

@@ -49,6 +49,10 @@ class Injected:
     persist: list = field(default_factory=list)  # list[Persist]: parts the client stores
 
 
+def _written_by_person(msg: m.Message) -> bool:
+    return any(not (isinstance(p.content, m.Text) and (p.content.synthetic or p.content.ignored)) for p in msg.parts)
+
+
 def inject(messages: list, turn: Turn, now: Optional[dt.datetime] = None) -> Injected:
     """The messages to send with this turn's injections, what was injected, the environment block
     used and the parts the client stores."""
@@ -66,7 +70,10 @@ def inject(messages: list, turn: Turn, now: Optional[dt.datetime] = None) -> Inj
         # part returned in persist): dropping it when a newer message arrives would rewrite the
         # history prefix at every new turn. A message that already holds one gets no other.
         block = environment.stored_environment(user)
-        if turn.editor is not None and not block:
+        # Only a message the person wrote gets one: the continue prompt a compaction adds is
+        # the service's own, and a block there would make the next request bigger than the
+        # compaction's tokens_after
+        if turn.editor is not None and not block and _written_by_person(user):
             block = turn.editor.environment_details or environment.environment_details(turn.editor, now)
             part = reminders.synthetic(f"{user.id}{environment.ENVIRONMENT_SUFFIX}", "\n\n" + block)
             extra.append(part)
