@@ -90,6 +90,7 @@ class Anthropic(WireFormat):
     name = m.ANTHROPIC
     body = staticmethod(body)
     merged_key = "content"
+    trims_final_text = True
     ids = WORD
     accepted = {**media.WEB_IMAGES, "application/pdf": media.DOCUMENT}
     fetched = frozenset(accepted)  # URL image and URL PDF sources
