@@ -99,6 +99,13 @@ def _a(change):
     (lambda b: b["messages"][4].update(content=" \n"), "blank-text", "messages[4]"),
     (lambda b: b["messages"].append({"role": "assistant", "content": [{"type": "text", "text": "So "}]}),
      "trailing-whitespace", "messages[6]"),
+    # a step of whitespace alone, as its own message between a tool result and the next user turn
+    (lambda b: b["messages"].insert(3, {"role": "assistant", "content": [{"type": "text", "text": "\n\n"}]}),
+     "blank-text", "messages[3].content[0]"),
+    (lambda b: b["messages"].append({"role": "assistant", "content": [{"type": "text", "text": "All green."},
+                                                                       {"type": "text", "text": "Done.\n\n"}]}),
+     "trailing-whitespace", "messages[6]"),
+    (lambda b: b["messages"].clear(), "messages-empty", "messages"),
     (lambda b: b["messages"].insert(0, {"role": "assistant", "content": "Hi"}), "first-user", "messages[0]"),
     (lambda b: b["messages"][2]["content"][0].update(tool_use_id="toolu_02B"), "tool-pairing", "toolu_02B"),
     (lambda b: b["messages"][2]["content"].reverse(), "tool-result-first", "messages[2]"),
@@ -349,6 +356,9 @@ def _b(change):
     (lambda b: (b["messages"][1]["content"][2]["toolUse"].update(toolUseId="tool use"),
                 b["messages"][2]["content"][0]["toolResult"].update(toolUseId="tool use")), "pattern", "toolUseId"),
     (lambda b: b["messages"].insert(1, {"role": "user", "content": [{"text": "and"}]}), "alternate", "messages[1]"),
+    (lambda b: b["messages"].append({"role": "assistant", "content": [{"text": "All green.\n\n"}]}),
+     "trailing-whitespace", "messages[5]"),
+    (lambda b: b["messages"].clear(), "messages-empty", "messages"),
 ])
 def test_bedrock_refuses(change, rule, where):
     refuses("bedrock", _b(change), rule, where)

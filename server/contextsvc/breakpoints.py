@@ -79,7 +79,30 @@ def _late_hour(breakpoints: list):
     return None
 
 
-def _hinted(lowered, provider: str, tools: list, policy: Policy) -> list:
+def _hinted_element(lowered, message_id: str, message_ids) -> int | None:
+    """The message element a hint on message_id goes on: the last one holding that message. A
+    message sent as nothing (an errored reply without content, a step of blank text, ignored
+    parts, history before a compaction) is the service's doing, which a client cannot foresee:
+    its hint goes to the nearest element sent before it in the conversation (message_ids, in
+    stored order), else after it; -1 when there is none (the hint is left unused). None when
+    message_id is not in the conversation."""
+    last, first = {}, {}
+    for i, ids in enumerate(lowered.sources):
+        for mid in ids:
+            last[mid] = i
+            first.setdefault(mid, i)
+    if message_id in last:
+        return last[message_id]
+    if message_id not in message_ids:
+        return None
+    at = message_ids.index(message_id)
+    before = next((last[x] for x in reversed(message_ids[:at]) if x in last), None)
+    if before is not None:
+        return before
+    return next((first[x] for x in message_ids[at + 1:] if x in first), -1)
+
+
+def _hinted(lowered, provider: str, tools: list, policy: Policy, message_ids) -> list:
     fmt = FORMATS[provider]
     n_sys = len(lowered.system)
     chosen = []
@@ -93,10 +116,11 @@ def _hinted(lowered, provider: str, tools: list, policy: Policy) -> list:
                                "definitions refuse one (hint a system block or a message instead)")
             chosen.append(Breakpoint("tools", len(tools) - 1, "tools", h.ttl))
         elif h.message_id:
-            idx = max((i for i, ids in enumerate(lowered.sources) if h.message_id in ids), default=-1)
-            if idx < 0:
-                raise BadInput(f"cache_hints[{k}].message_id", f"{h.message_id!r} is not in the request")
-            chosen.append(Breakpoint("message", idx, _segment(lowered, idx), h.ttl))
+            idx = _hinted_element(lowered, h.message_id, message_ids)
+            if idx is None:
+                raise BadInput(f"cache_hints[{k}].message_id", f"{h.message_id!r} is not a message of the conversation")
+            if idx >= 0:
+                chosen.append(Breakpoint("message", idx, _segment(lowered, idx), h.ttl))
         else:
             if not 0 <= h.system_block < n_sys:
                 raise BadInput(f"cache_hints[{k}].system_block",
@@ -138,16 +162,19 @@ def _auto(lowered, provider: str, tools: list, ttl: str) -> list:
 
 
 def choose(lowered, provider: str, tools: list, policy: Policy, max_markers: int,
-           auto_markers: int, model_id: str = "", marker_models=MARKER_MODELS) -> list:
+           auto_markers: int, model_id: str = "", marker_models=MARKER_MODELS,
+           message_ids: list = ()) -> list:
     """The breakpoints to place, ordered as the provider's prefix is (tools, system, messages).
 
     The caller's hints are kept; the auto policy fills the places left, up to max_markers in
     all (auto_markers of its own on the native policy, which leaves one for the caller).
+    message_ids: the conversation's message ids in stored order, where a hint on a message sent
+    as nothing finds its nearest neighbour sent (none given: such a hint is refused).
     """
     fmt = FORMATS[provider]
     if fmt.implicit_cache:
         return []
-    chosen = _hinted(lowered, provider, tools, policy)
+    chosen = _hinted(lowered, provider, tools, policy, message_ids)
     if len(chosen) > max_markers:  # Anthropic, Bedrock and the gateways' upstreams all refuse more
         raise BadInput("cache_hints", f"{len(chosen)} breakpoints; {provider} accepts at most {max_markers}")
     # A message with no block that can carry a marker gets none (say, an assistant step of

@@ -138,8 +138,19 @@ def judge(body: dict) -> list:
     _constraints(shape, params, "", p)
 
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
-    if messages and messages[0].get("role") != "user":
+    # `messages` is optional in the model only for a Prompt management prompt (its ARN as the
+    # model id, which the body never names); a model itself needs a conversation to answer
+    if not messages:
+        p.add("messages-empty", "messages", "A conversation must start with a user message")
+    elif messages[0].get("role") != "user":
         p.add("first-user", "messages[0]", "A conversation must start with a user message")
+    last = messages[-1] if messages else {}
+    texts = [b["text"] for b in last.get("content") or [] if isinstance(b, dict) and isinstance(b.get("text"), str)]
+    if last.get("role") == "assistant" and texts and texts[-1] != texts[-1].rstrip():
+        # Claude behind Converse: "The model returned the following errors: messages: final
+        # assistant content cannot end with trailing whitespace"
+        p.add("trailing-whitespace", f"messages[{len(messages) - 1}]",
+              "final assistant content cannot end with trailing whitespace")
     names = {}
     tool_blocks = False
     _content_rules(body.get("system") or [], "system", p, names)

@@ -92,6 +92,7 @@ class Anthropic(WireFormat):
     name = m.ANTHROPIC
     body = staticmethod(body)
     merged_key = "content"
+    trims_final_text = True
     ids = WORD
     names = WORD  # tools[].name and tool_use.name: ^[a-zA-Z0-9_-]{1,64}$
     accepted = {**media.WEB_IMAGES, "application/pdf": media.DOCUMENT}

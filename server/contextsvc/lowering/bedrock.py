@@ -8,6 +8,8 @@ model and the Converse documentation):
 - two documents of one name anywhere in the request: later ones get " (2)", " (3)", ...;
 - a message with a document and no text block: the document's name is added as text;
 - a conversation whose first message is the assistant's: a constant user message opens it;
+- a final assistant text ending in whitespace (Claude): cut where the pieces of the request are
+  put together (trims_final_text, lowered.trim_final_text);
 - an image or document format outside its enums (svg+xml, heic, ...): media go through the shared
   table (media.source, MEDIA_FORMATS), anything else is the attachment note.
 """
@@ -155,6 +157,7 @@ class Bedrock(WireFormat):
     name = m.BEDROCK
     body = staticmethod(body)
     merged_key = "content"
+    trims_final_text = True
     ids = WORD
     names = WORD  # toolSpec.name and toolUse.name are [a-zA-Z0-9_-]+ of 1..64
     accepted = {t: media.IMAGE if t in media.WEB_IMAGES else media.DOCUMENT for t in MEDIA_FORMATS}

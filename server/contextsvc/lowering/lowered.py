@@ -28,3 +28,24 @@ def open_with_user(wire: list, roles: list, sources: list, lead: dict) -> None:
         wire.insert(0, lead)
         roles.insert(0, "user")
         sources.insert(0, [])
+
+
+def trim_final_text(wire: list, roles: list, key: str) -> bool:
+    """A conversation may end with the model's message (a prefill, or a Measure taken right after
+    a reply): Anthropic, and Claude on Bedrock, refuse it when its last text ends with whitespace
+    ("final assistant content cannot end with trailing whitespace"). That whitespace is cut (a
+    text left empty goes). Position decides it, so it is done on the whole request
+    (step.pieces), for the formats that set trims_final_text; the element's block list is
+    replaced, not changed in place. key: the element's list of blocks. True when something
+    was cut."""
+    if not roles or roles[-1] != "assistant":
+        return False
+    blocks = wire[-1][key]
+    last = next((i for i in range(len(blocks) - 1, -1, -1) if isinstance(blocks[i].get("text"), str)), -1)
+    if last < 0:
+        return False
+    text = blocks[last]["text"].rstrip()
+    if text == blocks[last]["text"]:
+        return False
+    wire[-1][key] = blocks[:last] + ([{**blocks[last], "text": text}] if text else []) + blocks[last + 1:]
+    return True

@@ -80,7 +80,7 @@ def _user(msg: m.Message) -> MMessage:
     for part in msg.parts:
         c = part.content
         if isinstance(c, m.Text):
-            if not c.ignored and c.text:
+            if not c.ignored and not _blank(c.text):
                 content.append(MText(c.text))
         elif isinstance(c, m.File):
             content.append(_file(c))
@@ -141,7 +141,7 @@ def _assistant(msg: m.Message, model=None) -> list:
             elif isinstance(c, m.Tool):
                 content.append(MToolCall(c.call_id, c.tool, c.input))
                 results.append(_tool_result(c))
-        content = _drop_empty_text(content)
+        content = _drop_blank_text(content)
         if content:
             out.append(MMessage("assistant", content, msg.id))
         if results:
@@ -149,11 +149,19 @@ def _assistant(msg: m.Message, model=None) -> list:
     return out
 
 
-def _drop_empty_text(content: list) -> list:
-    """Empty text goes, except between two signed reasoning blocks, where it stays as " "."""
+def _blank(text: str) -> bool:
+    """Empty or whitespace only: such text carries nothing, and Anthropic refuses a message whose
+    text is all blank ("text content blocks must contain non-whitespace text"), Bedrock any blank
+    block."""
+    return not text or text.isspace()
+
+
+def _drop_blank_text(content: list) -> list:
+    """Blank text goes (a step of blank text alone then has no message), except between two
+    signed reasoning blocks, where it stays as " "."""
     kept = []
     for i, c in enumerate(content):
-        if isinstance(c, MText) and not c.text:
+        if isinstance(c, MText) and _blank(c.text):
             before = content[i - 1] if i > 0 else None
             after = content[i + 1] if i + 1 < len(content) else None
             if _signed(before) and _signed(after):

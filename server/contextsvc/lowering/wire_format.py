@@ -24,6 +24,9 @@ class WireFormat:
     # -- lowering: the key of a message element's list of blocks when consecutive messages of one
     # role are joined into one element (the API wants alternating roles); "" when they never are
     merged_key: str = ""
+    # the last text of a conversation's final assistant message may not end with whitespace
+    # (lowered.trim_final_text)
+    trims_final_text: bool = False
 
     # -- tool ids and names (tool_ids.py)
     ids: IdRule = None  # the rule call ids are written by

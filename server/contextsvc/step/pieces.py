@@ -4,7 +4,8 @@ per message (memo.py), so a step lowers only the messages it has not seen.
 
 A message lowers alone as it does in the whole request (but media on Bedrock, whose document
 names are made distinct across the request); what depends on position is put together here
-every step: which consecutive messages merge into one element, and the lead user message.
+every step: which consecutive messages merge into one element, the lead user message, and the
+final assistant text's trailing whitespace (lowered.trim_final_text).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 
 from .. import conversation as m, native, projection, system_prompt
 from ..lowering import MediaLedger, lower, to_model_messages
-from ..lowering.lowered import Lowered, open_with_user
+from ..lowering.lowered import Lowered, open_with_user, trim_final_text
 from ..lowering.neutral import MMessage, MText
 from ..lowering.registry import FORMATS
 from ..memo import LEAD, LOWERED, MERGED, Memo
@@ -54,6 +55,8 @@ def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
         session_id=conv.session_id,
         tools_disabled=tools_disabled,
     )
+    if plan.fmt.trims_final_text:
+        trim_final_text(lowered.messages, lowered.roles, plan.fmt.merged_key)
     return Pieces(lowered, ledger, False)
 
 
@@ -169,6 +172,10 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
         keys.insert(0, None)
         found.insert(0, None)
         saved.insert(0, 0)
+    if FORMATS[mdl.provider].trims_final_text and roles and roles[-1] == "assistant":
+        elements[-1] = dict(elements[-1])  # the memo's element stays as it is
+        if trim_final_text(elements, roles, joined):
+            found[-1] = keys[-1] = None
     for e, units in zip(elements, saved):
         if units:
             ledger.saved_by[id(e)] = units

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from .. import breakpoints, conversation as m, native, prefix
 from ..deadline import NO_DEADLINE, Deadline
+from ..errors import BadInput
 from ..lowering import MediaLedger
 from ..lowering.lowered import Lowered
 from ..memo import Memo
@@ -154,8 +155,11 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     known = {}  # id(element) -> (JSON text, lengths) of the elements the memo holds
     pieces = lower_request(conv, plan, memo, known)
     lowered, ledger = pieces.lowered, pieces.ledger
+    if not lowered.messages:  # every provider refuses a request without a message
+        raise BadInput("conversation.messages", "nothing to send: every message lowers to no content "
+                                                "(ignored or blank text, dropped errored replies)")
     deadline.check("lowering")
-    chosen = _choose(lowered, plan)
+    chosen = _choose(lowered, plan, conv)
     texts = {k: v[0] for k, v in known.items()}
     chain = prefix.prefix_hashes(lowered, mdl.provider, chosen, texts, deadline) if plan.hashes else None
     for element in place(lowered, ledger, mdl.provider, chosen, pieces.shared, (known, texts)):
@@ -179,10 +183,12 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     return request
 
 
-def _choose(lowered: Lowered, plan: Plan) -> list:
+def _choose(lowered: Lowered, plan: Plan, conv: m.Conversation) -> list:
     a = plan.cfg.assemble
+    # where a hint on a message sent as nothing finds its neighbours; read only for such hints
+    message_ids = [x.id for x in conv.messages] if any(h.message_id for h in plan.policy.hints) else []
     return breakpoints.choose(lowered, plan.model.provider, plan.tools, plan.policy, a.anthropic_max_breakpoints,
-                              a.anthropic_auto_breakpoints, plan.model.id, a.marker_models)
+                              a.anthropic_auto_breakpoints, plan.model.id, a.marker_models, message_ids)
 
 
 def estimate_text(conv: m.Conversation, plan: Plan, memo: Memo | None = None) -> str:
@@ -198,7 +204,7 @@ def estimate_text(conv: m.Conversation, plan: Plan, memo: Memo | None = None) ->
 def estimate_lowered(conv: m.Conversation, plan: Plan, memo: Memo | None = None) -> Lowered:
     """The lowered request whose elements estimate_text serializes (media as placeholders)."""
     pieces = lower_request(conv, dataclasses.replace(plan, placeholders=True), memo)
-    place(pieces.lowered, pieces.ledger, plan.model.provider, _choose(pieces.lowered, plan), pieces.shared)
+    place(pieces.lowered, pieces.ledger, plan.model.provider, _choose(pieces.lowered, plan, conv), pieces.shared)
     return pieces.lowered
 
 
