@@ -80,6 +80,17 @@ def test_mark_compacted_sets_the_time_on_copies():
     assert after[0] is before[0]
 
 
+def test_replace_output_stores_the_cut_output_on_a_copy():
+    before = _history()
+    cut = "y" * 10 + "\n[Tool output truncated for compaction: omitted 80 chars]\n" + "y" * 10
+    after = apply_compaction(before, pb.CompactResponse(edits=[
+        pb.CompactEdit(replace_output=pb.ReplaceToolOutput(part_id="t3", output=cut))]))
+    assert after[3].parts[0].tool.state.output == cut
+    assert after[3].parts[0].tool.state.status == pb.TOOL_STATUS_COMPLETED
+    assert before[3].parts[0].tool.state.output == "y" * 100, "the caller's message is untouched"
+    assert after[:3] == before[:3] and after[1] is before[1]
+
+
 def test_drop_omittable_leaves_out_the_listed_messages_only_when_asked():
     r = pb.CompactResponse(edits=[_insert("a2", _marker("m", tail="u2")), _insert("m", _summary("s"))],
                            omittable_ids=["u1", "a1"])
@@ -100,6 +111,8 @@ def test_empty_response_returns_an_equal_new_list():
     (pb.CompactEdit(set_tail_start=pb.SetTailStart(message_id="u1")), "has no compaction part"),
     (pb.CompactEdit(mark_compacted=pb.MarkCompacted(part_ids=["t9"])), "mark_compacted.part_ids: no tool part 't9'"),
     (pb.CompactEdit(mark_compacted=pb.MarkCompacted(part_ids=["p1"])), "'p1' is not a tool part"),
+    (pb.CompactEdit(replace_output=pb.ReplaceToolOutput(part_id="t9")), "replace_output.part_id: no tool part 't9'"),
+    (pb.CompactEdit(replace_output=pb.ReplaceToolOutput(part_id="p2")), "'p2' is not a tool part"),
     (pb.CompactEdit(), "edits[0]: no edit set"),
 ])
 def test_unknown_ids_raise_a_clear_value_error(edit, field):

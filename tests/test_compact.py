@@ -149,16 +149,19 @@ def test_compaction_marker_does_not_start_a_turn():
 def test_serialize_placeholders_exactly():
     c = Conv()
     c.user("look", parts=[m.File("image/png", "foo.png", data=b"\x89PNG" * 1000)])
-    out = "é" * 1990 + "😀" * 30  # 2020 characters, the cut lands between two emoji
+    out = "é" * 1000 + "😀" * 20 + "ë" * 1000  # 2020 characters: the head and the tail are kept
     c.assistant(m.Tool("c1", "read", m.COMPLETED, {"path": "a.py"}, output=out,
                        attachments=[m.File("application/pdf", "spec.pdf", url="http://x/spec.pdf")]))
     t = serialize.serialize(c.messages, CFG.compact.tool_output_max_chars)
     assert "[Attached image/png: foo.png]" in t.text
     assert "[Attached application/pdf: spec.pdf]" in t.text
     assert "PNG" not in t.text
-    assert "é" * 1990 + "😀" * 10 + "\n[Tool output truncated for compaction: omitted 20 chars]" in t.text
-    assert "😀" * 11 not in t.text
+    assert ("\n[Tool read result]\n" + "é" * 1000 + "\n[Tool output truncated for compaction: omitted 20 chars]\n"
+            + "ë" * 1000 + "\n[Attached application/pdf: spec.pdf]") in t.text
+    assert "😀" not in t.text
     assert serialize.clip("abc", 3) == "abc"
+    # on a character boundary: the cut falls between emoji, never inside one
+    assert serialize.clip("😀" * 5, 3) == "😀😀\n[Tool output truncated for compaction: omitted 2 chars]\n😀"
 
 
 def test_serialize_hides_compaction_pairs_and_extracts_previous_summary():
@@ -401,6 +404,58 @@ def test_post_compaction_prune_reaches_the_kept_tail():
     # oldest pruned (40,000 > 16,800)
     assert r.pruned_part_ids == [f"{c.messages[k].id}-0" for k in (6, 5, 4, 3)]
     assert run(c.conv(), settings=dataclasses.replace(settings, prune=False)).pruned_part_ids == []
+
+
+def handlers(name, lines):
+    return "".join(f"def {name}_{i}(request):\n    return render(request, 'page_{i}.html', {{'id': {i}}})\n"
+                   for i in range(lines))
+
+
+def test_kept_tail_keeps_the_file_just_read_cut_to_the_budget():
+    # a 32K window (tail budget 6,976): the last step read a file of ~11,000 tokens, over the
+    # budget alone; it is kept, its output cut to fit, rather than nothing kept verbatim
+    mdl = m.Model("claude-sonnet-4-5", m.ANTHROPIC, m.ModelLimits(32_000, 0, 4_096))
+    c = Conv().user("Refactor the request handlers in src/ and keep the tests green.")
+    for k in range(5):
+        c.assistant(f"Reading src/mod_{k}.py.", read(f"src/mod_{k}.py", handlers(f"small_{k}", 40)))
+    big = "# src/views.py\n" + handlers("view", 600) + "# end of src/views.py\n"
+    c.assistant("Reading src/views.py.", read("src/views.py", big))
+    last = c.messages[-1]
+    budget = head_tail.budget(window.usable(mdl, NO, CFG), NO, CFG)
+    assert budget == 6_976 and head_tail.message_size(last, mdl) > budget
+    r = run(c.conv(), model_=mdl, auto=True)
+    assert r.outcome == "compacted" and r.under_limit
+    assert r.tail_start_id == last.id and last.id not in r.summarized_ids
+    (cut,) = [e for e in r.edits if isinstance(e, edits.ReplaceToolOutput)]
+    assert cut.part_id == f"{last.id}-1"
+    # the head and the tail of the file, the truncation marker between them
+    head, sep, rest = cut.output.partition("\n[Tool output truncated for compaction: omitted ")
+    omitted, _, tail = rest.partition(" chars]\n")
+    assert sep and big.startswith(head) and big.endswith(tail) and int(omitted) == len(big) - len(head) - len(tail)
+    assert head.startswith("# src/views.py\ndef view_0(request)") and tail.endswith("# end of src/views.py\n")
+    assert cut.output == serialize.clip(big, len(head) + len(tail))
+    # applied, the kept message holds the cut output and fits the budget by the selection's rule
+    stored = edits.apply(c.messages, r.edits)
+    kept = next(x for x in stored if x.id == last.id)
+    assert kept.parts[1].content.output == cut.output and kept.parts[0] == last.parts[0]
+    assert budget - 100 < head_tail.message_size(kept, mdl) <= budget
+    assert [x.id for x in projection.project(stored)][-2:] == [last.id, r.continue_message.id]
+    after = cmod._measure(m.Conversation(stored, "s1"), cmod.CompactInput(c.conv(), mdl), CFG)
+    assert r.tokens_after == after.decision[0]
+
+
+def test_kept_tail_cut_only_when_nothing_of_the_turn_fits():
+    mdl = m.Model("claude-sonnet-4-5", m.ANTHROPIC, m.ModelLimits(32_000, 0, 4_096))
+    c = Conv().user("Read the views.").assistant(read("src/views.py", handlers("view", 600)))
+    c.assistant("The views render pages 0 to 599.")
+    # a conclusion after the big read fits: it is the tail, the read is summarized, nothing is cut
+    r = run(c.conv(), model_=mdl)
+    assert r.tail_start_id == c.messages[2].id
+    assert not any(isinstance(e, edits.ReplaceToolOutput) for e in r.edits)
+    # tail_turns 0 keeps nothing, cut or not
+    r = run(Conv().user("Read.").assistant(read("a.py", handlers("v", 600))).conv(), model_=mdl,
+            settings=m.CompactionSettings(tail_turns=0))
+    assert r.tail_start_id == "" and not any(isinstance(e, edits.ReplaceToolOutput) for e in r.edits)
 
 
 # ---- chunked -----------------------------------------------------------------------------------

@@ -131,6 +131,26 @@ def test_never_nothing_to_do_while_over_the_limit(stub):
         assert measure(stub, applied(conv, c)).decision.tokens == c.tokens_after < c.limit
 
 
+def test_the_file_just_read_is_kept_cut_to_the_tail_budget(stub):
+    # 32K window, tail budget 6,976: the last step read a file of ~11,000 tokens. Nothing of the
+    # turn fitting, the read is kept with its output cut (the model would read the file again)
+    conv = long_turn(5, lines=40)
+    big = "# src/views.py\n" + source("view", 600) + "# end of src/views.py\n"
+    conv.messages.append(read_step("a-big", "big", big))
+    c = compact(stub, conv, auto=True)
+    assert c.outcome == pb.COMPACT_OUTCOME_COMPACTED and c.under_limit and c.tail_start_id == "a-big"
+    (cut,) = [e.replace_output for e in c.edits if e.WhichOneof("edit") == "replace_output"]
+    assert cut.part_id == "a-big-tool" and "\n[Tool output truncated for compaction: omitted " in cut.output
+    assert cut.output.startswith("# src/views.py\ndef handler_view_0(request)")
+    assert cut.output.endswith("# end of src/views.py\n") and len(cut.output) < len(big)
+    for drop in (False, True):
+        after = applied(conv, c, drop)
+        kept = next(x for x in after.messages if x.id == "a-big")
+        assert kept.parts[1].tool.state.output == cut.output
+        assert measure(stub, after).decision.tokens == c.tokens_after < c.limit
+    assert conv.messages[-1].parts[1].tool.state.output == big, "the caller's message is untouched"
+
+
 # ---- 4. continue messages and the chunk trigger ---------------------------------------------------
 
 def test_manual_compaction_adds_no_continue_message(stub):

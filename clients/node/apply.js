@@ -11,7 +11,7 @@
 // field, as the Python helper's ValueError does.
 "use strict";
 
-const EDIT_KINDS = ["insert", "set_tail_start", "mark_compacted"];
+const EDIT_KINDS = ["insert", "set_tail_start", "mark_compacted", "replace_output"];
 
 // The oneof member set on `obj`: the name field when the loader filled it, else the member present.
 function oneof(obj, name, members) {
@@ -55,6 +55,21 @@ function mark(messages, partIds, stamp, field) {
   return out;
 }
 
+// The messages with tool part partId's output replaced by output (the part copied).
+function replaceOutput(messages, partId, output, field) {
+  const at = messages.findIndex((msg) => (msg.parts || []).some((p) => p.id === partId));
+  if (at < 0) throw new Error(`${field}: no tool part '${partId}'`);
+  const msg = messages[at];
+  const parts = msg.parts.map((p) => {
+    if (p.id !== partId) return p;
+    if (partKind(p) !== "tool") throw new Error(`${field}: '${partId}' is not a tool part`);
+    return { ...p, tool: { ...p.tool, state: { ...(p.tool.state || {}), output } } };
+  });
+  const out = [...messages];
+  out[at] = { ...msg, parts };
+  return out;
+}
+
 // The conversation after response.edits, applied in order. dropOmittable also leaves out the
 // messages in response.omittable_ids. After it, a Measure of the new list (same model, tools,
 // system and compaction settings) has decision.tokens === response.tokens_after.
@@ -85,6 +100,9 @@ function applyCompaction(messages, response, { dropOmittable = false } = {}) {
     } else if (kind === "mark_compacted") {
       const { part_ids: ids, time_compacted_ms: stamp } = edit.mark_compacted;
       out = mark(out, ids || [], stamp, `edits[${n}].mark_compacted.part_ids`);
+    } else if (kind === "replace_output") {
+      const { part_id: id, output } = edit.replace_output;
+      out = replaceOutput(out, id, output, `edits[${n}].replace_output.part_id`);
     } else {
       throw new Error(`edits[${n}]: no edit set (a newer proto than this helper?)`);
     }

@@ -52,6 +52,20 @@ test("mark_compacted and omittable ids", () => {
   assert.deepEqual(applyCompaction(before, r, { dropOmittable: true }).map((m) => m.id), ["a1", "u2", "a2"]);
 });
 
+test("replace_output stores the cut output on a copy of the tool part", () => {
+  const before = history();
+  const cut = "x\n[Tool output truncated for compaction: omitted 1 chars]\n";
+  const edit = { edit: "replace_output", replace_output: { part_id: "t3", output: cut } };
+  const after = applyCompaction(before, { edits: [edit] });
+  assert.equal(after[3].parts[0].tool.state.output, cut);
+  assert.equal(after[3].parts[0].tool.state.status, "TOOL_STATUS_COMPLETED");
+  assert.equal(before[3].parts[0].tool.state.output, "z", "the caller's part is untouched");
+  assert.equal(after[1], before[1]);
+  const bare = applyCompaction(before, { edits: [{ replace_output: { part_id: "t1", output: "" } }] });
+  assert.equal(bare[1].parts[0].tool.state.output, "");
+  assert.equal(bare[1].parts[1].tool.state.output, "y");
+});
+
 test("the oneof is found without the loader's name field too", () => {
   const after = applyCompaction(history(), { edits: [{ insert: { after_id: "u1", message: marker("m") } }] });
   assert.deepEqual(after.map((m) => m.id), ["u1", "m", "a1", "u2", "a2"]);
@@ -68,6 +82,10 @@ test("unknown ids throw with the field path", () => {
   assert.throws(bad({ edit: "mark_compacted", mark_compacted: { part_ids: ["t9"], time_compacted_ms: 1 } }),
     /no tool part 't9'/);
   assert.throws(bad({ edit: "mark_compacted", mark_compacted: { part_ids: ["p1"], time_compacted_ms: 1 } }),
+    /'p1' is not a tool part/);
+  assert.throws(bad({ edit: "replace_output", replace_output: { part_id: "t9", output: "" } }),
+    /edits\[0\]\.replace_output\.part_id: no tool part 't9'/);
+  assert.throws(bad({ edit: "replace_output", replace_output: { part_id: "p1", output: "" } }),
     /'p1' is not a tool part/);
   assert.throws(bad({}), /no edit set/);
   assert.throws(() => applyCompaction(history(), { omittable_ids: ["zz"] }, { dropOmittable: true }),

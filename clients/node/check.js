@@ -4,7 +4,7 @@
 
 const assert = require("node:assert/strict");
 const { connect, status } = require("./client");
-const { clientToolName } = require("./apply");
+const { applyCompaction, clientToolName } = require("./apply");
 
 const text = (id, s) => ({ id, text: { text: s } });
 const tool = (id, callId, name, input, output) => ({
@@ -29,6 +29,21 @@ function session(turns) {
   }
   messages.push(user(id(), text(`u${n}`, "now run the whole suite")));
   return { session_id: "node-check", messages };
+}
+
+// One turn whose last step read a file of ~11,000 tokens, over the tail budget (6,500) alone.
+function bigRead() {
+  const source = (name, lines) => Array.from({ length: lines }, (_, i) =>
+    `def ${name}_${i}(request):\n    return render(request, 'page_${i}.html', {'id': ${i}})\n`).join("");
+  const messages = [user("u1", text("u1-t", "Refactor the request handlers in src/"))];
+  for (let k = 0; k < 5; k++) {
+    messages.push(assistant(`a${k}`, undefined, text(`a${k}-t`, `Reading src/mod_${k}.py.`),
+      tool(`a${k}-tool`, `call_${k}`, "read", { path: `src/mod_${k}.py` }, source(`h${k}`, 40))));
+  }
+  const big = "# src/views.py\n" + source("view", 600) + "# end of src/views.py\n";
+  messages.push(assistant("a-big", undefined, text("a-big-t", "Reading src/views.py."),
+    tool("a-big-tool", "call_big", "read", { path: "src/views.py" }, big)));
+  return { session_id: "node-check-read", messages };
 }
 
 async function main(address) {
@@ -85,6 +100,22 @@ async function main(address) {
       assert.equal(r.summary.summary, true);
       assert.match(r.summary.parts[0].text.text, /src\/module_0\.py/, "keeps paths verbatim");
       assert.equal(r.summarized_ids[0], "msg_001");
+    });
+
+    await check("Compact keeps the file just read", async () => {
+      const conv = bigRead();
+      const r = await client.Compact({ conversation: conv, model, auto: true });
+      assert.equal(r.outcome, "COMPACT_OUTCOME_COMPACTED");
+      assert.equal(r.tail_start_id, "a-big", "the read is kept");
+      const cut = r.edits.find((e) => e.edit === "replace_output").replace_output;
+      assert.equal(cut.part_id, "a-big-tool");
+      const [head, tail] = cut.output.split(/\n\[Tool output truncated for compaction: omitted \d+ chars\]\n/);
+      assert.ok(head.startsWith("# src/views.py\n") && tail.endsWith("# end of src/views.py\n"), "head and tail kept");
+      const messages = applyCompaction(conv.messages, r, { dropOmittable: true });
+      assert.equal(messages.find((m) => m.id === "a-big").parts[1].tool.state.output, cut.output);
+      const m = await client.Measure({ conversation: { session_id: conv.session_id, messages }, model });
+      assert.equal(m.decision.tokens, r.tokens_after, "Measure after applying equals tokens_after");
+      assert.ok(r.tokens_after < r.limit);
     });
 
     const full = Array.from({ length: 5000 }, (_, i) => `line ${i}`).join("\n");

@@ -69,6 +69,9 @@ def apply_compaction(messages: Sequence[pb.Message], response: pb.CompactRespons
         elif kind == "mark_compacted":
             mc = edit.mark_compacted
             out = _mark(out, mc.part_ids, mc.time_compacted_ms, f"edits[{n}].mark_compacted.part_ids")
+        elif kind == "replace_output":
+            ro = edit.replace_output
+            out = _replace_output(out, ro.part_id, ro.output, f"edits[{n}].replace_output.part_id")
         else:
             raise ValueError(f"edits[{n}]: no edit set (a newer proto than this helper?)")
     if drop_omittable and response.omittable_ids:
@@ -169,3 +172,16 @@ def _mark(messages: list[pb.Message], part_ids: Iterable[str], stamp: int, field
     if missing:
         raise ValueError(f"{field}: no tool part {sorted(missing)[0]!r}")
     return messages
+
+
+def _replace_output(messages: list[pb.Message], part_id: str, output: str, field: str) -> list[pb.Message]:
+    for i, msg in enumerate(messages):
+        j = next((j for j, p in enumerate(msg.parts) if p.id == part_id), None)
+        if j is None:
+            continue
+        if msg.parts[j].WhichOneof("kind") != "tool":
+            raise ValueError(f"{field}: {part_id!r} is not a tool part")
+        msg = _copy(msg)
+        msg.parts[j].tool.state.output = output
+        return messages[:i] + [msg] + messages[i + 1:]
+    raise ValueError(f"{field}: no tool part {part_id!r}")

@@ -32,7 +32,13 @@ class MarkCompacted:
     time_compacted_ms: int = 0
 
 
-Edit = Union[InsertMessage, SetTailStart, MarkCompacted]
+@dataclass(slots=True)
+class ReplaceToolOutput:
+    part_id: str  # a completed tool part of the kept tail
+    output: str  # what the part holds from now on (its output cut to the preserve budget)
+
+
+Edit = Union[InsertMessage, SetTailStart, MarkCompacted, ReplaceToolOutput]
 
 
 def apply(messages: list, edits: list) -> list:
@@ -48,6 +54,8 @@ def apply(messages: list, edits: list) -> list:
             parts = [m.Part(p.id, dataclasses.replace(p.content, tail_start_id=edit.tail_start_id))
                      if isinstance(p.content, m.Compaction) else p for p in msg.parts]
             out[at] = dataclasses.replace(msg, parts=parts)
+        elif isinstance(edit, ReplaceToolOutput):
+            out = _replace_output(out, edit.part_id, edit.output)
         else:
             out = _mark(out, set(edit.part_ids), edit.time_compacted_ms)
     return out
@@ -71,6 +79,15 @@ def _mark(messages: list, wanted: set, now_ms: int) -> list:
                  for p in msg.parts]
         out.append(dataclasses.replace(msg, parts=parts))
     return out
+
+
+def _replace_output(messages: list, part_id: str, output: str) -> list:
+    for i, msg in enumerate(messages):
+        if any(p.id == part_id for p in msg.parts):
+            parts = [m.Part(p.id, dataclasses.replace(p.content, output=output)) if p.id == part_id else p
+                     for p in msg.parts]
+            return messages[:i] + [dataclasses.replace(msg, parts=parts)] + messages[i + 1:]
+    raise KeyError(f"no part {part_id!r} to edit")
 
 
 class IdMaker:

@@ -24,10 +24,14 @@ class Transcript:
 
 
 def clip(output: str, max_chars: int) -> str:
-    """output cut to max_chars characters (never inside a character) with a note of the rest."""
+    """output cut to max_chars characters (never inside a character): its head and its tail,
+    where a traceback's exception line and a test run's result are, with a note of the rest
+    between them."""
     if len(output) <= max_chars:
         return output
-    return output[:max_chars] + "\n" + TRUNCATED.format(n=len(output) - max_chars)
+    tail = max_chars // 2
+    note = TRUNCATED.format(n=len(output) - max_chars)
+    return output[:max_chars - tail] + "\n" + note + "\n" + output[len(output) - tail:]
 
 
 def media_note(f: m.File) -> str:

@@ -508,6 +508,8 @@ def compact_edit(edit) -> pb.CompactEdit:
     if isinstance(edit, ed.SetTailStart):
         return pb.CompactEdit(set_tail_start=pb.SetTailStart(message_id=edit.message_id,
                                                              tail_start_id=edit.tail_start_id))
+    if isinstance(edit, ed.ReplaceToolOutput):
+        return pb.CompactEdit(replace_output=pb.ReplaceToolOutput(part_id=edit.part_id, output=edit.output))
     return pb.CompactEdit(mark_compacted=pb.MarkCompacted(part_ids=edit.part_ids,
                                                           time_compacted_ms=edit.time_compacted_ms))
 
