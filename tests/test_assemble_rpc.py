@@ -12,6 +12,7 @@ from helpers.server import start_server
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
 from helpers.fake_anthropic import SUMMARY, FakeMessagesAPI
+from judges import judge_for
 from helpers.metrics import scrape
 from helpers.rpc import SYSTEM, TOOLS, big_conversation_with_summary, request
 
@@ -101,12 +102,79 @@ def unmarked(value):
 
 
 def test_max_steps_sends_a_trailing_user_message_and_no_tool_use(stub):
-    a = stub.Assemble(request(step=5, max_steps=5), timeout=10)
+    a = stub.Assemble(request(step=5, max_steps=5, provider=pb.PROVIDER_OPENAI), timeout=10)
     body = json.loads(a.body)
     # the tools stay (the history holds tool blocks); the provider's own choice disables them
-    assert body["tools"] and body["tool_choice"] == {"type": "none"} and "max_steps" in a.injected
+    assert body["tools"] and body["tool_choice"] == "none" and "max_steps" in a.injected
     last = body["messages"][-1]
-    assert last["role"] == "user" and "MAXIMUM STEPS REACHED" in last["content"][-1]["text"]
+    assert last["role"] == "user" and "MAXIMUM STEPS REACHED" in last["content"]
+
+
+def _next_step(conv: pb.Conversation, n: int) -> pb.Conversation:
+    """conv with one more tool step of the model (and the user's text after it)."""
+    grown = pb.Conversation()
+    grown.CopyFrom(conv)
+    grown.messages.append(convo.assistant(f"msg_1{n:02d}", convo.tool(f"p1{n:02d}", f"call_1{n:02d}", "read",
+                                                                       {"path": f"src/m{n}.py"}, f"x = {n}\n"),
+                                          usage=pb.Usage(input=1500 + n, output=30)))
+    return grown
+
+
+def test_the_last_anthropic_step_keeps_the_tool_choice_and_the_cache(stub):
+    """Anthropic invalidates the cached messages when tool_choice changes: on the last allowed
+    step the trailing message alone says tools are disabled, the choice stays as the step before
+    had it, and the cache report sees the history only grow."""
+    conv = _next_step(convo.small_conversation(), 1)
+    before = stub.Assemble(request(conv, step=4, max_steps=5), timeout=10)
+    conv = _next_step(conv, 2)
+    last = stub.Assemble(request(conv, step=5, max_steps=5, previous_cache_state=before.cache_state), timeout=10)
+    one, two = json.loads(before.body), json.loads(last.body)
+    assert judge_for("anthropic")(two) == []
+    assert "max_steps" in last.injected and "max_steps" not in before.injected
+    assert two["tools"] and "tool_choice" not in one and "tool_choice" not in two
+    tail = two["messages"][-1]
+    assert tail["role"] == "user" and "MAXIMUM STEPS REACHED" in tail["content"][-1]["text"]
+    r = last.cache_report
+    assert r.compared and r.prefix_kept and r.cause == "new_turn" and r.segment == "messages"
+
+
+def test_a_changed_tool_choice_is_named_where_it_costs_the_cache(stub):
+    """The caller's own tools_disabled sets the provider's "no tool use" choice on every format;
+    where changing the choice invalidates the cached messages (Anthropic), the report names it:
+    the messages are written again from the first, tools and system are read. Measure agrees."""
+    conv = convo.small_conversation()
+    on = stub.Assemble(request(conv, step=1), timeout=10)
+    conv = _next_step(conv, 1)
+    off = stub.Assemble(request(conv, step=2, tools_disabled=True, previous_cache_state=on.cache_state), timeout=10)
+    body = json.loads(off.body)
+    assert body["tool_choice"] == {"type": "none"} and judge_for("anthropic")(body) == []
+    r = off.cache_report
+    assert (r.compared, r.prefix_kept, r.segment, r.index, r.cause) == (True, False, "messages", 0, "tool_choice")
+    assert r.reused_elements == len(body["tools"]) + len(body["system"]) and r.resolution == 1
+    assert 0 < r.rewrite.tokens < off.figures.decision.tokens  # tools and system are not written again
+    m = stub.Measure(pb.MeasureRequest(conversation=conv, model=convo.model(), tools=TOOLS, system=SYSTEM,
+                                       step=2, tools_disabled=True, previous_cache_state=on.cache_state), timeout=10)
+    assert m.cache_report == off.cache_report
+    # the same choice again: the history only grows; and back on: named again
+    conv = _next_step(conv, 2)
+    still = stub.Assemble(request(conv, step=3, tools_disabled=True, previous_cache_state=off.cache_state), timeout=10)
+    assert still.cache_report.prefix_kept and still.cache_report.cause == "new_turn"
+    back = stub.Assemble(request(conv, step=3, previous_cache_state=off.cache_state), timeout=10)
+    assert (back.cache_report.prefix_kept, back.cache_report.cause) == (False, "tool_choice")
+    # a real change before the messages is named first
+    edited = request(conv, step=3, previous_cache_state=off.cache_state)
+    edited.system.soul = "You are a careful coding agent, terse."
+    assert stub.Assemble(edited, timeout=10).cache_report.cause == "other"
+
+
+def test_a_changed_tool_choice_is_no_break_where_the_provider_does_not_say_so(stub):
+    """OpenAI and Gemini document no cache cost for a changed tool choice: no break is named."""
+    for provider in (pb.PROVIDER_OPENAI, pb.PROVIDER_GEMINI):
+        conv = convo.small_conversation()
+        on = stub.Assemble(request(conv, provider=provider, step=1), timeout=10)
+        off = stub.Assemble(request(_next_step(conv, 1), provider=provider, step=2, tools_disabled=True,
+                                    previous_cache_state=on.cache_state), timeout=10)
+        assert off.cache_report.prefix_kept and off.cache_report.cause == "new_turn", provider
 
 
 def test_mid_run_user_message_is_wrapped(stub):

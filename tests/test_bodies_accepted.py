@@ -32,9 +32,13 @@ def servicer():
     return ContextService(config.Config())
 
 
-def _no_tool_choice(provider: str, body: dict) -> str:
-    """Why the last-step body fails to disable tools the provider's own way, or ""."""
-    if provider == m.ANTHROPIC:
+def _no_tool_choice(provider: str, body: dict, asked: bool) -> str:
+    """Why the last-step body fails to disable tools the provider's own way, or "". asked: the
+    caller's own tools_disabled, which sets the choice even where changing it costs the cache."""
+    if provider == m.ANTHROPIC and not asked:  # a changed tool_choice invalidates the cached messages
+        ok = body.get("tools") and "tool_choice" not in body and "MAXIMUM STEPS REACHED" in json.dumps(
+            body["messages"][-1])
+    elif provider == m.ANTHROPIC:
         ok = body.get("tools") and body.get("tool_choice") == {"type": "none"}
     elif provider == m.GEMINI:
         ok = body.get("tools") and (body.get("toolConfig") or {}).get("functionCallingConfig", {}).get("mode") == "NONE"
@@ -61,7 +65,7 @@ def _problems(provider: str, case: corpus.Case, servicer) -> tuple:
             problems.append(f"foreign-signature: {case.name}: reasoning signed by another model is replayed "
                             "with its signature; send it as plain text")
     if case.request.max_steps and case.request.step >= case.request.max_steps or case.request.tools_disabled:
-        why = _no_tool_choice(provider, body)
+        why = _no_tool_choice(provider, body, case.request.tools_disabled)
         if why:
             problems.append(f"last-step-tool-choice: {case.name}: {why}")
     return "judged", problems

@@ -213,3 +213,13 @@ def test_a_session_through_the_server_adds_up(stub, spec):
     lines = []
     cache_sim.report([session], out=lines.append)
     assert spec.name in lines[1]
+
+
+def test_the_last_anthropic_step_reads_the_whole_previous_request(stub):
+    """The last allowed step keeps tool_choice on Anthropic (a change would invalidate the cached
+    messages): it reads everything the step before sent, and no step loses its cache."""
+    session = cache_sim.run_session(stub, cache_sim.Spec("anthropic", 200_000, False, steps=6))
+    before, last = session.steps[-2:]
+    assert "max_steps" in last.injected and last.prefix_kept and last.reported_kept
+    assert last.usage.read == before.usage.total
+    assert session.lost == [] and session.disagreements == []

@@ -3,6 +3,7 @@ takes every per-step field, and each response reports, statelessly, what changed
 prefix since the previous one. All over a real server."""
 from __future__ import annotations
 
+import hashlib
 import json
 
 import grpc
@@ -115,6 +116,21 @@ def test_the_state_stays_bounded_and_groups_elements_of_a_long_session():
     assert prefix.compare(before, d) is None
     grown = prefix.Digests((3, 2, n + 1), chain + [b"y" * 8], d.pruned + [0], d.compaction)
     assert prefix.compare(before, grown).cause == "new_turn"
+
+
+def test_a_version_1_state_is_still_read_with_its_tool_choice_unknown():
+    """A state from a server before the tool choice was recorded (version 1: no choice digest)."""
+    chain = [prefix._short(str(i).encode()) for i in range(6)]
+    d = prefix.Digests((1, 2, 3), chain, [0] * 6, bytes(8), prefix._short(b"none"))
+    head = b"CX" + bytes([1, 1, 2, 3, 1]) + d.compaction
+    v1 = head + b"".join(chain) + bytes(6)
+    before = prefix.decode(v1 + hashlib.sha256(v1).digest()[:4])
+    assert (before.counts, before.group, before.ends, before.choice) == ((1, 2, 3), 1, chain, None)
+    assert prefix.compare(before, d) is None  # an unknown choice is not a change
+    now = prefix.decode(prefix.encode(d, 512))
+    assert now.choice == d.choice and prefix.compare(now, d) is None
+    c = prefix.compare(now, prefix.Digests(d.counts, chain, d.pruned, d.compaction, prefix._short(b"auto")))
+    assert (c.segment, c.index, c.flat, c.cause, c.prefix_kept) == ("messages", 0, 3, "tool_choice", False)
 
 
 # ---- the report against a byte comparison of consecutive bodies ------------------------------

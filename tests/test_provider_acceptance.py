@@ -11,6 +11,7 @@ import pytest
 from contextsvc import assemble, breakpoints, config, conversation as m
 from contextsvc.errors import BadInput
 from contextsvc.lowering import anthropic, bedrock, gemini, media, registry, tool_ids
+from judges import judge_for
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 8
 PNG64 = base64.b64encode(PNG).decode()
@@ -57,8 +58,12 @@ NO_TOOL_USE = {m.ANTHROPIC: ("tool_choice", {"type": "none"}),
                **{p: ("tool_choice", "none") for p in CHAT}}
 
 
-@pytest.mark.parametrize("provider", sorted(NO_TOOL_USE))
-@pytest.mark.parametrize("how", [dict(step=5, max_steps=5), dict(tools_disabled=True)])
+LAST_STEP, ASKED = dict(step=5, max_steps=5), dict(tools_disabled=True)
+
+
+# Anthropic's last step keeps its tool choice (test_anthropic_keeps_the_tool_choice_on_the_last_step...)
+@pytest.mark.parametrize("provider,how", [(p, how) for p in sorted(NO_TOOL_USE) for how in (LAST_STEP, ASKED)
+                                          if not (p == m.ANTHROPIC and how is LAST_STEP)])
 def test_disabled_tools_stay_defined_with_the_no_tool_choice(provider, how):
     b = body(provider, tool_turn(read("call_1")), **how)
     key, value = NO_TOOL_USE[provider]
@@ -70,6 +75,16 @@ def test_bedrock_keeps_tool_config_on_the_last_step_and_relies_on_the_message():
     b = body(m.BEDROCK, tool_turn(read("call_1")), step=5, max_steps=5)
     assert b["toolConfig"]["tools"][0]["toolSpec"]["name"] == "read" and "toolChoice" not in b["toolConfig"]
     assert "MAXIMUM STEPS REACHED" in json.dumps(b["messages"][-1])
+
+
+def test_anthropic_keeps_the_tool_choice_on_the_last_step_and_relies_on_the_message():
+    """A changed tool_choice invalidates Anthropic's cached messages; the caller's own
+    tools_disabled still sets it."""
+    b = body(m.ANTHROPIC, tool_turn(read("call_1")), step=5, max_steps=5)
+    assert b["tools"][0]["name"] == "read" and "tool_choice" not in b
+    assert "MAXIMUM STEPS REACHED" in json.dumps(b["messages"][-1]) and judge_for(m.ANTHROPIC)(b) == []
+    asked = body(m.ANTHROPIC, tool_turn(read("call_1")), step=5, max_steps=5, tools_disabled=True)
+    assert asked["tool_choice"] == {"type": "none"}
 
 
 def test_no_tool_choice_without_tools():

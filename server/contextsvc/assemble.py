@@ -92,8 +92,8 @@ def run(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None, *, s
                         configured_output_tokens=inp.configured_output_tokens,
                         # Disabled tools stay defined: providers refuse tool blocks in history
                         # without them, and they head the cached prefix. The provider's own "no
-                        # tool use" choice disables them.
-                        tools_disabled=inp.tools_disabled or turn.last_step,
+                        # tool use" choice disables them (on the last step, where it costs no cache).
+                        tools_disabled=inp.tools_disabled, last_step=turn.last_step,
                         now_ms=int((now or dt.datetime.now()).timestamp() * 1000))
     step.check(inp.conversation, plan, memo, deadline)
     turn.check()

@@ -3,6 +3,7 @@ breakpoint, and the per-response cache state that tells the next request what ch
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 
 from . import projection, conversation as m, native
@@ -59,7 +60,10 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, texts: dict | None 
 # 60-step session's state stays near 2 KB.
 DIGEST_BYTES = 8
 # Format of cache_state; a state of another version is refused (the client sends none then).
-STATE_VERSION = 1
+# Version 2 adds the tool choice's digest; a version 1 state (a server before it) is still read,
+# its choice unknown.
+STATE_VERSION = 2
+_READ_VERSIONS = (1, 2)
 _MAGIC = b"CX"
 # Trailing check bytes (SHA-256 of the rest): a truncated or altered state is refused, not
 # misread as a break.
@@ -73,6 +77,10 @@ STATE_FIELD = "previous_cache_state"
 
 TOOLS, SYSTEM, MESSAGES = "tools", "system", "messages"
 COMPACTION, PRUNE, NEW_TURN, OTHER = "compaction", "prune", "new_turn", "other"
+# the body's tool choice changed where that invalidates the provider's cached messages
+# (WireFormat.tool_choice_breaks_cache): the messages are written again, tools and system read
+TOOL_CHOICE = "tool_choice"
+NO_CHOICE = bytes(DIGEST_BYTES)  # the choice digest of a format whose choice costs no cache
 
 
 @dataclass(slots=True)
@@ -83,6 +91,7 @@ class Digests:
     chain: list  # the prefix digest (DIGEST_BYTES) at every element
     pruned: list  # tool outputs marked compacted among each element's source messages
     compaction: bytes  # digest of the last completed compaction's summary id; zeros without one
+    choice: bytes = NO_CHOICE  # digest of the tool choice, where changing it costs the cache
 
 
 @dataclass(slots=True)
@@ -93,6 +102,7 @@ class State:
     ends: list  # the prefix digest at the last element of each group
     pruned: list  # per group
     compaction: bytes
+    choice: bytes | None  # None: not recorded (a version 1 state)
 
     @property
     def elements(self) -> int:
@@ -105,7 +115,7 @@ class Change:
     segment: str  # TOOLS, SYSTEM or MESSAGES
     index: int  # within the segment, in this body
     flat: int  # in cache order, in this body
-    cause: str  # COMPACTION, PRUNE, NEW_TURN or OTHER
+    cause: str  # COMPACTION, PRUNE, TOOL_CHOICE, NEW_TURN or OTHER
     prefix_kept: bool  # only appended: everything the previous request had is unchanged
     resolution: int  # elements per previous digest (1 = index is exact)
 
@@ -114,9 +124,17 @@ def _short(data: bytes) -> bytes:
     return hashlib.sha256(data).digest()[:DIGEST_BYTES]
 
 
-def digests(lowered, chain: dict, messages: list) -> Digests:
+def choice_digest(body: dict, fmt) -> bytes:
+    """The digest of the body's tool choice where changing it invalidates the provider's cached
+    messages (fmt: its WireFormat); NO_CHOICE elsewhere."""
+    if not fmt.tool_choice_breaks_cache:
+        return NO_CHOICE
+    return _short(json.dumps(body.get(fmt.tool_choice_key), sort_keys=True).encode())
+
+
+def digests(lowered, chain: dict, messages: list, fmt) -> Digests:
     """The digests of a built body: chain is prefix_hashes' result (taken before the markers
-    were placed), messages the conversation the body was built from."""
+    were placed), messages the conversation the body was built from, fmt its WireFormat."""
     order = [k for k in chain]  # prefix_hashes fills it in cache order
     n_tools = sum(1 for k in order if k[0] == "tools")
     compacted = {}
@@ -138,7 +156,8 @@ def digests(lowered, chain: dict, messages: list) -> Digests:
     last = projection.last_compaction(messages)
     return Digests((n_tools, n_system, len(lowered.sources)),
                    [chain[k][:DIGEST_BYTES] for k in order], pruned,
-                   _short(messages[last].id.encode()) if last >= 0 else bytes(DIGEST_BYTES))
+                   _short(messages[last].id.encode()) if last >= 0 else bytes(DIGEST_BYTES),
+                   choice_digest(lowered.body, fmt))
 
 
 _ONE_BYTE = [bytes([n]) for n in range(0x80)]  # most counts in a state are small
@@ -172,6 +191,7 @@ def encode(d: Digests, max_groups: int) -> bytes:
     for v in (*d.counts, group):
         out += _varint(v)
     out += d.compaction
+    out += d.choice
     out += b"".join(ends)
     out += b"".join(map(_varint, pruned))
     out += hashlib.sha256(out).digest()[:_CHECK_BYTES]
@@ -218,8 +238,8 @@ def decode(raw: bytes) -> State:
     r = _Reader(body)
     r.take(len(_MAGIC))
     version = r.take(1)[0]
-    if version != STATE_VERSION:
-        raise _bad(f"has version {version}; this server reads version {STATE_VERSION}")
+    if version not in _READ_VERSIONS:
+        raise _bad(f"has version {version}; this server reads versions {', '.join(map(str, _READ_VERSIONS))}")
     counts = (r.varint(), r.varint(), r.varint())
     group = r.varint()
     n = sum(counts)
@@ -229,11 +249,12 @@ def decode(raw: bytes) -> State:
     if groups > _MAX_STATE_GROUPS:
         raise _bad(f"has {groups} digests, more than {_MAX_STATE_GROUPS}")
     compaction = r.take(DIGEST_BYTES)
+    choice = r.take(DIGEST_BYTES) if version >= 2 else None
     ends = [r.take(DIGEST_BYTES) for _ in range(groups)]
     pruned = [r.varint() for _ in range(groups)]
     if r.at != len(body):
         raise _bad("has trailing bytes")
-    return State(counts, group, ends, pruned, compaction)
+    return State(counts, group, ends, pruned, compaction, choice)
 
 
 def _segment_of(flat: int, before: tuple, now: tuple) -> tuple:
@@ -249,9 +270,24 @@ def _segment_of(flat: int, before: tuple, now: tuple) -> tuple:
 
 
 def compare(before: State, now: Digests) -> Change | None:
-    """The first element of this body that differs from the previous request's, judged on the
-    prefix digests (equal at element i means every element up to i is equal), or None when the
-    two are the same elements."""
+    """The first element of this body whose cache the previous request's does not serve: the
+    first that differs, judged on the prefix digests (equal at element i means every element up
+    to i is equal), or the first message where the tool choice changed and that invalidates the
+    provider's cached messages (a change of the tools or system comes first); None when the two
+    are the same elements under the same choice."""
+    change = _first_difference(before, now)
+    if before.choice is None or before.choice == now.choice:
+        return change
+    messages = before.counts[0] + before.counts[1]
+    if messages >= before.elements or (change is not None and not change.prefix_kept and change.flat <= messages):
+        return change  # no cached message to lose, or the content changed there or before
+    segment, index = _segment_of(messages, before.counts, now.counts)
+    return Change(segment, index, messages, TOOL_CHOICE, False, 1)  # the index is exact
+
+
+def _first_difference(before: State, now: Digests) -> Change | None:
+    """The first element of this body that differs from the previous request's, or None when
+    the two are the same elements."""
     n_before, n_now, g = before.elements, len(now.chain), before.group
     for k, end_digest in enumerate(before.ends):
         start = k * g

@@ -80,7 +80,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
             for t in tools
         ]
         if tools_disabled:
-            out["tool_choice"] = NO_TOOL_USE
+            out[FORMAT.tool_choice_key] = NO_TOOL_USE
     return Lowered(out, system_blocks, wire, roles, sources, lists, (out, "max_tokens"))
 
 
@@ -95,6 +95,10 @@ class Anthropic(WireFormat):
     trims_final_text = True
     ids = WORD
     names = WORD  # tools[].name and tool_use.name: ^[a-zA-Z0-9_-]{1,64}$
+    tool_choice_key = "tool_choice"
+    # "Changes to tool_choice ... only affect message blocks" (build-with-claude/prompt-caching,
+    # what invalidates the cache): the messages are written again, tools and system are read
+    tool_choice_breaks_cache = True
     accepted = {**media.WEB_IMAGES, "application/pdf": media.DOCUMENT}
     fetched = frozenset(accepted)  # URL image and URL PDF sources
     native_auto = True

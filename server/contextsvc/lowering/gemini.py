@@ -121,7 +121,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     if tools:
         out["tools"] = [{"functionDeclarations": [_declaration(t) for t in tools]}]
         if tools_disabled:  # the definitions stay (history may hold calls); none is called
-            out["toolConfig"] = {"functionCallingConfig": {"mode": "NONE"}}
+            out[FORMAT.tool_choice_key] = {"functionCallingConfig": {"mode": "NONE"}}
     out["generationConfig"] = {"maxOutputTokens": max_output}
     return Lowered(out, system_parts, wire, roles, sources, lists, (out["generationConfig"], "maxOutputTokens"))
 
@@ -134,6 +134,7 @@ class Gemini(WireFormat):
     # Function names start with a letter or underscore, then letters, digits and _ . : -, 64 at
     # most (the bound the google-genai docs give).
     names = id_rule("a-zA-Z0-9_.:-", 64, lead="a-zA-Z_")
+    tool_choice_key = "toolConfig"
     accepted = _ACCEPTED
     fetched = frozenset(_ACCEPTED)  # fileData.fileUri
     implicit_cache = True

@@ -81,7 +81,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
             for t in tools
         ]
         if tools_disabled:
-            out["tool_choice"] = "none"  # tools stay defined (history may hold tool calls), none is called
+            out[fmt.tool_choice_key] = "none"  # tools stay defined (history may hold tool calls), none is called
     if session_id and fmt.prompt_cache_key:
         out["prompt_cache_key"] = cache_key(session_id)  # routes the session to a warm cache
     return Lowered(out, system_msgs, wire, roles, sources, [(out, "messages")], (out, token_field))
@@ -117,6 +117,7 @@ class ChatCompletions(WireFormat):
     body = staticmethod(body)
     ids = _GATEWAY_IDS
     names = WORD  # function names: ^[a-zA-Z0-9_-]{1,64}$, at OpenAI and at every gateway's upstreams
+    tool_choice_key = "tool_choice"
     accepted = _ACCEPTED
     fetched = frozenset(media.WEB_IMAGES)
     tool_marker = False

@@ -3,7 +3,8 @@ module and listed in registry.py. Everything provider-specific is here or in a s
 - its lowering (`body`, the format module's function);
 - its cache: implicit or marked, which auto policy, its marker's shape and where the marker goes;
 - which media it takes, and which it fetches itself from a URL;
-- the alphabet and length of its tool call ids and tool names.
+- the alphabet and length of its tool call ids and tool names;
+- its tool choice, and whether changing it costs the cache.
 
 breakpoints.py chooses the breakpoints without naming a provider; the format places them.
 """
@@ -31,6 +32,14 @@ class WireFormat:
     # -- tool ids and names (tool_ids.py)
     ids: IdRule = None  # the rule call ids are written by
     names: IdRule | None = None  # the rule tool names are written by; None: unchanged
+
+    # -- the tool choice: the body's key of the provider's "no tool use" choice ("" where the
+    # format has none), and whether changing the choice invalidates the provider's cached messages
+    # (the tools and system stay cached). Where it does, the last step keeps the choice (its
+    # message alone says tools are disabled: step.Plan.of) and the cache state records it, so a
+    # change is reported (prefix.TOOL_CHOICE).
+    tool_choice_key: str = ""
+    tool_choice_breaks_cache: bool = False
 
     # -- media (media.py): media type -> media.IMAGE/DOCUMENT/AUDIO/VIDEO, and the types the
     # provider fetches itself from an http(s) URL (the others need the bytes)

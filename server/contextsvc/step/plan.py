@@ -24,7 +24,7 @@ class Plan:
     policy: breakpoints.Policy
     exact: bool = False  # also the exact token count
     configured_output_tokens: int = 0
-    tools_disabled: bool = False  # tools stay in the body, with the provider's "no tool use" choice
+    tools_disabled: bool = False  # the body carries the provider's "no tool use" choice (tools stay defined)
     hashes: bool = False  # the prefix digests (a serialization pass over the elements)
     previous: Optional[prefix.State] = None  # the previous request's digests, when passed back
     now_ms: int = 0  # the time the payload guard's prune marks parts compacted at (0 = now)
@@ -40,6 +40,12 @@ class Plan:
 
     @classmethod
     def of(cls, model: m.Model, tools: list, system: m.SystemPrompt, compaction: m.CompactionSettings,
-           cfg: Config, policy: Optional[breakpoints.Policy] = None, **settings) -> "Plan":
-        return cls(model, FORMATS[model.provider], tools, system, compaction, cfg,
-                   policy or breakpoints.Policy(), **settings)
+           cfg: Config, policy: Optional[breakpoints.Policy] = None, *, last_step: bool = False,
+           **settings) -> "Plan":
+        """last_step: the last allowed step, whose tools are disabled: by the provider's "no tool
+        use" choice too, unless changing the choice invalidates its cache (design.md §6); there the
+        step's message alone says so. The caller's own tools_disabled always sets the choice."""
+        fmt = FORMATS[model.provider]
+        if last_step and not fmt.tool_choice_breaks_cache:
+            settings["tools_disabled"] = True
+        return cls(model, fmt, tools, system, compaction, cfg, policy or breakpoints.Policy(), **settings)

@@ -177,7 +177,7 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
         request.estimated = estimate_lowered(conv, plan, memo)
     deadline.check("measure")
     if plan.hashes:
-        request.digests = prefix.digests(lowered, chain, conv.messages)
+        request.digests = prefix.digests(lowered, chain, conv.messages, plan.fmt)
         if plan.previous is not None:
             request.change = prefix.compare(plan.previous, request.digests)
     return request
