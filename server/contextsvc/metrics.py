@@ -5,6 +5,9 @@ enum, never from request data.
 """
 from __future__ import annotations
 
+import hashlib
+import threading
+from collections import OrderedDict
 from typing import Callable
 from urllib.parse import parse_qs
 
@@ -18,6 +21,36 @@ SIZE_BUCKETS = tuple(1024 * 4 ** i for i in range(9)) + (64 * 1024 * 1024,)
 
 
 HEALTH_PATH = "/healthz"
+
+# Previous cache states whose break this process has counted, newest kept: the Assembles of one
+# step come seconds apart, far fewer other sessions step in between. 16-byte keys, ~3 MB in all.
+COUNTED_STATES = 16_384
+
+
+class _CountedStates:
+    """previous_cache_state digests a prefix break was counted against, LRU-bounded.
+
+    Every Assemble of a step passes the state of the body sent last; a step that prunes or
+    compacts assembles again against the same state, and only the body sent breaks the cache.
+    A change of the cached prefix between two sent bodies is so counted once, at the first
+    Assemble that shows it (later ones move only further from that state)."""
+
+    def __init__(self, size: int = COUNTED_STATES):
+        self._size = size
+        self._seen: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def first(self, state: bytes) -> bool:
+        """True the first time state is given (since it was last evicted)."""
+        key = hashlib.sha256(state).digest()[:16]
+        with self._lock:
+            if key in self._seen:
+                self._seen.move_to_end(key)
+                return False
+            self._seen[key] = None
+            if len(self._seen) > self._size:
+                self._seen.popitem(last=False)
+            return True
 
 
 class _Endpoint:
@@ -98,10 +131,12 @@ class Metrics(_Endpoint):
         self.breakpoints = Counter("contextsvc_cache_breakpoints", "Cache breakpoints placed, by provider.",
                                    ["provider"], registry=r)
         self.prefix_breaks = Counter("contextsvc_prefix_breaks",
-                                     "Assembles whose body does not start with the session's previous "
-                                     "request (its cache_state passed back), by provider, the segment "
-                                     "of the first changed element and the cause.",
+                                     "Changes of the cached prefix since the body last sent (its "
+                                     "cache_state passed back), once per such state however often a "
+                                     "step assembles again, by provider, the segment of the first "
+                                     "changed element and the cause.",
                                      ["provider", "segment", "cause"], registry=r)
+        self._broken_states = _CountedStates()
         self.payload_guard = Counter("contextsvc_payload_guard_trips",
                                      "Assembles over REQUEST_PRUNE_BYTES, by outcome: under (the guard "
                                      "got them under) or still-over.",
@@ -128,12 +163,12 @@ class Metrics(_Endpoint):
             self.retention.observe(retention.ratio)
 
     def record_assemble(self, provider: str, breakpoints: int, report, tripped: bool,
-                        still_over: bool) -> None:
-        """report: the assemble.Report, None when the caller passed no previous cache state.
-        Labels come from fixed vocabularies: segment tools/system/messages, cause
-        compaction/prune/other (an append only is no break)."""
+                        still_over: bool, previous_state: bytes) -> None:
+        """report: the assemble.Report, None when the caller passed no previous cache state
+        (previous_state, the state compared against). Labels come from fixed vocabularies:
+        segment tools/system/messages, cause compaction/prune/other (an append only is no break)."""
         self.breakpoints.labels(provider).inc(breakpoints)
-        if report is not None and report.broken:
+        if report is not None and report.broken and self._broken_states.first(previous_state):
             self.prefix_breaks.labels(provider, report.segment, report.cause).inc()
         if tripped:
             self.payload_guard.labels("still-over" if still_over else "under").inc()

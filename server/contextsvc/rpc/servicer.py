@@ -73,7 +73,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
             m = r.measurement
             self._metrics.record_measure(inp.model.provider, m.overflow or m.should_compact)
             self._metrics.record_assemble(inp.model.provider, len(r.breakpoints), r.report, r.guard_tripped,
-                                          r.over_payload_limit)
+                                          r.over_payload_limit, inp.previous_cache_state)
         return conversion.assemble_response(r)
 
     def TruncateToolOutput(self, request: pb.TruncateToolOutputRequest, context):
