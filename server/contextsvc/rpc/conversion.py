@@ -408,6 +408,9 @@ def truncate_input(request) -> str:
             raise BadInput(name, "must not be negative (0 means the configured default)")
     if request.direction not in _DIRECTIONS:
         raise BadInput("direction", f"unknown value {request.direction}")
+    if request.hint and truncation.OUTPUT_ID not in request.hint:
+        raise BadInput("hint", f"must hold {truncation.OUTPUT_ID}, where the stored output's id goes "
+                               "(or be empty for the configured hint)")
     return _DIRECTIONS[request.direction]
 
 

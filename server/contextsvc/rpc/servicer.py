@@ -84,7 +84,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
             max_lines=request.max_lines or settings.max_lines,
             max_bytes=request.max_bytes or settings.max_bytes,
             direction=direction,
-            has_task_tool=request.has_task_tool,
+            hint=request.hint or settings.hint_for(request.has_task_tool),
             store=self._truncation,
             max_read_bytes=self._read_bytes(),
             deadline=_deadline(context),
