@@ -6,6 +6,7 @@ enum, never from request data.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import threading
 from collections import OrderedDict
 from typing import Callable
@@ -59,14 +60,20 @@ class _Endpoint:
     registry: CollectorRegistry
     _http = None
 
-    def serve(self, host: str, port: int, health: Callable[[str], bool] | None = None) -> int:
+    def serve(self, host: str, port: int, health: Callable[[str], bool] | None = None,
+              token: str = "") -> int:
         """Starts the /metrics endpoint; returns the bound port (port 0 picks a free one).
 
         health(service) -> serving: answers GET /healthz[?service=NAME] with 200 when serving,
-        503 otherwise, for proxies whose active checks speak HTTP/1 but not gRPC (HAProxy)."""
+        503 otherwise, for proxies whose active checks speak HTTP/1 but not gRPC (HAProxy).
+        token: every path but /healthz asks for "authorization: Bearer <token>"."""
         self._http, _ = start_http_server(port, addr=host, registry=self.registry)
+        app = self._http.get_app()
+        if token:
+            app = _with_token(app, token)
         if health is not None:
-            self._http.set_app(_with_health(self._http.get_app(), health))
+            app = _with_health(app, health)
+        self._http.set_app(app)
         return self._http.server_port
 
     def stop(self) -> None:
@@ -74,6 +81,24 @@ class _Endpoint:
             self._http.shutdown()
             self._http.server_close()
             self._http = None
+
+
+def _with_token(app, token: str):
+    """The WSGI app, answering 401 to a request without the bearer token (compared in constant
+    time, as the gRPC check does)."""
+    expected = f"Bearer {token}".encode()
+
+    def wsgi(environ, start_response):
+        given = environ.get("HTTP_AUTHORIZATION", "").encode("latin-1", "replace")
+        if hmac.compare_digest(given, expected):
+            return app(environ, start_response)
+        body = b"a bearer token is required (authorization: Bearer <token>)\n"
+        start_response("401 Unauthorized", [("Content-Type", "text/plain; charset=utf-8"),
+                                            ("Content-Length", str(len(body))),
+                                            ("WWW-Authenticate", 'Bearer realm="contextsvc"')])
+        return [body]
+
+    return wsgi
 
 
 def _with_health(app, health: Callable[[str], bool]):
