@@ -291,7 +291,8 @@ def system(s) -> m.SystemPrompt:
     env = None
     if s.HasField("env"):
         e = s.env
-        env = m.EnvInfo(e.working_directory, e.is_git_repo, e.platform, e.date, e.config_dir, e.shell)
+        env = m.EnvInfo(e.working_directory, e.is_git_repo, e.platform, e.date, e.config_dir, e.shell,
+                        e.facts_only)
     return m.SystemPrompt(
         soul=s.soul,
         agent_prompt=s.agent_prompt,
