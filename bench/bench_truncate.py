@@ -79,7 +79,8 @@ def fresh_store(root: str, name: str) -> LocalDiskStore:
 
 def truncate(text: str, store: Store, direction: str = "head"):
     return truncate_output(
-        text, max_lines=2000, max_bytes=51200, direction=direction, has_task_tool=True, store=store
+        text, max_lines=2000, max_bytes=51200, direction=direction,
+        hint=TruncationSettings().hint_with_task_tool, store=store
     )
 
 

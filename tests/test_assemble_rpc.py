@@ -28,6 +28,35 @@ def test_body_is_the_measured_body_for_every_provider(stub):
         json.loads(a.body)
 
 
+def test_the_service_adds_exactly_what_the_readme_says_to_the_system_prompt(stub):
+    """Each addition comes from a field the agent sets, so an agent owning its whole prompt sends
+    soul and agent_prompt alone and gets them byte for byte; facts_only keeps <env> without the
+    lines naming the model."""
+    def system_texts(system):
+        body = json.loads(stub.Assemble(pb.AssembleRequest(conversation=convo.small_conversation(),
+                                                           model=convo.model(), system=system), timeout=10).body)
+        return [b["text"] for b in body["system"]]
+
+    own = pb.SystemPrompt(soul="You are Ada.", agent_prompt="Rules: none.\n<env>mine</env>")
+    assert system_texts(own) == ["You are Ada.", "Rules: none.\n<env>mine</env>"]
+    env = pb.EnvInfo(working_directory="/repo", is_git_repo=True, platform="linux", date="2026-12-02",
+                     shell="bash")
+    facts = ("<env>\n  Working directory: /repo\n  Is directory a git repo: yes\n  Platform: linux\n"
+             "  Today's date: 2026-12-02\n  Shell: bash\n</env>")
+    full = pb.SystemPrompt(soul="You are Ada.", agent_prompt="Rules.", env=env,
+                           instructions=[pb.Instruction(path="AGENTS.md", content="Run the tests.")],
+                           skills=[pb.Skill(name="pdf", description="Reads PDFs.")])
+    assert system_texts(full) == ["You are Ada.", "Rules.\n"
+        "You are powered by the model named claude-sonnet-4-5.\n"
+        "Here is some useful information about the environment you are running in:\n" + facts + "\n"
+        "Instructions from: AGENTS.md\nRun the tests.\n"
+        "Skills provide specialized instructions. Load a skill when the task matches it.\n<available_skills>\n"
+        "  <skill>\n    <name>pdf</name>\n    <description>Reads PDFs.</description>\n  </skill>\n"
+        "</available_skills>"]
+    env.facts_only = True
+    assert system_texts(pb.SystemPrompt(agent_prompt="Rules.", env=env)) == ["Rules.\n" + facts]
+
+
 def test_anthropic_shape_and_auto_breakpoints(stub):
     a = stub.Assemble(request(), timeout=10)
     body = json.loads(a.body)

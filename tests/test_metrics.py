@@ -84,3 +84,48 @@ def test_payload_guard_trips_by_outcome(fresh):
     s = scrape(server.metrics_port)
     assert s[("contextsvc_payload_guard_trips_total", (("outcome", "under"),))] == 1
     assert s[("contextsvc_payload_guard_trips_total", (("outcome", "still-over"),))] == 1
+
+
+def test_a_prefix_break_counts_once_per_body_sent_however_often_a_step_assembles(fresh):
+    """The README's loop: a step that prunes, then compacts, assembles three times against the
+    state of the body sent last; the provider sees one change of its cached prefix."""
+    import copy
+
+    from helpers.rpc import SYSTEM, TOOLS
+
+    server, stub = fresh
+
+    def assemble(conv, state):
+        return stub.Assemble(pb.AssembleRequest(conversation=conv, model=convo.model(), tools=TOOLS, system=SYSTEM,
+                                                previous_cache_state=state), timeout=10)
+
+    def breaks():
+        return sum(v for k, v in scrape(server.metrics_port).items() if k[0] == "contextsvc_prefix_breaks_total")
+
+    conv = pb.Conversation(session_id="s1", messages=[convo.user("msg_001", convo.text("u1", "Fix the parser."))])
+    for n in range(2, 6):
+        conv.messages.append(convo.assistant(f"msg_{n:03d}", convo.text(f"a{n}", f"Reading part {n}."),
+                                             convo.tool(f"t{n}", f"call_{n}", "read", {"path": f"src/p{n}.py"},
+                                                        f"def f{n}():\n    return {n}\n" * 200)))
+    sent = assemble(conv, b"").cache_state  # step 1, sent
+    conv.messages.append(convo.assistant("msg_006", convo.text("a6", "Reading the tests."),
+                                         convo.tool("t6", "call_6", "read", {"path": "tests/t.py"}, "x\n")))
+    first = assemble(conv, sent)  # step 2: only appended
+    assert first.cache_report.prefix_kept
+    conv.messages[1].parts[1].tool.state.time_compacted_ms = 1_700_000_000_000  # the prune acted
+    pruned = assemble(conv, sent)
+    assert pruned.cache_report.cause == "prune"
+    conv.messages[2].parts[1].tool.state.time_compacted_ms = 1_700_000_000_000  # compacting prunes more
+    again = assemble(conv, sent)
+    assert again.cache_report.cause == "prune" and not again.cache_report.prefix_kept
+    assert breaks() == 1  # step 2's body, sent: one break
+    sent = again.cache_state
+    conv.messages.append(convo.assistant("msg_007", convo.text("a7", "Done."),
+                                         convo.tool("t7", "call_7", "read", {"path": "README"}, "y\n")))
+    assert assemble(conv, sent).cache_report.prefix_kept
+    assert breaks() == 1  # step 3 only appended
+    changed = copy.deepcopy(conv)
+    changed.messages[0].parts[0].text.text = "Fix the lexer."
+    assert assemble(changed, sent).cache_report.cause == "other"
+    assert assemble(changed, sent).cache_report.cause == "other"  # a retry of the same step
+    assert breaks() == 2

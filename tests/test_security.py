@@ -108,3 +108,67 @@ def test_serve_refuses_to_start_without_the_configured_token(tmp_path):
     out = subprocess.run([sys.executable, "-m", "contextsvc", "serve", "--config", str(cfg)],
                          capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 2 and "CONTEXTSVC_UNSET_TOKEN is unset" in out.stderr, out.stderr
+
+
+def _get(url, token=None):
+    """(status, body) of a GET, errors included."""
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_start_line_names_the_guards_and_metrics_ask_for_the_token(pki, tmp_path):
+    """With TLS and a token, the start line says what guards each port, /metrics asks for the
+    token when metrics_auth is on, and /healthz stays open for HTTP health checks."""
+    from helpers.processes import launch, stop
+
+    token = "m3trics-token"
+    proc, port, metrics_port, _ = launch(tmp_path=tmp_path, server_toml=(
+        f'shutdown_grace_seconds = 20.0\ntls_cert_file = "{pki / "server.pem"}"\n'
+        f'tls_key_file = "{pki / "server.key"}"\nauth_token = "{token}"\nmetrics_auth = true'))
+    try:
+        line = next(x for x in proc.log if "serving gRPC" in x)
+        assert f"127.0.0.1:{port} (TLS, bearer token)" in line, line
+        assert f"127.0.0.1:{metrics_port}/metrics (bearer token, /healthz open)" in line, line
+        base = f"http://127.0.0.1:{metrics_port}"
+        assert _get(f"{base}/metrics")[0] == 401
+        assert _get(f"{base}/metrics", "wrong")[0] == 401
+        status, text = _get(f"{base}/metrics", token)
+        assert status == 200 and "contextsvc_rpcs" in text
+        assert _get(f"{base}/healthz") == (200, "SERVING\n")
+    finally:
+        assert stop(proc) == 0
+
+
+def test_metrics_and_healthz_bind_their_own_address(tmp_path):
+    import re
+    import socket
+
+    from helpers.processes import launch, stop
+
+    line = re.compile(r"serving gRPC on 127\.0\.0\.1:(\d+) \(plaintext, no token\), metrics "
+                      r"http://127\.0\.0\.2:(\d+)/metrics \(open, /healthz open\), hot path (\w+)")
+    proc, port, metrics_port, _ = launch(tmp_path=tmp_path, start_line=line,
+                                         server_toml='shutdown_grace_seconds = 20.0\nmetrics_host = "127.0.0.2"')
+    try:
+        assert _get(f"http://127.0.0.2:{metrics_port}/healthz") == (200, "SERVING\n")
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", metrics_port), timeout=5)
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            assert _measure(ch).estimate.tokens > 0
+    finally:
+        assert stop(proc) == 0
+
+
+def test_metrics_auth_needs_a_token():
+    from contextsvc.config import ServerConfig
+
+    with pytest.raises(ValueError, match="metrics_auth"):
+        ServerConfig(metrics_auth=True)
+    assert ServerConfig(metrics_auth=True, auth_token_env="CONTEXTSVC_TOKEN").metrics_bind == "127.0.0.1"

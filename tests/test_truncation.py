@@ -47,21 +47,24 @@ def output_files(directory: str | Path) -> list[str]:
     return sorted(n for n in os.listdir(directory) if ids.ID_RE.fullmatch(n))
 
 
+HINTS = TruncationSettings()
+
+
 def trunc(text, store, *, max_lines=2000, max_bytes=51200, direction="head", has_task_tool=False):
     return truncate_output(
         text,
         max_lines=max_lines,
         max_bytes=max_bytes,
         direction=direction,
-        has_task_tool=has_task_tool,
+        hint=HINTS.hint_for(has_task_tool),
         store=store,
     )
 
 
 def preview_of(result, direction="head") -> str:
     """The preview part of a truncated result's content."""
-    hint = build_hint(result.output_id, False)
-    task_hint = build_hint(result.output_id, True)
+    hint = build_hint(result.output_id, HINTS.hint)
+    task_hint = build_hint(result.output_id, HINTS.hint_with_task_tool)
     content = result.content
     if direction == "head":
         head, _, _ = content.rpartition("\n\n...")
@@ -161,25 +164,48 @@ def test_head_and_tail_layout(tmp_path):
     text = "\n".join(lines) + "\n"
     r = trunc(text, store, max_lines=3, has_task_tool=False)
     assert r.content == (
-        "line 0\nline 1\nline 2\n\n...7 lines truncated...\n\n" + build_hint(r.output_id, False)
+        "line 0\nline 1\nline 2\n\n...7 lines truncated...\n\n" + build_hint(r.output_id, HINTS.hint)
     )
     r = trunc(text, store, max_lines=3, direction="tail", has_task_tool=True)
     assert r.content == (
-        "...7 lines truncated...\n\n" + build_hint(r.output_id, True) + "\n\nline 7\nline 8\nline 9"
+        "...7 lines truncated...\n\n" + build_hint(r.output_id, HINTS.hint_with_task_tool) + "\n\nline 7\nline 8\nline 9"
     )
     assert (r.removed_lines, r.cut_by) == (7, "lines")
     assert store.get(r.output_id) == text
 
 
-def test_hint_wording(tmp_path):
+def test_hint_wording_names_the_agents_tools_not_an_rpc(tmp_path):
+    """The defaults are the reference's two hints: the model is told to use its own tools
+    (Grep, Read, Task), never ReadTruncated, an RPC it cannot call."""
     oid = "tool_0000000000000000000000000a"
-    common = build_hint(oid, False).split("\n")[0]
-    assert "succeeded" in common and "truncated" in common
-    assert oid in common and "ReadTruncated" in common and "offset and limit" in common
-    task = build_hint(oid, True)
-    assert "explore agent" in task and "Do NOT read the full output yourself" in task
-    plain = build_hint(oid, False)
-    assert "Search" in plain and "explore" not in plain
+    for has_task_tool in (False, True):
+        hint = build_hint(oid, HINTS.hint_for(has_task_tool))
+        first = hint.split("\n")[0]
+        assert "succeeded" in first and "truncated" in first and oid in first
+        assert "ReadTruncated" not in hint and "{output_id}" not in hint
+        assert "Grep" in hint and "Read" in hint and "offset/limit" in hint
+    task = build_hint(oid, HINTS.hint_with_task_tool)
+    assert "Task tool" in task and "explore agent" in task and "Do NOT read the full output yourself" in task
+    assert "Task" not in build_hint(oid, HINTS.hint)
+
+
+def test_hints_are_set_in_config_and_must_place_the_id(tmp_path):
+    settings = TruncationSettings.from_mapping({
+        "directory": str(tmp_path), "hint": "Cut. Call fetch_output(id=\"{output_id}\", start, count) for more.",
+        "hint_with_task_tool": "Cut ({output_id}): ask the scout agent."})
+    r = trunc_with(settings, make_store(tmp_path), False)
+    assert r.content.endswith(f'Cut. Call fetch_output(id="{r.output_id}", start, count) for more.')
+    assert trunc_with(settings, make_store(tmp_path), True).content.endswith(": ask the scout agent.")
+    for key in ("hint", "hint_with_task_tool"):
+        with pytest.raises(ValueError, match=key):
+            TruncationSettings.from_mapping({key: "Output cut: read it with fetch_output."})
+    with pytest.raises(ValueError, match="output_id"):
+        truncate_output("a\nb\n", max_lines=1, max_bytes=100, hint="no id", store=make_store(tmp_path))
+
+
+def trunc_with(settings, store, has_task_tool):
+    return truncate_output("a\nb\nc\n", max_lines=1, max_bytes=100, hint=settings.hint_for(has_task_tool),
+                           store=store)
 
 
 def test_bad_arguments(tmp_path):
@@ -196,10 +222,10 @@ def test_a_caller_past_its_deadline_or_gone_stores_nothing(tmp_path):
     text = "line\n" * 5000  # over max_lines: would be stored
     for deadline in (Deadline(time.monotonic() - 1), Deadline(None, cancelled=lambda: True)):
         with pytest.raises(DeadlineExceeded, match="before storing the output"):
-            truncate_output(text, max_lines=100, max_bytes=51200, has_task_tool=False, store=store,
+            truncate_output(text, max_lines=100, max_bytes=51200, hint=HINTS.hint, store=store,
                             deadline=deadline)
     assert store.list_ids() == []
-    result = truncate_output(text, max_lines=100, max_bytes=51200, has_task_tool=False, store=store,
+    result = truncate_output(text, max_lines=100, max_bytes=51200, hint=HINTS.hint, store=store,
                              deadline=Deadline.after(60))
     assert store.list_ids() == [result.output_id]
 
@@ -252,7 +278,7 @@ def test_matches_per_line_reference_on_random_texts(tmp_path):
         assert (r.removed_lines, r.removed_bytes) == (
             removed_lines, len(text.encode()) - len(preview.encode()))
         marker = f"...{removed_lines if cut == 'lines' else r.removed_bytes} {cut} truncated..."
-        hint = build_hint(r.output_id, False)
+        hint = build_hint(r.output_id, HINTS.hint)
         if direction == "head":
             assert r.content == f"{preview}\n\n{marker}\n\n{hint}"
         else:

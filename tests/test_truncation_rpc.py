@@ -7,6 +7,7 @@ import grpc
 import pytest
 
 from contextsvc.v1 import context_pb2 as pb
+from contextsvc.v1 import context_pb2_grpc as pb_grpc
 
 
 def lines(n, width=10):
@@ -42,6 +43,30 @@ def test_tail_keeps_the_end_and_the_hint_names_the_task_tool(stub):
     r2 = stub.TruncateToolOutput(pb.TruncateToolOutputRequest(text=text, max_bytes=1000), timeout=10)
     assert r2.cut_by == "bytes" and "bytes truncated" in r2.content
     assert len(r2.content.split("\n\n")[0].encode()) <= 1000
+
+
+def test_the_hint_names_the_agents_tools_per_request_and_by_config():
+    from helpers.server import start_server
+
+    text = lines(3000)
+    s = start_server(truncation_overrides={"hint": "Cut. fetch_output(\"{output_id}\") pages through it."})
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
+            stub = pb_grpc.ContextServiceStub(ch)
+            r = stub.TruncateToolOutput(pb.TruncateToolOutputRequest(text=text), timeout=10)
+            assert r.content.endswith(f'Cut. fetch_output("{r.output_id}") pages through it.')
+            task = stub.TruncateToolOutput(pb.TruncateToolOutputRequest(text=text, has_task_tool=True), timeout=10)
+            assert "Task tool" in task.content and "ReadTruncated" not in task.content  # the default
+            own = stub.TruncateToolOutput(pb.TruncateToolOutputRequest(
+                text=text, has_task_tool=True, hint="Ask the scout agent about {output_id} {not a field}."),
+                timeout=10)
+            assert own.content.endswith(f"Ask the scout agent about {own.output_id} {{not a field}}.")
+            with pytest.raises(grpc.RpcError) as e:
+                stub.TruncateToolOutput(pb.TruncateToolOutputRequest(text=text, hint="Read it with fetch."),
+                                        timeout=10)
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and e.value.details().startswith("hint")
+    finally:
+        s.stop(grace=1)
 
 
 @pytest.mark.parametrize("output_id,code", [

@@ -40,6 +40,20 @@ def make_store(settings: truncation.TruncationSettings, on_evict=None) -> trunca
     return truncation.LocalDiskStore(settings.directory, settings, on_evict=on_evict)
 
 
+def start_line(cfg: Config, port: int, metrics_port: int | None, token: str) -> str:
+    """What `contextsvc serve` logs once it serves: where, and what guards each port (TLS and
+    the token guard gRPC; the metrics port is plain HTTP, its /healthz always open)."""
+    s = cfg.server
+    transport = ("TLS, client certificates" if s.tls_client_ca_file else "TLS" if s.tls_cert_file
+                 else "plaintext")
+    grpc_part = f"{s.address(port)} ({transport}, {'bearer token' if token else 'no token'})"
+    if metrics_port is None:
+        return f"contextsvc serving gRPC on {grpc_part}, metrics off, hot path {native.IMPLEMENTATION}"
+    guard = "bearer token" if s.metrics_auth else "open"
+    return (f"contextsvc serving gRPC on {grpc_part}, metrics http://{s.address(metrics_port, s.metrics_bind)}"
+            f"/metrics ({guard}, /healthz open), hot path {native.IMPLEMENTATION}")
+
+
 class _CheckContext:
     """The part of a grpc.ServicerContext HealthServicer.Check uses (an unknown service)."""
 
@@ -69,7 +83,7 @@ class Server:
         self._admission = Admission(s.workers, s.max_concurrent_rpcs, s.max_streams)
         interceptors = [ServiceInterceptor(self.metrics, f"/{SERVICE_NAME}/", self._admission,
                                            s.max_response_bytes)]
-        token = bearer_token(s)
+        self._token = token = bearer_token(s)
         if token:  # inside the metrics interceptor: refusals count as UNAUTHENTICATED RPCs
             interceptors.append(BearerTokenInterceptor(
                 token, (f"/{SERVICE_NAME}/", f"/{REFLECTION_SERVICE}/")))
@@ -108,16 +122,15 @@ class Server:
         self._grpc.start()
         self._standard.start()
         if self.metrics is not None and not self.shared_port:
-            self.metrics_port = self.metrics.serve(s.host, s.metrics_port, health=self.serving)
+            self.metrics_port = self.metrics.serve(s.metrics_bind, s.metrics_port, health=self.serving,
+                                                   token=self._token if s.metrics_auth else "")
         self._cleanup.start()
         for name in ("", SERVICE_NAME):
             self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if self.shared_port:
             log.info("contextsvc process %d serving gRPC on %s", os.getpid(), s.address(self.port))
             return self
-        metrics = f"http://{s.address(self.metrics_port)}/metrics" if self.metrics else "off"
-        log.info("contextsvc serving gRPC on %s, metrics %s, hot path %s",
-                 s.address(self.port), metrics, native.IMPLEMENTATION)
+        log.info("%s", start_line(self.cfg, self.port, self.metrics_port, self._token))
         return self
 
     def serving(self, service: str = "") -> bool:

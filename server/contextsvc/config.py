@@ -37,6 +37,12 @@ class ServerConfig:
     host: str = "127.0.0.1"  # loopback unless the operator opens it up
     port: int = 50051  # the conventional gRPC port
     metrics_port: int = 9464  # the conventional Prometheus exporter port; 0 picks a free one
+    # the address /metrics and /healthz (plain HTTP) bind; "" = host. TLS and the token guard the
+    # gRPC port only: "127.0.0.1" keeps the metrics off the network while gRPC is open
+    metrics_host: str = ""
+    # /metrics asks for the service's bearer token ("authorization: Bearer <token>", 401 without);
+    # /healthz stays open for HTTP health checks. Needs a token (auth_token, _file or _env)
+    metrics_auth: bool = False
     max_request_bytes: int = 64 * MiB  # a 1M-token conversation with media fits; larger is abuse
     max_response_bytes: int = 64 * MiB  # Assemble returns a body as large as its input
     # serving processes sharing the port (SO_REUSEPORT, Linux): the hot path holds the GIL, so
@@ -92,7 +98,10 @@ class ServerConfig:
 
     def __post_init__(self):
         # held bare ("::", not "[::]"): sockets and the metrics server take it so; address() brackets
-        object.__setattr__(self, "host", self.host.strip().removeprefix("[").removesuffix("]"))
+        for name in ("host", "metrics_host"):
+            object.__setattr__(self, name, getattr(self, name).strip().removeprefix("[").removesuffix("]"))
+        if self.metrics_auth and not (self.auth_token or self.auth_token_file or self.auth_token_env):
+            raise ValueError("[server] metrics_auth needs a token: auth_token, auth_token_file or auth_token_env")
         if self.processes < 0:
             raise ValueError("[server] processes must be 0 (one per CPU) or more")
         if self.workers < 1:
@@ -113,9 +122,16 @@ class ServerConfig:
         if self.stream_idle_seconds <= 0:
             raise ValueError("[server] stream_idle_seconds must be positive")
 
-    def address(self, port: int) -> str:
-        """host:port as gRPC and URLs write it (an IPv6 host in brackets)."""
-        return f"[{self.host}]:{port}" if ":" in self.host else f"{self.host}:{port}"
+    def address(self, port: int, host: str | None = None) -> str:
+        """host:port as gRPC and URLs write it (an IPv6 host in brackets); host defaults to
+        the gRPC one."""
+        host = self.host if host is None else host
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    @property
+    def metrics_bind(self) -> str:
+        """The host /metrics and /healthz bind."""
+        return self.metrics_host or self.host
 
 
 COMPACTION_FIGURES = ("estimate", "calibrated", "self-calibrated", "exact")

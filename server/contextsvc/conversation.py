@@ -224,6 +224,7 @@ class EnvInfo:
     date: str = ""
     config_dir: str = ""
     shell: str = ""
+    facts_only: bool = False  # the <env> block without the two lines naming the model before it
 
 
 @dataclass(slots=True)

@@ -5,6 +5,10 @@ enum, never from request data.
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
+import threading
+from collections import OrderedDict
 from typing import Callable
 from urllib.parse import parse_qs
 
@@ -19,6 +23,36 @@ SIZE_BUCKETS = tuple(1024 * 4 ** i for i in range(9)) + (64 * 1024 * 1024,)
 
 HEALTH_PATH = "/healthz"
 
+# Previous cache states whose break this process has counted, newest kept: the Assembles of one
+# step come seconds apart, far fewer other sessions step in between. 16-byte keys, ~3 MB in all.
+COUNTED_STATES = 16_384
+
+
+class _CountedStates:
+    """previous_cache_state digests a prefix break was counted against, LRU-bounded.
+
+    Every Assemble of a step passes the state of the body sent last; a step that prunes or
+    compacts assembles again against the same state, and only the body sent breaks the cache.
+    A change of the cached prefix between two sent bodies is so counted once, at the first
+    Assemble that shows it (later ones move only further from that state)."""
+
+    def __init__(self, size: int = COUNTED_STATES):
+        self._size = size
+        self._seen: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def first(self, state: bytes) -> bool:
+        """True the first time state is given (since it was last evicted)."""
+        key = hashlib.sha256(state).digest()[:16]
+        with self._lock:
+            if key in self._seen:
+                self._seen.move_to_end(key)
+                return False
+            self._seen[key] = None
+            if len(self._seen) > self._size:
+                self._seen.popitem(last=False)
+            return True
+
 
 class _Endpoint:
     """Serves self.registry at /metrics, and with a health callable the health at /healthz."""
@@ -26,14 +60,20 @@ class _Endpoint:
     registry: CollectorRegistry
     _http = None
 
-    def serve(self, host: str, port: int, health: Callable[[str], bool] | None = None) -> int:
+    def serve(self, host: str, port: int, health: Callable[[str], bool] | None = None,
+              token: str = "") -> int:
         """Starts the /metrics endpoint; returns the bound port (port 0 picks a free one).
 
         health(service) -> serving: answers GET /healthz[?service=NAME] with 200 when serving,
-        503 otherwise, for proxies whose active checks speak HTTP/1 but not gRPC (HAProxy)."""
+        503 otherwise, for proxies whose active checks speak HTTP/1 but not gRPC (HAProxy).
+        token: every path but /healthz asks for "authorization: Bearer <token>"."""
         self._http, _ = start_http_server(port, addr=host, registry=self.registry)
+        app = self._http.get_app()
+        if token:
+            app = _with_token(app, token)
         if health is not None:
-            self._http.set_app(_with_health(self._http.get_app(), health))
+            app = _with_health(app, health)
+        self._http.set_app(app)
         return self._http.server_port
 
     def stop(self) -> None:
@@ -41,6 +81,24 @@ class _Endpoint:
             self._http.shutdown()
             self._http.server_close()
             self._http = None
+
+
+def _with_token(app, token: str):
+    """The WSGI app, answering 401 to a request without the bearer token (compared in constant
+    time, as the gRPC check does)."""
+    expected = f"Bearer {token}".encode()
+
+    def wsgi(environ, start_response):
+        given = environ.get("HTTP_AUTHORIZATION", "").encode("latin-1", "replace")
+        if hmac.compare_digest(given, expected):
+            return app(environ, start_response)
+        body = b"a bearer token is required (authorization: Bearer <token>)\n"
+        start_response("401 Unauthorized", [("Content-Type", "text/plain; charset=utf-8"),
+                                            ("Content-Length", str(len(body))),
+                                            ("WWW-Authenticate", 'Bearer realm="contextsvc"')])
+        return [body]
+
+    return wsgi
 
 
 def _with_health(app, health: Callable[[str], bool]):
@@ -98,10 +156,12 @@ class Metrics(_Endpoint):
         self.breakpoints = Counter("contextsvc_cache_breakpoints", "Cache breakpoints placed, by provider.",
                                    ["provider"], registry=r)
         self.prefix_breaks = Counter("contextsvc_prefix_breaks",
-                                     "Assembles whose body does not start with the session's previous "
-                                     "request (its cache_state passed back), by provider, the segment "
-                                     "of the first changed element and the cause.",
+                                     "Changes of the cached prefix since the body last sent (its "
+                                     "cache_state passed back), once per such state however often a "
+                                     "step assembles again, by provider, the segment of the first "
+                                     "changed element and the cause.",
                                      ["provider", "segment", "cause"], registry=r)
+        self._broken_states = _CountedStates()
         self.payload_guard = Counter("contextsvc_payload_guard_trips",
                                      "Assembles over REQUEST_PRUNE_BYTES, by outcome: under (the guard "
                                      "got them under) or still-over.",
@@ -128,12 +188,12 @@ class Metrics(_Endpoint):
             self.retention.observe(retention.ratio)
 
     def record_assemble(self, provider: str, breakpoints: int, report, tripped: bool,
-                        still_over: bool) -> None:
-        """report: the assemble.Report, None when the caller passed no previous cache state.
-        Labels come from fixed vocabularies: segment tools/system/messages, cause
-        compaction/prune/other (an append only is no break)."""
+                        still_over: bool, previous_state: bytes) -> None:
+        """report: the assemble.Report, None when the caller passed no previous cache state
+        (previous_state, the state compared against). Labels come from fixed vocabularies:
+        segment tools/system/messages, cause compaction/prune/other (an append only is no break)."""
         self.breakpoints.labels(provider).inc(breakpoints)
-        if report is not None and report.broken:
+        if report is not None and report.broken and self._broken_states.first(previous_state):
             self.prefix_breaks.labels(provider, report.segment, report.cause).inc()
         if tripped:
             self.payload_guard.labels("still-over" if still_over else "under").inc()

@@ -21,8 +21,7 @@ import tempfile
 import threading
 import time
 
-from . import native
-from .app import SERVICE_NAME
+from .app import SERVICE_NAME, start_line
 from .config import Config
 from .metrics import CollectedMetrics
 from .signals import stop_on_signals, wait_for_stop
@@ -93,7 +92,7 @@ class _Slot:
 class Supervisor:
     def __init__(self, cfg: Config, config_path: str | None, metrics_enabled: bool = True):
         # what the serving processes will read: a bad token file or certificate fails here, once
-        bearer_token(cfg.server)
+        self._token = bearer_token(cfg.server)
         server_credentials(cfg.server)
         self.cfg = cfg
         self.config_path = config_path
@@ -125,15 +124,15 @@ class Supervisor:
             for slot in self._slots:
                 self._await_ready(slot)
             if self._metrics is not None:
-                self.metrics_port = self._metrics.serve(s.host, s.metrics_port, health=self.serving)
+                self.metrics_port = self._metrics.serve(s.metrics_bind, s.metrics_port, health=self.serving,
+                                                        token=self._token if s.metrics_auth else "")
         except BaseException:
             self._terminate_all(grace=5.0)
             self._release()
             raise
         threading.Thread(target=self._watch, name="supervisor", daemon=True).start()
-        metrics = f"http://{s.address(self.metrics_port)}/metrics" if self._metrics else "off"
-        log.info("contextsvc serving gRPC on %s, metrics %s, hot path %s, %d processes",
-                 s.address(self.port), metrics, native.IMPLEMENTATION, self.count)
+        log.info("%s, %d processes", start_line(self.cfg, self.port, self.metrics_port, self._token),
+                 self.count)
         return self
 
     def _command(self) -> list[str]:

@@ -44,10 +44,13 @@ def family_prompt(model: m.Model, prompt_dir: str) -> str:
 
 
 def env_block(model: m.Model, env: m.EnvInfo) -> str:
-    """Static facts only: anything that changes within a session belongs to the tail."""
-    lines = [
+    """Static facts only: anything that changes within a session belongs to the tail. The two
+    lines naming the model come first unless env.facts_only."""
+    lines = [] if env.facts_only else [
         f"You are powered by the model named {model.id}.",
         "Here is some useful information about the environment you are running in:",
+    ]
+    lines += [
         "<env>",
         f"  Working directory: {env.working_directory}",
         f"  Is directory a git repo: {'yes' if env.is_git_repo else 'no'}",

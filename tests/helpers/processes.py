@@ -11,13 +11,14 @@ import time
 from pathlib import Path
 
 
-STARTED = re.compile(r"serving gRPC on 127\.0\.0\.1:(\d+), metrics http://127\.0\.0\.1:(\d+)/metrics, hot path (\w+)")
+STARTED = re.compile(r"serving gRPC on 127\.0\.0\.1:(\d+) \([^)]*\), metrics http://127\.0\.0\.1:(\d+)/metrics "
+                     r"\([^)]*\), hot path (\w+)")
 BOUNDED_GRACE = "shutdown_grace_seconds = 20.0"
 
 
-def launch(*args, server_toml=BOUNDED_GRACE, config_text="", tmp_path=None, env=None):
-    """(process, gRPC port, metrics port, hot path) once the server says it is up; args go to
-    `serve`. The config file (in tmp_path, else a new temporary directory) holds server_toml as
+def launch(*args, server_toml=BOUNDED_GRACE, config_text="", tmp_path=None, env=None, start_line=STARTED):
+    """(process, gRPC port, metrics port, hot path) once the server says it is up (start_line,
+    its groups in that order); args go to `serve`. The config file (in tmp_path, else a new temporary directory) holds server_toml as
     its [server] section (by default only a 20 s grace, so that a call stuck at exit holds a
     test for less than the default), the store in that directory, then config_text.
     proc.log holds every line the server writes to stderr."""
@@ -27,7 +28,7 @@ def launch(*args, server_toml=BOUNDED_GRACE, config_text="", tmp_path=None, env=
     path.write_text(f'[server]\n{server_toml}\n[truncation]\ndirectory = "{config_dir / "store"}"\n{config_text}')
     cmd += ["--config", str(path)]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
-    match = started(proc, STARTED)
+    match = started(proc, start_line)
     return proc, int(match.group(1)), int(match.group(2)), match.group(3)
 
 

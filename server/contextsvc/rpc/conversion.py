@@ -291,7 +291,8 @@ def system(s) -> m.SystemPrompt:
     env = None
     if s.HasField("env"):
         e = s.env
-        env = m.EnvInfo(e.working_directory, e.is_git_repo, e.platform, e.date, e.config_dir, e.shell)
+        env = m.EnvInfo(e.working_directory, e.is_git_repo, e.platform, e.date, e.config_dir, e.shell,
+                        e.facts_only)
     return m.SystemPrompt(
         soul=s.soul,
         agent_prompt=s.agent_prompt,
@@ -408,6 +409,9 @@ def truncate_input(request) -> str:
             raise BadInput(name, "must not be negative (0 means the configured default)")
     if request.direction not in _DIRECTIONS:
         raise BadInput("direction", f"unknown value {request.direction}")
+    if request.hint and truncation.OUTPUT_ID not in request.hint:
+        raise BadInput("hint", f"must hold {truncation.OUTPUT_ID}, where the stored output's id goes "
+                               "(or be empty for the configured hint)")
     return _DIRECTIONS[request.direction]
 
 

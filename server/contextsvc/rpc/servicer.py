@@ -73,7 +73,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
             m = r.measurement
             self._metrics.record_measure(inp.model.provider, m.overflow or m.should_compact)
             self._metrics.record_assemble(inp.model.provider, len(r.breakpoints), r.report, r.guard_tripped,
-                                          r.over_payload_limit)
+                                          r.over_payload_limit, inp.previous_cache_state)
         return conversion.assemble_response(r)
 
     def TruncateToolOutput(self, request: pb.TruncateToolOutputRequest, context):
@@ -84,7 +84,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
             max_lines=request.max_lines or settings.max_lines,
             max_bytes=request.max_bytes or settings.max_bytes,
             direction=direction,
-            has_task_tool=request.has_task_tool,
+            hint=request.hint or settings.hint_for(request.has_task_tool),
             store=self._truncation,
             max_read_bytes=self._read_bytes(),
             deadline=_deadline(context),

@@ -11,9 +11,24 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-__all__ = ["TruncationSettings", "default_directory"]
+__all__ = ["TruncationSettings", "default_directory", "OUTPUT_ID"]
 
 _GIB = 1024 * 1024 * 1024
+
+# Stands for the stored output's id in a hint.
+OUTPUT_ID = "{output_id}"
+# The reference's two hints, the id in place of its file path. They name the reference agent's
+# tools (Grep, Read, Task): an agent whose tools have other names sets its own.
+DEFAULT_HINT = (
+    "The tool call succeeded but the output was truncated. Full output saved under id: "
+    f"{OUTPUT_ID}\nUse Grep to search the full content or Read with offset/limit to view "
+    "specific sections."
+)
+DEFAULT_HINT_WITH_TASK_TOOL = (
+    "The tool call succeeded but the output was truncated. Full output saved under id: "
+    f"{OUTPUT_ID}\nUse the Task tool to have explore agent process this output with Grep and "
+    "Read (with offset/limit). Do NOT read the full output yourself - delegate to save context."
+)
 
 
 def default_directory() -> str:
@@ -59,6 +74,10 @@ class TruncationSettings:
     # Every key of the store starts with this; the braces make it a Redis Cluster hash tag, so
     # the keys one script touches share a slot.
     redis_key_prefix: str = "{contextsvc}:tool-output:"
+    # The hint after a truncated preview ("{output_id}" stands for the id), and the one for a
+    # caller with a task tool (TruncateToolOutputRequest.has_task_tool); a request may set its own.
+    hint: str = DEFAULT_HINT
+    hint_with_task_tool: str = DEFAULT_HINT_WITH_TASK_TOOL
     # Half a second: Redis on the same network answers a connect in well under a millisecond,
     # so a longer wait only delays the UNAVAILABLE answer while Redis is down.
     redis_connect_timeout_seconds: float = 0.5
@@ -71,6 +90,10 @@ class TruncationSettings:
             _check(f.name, getattr(self, f.name))
         if self.backend == "redis" and not self.redis_url:
             raise ValueError("truncation setting 'redis_url' is required when backend is 'redis'")
+
+    def hint_for(self, has_task_tool: bool) -> str:
+        """The configured hint template for a caller with or without a task tool."""
+        return self.hint_with_task_tool if has_task_tool else self.hint
 
     @classmethod
     def from_mapping(cls, d: Mapping[str, Any]) -> "TruncationSettings":
@@ -110,6 +133,8 @@ _RULES: dict[str, tuple[tuple[type, ...], float | None, bool]] = {
     "backend": ((str,), None, False),
     "redis_url": ((str,), None, False),
     "redis_key_prefix": ((str,), None, False),
+    "hint": ((str,), None, False),
+    "hint_with_task_tool": ((str,), None, False),
     "redis_connect_timeout_seconds": ((int, float), 0, True),
     "redis_timeout_seconds": ((int, float), 0, True),
 }
@@ -132,6 +157,8 @@ def _check(key: str, value: Any) -> None:
             raise ValueError(f"truncation setting {key!r} must be >= {minimum}, got {value!r}")
     if key == "directory" and (not value or "\0" in value):
         raise ValueError(f"truncation setting {key!r} must be a non-empty path without NUL")
+    if key in ("hint", "hint_with_task_tool") and OUTPUT_ID not in value:
+        raise ValueError(f"truncation setting {key!r} must hold {OUTPUT_ID}, where the id goes")
     if key == "backend" and value not in BACKENDS:
         raise ValueError(f"truncation setting 'backend' must be one of {', '.join(BACKENDS)}, "
                          f"got {value!r}")

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from ..deadline import NO_DEADLINE, Deadline
 from .lines import LineTooLong, first_line_over
+from .settings import OUTPUT_ID
 from .store import Store
 
 __all__ = ["TruncationResult", "truncate_output", "build_hint", "HEAD", "TAIL"]
@@ -54,25 +55,10 @@ class TruncationResult:
     cut_by: str  # "lines" or "bytes" when truncated, "" otherwise
 
 
-def build_hint(output_id: str, has_task_tool: bool) -> str:
-    """The guidance appended to a truncated preview."""
-    where = (
-        "The tool call succeeded, but the output was truncated. "
-        f"The full output is saved under output id {output_id}; "
-        "ReadTruncated reads it by that id, with offset and limit (in lines)."
-    )
-    if has_task_tool:
-        return (
-            where + "\n"
-            "Use the Task tool to have an explore agent process this output: it can search it "
-            "and read just the ranges that matter. Do NOT read the full output yourself; "
-            "delegate it to save context."
-        )
-    return (
-        where + "\n"
-        "Search the full output for what you need, or read specific sections with offset and "
-        "limit, instead of reading all of it."
-    )
+def build_hint(output_id: str, template: str) -> str:
+    """The guidance appended to a truncated preview: template with OUTPUT_ID replaced by the id
+    (replaced, not formatted: a hint may hold braces of its own)."""
+    return template.replace(OUTPUT_ID, output_id)
 
 
 def _check_positive_int(name: str, value: object) -> int:
@@ -107,7 +93,7 @@ def truncate_output(
     max_lines: int,
     max_bytes: int,
     direction: str = HEAD,
-    has_task_tool: bool,
+    hint: str,
     store: Store,
     max_read_bytes: int = 0,
     deadline: Deadline = NO_DEADLINE,
@@ -123,7 +109,8 @@ def truncate_output(
 
         "...N lines truncated...\\n\\n" + hint + "\\n\\n" + preview
 
-    (``bytes`` instead of ``lines`` when the byte limit was what cut). Raises ValueError for a
+    (``bytes`` instead of ``lines`` when the byte limit was what cut), the hint being ``hint``
+    with OUTPUT_ID replaced by the id. Raises ValueError for a hint without OUTPUT_ID, a
     non-positive limit, an unknown direction or a text that is not valid Unicode (lone
     surrogates); errors of ``store.put`` (for example `StoreUnavailable`) propagate.
 
@@ -138,6 +125,8 @@ def truncate_output(
     _check_positive_int("max_bytes", max_bytes)
     if direction not in (HEAD, TAIL):
         raise ValueError(f"direction must be 'head' or 'tail', got {direction!r}")
+    if OUTPUT_ID not in hint:
+        raise ValueError(f"hint must hold {OUTPUT_ID}, where the id goes")
     if not isinstance(text, str):
         raise ValueError(f"text must be a str, got {type(text).__name__}")
 
@@ -165,7 +154,7 @@ def truncate_output(
             raise LineTooLong(over[0], over[1], max_read_bytes, "output (nothing was stored)")
     deadline.check("TruncateToolOutput, before storing the output")
     output_id = store.put(data)
-    hint = build_hint(output_id, has_task_tool)
+    hint = build_hint(output_id, hint)
     count = removed_lines if cut_by == "lines" else removed_bytes
     marker = f"...{count} {cut_by} truncated..."
     if direction == HEAD:
