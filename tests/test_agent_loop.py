@@ -1,7 +1,8 @@
 """End to end: scripted agent sessions against a real server and a window-enforcing fake provider.
 
 The Python loop (tests/agent_loop/loop.py) runs on 3 providers x 2 windows, the Node loop
-(clients/node/agent_loop.js) on one provider per window; the sessions are shorter than the
+(clients/node/agent_loop.js) on one provider per window, the TypeScript loop
+(clients/typescript/src/agentLoop.ts) on one 32K session; the sessions are shorter than the
 bench's (bench/agent_loop.py runs the full 60-step matrix) so this file stays well under two
 minutes on two cores. Each session must finish with: no request refused by the provider (it
 counts with cl100k, not with the service's estimate), every compaction under the limit,
@@ -27,6 +28,7 @@ import pytest
 
 from agent_loop import loop, session
 from agent_loop.fake_provider import FakeProvider
+from helpers import typescript
 from helpers.server import start_server
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
 
@@ -95,6 +97,19 @@ def test_node_agent_loop(rig, tmp_path, provider, window):
     first = len(fp.log)
     out = subprocess.run([node, "agent_loop.js", str(path), address, fp.url(provider, window), provider, str(window)],
                          cwd=NODE_CLIENT, capture_output=True, text=True, timeout=300, env={"PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    _check(json.loads(out.stdout), fp, first, window)
+
+
+def test_typescript_agent_loop(rig, tmp_path):
+    provider, window = "openai", 32_000
+    node = typescript.build()
+    address, _stub, fp = rig
+    path = session.write(_script(provider, window), tmp_path / "script.json")
+    first = len(fp.log)
+    out = subprocess.run([node, "dist/src/agentLoop.js", str(path), address, fp.url(provider, window), provider,
+                          str(window)], cwd=typescript.CLIENT, capture_output=True, text=True, timeout=300,
+                         env=typescript.ENV)
     assert out.returncode == 0, out.stderr
     _check(json.loads(out.stdout), fp, first, window)
 
