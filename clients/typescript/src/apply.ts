@@ -36,6 +36,20 @@ function mark(messages: Message[], partIds: readonly string[], stamp: number, fi
   return out;
 }
 
+function replaceOutput(messages: Message[], partId: string, output: string, field: string): Message[] {
+  const at = messages.findIndex((msg) => msg.parts.some((p) => p.id === partId));
+  if (at < 0) throw new Error(`${field}: no tool part '${partId}'`);
+  const msg = messages[at];
+  const parts = msg.parts.map((p) => {
+    if (p.id !== partId) return p;
+    if (!p.tool) throw new Error(`${field}: '${partId}' is not a tool part`);
+    return { ...p, tool: { ...p.tool, state: ToolState.fromPartial({ ...p.tool.state, output }) } };
+  });
+  const out = [...messages];
+  out[at] = { ...msg, parts };
+  return out;
+}
+
 // The conversation after response.edits, applied in order. dropOmittable also leaves out the
 // messages in response.omittableIds. After it, a Measure of the new list (same model, tools,
 // system and compaction settings) has decision.tokens === response.tokensAfter.
@@ -67,6 +81,9 @@ export function applyCompaction(messages: readonly Message[],
     } else if (edit.markCompacted) {
       const { partIds, timeCompactedMs } = edit.markCompacted;
       out = mark(out, partIds, timeCompactedMs, `edits[${n}].markCompacted.partIds`);
+    } else if (edit.replaceOutput) {
+      const { partId, output } = edit.replaceOutput;
+      out = replaceOutput(out, partId, output, `edits[${n}].replaceOutput.partId`);
     } else {
       throw new Error(`edits[${n}]: no edit set (a newer proto than this helper?)`);
     }
@@ -108,6 +125,15 @@ export function applyPersist(messages: readonly Message[], response: Pick<Assemb
     out[at] = { ...msg, parts };
   });
   return out;
+}
+
+// Everything an Assemble asks the client to store before it sends the body: the persist parts
+// (applyPersist) and the tool parts the payload guard marked compacted in the body
+// (prunedPartIds, at nowMs). Storing both keeps the next body's history as this one sent it.
+export function applyAssemble(messages: readonly Message[],
+  response: Pick<AssembleResponse, "persist" | "prunedPartIds">, nowMs: number = Date.now()): Message[] {
+  const out = applyPersist(messages, response);
+  return response.prunedPartIds.length ? mark(out, response.prunedPartIds, nowMs, "prunedPartIds") : out;
 }
 
 // The request's name of the tool a model's call names wireName (as the AssembleResponse's body

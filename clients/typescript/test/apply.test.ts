@@ -2,7 +2,7 @@
 // Run: npm run build && npm test
 import test from "node:test";
 import assert from "node:assert/strict";
-import { applyCompaction, applyPersist, applyPrune, clientToolName } from "../src/apply";
+import { applyAssemble, applyCompaction, applyPersist, applyPrune, clientToolName } from "../src/apply";
 import {
   AssembleResponse, CompactEdit, CompactResponse, DeepPartial, Message, Part, PruneResponse, Role, ToolStatus,
 } from "../src/gen/contextsvc/v1/context";
@@ -118,4 +118,26 @@ test("clientToolName turns a mapped name back and keeps any other", () => {
   assert.equal(clientToolName(a, "read"), "read");
   assert.equal(clientToolName(a, "constructor"), "constructor", "not a property of Object.prototype");
   assert.equal(clientToolName(AssembleResponse.fromPartial({}), "read"), "read");
+});
+
+test("replaceOutput stores the kept tail's cut output on a copy, and checks the part", () => {
+  const before = history();
+  const after = applyCompaction(before, compacted([{ replaceOutput: { partId: "t3", output: "cut" } }]));
+  assert.equal(after[3].parts[0].tool!.state!.output, "cut");
+  assert.equal(before[3].parts[0].tool!.state!.output, "z", "the caller's message is untouched");
+  assert.throws(() => applyCompaction(before, compacted([{ replaceOutput: { partId: "p1", output: "x" } }])),
+    /replaceOutput.partId: 'p1' is not a tool part/);
+  assert.throws(() => applyCompaction(before, compacted([{ replaceOutput: { partId: "nope", output: "x" } }])),
+    /replaceOutput.partId: no tool part 'nope'/);
+});
+
+test("applyAssemble stores the persist parts and the payload guard's prune", () => {
+  const before = history();
+  const r = AssembleResponse.fromPartial({ persist: [{ messageId: "u1", part: text("u1~environment", "\n\nblock") }],
+    prunedPartIds: ["t1"] });
+  const after = applyAssemble(before, r, 77);
+  assert.equal(after[0].parts.at(-1)!.text!.text, "\n\nblock");
+  assert.equal(stamp(after, 1, 0), 77);
+  assert.equal(stamp(before, 1, 0), 0, "the caller's message is untouched");
+  assert.throws(() => applyAssemble(before, AssembleResponse.fromPartial({ prunedPartIds: ["nope"] })), /prunedPartIds/);
 });
