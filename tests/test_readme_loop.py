@@ -1,12 +1,14 @@
-"""The README's agent loop in Python, run as it is written: the code block is taken from README.md
-and executed against a real server and a window-enforcing provider (tests/agent_loop's fake,
-which counts with cl100k and judges each body with the provider's own library). A 32K session
-of scripted steps: the provider never refuses a body, the loop prunes and compacts as it says,
-and each step's answer is stored as the README's caller would."""
+"""The README's agent loops, in Python and in Node, run as they are written: each code block is
+taken from README.md and executed against a real server and a window-enforcing provider
+(tests/agent_loop's fake, which counts with cl100k and judges each body with the provider's own
+library). A 32K session of scripted steps: the provider never refuses a body, the loop prunes and
+compacts as it says, and each step's answer is stored as the README's caller would."""
 from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 import types
 import urllib.error
 import urllib.request
@@ -91,4 +93,73 @@ def test_the_readme_python_loop_runs_a_32k_session(provider):
             assert calls["Prune"] and calls["Compact"], calls  # the session needed both
     finally:
         channel.close()
+        server.stop(grace=1)
+
+
+NODE_CLIENT = Path(__file__).resolve().parent.parent / "clients" / "node"
+
+# Runs the README's `step` over a scripted session; prints {"calls": {...}} when done.
+NODE_HARNESS = """
+const fs = require("node:fs");
+const { Session, userMessage, SYSTEM } = require(%(client)s + "/agent_loop.js");
+class TurnOver extends Error {}
+const URL_ = process.argv[3];
+async function postToProvider(body) {
+  const r = await fetch(URL_, { method: "POST", headers: { "Content-Type": "application/json" }, body });
+  const out = await r.json();
+  return { status: r.status, out, toolCalls: [], tooLong: r.status !== 200 && JSON.stringify(out).includes("too long") };
+}
+%(step)s
+(async () => {
+  const [scriptPath, url, address] = process.argv.slice(2);
+  const script = JSON.parse(fs.readFileSync(scriptPath, "utf8"));
+  const raw = connect(address);
+  const calls = { Prune: 0, Compact: 0 };
+  const client = { ...raw };
+  for (const name of Object.keys(calls)) client[name] = (req, ms) => { calls[name] += 1; return raw[name](req, ms); };
+  const store = new Session(raw, url, "anthropic", 32000);
+  store.sessionId = script.session_id;
+  let messages = [], attempts = 0, state = Buffer.alloc(0);
+  for (const spec of script.steps) {
+    if (spec.user) { messages.push(userMessage(spec.user)); attempts = 0; }
+    const editor = { current_time: "2026-01-05T10:00:00+00:00", working_directory: "/work/app" };
+    const r = await step(client, messages, { model: store.model, tools: script.tools, system: SYSTEM, editor, attempts, state });
+    if (r.answer.status !== 200) throw new Error(JSON.stringify(r.answer.out));
+    ({ messages, attempts, state } = r);
+    store.messages = messages;
+    await store.storeAnswer(spec, r.answer.out.usage.input_tokens);
+    messages = store.messages;
+  }
+  raw.close();
+  console.log(JSON.stringify({ calls }));
+})().catch((e) => { console.error(e); process.exit(1); });
+"""
+
+
+def readme_node_step() -> str:
+    """The README's Node loop, its requires pointed at clients/node."""
+    block = re.search(r"```js\n(const \{ connect \} = require\(\"./client\"\);.*?)```", README.read_text(), re.S)
+    assert block, "README.md has the Node agent loop"
+    return (block.group(1).replace('require("./client")', f"require({json.dumps(str(NODE_CLIENT / 'client.js'))})")
+            .replace('require("./apply")', f"require({json.dumps(str(NODE_CLIENT / 'apply.js'))})"))
+
+
+def test_the_readme_node_loop_runs_a_32k_session(tmp_path):
+    node = shutil.which("node")
+    assert node, "node not installed: run .ci/deps (the README's test command does)"
+    harness = tmp_path / "readme_loop.js"
+    harness.write_text(NODE_HARNESS % {"client": json.dumps(str(NODE_CLIENT)), "step": readme_node_step()})
+    server = start_server()
+    try:
+        with FakeProvider() as fp:
+            url = fp.url("anthropic", 32_000)
+            path = session.write(session.generate(8, steps=24, big_every=3), tmp_path / "script.json")
+            out = subprocess.run([node, str(harness), str(path), url, f"127.0.0.1:{server.port}"], cwd=NODE_CLIENT,
+                                 capture_output=True, text=True, timeout=300, env={"PATH": "/usr/bin:/bin"})
+            assert out.returncode == 0, out.stderr
+            calls = json.loads(out.stdout.strip().splitlines()[-1])["calls"]
+            refused = [e for e in fp.log if e.refused]
+            assert not refused, refused[:3]
+            assert calls["Prune"] and calls["Compact"], calls  # the session needed both
+    finally:
         server.stop(grace=1)

@@ -321,4 +321,4 @@ if (require.main === module) {
   });
 }
 
-module.exports = { Session, unpairedToolCalls };
+module.exports = { Session, unpairedToolCalls, userMessage, SYSTEM };
