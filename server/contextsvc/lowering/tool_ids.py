@@ -61,8 +61,21 @@ def name_map(fmt, names) -> dict:
     return {wire: name for wire, name in written if wire != name}
 
 
-@lru_cache(maxsize=8192)
+# ids and names up to this long are cached (a session repeats them every step); a longer one is
+# written afresh each time, so the cache's memory stays bounded whatever a client sends
+_CACHED_LEN = 256
+
+
 def _wire_id(rule: IdRule, call_id: str) -> str:
+    return _cached_wire_id(rule, call_id) if len(call_id) <= _CACHED_LEN else _write(rule, call_id)
+
+
+@lru_cache(maxsize=8192)
+def _cached_wire_id(rule: IdRule, call_id: str) -> str:
+    return _write(rule, call_id)
+
+
+def _write(rule: IdRule, call_id: str) -> str:
     if (len(call_id) <= rule.max_len and rule.valid.fullmatch(call_id)
             and (rule.lead is None or rule.lead.match(call_id))):
         return call_id
