@@ -134,6 +134,11 @@ def test_acknowledgements_are_not_goals_constraints_or_steps():
     assert s["goal"] == ["Add a timeout to `fetch` in src/net.py"]
     assert s["constraints"] == [] and s["next_steps"] == []
     assert s["in_progress"][0] == "Working on: Add a timeout to `fetch` in src/net.py"
+    # a short aside naming nothing is the work asked for now, not the session's goal
+    s = template.parse(offline.summarize(msgs + [_user("k9", "fix the lint too"),
+                                                 _assistant("b9", _bash("ruff check src"))]))
+    assert s["goal"] == ["Add a timeout to `fetch` in src/net.py"]
+    assert s["in_progress"][0] == "Working on: fix the lint too"
 
 
 def test_retention_reports_superseded_items_still_current_and_empty_sections():

@@ -105,6 +105,7 @@ DONE_SAID = re.compile(
     r"|^(?:I(?:'ve| have)?\s+)?(?!(?:need|feed|speed|seed|embed)\b)[A-Za-z]+ed\b", re.IGNORECASE)
 NOT_YET = re.compile(r"\b(?:I'll|I will|will|going to|let me|let's|need to|still|not yet|next|"
                      r"haven'?t|hasn'?t|isn'?t|TODO)\b", re.IGNORECASE)
+SHORT_ASIDE = 6  # words: a user message this short that names nothing is no goal
 WORKING = "Working on: "  # In Progress: the request being worked on
 LAST_STEP = "Last step: "  # In Progress: the last step taken
 
@@ -357,7 +358,10 @@ def _facts(msg: m.Message, limits: OfflineLimits) -> tuple:
             if asks or not all(CONSTRAINT.search(s) or sup.REVERSAL.search(s) for s in sentences):
                 # the request's first sentence; a message that only sets a constraint is none
                 first = next(line.strip() for line in text.splitlines() if line.strip())
-                out.append(("goal", _clip(_sentences(first)[0], limits), tuple(_clip(a, limits) for a in asks)))
+                # a short aside naming nothing ("fix the lint too") is an ask, not the session's goal
+                aside = len(text.split()) <= SHORT_ASIDE and not _keys(text)
+                out.append(("goal", "" if aside else _clip(_sentences(first)[0], limits),
+                            tuple(_clip(a, limits) for a in asks)))
             for s in sentences:
                 if sup.REVERSAL.search(s):  # the person changed the plan: a decision, and it supersedes
                     out.append(("reversal", _clip(s, limits)))
@@ -550,7 +554,8 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
             elif kind == "announced":
                 asks.add(fact[1])
             elif kind == "goal":
-                goals.append(fact[1])
+                if fact[1]:
+                    goals.append(fact[1])
                 last_user_answered = False
                 asks.ask(list(fact[2]))
             elif kind == "succeeded":
