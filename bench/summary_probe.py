@@ -26,7 +26,10 @@ compaction is in the last column):
 and the precision of ## Next Steps: the share of its bullets that are asks still open (or the one
 in progress).
 
-Usage: python bench/summary_probe.py [--sessions 20] [--rounds 5] [--seed 0]
+The drift benchmark (bench/summary_drift.py: seven compactions of sessions that supersede what
+they said earlier) runs with --drift.
+
+Usage: python bench/summary_probe.py [--sessions 20] [--rounds 5] [--seed 0] [--drift]
 """
 from __future__ import annotations
 
@@ -36,6 +39,8 @@ from dataclasses import dataclass, field
 
 from contextsvc import config, conversation as m
 from contextsvc.compact import run as cmod, edits as ed, template
+
+import summary_drift
 
 CATEGORIES = ("goal", "constraints", "files", "commands", "errors", "decisions", "in_progress",
               "next_steps", "done_kept_out")
@@ -272,7 +277,13 @@ def main(argv=None) -> None:
     ap.add_argument("--sessions", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--drift", action="store_true", help="the drift benchmark (seven compactions by default)")
     a = ap.parse_args(argv)
+    if a.drift:
+        rounds = max(a.rounds, 7)
+        print(f"offline summarizer, drift, {a.sessions} sessions, after compaction cN")
+        print(summary_drift.table(summary_drift.run(a.sessions, rounds, a.seed)))
+        return
     result = run(a.sessions, a.rounds, a.seed)
     print(f"offline summarizer, {a.sessions} sessions, recall after compaction cN "
           f"(c{a.rounds} = what survives the last)")

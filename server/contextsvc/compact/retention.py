@@ -1,8 +1,13 @@
-"""How much of what must survive verbatim did survive: items of the head found in the summary.
+"""How right a summary is: the head's verbatim items found in it, the items the history superseded
+that it still states as current, and the sections it leaves empty although the history had
+material for them (docs/design.md §5, "Retention").
 
-Items are file paths, shell commands, error strings and identifiers (CamelCase names, names with
-underscores, dotted names) from what the person and the assistant wrote and from tool inputs
-and errors. Tool outputs are not mined: they are bulk the summary is meant to drop.
+Verbatim items are file paths, shell commands, error lines (a failure's exception line, first
+frame, linter and test lines), identifiers (CamelCase names, names with underscores, dotted
+names) from what the person and the assistant wrote, from tool inputs (an edit's new names too)
+and from tool errors. Tool outputs are not mined: they are bulk the summary is meant to drop.
+What is superseded and what is material is what the offline summarizer recognizes
+(summarizers/supersede.py), so the figures are as good as those rules.
 """
 from __future__ import annotations
 
@@ -10,7 +15,11 @@ from dataclasses import dataclass
 
 from .. import conversation as m
 from ..memo import each
-from .summarizers import offline
+from . import template
+from .summarizers import offline, supersede
+
+# Sections a rolling summary keeps once they have material: what the history told stays true.
+LASTING = ("goal", "constraints", "done", "decisions", "critical", "files")
 
 
 @dataclass(slots=True)
@@ -19,6 +28,8 @@ class Retention:
     retained: int = 0
     ratio: float = 1.0  # retained / items, 1 when there are none
     missing: tuple = ()  # the items not found (for logs and tests)
+    superseded_current: tuple = ()  # superseded items the summary still states as current
+    empty_sections: tuple = ()  # section keys left empty while the history had material for them
 
 
 def _items(msg: m.Message) -> tuple:
@@ -33,10 +44,13 @@ def _items(msg: m.Message) -> tuple:
             prose.extend(offline.identifiers(c.text))
         elif isinstance(c, m.Tool):
             tools.extend(offline._paths(c.input))
-            if offline._kind(c.tool) == "shell":
+            kind = offline._kind(c.tool)
+            if kind == "shell":
                 tools.append(offline._command(c.input))
+            elif kind == "edit":
+                tools.extend(offline.edit_identifiers(c.input))
             if c.status == m.ERROR and c.error:
-                errors.append(offline._first_error_line(c.error))
+                errors.extend(supersede.error_lines(c.error) or [supersede.headline(c.error)])
     return tuple(tools), tuple(errors), tuple(prose)
 
 
@@ -59,3 +73,29 @@ def measure(items: list, summary: str) -> Retention:
     n = len(items)
     kept = n - len(missing)
     return Retention(n, kept, kept / n if n else 1.0, missing)
+
+
+def judge(messages: list, previous: str, summary: str) -> tuple:
+    """(superseded items stated as current, empty sections with material) of a summary of these
+    messages rolled on from previous (the previous summary's text, "" when none)."""
+    before = template.parse(previous) if previous else {}
+    material, stale = offline.extract_with_stale(messages, offline.DEFAULT_LIMITS, before)
+    sections = template.parse(summary)
+    current = tuple(dict.fromkeys(s.probe for s in stale for k in s.sections
+                                  if any(offline._stale_in(x, [s], k) for x in sections[k])))
+    material = offline.drop_stale(material, stale)
+    had = {k for k in LASTING if material[k] or before.get(k)}
+    if material["blocked"]:
+        had.add("blocked")
+    if offline._under_way(messages):
+        had.add("in_progress")
+    empty = tuple(k for k in template.KEYS if k in had and not sections[k])
+    return current, empty
+
+
+def report(messages: list, previous: str, summary: str, memo=None) -> Retention:
+    """The retention of a summary: verbatim items kept, superseded items still current, empty
+    sections with material."""
+    out = measure(extract(messages, memo), summary)
+    out.superseded_current, out.empty_sections = judge(messages, previous, summary)
+    return out

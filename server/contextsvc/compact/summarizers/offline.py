@@ -7,7 +7,9 @@ being worked on and the last step taken; Next Steps lists what the person asked 
 announced) that no later step has done (see _Asks). Everything it copies is copied verbatim.
 Given a previous summary it updates that document (rolling update): previous bullets and new ones
 are merged, duplicates dropped, each section bounded, oldest first out; the previous Next Steps
-and request in progress are carried through the new messages, so a step done later ticks them off.
+and request in progress are carried through the new messages, so a step done later ticks them off,
+and what the new messages supersede (supersede.py: a blocker resolved, a decision reversed, a
+constraint replaced, a file renamed or deleted) leaves the sections that state what is current.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from ... import conversation as m
 from ...config import SummarizerConfig
 from ...memo import each
 from .. import template
+from . import supersede as sup
 
 NAME = "offline"
 
@@ -91,13 +94,18 @@ ASK_START = re.compile(rf"^(?:{_VERB})\b", re.IGNORECASE)
 CLAUSE_SPLIT = re.compile(  # "... , and then add Y", "...; fix Z", "two more things: add X"
     rf"(?:,?\s+(?:and\s+then|and\s+also|and|then|also|plus)\s+|;\s+|:\s+)"
     rf"(?=(?:please\s+)?(?:{_VERB})\b)", re.IGNORECASE)
+VAGUE_OBJECT = re.compile(  # "fix it", "do that too": nothing to tick off, not a step
+    rf"^(?:{_VERB})\s+(?:it|this|that|them|these|those|everything|all|the rest)(?:\s+(?:too|now|again|up|please))*$",
+    re.IGNORECASE)
 LIST_ITEM = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)]|\(?[a-z][.)])\s+(.+)$")
 DONE_SAID = re.compile(
     r"\b(?:done|finished|completed|added|fixed|updated|renamed|removed|deleted|implemented|wrote|"
-    r"written|created|changed|moved|replaced|bumped|documented|refactored|migrated|merged|resolved)\b",
-    re.IGNORECASE)
+    r"written|created|changed|moved|replaced|bumped|documented|refactored|migrated|merged|resolved|"
+    r"installed|cleaned|tidied|configured|passes|passing|works now|gone)\b"
+    r"|^(?:I(?:'ve| have)?\s+)?(?!(?:need|feed|speed|seed|embed)\b)[A-Za-z]+ed\b", re.IGNORECASE)
 NOT_YET = re.compile(r"\b(?:I'll|I will|will|going to|let me|let's|need to|still|not yet|next|"
                      r"haven'?t|hasn'?t|isn'?t|TODO)\b", re.IGNORECASE)
+SHORT_ASIDE = 6  # words: a user message this short that names nothing is no goal
 WORKING = "Working on: "  # In Progress: the request being worked on
 LAST_STEP = "Last step: "  # In Progress: the last step taken
 
@@ -177,12 +185,24 @@ def _kind(tool: str) -> str:
     return "other"
 
 
-def _first_error_line(text: str) -> str:
-    for line in text.splitlines():
-        if ERROR_LINE.search(line):
-            return line.strip()
-    first = text.strip().splitlines()
-    return first[0].strip() if first else ""
+EDIT_TEXT_KEYS = ("new_string", "new_str", "new", "content", "contents", "text", "replacement",
+                  "patch", "diff", "code", "insert_text", "file_text")
+OLD_TEXT_KEYS = ("old_string", "old_str", "old")
+DEFINITION = re.compile(r"\b(?:def|class|function|func|fn|const|let|var|type|interface|struct|enum)\s+"
+                        r"([A-Za-z_]\w*)")
+MAX_EDIT_NAMES = 8
+
+
+def edit_identifiers(inp) -> list:
+    """The names an edit writes that were not there before: its definitions, then the
+    identifiers of its new text absent from its old text (at most MAX_EDIT_NAMES)."""
+    if not isinstance(inp, dict):
+        return []
+    new = "\n".join(s for k in EDIT_TEXT_KEYS for s in _strings(inp.get(k)))
+    old = "\n".join(s for k in OLD_TEXT_KEYS for s in _strings(inp.get(k)))
+    before = set(identifiers(old)) | set(DEFINITION.findall(old))
+    found = [x for x in [*DEFINITION.findall(new), *identifiers(new)] if x not in before and len(x) >= 3]
+    return list(dict.fromkeys(found))[:MAX_EDIT_NAMES]
 
 
 CODE_SPAN = re.compile(r"`([^`\n]+)`")
@@ -206,7 +226,8 @@ def asks_in(text: str) -> list:
     for item in items:
         for clause in CLAUSE_SPLIT.split(item):
             clause = ASK_LEAD.sub("", clause.strip()).strip().rstrip(".;:,!?")
-            if ASK_START.match(clause) and not clause.lower().startswith("make sure"):
+            if ASK_START.match(clause) and not clause.lower().startswith(("make sure", "change of plan")) \
+                    and not VAGUE_OBJECT.match(clause):
                 out.append(clause)
     return out
 
@@ -275,11 +296,20 @@ class _Asks:
         else:
             self.step(sentence, keys)
 
+    def done_by(self, evidence: str) -> None:
+        """Asks with nothing to tie them (no path, identifier or code span) that evidence (a
+        sentence saying something is done, a blocker resolved) is about are done."""
+        for a, keys in self.keys.items():
+            if not keys and a not in self.done and sup.done_by(a, evidence):
+                self.done.add(a)
+
     def working_on(self) -> str:
+        if self.steps_after_latest and not self.named_after_latest:  # working, on the first, surely
+            first = next((a for a in self.latest if a not in self.done), "")
+            if first:  # an ask from before the latest request was left for it
+                return first
         if self.current and self.current not in self.done:
             return self.current
-        if self.steps_after_latest and not self.named_after_latest:  # working, on the first, surely
-            return next((a for a in self.latest if a not in self.done), "")
         return ""
 
     def open(self) -> list:
@@ -313,8 +343,8 @@ def _text_of(msg: m.Message, *, synthetic: bool) -> str:
 def _facts(msg: m.Message, limits: OfflineLimits) -> tuple:
     """What extract draws from one message, in the order it uses it: a tuple of steps
     (kind, *args) that only this message and the limits decide; extract replays them through
-    its state (asks, files, failed calls), so the same message gives the same steps on every
-    compaction and they can be kept (memo.py)."""
+    its state (asks, files, failed calls, what is stale), so the same message gives the same
+    steps on every compaction and they can be kept (memo.py)."""
     out = []
     own_text = _text_of(msg, synthetic=False) if msg.role in (m.USER, m.ASSISTANT) else ""
     if msg.role in (m.USER, m.ASSISTANT) and not msg.summary:
@@ -322,12 +352,22 @@ def _facts(msg: m.Message, limits: OfflineLimits) -> tuple:
         out.append(("identifiers", tuple(found), tuple(bool(PATH.fullmatch(x)) for x in found)))
     if msg.role == m.USER:
         text = own_text
-        if text.strip():
-            first = next(line.strip() for line in text.splitlines() if line.strip())
-            out.append(("goal", _clip(first, limits), tuple(_clip(a, limits) for a in asks_in(text))))
-            for s in _sentences(text):
+        if text.strip() and not sup.is_ack(text):
+            sentences = _sentences(text)
+            asks = asks_in(text)
+            if asks or not all(CONSTRAINT.search(s) or sup.REVERSAL.search(s) for s in sentences):
+                # the request's first sentence; a message that only sets a constraint is none
+                first = next(line.strip() for line in text.splitlines() if line.strip())
+                # a short aside naming nothing ("fix the lint too") is an ask, not the session's goal
+                aside = len(text.split()) <= SHORT_ASIDE and not _keys(text)
+                out.append(("goal", "" if aside else _clip(_sentences(first)[0], limits),
+                            tuple(_clip(a, limits) for a in asks)))
+            for s in sentences:
+                if sup.REVERSAL.search(s):  # the person changed the plan: a decision, and it supersedes
+                    out.append(("reversal", _clip(s, limits)))
+                    out.append(("acc", "decisions", _clip(s, limits)))
                 if CONSTRAINT.search(s):
-                    out.append(("acc", "constraints", _clip(s, limits)))
+                    out.append(("constraint", _clip(s, limits)))
             for line in text.splitlines():
                 if ERROR_LINE.search(line):
                     out.append(("acc", "critical", _clip(line, limits)))
@@ -341,12 +381,15 @@ def _facts(msg: m.Message, limits: OfflineLimits) -> tuple:
     if text.strip():
         out.append(("answered",))
     for s in _sentences(text):
+        says_done = bool(DONE_SAID.search(s) and not NOT_YET.search(s))
         if NEXT.search(s) and not DONE_SAID.search(s):
             out.append(("announced", _clip(s, limits)))  # a step the assistant announced: open until done
             continue
         said = _clip(s, limits)
-        out.append(("said", said, tuple(_keys(said)), bool(DONE_SAID.search(said) and not NOT_YET.search(said))))
-        if DECISION.search(s):
+        out.append(("said", said, tuple(_keys(said)), says_done))
+        if DECISION.search(s) or sup.REVERSAL.search(s):
+            if sup.REVERSAL.search(s):
+                out.append(("reversal", said))
             out.append(("acc", "decisions", said))
     for line in text.splitlines():
         if ERROR_LINE.search(line):
@@ -359,25 +402,31 @@ def _facts(msg: m.Message, limits: OfflineLimits) -> tuple:
             continue
         out.append(("answered",))
         kind = _kind(t.tool)
-        key = (t.tool, json.dumps(t.input, sort_keys=True, default=str))
         paths = _paths(t.input)
         role = {"edit": "edited", "read": "read"}.get(kind, t.tool)
         for path in paths:
             out.append(("file", path, role))
         cmd = _command(t.input) if kind == "shell" else ""
+        # a failure is the same call's: the same command, else the same tool and input
+        key = cmd or (t.tool, json.dumps(t.input, sort_keys=True, default=str))
         touched = tuple(set(paths) | {p.rsplit("/", 1)[-1] for p in paths} | (_keys(cmd) if cmd else set()))
         subject = f"`{cmd}`" if cmd else (f"`{t.tool}` on `{paths[0]}`" if paths else f"`{t.tool}`")
+        if kind == "edit":
+            names = edit_identifiers(t.input)
+            out.append(("identifiers", tuple(names), (False,) * len(names)))
         if t.status == m.COMPLETED:
-            out.append(("succeeded", key))
+            out.append(("succeeded", key, subject))
+            moves = sup.moves_in_command(cmd) if cmd else sup.moves_in_tool(t.tool, t.input)
+            for old, new in moves:
+                out.append(("moved", old, new))
             if cmd:
                 ran = _clip(f"Ran `{cmd}`", limits)
-                out.append(("acc", "done", ran))
+                out.append(("ran", cmd) if "`" not in cmd else ("acc", "done", ran))
                 out.append(("step", ran, touched, (), cmd))
-                err = [ln for ln in t.output.splitlines() if ERROR_LINE.search(ln)]
-                for ln in err[:2]:
+                for ln in sup.error_lines(t.output):
                     out.append(("acc", "critical", _clip(ln, limits)))
             elif kind == "edit":
-                out.append(("edited", tuple(paths)))
+                out.append(("edited", tuple(p for p in paths if p not in {o for o, _ in moves})))
                 out.append(("step", _clip(f"Edited {', '.join(f'`{p}`' for p in paths)}", limits), touched,
                             touched, ""))
             else:
@@ -385,9 +434,11 @@ def _facts(msg: m.Message, limits: OfflineLimits) -> tuple:
                 out.append(("step", _clip(f"{verb} {', '.join(f'`{p}`' for p in paths)}".rstrip(), limits),
                             touched, (), ""))
         elif t.status == m.ERROR:
-            bullet = _clip(f"{subject} failed: {_first_error_line(t.error or 'error')}", limits)
+            error = t.error or "error"
+            bullet = _clip(f"{subject} failed: {sup.headline(error)}", limits)
             out.append(("failed", key, bullet))
-            out.append(("acc", "critical", _clip(_first_error_line(t.error or "error"), limits)))
+            for ln in sup.error_lines(error) or [sup.headline(error)]:
+                out.append(("acc", "critical", _clip(ln, limits)))
             out.append(("step", bullet, touched, (), ""))
         else:
             bullet = _clip(f"{subject} was interrupted", limits)
@@ -396,29 +447,92 @@ def _facts(msg: m.Message, limits: OfflineLimits) -> tuple:
     return tuple(out)
 
 
+@dataclass(frozen=True)
+class Stale:
+    """An earlier item the history superseded: probe is the text that, found in one of sections,
+    states it as current (a command under Blocked, a path under Relevant Files, a decision, a
+    constraint or a step verbatim)."""
+    probe: str
+    sections: tuple
+
+
+def _stale_in(item: str, stale: list, key: str) -> bool:
+    return any(key in s.sections and (item == s.probe or _names_path(item, s.probe) if key == "files"
+                                      else s.probe in item) for s in stale)
+
+
+def _names_path(bullet: str, path: str) -> bool:
+    mt = FILE_BULLET.match(bullet)
+    return (mt["path"] if mt else bullet.split(":", 1)[0].strip("` ")) == path
+
+
+def drop_stale(sections: dict, stale: list) -> dict:
+    """sections without the items stale says are superseded (Done and Critical Context keep
+    theirs: they record what happened)."""
+    return {k: [x for x in v if not _stale_in(x, stale, k)] for k, v in sections.items()}
+
+
+BLOCKED_BULLET = re.compile(r"^(?P<subject>`[^`]+`(?: on `[^`]+`)?) failed: ")
+
+
+def _under_way(messages: list) -> bool:
+    """The agent was mid-turn when the history was cut: the last message is the assistant's and
+    ends on a tool call, or a call is still pending or running."""
+    last = next((x for x in reversed(messages) if not x.summary), None)
+    if last is None or last.role != m.ASSISTANT:
+        return False
+    tools = [p.content for p in last.parts if isinstance(p.content, m.Tool)]
+    return bool(tools) and (isinstance(last.parts[-1].content, m.Tool)
+                            or any(t.status in (m.PENDING, m.RUNNING) for t in tools))
+
+
 def extract(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, previous: dict = None,
             memo=None) -> dict:
-    """{section key: [bullet, ...]} extracted from these messages. previous (the parsed previous
-    summary) carries its Next Steps and the request in progress in, for the steps of these
-    messages to tick off. memo (memo.Memo) keeps each message's facts (_facts)."""
+    """{section key: [bullet, ...]} extracted from these messages, what they superseded left out."""
+    sections, stale = extract_with_stale(messages, limits, previous, memo)
+    return drop_stale(sections, stale)
+
+
+def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, previous: dict = None,
+                       memo=None) -> tuple:
+    """({section key: [bullet, ...]}, [Stale, ...]) of these messages. previous (the parsed
+    previous summary) carries its Next Steps and the request in progress in, for the steps of
+    these messages to tick off, and its Blocked, Key Decisions, Constraints and Relevant Files,
+    for these messages to supersede. memo (memo.Memo) keeps each message's facts (_facts)."""
+    previous = previous or {}
     acc = _Acc()
     asks = _Asks()
-    for item in (previous or {}).get("in_progress", []):
+    for item in previous.get("in_progress", []):
         if item.startswith(WORKING):
             asks.add(item[len(WORKING):])
             asks.current = item[len(WORKING):]
         elif item.startswith(LAST_STEP):
             asks.last_step = item[len(LAST_STEP):]
-    for item in (previous or {}).get("next_steps", []):
+    for item in previous.get("next_steps", []):
         asks.add(item)
+    stale = []
     goals = []
     files = {}  # path -> set of roles ("read", "edited", ...) in first-seen order
-    failed = {}  # (tool, input text) -> bullet, removed when the same call later succeeds
+    failed = {}  # command (or tool and input) -> bullet, removed when the same call later succeeds
+    carried = set()  # failures of the previous summary: merge keeps their bullets unless resolved
+    for item in previous.get("blocked", []):
+        mt = BLOCKED_BULLET.match(item)
+        if mt and mt["subject"].count("`") == 2:
+            failed[mt["subject"][1:-1]] = item
+            carried.add(mt["subject"][1:-1])
+    constraints = list(previous.get("constraints", []))
+    decisions = list(previous.get("decisions", []))
     last_user_answered = True
     mentioned, names = [], []  # paths and identifiers in prose
     edited = []  # paths a completed edit wrote, packed into few Done bullets
+    ran = []  # commands that completed, packed likewise
     settings = (limits.max_items, limits.max_goals, limits.max_item_chars)
     facts = lambda x: _facts(x, limits)  # noqa: E731
+
+    def supersede(old: str, key: str, new: str) -> None:
+        stale.append(Stale(old, (key,)))
+        acc.add("done", _clip(f"Superseded: {old} (now: {new})", limits))
+
     for message_facts in each(memo, "offline", messages, settings, facts):
         for fact in message_facts:
             kind = fact[0]
@@ -435,21 +549,62 @@ def extract(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, previous: di
                 last_user_answered = True
             elif kind == "said":
                 asks.said_with(fact[1], set(fact[2]), fact[3])
+                if fact[3]:
+                    asks.done_by(fact[1])
             elif kind == "announced":
                 asks.add(fact[1])
             elif kind == "goal":
-                goals.append(fact[1])
+                if fact[1]:
+                    goals.append(fact[1])
                 last_user_answered = False
                 asks.ask(list(fact[2]))
             elif kind == "succeeded":
-                failed.pop(fact[1], None)
+                if fact[1] in failed:  # the blocker is gone; Done has the run; steps it held are done
+                    bullet = failed.pop(fact[1])
+                    subject = fact[2]
+                    stale.append(Stale(subject[1:-1] if subject.count("`") == 2 else subject, ("blocked",)))
+                    asks.done_by(bullet)
             elif kind == "failed":
                 failed[fact[1]] = fact[2]
+                carried.discard(fact[1])
+                stale[:] = [s for s in stale if not (s.sections == ("blocked",) and s.probe == fact[1])]
             elif kind == "edited":
                 edited.extend(fact[1])
-    for bullet in failed.values():
-        acc.add("blocked", bullet)
+            elif kind == "ran":
+                ran.append(fact[1])
+            elif kind == "moved":
+                old, new = fact[1], fact[2]
+                files.pop(old, None)
+                stale.append(Stale(old, ("files",)))
+                acc.add("done", _clip(f"Renamed `{old}` to `{new}`" if new else f"Deleted `{old}`", limits))
+                if new:
+                    files.setdefault(new, {})["renamed"] = None
+                    stale[:] = [s for s in stale if not (s.sections == ("files",) and s.probe == new)]
+            elif kind == "constraint":
+                for old in [c for c in constraints if c != fact[1] and sup.replaces(fact[1], c)]:
+                    constraints.remove(old)
+                    supersede(old, "constraints", fact[1])
+                constraints.append(fact[1])
+                acc.add("constraints", fact[1])
+            elif kind == "reversal":
+                for key, held in (("decisions", decisions), ("constraints", constraints)):
+                    for old in [d for d in held if d != fact[1] and sup.reverses(fact[1], d)]:
+                        held.remove(old)
+                        supersede(old, key, fact[1])
+                        if key == "constraints" and fact[1] not in constraints:  # it is the constraint now
+                            constraints.append(fact[1])
+                            acc.add("constraints", fact[1])
+                decisions.append(fact[1])
+            if kind == "acc" and fact[1] == "decisions" and fact[2] not in decisions:
+                decisions.append(fact[2])
+    for key, bullet in failed.items():
+        if key not in carried:
+            acc.add("blocked", bullet)
+    stale.extend(Stale(a, ("next_steps", "in_progress")) for a in asks.keys if a in asks.done)
     now = asks.working_on()
+    request = goals[-1] if goals and not (asks.latest and all(a in asks.done for a in asks.latest)) else ""
+    if not now and request and asks.steps_after_latest and _under_way(messages):
+        now = request  # work under way on the latest request, though no ask of it is named
     if now:
         acc.add("in_progress", WORKING + now)
     if now and asks.last_step:
@@ -463,32 +618,36 @@ def extract(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, previous: di
     for goal in ([*goals[:1], *goals[1:][-(limits.max_goals - 1):]] if limits.max_goals > 1 else goals[-1:]):
         acc.add("goal", goal)
     for path in mentioned:
-        files.setdefault(path, {})["mentioned"] = None
+        if not any(s.probe == path and s.sections == ("files",) for s in stale):
+            files.setdefault(path, {})["mentioned"] = None
     for path, roles in files.items():
         acc.add("files", f"`{path}`: {', '.join(roles)}")
     names = [x for x in names if x not in files]
     for bullet in _packed(IDENTIFIERS, names[-limits.max_items * 4:], limits):
         acc.add("critical", bullet)
-    for bullet in _packed(EDITED, edited[-limits.max_items * 4:], limits):
-        acc.add("done", bullet)
-    return {key: _bounded(key, acc.get(key), limits) for key in template.KEYS}
+    for prefix, done in ((RAN, ran), (EDITED, edited)):
+        for bullet in _packed(prefix, done[-limits.max_items * 4:], limits):
+            acc.add("done", bullet)
+    return {key: _bounded(key, acc.get(key), limits) for key in template.KEYS}, stale
 
 
+CRITICAL_FACTOR = 4  # Critical Context holds this many times max_items bullets
 IDENTIFIERS = "Identifiers: "  # Critical Context: names in prose, packed
 EDITED = "Edited: "  # Done: files written, packed (Relevant Files says the same per path)
-PACKED = {"critical": IDENTIFIERS, "done": EDITED}
+RAN = "Ran: "  # Done: commands that completed, packed
+PACKED = {"critical": (IDENTIFIERS,), "done": (EDITED, RAN)}
 
 
 def _repack(key: str, items: list, limits: OfflineLimits) -> list:
     """Packed bullets of a section unpacked, each name once (newest position), packed again as
     the newest bullets: a rolling summary never repeats a name per compaction."""
-    prefix = PACKED[key]
-    names = [n for x in items if x.startswith(prefix) for n in CODE_SPAN.findall(x[len(prefix):])]
-    if not names:
-        return items
-    names = list(dict.fromkeys(reversed(names)))[::-1]  # each once, at its newest position
-    return [x for x in items if not x.startswith(prefix)] + \
-        _packed(prefix, names[-limits.max_items * 4:], limits)
+    for prefix in PACKED[key]:
+        names = [n for x in items if x.startswith(prefix) for n in CODE_SPAN.findall(x[len(prefix):])]
+        if names:
+            names = list(dict.fromkeys(reversed(names)))[::-1]  # each once, at its newest position
+            items = [x for x in items if not x.startswith(prefix)] + \
+                _packed(prefix, names[-limits.max_items * 4:], limits)
+    return items
 
 
 FILE_BULLET = re.compile(r"^`(?P<path>[^`]+)`: (?P<roles>.*)$")
@@ -517,6 +676,8 @@ def _bounded(key: str, items: list, limits: OfflineLimits) -> list:
         return items[:1] + items[1:][-(cap - 1):] if cap > 1 and len(items) > cap else items[-cap:]
     if key in PACKED:
         items = _repack(key, items, limits)
+    if key == "critical":  # error lines and names copied verbatim: the agent's evidence
+        return items[-limits.max_items * CRITICAL_FACTOR:]
     if key == "files":
         items = _files(items)
         while len(items) > limits.max_items:
@@ -561,8 +722,8 @@ def summarize(messages: list, previous: str = "", limits: OfflineLimits = DEFAUL
     if not previous:
         return template.render(extract(messages, limits, memo=memo))
     before = template.parse(previous)
-    sections = extract(messages, limits, before, memo)
-    merged = merge(before, sections, limits)
+    sections, stale = extract_with_stale(messages, limits, before, memo)
+    merged = drop_stale(merge(before, sections, limits), stale)
     # the previous Next Steps and request in progress went through extract, which ticked off
     # what these messages did: its answer replaces them
     merged["in_progress"] = sections["in_progress"]

@@ -1,0 +1,196 @@
+"""What makes an earlier fact of a session stale, and which lines of a failure matter
+(docs/design.md §5, "What the offline summarizer recognizes").
+
+Pure text rules, shared by the offline summarizer (which drops what is stale from the sections
+that state what is current) and the retention report (which counts what a summary still states
+as current although the history superseded it).
+"""
+from __future__ import annotations
+
+import re
+import shlex
+
+# A sentence that reverses an earlier decision or constraint.
+REVERSAL = re.compile(
+    r"\b(?:change of plans?|changed? (?:my|our|the) mind|on second thought|instead|switch(?:ed|ing)? "
+    r"(?:to|back|over)|revert(?:ed|ing)?|roll(?:ed)? back|no longer|not anymore|anymore|rather than|"
+    r"scrap(?:ped)?|drop(?:ped)? the|replace[sd]? (?:the|that|this)|abandon(?:ed)?|from now on|going forward|"
+    r"^actually)\b", re.IGNORECASE)
+# Words that carry no topic: grammar, the verbs of asking and reporting, the reversal's own words.
+STOP = frozenset("""
+a an the and or but if of to in on at by for with from into onto over under as is are was were be
+been being it its this that these those there here then than so too very also just now still yet
+i i'll i'm i've we we'll we're let let's you your our my me us he she they them their not no nor
+do does did done don't can could would should will shall may might must need needs needed want
+keep keeping make sure use using used only always never avoid prefer instead change plan switch
+switched back revert reverted longer anymore rather going next first then after before later
+again more less all any some each every other same new old fix fixed fixing add added adding run
+ran running update updated write wrote written remove removed create created move moved rename
+renamed delete deleted finish finished complete completed check checked get got set one two
+target targets support supports work working thing things way because since about actually
+okay ok please thanks thank good great fine nice yes sure it's that's what which when while
+""".split())
+NAMED = re.compile(r"[A-Z]|\d|[_./`-]")  # a word that names something: capitalized, versioned, a path
+VERSION = re.compile(r"\b([A-Za-z][\w+#-]*)\s+v?(\d+(?:\.\d+)*)\b")
+NUMBER = re.compile(r"(?<![\w./-])\d+(?:\.\d+)*(?![\w/-])")
+QUOTED = re.compile(r"`([^`]+)`|'([^'\s]+)'|\"([^\"]+)\"")
+WORD = re.compile(r"[A-Za-z][\w.+#-]*\w|[A-Za-z]")
+
+
+def topic(text: str) -> dict:
+    """{word (lowercased, no possessive or plural s): named?} of the words that carry a topic."""
+    out = {}
+    quoted = {w.lower() for groups in QUOTED.findall(text) for q in groups for w in WORD.findall(q)}
+    for w in WORD.findall(text.replace("`", " ")):
+        low = w.lower()
+        low = low[:-2] if low.endswith("'s") else low
+        if low in STOP or len(low) < 3:
+            continue
+        if low.endswith("s") and not low.endswith("ss") and len(low) > 4:
+            low = low[:-1]
+        out[low] = out.get(low, False) or bool(NAMED.search(w)) or w.lower() in quoted
+    return out
+
+
+def same_topic(a: str, b: str) -> bool:
+    """Two statements about the same thing: two topic words in common, or one that names something."""
+    ta, tb = topic(a), topic(b)
+    shared = ta.keys() & tb.keys()
+    return len(shared) >= 2 or any(ta[w] or tb[w] for w in shared)
+
+
+def reverses(new: str, old: str) -> bool:
+    """new, a reversal ("change of plan", "instead", "switch to", "revert", "no longer"), is
+    about what old said."""
+    return bool(REVERSAL.search(new)) and same_topic(new, old)
+
+
+def replaces(new: str, old: str) -> bool:
+    """new states the same constraint as old with another value: a reversal of it, the same named
+    thing at another version ("Python 3.9" then "Python 3.11"), or the same words with another
+    number ("at most 3 retries" then "at most 5 retries")."""
+    if reverses(new, old):
+        return True
+    versions = {w.lower(): v for w, v in VERSION.findall(old)}
+    for w, v in VERSION.findall(new):
+        if versions.get(w.lower(), v) != v:  # the same thing at another version, said of the same rest
+            rest_new, rest_old = (topic(x).keys() - {w.lower()} for x in (NUMBER.sub("", new), NUMBER.sub("", old)))
+            if rest_new <= rest_old or rest_old <= rest_new or len(rest_new & rest_old) >= 2:
+                return True
+    n_new, n_old = set(NUMBER.findall(new)), set(NUMBER.findall(old))
+    return bool(n_new and n_old and n_new != n_old) and same_topic(NUMBER.sub("", new), NUMBER.sub("", old))
+
+
+def done_by(step: str, evidence: str) -> bool:
+    """A step with no identifier to tie it ("fix the worker's missing redis module") is done by
+    evidence (a sentence saying it is done, a blocker resolved) that shares two topic words with
+    it, or one the evidence names (quoted, capitalized, versioned)."""
+    ts, te = topic(step), topic(evidence)
+    shared = ts.keys() & te.keys()
+    return len(shared) >= 2 or any(te[w] for w in shared)
+
+
+ACK_WORDS = frozenset("""
+ok okay k good great nice cool perfect thanks thank thx ty you yes yep yeah sure fine lgtm go on
+ahead keep going continue carry proceed right sounds looks works do it that this please now great
+awesome excellent alright all done wonderful and so next fix it them
+""".split())
+
+
+def is_ack(text: str) -> bool:
+    """An acknowledgement or a go-ahead ("good", "keep going", "fix it", "thanks"): never a goal,
+    a constraint or a next step."""
+    words = re.findall(r"[a-z']+", text.lower())
+    return 0 < len(words) <= 6 and all(w.strip("'") in ACK_WORDS for w in words)
+
+
+# Lines of a failure that say what failed: an exception line, a traceback frame, a test's E line
+# or FAILED line, a linter's path:line:col: CODE line, an error: or fatal: line.
+EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Fault)"
+                       r"(?::.*)?$")
+FRAME = re.compile(r'^File "[^"]+", line \d+')
+LINT = re.compile(r"^\S+?:\d+(?::\d+)?:?\s+(?:[A-Z]{1,4}\d{2,5}|[a-z]+(?:-[a-z]+)+)\b")
+TEST_LINE = re.compile(r"^(?:E\s{2,}\S|FAILED\s|ERROR\s)")
+PLAIN_ERROR = re.compile(r"^(?:error|fatal|panic)(?:\[\w+\])?:|\b(?:Error|ERROR):\s", re.IGNORECASE)
+TRACEBACK = "Traceback (most recent call last):"
+
+
+def error_lines(text: str, cap: int = 8) -> list:
+    """The lines that say what failed, in order, each once: the exception line (a traceback's
+    last line) and the first frame's location, linter codes with their lines, test E/FAILED
+    lines, error: lines. Never the "Traceback (most recent call last):" header alone."""
+    out, frame_seen = [], False
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line == TRACEBACK:
+            continue
+        if FRAME.match(line):
+            if not frame_seen:
+                frame_seen = True
+                out.append(line)
+            continue
+        if EXCEPTION.match(line) or LINT.match(line) or TEST_LINE.match(line) or PLAIN_ERROR.search(line):
+            out.append(line)
+    out = list(dict.fromkeys(out))
+    if len(out) > cap:  # the first frame and the last lines: the exception is last
+        out = out[:1] + out[-(cap - 1):]
+    return out
+
+
+def headline(text: str) -> str:
+    """The one line that says what failed: the exception line (the last), else the first error
+    line, else the first line."""
+    lines = error_lines(text)
+    exc = [x for x in lines if EXCEPTION.match(x)]
+    if exc:
+        return exc[-1]
+    plain = [x for x in lines if not FRAME.match(x)]
+    if plain:
+        return plain[0]
+    first = [x.strip() for x in text.splitlines() if x.strip() and x.strip() != TRACEBACK]
+    return first[0] if first else ""
+
+
+RENAME_KEYS = (("source", "destination"), ("old_path", "new_path"), ("from", "to"), ("src", "dst"),
+               ("oldPath", "newPath"), ("path", "new_path"), ("file_path", "new_file_path"))
+DELETE_TOOLS = ("delete", "remove", "rm", "delete_file", "remove_file")
+
+
+def _words(cmd: str) -> list:
+    try:
+        return shlex.split(cmd)
+    except ValueError:
+        return cmd.split()
+
+
+def moves_in_command(cmd: str) -> list:
+    """[(old path, new path or "" when deleted)] of `mv`, `git mv`, `rm`, `git rm` in a command."""
+    out = []
+    for part in re.split(r"\s*(?:&&|\|\||;)\s*", cmd):
+        words = _words(part)
+        if words[:1] == ["git"]:
+            words = words[1:]
+        if not words or words[0] not in ("mv", "rm"):
+            continue
+        args = [w for w in words[1:] if not w.startswith("-")]
+        if words[0] == "mv" and len(args) == 2:
+            out.append((args[0], args[1]))
+        elif words[0] == "rm":
+            out.extend((a, "") for a in args)
+    return out
+
+
+def moves_in_tool(tool: str, inp) -> list:
+    """[(old path, new path or "")] of an edit tool's rename, move or delete."""
+    if not isinstance(inp, dict):
+        return []
+    for old_key, new_key in RENAME_KEYS:
+        old, new = inp.get(old_key), inp.get(new_key)
+        if isinstance(old, str) and isinstance(new, str) and old and new and old != new:
+            return [(old, new)]
+    base = tool.lower().rsplit(".", 1)[-1].rsplit("__", 1)[-1]
+    if base in DELETE_TOOLS:
+        paths = [inp.get(k) for k in ("path", "file_path", "filePath", "file")]
+        return [(p, "") for p in paths if isinstance(p, str) and p]
+    return []
+
