@@ -1,7 +1,9 @@
 """Shared fixtures: a real server on loopback (ephemeral ports) and its client stub; `impl`, each
 implementation of the hot path in turn (the compiled module and its Python twin), for any suite;
 `pki`, a CA with a server and a client certificate made by openssl at test time; `api`, a fake
-Anthropic Messages API on loopback, its key in CONTEXTSVC_TEST_KEY."""
+Anthropic Messages API on loopback, its key in CONTEXTSVC_TEST_KEY; `openai_api`, a fake OpenAI
+Chat Completions API the same way; `model_api`, each fake model
+API in turn (Anthropic Messages, OpenAI Chat Completions), for what every model backend shares."""
 from __future__ import annotations
 
 import subprocess
@@ -12,6 +14,7 @@ import pytest
 from contextsvc import _native_py
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
 from helpers.fake_anthropic import FakeMessagesAPI
+from helpers.fake_openai import FakeChatCompletionsAPI
 from helpers.implementations import IMPL_NAMES, compiled
 from helpers.server import start_server
 
@@ -51,6 +54,22 @@ def impl(request):
 def api(monkeypatch):
     monkeypatch.setenv("CONTEXTSVC_TEST_KEY", "sk-test-123")
     fake = FakeMessagesAPI()
+    yield fake
+    fake.close()
+
+
+@pytest.fixture()
+def openai_api(monkeypatch):
+    monkeypatch.setenv("CONTEXTSVC_TEST_KEY", "sk-test-123")
+    fake = FakeChatCompletionsAPI()
+    yield fake
+    fake.close()
+
+
+@pytest.fixture(params=[FakeMessagesAPI, FakeChatCompletionsAPI], ids=lambda cls: cls.BACKEND)
+def model_api(request, monkeypatch):
+    monkeypatch.setenv("CONTEXTSVC_TEST_KEY", "sk-test-123")
+    fake = request.param()
     yield fake
     fake.close()
 

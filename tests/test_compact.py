@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
 from contextsvc import config, conversation as m, native, projection, window
 from contextsvc.compact import run as cmod, chunked, edits, retention, head_tail, serialize, template
 from contextsvc.compact.summarizers import offline
-from contextsvc.compact.summarizers.anthropic import AnthropicSummarizer
+from contextsvc.compact.summarizers import make_summarizer
 from contextsvc.compact.summarizers.job import SummaryJob
 from contextsvc.errors import BadInput, Unavailable
 from helpers.fake_anthropic import SUMMARY
@@ -199,8 +200,15 @@ def test_template_sections_and_rules():
         assert rule in rules, rule
     p = template.prompt("T", "PREV")
     assert "<previous-summary>\nPREV\n</previous-summary>" in p
-    assert "keep what still holds, drop what is stale, merge the new facts" in p
+    assert "keep what still holds, drop what the conversation superseded, merge the new facts" in p
     assert "<previous-summary>" not in template.prompt("T")
+    # every prompt that meets later facts names each kind of supersession and where it must leave
+    for text in (p, template.merge_prompt(["A", "B"], "PREV"), template.prompt("T")):
+        low = text.lower()
+        for kind in ("reversed decision", "replaced constraint", "blocker since resolved",
+                     "renamed or deleted file", "next step since done", "never state a superseded item as current"):
+            assert kind in low, kind
+        assert all(s in text for s in ("Key Decisions", "Blocked", "Next Steps", "Relevant Files", "Constraints"))
     # parse reads back what render wrote
     sections = {"goal": ["g"], "next_steps": ["a", "b"], "files": ["`x.py`: read"]}
     parsed = template.parse(template.render(sections))
@@ -513,17 +521,18 @@ def test_chunked_with_a_model_backend_merges_partials():
     assert "merged" in r.summary.parts[0].content.text
 
 
-# ---- the anthropic backend through the real SDK -----------------------------------------------
+# ---- the model backends through their real SDKs ------------------------------------------------
 
 
-def anthropic_cfg(api, fallback=True, timeout=5.0):
+def model_cfg(api, fallback=True, timeout=5.0):
+    """The backend api fakes (Anthropic Messages or OpenAI Chat Completions), pointed at it."""
     return dataclasses.replace(CFG, summarizer=dataclasses.replace(
-        CFG.summarizer, backend="anthropic", base_url=api.url, api_key_env="CONTEXTSVC_TEST_KEY",
+        CFG.summarizer, backend=api.BACKEND, base_url=api.url, api_key_env="CONTEXTSVC_TEST_KEY",
         timeout_seconds=timeout, max_retries=0, fallback_to_offline=fallback))
 
 
 def test_anthropic_backend_request_and_response(api):
-    cfg = anthropic_cfg(api)
+    cfg = model_cfg(api)
     r = run(working_session().conv(), cfg=cfg)
     assert (r.outcome, r.backend, r.fell_back) == ("compacted", "anthropic", False)
     assert r.summary.parts[0].content.text == SUMMARY
@@ -531,7 +540,7 @@ def test_anthropic_backend_request_and_response(api):
     path, headers, body = api.requests[0]
     assert path == "/v1/messages"
     assert "sk-test-123" in (headers.get("x-api-key", "") + headers.get("Authorization", ""))
-    assert body["model"] == cfg.summarizer.model
+    assert body["model"] == cfg.summarizer.model == "claude-haiku-4-5"
     assert body["max_tokens"] == window.max_output(SONNET, cfg)
     system = body["system"]
     assert len(system) == 1 and system[0]["type"] == "text"
@@ -544,46 +553,87 @@ def test_anthropic_backend_request_and_response(api):
     assert "cache_control" not in message["content"][0]  # only the stable block is marked
 
 
-def test_anthropic_incremental_prompt_carries_previous_summary(api):
-    s = AnthropicSummarizer(anthropic_cfg(api))
+def test_openai_backend_request_and_response(openai_api):
+    cfg = model_cfg(openai_api)
+    r = run(working_session().conv(), cfg=cfg)
+    assert (r.outcome, r.backend, r.fell_back) == ("compacted", "openai", False)
+    assert r.summary.parts[0].content.text == SUMMARY
+    assert r.summary.model_id == "gpt-4.1-mini" and r.summary.provider_id == m.OPENAI_COMPATIBLE
+    path, headers, body = openai_api.requests[0]
+    assert path == "/chat/completions"
+    assert {k.lower(): v for k, v in headers.items()}["authorization"] == "Bearer sk-test-123"
+    assert body["model"] == cfg.summarizer.model == "gpt-4.1-mini"
+    # a server at base_url gets max_tokens, the name every Chat Completions server reads
+    assert body["max_tokens"] == window.max_output(SONNET, cfg) and "max_completion_tokens" not in body
+    system, user = body["messages"]
+    assert system == {"role": "system", "content": template.TEMPLATE_RULES}
+    assert user["role"] == "user"
+    assert "src/app/server.py" in user["content"] and "pytest tests/test_server.py -x" in user["content"]
+
+
+def test_openai_backend_on_openais_own_endpoint_asks_max_completion_tokens(openai_api, monkeypatch):
+    """No base_url: the SDK's endpoint (api.openai.com), here redirected to the fake through the
+    SDK's own OPENAI_BASE_URL, gets max_completion_tokens, which its reasoning models require."""
+    monkeypatch.setenv("OPENAI_BASE_URL", openai_api.url)
+    cfg = dataclasses.replace(model_cfg(openai_api), summarizer=dataclasses.replace(
+        model_cfg(openai_api).summarizer, base_url=""))
+    r = run(working_session().conv(), cfg=cfg)
+    assert r.backend == "openai" and r.summary.provider_id == m.OPENAI
+    body = openai_api.requests[0][2]
+    assert body["max_completion_tokens"] == window.max_output(SONNET, cfg) and "max_tokens" not in body
+
+
+def _prompt_of(api, i=0) -> str:
+    body = api.requests[i][2]
+    if api.BACKEND == "openai":
+        return body["messages"][-1]["content"]
+    return body["messages"][0]["content"][0]["text"]
+
+
+def test_incremental_prompt_carries_previous_summary_and_asks_for_supersession(model_api):
+    s = make_summarizer(model_cfg(model_api))
     assert s.summarize(SummaryJob([], "User:\nhi", "## Goal\n- old", 100)) == SUMMARY
-    text = api.requests[0][2]["messages"][0]["content"][0]["text"]
+    text = _prompt_of(model_api)
     assert "<previous-summary>\n## Goal\n- old\n</previous-summary>" in text
+    assert template.SUPERSESSION in text and "drop what the conversation superseded" in text
 
 
 @pytest.mark.parametrize("mode,needle", [("slow", "timed out"), ("500", "HTTP 500"),
-                                         ("401", "authentication failed (401)")])
-def test_anthropic_failures(api, mode, needle):
-    api.mode = mode
-    cfg = anthropic_cfg(api, fallback=False, timeout=0.3)
-    with pytest.raises(Unavailable, match=needle.replace("(", r"\(").replace(")", r"\)")):
+                                         ("401", "authentication failed (401)"),
+                                         ("refusal", "the model refused to summarize")])
+def test_model_backend_failures(model_api, mode, needle):
+    model_api.mode = mode
+    cfg = model_cfg(model_api, fallback=False, timeout=0.3)
+    with pytest.raises(Unavailable, match=f"^{model_api.BACKEND} summarizer: .*" + re.escape(needle)):
         run(working_session().conv(), cfg=cfg)
-    r = run(working_session().conv(), cfg=anthropic_cfg(api, fallback=True, timeout=0.3))
+    r = run(working_session().conv(), cfg=model_cfg(model_api, fallback=True, timeout=0.3))
     assert r.fell_back and r.backend == "offline" and needle in r.fallback_reason
     assert r.outcome == "compacted" and _in_order(r.summary.parts[0].content.text)
 
 
-def test_anthropic_context_overflow_switches_to_chunks(api):
-    api.mode = "too-long"
-    r = run(working_session().conv(), cfg=anthropic_cfg(api))
-    assert r.chunked and r.backend == "anthropic" and not r.fell_back
-    assert len(api.requests) >= 2
-    assert api.requests[1][2]["max_tokens"] == CFG.compact.chunk_output_tokens
+def test_model_backend_context_overflow_switches_to_chunks(model_api):
+    model_api.mode = "too-long"
+    r = run(working_session().conv(), cfg=model_cfg(model_api))
+    assert r.chunked and r.backend == model_api.BACKEND and not r.fell_back
+    assert len(model_api.requests) >= 2
+    second = model_api.requests[1][2]
+    assert second.get("max_tokens", second.get("max_completion_tokens")) == CFG.compact.chunk_output_tokens
 
 
-def test_anthropic_without_key_falls_back(monkeypatch, api):
+def test_model_backend_without_key_falls_back(monkeypatch, model_api):
     monkeypatch.delenv("CONTEXTSVC_TEST_KEY")
-    r = run(working_session().conv(), cfg=anthropic_cfg(api))
-    assert r.fell_back and "CONTEXTSVC_TEST_KEY" in r.fallback_reason and not api.requests
+    r = run(working_session().conv(), cfg=model_cfg(model_api))
+    assert r.fell_back and "CONTEXTSVC_TEST_KEY" in r.fallback_reason and not model_api.requests
 
 
-def test_connection_refused_maps_to_unavailable(monkeypatch):
+@pytest.mark.parametrize("backend", ["anthropic", "openai"])
+def test_connection_refused_maps_to_unavailable(monkeypatch, backend):
     monkeypatch.setenv("CONTEXTSVC_TEST_KEY", "k")
     cfg = dataclasses.replace(CFG, summarizer=dataclasses.replace(
-        CFG.summarizer, backend="anthropic", base_url="http://127.0.0.1:9", api_key_env="CONTEXTSVC_TEST_KEY",
+        CFG.summarizer, backend=backend, base_url="http://127.0.0.1:9", api_key_env="CONTEXTSVC_TEST_KEY",
         timeout_seconds=2, max_retries=0))
-    with pytest.raises(Unavailable, match="connection failed"):
-        AnthropicSummarizer(cfg).summarize(SummaryJob([], "x", "", 10))
+    with pytest.raises(Unavailable, match=f"{backend} summarizer: connection failed"):
+        make_summarizer(cfg).summarize(SummaryJob([], "x", "", 10))
 
 
 # ---- retention ---------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Compact over loopback: offline by default, the Anthropic backend through the real SDK."""
+"""Compact over loopback: offline by default, the Anthropic and OpenAI backends through their real SDKs."""
 from __future__ import annotations
 
 import grpc
@@ -7,7 +7,7 @@ import pytest
 from helpers import convo
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
-from helpers.fake_anthropic import anthropic_server
+from helpers.fake_anthropic import summarizer_server
 from helpers.metrics import scrape
 from helpers.rpc import compact_request, session
 
@@ -55,7 +55,7 @@ def test_bad_compact_requests(stub, req, field):
 
 
 def test_anthropic_backend_through_the_server(api):
-    s = anthropic_server(api, fallback=False, timeout=0.5)
+    s = summarizer_server(api, fallback=False, timeout=0.5)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
             r = pb_grpc.ContextServiceStub(ch).Compact(compact_request(), timeout=30)
@@ -74,17 +74,18 @@ def test_anthropic_backend_through_the_server(api):
 
 
 @pytest.mark.parametrize("mode", ["500", "401", "slow"])
-def test_anthropic_failures_status_or_fallback(api, mode):
+def test_model_backend_failures_status_or_fallback(model_api, mode):
+    api = model_api
     api.mode = mode
-    strict, lenient = (anthropic_server(api, fallback, timeout=0.5) for fallback in (False, True))
+    strict, lenient = (summarizer_server(api, fallback, timeout=0.5) for fallback in (False, True))
     try:
         with grpc.insecure_channel(f"127.0.0.1:{strict.port}") as ch:
             with pytest.raises(grpc.RpcError) as e:
                 pb_grpc.ContextServiceStub(ch).Compact(compact_request(), timeout=30)
-            assert e.value.code() == grpc.StatusCode.UNAVAILABLE and "anthropic" in e.value.details().lower()
+            assert e.value.code() == grpc.StatusCode.UNAVAILABLE and e.value.details().startswith(f"{api.BACKEND} summarizer: ")
         with grpc.insecure_channel(f"127.0.0.1:{lenient.port}") as ch:
             r = pb_grpc.ContextServiceStub(ch).Compact(compact_request(), timeout=30)
-            assert r.fell_back and r.backend == "offline" and r.fallback_reason
+            assert r.fell_back and r.backend == "offline" and r.fallback_reason.startswith(f"{api.BACKEND} summarizer")
             assert r.outcome == pb.COMPACT_OUTCOME_COMPACTED
         assert scrape(lenient.metrics_port)[("contextsvc_summarizer_fallbacks_total", ())] == 1
     finally:

@@ -21,6 +21,15 @@ def test_defaults_are_the_specs():
     assert (c.truncation.max_lines, c.truncation.max_bytes) == (2000, 51_200)
 
 
+@pytest.mark.parametrize("backend,model,key_env", [("anthropic", "claude-haiku-4-5", "ANTHROPIC_API_KEY"),
+                                                   ("openai", "gpt-4.1-mini", "OPENAI_API_KEY")])
+def test_each_model_backend_has_its_own_model_and_key_unless_given(backend, model, key_env):
+    s = config.from_mapping({"summarizer": {"backend": backend}}).summarizer
+    assert (s.model, s.api_key_env) == (model, key_env)
+    given = config.from_mapping({"summarizer": {"backend": backend, "model": "m", "api_key_env": "K"}}).summarizer
+    assert (given.model, given.api_key_env) == ("m", "K")
+
+
 def test_toml_overrides(tmp_path):
     p = tmp_path / "c.toml"
     p.write_text('[measure]\noutput_token_max = 8000\npreflight_factor = 1.5\n'

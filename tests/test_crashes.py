@@ -12,7 +12,7 @@ from helpers.server import start_server
 from contextsvc.config import ServerConfig
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
-from helpers.fake_anthropic import FakeMessagesAPI, anthropic_server
+from helpers.fake_anthropic import FakeMessagesAPI, summarizer_server
 from helpers.rpc import compact_request, session
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
@@ -264,7 +264,7 @@ def test_a_reply_that_is_not_a_summary_is_unavailable_or_falls_back(monkeypatch,
     body, reason = ODD_REPLIES[name]
     monkeypatch.setenv("CONTEXTSVC_TEST_KEY", "sk-test")
     api = FakeMessagesAPI("raw", raw_body=body)
-    servers = [anthropic_server(api, fallback, timeout=5) for fallback in (False, True)]
+    servers = [summarizer_server(api, fallback, timeout=5) for fallback in (False, True)]
     try:
         strict, lenient = servers
         with grpc.insecure_channel(f"127.0.0.1:{strict.port}") as ch:

@@ -24,7 +24,7 @@ from contextsvc import config, truncation
 from contextsvc.app import Server
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
-from helpers.fake_anthropic import anthropic_server
+from helpers.fake_anthropic import summarizer_server
 from helpers.processes import launch, started, stop
 from helpers.rpc import compact_request
 from helpers.metrics import scrape
@@ -52,7 +52,7 @@ def test_short_deadline_ends_a_hanging_compact_and_frees_its_worker(api, fallbac
     deadline (no fallback work for a caller who is gone), and its only slot is free again. With
     fallback_to_offline the backend gives up early enough for the offline summary to answer."""
     api.mode = "hang"
-    s = anthropic_server(api, fallback=fallback, retries=2, max_concurrent_rpcs=1, workers=3)
+    s = summarizer_server(api, fallback=fallback, retries=2, max_concurrent_rpcs=1, workers=3)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
             stub = pb_grpc.ContextServiceStub(ch)
@@ -111,29 +111,31 @@ def test_short_deadline_ends_a_large_offline_compaction():
 # ---- the summarizer backend failing --------------------------------------------------------------
 
 @pytest.mark.parametrize("mode", ["hang", "die", "reset", "garbage"])
-def test_summarizer_hanging_or_dying_is_unavailable_or_falls_back(api, mode):
+def test_summarizer_hanging_or_dying_is_unavailable_or_falls_back(model_api, mode):
+    api = model_api
     api.mode = mode
-    strict = anthropic_server(api, fallback=False, timeout=0.5)
-    lenient = anthropic_server(api, fallback=True, timeout=0.5)
+    strict = summarizer_server(api, fallback=False, timeout=0.5)
+    lenient = summarizer_server(api, fallback=True, timeout=0.5)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{strict.port}") as ch:
             with pytest.raises(grpc.RpcError) as e:
                 pb_grpc.ContextServiceStub(ch).Compact(compact_request(), timeout=30)
             assert e.value.code() == grpc.StatusCode.UNAVAILABLE, e.value.details()
-            assert "anthropic summarizer" in e.value.details()
+            assert e.value.details().startswith(f"{api.BACKEND} summarizer: ")
             assert pb_grpc.ContextServiceStub(ch).Measure(convo.measure_request(), timeout=10).body_bytes > 0
         with grpc.insecure_channel(f"127.0.0.1:{lenient.port}") as ch:
             r = pb_grpc.ContextServiceStub(ch).Compact(compact_request(), timeout=30)
-            assert r.fell_back and r.backend == "offline" and "anthropic summarizer" in r.fallback_reason
+            assert r.fell_back and r.backend == "offline" and f"{api.BACKEND} summarizer" in r.fallback_reason
             assert r.outcome == pb.COMPACT_OUTCOME_COMPACTED
     finally:
         strict.stop(grace=1)
         lenient.stop(grace=1)
 
 
-def test_retries_stay_within_the_attempt_count(api):
+def test_retries_stay_within_the_attempt_count(model_api):
+    api = model_api
     api.mode = "reset"
-    s = anthropic_server(api, fallback=False, timeout=5.0, retries=2)
+    s = summarizer_server(api, fallback=False, timeout=5.0, retries=2)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
             with pytest.raises(grpc.RpcError) as e:
@@ -148,7 +150,7 @@ def test_retries_stay_within_the_attempt_count(api):
 
 def test_concurrency_limit_refuses_at_once_and_health_still_answers(api):
     api.mode = "hang"
-    s = anthropic_server(api, max_concurrent_rpcs=2, workers=4)
+    s = summarizer_server(api, max_concurrent_rpcs=2, workers=4)
     results = []
     try:
         with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
@@ -183,7 +185,7 @@ def test_transport_bound_refuses_every_service_beyond_it(api):
     """max_pending_rpcs is grpc's own bound: beyond it even health checks are refused, which is
     why the service limit sits below it."""
     api.mode = "hang"
-    s = anthropic_server(api, max_concurrent_rpcs=2, workers=4, max_pending_rpcs=2)
+    s = summarizer_server(api, max_concurrent_rpcs=2, workers=4, max_pending_rpcs=2)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
             stub = pb_grpc.ContextServiceStub(ch)

@@ -23,7 +23,7 @@ from helpers.server import start_server, wait_for
 from server_process import peak_rss_mb
 from contextsvc import config
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
-from helpers.fake_anthropic import FakeMessagesAPI, anthropic_server
+from helpers.fake_anthropic import FakeMessagesAPI, summarizer_server
 from helpers.processes import launch, stop
 from helpers.rpc import compact_request
 
@@ -177,8 +177,15 @@ def trickle(api):
     return api
 
 
-def test_trickling_summarizer_falls_back_within_the_callers_deadline(trickle):
-    s = anthropic_server(trickle, fallback=True, timeout=30.0, retries=2)
+@pytest.fixture()
+def model_trickle(model_api):
+    model_api.mode = "trickle"
+    return model_api
+
+
+def test_trickling_summarizer_falls_back_within_the_callers_deadline(model_trickle):
+    trickle = model_trickle
+    s = summarizer_server(trickle, fallback=True, timeout=30.0, retries=2)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
             stub = pb_grpc.ContextServiceStub(ch)
@@ -186,14 +193,15 @@ def test_trickling_summarizer_falls_back_within_the_callers_deadline(trickle):
             print(f"\ntrickle, caller deadline 4 s, fallback: answered in {t:.2f} s: "
                   f"{r if isinstance(r, grpc.StatusCode) else 'OK fell_back=%s' % r.fell_back}")
             assert not isinstance(r, grpc.StatusCode), r
-            assert r.fell_back and r.backend == "offline" and "anthropic summarizer" in r.fallback_reason
+            assert r.fell_back and r.backend == "offline" and f"{trickle.BACKEND} summarizer" in r.fallback_reason
             assert t < 4.0
     finally:
         s.stop(grace=1)
 
 
-def test_trickling_summarizer_stops_at_its_own_timeout(trickle):
-    s = anthropic_server(trickle, fallback=False, timeout=2.0)
+def test_trickling_summarizer_stops_at_its_own_timeout(model_trickle):
+    trickle = model_trickle
+    s = summarizer_server(trickle, fallback=False, timeout=2.0)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
             stub = pb_grpc.ContextServiceStub(ch)
@@ -283,7 +291,7 @@ def test_abandoned_calls_do_not_hold_the_concurrency_slots():
     calls are refused naming it and health says NOT_SERVING, until that work ends."""
     api = FakeMessagesAPI("hang")
     os.environ.setdefault("CONTEXTSVC_TEST_KEY", "sk-test-123")
-    s = anthropic_server(api, max_concurrent_rpcs=2, workers=5, max_streams=1)
+    s = summarizer_server(api, max_concurrent_rpcs=2, workers=5, max_streams=1)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
             stub = pb_grpc.ContextServiceStub(ch)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 import os
 import threading
@@ -97,9 +98,9 @@ class Server:
             ],
             maximum_concurrent_rpcs=s.max_pending_rpcs or None,
         )
-        if cfg.summarizer.backend == "anthropic":
+        if cfg.summarizer.backend != "offline":
             # the SDK takes seconds to import: paid here, not out of the first caller's deadline
-            import anthropic  # noqa: F401
+            importlib.import_module(cfg.summarizer.backend)  # each LLM backend is named after its SDK
         m = self.metrics
         self.store = make_store(cfg.truncation, on_evict=m.record_eviction if m else None)
         self._cleanup = truncation.CleanupScheduler(self.store, cfg.truncation,

@@ -268,12 +268,20 @@ class AssembleConfig:
     marker_models: tuple = ("claude", "anthropic")
 
 
+# backend: (default model, default key variable). A fast model is enough for a templated summary.
+SUMMARIZER_BACKENDS = {
+    "offline": ("", ""),
+    "anthropic": ("claude-haiku-4-5", "ANTHROPIC_API_KEY"),
+    "openai": ("gpt-4.1-mini", "OPENAI_API_KEY"),  # also any Chat Completions server, by base_url
+}
+
+
 @dataclass(frozen=True)
 class SummarizerConfig:
-    backend: str = "offline"  # works with no key and no network
-    model: str = "claude-haiku-4-5"  # a fast model is enough for a templated summary
+    backend: str = "offline"  # works with no key and no network; or "anthropic", "openai"
+    model: str = ""  # "" = the backend's default (SUMMARIZER_BACKENDS)
     base_url: str = ""  # "" = the SDK's default endpoint
-    api_key_env: str = "ANTHROPIC_API_KEY"  # the key is read from this environment variable
+    api_key_env: str = ""  # the key is read from this environment variable; "" = the backend's default
     timeout_seconds: float = 60.0  # one summary request
     max_retries: int = 2  # retries on timeouts, connection errors, 408/409/429/5xx
     retry_pause_seconds: float = 0.5  # pause before the first retry, doubled for each next one
@@ -285,6 +293,18 @@ class SummarizerConfig:
     # deadline, so the offline summary (milliseconds to a second on a long session) still reaches
     # the caller; never more than half the time left
     fallback_reserve_seconds: float = 1.0
+    # the reply's byte cap (on the wire and inflated): this many bytes per output token asked for,
+    # at least reply_min_bytes. An English token is about 4 bytes; a CJK one 1-2 characters, 6-12
+    # bytes as JSON escapes (\uXXXX): 16 covers both. The floor covers the JSON envelope
+    reply_bytes_per_token: int = 16
+    reply_min_bytes: int = 65536
+
+    def __post_init__(self):
+        if self.backend not in SUMMARIZER_BACKENDS:
+            raise ValueError(f"[summarizer] backend must be one of {', '.join(map(repr, SUMMARIZER_BACKENDS))}")
+        model, key_env = SUMMARIZER_BACKENDS[self.backend]
+        object.__setattr__(self, "model", self.model or model)
+        object.__setattr__(self, "api_key_env", self.api_key_env or key_env)
 
 
 @dataclass(frozen=True)
@@ -351,10 +371,7 @@ def from_mapping(data: Mapping[str, Any]) -> Config:
         if name not in sections:
             raise ValueError(f"unknown config section [{name}]; known: {', '.join(sorted(sections))}")
         values[name] = _section(sections[name].default_factory, table, name)
-    config = Config(**values)
-    if config.summarizer.backend not in ("offline", "anthropic"):
-        raise ValueError("[summarizer] backend must be 'offline' or 'anthropic'")
-    return config
+    return Config(**values)
 
 
 def load(path: str | None) -> Config:

@@ -2,13 +2,17 @@
 
 One mode per behaviour (MODES below); set `mode` at any time. Every request is recorded in
 `requests` as (path, headers, JSON body). `release` lets go of the requests a hanging or
-trickling mode holds (close() sets it)."""
+trickling mode holds (close() sets it). The modes are the provider's envelope around them
+(`reply`, `error`, `refusal`): fake_openai's Chat Completions API reuses them all."""
 from __future__ import annotations
 
+import functools
+import gzip
 import json
 import socket
 import threading
 import time
+import zlib
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -17,32 +21,32 @@ from helpers.server import start_server
 
 
 SUMMARY = template.render({"goal": ["Fix src/app/server.py"], "files": ["`src/app/server.py`: read"]})
+BLOCK = 64 * 1024  # what the streaming modes write at a time
+_MARK = "@@TEXT@@"
 
 
-def response(status: int, payload) -> bytes:
+def response(status: int, payload, headers: str = "") -> bytes:
     """A whole HTTP response: the status line (HTTP/1.0, as BaseHTTPRequestHandler sends it),
     the headers and the body (bytes as given, anything else as JSON)."""
     body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     head = (f"HTTP/1.0 {status} {HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body)}\r\n\r\n")
+            f"{headers}content-length: {len(body)}\r\n\r\n")
     return head.encode() + body
 
 
-def summary(request_body) -> bytes:
-    return response(200, {"id": "msg_test", "type": "message", "role": "assistant",
-                          "model": request_body["model"], "content": [{"type": "text", "text": SUMMARY}],
-                          "stop_reason": "end_turn", "stop_sequence": None,
-                          "usage": {"input_tokens": 100, "output_tokens": 50}})
-
-
-def error(status: int, kind: str, message: str) -> bytes:
-    return response(status, {"type": "error", "error": {"type": kind, "message": message}})
+@functools.cache
+def gzip_bomb(inflated: int = 200 << 20) -> bytes:
+    """A gzip body inflating to `inflated` bytes of JSON-looking spaces, built in 1 MB steps."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    step = b" " * (1 << 20)
+    out = [packer.compress(step) for _ in range(inflated >> 20)]
+    return b"".join(out) + packer.flush()
 
 
 # ---- the modes: each answers one request (api, the request handler, the request's JSON body) ----
 
 def answer(api, handler, body):
-    handler.wfile.write(summary(body))
+    handler.wfile.write(response(200, api.reply(body, SUMMARY)))
 
 
 def slow(api, handler, body):
@@ -58,7 +62,7 @@ def hang(api, handler, body):
 
 def trickle(api, handler, body):
     """A valid answer, one byte a second (status line and headers included), until released."""
-    data = summary(body)
+    data = response(200, api.reply(body, SUMMARY))
     for i in range(len(data)):
         if api.release.wait(1.0):
             return
@@ -68,7 +72,7 @@ def trickle(api, handler, body):
 
 def die(api, handler, body):
     """The headers and half the body, then the connection closes."""
-    data = summary(body)
+    data = response(200, api.reply(body, SUMMARY))
     body_at = data.index(b"\r\n\r\n") + 4
     handler.wfile.write(data[:body_at + (len(data) - body_at) // 2])
     handler.wfile.flush()
@@ -82,7 +86,41 @@ def reset(api, handler, body):
 
 def too_long(api, handler, body):
     api.mode = "ok"  # only the first, whole-head request is refused
-    handler.wfile.write(error(400, "invalid_request_error", "prompt is too long: 250000 tokens > 200000 maximum"))
+    handler.wfile.write(api.error(400, "invalid_request_error", api.TOO_LONG))
+
+
+def gzip_bombed(api, handler, body):
+    """200 KB of gzip inflating to 200 MB."""
+    handler.wfile.write(response(200, gzip_bomb(), headers="content-encoding: gzip\r\n"))
+
+
+def gzip_bombed_unsized(api, handler, body):
+    """The same bomb with no content-length (the body ends when the connection does): only its
+    inflated size gives it away."""
+    handler.wfile.write(b"HTTP/1.0 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: gzip\r\n\r\n"
+                        + gzip_bomb())
+
+
+def endless(api, handler, body):
+    """A 200 whose body never ends (no length: it would end when the connection does), written
+    as fast as the client reads it, until released or the client goes."""
+    handler.wfile.write(b"HTTP/1.0 200 OK\r\ncontent-type: application/json\r\n\r\n")
+    block = b"[" * BLOCK
+    while not api.release.is_set():
+        handler.wfile.write(block)
+
+
+def well_formed(size: int):
+    """A well-formed reply whose text is `size` bytes, streamed in blocks (never held whole)."""
+    def mode(api, handler, body):
+        head, tail = (x.encode() for x in json.dumps(api.reply(body, _MARK)).split(_MARK))
+        handler.wfile.write(f"HTTP/1.0 200 OK\r\ncontent-type: application/json\r\n"
+                            f"content-length: {len(head) + size + len(tail)}\r\n\r\n".encode() + head)
+        block = b"a" * BLOCK
+        for _ in range(size // BLOCK):
+            handler.wfile.write(block)
+        handler.wfile.write(block[:size % BLOCK] + tail)
+    return mode
 
 
 MODES = {
@@ -93,14 +131,43 @@ MODES = {
     "die": die,
     "reset": reset,
     "garbage": lambda api, handler, body: handler.wfile.write(response(200, b"<html>502 upstream went away</html>")),
-    "500": lambda api, handler, body: handler.wfile.write(error(500, "api_error", "boom")),
-    "401": lambda api, handler, body: handler.wfile.write(error(401, "authentication_error", "invalid x-api-key")),
+    "500": lambda api, handler, body: handler.wfile.write(api.error(500, "api_error", "boom")),
+    "401": lambda api, handler, body: handler.wfile.write(api.error(401, "authentication_error", "invalid x-api-key")),
     "too-long": too_long,
+    "refusal": lambda api, handler, body: handler.wfile.write(response(200, api.refusal(body))),
+    "gzip": lambda api, handler, body: handler.wfile.write(response(
+        200, gzip.compress(json.dumps(api.reply(body, SUMMARY)).encode()), headers="content-encoding: gzip\r\n")),
+    "br": lambda api, handler, body: handler.wfile.write(response(  # an encoding not asked for
+        200, b"\x1b\x00\x00", headers="content-encoding: br\r\n")),
+    "gzip-bomb": gzip_bombed,
+    "gzip-bomb-unsized": gzip_bombed_unsized,
+    "endless": endless,
+    "40MB": well_formed(40 << 20),
+    "5MB": well_formed(5 << 20),
     "raw": lambda api, handler, body: handler.wfile.write(response(200, api.raw_body)),  # 200 with raw_body
 }
 
 
 class FakeMessagesAPI:
+    BACKEND = "anthropic"  # the summarizer backend that speaks to it
+    TOO_LONG = "prompt is too long: 250000 tokens > 200000 maximum"
+
+    @staticmethod
+    def reply(request_body, text: str) -> dict:
+        return {"id": "msg_test", "type": "message", "role": "assistant", "model": request_body["model"],
+                "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+                "stop_sequence": None, "usage": {"input_tokens": 100, "output_tokens": 50}}
+
+    @staticmethod
+    def refusal(request_body) -> dict:
+        return {"id": "msg_test", "type": "message", "role": "assistant", "model": request_body["model"],
+                "content": [], "stop_reason": "refusal", "stop_sequence": None,
+                "usage": {"input_tokens": 100, "output_tokens": 0}}
+
+    @staticmethod
+    def error(status: int, kind: str, message: str) -> bytes:
+        return response(status, {"type": "error", "error": {"type": kind, "message": message}})
+
     def __init__(self, mode="ok", raw_body=b""):
         self.mode = mode
         self.raw_body = raw_body
@@ -132,9 +199,9 @@ class FakeMessagesAPI:
         self.server.server_close()
 
 
-def anthropic_server(api, fallback=False, timeout=30.0, retries=0, **server):
-    """A server on loopback whose summarizer is the anthropic backend talking to api (the caller
-    sets the key, CONTEXTSVC_TEST_KEY)."""
+def summarizer_server(api, fallback=False, timeout=30.0, retries=0, **server):
+    """A server on loopback whose summarizer is the backend api fakes (api.BACKEND), talking to
+    api (the caller sets the key, CONTEXTSVC_TEST_KEY)."""
     return start_server(summarizer_overrides=dict(
-        backend="anthropic", base_url=api.url, api_key_env="CONTEXTSVC_TEST_KEY",
+        backend=api.BACKEND, base_url=api.url, api_key_env="CONTEXTSVC_TEST_KEY",
         timeout_seconds=timeout, max_retries=retries, fallback_to_offline=fallback), **server)

@@ -12,7 +12,7 @@ from ..errors import BadInput, Unavailable
 from ..deadline import NO_DEADLINE, Deadline
 from ..lowering.neutral import attachment_note
 from . import chunked, edits as ed, retention as ret, head_tail, serialize
-from .summarizers import make_summarizer, offline, offline_fallback
+from .summarizers import make_summarizer, offline, offline_fallback, provider_of
 from .summarizers.job import ContextTooLong, SummaryJob
 
 COMPACTED = "compacted"
@@ -334,7 +334,7 @@ def _edits(inp: CompactInput, plan: _Plan, marker: Optional[m.Message], marker_i
         summary_id, m.ASSISTANT, [m.Part(f"{summary_id}:0", m.Text(text))],
         time_created_ms=now_ms, time_completed_ms=now_ms, summary=True, parent_id=marker_id,
         model_id=cfg.summarizer.model if backend != offline.NAME else offline.NAME,
-        provider_id=m.ANTHROPIC if backend != offline.NAME else "", agent=SUMMARY_AGENT)
+        provider_id=provider_of(backend, cfg.summarizer), agent=SUMMARY_AGENT)
     edits.append(ed.InsertMessage(anchor, summary))
     if replay is not None and not plan.tail:
         edits.append(ed.InsertMessage(summary_id, replay))

@@ -67,15 +67,28 @@ TEMPLATE_RULES = (
     + "\n\nRules:\n"
     + "\n".join(f"- {r}" for r in RULES)
     + "\n- When a <previous-summary> is given, update it into one document: keep what still "
-    "holds, drop what is stale, merge in the new facts from the conversation. Do not summarize "
-    "the previous summary; rewrite it."
+    "holds, drop what a later fact superseded, merge in the new facts from the conversation. Do "
+    "not summarize the previous summary; rewrite it."
 )
 
+# What "superseded" means, said wherever an earlier summary meets later facts: the item leaves
+# every section that states what is current; Done may record the change.
+SUPERSESSION = (
+    "A later fact supersedes an earlier item; remove the earlier item from Goal, Constraints & "
+    "Preferences, In Progress, Blocked, Key Decisions, Next Steps and Relevant Files (Done may "
+    "record the change): a reversed decision (keep only the new one), a replaced constraint, a "
+    "blocker since resolved (a command that failed and later succeeded), a renamed or deleted "
+    "file (list it under its new name, or not at all), a next step since done (move it to Done). "
+    "Never state a superseded item as current."
+)
 INCREMENTAL = ("Update the previous summary with the conversation below: keep what still holds, "
-               "drop what is stale, merge the new facts. Answer with the full template.")
-FRESH = "Summarize the conversation below with the template. Answer with the full template."
+               "drop what the conversation superseded, merge the new facts. " + SUPERSESSION
+               + " Answer with the full template.")
+FRESH = ("Summarize the conversation below with the template. " + SUPERSESSION
+         + " Answer with the full template.")
 MERGE = ("Merge these partial summaries of consecutive parts of one conversation, oldest first, into "
-         "one summary with the template: keep what still holds, drop what later parts made stale.")
+         "one summary with the template: keep what still holds, drop what later parts superseded. "
+         + SUPERSESSION)
 
 
 def prompt(transcript: str, previous: str = "") -> str:
