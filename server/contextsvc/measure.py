@@ -29,8 +29,8 @@ class MeasureInput:
                             tools_disabled=self.tools_disabled)
 
 
-def measure(inp: MeasureInput, cfg: Config, exact_counter: tokens.ExactCounter | None = None,
+def measure(inp: MeasureInput, cfg: Config, exact_counters: tokens.ExactCounters | None = None,
             deadline: Deadline = NO_DEADLINE, memo: Memo | None = None) -> Measurement:
     """memo: what earlier steps computed per message (validation, lowering, prune's scans)."""
-    return step.run(inp.conversation, inp.plan(cfg), memo=memo, exact_counter=exact_counter,
+    return step.run(inp.conversation, inp.plan(cfg), memo=memo, exact_counters=exact_counters,
                     deadline=deadline).measurement

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from importlib import resources
 
-from . import _native_py, exact_cache, native
+from . import _native_py, encodings, exact_cache, native
 from .deadline import NO_DEADLINE, Deadline
 
 ESTIMATE = "estimate:chars/4"  # UTF-16 code units / 4, JavaScript Math.round
@@ -53,14 +53,6 @@ def preflight(tokens: int, factor: Fraction) -> int:
 def json_array_units(units: list) -> int:
     """UTF-16 length of a JSON array whose elements have these lengths."""
     return 2 + sum(units) + max(0, len(units) - 1)
-
-
-# Model ids whose own tokenizer is cl100k (gpt-4o, gpt-4.1 and later use o200k).
-def cl100k_is_native(model_id: str) -> bool:
-    mid = model_id.lower().rsplit("/", 1)[-1]
-    if mid.startswith("gpt-3.5"):
-        return True
-    return mid.startswith("gpt-4") and not mid.startswith(("gpt-4o", "gpt-4.", "gpt-4-o"))
 
 
 # ---- calibrated estimate ----------------------------------------------------------------------
@@ -159,29 +151,24 @@ def scaled(tokens: int, factor: float) -> int:
 # ---- exact counts -----------------------------------------------------------------------------
 
 class ExactCounter:
-    """tiktoken over the encoding shipped offline; loaded on first use (about 1 s).
+    """tiktoken over one offline encoding (encodings.py); loaded on first use (about 1 s).
 
     count_parts caches the counts of pieces by content in a bounded LRU of cache_entries
     (0 = no cache), shared by every caller of this counter.
     """
 
     def __init__(self, encoding_name: str, cache_entries: int = 0):
-        self.encoding_name = encoding_name
+        self.encoding_name = encodings.canonical(encoding_name)
         self._encoding = None
-        self._lock = threading.Lock()
         self.cache = exact_cache.CountCache(cache_entries)
 
     @property
     def method(self) -> str:
-        return EXACT_PREFIX + self.encoding_name.removesuffix("_offline")
+        return EXACT_PREFIX + self.encoding_name
 
     def _get(self):
         if self._encoding is None:
-            with self._lock:
-                if self._encoding is None:
-                    import tiktoken
-
-                    self._encoding = tiktoken.get_encoding(self.encoding_name)
+            self._encoding = encodings.get(self.encoding_name)
         return self._encoding
 
     def count(self, text: str) -> int:
@@ -251,3 +238,28 @@ class ExactCounter:
         for owner, c in zip(owners, counts):
             out[owner] += c
         return out, self.method if all_exact else self.method + SPLIT_RUNS
+
+
+class ExactCounters:
+    """The exact counter of each offline encoding, made on first use, and the one a model counts
+    with (encodings.for_model; `proxy` for a model with no offline tokenizer of its own). Each
+    has its own cache of cache_entries: a short piece is its own key, whatever the encoding."""
+
+    def __init__(self, proxy: str, cache_entries: int = 0):
+        self.proxy = encodings.canonical(proxy)
+        self._entries = cache_entries
+        self._counters: dict = {}
+        self._lock = threading.Lock()
+
+    def counter(self, encoding_name: str) -> ExactCounter:
+        name = encodings.canonical(encoding_name)
+        with self._lock:
+            c = self._counters.get(name)
+            if c is None:
+                c = self._counters[name] = ExactCounter(name, self._entries)
+        return c
+
+    def for_model(self, model_id: str) -> tuple:
+        """(counter, encodings.ExactTokenizer) of a model."""
+        tok = encodings.for_model(model_id, self.proxy)
+        return self.counter(tok.encoding), tok

@@ -10,7 +10,7 @@ from . import conversion
 from ..config import Config
 from ..deadline import NO_DEADLINE, Deadline
 from ..memo import Memo
-from ..tokens import ExactCounter
+from ..tokens import ExactCounters
 from ..v1 import context_pb2 as pb
 from ..v1 import context_pb2_grpc as pb_grpc
 
@@ -27,7 +27,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
     def __init__(self, cfg: Config, metrics=None, truncation=None):
         self._cfg = cfg
         self._metrics = metrics
-        self._exact = ExactCounter(cfg.measure.exact_encoding, cfg.measure.exact_cache_entries)
+        self._exact = ExactCounters(cfg.measure.exact_encoding, cfg.measure.exact_cache_entries)
         self._truncation = truncation
         self._json_depth = cfg.server.max_json_depth
         self._memo = Memo(cfg.server.memo_bytes) if cfg.server.memo_bytes else None
@@ -38,7 +38,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
         inp = conversion.step_input(request, self._cfg.server.max_session_id_bytes, self._memo,
                                     self._json_depth, deadline)
         r = assemble.run(inp, self._cfg, serialize=False, hashes=request.want_cache_state,
-                          exact_counter=self._exact, deadline=deadline, memo=self._memo)
+                          exact_counters=self._exact, deadline=deadline, memo=self._memo)
         if self._metrics is not None:
             m = r.measurement
             self._metrics.record_measure(inp.model.provider, m.overflow or m.should_compact)
@@ -68,7 +68,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
         deadline = _deadline(context)
         inp = conversion.step_input(request, self._cfg.server.max_session_id_bytes, self._memo,
                                     self._json_depth, deadline)
-        r = assemble.assemble(inp, self._cfg, exact_counter=self._exact, deadline=deadline, memo=self._memo)
+        r = assemble.assemble(inp, self._cfg, exact_counters=self._exact, deadline=deadline, memo=self._memo)
         if self._metrics is not None:
             m = r.measurement
             self._metrics.record_measure(inp.model.provider, m.overflow or m.should_compact)

@@ -103,14 +103,15 @@ def _figure(figure: str, stretch: tuple, fig: Figures, plan: Plan) -> tuple:
     mc = plan.cfg.measure
     total, tail, overhead, rewrite = stretch
     margin = mc.margin
+    tok = fig.exact_tokenizer  # set when the exact figures were counted
     names = {"estimate": tokens.PREFLIGHT, "calibrated": tokens.CALIBRATED,
              "self-calibrated": fig.self_calibrated[1],
-             "exact": tokens.EXACT_PREFIX + mc.exact_encoding.removesuffix("_offline")}
+             "exact": tok and tok.name(tokens.EXACT_PREFIX + tok.encoding)}
     method = names[figure]
-    if figure == "estimate" or (figure == "exact" and tokens.cl100k_is_native(plan.model.id)):
-        margin = 1  # the reference's figure carries its own factor; cl100k is this model's own
+    if figure == "estimate" or (figure == "exact" and tok.native):
+        margin = 1  # the reference's figure carries its own factor; the exact count is this model's own
     elif figure == "exact":
-        margin = mc.exact_margin  # cl100k standing in for another model's tokenizer
+        margin = mc.exact_margin  # a proxy tokenizer standing in for this model's
     elif mc.measured_margins:  # the stretch holds the per-class margins already
         margin = 1
         method += "+" + tokens.ratios().margin_text()

@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import conversation as m, native, projection, tokens
+from .. import conversation as m, encodings, native, projection, tokens
 from ..deadline import NO_DEADLINE, Deadline
 from ..lowering.media import MEDIA_PLACEHOLDER
 from ..memo import Memo
@@ -52,6 +52,7 @@ class Figures:
     rebase_projections: dict = dataclasses.field(default_factory=dict)
     rebase_stretches: dict = dataclasses.field(default_factory=dict)
     media_rebase: int = 0
+    exact_tokenizer: Optional[encodings.ExactTokenizer] = None  # what the exact figures counted with
 
 
 def rewrite_from(request: Request) -> Optional[int]:
@@ -63,7 +64,7 @@ def rewrite_from(request: Request) -> Optional[int]:
     return -1 if change.segment == "tools" else change.flat - request.digests.counts[0]
 
 
-def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counter=None, memo: Memo | None = None,
+def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=None, memo: Memo | None = None,
             before: dict | None = None, deadline: Deadline = NO_DEADLINE) -> Figures:
     """Every figure of the request. before: id -> the message as it was before this step changed
     it (the payload guard), for the baseline's rebase; memo: the changed messages' lowering."""
@@ -96,15 +97,15 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counter=No
     out = Figures(estimate, tool_tokens, tail, overhead, normalized, raw, extra, rewrite, bool(tail_messages),
                   request.ledger.media_count, (0, tokens.CALIBRATED), (0, tokens.CALIBRATED), 0.0, "", None,
                   {}, {}, 0, 0)
-    _calibrated_and_exact(out, conv, request, plan, exact_counter, last_assistant, since, deadline)
+    _calibrated_and_exact(out, conv, request, plan, exact_counters, last_assistant, since, deadline)
     out.stretches["estimate"] = (normalized, tail, overhead, rewrite)
     base = baseline(conv.messages)
     if base is not None:
-        _rebase(out, as_counted(conv.messages, base, before or {}), plan, exact_counter, memo)
+        _rebase(out, as_counted(conv.messages, base, before or {}), plan, exact_counters, memo)
     return out
 
 
-def _rebase(out: Figures, pairs: list, plan: Plan, exact_counter, memo: Memo | None) -> None:
+def _rebase(out: Figures, pairs: list, plan: Plan, exact_counters, memo: Memo | None) -> None:
     """The figures of the changed messages now minus as counted, per method (step.baseline)."""
     if not pairs:
         return
@@ -127,7 +128,7 @@ def _rebase(out: Figures, pairs: list, plan: Plan, exact_counter, memo: Memo | N
     out.rebase_stretches = {"estimate": estimate(now) - estimate(then), "calibrated": decide,
                             "self-calibrated": scale(decide)}
     if out.exact is not None:
-        counter = exact_counter or tokens.ExactCounter(mc.exact_encoding)
+        counter, _ = (exact_counters or tokens.ExactCounters(mc.exact_encoding)).for_model(plan.model.id)
         exact = counter.count(array_text([text for text, _ in now])) - counter.count(
             array_text([text for text, _ in then]))
         out.rebase_projections["exact"] = out.rebase_stretches["exact"] = exact
@@ -192,7 +193,7 @@ def _media_in(element_texts) -> int:
     return sum(t.count(placeholder) for t in element_texts)
 
 
-def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, plan: Plan, exact_counter,
+def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, plan: Plan, exact_counters,
                           last_assistant: int, rewrite_from, deadline: Deadline) -> None:
     """The calibrated, self-calibrated and (when asked) exact figures, summed over the same
     stretches as the reference agent's (tail after the last assistant element, overhead = system
@@ -257,9 +258,10 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
 
     exact = None
     if plan.exact:
-        counter = exact_counter or tokens.ExactCounter(mc.exact_encoding)
+        counter, tok = (exact_counters or tokens.ExactCounters(mc.exact_encoding)).for_model(mdl.id)
         counts, method = counter.count_parts_with_method(_join_parts(element_json, texts), deadline)
-        exact = (sum(counts), method)
+        exact = (sum(counts), tok.name(method))
+        out.exact_tokenizer = tok
         n_el = n_sys + len(texts.messages)
         ex_tools = counts[-1] if texts.tools else 0
         ex_tail = sum(counts[tail_from:n_el]) if has_tail else 0

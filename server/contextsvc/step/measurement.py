@@ -47,7 +47,7 @@ class Measurement:
     rewrite: int = 0
 
 
-def gather(body_bytes: int, fig: Figures, dec: Decision, model_id: str, usable: int, limit: int,
+def gather(body_bytes: int, fig: Figures, dec: Decision, usable: int, limit: int,
            max_output_tokens: int, output_tokens: int) -> Measurement:
     return Measurement(
         body_bytes=body_bytes,
@@ -59,7 +59,7 @@ def gather(body_bytes: int, fig: Figures, dec: Decision, model_id: str, usable: 
         tail=fig.tail,
         overhead=fig.overhead,
         exact=fig.exact,
-        exact_for_model=bool(fig.exact) and tokens.cl100k_is_native(model_id),
+        exact_for_model=bool(fig.exact) and fig.exact_tokenizer.native,
         usable=usable,
         limit=limit,
         reported=dec.reported,

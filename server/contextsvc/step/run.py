@@ -40,36 +40,36 @@ def check(conv: m.Conversation, plan: Plan, memo: Memo | None = None, deadline: 
 
 
 def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Memo | None = None,
-        exact_counter=None, now: Optional[dt.datetime] = None, deadline: Deadline = NO_DEADLINE,
+        exact_counters=None, now: Optional[dt.datetime] = None, deadline: Deadline = NO_DEADLINE,
         checked: bool = False) -> Step:
     """The step for conv under plan. turn: the per-turn injections (none without one). memo: what
-    earlier steps computed per message. exact_counter: the service's (its cache of counts).
+    earlier steps computed per message. exact_counters: the service's (its cache of counts).
     checked: the caller already ran check() on this conversation. deadline: the caller's,
     checked between stages and inside the per-element loops (errors.DeadlineExceeded)."""
     if not checked:
         check(conv, plan, memo, deadline)
     injected = inject(conv.messages, turn, now) if turn is not None else Injected(conv.messages, [], "")
     sent = dataclasses.replace(conv, messages=injected.messages)
-    measurement, request = measure(sent, plan, memo, exact_counter, deadline)
+    measurement, request = measure(sent, plan, memo, exact_counters, deadline)
     guard = payload_guard(sent, measurement.body_bytes, plan, memo, deadline)
     if guard.conversation is not None:
         # the messages the guard changed, as they were: the baseline is rebased on them
         before = {x.id: x for x, y in zip(sent.messages, guard.conversation.messages) if x is not y}
-        measurement, request = measure(guard.conversation, plan, memo, exact_counter, deadline, before)
+        measurement, request = measure(guard.conversation, plan, memo, exact_counters, deadline, before)
     return Step(measurement, request, guard, injected)
 
 
-def measure(conv: m.Conversation, plan: Plan, memo: Memo | None = None, exact_counter=None,
+def measure(conv: m.Conversation, plan: Plan, memo: Memo | None = None, exact_counters=None,
             deadline: Deadline = NO_DEADLINE, before: dict | None = None) -> tuple:
     """(Measurement, Request) of conv as it is sent, without the payload guard: the request
     (pieces, markers, digests), its figures, the decision, and the output budget written into
     the body. before: id -> the message as it was before the payload guard changed it."""
     request = build(conv, plan, memo, deadline)
-    fig = figures(conv, request, plan, exact_counter, memo, before, deadline)
+    fig = figures(conv, request, plan, exact_counters, memo, before, deadline)
     dec = decide(conv.messages, fig, plan)
     mdl, cfg = plan.model, plan.cfg
     max_out = window.max_output(mdl, cfg)
     configured = plan.configured_output_tokens or max_out
     out_tokens = window.output_budget(mdl, configured, dec.reported, fig.normalized, fig.media_count, cfg)
     request.lowered.set_max_output(out_tokens)
-    return gather(request.body_bytes(), fig, dec, mdl.id, plan.usable, plan.limit, max_out, out_tokens), request
+    return gather(request.body_bytes(), fig, dec, plan.usable, plan.limit, max_out, out_tokens), request
