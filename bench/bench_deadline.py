@@ -67,30 +67,30 @@ def counted(metrics_port: int, method: str) -> float:
 def run(name: str) -> str:
     method, build, seconds = CASES[name]
     request = build()
-    tmp = Path(tempfile.mkdtemp(prefix="bench-deadline-"))
-    proc, port, metrics_port, _ = launch(tmp_path=tmp, config_text="")
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{port}", options=OPTIONS) as ch:
-            stub = pb_grpc.ContextServiceStub(ch)
-            stub.Measure(convo.measure_request(), timeout=30)
-            base = peak_rss_mb(proc.pid)
-            before = counted(metrics_port, method)
-            start = time.monotonic()
-            try:
-                getattr(stub, method)(request, timeout=seconds)
-                code = "OK"
-            except grpc.RpcError as e:
-                code = e.code().name
-            answered = time.monotonic() - start
-            while counted(metrics_port, method) == before:
-                time.sleep(0.01)
-            past = time.monotonic() - start - seconds
-            return (f"{name:20s} deadline {seconds:.1f}s  caller saw {code} after {answered:.2f}s  "
-                    f"work ended {past:+.2f}s past the deadline  peak RSS {peak_rss_mb(proc.pid):.0f} MB "
-                    f"(idle {base:.0f} MB)")
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    with tempfile.TemporaryDirectory(prefix="bench-deadline-") as tmp:
+        proc, port, metrics_port, _ = launch(tmp_path=Path(tmp), config_text="")
+        try:
+            with grpc.insecure_channel(f"127.0.0.1:{port}", options=OPTIONS) as ch:
+                stub = pb_grpc.ContextServiceStub(ch)
+                stub.Measure(convo.measure_request(), timeout=30)
+                base = peak_rss_mb(proc.pid)
+                before = counted(metrics_port, method)
+                start = time.monotonic()
+                try:
+                    getattr(stub, method)(request, timeout=seconds)
+                    code = "OK"
+                except grpc.RpcError as e:
+                    code = e.code().name
+                answered = time.monotonic() - start
+                while counted(metrics_port, method) == before:
+                    time.sleep(0.01)
+                past = time.monotonic() - start - seconds
+                return (f"{name:20s} deadline {seconds:.1f}s  caller saw {code} after {answered:.2f}s  "
+                        f"work ended {past:+.2f}s past the deadline  peak RSS {peak_rss_mb(proc.pid):.0f} MB "
+                        f"(idle {base:.0f} MB)")
+        finally:
+            proc.terminate()
+            proc.wait(30)
 
 
 if __name__ == "__main__":

@@ -61,10 +61,11 @@ def main():
     ap.add_argument("--size", type=int, default=1_250_000)
     ap.add_argument("--steps", type=int, default=40)
     args = ap.parse_args()
-    off_cfg = Path(tempfile.mkdtemp()) / "nocache.toml"
-    off_cfg.write_text("[server]\nmemo_bytes = 0\n")
-    on, on_port = start_server()
-    off, off_port = start_server("--config", str(off_cfg))
+    with tempfile.TemporaryDirectory() as tmp:  # the config is read at start: it can go after
+        off_cfg = Path(tmp) / "nocache.toml"
+        off_cfg.write_text("[server]\nmemo_bytes = 0\n")
+        on, on_port = start_server()
+        off, off_port = start_server("--config", str(off_cfg))
     try:
         requests = list(steps(args.size, args.steps))
         print(f"{args.size:,} B conversation, {args.steps} steps, each one message longer")

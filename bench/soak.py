@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -170,6 +171,7 @@ def run(seconds: float = 600, interval: float = 60, callers: int = 4, out=print)
             t.join(120)
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
+        shutil.rmtree(store, ignore_errors=True)
     done = [x for x in intervals if x.rss_kib]
     errors = sum((x.errors for x in intervals), Counter())
     result = SoakResult(done, errors, total[0], done[0].rss_kib, done[-1].rss_kib, max(x.rss_kib for x in done))

@@ -3,10 +3,14 @@ implementation of the hot path in turn (the compiled module and its Python twin)
 `pki`, a CA with a server and a client certificate made by openssl at test time; `api`, a fake
 Anthropic Messages API on loopback, its key in CONTEXTSVC_TEST_KEY; `openai_api`, a fake OpenAI
 Chat Completions API the same way; `model_api`, each fake model
-API in turn (Anthropic Messages, OpenAI Chat Completions), for what every model backend shares."""
+API in turn (Anthropic Messages, OpenAI Chat Completions), for what every model backend shares.
+Every run checks that the tests leave no temporary file behind (`temp_dir_left_empty`)."""
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
+import tempfile
 
 import grpc
 import pytest
@@ -17,6 +21,24 @@ from helpers.fake_anthropic import FakeMessagesAPI
 from helpers.fake_openai import FakeChatCompletionsAPI
 from helpers.implementations import IMPL_NAMES, compiled
 from helpers.server import start_server
+
+
+@pytest.fixture(scope="session", autouse=True)
+def temp_dir_left_empty(tmp_path_factory):
+    """Points the temporary directory (tempfile's, and TMPDIR for the servers and tools the tests
+    start) at a new directory of this run's own, and fails the run if anything is left in it at
+    the end; the directory itself is removed either way. pytest's tmp_path directories stay
+    where pytest keeps them (its basetemp, fixed before the switch)."""
+    tmp_path_factory.getbasetemp()
+    run_dir = tempfile.mkdtemp(prefix="contextsvc-tests-")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tempfile, "tempdir", run_dir)
+        mp.setenv("TMPDIR", run_dir)
+        mp.setenv("TIKTOKEN_CACHE_DIR", "")  # tiktoken would copy its bundled files to $TMPDIR: read in place
+        yield
+    left = sorted(os.listdir(run_dir))
+    shutil.rmtree(run_dir, ignore_errors=True)
+    assert not left, f"the tests left these in the temporary directory: {left}"
 
 
 @pytest.fixture(scope="module")

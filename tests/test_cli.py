@@ -20,7 +20,7 @@ from helpers.server import wait_for
 
 
 def test_serve_logs_one_start_line_and_answers(tmp_path):
-    proc, port, metrics_port, impl = launch()
+    proc, port, metrics_port, impl = launch(tmp_path=tmp_path)
     try:
         assert impl == ("python" if os.environ.get("CONTEXTSVC_NO_EXTENSIONS") == "1" else "cython")
         with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
@@ -33,8 +33,8 @@ def test_serve_logs_one_start_line_and_answers(tmp_path):
         assert proc.wait(timeout=60) == 0
 
 
-def test_sigterm_finishes_in_flight_calls_and_refuses_new_ones():
-    proc, port, metrics_port, _ = launch()
+def test_sigterm_finishes_in_flight_calls_and_refuses_new_ones(tmp_path):
+    proc, port, metrics_port, _ = launch(tmp_path=tmp_path)
     conv = convo.small_conversation()
     # a call that takes a while: exact counting of 12 MB of prose
     conv.messages[2].parts[0].text.text = "the quick brown fox jumps over the lazy dog. " * 280_000
@@ -86,9 +86,9 @@ def test_config_file_values_take_effect(tmp_path):
         proc.wait(timeout=60)
 
 
-def test_sigusr1_writes_every_threads_stack_and_the_server_keeps_serving():
+def test_sigusr1_writes_every_threads_stack_and_the_server_keeps_serving(tmp_path):
     """What an operator reads when a call or a stop seems stuck."""
-    proc, port, _, _ = launch()
+    proc, port, _, _ = launch(tmp_path=tmp_path)
     try:
         proc.send_signal(signal.SIGUSR1)
         # the main thread waits for the stop; grpc's poller serves
@@ -117,11 +117,11 @@ def _blocks(pid: int, tid: int, sig: int) -> bool:
 @pytest.mark.skipif(not sys.platform.startswith("linux") or os.uname().machine != "x86_64",
                     reason="tgkill through its x86_64 syscall number")
 @pytest.mark.parametrize("args", [(), ("--processes", "2")], ids=["server", "supervisor"])
-def test_sigterm_handed_to_another_thread_still_stops_the_server(args):
+def test_sigterm_handed_to_another_thread_still_stops_the_server(args, tmp_path):
     """The kernel may hand a process's signal to any thread; CPython runs the handler in the
     main thread, which must not sit in an untimed wait (before: the signal was lost, the
     process kept serving)."""
-    proc, *_ = launch(*args)
+    proc, *_ = launch(*args, tmp_path=tmp_path)
     try:
         others = [int(t) for t in os.listdir(f"/proc/{proc.pid}/task")
                   if int(t) != proc.pid and not _blocks(proc.pid, int(t), signal.SIGTERM)]

@@ -370,8 +370,8 @@ def test_read_only_store_reads_old_outputs_and_refuses_new_ones(tmp_path):
 
 # ---- SIGTERM under load --------------------------------------------------------------------------
 
-def test_sigterm_under_load_finishes_in_flight_calls_and_refuses_new_ones():
-    proc, port, _, _ = launch()
+def test_sigterm_under_load_finishes_in_flight_calls_and_refuses_new_ones(tmp_path):
+    proc, port, _, _ = launch(tmp_path=tmp_path)
     big = convo.small_conversation()
     big.messages[2].parts[0].text.text = "the quick brown fox jumps over the lazy dog. " * 200_000
     ch = grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 64 << 20)])

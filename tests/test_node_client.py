@@ -9,6 +9,9 @@ import pathlib
 import shutil
 import subprocess
 
+import pytest
+
+from helpers.restarts import assert_outcomes, calls_across_a_restart, script_calls
 from helpers.server import start_server
 
 CLIENT = pathlib.Path(__file__).resolve().parent.parent / "clients" / "node"
@@ -48,3 +51,13 @@ def test_node_client_sends_the_bearer_token_and_fails_loudly_without_it():
         s.stop(grace=1)
     assert good.returncode == 0, good.stdout + good.stderr
     assert bad.returncode == 1 and "UNAUTHENTICATED" in bad.stderr, bad.stdout + bad.stderr
+
+
+@pytest.mark.parametrize("retry", [True, False], ids=["retrying", "plain"])
+def test_node_client_with_retries_calls_across_a_server_restart(tmp_path, retry):
+    """connect(address, { retry: true }): every call is answered while the one server restarts;
+    without the option the calls made meanwhile fail UNAVAILABLE."""
+    node = _node()
+    outcomes = calls_across_a_restart(tmp_path, lambda port: script_calls(
+        [node, "calls_on_request.js", f"127.0.0.1:{port}", *["--retry"] * retry], CLIENT, {"PATH": "/usr/bin:/bin"}))
+    assert_outcomes(outcomes, retry)

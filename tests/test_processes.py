@@ -47,8 +47,8 @@ def stop(proc):
     return proc.wait(60)
 
 
-def test_connections_spread_over_processes_and_metrics_are_summed():
-    proc, port, metrics_port, _ = launch("--processes", "2")
+def test_connections_spread_over_processes_and_metrics_are_summed(tmp_path):
+    proc, port, metrics_port, _ = launch("--processes", "2", tmp_path=tmp_path)
     try:
         workers = children(proc.pid)
         assert len(workers) == 2
@@ -74,8 +74,8 @@ def test_connections_spread_over_processes_and_metrics_are_summed():
     assert children(proc.pid) == []
 
 
-def test_a_dead_process_is_replaced_and_its_counts_are_kept():
-    proc, port, metrics_port, _ = launch("--processes", "2")
+def test_a_dead_process_is_replaced_and_its_counts_are_kept(tmp_path):
+    proc, port, metrics_port, _ = launch("--processes", "2", tmp_path=tmp_path)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
             stub = pb_grpc.ContextServiceStub(ch)
@@ -96,8 +96,9 @@ def test_a_dead_process_is_replaced_and_its_counts_are_kept():
         assert stop(proc) == 0
 
 
-def test_processes_stop_when_the_supervisor_is_killed():
-    proc, port, _, _ = launch("--processes", "2")
+def test_processes_stop_when_the_supervisor_is_killed(tmp_path):
+    # a killed supervisor leaves its metrics directory behind: it goes in the test's own
+    proc, port, _, _ = launch("--processes", "2", tmp_path=tmp_path, env={**os.environ, "TMPDIR": str(tmp_path)})
     workers = children(proc.pid)
     assert len(workers) == 2
     proc.kill()
@@ -133,7 +134,8 @@ def test_a_port_held_by_another_program_fails_the_start(tmp_path):
 
 
 def test_a_second_supervisor_on_the_same_port_fails_the_start(tmp_path):
-    proc, port, _, _ = launch("--processes", "2")
+    (tmp_path / "first").mkdir()
+    proc, port, _, _ = launch("--processes", "2", tmp_path=tmp_path / "first")
     try:
         config = tmp_path / "c.toml"
         config.write_text(f'[truncation]\ndirectory = "{tmp_path / "store"}"\n')

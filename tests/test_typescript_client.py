@@ -6,7 +6,10 @@ from __future__ import annotations
 import re
 import subprocess
 
+import pytest
+
 from helpers import typescript
+from helpers.restarts import assert_outcomes, calls_across_a_restart, script_calls
 
 
 def test_typescript_client_builds_from_the_proto_with_camel_case_types():
@@ -25,3 +28,14 @@ def test_typescript_apply_helpers_pass_their_unit_tests():
     assert out.returncode == 0, out.stdout + out.stderr
     counts = dict(re.findall(r"^# (tests|pass|fail) (\d+)$", out.stdout, re.M))
     assert int(counts["tests"]) > 0 and counts["pass"] == counts["tests"] and counts["fail"] == "0", out.stdout
+
+
+@pytest.mark.parametrize("retry", [True, False], ids=["retrying", "plain"])
+def test_typescript_client_with_retries_calls_across_a_server_restart(tmp_path, retry):
+    """connect(address, { retry: true }): every call is answered while the one server restarts;
+    without the option the calls made meanwhile fail UNAVAILABLE."""
+    node = typescript.build()
+    outcomes = calls_across_a_restart(tmp_path, lambda port: script_calls(
+        [node, "dist/test/callsOnRequest.js", f"127.0.0.1:{port}", *["--retry"] * retry], typescript.CLIENT,
+        typescript.ENV))
+    assert_outcomes(outcomes, retry)

@@ -19,22 +19,60 @@ function load(protoDir = process.env.CONTEXTSVC_PROTO_DIR || REPO_PROTO) {
   return grpc.loadPackageDefinition(definition);
 }
 
+// Retries (README, "Retries"): a call answered UNAVAILABLE (a server stopping, or not there) or
+// CANCELLED (grpc dropping a call that reached a server in the instant its listener closed; these
+// calls are never cancelled by the caller) is sent again; every other code is final. attempts
+// counts the first call; the n-th retry waits a random time between half and all of
+// min(initialBackoffMs * 2^(n-1), maxBackoffMs). The call's deadline bounds the attempts and
+// waits together: no retry starts that would end after it.
+const RETRYABLE = [grpc.status.UNAVAILABLE, grpc.status.CANCELLED];
+const RETRY_DEFAULTS = { attempts: 10, initialBackoffMs: 100, maxBackoffMs: 2000 };
+
+function retryPolicy(retry) {
+  return retry ? { ...RETRY_DEFAULTS, ...(retry === true ? {} : retry) } : { ...RETRY_DEFAULTS, attempts: 1 };
+}
+
+function backoffMs(policy, retry) {
+  const ceiling = Math.min(policy.initialBackoffMs * 2 ** (retry - 1), policy.maxBackoffMs);
+  return ceiling / 2 + Math.random() * ceiling / 2;
+}
+
 // Every RPC as a promise-returning method, method(request, deadlineMs = options.deadlineMs);
-// options: { token, credentials, deadlineMs } (default deadline 30 s).
+// options: { token, credentials, deadlineMs (default 30 s), retry } where retry is true (the
+// defaults above) or { attempts, initialBackoffMs, maxBackoffMs }; off unless given.
 function connect(address, options = {}) {
   const pkg = load();
   const credentials = options.credentials || grpc.credentials.createInsecure();
-  const service = new pkg.contextsvc.v1.ContextService(address, credentials);
-  const health = new pkg.grpc.health.v1.Health(address, credentials);
+  const policy = retryPolicy(options.retry);
+  // the channel reconnects as often as calls retry (grpc's own backoff grows to 120 s, and a call
+  // made while the channel waits to reconnect fails at once)
+  const channelOptions = options.retry ? { "grpc.initial_reconnect_backoff_ms": policy.initialBackoffMs,
+    "grpc.max_reconnect_backoff_ms": policy.maxBackoffMs } : {};
+  const service = new pkg.contextsvc.v1.ContextService(address, credentials, channelOptions);
+  const health = new pkg.grpc.health.v1.Health(address, credentials, channelOptions);
   const deadlineMs = options.deadlineMs || 30000;
 
-  function call(stub, method, request, callDeadlineMs = deadlineMs) {
+  function attempt(stub, method, request, deadline) {
     const metadata = new grpc.Metadata();
     if (options.token) metadata.set("authorization", `Bearer ${options.token}`);
     return new Promise((resolve, reject) => {
-      stub[method](request, metadata, { deadline: Date.now() + callDeadlineMs }, (err, response) =>
-        (err ? reject(err) : resolve(response)));
+      stub[method](request, metadata, { deadline }, (err, response) => (err ? reject(err) : resolve(response)));
     });
+  }
+
+  async function call(stub, method, request, callDeadlineMs = deadlineMs) {
+    const deadline = Date.now() + callDeadlineMs;
+    for (let retry = 1; ; retry++) {
+      try {
+        return await attempt(stub, method, request, deadline);
+      } catch (err) {
+        const pause = backoffMs(policy, retry);
+        if (!RETRYABLE.includes(err.code) || retry >= policy.attempts || Date.now() + pause >= deadline) {
+          throw err;
+        }
+        await new Promise((resolve) => setTimeout(resolve, pause));
+      }
+    }
   }
 
   const client = { close() { service.close(); health.close(); } };

@@ -5,10 +5,8 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 
 STARTED = re.compile(r"serving gRPC on 127\.0\.0\.1:(\d+) \([^)]*\), metrics http://127\.0\.0\.1:(\d+)/metrics "
@@ -16,16 +14,16 @@ STARTED = re.compile(r"serving gRPC on 127\.0\.0\.1:(\d+) \([^)]*\), metrics htt
 BOUNDED_GRACE = "shutdown_grace_seconds = 20.0"
 
 
-def launch(*args, server_toml=BOUNDED_GRACE, config_text="", tmp_path=None, env=None, start_line=STARTED):
+def launch(*args, tmp_path, server_toml=BOUNDED_GRACE, config_text="", env=None, start_line=STARTED):
     """(process, gRPC port, metrics port, hot path) once the server says it is up (start_line,
-    its groups in that order); args go to `serve`. The config file (in tmp_path, else a new temporary directory) holds server_toml as
-    its [server] section (by default only a 20 s grace, so that a call stuck at exit holds a
-    test for less than the default), the store in that directory, then config_text.
-    proc.log holds every line the server writes to stderr."""
+    its groups in that order); args go to `serve`. The config file, in tmp_path (a test's own
+    directory, or one the caller removes), holds server_toml as its [server] section (by default
+    only a 20 s grace, so that a call stuck at exit holds a test for less than the default), the
+    store in that directory, then config_text. proc.log holds every line the server writes to
+    stderr."""
     cmd = [sys.executable, "-m", "contextsvc", "serve", "--port", "0", "--metrics-port", "0", *args]
-    config_dir = tmp_path or Path(tempfile.mkdtemp(prefix="contextsvc-cli-"))
-    path = config_dir / "contextsvc.toml"
-    path.write_text(f'[server]\n{server_toml}\n[truncation]\ndirectory = "{config_dir / "store"}"\n{config_text}')
+    path = tmp_path / "contextsvc.toml"
+    path.write_text(f'[server]\n{server_toml}\n[truncation]\ndirectory = "{tmp_path / "store"}"\n{config_text}')
     cmd += ["--config", str(path)]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
     match = started(proc, start_line)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import tempfile
 import time
 
@@ -20,7 +21,15 @@ def wait_for(predicate, seconds=20.0):
     return predicate()
 
 
-def start_server(truncation_overrides=None, summarizer_overrides=None, **server_overrides) -> Server:
+class DisposableServer(Server):
+    """A Server whose truncation store, a new temporary directory, is removed when it stops."""
+
+    def stop(self, grace: float | None = None, drain: float = 0.0) -> None:
+        super().stop(grace, drain)
+        shutil.rmtree(self.cfg.truncation.directory, ignore_errors=True)
+
+
+def start_server(truncation_overrides=None, summarizer_overrides=None, **server_overrides) -> DisposableServer:
     base = config.Config()
     store = tempfile.mkdtemp(prefix="contextsvc-test-store-")
     cfg = dataclasses.replace(
@@ -29,4 +38,4 @@ def start_server(truncation_overrides=None, summarizer_overrides=None, **server_
         truncation=dataclasses.replace(base.truncation, directory=store, **(truncation_overrides or {})),
         summarizer=dataclasses.replace(base.summarizer, **(summarizer_overrides or {})),
     )
-    return Server(cfg).start()
+    return DisposableServer(cfg).start()

@@ -1,6 +1,8 @@
 // ContextService client for TypeScript: the @grpc/grpc-js stub ts-proto generates from the
 // repository's proto (npm run build), with every RPC as a promise that takes a partial request.
-import { ChannelCredentials, ChannelOptions, Metadata, credentials as grpcCredentials } from "@grpc/grpc-js";
+import {
+  ChannelCredentials, ChannelOptions, Metadata, ServiceError, credentials as grpcCredentials, status,
+} from "@grpc/grpc-js";
 import {
   AssembleRequest, AssembleResponse, CompactRequest, CompactResponse, ContextServiceClient, DeepPartial,
   MeasureRequest, MeasureResponse, PruneRequest, PruneResponse, ReadTruncatedRequest, ReadTruncatedResponse,
@@ -12,6 +14,32 @@ export interface ConnectOptions {
   credentials?: ChannelCredentials; // default: insecure (loopback, or TLS terminated in front)
   deadlineMs?: number;              // default deadline of a call (30 s)
   channelOptions?: ChannelOptions;
+  retry?: boolean | Partial<RetryOptions>; // off unless given; true: RETRY_DEFAULTS
+}
+
+// Retries (README, "Retries"): a call answered UNAVAILABLE (a server stopping, or not there) or
+// CANCELLED (grpc dropping a call that reached a server in the instant its listener closed; these
+// calls are never cancelled by the caller) is sent again; every other code is final. attempts
+// counts the first call; the n-th retry waits a random time between half and all of
+// min(initialBackoffMs * 2^(n-1), maxBackoffMs). The call's deadline bounds the attempts and
+// waits together: no retry starts that would end after it.
+export interface RetryOptions {
+  attempts: number;
+  initialBackoffMs: number;
+  maxBackoffMs: number;
+}
+
+const RETRYABLE = [status.UNAVAILABLE, status.CANCELLED];
+
+export const RETRY_DEFAULTS: RetryOptions = { attempts: 10, initialBackoffMs: 100, maxBackoffMs: 2000 };
+
+function retryPolicy(retry: ConnectOptions["retry"]): RetryOptions {
+  return retry ? { ...RETRY_DEFAULTS, ...(retry === true ? {} : retry) } : { ...RETRY_DEFAULTS, attempts: 1 };
+}
+
+function backoffMs(policy: RetryOptions, retry: number): number {
+  const ceiling = Math.min(policy.initialBackoffMs * 2 ** (retry - 1), policy.maxBackoffMs);
+  return ceiling / 2 + Math.random() * ceiling / 2;
 }
 
 // A request is given as a partial object (fields left out take the proto's defaults); fromPartial
@@ -31,19 +59,38 @@ export interface ContextService {
 interface MessageType<T> { fromPartial(object: DeepPartial<T>): T }
 
 export function connect(address: string, options: ConnectOptions = {}): ContextService {
+  const policy = retryPolicy(options.retry);
+  // the channel reconnects as often as calls retry (grpc's own backoff grows to 120 s, and a call
+  // made while the channel waits to reconnect fails at once)
+  const reconnect: ChannelOptions = options.retry ? { "grpc.initial_reconnect_backoff_ms": policy.initialBackoffMs,
+    "grpc.max_reconnect_backoff_ms": policy.maxBackoffMs } : {};
   const stub = new ContextServiceClient(address, options.credentials ?? grpcCredentials.createInsecure(),
-    options.channelOptions);
+    { ...reconnect, ...options.channelOptions });
   const defaultDeadlineMs = options.deadlineMs ?? 30_000;
 
   function rpc<Req, Res>(type: MessageType<Req>, method: (request: Req, metadata: Metadata,
-    callOptions: { deadline: number }, callback: (err: Error | null, response: Res) => void) => unknown): Rpc<Req, Res> {
-    return (request, deadlineMs = defaultDeadlineMs) => {
+    callOptions: { deadline: number }, callback: (err: ServiceError | null, response: Res) => void) => unknown): Rpc<Req, Res> {
+    function attempt(request: Req, deadline: number): Promise<Res> {
       const metadata = new Metadata();
       if (options.token) metadata.set("authorization", `Bearer ${options.token}`);
       return new Promise((resolve, reject) => {
-        method.call(stub, type.fromPartial(request), metadata, { deadline: Date.now() + deadlineMs },
-          (err, response) => (err ? reject(err) : resolve(response)));
+        method.call(stub, request, metadata, { deadline }, (err, response) => (err ? reject(err) : resolve(response)));
       });
+    }
+    return async (request, deadlineMs = defaultDeadlineMs) => {
+      const message = type.fromPartial(request);
+      const deadline = Date.now() + deadlineMs;
+      for (let retry = 1; ; retry++) {
+        try {
+          return await attempt(message, deadline);
+        } catch (err) {
+          const pause = backoffMs(policy, retry);
+          if (!RETRYABLE.includes((err as ServiceError).code) || retry >= policy.attempts || Date.now() + pause >= deadline) {
+            throw err;
+          }
+          await new Promise((resolve) => setTimeout(resolve, pause));
+        }
+      }
     };
   }
 

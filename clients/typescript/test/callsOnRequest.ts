@@ -1,0 +1,24 @@
+// One measure() per line read from stdin, its outcome written as a line: the status code name
+// (OK when answered) and the call's seconds. Usage: node dist/test/callsOnRequest.js HOST:PORT
+// [--retry] (the client's retries on, with their defaults). Ends when stdin closes.
+import readline from "node:readline";
+import { ServiceError, status } from "@grpc/grpc-js";
+import { connect } from "../src/client";
+import { Provider, Role } from "../src/gen/contextsvc/v1/context";
+
+const request = {
+  conversation: { messages: [{ id: "msg_001", role: Role.ROLE_USER, parts: [{ id: "p1", text: { text: "Hello" } }] }] },
+  model: { id: "claude-sonnet-4-5", provider: Provider.PROVIDER_ANTHROPIC, limits: { context: 200000, output: 64000 } },
+};
+
+async function main() {
+  const client = connect(process.argv[2], { retry: process.argv.includes("--retry") });
+  for await (const _ of readline.createInterface({ input: process.stdin })) {
+    const start = performance.now();
+    const code = await client.measure(request, 20_000).then(() => "OK", (err: ServiceError) => status[err.code]);
+    process.stdout.write(`${code} ${(performance.now() - start) / 1000}\n`);
+  }
+  client.close();
+}
+
+main();
