@@ -1,7 +1,8 @@
 """End to end: scripted agent sessions against a real server and a window-enforcing fake provider.
 
-The Python loop (tests/agent_loop/loop.py) runs on 3 providers x 2 windows, the Node loop
-(clients/node/agent_loop.js) on one provider per window, the TypeScript loop
+The Python loop (tests/agent_loop/loop.py) runs on 3 providers x 2 windows and one OpenAI Responses
+session at 32K, the Node loop (clients/node/agent_loop.js) on one provider per window and one
+Responses session at 32K, the TypeScript loop
 (clients/typescript/src/agentLoop.ts) on one 32K session; the sessions are shorter than the
 bench's (bench/agent_loop.py runs the full 60-step matrix) so this file stays well under two
 minutes on two cores. Each session must finish with: no request refused by the provider (it
@@ -36,7 +37,9 @@ NODE_CLIENT = pathlib.Path(__file__).resolve().parent.parent / "clients" / "node
 STEPS = 30        # the bench runs 60
 BIG_EVERY = 3     # a 100-400 KB test log on at most one step in three
 SEEDS = {("anthropic", 32_000): 1, ("openai", 32_000): 2, ("bedrock", 32_000): 3,
-         ("anthropic", 200_000): 4, ("openai", 200_000): 5, ("bedrock", 200_000): 6}
+         ("anthropic", 200_000): 4, ("openai", 200_000): 5, ("bedrock", 200_000): 6,
+         ("openai-responses", 32_000): 7}
+# one 32K Responses session per loop keeps the file's time small
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +82,9 @@ def _check_cache(summary: dict, log: list, window: int):
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("window", [32_000, 200_000])
-@pytest.mark.parametrize("provider", ["anthropic", "openai", "bedrock"])
+@pytest.mark.parametrize("provider, window", [(p, w) for w in (32_000, 200_000)
+                                              for p in ("anthropic", "openai", "bedrock")]
+                         + [("openai-responses", 32_000)])
 def test_python_agent_loop(rig, provider, window):
     _address, stub, fp = rig
     first = len(fp.log)
@@ -88,7 +92,8 @@ def test_python_agent_loop(rig, provider, window):
     _check(summary.as_dict(), fp, first, window)
 
 
-@pytest.mark.parametrize("provider, window", [("anthropic", 32_000), ("bedrock", 200_000)])
+@pytest.mark.parametrize("provider, window", [("anthropic", 32_000), ("bedrock", 200_000),
+                                              ("openai-responses", 32_000)])
 def test_node_agent_loop(rig, tmp_path, provider, window):
     node = shutil.which("node")
     assert node, "node not installed: run .ci/deps (the README's test command does)"
@@ -156,3 +161,23 @@ def test_fake_provider_counts_with_cl100k_strips_media_and_refuses_over_the_wind
         assert status == 400 and "svg" in err["error"]["message"]
     assert [(e.input_tokens, e.media, e.refused) for e in fp.log[:2]] == [(expected, 1, False), (expected, 1, True)]
     assert fp.log[2].error.startswith("unpaired") and fp.log[3].error.startswith("invalid")
+
+
+def test_fake_provider_reads_responses_bodies():
+    """input_image payloads stripped, max_output_tokens as the cap, items paired by call_id,
+    usage under Responses' own names."""
+    image = {"type": "input_image", "image_url": "data:image/png;base64," + "QUJD" * 5000, "detail": "auto"}
+    call = {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"}
+    body = {"model": "gpt-5", "max_output_tokens": 100, "store": False,
+            "tools": [{"type": "function", "name": "read", "parameters": {"type": "object"}, "strict": False}],
+            "input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}, image]}, call,
+                      {"type": "function_call_output", "call_id": "c1", "output": "ok"}]}
+    with FakeProvider() as fp:
+        tokens, media = fp.count(body)
+        assert media == 1 and tokens < 1_600 + 200
+        status, out = fp.answer("openai-responses", tokens + 100, json.dumps(body).encode())
+        assert status == 200 and out["usage"]["input_tokens"] == tokens and out["usage"]["total_tokens"] == tokens
+        assert fp.answer("openai-responses", tokens + 99, json.dumps(body).encode())[0] == 400
+        unpaired = {**body, "input": body["input"][:2]}
+        status, out = fp.answer("openai-responses", 100_000, json.dumps(unpaired).encode())
+        assert status == 400 and "c1" in out["error"]["message"] and fp.log[-1].error.startswith("unpaired")

@@ -56,7 +56,7 @@ def judged(stub, conversation, provider, **kw) -> dict:
 
 
 def wire_messages(body: dict) -> list:
-    return body.get("messages") or body.get("contents")
+    return body.get("messages") or body.get("contents") or body.get("input")
 
 
 def blocks(message: dict) -> list:
@@ -74,6 +74,8 @@ def test_a_step_of_whitespace_alone_sends_nothing(stub, provider):
 
 def blank_only(message: dict) -> bool:
     """The message sends blank text and nothing else."""
+    if message.get("type", "message") != "message":  # a Responses item other than a message
+        return False
     content = message.get("content", message.get("parts"))
     if content is None or isinstance(content, str):  # Chat Completions
         return not (content or "").strip() and not message.get("tool_calls")

@@ -1,5 +1,5 @@
 """Every body Assemble emits for the seeded corpus (tests/helpers/corpus.py) is one its provider accepts,
-as the provider's judge (tests/judges/) decides, for all eight providers (docs/design.md §6, "What the body
+as the provider's judge (tests/judges/) decides, for all nine providers (docs/design.md §6, "What the body
 must pass").
 
 The requests go through ContextService.Assemble itself, in process: the same conversion and core

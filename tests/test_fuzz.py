@@ -108,7 +108,8 @@ def conversations(draw):
 
 models = st.builds(
     lambda i, p, c, inp, o: pb.Model(id=i, provider=p, limits=pb.ModelLimits(context=c, input=inp, output=o)),
-    mostly(st.sampled_from(["claude-sonnet-4-5", "gpt-4-turbo", "gemini-2.5-pro", "x"]), st.just("")), enum_values(8),
+    mostly(st.sampled_from(["claude-sonnet-4-5", "gpt-4-turbo", "gemini-2.5-pro", "x"]), st.just("")),
+    enum_values(len(pb.Provider.values()) - 1),
     mostly(st.sampled_from([0, 200_000, 8_000, 1]), st.just(-1)), mostly(st.sampled_from([0, 100_000]), st.just(-1)),
     mostly(st.sampled_from([0, 64_000, 4_000]), st.just(-1)))
 

@@ -293,6 +293,94 @@ def test_openai_takes_no_markers():
     refuses("openai", chat_body("openai-compatible"), "schema", "messages[0].content[0].cache_control")
 
 
+# ---- OpenAI Responses ---------------------------------------------------------------------------
+
+def responses_body():
+    return {
+        "model": "gpt-5", "max_output_tokens": 1000, "store": False, "tool_choice": "none",
+        "input": [
+            {"role": "developer", "content": "You are a coding agent."},
+            {"role": "user", "content": [{"type": "input_text", "text": "Fix it"},
+                                         {"type": "input_image", "image_url": f"data:image/png;base64,{PNG64}",
+                                          "detail": "auto"},
+                                         {"type": "input_image", "image_url": "https://example.com/a.jpg",
+                                          "detail": "auto"},
+                                         {"type": "input_file", "filename": "r.pdf",
+                                          "file_data": f"data:application/pdf;base64,{PDF64}"},
+                                         {"type": "input_file", "filename": "s.pdf",
+                                          "file_url": "https://example.com/s.pdf"}]},
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "t"}], "encrypted_content": "ZW5j"},
+            {"role": "assistant", "content": "Reading."},
+            {"type": "function_call", "call_id": "call_1", "name": "read", "arguments": "{\"path\":\"a\"}"},
+            {"type": "function_call", "call_id": "functions.read:2", "name": "read", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "call_1", "output": "ok"},
+            {"type": "function_call_output", "call_id": "functions.read:2",
+             "output": [{"type": "input_text", "text": "fine"},
+                        {"type": "input_image", "image_url": f"data:image/webp;base64,{PNG64}", "detail": "auto"}]},
+            {"role": "assistant", "content": "Done."},
+            {"role": "user", "content": [{"type": "input_text", "text": "Thanks"}]},
+        ],
+        "tools": [{"type": "function", "name": "read", "description": "Read a file", "strict": False,
+                   "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}],
+        "prompt_cache_key": "sess-1",
+    }
+
+
+def test_responses_accepts_good_body():
+    assert judge_for("openai-responses")(responses_body()) == []
+
+
+def _r(change):
+    body = responses_body()
+    change(body)
+    return body
+
+
+@pytest.mark.parametrize("change,rule,where", [
+    (lambda b: b.update(max_output_tokens="1000"), "schema", "max_output_tokens"),
+    (lambda b: b.update(max_tokens=1000), "schema", "max_tokens"),
+    (lambda b: b["input"][1]["content"][1].update(detail_level="high"), "schema", "input[1].content[1].detail_level"),
+    (lambda b: b["input"][1]["content"][1].pop("detail"), "schema", "input[1].content[1].detail"),
+    (lambda b: b["tools"][0].pop("strict"), "schema", "tools[0].strict"),
+    (lambda b: b["tools"][0].update(function={"name": "read"}), "schema", "tools[0].function"),
+    (lambda b: b["input"][0].update(cache_control={"type": "ephemeral"}), "schema", "input[0].cache_control"),
+    (lambda b: b.update(max_output_tokens=15), "max-output", "max_output_tokens"),
+    (lambda b: b.update(prompt_cache_key="k" * 65), "prompt-cache-key", "prompt_cache_key"),
+    (lambda b: b["input"][2].update(id="rs_01"), "item-id", "input[2]"),
+    (lambda b: b["input"][3].update(id="msg_01"), "item-id", "input[3]"),
+    (lambda b: b["input"][2].pop("encrypted_content"), "reasoning-state", "input[2]"),
+    (lambda b: b["input"][3].update(content=[{"type": "input_text", "text": "Reading."}]), "assistant-content",
+     "input[3].content[0]"),
+    (lambda b: b["input"][1]["content"][1].update(image_url=f"data:image/svg+xml;base64,{SVG64}"), "image-url",
+     "input[1].content[1]"),
+    (lambda b: b["input"][1]["content"][1].update(image_url=f"data:image/png;name=a.png;base64,{PNG64}"),
+     "image-url", "input[1].content[1]"),
+    (lambda b: b["input"][7]["output"][1].update(image_url="data:image/png;base64,@@@"), "image-url",
+     "input[7].output[1]"),
+    (lambda b: b["input"][1]["content"][3].update(file_data="https://example.com/r.pdf"), "file-data",
+     "input[1].content[3]"),
+    (lambda b: b["input"][1]["content"][4].update(file_url="file:///etc/passwd"), "file-url", "input[1].content[4]"),
+    (lambda b: b["input"].pop(7), "tool-pairing", "functions.read:2"),
+    (lambda b: b["input"][6].update(call_id="call_9"), "tool-pairing", "call_9"),
+    (lambda b: b["input"].insert(4, b["input"].pop(6)), "tool-pairing", "call_1"),
+    (lambda b: b["input"][5].update(call_id="call_1"), "tool-id-unique", "input[5]"),
+    (lambda b: (b["input"][4].update(call_id="call_" + "x" * 60), b["input"][6].update(call_id="call_" + "x" * 60)),
+     "tool-id", "input[4]"),
+    (lambda b: b.pop("tools"), "tools-defined", "tools"),
+    (lambda b: b["tools"][0].update(name=MCP_NAME), "tool-name", "tools[0].name"),
+    (lambda b: b["input"][5].update(name=MCP_NAME), "tool-name", "input[5].name"),
+])
+def test_responses_refuses(change, rule, where):
+    refuses("openai-responses", _r(change), rule, where)
+
+
+def test_responses_judge_does_not_change_the_body():
+    body = responses_body()
+    before = json.dumps(body, sort_keys=True)
+    judge_for("openai-responses")(body)
+    assert json.dumps(body, sort_keys=True) == before
+
+
 # ---- Bedrock Converse -------------------------------------------------------------------------
 
 def bedrock_body():

@@ -19,7 +19,8 @@ from helpers.metrics import scrape
 from helpers.rpc import cache_steps, long_session
 
 PROVIDERS = {pb.PROVIDER_ANTHROPIC: "anthropic", pb.PROVIDER_OPENAI: "openai", pb.PROVIDER_BEDROCK: "bedrock",
-             pb.PROVIDER_OPENROUTER: "openrouter", pb.PROVIDER_OPENAI_COMPATIBLE: "openai-compatible"}
+             pb.PROVIDER_OPENROUTER: "openrouter", pb.PROVIDER_OPENAI_COMPATIBLE: "openai-compatible",
+             pb.PROVIDER_OPENAI_RESPONSES: "openai-responses"}
 STEP_FIELDS = ("editor", "step", "max_steps", "plan_reminder", "cache_hints", "cache_ttl", "tools_disabled",
                "exact", "previous_cache_state")
 
@@ -159,9 +160,9 @@ def cache_order(body: dict, provider) -> dict:
         tools, system, messages = body.get("toolConfig", {}).get("tools", []), body.get("system", []), body["messages"]
     elif provider == pb.PROVIDER_ANTHROPIC:
         tools, system, messages = body.get("tools", []), body.get("system", []), body["messages"]
-    else:
-        msgs = body["messages"]
-        head = next((i for i, x in enumerate(msgs) if x["role"] != "system"), len(msgs))
+    else:  # system (Responses: developer) messages lead the list
+        msgs = body["input"] if provider == pb.PROVIDER_OPENAI_RESPONSES else body["messages"]
+        head = next((i for i, x in enumerate(msgs) if x.get("role") not in ("system", "developer")), len(msgs))
         tools, system, messages = body.get("tools", []), msgs[:head], msgs[head:]
     dump = lambda xs: [json.dumps(v, ensure_ascii=False, separators=(",", ":")) for v in _unmarked(xs)]
     return {"tools": dump(tools), "system": dump(system), "messages": dump(messages)}

@@ -55,7 +55,7 @@ def tool_turn(*calls):
 
 NO_TOOL_USE = {m.ANTHROPIC: ("tool_choice", {"type": "none"}),
                m.GEMINI: ("toolConfig", {"functionCallingConfig": {"mode": "NONE"}}),
-               **{p: ("tool_choice", "none") for p in CHAT}}
+               **{p: ("tool_choice", "none") for p in (*CHAT, m.OPENAI_RESPONSES)}}
 
 
 LAST_STEP, ASKED = dict(step=5, max_steps=5), dict(tools_disabled=True)
@@ -68,7 +68,7 @@ def test_disabled_tools_stay_defined_with_the_no_tool_choice(provider, how):
     b = body(provider, tool_turn(read("call_1")), **how)
     key, value = NO_TOOL_USE[provider]
     assert b["tools"] and b[key] == value
-    assert '"read"' in json.dumps(b[next(k for k in b if k in ("messages", "contents"))])  # the history's call
+    assert '"read"' in json.dumps(b[next(k for k in b if k in ("messages", "contents", "input"))])  # the history's call
 
 
 def test_bedrock_keeps_tool_config_on_the_last_step_and_relies_on_the_message():
@@ -185,6 +185,8 @@ def conversation(b):
     """The body's messages after any system messages."""
     if "contents" in b:
         return b["contents"]
+    if "input" in b:
+        return [x for x in b["input"] if x.get("role") != "developer"]
     return [x for x in b["messages"] if x["role"] != "system"]
 
 
@@ -304,6 +306,81 @@ def test_anthropic_sends_reasoning_another_model_signed_as_plain_text():
     assert blocks[0] == {"type": "thinking", "thinking": "mine", "signature": "sig-1"}
     assert blocks[2:] == [{"type": "text", "text": "theirs"}, {"type": "text", "text": "two"},
                           {"type": "text", "text": "three"}]
+
+
+# ---- OpenAI Responses ---------------------------------------------------------------------------
+
+ENCRYPTED = "gAAAAABpX1a78BDqk_J4uGoxtDucvs8h"  # encrypted_content as Responses returns it
+
+
+def responses_step(provider_id=m.OPENAI_RESPONSES):
+    """A Responses step: encrypted reasoning (with its summary), text, a tool call."""
+    return assistant("m2", m.Reasoning("Read the file first.", redacted_data=ENCRYPTED), m.Text("Reading."),
+                     read("call_1"), provider_id=provider_id)
+
+
+def test_responses_carries_encrypted_reasoning_back_to_the_provider_that_wrote_it():
+    b = body(m.OPENAI_RESPONSES, [user("m1", m.Text("Look at a.py")), responses_step(), user("m3", m.Text("Go on"))])
+    assert judge_for(m.OPENAI_RESPONSES)(b) == []
+    assert conversation(b)[1:5] == [
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "Read the file first."}],
+         "encrypted_content": ENCRYPTED},  # no item id: with store false it is looked up and not found
+        {"role": "assistant", "content": "Reading."},
+        {"type": "function_call", "call_id": "call_1", "name": "read", "arguments": '{"path":"a.py"}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": "x = 1\n"}]
+
+
+@pytest.mark.parametrize("provider", (m.OPENAI_RESPONSES, m.OPENAI, m.ANTHROPIC))
+def test_encrypted_reasoning_goes_to_another_provider_as_text(provider):
+    """Chat Completions is another provider id than Responses, though both are OpenAI's."""
+    source = m.OPENAI if provider == m.OPENAI_RESPONSES else m.OPENAI_RESPONSES
+    b = body(provider, [user("m1", m.Text("Look at a.py")), responses_step(source), user("m3", m.Text("Go on"))])
+    assert judge_for(provider)(b) == []
+    text = json.dumps(b)
+    assert ENCRYPTED not in text and "Read the file first." in text
+    if provider == m.OPENAI_RESPONSES:
+        assert conversation(b)[1] == {"role": "assistant", "content": "Read the file first.Reading."}
+
+
+def test_responses_drops_reasoning_it_cannot_resume():
+    b = body(m.OPENAI_RESPONSES, [user("m1", m.Text("Q")), assistant("m2", m.Reasoning("thoughts"), m.Text("A"),
+                                                                      provider_id=m.OPENAI_RESPONSES),
+                                  user("m3", m.Text("Go on"))])
+    assert conversation(b)[1] == {"role": "assistant", "content": "A"} and "thoughts" not in json.dumps(b)
+
+
+def test_responses_body_is_stateless_and_keyed_by_the_session():
+    b = body(m.OPENAI_RESPONSES, tool_turn(read("call_1")))
+    assert b["store"] is False and "previous_response_id" not in b and "instructions" not in b
+    assert b["prompt_cache_key"] == "sess-acc" and isinstance(b["max_output_tokens"], int)
+    assert [x["content"] for x in b["input"][:2]] == ["You are a coding agent.", "Be brief."]
+    assert b["tools"] == [{"type": "function", "name": "read", "description": "Read a file", "strict": False,
+                           "parameters": READ.input_schema}]
+    inp = assemble.AssembleInput(m.Conversation(tool_turn(read("call_1")), "s" * 100),
+                                 m.Model("gpt-5", m.OPENAI_RESPONSES), [READ], m.SystemPrompt(soul="s"),
+                                 m.CompactionSettings())
+    key = json.loads(assemble.assemble(inp, config.Config()).body)["prompt_cache_key"]
+    assert len(key) == 64 and key.startswith("sid-")  # OpenAI refuses a longer key
+
+
+def test_responses_call_ids_fit_64_characters_alike_in_call_and_output():
+    long_id = "codex_mcp__hermes-tools__kanban_complete_exec-" + "0123456789" * 4
+    b = body(m.OPENAI_RESPONSES, tool_turn(read(long_id), read("functions.read:2")))
+    calls = [x["call_id"] for x in b["input"] if x.get("type") == "function_call"]
+    outputs = [x["call_id"] for x in b["input"] if x.get("type") == "function_call_output"]
+    assert calls == outputs and len(calls[0]) <= 64 and calls[1] == "functions.read:2"
+    assert judge_for(m.OPENAI_RESPONSES)(b) == []
+
+
+def test_responses_tool_media_goes_in_the_output():
+    b = body(m.OPENAI_RESPONSES, tool_turn(read("call_1", "shot", [m.File("image/png", "a.png", data=PNG),
+                                                                  m.File("application/pdf", "r.pdf",
+                                                                         url="https://example.com/r.pdf")])))
+    output = next(x for x in b["input"] if x.get("type") == "function_call_output")["output"]
+    assert output == [{"type": "input_text", "text": "shot"},
+                      {"type": "input_image", "image_url": f"data:image/png;base64,{PNG64}", "detail": "auto"},
+                      {"type": "input_file", "filename": "r.pdf", "file_url": "https://example.com/r.pdf"}]
+    assert judge_for(m.OPENAI_RESPONSES)(b) == []
 
 
 # ---- cache markers ----------------------------------------------------------------------------

@@ -23,7 +23,8 @@ MCP = ["github.create_issue", "context7.resolve-library-id", LONG]
 PROVIDERS = {name[len("PROVIDER_"):].lower().replace("_", "-"): value
              for name, value in pb.Provider.items() if value != pb.PROVIDER_UNSPECIFIED}
 # The formats whose names are ^[a-zA-Z0-9_-]{1,64}$: every MCP name above is mapped there.
-WORD_NAMES = ("anthropic", "openai", "openai-compatible", "openrouter", "alibaba", "copilot", "bedrock")
+WORD_NAMES = ("anthropic", "openai", "openai-compatible", "openrouter", "alibaba", "copilot", "bedrock",
+              "openai-responses")
 
 
 def tools(names):
@@ -60,6 +61,9 @@ def names_in(provider, body):
         answered = [p["functionResponse"]["name"] for p in parts if "functionResponse" in p]
         assert answered == called  # a response names the call it answers
         return [d["name"] for d in body["tools"][0]["functionDeclarations"]], called
+    if provider == "openai-responses":
+        return ([t["name"] for t in body["tools"]],
+                [x["name"] for x in body["input"] if x.get("type") == "function_call"])
     return ([t["function"]["name"] for t in body["tools"]],
             [c["function"]["name"] for msg in body["messages"] for c in msg.get("tool_calls", [])])
 

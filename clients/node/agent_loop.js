@@ -3,7 +3,7 @@
 // with apply.js, and prints a JSON summary on stdout.
 //
 // Usage: node agent_loop.js SCRIPT.json HOST:PORT PROVIDER_URL PROVIDER WINDOW [STEPS]
-//   PROVIDER: anthropic | openai | bedrock; WINDOW: 32000 | 200000 (the model's context)
+//   PROVIDER: anthropic | openai | bedrock | openai-responses; WINDOW: 32000 | 200000 (the model's context)
 //   The same arguments may come from the environment: AGENT_SCRIPT, CONTEXTSVC_ADDRESS,
 //   PROVIDER_URL, PROVIDER, WINDOW, STEPS.
 //
@@ -28,6 +28,7 @@ const MODELS = {
   anthropic: ["PROVIDER_ANTHROPIC", "claude-sonnet-4-5"],
   openai: ["PROVIDER_OPENAI", "gpt-4o"],
   bedrock: ["PROVIDER_BEDROCK", "anthropic.claude-sonnet-4-5-v1:0"],
+  "openai-responses": ["PROVIDER_OPENAI_RESPONSES", "gpt-5"],
 };
 const DEADLINES_MS = { Measure: 5000, Assemble: 5000, Prune: 5000, TruncateToolOutput: 5000, Compact: 10000 };
 const COMPACT_LOOP_GUARD = 10;  // compactions in one step before giving up (the service caps at 3)
@@ -41,8 +42,24 @@ const SYSTEM = {
   env: { working_directory: "/work/app", is_git_repo: true, platform: "linux", date: "2026-01-05", shell: "bash" },
 };
 
+// Responses input items: a function_call with no function_call_output after it (same call_id),
+// or an output answering no earlier call.
+function unpairedItems(items) {
+  const problems = [], called = new Map(), answered = new Set();
+  items.forEach((item, i) => {
+    if (item.type === "function_call") called.set(item.call_id, i);
+    else if (item.type === "function_call_output") {
+      if (!called.has(item.call_id)) problems.push(`input[${i}]: result ${item.call_id} answers no call`);
+      answered.add(item.call_id);
+    }
+  });
+  for (const [c, i] of called) if (!answered.has(c)) problems.push(`input[${i}]: call ${c} has no result`);
+  return problems;
+}
+
 // Tool calls without their result in the next message, or results without their call.
 function unpairedToolCalls(provider, body) {
+  if (provider === "openai-responses") return unpairedItems(body.input || []);
   const msgs = body.messages || [];
   const parsed = msgs.map((m) => {
     const calls = [], results = [];
@@ -301,7 +318,8 @@ async function main() {
     process.argv[4] || process.env.PROVIDER_URL, process.argv[5] || process.env.PROVIDER,
     Number(process.argv[6] || process.env.WINDOW), Number(process.argv[7] || process.env.STEPS || 0)];
   if (!scriptPath || !address || !url || !MODELS[provider] || !OUTPUT_LIMITS[window]) {
-    console.error("usage: node agent_loop.js SCRIPT.json HOST:PORT PROVIDER_URL anthropic|openai|bedrock 32000|200000 [STEPS]");
+    console.error("usage: node agent_loop.js SCRIPT.json HOST:PORT PROVIDER_URL "
+      + "anthropic|openai|bedrock|openai-responses 32000|200000 [STEPS]");
     process.exit(2);
   }
   const script = JSON.parse(fs.readFileSync(scriptPath, "utf8"));

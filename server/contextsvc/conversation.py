@@ -26,6 +26,7 @@ OPENROUTER = "openrouter"
 ALIBABA = "alibaba"
 COPILOT = "copilot"
 GEMINI = "gemini"
+OPENAI_RESPONSES = "openai-responses"
 
 
 @dataclass(slots=True)

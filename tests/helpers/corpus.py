@@ -22,7 +22,7 @@ PROVIDER_ENUM = {
     "anthropic": pb.PROVIDER_ANTHROPIC, "openai": pb.PROVIDER_OPENAI,
     "openai-compatible": pb.PROVIDER_OPENAI_COMPATIBLE, "bedrock": pb.PROVIDER_BEDROCK,
     "openrouter": pb.PROVIDER_OPENROUTER, "alibaba": pb.PROVIDER_ALIBABA, "copilot": pb.PROVIDER_COPILOT,
-    "gemini": pb.PROVIDER_GEMINI,
+    "gemini": pb.PROVIDER_GEMINI, "openai-responses": pb.PROVIDER_OPENAI_RESPONSES,
 }
 # Model ids per provider: the first of each is the session's model; gateways also serve
 # non-Claude models, which take no cache markers.
@@ -35,6 +35,7 @@ MODELS = {
     "alibaba": ["qwen3-max"],
     "copilot": ["claude-sonnet-4.5", "gpt-5"],
     "gemini": ["gemini-3-pro-preview"],
+    "openai-responses": ["gpt-5"],
 }
 GATEWAYS = ("openai-compatible", "openrouter", "alibaba", "copilot")  # Chat Completions gateways
 OTHER_MODEL = "other-model-7"  # a model the session switched away from

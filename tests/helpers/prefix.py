@@ -24,6 +24,10 @@ def cache_order(provider: str, body: dict) -> dict:
         tools, system, messages = body.get("tools", []), body["system"], body["messages"]
     elif provider == m.GEMINI:
         tools, system, messages = body.get("tools", []), body["systemInstruction"]["parts"], body["contents"]
+    elif provider == m.OPENAI_RESPONSES:  # developer messages lead the input items
+        tools = body.get("tools", [])
+        system = [x for x in body["input"] if x.get("role") == "developer"]
+        messages = [x for x in body["input"] if x.get("role") != "developer"]
     else:  # the Chat Completions family: system messages lead the message list
         tools = body.get("tools", [])
         # a string content and one text part are the same to the gateways' upstream caches (a

@@ -20,6 +20,9 @@ def judge_for(provider: str):
     if provider == "gemini":
         from .gemini_judge import judge
         return judge
+    if provider == "openai-responses":
+        from .responses_judge import judge
+        return judge
     from .openai_judge import PROVIDERS, judge
     if provider not in PROVIDERS:
         raise KeyError(f"no judge for provider {provider!r}")

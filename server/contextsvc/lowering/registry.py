@@ -5,7 +5,7 @@ PROVIDER_OPENAI_COMPATIBLE). Each format module passes its own WireFormat to the
 helpers (media.py, tool_ids.py), which read its tables and never this one."""
 from __future__ import annotations
 
-from . import anthropic, bedrock, gemini, openai_chat
+from . import anthropic, bedrock, gemini, openai_chat, openai_responses
 from .wire_format import WireFormat
 
 # In the order of the proto enum.
@@ -18,6 +18,7 @@ FORMATS: dict[str, WireFormat] = {f.name: f for f in (
     openai_chat.ALIBABA,
     openai_chat.COPILOT,
     gemini.FORMAT,
+    openai_responses.FORMAT,
 )}
 
 PROVIDERS = tuple(FORMATS)

@@ -1,0 +1,133 @@
+"""OpenAI Responses body (POST /v1/responses), stateless: `store: false`, the whole history sent
+as `input` items every step, no `previous_response_id`.
+
+The system prompt goes as leading `developer` messages of `input`, one per block: what OpenAI
+documents `instructions` to be ("a system (or developer) message inserted into the model's
+context"), kept as elements of the one list every figure, digest and splice reads
+(lowered.Lowered); `instructions` is a single string outside it.
+"""
+from __future__ import annotations
+
+from .. import conversation as m, native
+from . import media
+from .lowered import Lowered, open_with_user
+from .media import MediaLedger
+from .neutral import (
+    LEAD_USER_TEXT, MMedia, MReasoning, MSpacer, MText, MToolCall, MToolResult, attachment_note,
+)
+from .openai_chat import cache_key
+from .tool_ids import WORD, id_rule, wire_id, wire_name
+from .wire_format import WireFormat
+
+
+def _media(x: MMedia, ledger: MediaLedger) -> dict:
+    src = media.source(FORMAT, x.mime, x.data, x.url)
+    if src is None:
+        return {"type": "input_text", "text": attachment_note(x)}
+    if src.kind == media.DOCUMENT:
+        part = {"type": "input_file", "filename": x.filename or "file.pdf"}
+        if src.url:
+            part["file_url"] = src.web_url(ledger)
+        else:
+            part["file_data"] = src.data_url(ledger)
+        return part
+    url = src.web_url(ledger) if src.url else src.data_url(ledger)
+    return {"type": "input_image", "image_url": url, "detail": "auto"}
+
+
+def _content(parts: list, ledger: MediaLedger) -> list:
+    return [{"type": "input_text", "text": c.text} if isinstance(c, MText) else _media(c, ledger) for c in parts]
+
+
+def _reasoning(c: MReasoning, ledger: MediaLedger):
+    """The reasoning item, carrying its encrypted state (ReasoningPart.redacted_data) back to the
+    provider that wrote it; None for reasoning without one, which a stateless request cannot
+    resume (and whose id OpenAI would look up and not find). No item id goes: with `store: false`
+    an id is looked up in the provider's store and the request refused."""
+    if not c.redacted:
+        return None
+    summary = [{"type": "summary_text", "text": c.text}] if c.text else []
+    return {"type": "reasoning", "summary": summary, "encrypted_content": ledger.opaque(c.redacted)}
+
+
+def _output(r: MToolResult, ledger: MediaLedger):
+    """function_call_output.output: the text, or with the tool's media a list of parts."""
+    if not r.media:
+        return r.text
+    parts = [{"type": "input_text", "text": r.text}] if r.text else []
+    return parts + [_media(x, ledger) for x in r.media]
+
+
+def _assistant_items(msg, ledger: MediaLedger) -> list:
+    """One item per piece, in order: reasoning, the text (consecutive text joined into one
+    message), function calls."""
+    items, text = [], []
+    for c in msg.content:
+        if isinstance(c, MSpacer):
+            continue  # the spacer between signed reasoning blocks is Anthropic's
+        if isinstance(c, MText):
+            text.append(c.text)
+            continue
+        if text:
+            items.append({"role": "assistant", "content": "".join(text)})
+            text = []
+        if isinstance(c, MReasoning):
+            item = _reasoning(c, ledger)
+            if item is not None:
+                items.append(item)
+        elif isinstance(c, MToolCall):
+            # arguments as JSON.stringify writes them
+            items.append({"type": "function_call", "call_id": wire_id(FORMAT, c.call_id),
+                          "name": wire_name(FORMAT, c.name), "arguments": native.json_text(c.input)})
+    if text:
+        items.append({"role": "assistant", "content": "".join(text)})
+    return items
+
+
+def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="",
+         tools_disabled=False) -> Lowered:
+    system_items = [{"role": "developer", "content": s} for s in system]
+    wire, roles, sources = [], [], []
+    for msg in messages:
+        if msg.role == "user":
+            items = [("user", {"role": "user", "content": _content(msg.content, ledger)})]
+        elif msg.role == "assistant":
+            items = [("assistant", item) for item in _assistant_items(msg, ledger)]
+        else:
+            items = [("tool", {"type": "function_call_output", "call_id": wire_id(FORMAT, r.call_id),
+                               "output": _output(r, ledger)})
+                     for r in msg.content]
+        for role, item in items:
+            ledger.claim(item)
+            wire.append(item)
+            roles.append(role)
+            sources.append([msg.source_id])
+    open_with_user(wire, roles, sources, {"role": "user", "content": [{"type": "input_text", "text": LEAD_USER_TEXT}]})
+    out = {"model": model_id, "input": system_items + wire, "max_output_tokens": max_output, "store": False}
+    if tools:
+        # strict: false, since OpenAI's default (true) refuses any schema with an optional property
+        out["tools"] = [{"type": "function", "name": wire_name(FORMAT, t.name), "description": t.description,
+                         "parameters": t.input_schema or {"type": "object"}, "strict": False}
+                        for t in tools]
+        if tools_disabled:
+            out[FORMAT.tool_choice_key] = "none"  # tools stay defined (history may hold calls), none is called
+    if session_id:
+        out["prompt_cache_key"] = cache_key(session_id)  # routes the session to a warm cache
+    return Lowered(out, system_items, wire, roles, sources, [(out, "input")], (out, "max_output_tokens"))
+
+
+class Responses(WireFormat):
+    """Caching is implicit (no markers); prompt_cache_key routes a session to a warm cache."""
+
+    name = m.OPENAI_RESPONSES
+    body = staticmethod(body)
+    # call_id: 1 to 64 characters ("string_above_max_length" past 64), any visible ASCII
+    ids = id_rule("!-~", 64)
+    names = WORD  # function names: ^[a-zA-Z0-9_-]{1,64}$
+    tool_choice_key = "tool_choice"
+    accepted = {**media.WEB_IMAGES, "application/pdf": media.DOCUMENT}  # PDF as input_file
+    fetched = frozenset(accepted)  # input_image.image_url and input_file.file_url take http(s) URLs
+    implicit_cache = True
+
+
+FORMAT = Responses()
