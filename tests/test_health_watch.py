@@ -165,7 +165,9 @@ def test_closed_watches_on_long_names_leave_no_memory_behind(tmp_path):
         print(f"\n{probe.report('150 watches of 1 MB names')}; {after - before:+.0f} MB kept; "
               f"answers {sorted(set(c.name for c in codes))}")
         assert set(codes) == {grpc.StatusCode.INVALID_ARGUMENT}
-        assert after - before < 40, (before, after)
+        # the names are not kept (150 MB); what grpc's buffers and the allocator keep of the 150
+        # MB received varies from run to run (35-70 MB)
+        assert after - before < 100, (before, after)
         assert probe.check.worst() < 2.0 and probe.measure.worst() < 2.0
         assert probe.check.failed == probe.measure.failed == 0
     finally:
