@@ -134,3 +134,34 @@ def test_exact_counts_are_bounded_and_name_a_cut_run():
     counts, method = counter.count_parts_with_method(["[", run, "]"])
     assert method == counter.method + tokens.SPLIT_RUNS
     assert counter.count_parts_with_method(["[", prose, "]"])[1] == counter.method
+
+
+def one_message_of(n):
+    """A user ask, then one assistant message of n small tool calls: every stage of a step is
+    a loop over its parts, and a check per message would come only once."""
+    return pb.Conversation(session_id="s", messages=[
+        convo.user("m0", convo.text("u0", "go")),
+        convo.assistant("m1", *(convo.tool(f"p{i}", f"c{i}", "read", {"i": i}, "ok") for i in range(n)))])
+
+
+@pytest.mark.parametrize("method", list(CASES))
+def test_one_message_of_many_parts_stops_at_the_deadline(method):
+    """One assistant message of 300,000 tool parts (~15 MB), a 0.5 s deadline. Before: the work
+    ran 5-6 s past it (Prune up to 30 s), the deadline being checked once per 512 messages."""
+    deadline = 0.5
+    s = start_server(memo_bytes=0)
+    request = CASES[method](one_message_of(300_000))
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{s.port}", options=OPTIONS) as ch:
+            stub = pb_grpc.ContextServiceStub(ch)
+            stub.Measure(convo.measure_request(), timeout=30)
+            before = finished(s.metrics_port, method)
+            start = time.monotonic()
+            with pytest.raises(grpc.RpcError) as e:
+                getattr(stub, method)(request, timeout=deadline)
+            assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            took = ended_after(s.metrics_port, method, before, start, deadline + 60)
+            print(f"{method}: one message of 300,000 parts ended {took - deadline:+.2f}s past the deadline")
+            assert took - deadline < SLACK
+    finally:
+        s.stop(grace=1)

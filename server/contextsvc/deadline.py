@@ -8,7 +8,8 @@ from typing import Callable, Optional
 from .errors import DeadlineExceeded
 
 # A per-message loop checks the deadline once every this many messages: a few microseconds per
-# check, and 512 messages take at most a few milliseconds at any stage of a step.
+# check, and 512 messages take at most a few milliseconds at any stage of a step. Per-part work
+# counted with Deadline.count is checked as often, so that one message of many parts is too.
 CHECK_EVERY = 512
 
 
@@ -19,11 +20,12 @@ class Deadline:
     steps of long work so an abandoned call stops instead of finishing for nobody.
     """
 
-    __slots__ = ("expires_at", "_cancelled")
+    __slots__ = ("expires_at", "_cancelled", "_uncounted")
 
     def __init__(self, expires_at: Optional[float] = None, cancelled: Callable[[], bool] = lambda: False):
         self.expires_at = expires_at
         self._cancelled = cancelled
+        self._uncounted = CHECK_EVERY  # units of work left before count() checks
 
     @classmethod
     def after(cls, seconds: Optional[float], cancelled: Callable[[], bool] = lambda: False) -> "Deadline":
@@ -43,6 +45,16 @@ class Deadline:
         if not i % CHECK_EVERY:
             self.check(what)
 
+    def count(self, what: str) -> None:
+        """One unit of work (a part, an item of a part): check() once every CHECK_EVERY units,
+        whichever loops they come from. For loops inside a message, where tick's per-loop
+        index would check at every message (a clock read per message) or never (one message
+        of 300,000 parts). About 75 ns a unit: a few ms on a 1 MB conversation's step."""
+        self._uncounted -= 1
+        if self._uncounted <= 0:
+            self._uncounted = CHECK_EVERY
+            self.check(what)
+
     def check(self, what: str) -> None:
         """Raises DeadlineExceeded when the caller's time is up or it has cancelled."""
         if self._cancelled():
@@ -51,7 +63,7 @@ class Deadline:
             raise DeadlineExceeded(f"{what}: the caller's deadline passed")
 
 
-NO_DEADLINE = Deadline()
+NO_DEADLINE = Deadline()  # every thread counts on it: a race loses counts, and its check never raises
 
 
 def ticking(compute: Callable, deadline: Deadline, what: str) -> Callable:

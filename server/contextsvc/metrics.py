@@ -12,7 +12,9 @@ from collections import OrderedDict
 from typing import Callable
 from urllib.parse import parse_qs
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
+
+from .http_server import HttpServer
 
 # Latency buckets from 0.5 ms (a small Measure) to 60 s (an LLM summary).
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
@@ -58,7 +60,7 @@ class _Endpoint:
     """Serves self.registry at /metrics, and with a health callable the health at /healthz."""
 
     registry: CollectorRegistry
-    _http = None
+    _http: HttpServer | None = None
 
     def serve(self, host: str, port: int, health: Callable[[str], bool] | None = None,
               token: str = "") -> int:
@@ -67,19 +69,17 @@ class _Endpoint:
         health(service) -> serving: answers GET /healthz[?service=NAME] with 200 when serving,
         503 otherwise, for proxies whose active checks speak HTTP/1 but not gRPC (HAProxy).
         token: every path but /healthz asks for "authorization: Bearer <token>"."""
-        self._http, _ = start_http_server(port, addr=host, registry=self.registry)
-        app = self._http.get_app()
+        app = make_wsgi_app(self.registry)
         if token:
             app = _with_token(app, token)
         if health is not None:
             app = _with_health(app, health)
-        self._http.set_app(app)
-        return self._http.server_port
+        self._http = HttpServer(app)
+        return self._http.start(host, port)
 
     def stop(self) -> None:
         if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
+            self._http.stop()
             self._http = None
 
 

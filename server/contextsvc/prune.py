@@ -105,7 +105,7 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
     freed = 0
     chosen = []  # (message, part index)
     stop = False
-    scans = each(memo, "prune", msgs, (), ticking(tool_outputs, deadline, "prune"))
+    scans = each(memo, "prune", msgs, (), ticking(lambda msg: tool_outputs(msg, deadline), deadline, "prune"))
     for i in range(len(msgs) - 1, -1, -1):
         deadline.tick(i, "prune")
         msg = msgs[i]
@@ -117,6 +117,7 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
         if msg.role == m.ASSISTANT and msg.summary:
             break  # never cross a compaction point
         for j, tool, compacted, status, cost in scans[i]:
+            deadline.count("prune")
             if tool in g.protected_tools:
                 continue  # loaded instructions are live rules
             if compacted:
@@ -147,6 +148,7 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
     stored_index = {id(x): k for k, x in enumerate(conversation.messages)}
     ids = []
     for msg, j in chosen:
+        deadline.count("prune")
         pid = msg.parts[j].id
         if not pid:
             raise BadInput(f"conversation.messages[{stored_index[id(msg)]}].parts[{j}].id",
@@ -156,13 +158,14 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
                        tokens_scanned=total)
 
 
-def tool_outputs(msg: m.Message) -> tuple:
+def tool_outputs(msg: m.Message, deadline: Deadline = NO_DEADLINE) -> tuple:
     """What the scan reads of a message: (part index, tool, compacted, status, estimate of the
     output) of each tool part, newest first; only the message decides it."""
     estimate = native.estimate_tokens
     out = []
     parts = msg.parts
     for j in range(len(parts) - 1, -1, -1):
+        deadline.count("prune")
         c = parts[j].content
         if isinstance(c, m.Tool):
             out.append((j, c.tool, c.compacted, c.status,
@@ -170,7 +173,7 @@ def tool_outputs(msg: m.Message) -> tuple:
     return tuple(out)
 
 
-def apply(conversation: m.Conversation, part_ids, now_ms: int) -> m.Conversation:
+def apply(conversation: m.Conversation, part_ids, now_ms: int, deadline: Deadline = NO_DEADLINE) -> m.Conversation:
     """A copy with those tool parts marked compacted at now_ms; the input is left untouched.
 
     Only the messages and parts that change are copied; the rest are shared.
@@ -182,11 +185,13 @@ def apply(conversation: m.Conversation, part_ids, now_ms: int) -> m.Conversation
         raise BadInput("now_ms", "must be positive to mark parts compacted")
     out = []
     for msg in conversation.messages:
+        deadline.count("prune")
         if not any(p.id in wanted and isinstance(p.content, m.Tool) for p in msg.parts):
             out.append(msg)
             continue
         parts = []
         for p in msg.parts:
+            deadline.count("prune")
             if p.id in wanted and isinstance(p.content, m.Tool) and not p.content.compacted:
                 p = m.Part(p.id, dataclasses.replace(p.content, time_compacted_ms=now_ms))
             parts.append(p)

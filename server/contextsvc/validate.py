@@ -39,11 +39,11 @@ def conversation(conv: m.Conversation, path: str = "conversation", memo=None,
     _conversation(conv, path, deadline)
 
 
-def _own_ids(msg: m.Message):
+def _own_ids(msg: m.Message, deadline: Deadline = NO_DEADLINE):
     """(message id, its part ids) when the message passes its own checks, else False (kept in
     the memo like any answer: None would read as not kept)."""
     try:
-        _conversation(m.Conversation([msg]))
+        _conversation(m.Conversation([msg]), deadline=deadline)
     except BadInput:
         return False
     return msg.id, tuple(p.id for p in msg.parts if p.id)
@@ -51,7 +51,8 @@ def _own_ids(msg: m.Message):
 
 def _known_good(messages: list, memo, deadline: Deadline = NO_DEADLINE) -> bool:
     ids, part_ids = set(), set()
-    for own in each(memo, "valid", messages, (), ticking(_own_ids, deadline, "validation")):
+    own_ids = ticking(lambda msg: _own_ids(msg, deadline), deadline, "validation")
+    for own in each(memo, "valid", messages, (), own_ids):
         if own is False or own[0] in ids:
             return False
         ids.add(own[0])
@@ -81,6 +82,7 @@ def _conversation(conv: m.Conversation, path: str = "conversation", deadline: De
             raise BadInput(f"{path}.messages[{i}].{name}", "must not be negative")
         _usage(msg.usage, lambda i=i: f"{path}.messages[{i}].usage")
         for j, part in enumerate(msg.parts):
+            deadline.count("validation")
             c = part.content
             if part.id:
                 if part.id in part_ids:

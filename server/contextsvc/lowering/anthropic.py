@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from .. import conversation as m
 from . import media
+from ..deadline import NO_DEADLINE, Deadline
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
 from .neutral import LEAD_USER_TEXT, MMedia, MReasoning, MText, MToolCall, MToolResult, attachment_note
@@ -23,7 +24,8 @@ def _media(x: MMedia, ledger: MediaLedger) -> dict:
     return {"type": "document" if src.kind == media.DOCUMENT else "image", "source": source}
 
 
-def _block(c, ledger: MediaLedger):
+def _block(c, ledger: MediaLedger, deadline: Deadline):
+    deadline.count("lowering")
     if isinstance(c, MText):
         return {"type": "text", "text": c.text}
     if isinstance(c, MMedia):
@@ -48,11 +50,11 @@ def _block(c, ledger: MediaLedger):
 
 
 def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="",
-         tools_disabled=False) -> Lowered:
+         tools_disabled=False, deadline: Deadline = NO_DEADLINE) -> Lowered:
     wire, roles, sources = [], [], []
     for msg in messages:
         role = "assistant" if msg.role == "assistant" else "user"
-        blocks = [b for b in (_block(c, ledger) for c in msg.content) if b is not None]
+        blocks = [b for b in (_block(c, ledger, deadline) for c in msg.content) if b is not None]
         if not blocks:
             continue
         if wire and wire[-1]["role"] == role:

@@ -19,6 +19,7 @@ import re
 
 from .. import conversation as m
 from . import media
+from ..deadline import NO_DEADLINE, Deadline
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
 from .neutral import LEAD_USER_TEXT, MMedia, MReasoning, MText, MToolCall, MToolResult, attachment_note
@@ -86,7 +87,8 @@ def _text(text: str):
     return {"text": text} if text.strip() else None
 
 
-def _block(c, ledger: MediaLedger, names: _DocumentNames):
+def _block(c, ledger: MediaLedger, names: _DocumentNames, deadline: Deadline):
+    deadline.count("lowering")
     if isinstance(c, MText):  # the reasoning spacer too: it is blank
         return _text(c.text)
     if isinstance(c, MMedia):
@@ -117,14 +119,14 @@ def _with_text(blocks: list) -> list:
 
 
 def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="",
-         tools_disabled=False) -> Lowered:
+         tools_disabled=False, deadline: Deadline = NO_DEADLINE) -> Lowered:
     # Converse's toolChoice has no "none": with tools disabled the tool definitions stay (history
     # may hold tool blocks) and the last-step message is what keeps the model from calling them.
     wire, roles, sources = [], [], []
     names = _DocumentNames()
     for msg in messages:
         role = "assistant" if msg.role == "assistant" else "user"
-        blocks = _with_text([b for b in (_block(c, ledger, names) for c in msg.content) if b is not None])
+        blocks = _with_text([b for b in (_block(c, ledger, names, deadline) for c in msg.content) if b is not None])
         if not blocks:
             continue
         if wire and wire[-1]["role"] == role:

@@ -6,6 +6,7 @@ import binascii
 
 from .. import conversation as m
 from . import media
+from ..deadline import NO_DEADLINE, Deadline
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
 from .tool_ids import WORD, id_rule, wire_name
@@ -70,12 +71,13 @@ def _declaration(t) -> dict:
 
 
 def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="",
-         tools_disabled=False) -> Lowered:
+         tools_disabled=False, deadline: Deadline = NO_DEADLINE) -> Lowered:
     wire, roles, sources = [], [], []
     for msg in messages:
         role = "model" if msg.role == "assistant" else "user"
         parts, moved, signature = [], [], ""
         for c in msg.content:
+            deadline.count("lowering")
             if isinstance(c, MSpacer):
                 continue  # reasoning is not replayed here, so neither is its spacer
             if isinstance(c, MReasoning):

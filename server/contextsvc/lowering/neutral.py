@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import conversation as m
+from ..deadline import NO_DEADLINE, Deadline
 
 COMPACTED_OUTPUT = "[Old tool result content cleared]"
 INTERRUPTED_OUTPUT = "[Tool execution was interrupted]"
@@ -75,9 +76,10 @@ def _file(f: m.File):
     return MText(attachment_note(f))
 
 
-def _user(msg: m.Message) -> MMessage:
+def _user(msg: m.Message, deadline: Deadline) -> MMessage:
     content = []
     for part in msg.parts:
+        deadline.count("lowering")
         c = part.content
         if isinstance(c, m.Text):
             if not c.ignored and not _blank(c.text):
@@ -119,18 +121,20 @@ def _reasoning(c: m.Reasoning, foreign: bool):
     return MReasoning(c.text, c.signature, c.redacted_data)
 
 
-def _assistant(msg: m.Message, model=None) -> list:
+def _assistant(msg: m.Message, model=None, deadline: Deadline = NO_DEADLINE) -> list:
     """One assistant message per step, each followed by the tool results of its calls."""
     foreign = _signed_elsewhere(msg, model)
     out = []
     steps = [[]]
     for part in msg.parts:
+        deadline.count("lowering")
         if isinstance(part.content, m.StepStart) and steps[-1]:
             steps.append([])
         steps[-1].append(part.content)
     for step in steps:
         content, results = [], []
         for c in step:
+            deadline.count("lowering")
             if isinstance(c, m.Text):
                 if not c.ignored:
                     content.append(MText(c.text))
@@ -179,16 +183,18 @@ def _has_content(msg: m.Message) -> bool:
     return any(isinstance(p.content, (m.Text, m.Reasoning, m.Tool)) for p in msg.parts)
 
 
-def to_model_messages(messages: list, model: m.Model | None = None) -> list:
-    """model: the request's model, to tell reasoning signed by another one (None: never)."""
+def to_model_messages(messages: list, model: m.Model | None = None, deadline: Deadline = NO_DEADLINE) -> list:
+    """model: the request's model, to tell reasoning signed by another one (None: never).
+    deadline: counted per part (Deadline.count)."""
     out = []
     for msg in messages:
+        deadline.count("lowering")
         if msg.role == m.USER:
-            lowered = _user(msg)
+            lowered = _user(msg, deadline)
             if lowered.content:
                 out.append(lowered)
         else:
             if msg.error is not None and not (msg.error.name == ABORTED_ERROR and _has_content(msg)):
                 continue
-            out.extend(_assistant(msg, model))
+            out.extend(_assistant(msg, model, deadline))
     return out

@@ -5,6 +5,7 @@ import hashlib
 
 from .. import conversation as m, native
 from . import media
+from ..deadline import NO_DEADLINE, Deadline
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
 from .neutral import LEAD_USER_TEXT, MMedia, MSpacer, MText, MToolCall, MToolResult, attachment_note
@@ -22,33 +23,35 @@ def _media(fmt: ChatCompletions, x: MMedia, ledger: MediaLedger) -> dict:
     return {"type": "image_url", "image_url": {"url": url}}
 
 
-def _user_content(fmt: ChatCompletions, parts: list, ledger: MediaLedger):
-    blocks = [{"type": "text", "text": c.text} if isinstance(c, MText) else _media(fmt, c, ledger)
-              for c in parts]
+def _user_content(fmt: ChatCompletions, parts: list, ledger: MediaLedger, deadline: Deadline):
+    blocks = []
+    for c in parts:
+        deadline.count("lowering")
+        blocks.append({"type": "text", "text": c.text} if isinstance(c, MText) else _media(fmt, c, ledger))
     if len(blocks) == 1 and blocks[0]["type"] == "text":
         return blocks[0]["text"]  # a lone text goes as a plain string
     return blocks
 
 
 def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="",
-         tools_disabled=False) -> Lowered:
+         tools_disabled=False, deadline: Deadline = NO_DEADLINE) -> Lowered:
     fmt = _FORMATS[provider]
     system_msgs = [{"role": "system", "content": s} for s in system]
     wire, roles, sources = [], [], []
     for msg in messages:
         if msg.role == "user":
-            wire.append({"role": "user", "content": _user_content(fmt, msg.content, ledger)})
+            wire.append({"role": "user", "content": _user_content(fmt, msg.content, ledger, deadline)})
             ledger.claim(wire[-1])
             roles.append("user")
             sources.append([msg.source_id])
         elif msg.role == "assistant":
             text = "".join(c.text for c in msg.content if isinstance(c, MText) and not isinstance(c, MSpacer))
-            calls = [
-                {"id": wire_id(fmt, c.call_id), "type": "function",
-                 # arguments as JSON.stringify writes them
-                 "function": {"name": wire_name(fmt, c.name), "arguments": native.json_text(c.input)}}
-                for c in msg.content if isinstance(c, MToolCall)
-            ]
+            calls = []
+            for c in msg.content:
+                deadline.count("lowering")
+                if isinstance(c, MToolCall):  # arguments as JSON.stringify writes them
+                    calls.append({"id": wire_id(fmt, c.call_id), "type": "function",
+                                  "function": {"name": wire_name(fmt, c.name), "arguments": native.json_text(c.input)}})
             if not text and not calls:
                 continue  # reasoning alone has no place in this format
             out_msg = {"role": "assistant", "content": text or None}
@@ -60,6 +63,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
         else:
             moved = []
             for r in msg.content:
+                deadline.count("lowering")
                 assert isinstance(r, MToolResult)
                 wire.append({"role": "tool", "tool_call_id": wire_id(fmt, r.call_id), "content": r.text})
                 roles.append("tool")

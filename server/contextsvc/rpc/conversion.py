@@ -205,20 +205,21 @@ def conversation(c, path: str = "conversation", memo: Memo | None = None, max_js
         if core is None:
             deadline.tick(converted, "conversion")  # counted over the misses: hits may fall on every check
             converted += 1
-            core = messages[i] = _message(c.messages[i], i, path, max_json_depth)
+            core = messages[i] = _message(c.messages[i], i, path, max_json_depth, deadline)
             core.digest = keys[i]  # every per-message entry of the memo keys on it
             if memo is not None:
                 memo.put((MESSAGE, keys[i]), core, sizes[i])
     return m.Conversation(messages=messages, session_id=c.session_id)
 
 
-def _message(msg, i: int, path: str, depth: int) -> m.Message:
+def _message(msg, i: int, path: str, depth: int, deadline: Deadline) -> m.Message:
     builders = _PART_BUILDERS
     role = _ROLES.get(msg.role)
     if role is None:
         _enum(_ROLES, msg.role, f"{path}.messages[{i}].role", pb.Role)
     parts = []
     for j, p in enumerate(msg.parts):
+        deadline.count("conversion")
         kind = p.WhichOneof("kind")
         builder = builders.get(kind)
         if builder is None:

@@ -21,8 +21,8 @@ from grpc_health.v1 import health, health_pb2
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from .admission import Admission
-from ..errors import Exhausted, Unavailable
-from .health_watches import HealthWatches, on_close
+from ..errors import BadInput, Exhausted, Unavailable
+from .health_watches import HealthServicer, HealthWatches, check_service_name, on_close
 from .interceptors import abort_for, identity
 
 HEALTH_SERVICE = health.SERVICE_NAME
@@ -37,6 +37,15 @@ def _parse(cls, data: bytes, context):
         context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                       f"request: not a valid {cls.DESCRIPTOR.full_name} message ({e})")
     return message
+
+
+def _health_request(data: bytes, context) -> health_pb2.HealthCheckRequest:
+    request = _parse(health_pb2.HealthCheckRequest, data, context)
+    try:
+        check_service_name(request.service)
+    except BadInput as e:
+        abort_for(context, e)
+    return request
 
 
 def _serialize(message) -> bytes:
@@ -64,7 +73,7 @@ class StandardServices:
 
     def __init__(self, admission: Admission, idle_seconds: float, service_names, reflection_on: bool,
                  serving_names=("",), max_watches: int = 64):
-        self.servicer = health.HealthServicer()
+        self.servicer = HealthServicer()
         self._admission = admission
         self._idle = idle_seconds
         self._serving_names = set(serving_names)
@@ -90,7 +99,7 @@ class StandardServices:
     # -- health ------------------------------------------------------------------------------------
 
     def _check(self, data, context):
-        return self.check(_parse(health_pb2.HealthCheckRequest, data, context), context)
+        return self.check(_health_request(data, context), context)
 
     def check(self, request, context):
         """What Health/Check answers for request (the metrics port's /healthz reads it too)."""
@@ -102,7 +111,7 @@ class StandardServices:
 
     def _watch_behavior(self):
         def watch(data, context, send_response_callback=None):
-            request = _parse(health_pb2.HealthCheckRequest, data, context)
+            request = _health_request(data, context)
             try:
                 stream = self._watches.open(context, send_response_callback)
             except (Exhausted, Unavailable) as e:

@@ -35,7 +35,7 @@ def payload_guard(conv: m.Conversation, body_bytes: int, plan: Plan, memo: Memo 
         return Guard()
     pruned = prune.prune(conv, prune.PAYLOAD_LIMIT, plan.compaction, plan.cfg, model=plan.model, memo=memo,
                          deadline=deadline).part_ids
-    shrunk = prune.apply(conv, pruned, plan.now_ms or time.time_ns() // 1_000_000) if pruned else conv
+    shrunk = prune.apply(conv, pruned, plan.now_ms or time.time_ns() // 1_000_000, deadline) if pruned else conv
     messages, stripped = media_strip.strip(shrunk.messages)
     if not (pruned or stripped):
         return Guard(tripped=True)

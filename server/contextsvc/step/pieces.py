@@ -13,6 +13,7 @@ import copy
 from dataclasses import dataclass
 
 from .. import conversation as m, native, projection, system_prompt
+from ..deadline import NO_DEADLINE, Deadline
 from ..lowering import MediaLedger, lower, to_model_messages
 from ..lowering.lowered import Lowered, open_with_user, trim_final_text
 from ..lowering.neutral import MMessage, MText
@@ -32,17 +33,18 @@ class Pieces:
 
 
 def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
-                  known: dict | None = None) -> Pieces:
+                  known: dict | None = None, deadline: Deadline = NO_DEADLINE) -> Pieces:
     """The lowered request (the history as sent: projection.project) and its media ledger. With
     the memo, each message's lowering is taken from it when seen before (by Message.digest), and
-    known receives the (JSON text, lengths) of every element the memo holds, by id(element)."""
+    known receives the (JSON text, lengths) of every element the memo holds, by id(element).
+    deadline: counted per part and per element (Deadline.count)."""
     mdl, tools, system = plan.model, plan.tools, plan.system
     prompt_dir, placeholders, tools_disabled = plan.cfg.assemble.prompt_dir, plan.placeholders, plan.tools_disabled
     projected = projection.project(conv.messages)
     if memo is not None and _memoizable(projected, mdl.provider):
         return Pieces(*_lower_memoized(projected, memo, conv, mdl, tools, system, prompt_dir, placeholders,
-                                       tools_disabled, known), True)
-    messages = to_model_messages(projected, mdl)
+                                       tools_disabled, known, deadline), True)
+    messages = to_model_messages(projected, mdl, deadline)
     ledger = MediaLedger(placeholders=placeholders)
     lowered = lower(
         mdl.provider,
@@ -54,6 +56,7 @@ def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
         ledger=ledger,
         session_id=conv.session_id,
         tools_disabled=tools_disabled,
+        deadline=deadline,
     )
     if plan.fmt.trims_final_text:
         trim_final_text(lowered.messages, lowered.roles, plan.fmt.merged_key)
@@ -74,14 +77,14 @@ def _memoizable(messages: list, provider: str) -> bool:
     return True
 
 
-def _piece(msg: m.Message, mdl: m.Model, placeholders: bool) -> tuple:
+def _piece(msg: m.Message, mdl: m.Model, placeholders: bool, deadline: Deadline = NO_DEADLINE) -> tuple:
     """What one stored message lowers to alone (the memo's LOWERED entry): (elements, media_count, extra,
     saved_units, texts), elements a tuple of (role, element, saved units inside it), texts the
     (JSON text, lengths) of each element. The lead user message a format puts first stands for
     no stored message and is left out."""
     ledger = MediaLedger(placeholders=placeholders)
-    low = lower(mdl.provider, model_id=mdl.id, system=[], messages=to_model_messages([msg], mdl), tools=[],
-                max_output=0, ledger=ledger)
+    low = lower(mdl.provider, model_id=mdl.id, system=[], messages=to_model_messages([msg], mdl, deadline),
+                tools=[], max_output=0, ledger=ledger, deadline=deadline)
     saved = ledger.saved_by
     elements = tuple((role, e, saved.get(id(e), 0))
                      for role, e, ids in zip(low.roles, low.messages, low.sources) if ids)
@@ -127,7 +130,7 @@ def _lead(provider: str, memo: Memo) -> dict:
 
 def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, tools: list,
                     system: m.SystemPrompt, prompt_dir: str, placeholders: bool, tools_disabled: bool,
-                    known: dict | None) -> tuple[Lowered, MediaLedger]:
+                    known: dict | None, deadline: Deadline) -> tuple[Lowered, MediaLedger]:
     """lower_request from memoized pieces: each message lowered alone (or taken from the memo),
     consecutive elements of one role joined where the format joins them, then the lead user
     message; the same body as lowering the whole request at once."""
@@ -144,7 +147,7 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
     elements, roles, sources, keys, saved, found = [], [], [], [], [], []
     for msg, pkey, piece in zip(projected, piece_keys, pieces):
         if piece is None:
-            piece = _piece(msg, mdl, placeholders)
+            piece = _piece(msg, mdl, placeholders, deadline)
             if pkey is not None:
                 memo.put(pkey, piece)
         parts, media_count, extra, saved_units, texts = piece
@@ -152,6 +155,7 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
         ledger.extra += extra
         ledger.saved_units += saved_units
         for j, (role, element, units) in enumerate(parts):
+            deadline.count("lowering")
             key = (msg.digest, j) if pkey is not None else None
             if joined and elements and elements[-1]["role"] == element["role"]:
                 last = elements[-1] = dict(elements[-1])

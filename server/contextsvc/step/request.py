@@ -153,7 +153,7 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     mdl = plan.model
     deadline.check("lowering")
     known = {}  # id(element) -> (JSON text, lengths) of the elements the memo holds
-    pieces = lower_request(conv, plan, memo, known)
+    pieces = lower_request(conv, plan, memo, known, deadline)
     lowered, ledger = pieces.lowered, pieces.ledger
     if not lowered.messages:  # every provider refuses a request without a message
         raise BadInput("conversation.messages", "nothing to send: every message lowers to no content "
