@@ -9,6 +9,7 @@ context"), kept as elements of the one list every figure, digest and splice read
 from __future__ import annotations
 
 from .. import conversation as m, native
+from ..deadline import NO_DEADLINE, Deadline
 from . import media
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
@@ -35,8 +36,12 @@ def _media(x: MMedia, ledger: MediaLedger) -> dict:
     return {"type": "input_image", "image_url": url, "detail": "auto"}
 
 
-def _content(parts: list, ledger: MediaLedger) -> list:
-    return [{"type": "input_text", "text": c.text} if isinstance(c, MText) else _media(c, ledger) for c in parts]
+def _content(parts: list, ledger: MediaLedger, deadline: Deadline) -> list:
+    out = []
+    for c in parts:
+        deadline.count("lowering")
+        out.append({"type": "input_text", "text": c.text} if isinstance(c, MText) else _media(c, ledger))
+    return out
 
 
 def _reasoning(c: MReasoning, ledger: MediaLedger):
@@ -58,11 +63,12 @@ def _output(r: MToolResult, ledger: MediaLedger):
     return parts + [_media(x, ledger) for x in r.media]
 
 
-def _assistant_items(msg, ledger: MediaLedger) -> list:
+def _assistant_items(msg, ledger: MediaLedger, deadline: Deadline) -> list:
     """One item per piece, in order: reasoning, the text (consecutive text joined into one
     message), function calls."""
     items, text = [], []
     for c in msg.content:
+        deadline.count("lowering")
         if isinstance(c, MSpacer):
             continue  # the spacer between signed reasoning blocks is Anthropic's
         if isinstance(c, MText):
@@ -85,19 +91,20 @@ def _assistant_items(msg, ledger: MediaLedger) -> list:
 
 
 def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="",
-         tools_disabled=False) -> Lowered:
+         tools_disabled=False, deadline: Deadline = NO_DEADLINE) -> Lowered:
     system_items = [{"role": "developer", "content": s} for s in system]
     wire, roles, sources = [], [], []
     for msg in messages:
         if msg.role == "user":
-            items = [("user", {"role": "user", "content": _content(msg.content, ledger)})]
+            items = [("user", {"role": "user", "content": _content(msg.content, ledger, deadline)})]
         elif msg.role == "assistant":
-            items = [("assistant", item) for item in _assistant_items(msg, ledger)]
+            items = [("assistant", item) for item in _assistant_items(msg, ledger, deadline)]
         else:
             items = [("tool", {"type": "function_call_output", "call_id": wire_id(FORMAT, r.call_id),
                                "output": _output(r, ledger)})
                      for r in msg.content]
         for role, item in items:
+            deadline.count("lowering")
             ledger.claim(item)
             wire.append(item)
             roles.append(role)
