@@ -28,7 +28,7 @@ from helpers import convo
 from helpers.server import start_server, wait_for
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
-from helpers.redis_server import RedisServer, free_port
+from helpers.redis_server import RedisServer, free_ports
 from helpers.metrics import scrape
 from helpers.rpc import TOOLS, cache_steps
 
@@ -54,7 +54,7 @@ class Replica:
         self.name = name
         self.home = tmp / name  # everything local to this replica lives here
         self.home.mkdir()
-        self.port, self.metrics_port = free_port(), free_port()
+        self.port, self.metrics_port = free_ports(2)
         self.config = self.home / "contextsvc.toml"
         self.config.write_text(
             f'[server]\nhost = "127.0.0.1"\nport = {self.port}\nmetrics_port = {self.metrics_port}\n'
@@ -90,7 +90,7 @@ class HAProxy:
     def __init__(self, tmp: pathlib.Path, replicas):
         binary = shutil.which("haproxy")
         assert binary, "haproxy not installed: run .ci/deps (the README's test command does)"
-        self.port, self.stats_port = free_port(), free_port()
+        self.port, self.stats_port = free_ports(2)
         env = dict(os.environ, CONTEXTSVC_PROXY_BIND=f"127.0.0.1:{self.port}",
                    CONTEXTSVC_PROXY_STATS=f"127.0.0.1:{self.stats_port}")
         for i, r in enumerate(replicas, 1):
