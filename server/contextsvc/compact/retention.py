@@ -75,11 +75,12 @@ def measure(items: list, summary: str) -> Retention:
     return Retention(n, kept, kept / n if n else 1.0, missing)
 
 
-def judge(messages: list, previous: str, summary: str) -> tuple:
+def judge(messages: list, previous: str, summary: str, memo=None) -> tuple:
     """(superseded items stated as current, empty sections with material) of a summary of these
-    messages rolled on from previous (the previous summary's text, "" when none)."""
+    messages rolled on from previous (the previous summary's text, "" when none). memo
+    (memo.Memo): each message's facts, as the offline summarizer keeps them."""
     before = template.parse(previous) if previous else {}
-    material, stale = offline.extract_with_stale(messages, offline.DEFAULT_LIMITS, before)
+    material, stale = offline.extract_with_stale(messages, offline.DEFAULT_LIMITS, before, memo)
     sections = template.parse(summary)
     current = tuple(dict.fromkeys(s.probe for s in stale for k in s.sections
                                   if any(offline._stale_in(x, [s], k) for x in sections[k])))
@@ -97,5 +98,5 @@ def report(messages: list, previous: str, summary: str, memo=None) -> Retention:
     """The retention of a summary: verbatim items kept, superseded items still current, empty
     sections with material."""
     out = measure(extract(messages, memo), summary)
-    out.superseded_current, out.empty_sections = judge(messages, previous, summary)
+    out.superseded_current, out.empty_sections = judge(messages, previous, summary, memo)
     return out

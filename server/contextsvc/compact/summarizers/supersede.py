@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 import shlex
+from functools import lru_cache
+from types import MappingProxyType
 
 # A sentence that reverses an earlier decision or constraint.
 REVERSAL = re.compile(
@@ -37,8 +39,22 @@ QUOTED = re.compile(r"`([^`]+)`|'([^'\s]+)'|\"([^\"]+)\"")
 WORD = re.compile(r"[A-Za-z][\w.+#-]*\w|[A-Za-z]")
 
 
-def topic(text: str) -> dict:
-    """{word (lowercased, no possessive or plural s): named?} of the words that carry a topic."""
+def topic(text: str) -> MappingProxyType:
+    """{word (lowercased, no possessive or plural s): named?} of the words that carry a topic,
+    read-only. A compaction compares every open step with every later sentence, so the topics of
+    short texts (steps, decisions, constraints) are kept; a long text is worked out each time."""
+    return _topic(text) if len(text) <= _CACHED_LEN else MappingProxyType(_topic_words(text))
+
+
+_CACHED_LEN = 2048  # texts up to this long have their topic cached (a bound on the cache's memory)
+
+
+@lru_cache(maxsize=16384)
+def _topic(text: str) -> MappingProxyType:
+    return MappingProxyType(_topic_words(text))
+
+
+def _topic_words(text: str) -> dict:
     out = {}
     quoted = {w.lower() for groups in QUOTED.findall(text) for q in groups for w in WORD.findall(q)}
     for w in WORD.findall(text.replace("`", " ")):
