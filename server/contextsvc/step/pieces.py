@@ -102,10 +102,16 @@ class MessagePiece:
     texts: tuple  # (JSON text, (UTF-8 bytes, UTF-16 units)) of each element
 
 
+def _piece_key(msg: m.Message, mdl: m.Model, placeholders: bool) -> tuple | None:
+    """The memo's key of msg lowered alone: its digest and what changes its lowering; None for a
+    message without a digest (built or changed in the core), lowered afresh every time."""
+    return (LOWERED, msg.digest, (mdl.provider, mdl.id, placeholders)) if msg.digest else None
+
+
 def message_piece(msg: m.Message, plan: Plan, memo: Memo | None = None) -> MessagePiece:
     """msg lowered alone under plan (its memo entry when seen before)."""
     mdl = plan.model
-    key = (LOWERED, msg.digest, (mdl.provider, mdl.id, plan.placeholders)) if msg.digest and memo else None
+    key = _piece_key(msg, mdl, plan.placeholders) if memo is not None else None
     piece = memo.get(key) if key is not None else None
     if piece is None:
         piece = _piece(msg, mdl, plan.placeholders)
@@ -140,7 +146,7 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
                     messages=[], tools=tools, max_output=0, ledger=ledger, session_id=conv.session_id,
                     tools_disabled=tools_disabled)
     joined = FORMATS[mdl.provider].merged_key
-    piece_keys = [(LOWERED, msg.digest, settings) if msg.digest else None for msg in projected]
+    piece_keys = [_piece_key(msg, mdl, placeholders) for msg in projected]
     pieces = memo.get_many(piece_keys)
     # per element: its (JSON text, lengths) when it is one piece's element as it stands, or the
     # piece keys of the elements merged into it (their joined JSON is a memo entry of its own)
