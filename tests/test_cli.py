@@ -93,7 +93,7 @@ def test_sigusr1_writes_every_threads_stack_and_the_server_keeps_serving(tmp_pat
         proc.send_signal(signal.SIGUSR1)
         # the main thread waits for the stop; grpc's poller serves
         assert wait_for(lambda: any("contextsvc/cli.py" in line and " in main" in line for line in proc.log))
-        assert any("grpc/_server.py" in line and " in _serve" in line for line in proc.log)
+        assert any("asyncio/base_events.py" in line and " in run_forever" in line for line in proc.log)
         with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
             assert pb_grpc.ContextServiceStub(ch).Measure(convo.measure_request(), timeout=10).body_bytes > 0
     finally:

@@ -3,20 +3,20 @@ the server, a stop ends the open watches instead of waiting out its grace period
 closed watches leave nothing behind (issue 28, item 2)."""
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
 import grpc
 import pytest
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from helpers.probe import Probe
 from helpers.processes import launch, stop
 from helpers.server import start_server
 from server_process import rss_mb
 from contextsvc.errors import Unavailable
-from contextsvc.rpc.health_watches import MAX_SERVICE_NAME_BYTES, HealthWatches
-from contextsvc.rpc.standard_services import _Registering
+from contextsvc.rpc.health import MAX_SERVICE_NAME_BYTES, Health
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -93,42 +93,33 @@ def wait_until(predicate, seconds=5.0):
     return predicate()
 
 
-class _Call:
-    """What the watch code asks of a grpc context; `ended`: the client left before the handler
-    registered its callbacks (grpc's add_callback then answers False and never calls them)."""
-    def __init__(self, ended=False):
-        self.ended = ended
+class _Context:
+    """What Health.watch asks of a grpc.aio context: the updates it writes."""
+    def __init__(self):
+        self.sent = []
 
-    def is_active(self):
-        return not self.ended
-
-    def cancel(self):
-        pass
-
-    def add_callback(self, callback):
-        return not self.ended
-
-
-def test_a_watch_whose_client_left_before_registering_is_not_kept():
-    """The stock servicer ignores add_callback's False: without our context wrapper it would keep
-    that watch's send callback (and the call behind it) for the life of the process."""
-    servicer = health.HealthServicer()
-    sent = []
-    servicer.Watch(health_pb2.HealthCheckRequest(), _Registering(_Call(ended=True)), send_response_callback=sent.append)
-    assert sent == [health_pb2.HealthCheckResponse(status=SERVING), None]  # its status, then the end
-    assert not servicer._send_response_callbacks.get("")  # its table of watchers to update
-    servicer.set("", NOT_SERVING)
-    assert len(sent) == 2
+    async def write(self, message):
+        self.sent.append(message.status)
 
 
 def test_a_watch_opened_after_the_watches_were_ended_is_refused():
-    """At stop, end_all ends the open watches; one that arrives after it (its handler queued
-    behind busy workers) is refused, or it would hold the stop for the whole grace period."""
-    watches = HealthWatches(limit=4)
-    assert watches.open(_Call(), lambda r: None) is not None
-    watches.end_all("stopping")
-    with pytest.raises(Unavailable, match="shutting down"):
-        watches.open(_Call(), lambda r: None)
+    """At stop, end_all ends the open watches; one that arrives after it is refused, or it would
+    hold the stop for the whole grace period."""
+    async def run():
+        state = Health(asyncio.get_running_loop(), max_watches=4, idle_seconds=5)
+        state.set("", SERVING)
+        context = _Context()
+        watch = asyncio.ensure_future(state.watch("", context))
+        await asyncio.sleep(0.05)
+        assert context.sent == [SERVING] and state.count_open() == 1
+        state.end_all()
+        with pytest.raises(Unavailable, match="shutting down"):
+            await watch  # the open one ends
+        with pytest.raises(Unavailable, match="shutting down"):
+            await state.watch("", _Context())  # a new one is refused
+        assert state.count_open() == 0 and state.names_watched() == 0
+
+    asyncio.run(run())
 
 
 def watch_and_hang_up(port: int, names: list) -> list:
@@ -179,11 +170,10 @@ def test_closed_watches_leave_no_entry_in_the_table_of_watchers():
     they are closed the table of watchers is empty (the stock servicer kept all 150 names)."""
     s = start_server()
     try:
-        watchers = s._standard.servicer._send_response_callbacks
         for wave in range(3):
             names = [f"{wave}-{i}-".ljust(MAX_SERVICE_NAME_BYTES, "x") for i in range(50)]
             assert set(watch_and_hang_up(s.port, names)) == {grpc.StatusCode.OK}
-        assert wait_until(lambda: not watchers), f"{len(watchers)} names kept"
+        assert wait_until(lambda: s._health.names_watched() == 0), f"{s._health.names_watched()} names kept"
         with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
             too_long = "x" * (MAX_SERVICE_NAME_BYTES + 1)
             with pytest.raises(grpc.RpcError) as e:

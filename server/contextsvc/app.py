@@ -1,35 +1,38 @@
 """The running server: gRPC with health and reflection, the metrics endpoint, graceful stop."""
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import functools
 import importlib
 import logging
 import os
 import threading
 import time
-from concurrent import futures
 
 import grpc
-from grpc_health.v1 import health_pb2
 
 from . import native, truncation
-from .rpc.admission import Admission
 from .config import Config
-from .rpc.interceptors import ServiceInterceptor
 from .metrics import Metrics
-from .rpc.security import BearerTokenInterceptor, bearer_token, server_credentials
+from .rpc.admission import Admission
+from .rpc.calls import CallSettings, UnsentBytes, unary_handler
+from .rpc.health import SERVING, Health
+from .rpc.security import TokenCheck, bearer_token, server_credentials
 from .rpc.servicer import ContextService
-from .signals import stop_on_signals, wait_for_stop
 from .rpc.standard_services import HEALTH_SERVICE, REFLECTION_SERVICE, StandardServices
+from .signals import stop_on_signals, wait_for_stop
 from .v1 import context_pb2 as pb
-from .v1 import context_pb2_grpc as pb_grpc
 
 log = logging.getLogger("contextsvc")
 
 # how long past the grace period the transport's own shutdown may take before the stop goes on
 TRANSPORT_STOP_SLACK_SECONDS = 10.0
+# how long tasks still on the transport's loop after its shutdown get to end once cancelled
+LOOP_CLOSE_SECONDS = 2.0
 
-SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ContextService"].full_name
+SERVICE = pb.DESCRIPTOR.services_by_name["ContextService"]
+SERVICE_NAME = SERVICE.full_name
 
 
 def make_store(settings: truncation.TruncationSettings, on_evict=None) -> truncation.Store:
@@ -55,11 +58,12 @@ def start_line(cfg: Config, port: int, metrics_port: int | None, token: str) -> 
             f"/metrics ({guard}, /healthz open), hot path {native.IMPLEMENTATION}")
 
 
-class _CheckContext:
-    """The part of a grpc.ServicerContext HealthServicer.Check uses (an unknown service)."""
-
-    def set_code(self, code) -> None:
-        pass
+def service_handler(settings: CallSettings, servicer: ContextService) -> grpc.GenericRpcHandler:
+    """Every ContextService method, each through calls.unary_handler."""
+    return grpc.method_handlers_generic_handler(SERVICE_NAME, {
+        m.name: unary_handler(settings, m.name, getattr(pb, m.input_type.name).FromString,
+                              getattr(servicer, m.name))
+        for m in SERVICE.methods})
 
 
 class Server:
@@ -82,22 +86,7 @@ class Server:
         # any socket is bound
         self._credentials = server_credentials(s)
         self._admission = Admission(s.workers, s.max_concurrent_rpcs, s.max_streams)
-        interceptors = [ServiceInterceptor(self.metrics, f"/{SERVICE_NAME}/", self._admission,
-                                           s.max_response_bytes)]
         self._token = token = bearer_token(s)
-        if token:  # inside the metrics interceptor: refusals count as UNAUTHENTICATED RPCs
-            interceptors.append(BearerTokenInterceptor(
-                token, (f"/{SERVICE_NAME}/", f"/{REFLECTION_SERVICE}/")))
-        self._grpc = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=s.workers, thread_name_prefix="rpc"),
-            interceptors=interceptors,
-            options=[
-                ("grpc.max_receive_message_length", s.max_request_bytes),
-                ("grpc.max_send_message_length", s.max_response_bytes),
-                ("grpc.so_reuseport", int(shared_port)),
-            ],
-            maximum_concurrent_rpcs=s.max_pending_rpcs or None,
-        )
         if cfg.summarizer.backend != "offline":
             # the SDK takes seconds to import: paid here, not out of the first caller's deadline
             importlib.import_module(cfg.summarizer.backend)  # each LLM backend is named after its SDK
@@ -105,40 +94,90 @@ class Server:
         self.store = make_store(cfg.truncation, on_evict=m.record_eviction if m else None)
         self._cleanup = truncation.CleanupScheduler(self.store, cfg.truncation,
                                                     on_report=m.record_cleanup if m else None)
-        pb_grpc.add_ContextServiceServicer_to_server(ContextService(cfg, m, self.store), self._grpc)
+        # the transport runs on an event loop of its own; the core's work on `workers` threads
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=s.workers, thread_name_prefix="rpc")
+        self._loop = asyncio.new_event_loop()
+        self._loop_thread = threading.Thread(target=self._loop.run_forever, name="grpc-loop", daemon=True)
+        self._loop_thread.start()
+        check = TokenCheck(token) if token else None
+        settings = CallSettings(self._admission, self._executor, m, check, s.max_response_bytes,
+                                UnsentBytes(s.max_unsent_bytes), s.request_wait_seconds, s.send_wait_seconds)
         names = (SERVICE_NAME, HEALTH_SERVICE) + ((REFLECTION_SERVICE,) if s.reflection else ())
-        self._standard = StandardServices(self._admission, s.stream_idle_seconds, names, s.reflection,
-                                          serving_names=("", SERVICE_NAME), max_watches=s.max_watch_streams)
-        self._grpc.add_generic_rpc_handlers(self._standard.handlers())
-        self._health = self._standard.servicer
+        self._health = Health(self._loop, s.max_watch_streams, s.stream_idle_seconds)
+        self._standard = StandardServices(self._health, self._admission, s.stream_idle_seconds, names,
+                                          s.reflection, serving_names=("", SERVICE_NAME), token=check)
+        handlers = [service_handler(settings, ContextService(cfg, m, self.store))] + self._standard.handlers()
+        self._grpc = self._on_loop(self._make_transport(handlers))
+
+    async def _make_transport(self, handlers) -> grpc.aio.Server:
+        s = self.cfg.server
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", s.max_request_bytes),
+                ("grpc.max_send_message_length", s.max_response_bytes),
+                ("grpc.so_reuseport", int(self.shared_port)),
+                # advertised in SETTINGS: a client opens at most this many calls per connection
+                ("grpc.max_concurrent_streams", s.max_streams_per_connection),
+                ("grpc.max_connection_age_ms", int(s.max_connection_age_seconds * 1000)),
+                ("grpc.max_connection_age_grace_ms", int(s.connection_age_grace_seconds * 1000)),
+            ],
+            maximum_concurrent_rpcs=s.max_pending_rpcs or None,
+        )
+        server.add_generic_rpc_handlers(handlers)
+        return server
+
+    def _close_loop(self) -> None:
+        """Cancels what still runs on the transport's loop, then stops and closes it: a task left
+        on a stopped loop would keep its call (and the service behind it) for the process's life."""
+        async def cancel_tasks():
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            if tasks:
+                await asyncio.wait(tasks, timeout=LOOP_CLOSE_SECONDS)
+
+        try:
+            self._on_loop(cancel_tasks(), LOOP_CLOSE_SECONDS + 1)
+        except concurrent.futures.TimeoutError:
+            log.warning("contextsvc: tasks on the transport's loop did not end; closing without them")
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._loop_thread.join(LOOP_CLOSE_SECONDS)
+        if not self._loop_thread.is_alive():
+            self._loop.close()
+
+    def _on_loop(self, coroutine, timeout: float | None = None):
+        """Runs coroutine on the transport's loop and returns its result (from any other thread)."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
 
     def start(self) -> "Server":
         s = self.cfg.server
         creds = self._credentials
         address = s.address(s.port)
-        self.port = (self._grpc.add_secure_port(address, creds) if creds
-                     else self._grpc.add_insecure_port(address))
+        self.port = self._on_loop(self._bind(address, creds))
         if self.port == 0:
             raise OSError(f"cannot bind gRPC on {address}")
-        self._grpc.start()
-        self._standard.start()
         if self.metrics is not None and not self.shared_port:
             self.metrics_port = self.metrics.serve(s.metrics_bind, s.metrics_port, health=self.serving,
                                                    token=self._token if s.metrics_auth else "")
         self._cleanup.start()
         for name in ("", SERVICE_NAME):
-            self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+            self._health.set(name, SERVING)
         if self.shared_port:
             log.info("contextsvc process %d serving gRPC on %s", os.getpid(), s.address(self.port))
             return self
         log.info("%s", start_line(self.cfg, self.port, self.metrics_port, self._token))
         return self
 
+    async def _bind(self, address: str, creds) -> int:
+        port = self._grpc.add_secure_port(address, creds) if creds else self._grpc.add_insecure_port(address)
+        if port:
+            await self._grpc.start()
+        return port
+
     def serving(self, service: str = "") -> bool:
         """What grpc.health.v1 Check answers for service ("" = the whole server) is SERVING:
         the metrics port's /healthz mirrors it for HTTP-only health checks."""
-        return self._standard.check(health_pb2.HealthCheckRequest(service=service),
-                                    _CheckContext()).status == health_pb2.HealthCheckResponse.SERVING
+        return self._standard.check(service) == SERVING
 
     def stop(self, grace: float | None = None, drain: float = 0.0) -> None:
         """Stops taking work, lets in-flight calls finish within the grace period.
@@ -166,8 +205,13 @@ class Server:
         grace = self.cfg.server.shutdown_grace_seconds if grace is None else grace
         # grpc cancels what is left after the grace; its own shutdown gets a bounded wait too, so
         # that nothing in the transport can hold the stop (and the process) open indefinitely
-        transport_stopped = self._grpc.stop(grace).wait(grace + TRANSPORT_STOP_SLACK_SECONDS)
-        self._standard.stop()
+        try:
+            self._on_loop(self._grpc.stop(grace), grace + TRANSPORT_STOP_SLACK_SECONDS)
+            transport_stopped = True
+        except concurrent.futures.TimeoutError:
+            transport_stopped = False
+        self._close_loop()
+        self._executor.shutdown(wait=False, cancel_futures=True)
         # grpc cannot stop a thread: work that does not notice the cancellation keeps running;
         # `contextsvc serve` exits without it (cli.main)
         unfinished = self._admission.running()

@@ -49,14 +49,34 @@ class ServerConfig:
     # serving processes sharing the port (SO_REUSEPORT, Linux): the hot path holds the GIL, so
     # one process uses one core. 0 = one per CPU. Each has its own caches and limits below.
     processes: int = 1
-    workers: int = 20  # threads serving RPCs: max_concurrent_rpcs calls plus a few kept free
+    # threads doing the calls' work (the transport itself runs on one event loop and holds no
+    # thread per call): max_concurrent_rpcs calls plus room for work its callers have abandoned
+    workers: int = 20
     # ContextService calls served at once; one more gets RESOURCE_EXHAUSTED at once instead of
-    # queueing (the hot path is CPU-bound: a queue only adds latency). Below workers, so health
-    # checks and refusals still find a thread while every slot is busy. 0 = no limit.
+    # queueing (the hot path is CPU-bound: a queue only adds latency). Below workers, so a call
+    # is refused, not queued, while abandoned work still runs. 0 = no limit.
     max_concurrent_rpcs: int = 16
-    # calls the transport holds at once, every service included; beyond it grpc itself answers
+    # calls the transport holds at once, every service included (calls still waiting for their
+    # request or for their client to read the response count); beyond it grpc itself answers
     # RESOURCE_EXHAUSTED, so a flood of connections never queues without bound. 0 = no bound.
     max_pending_rpcs: int = 1024
+    # HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS: calls one connection may have open at once
+    max_streams_per_connection: int = 100
+    # a call whose request message has not arrived this long after it opened is ended
+    # (DEADLINE_EXCEEDED); the caller's own deadline, when shorter, bounds it instead
+    request_wait_seconds: float = 10.0
+    # a response its client has not read this long after it was written has its call cancelled
+    # (the caller's deadline, when shorter, bounds it instead): a client that stops reading
+    # cannot hold the response's bytes
+    send_wait_seconds: float = 30.0
+    # bytes of responses written but not yet read by their clients, all calls together; a response
+    # that would pass it gets RESOURCE_EXHAUSTED. 0 = no bound
+    max_unsent_bytes: int = 256 * MiB
+    # a connection this old is asked to go (GOAWAY: its client reconnects) and closed
+    # connection_age_grace_seconds later with whatever it still holds: the end of what a client
+    # that never reads can keep
+    max_connection_age_seconds: float = 600.0
+    connection_age_grace_seconds: float = 60.0
     shutdown_grace_seconds: float = 30.0  # SIGTERM lets in-flight calls finish this long
     # before that, new calls get a clear UNAVAILABLE this long while the listener still accepts
     # (a call racing a closed listener is cancelled with no reason given)
@@ -85,11 +105,10 @@ class ServerConfig:
     # a conversation's session_id longer than this (UTF-8 bytes) is refused: real ids are UUIDs or
     # a few of them joined (under 200 bytes); OpenAI takes 64 characters as prompt_cache_key
     max_session_id_bytes: int = 1024
-    # streams that hold a worker thread while open (reflection) served at once; one more is
-    # refused at once. Whatever this says, one thread is always left for health checks
+    # reflection streams open at once; one more is refused at once
     max_streams: int = 3
     # a stream (reflection, health Watch) with no message either way this long is closed: an
-    # open stream costs memory, a reflection stream a thread too (grpcurl needs well under 1 s)
+    # open stream costs memory (grpcurl needs well under 1 s)
     stream_idle_seconds: float = 60.0
     reflection: bool = True  # server reflection (grpcurl); behind auth_token when one is set
     # health Watch streams open at once (they hold no thread, but each counts against
@@ -109,7 +128,11 @@ class ServerConfig:
             raise ValueError("[server] workers must be at least 1")
         if self.max_concurrent_rpcs and self.max_concurrent_rpcs >= self.workers:
             raise ValueError(f"[server] max_concurrent_rpcs ({self.max_concurrent_rpcs}) must be below "
-                             f"workers ({self.workers}): the spare threads answer health checks")
+                             f"workers ({self.workers}): the spare threads take work callers abandoned")
+        for name in ("max_streams_per_connection", "request_wait_seconds", "send_wait_seconds",
+                     "max_connection_age_seconds", "connection_age_grace_seconds"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"[server] {name} must be positive")
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
             raise ValueError("[server] tls_cert_file and tls_key_file must be set together")
         if self.max_session_id_bytes < 1:

@@ -1,6 +1,6 @@
 """Errors the core raises; the RPC layer maps each to one gRPC status.
 
-This is the one tree that decides statuses: `rpc/interceptors.py` maps these five classes and
+This is the one tree that decides statuses: `rpc/statuses.py` maps these five classes and
 nothing else. A module with errors of its own subclasses one of them (the tool-output store's
 `InvalidOutputId` is a `BadInput`, `OutputNotFound` a `NotFound`, `StoreUnavailable` an
 `Unavailable`, `LineTooLong` an `Exhausted`).

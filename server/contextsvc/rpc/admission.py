@@ -1,38 +1,31 @@
-"""Which calls get one of the server's worker threads: the concurrency limit, the stream bound,
-and work whose caller has gone.
+"""Which calls get one of the executor's `workers` threads: the concurrency limit, the stream
+bound, and work whose caller has gone.
 
-grpcio's sync server runs every call on one of `workers` threads, and a call waiting for a
-thread waits with no answer (health checks included). So:
+The core's work runs on a pool of `workers` threads (calls.py); a call that would wait there for
+a thread is refused instead (the hot path is CPU-bound: a queue only adds latency). So:
 - ContextService calls: at most `max_calls` whose callers are still there; one more is refused.
-- streams that hold a thread (reflection): at most `max_streams`; an idle one is closed by the
-  caller of `idle_streams()`.
+- reflection streams: at most `max_streams` (each costs memory while open).
 - a call whose caller has gone (cancelled, deadline passed) still runs on its thread until it
   notices, but no longer holds a slot of the limit; its thread stays counted.
-- whatever the mix, one thread is always left for health checks and refusals.
+- whatever the mix, one thread is kept free, so a refusal never waits behind abandoned work.
 
 Knows nothing of gRPC: a call is represented by an `alive()` callable.
 """
 from __future__ import annotations
 
 import threading
-import time
 from typing import Callable
 
 from ..errors import Exhausted, Unavailable
 
 
 class Ticket:
-    __slots__ = ("kind", "alive", "abandoned", "last_active", "on_idle")
+    __slots__ = ("kind", "alive", "abandoned")
 
-    def __init__(self, kind: str, alive: Callable[[], bool] | None = None, on_idle=None):
+    def __init__(self, kind: str, alive: Callable[[], bool] | None = None):
         self.kind = kind
         self.alive = alive  # calls: whether the caller is still there
         self.abandoned = False
-        self.last_active = time.monotonic()
-        self.on_idle = on_idle  # streams: closes the stream
-
-    def touch(self) -> None:
-        self.last_active = time.monotonic()
 
 
 class Admission:
@@ -50,7 +43,7 @@ class Admission:
         self._closed.set()
 
     def _busy(self) -> int:
-        return len(self._calls) + self._abandoned + len(self._streams)
+        return len(self._calls) + self._abandoned
 
     def _sweep(self) -> None:
         """Moves calls whose caller has gone out of the limit (their threads stay counted)."""
@@ -77,14 +70,14 @@ class Admission:
             self._calls.add(ticket)
             return ticket
 
-    def enter_stream(self, what: str, on_idle: Callable[[], None]) -> Ticket:
+    def enter_stream(self, what: str) -> Ticket:
         if self._closed.is_set():
             raise Unavailable(f"{what}: the server is shutting down; retry on another replica")
         with self._lock:
-            if len(self._streams) >= self.max_streams or self._busy() >= self.workers - 1:
+            if len(self._streams) >= self.max_streams:
                 raise Exhausted(f"{what}: {len(self._streams)} streams already open "
-                                f"(server.max_streams, of {self.workers} server.workers); retry later")
-            ticket = Ticket("stream", on_idle=on_idle)
+                                "(server.max_streams); retry later")
+            ticket = Ticket("stream")
             self._streams.add(ticket)
             return ticket
 
@@ -106,12 +99,6 @@ class Admission:
                 len(self._calls) >= self.max_calls or self._busy() >= self.workers - 1)
 
     def running(self) -> int:
-        """Calls and streams still on a thread (abandoned ones included)."""
+        """Calls still on a thread (abandoned ones included)."""
         with self._lock:
             return self._busy()
-
-    def idle_streams(self, idle_seconds: float) -> list[Ticket]:
-        """Streams with no message either way for idle_seconds."""
-        cutoff = time.monotonic() - idle_seconds
-        with self._lock:
-            return [t for t in self._streams if t.last_active < cutoff]

@@ -12,7 +12,6 @@ import ssl
 import grpc
 
 from ..config import check_token
-from .interceptors import identity
 
 
 def server_credentials(cfg) -> grpc.ServerCredentials | None:
@@ -67,42 +66,20 @@ def bearer_token(cfg) -> str:
     return ""
 
 
-class BearerTokenInterceptor(grpc.ServerInterceptor):
-    """Rejects calls to the guarded services without "authorization: Bearer <token>"."""
+class TokenCheck:
+    """The bearer token every guarded call carries ("authorization: Bearer <token>")."""
 
-    def __init__(self, token: str, service_prefixes: tuple):
+    def __init__(self, token: str):
         self._expected = f"Bearer {token}".encode()
-        self._prefixes = tuple(service_prefixes)  # health stays open for probes
 
-    def intercept_service(self, continuation, details):
-        if not details.method.startswith(self._prefixes):
-            return continuation(details)
+    def refusal(self, metadata) -> str | None:
+        """Why the call is refused, or None when its token is right."""
         given = ""
-        for key, value in details.invocation_metadata or ():
+        for key, value in metadata or ():
             if key == "authorization":
                 given = value if isinstance(value, str) else value.decode("latin-1")
                 break
         # constant-time: the comparison takes as long whatever prefix of the token matched
-        if given and hmac.compare_digest(given.encode(), self._expected):
-            return continuation(details)
-        reason = "authorization: bearer token missing" if not given else "authorization: bearer token rejected"
-        handler = continuation(details)
-        if handler is None:
+        if given and hmac.compare_digest(given.encode("utf-8", "surrogateescape"), self._expected):
             return None
-        return _deny(reason, handler)
-
-
-def _deny(reason: str, handler):
-    """A handler of the same kind as the guarded one that refuses at once."""
-    def abort(_request, context):
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, reason)
-
-    # the request is never read: its bytes pass through undecoded
-    raw = dict(request_deserializer=identity)
-    if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(abort, **raw)
-    if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(abort, **raw)
-    if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(abort, **raw)
-    return grpc.unary_unary_rpc_method_handler(abort, **raw)
+        return "authorization: bearer token missing" if not given else "authorization: bearer token rejected"

@@ -1,50 +1,45 @@
 """grpc.health.v1.Health and server reflection, served through handlers of our own.
 
-The stock handlers (grpcio-health-checking, grpcio-reflection) keep their logic and state here;
-what ours add around them:
-- the request bytes are parsed here, so garbage gets INVALID_ARGUMENT naming the message
-  (grpc's own deserialization would answer INTERNAL "Exception deserializing request!");
-- a reflection stream holds a worker thread while it is open (grpcio's sync server): streams
-  are bounded by Admission and refused beyond it, and any stream (Watch included, which holds no
-  thread) with no message either way for `stream_idle_seconds` is closed;
-- Watch updates are sent from a thread of their own (health_watches.py says why), and open
-  watches end with UNAVAILABLE once stop's drain is over;
-- Health/Check says NOT_SERVING while abandoned work leaves no room for a new call.
+Around the health state (health.py) and grpcio-reflection's servicer, ours:
+- parse the request bytes here, so garbage gets INVALID_ARGUMENT naming the message (grpc's own
+  deserialization would answer INTERNAL "Exception deserializing request!");
+- bound reflection streams by Admission (`server.max_streams`), refuse beyond it at once, and
+  close one with no request for `stream_idle_seconds` (CANCELLED);
+- put reflection behind the bearer token when one is set (health stays open for probes);
+- answer Health/Check NOT_SERVING while abandoned work leaves no room for a new call.
 """
 from __future__ import annotations
 
-import threading
+import asyncio
 
 import grpc
 from google.protobuf.message import DecodeError
-from grpc_health.v1 import health, health_pb2
+from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from .admission import Admission
+from .security import TokenCheck
 from ..errors import BadInput, Exhausted, Unavailable
-from .health_watches import HealthServicer, HealthWatches, check_service_name, on_close
-from .interceptors import abort_for, identity
+from .health import NOT_SERVING, SERVING, Health, check_service_name
+from .streams import StreamIdle, write_within
+from .statuses import identity, status_for
 
-HEALTH_SERVICE = health.SERVICE_NAME
+HEALTH_SERVICE = "grpc.health.v1.Health"
 REFLECTION_SERVICE = reflection.SERVICE_NAME
 
 
-def _parse(cls, data: bytes, context):
+def _parse(cls, data: bytes):
     message = cls()
     try:
         message.ParseFromString(data)
     except (DecodeError, ValueError, RuntimeError) as e:
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                      f"request: not a valid {cls.DESCRIPTOR.full_name} message ({e})")
+        raise BadInput("request", f"not a valid {cls.DESCRIPTOR.full_name} message ({e})") from None
     return message
 
 
-def _health_request(data: bytes, context) -> health_pb2.HealthCheckRequest:
-    request = _parse(health_pb2.HealthCheckRequest, data, context)
-    try:
-        check_service_name(request.service)
-    except BadInput as e:
-        abort_for(context, e)
+def _health_request(data: bytes) -> health_pb2.HealthCheckRequest:
+    request = _parse(health_pb2.HealthCheckRequest, data)
+    check_service_name(request.service)
     return request
 
 
@@ -52,42 +47,34 @@ def _serialize(message) -> bytes:
     return message.SerializeToString()
 
 
-class _Registering:
-    """The context the stock servicer's Watch sees: a callback it registers on a call that has
-    already ended runs at once. The servicer ignores add_callback's False and would otherwise
-    keep that stream's send callback (and the call behind it) for the life of the process."""
-
-    def __init__(self, context):
-        self._context = context
-
-    def add_callback(self, callback) -> bool:
-        on_close(self._context, callback)  # the servicer's lock is re-entrant: it holds it here
-        return True
-
-    def __getattr__(self, name):
-        return getattr(self._context, name)
+async def _abort_for(context, error: Exception) -> None:
+    """Ends the call with error's status. Called after the except clause that caught error has
+    ended, its traceback dropped: it would hold the frames (and a request of up to the size
+    limit) until the cycle collector runs."""
+    error.__traceback__ = None
+    if isinstance(error, StreamIdle):
+        await context.abort(grpc.StatusCode.CANCELLED, str(error))
+    await context.abort(status_for(error), str(error))
 
 
 class StandardServices:
-    """Health (its state in `servicer`: set(), enter_graceful_shutdown()) and reflection."""
+    """Health (its state in `health`: set(), enter_graceful_shutdown()) and reflection."""
 
-    def __init__(self, admission: Admission, idle_seconds: float, service_names, reflection_on: bool,
-                 serving_names=("",), max_watches: int = 64):
-        self.servicer = HealthServicer()
+    def __init__(self, health: Health, admission: Admission, idle_seconds: float, service_names,
+                 reflection_on: bool, serving_names=("",), token: TokenCheck | None = None):
+        self.health = health
         self._admission = admission
         self._idle = idle_seconds
         self._serving_names = set(serving_names)
-        self._reflection = reflection.ReflectionServicer(service_names) if reflection_on else None
-        self._watches = HealthWatches(max_watches)  # Watch streams (they hold no thread)
-        self._stop = threading.Event()
-        self._reaper = None
+        self._token = token
+        self._reflection = reflection.aio.ReflectionServicer(service_names) if reflection_on else None
 
     def handlers(self) -> list:
         out = [grpc.method_handlers_generic_handler(HEALTH_SERVICE, {
             "Check": grpc.unary_unary_rpc_method_handler(
                 self._check, request_deserializer=identity, response_serializer=_serialize),
             "Watch": grpc.unary_stream_rpc_method_handler(
-                self._watch_behavior(), request_deserializer=identity, response_serializer=_serialize),
+                self._watch, request_deserializer=identity, response_serializer=_serialize),
         })]
         if self._reflection is not None:
             out.append(grpc.method_handlers_generic_handler(REFLECTION_SERVICE, {
@@ -98,68 +85,77 @@ class StandardServices:
 
     # -- health ------------------------------------------------------------------------------------
 
-    def _check(self, data, context):
-        return self.check(_health_request(data, context), context)
+    async def _check(self, data, context):
+        try:
+            request = _health_request(data)
+        except BadInput as e:
+            error = e
+        else:
+            error = None
+        if error is not None:
+            await _abort_for(context, error)
+        status = self.check(request.service)
+        if status is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service[:200]!r}")
+        return health_pb2.HealthCheckResponse(status=status)
 
-    def check(self, request, context):
-        """What Health/Check answers for request (the metrics port's /healthz reads it too)."""
-        response = self.servicer.Check(request, context)
-        if (response.status == health_pb2.HealthCheckResponse.SERVING
-                and request.service in self._serving_names and self._admission.stalled()):
-            return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.NOT_SERVING)
-        return response
+    def check(self, service: str = "") -> int | None:
+        """What Health/Check answers for service (the metrics port's /healthz reads it too);
+        None for a service it does not know."""
+        status = self.health.status(service)
+        if status == SERVING and service in self._serving_names and self._admission.stalled():
+            return NOT_SERVING
+        return status
 
-    def _watch_behavior(self):
-        def watch(data, context, send_response_callback=None):
-            request = _health_request(data, context)
-            try:
-                stream = self._watches.open(context, send_response_callback)
-            except (Exhausted, Unavailable) as e:
-                abort_for(context, e)
-            return self.servicer.Watch(request, _Registering(context),
-                                       send_response_callback=lambda r: self._watches.send(stream, r))
-
-        # grpcio calls it with send_response_callback and frees the thread once it returns
-        watch.experimental_non_blocking = True
-        watch.experimental_thread_pool = None
-        return watch
+    async def _watch(self, data, context):
+        error = None
+        try:
+            service = _health_request(data).service
+            del data
+            await self.health.watch(service, context)
+        except (BadInput, Exhausted, Unavailable, StreamIdle) as e:
+            error = e
+        if error is not None:
+            await _abort_for(context, error)
 
     def end_watches(self) -> None:
         """At stop, after the drain: watchers have seen NOT_SERVING; their streams end now."""
-        self._watches.end_all("server shutting down; watch another replica")
+        self.health.end_all()
 
     # -- reflection --------------------------------------------------------------------------------
 
-    def _reflect(self, request_iterator, context):
+    async def _reflect(self, requests, context):
+        if self._token is not None:
+            reason = self._token.refusal(context.invocation_metadata())
+            if reason:
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, reason)
         try:
-            ticket = self._admission.enter_stream("ServerReflectionInfo", context.cancel)
+            ticket = self._admission.enter_stream("ServerReflectionInfo")
         except (Exhausted, Unavailable) as e:
-            abort_for(context, e)
+            error = e
+        else:
+            error = None
+        if error is not None:
+            await _abort_for(context, error)
         try:
-            def requests():
-                for data in request_iterator:
-                    ticket.touch()
-                    yield _parse(reflection_pb2.ServerReflectionRequest, data, context)
+            async def parsed():
+                while True:
+                    try:
+                        data = await asyncio.wait_for(requests.__anext__(), self._idle)
+                    except StopAsyncIteration:
+                        return
+                    except asyncio.TimeoutError:
+                        raise StreamIdle(f"ServerReflectionInfo: no request for {self._idle:g} s "
+                                         "(server.stream_idle_seconds)") from None
+                    yield _parse(reflection_pb2.ServerReflectionRequest, data)
 
-            for response in self._reflection.ServerReflectionInfo(requests(), context):
-                ticket.touch()
-                yield response
+            error = None
+            try:
+                async for response in self._reflection.ServerReflectionInfo(parsed(), context):
+                    await write_within(context, response, self._idle)
+            except (BadInput, StreamIdle) as e:
+                error = e
+            if error is not None:
+                await _abort_for(context, error)
         finally:
             self._admission.leave(ticket)
-
-    # -- idle streams ------------------------------------------------------------------------------
-
-    def start(self) -> None:
-        self._reaper = threading.Thread(target=self._reap, name="idle-streams", daemon=True)
-        self._reaper.start()
-        self._watches.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._watches.stop()
-
-    def _reap(self) -> None:
-        period = max(0.05, min(1.0, self._idle / 4))
-        while not self._stop.wait(period):
-            for t in self._watches.idle_streams(self._idle) + self._admission.idle_streams(self._idle):
-                t.on_idle()  # cancels the call: the stream ends, its thread (if any) is freed

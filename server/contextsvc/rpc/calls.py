@@ -1,0 +1,237 @@
+"""Each ContextService method as a grpc.aio handler, the same steps for every method.
+
+The transport is asynchronous so that no thread waits on a client: a call waiting for its request,
+or for its client to read the response, is a coroutine, not a worker. The steps of a call:
+1. the bearer token, from the headers, before the request body is read;
+2. the request, awaited for at most `server.request_wait_seconds` (within the caller's deadline):
+   a client that opens calls and never sends them holds nothing but the coroutine;
+3. admission (admission.py): a free slot, or RESOURCE_EXHAUSTED at once;
+4. the core's work on the bounded executor (the hot path is CPU-bound and holds the GIL);
+5. the response, refused when over `server.max_response_bytes`, and sent only while the bytes all
+   unread responses hold stay under `server.max_unsent_bytes` (_send says how long they are held);
+   a client that has not read it within `server.send_wait_seconds` (or its deadline) has its call
+   dropped.
+Errors of the core become statuses (statuses.py); count, latency and request size are recorded per
+method and status.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from concurrent.futures import Executor
+from typing import Callable
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from .admission import Admission
+from .streams import write_within
+from .security import TokenCheck
+from .statuses import identity, status_for
+from ..errors import Exhausted
+
+log = logging.getLogger("contextsvc")
+
+# HTTP/2's default initial stream window: a response this small is sent whether or not its
+# client reads, so no client can hold it in the transport
+INITIAL_WINDOW_BYTES = 65535
+
+
+class CallView:
+    """What the core reads of its call from the executor thread (servicer._deadline): the time
+    left and whether the caller is still there."""
+    __slots__ = ("_end", "_active")
+
+    def __init__(self, remaining: float | None):
+        self._end = None if remaining is None else time.monotonic() + remaining
+        self._active = True
+
+    def time_remaining(self) -> float | None:
+        return None if self._end is None else self._end - time.monotonic()
+
+    def is_active(self) -> bool:
+        return self._active and (self._end is None or time.monotonic() < self._end)
+
+    def end(self) -> None:
+        self._active = False
+
+
+class UnsentBytes:
+    """The bytes of responses written but not yet taken by their clients, all calls together."""
+
+    def __init__(self, limit: int):
+        self.limit = limit  # 0 = no bound
+        self._lock = threading.Lock()
+        self.held = 0
+
+    def take(self, what: str, n: int) -> None:
+        with self._lock:
+            if self.limit and self.held and self.held + n > self.limit:
+                raise Exhausted(f"{what}: {self.held} bytes of responses are waiting for their clients "
+                                f"to read them (server.max_unsent_bytes {self.limit}); retry later")
+            self.held += n
+
+    def give(self, n: int) -> None:
+        with self._lock:
+            self.held -= n
+
+
+class CallSettings:
+    """What every call of the service shares: limits, the executor, metrics, the token."""
+
+    def __init__(self, admission: Admission, executor: Executor, metrics=None, token: TokenCheck | None = None,
+                 max_response_bytes: int = 0, unsent: UnsentBytes | None = None,
+                 request_wait: float = 10.0, send_wait: float = 30.0):
+        self.admission = admission
+        self.executor = executor
+        self.metrics = metrics
+        self.token = token
+        self.max_response_bytes = max_response_bytes  # 0 = grpc's own limit only
+        self.unsent = unsent or UnsentBytes(0)
+        self.request_wait = request_wait
+        self.send_wait = send_wait
+
+
+class _Refused(Exception):
+    """Ends the call with this status (raised inside the handler, turned into an abort once)."""
+
+    def __init__(self, code: grpc.StatusCode, details: str):
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+def _bounded(remaining: float | None, bound: float) -> float:
+    return bound if remaining is None else max(0.0, min(remaining, bound))
+
+
+async def _read_request(context, method: str, wait: float) -> bytes:
+    # context.read(), not the request iterator: grpc's iterator holds the last message it yielded
+    # until the cycle collector finds it
+    try:
+        data = await asyncio.wait_for(context.read(), wait)
+    except asyncio.TimeoutError:
+        raise _Refused(grpc.StatusCode.DEADLINE_EXCEEDED,
+                       f"{method}: no request message arrived within {wait:g} s "
+                       "(server.request_wait_seconds, or the call's deadline)") from None
+    if data is grpc.aio.EOF:
+        raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, f"request: no {method} request message sent")
+    return data
+
+
+def unary_handler(settings: CallSettings, method: str, parse: Callable[[bytes], object],
+                  work: Callable[[object, CallView], object]) -> grpc.RpcMethodHandler:
+    """The handler of one unary method. Registered as a stream (the bytes on the wire are the
+    same: one message each way) so that the call starts before its request has arrived."""
+    metrics = settings.metrics
+
+    async def behavior(_requests, context):
+        start = time.perf_counter()
+        view = CallView(context.time_remaining())
+        code = grpc.StatusCode.OK
+        try:
+            # aborted here, once _answer's frame (holding the request) has gone: the abort's
+            # exception would otherwise keep it alive with its traceback
+            refusal = await _answer(settings, method, parse, work, context, view)
+            if refusal is not None:
+                code = refusal[0]
+                await context.abort(*refusal)
+        except asyncio.CancelledError:
+            left = view.time_remaining()
+            code = (grpc.StatusCode.DEADLINE_EXCEEDED if left is not None and left <= 0
+                    else grpc.StatusCode.CANCELLED)
+            raise
+        finally:
+            view.end()
+            if metrics is not None:
+                metrics.rpcs.labels(method, code.name).inc()
+                metrics.latency.labels(method, code.name).observe(time.perf_counter() - start)
+
+    return grpc.stream_stream_rpc_method_handler(behavior, request_deserializer=identity,
+                                                 response_serializer=identity)
+
+
+async def _answer(settings: CallSettings, method: str, parse, work, context,
+                  view: CallView) -> tuple | None:
+    """Steps 1-5 of the call; the (status, details) it is refused with, or None once answered."""
+    metrics = settings.metrics
+    try:
+        if settings.token is not None:
+            reason = settings.token.refusal(context.invocation_metadata())
+            if reason:
+                return grpc.StatusCode.UNAUTHENTICATED, reason
+        data = await _read_request(context, method, _bounded(view.time_remaining(), settings.request_wait))
+        if metrics is not None:
+            metrics.request_bytes.labels(method).observe(len(data))
+        try:
+            request = parse(data)
+        except (DecodeError, ValueError, RuntimeError) as e:
+            return grpc.StatusCode.INVALID_ARGUMENT, f"request: not a valid {method} request message ({e})"
+        out = await _run(settings, method, work, request, view)
+        del data, request
+        await _send(settings, method, context, out, view)
+        return None
+    except _Refused as e:
+        return e.code, e.details
+    except Exception as e:  # noqa: BLE001 - the core's errors by their status, any other INTERNAL
+        status = status_for(e)
+        if status is None:
+            log.exception("%s failed", method)
+            return grpc.StatusCode.INTERNAL, f"{method}: internal error ({type(e).__name__})"
+        return status, str(e)
+
+
+async def _run(settings: CallSettings, method: str, work, request, view: CallView) -> bytes:
+    """work(request, view) on the executor, in an admission slot held until the thread is done
+    with it (a caller who leaves does not stop the thread: admission counts it as abandoned)."""
+    admission = settings.admission
+    ticket = admission.enter_call(method, view.is_active)
+    max_response = settings.max_response_bytes
+
+    def run() -> bytes:
+        try:
+            data = work(request, view).SerializeToString()
+        finally:
+            admission.leave(ticket)
+        # a response over the limit is refused with a reason (and counted so) instead of failing
+        # in the transport after an OK was recorded
+        if max_response and len(data) > max_response:
+            raise _Refused(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                           f"{method}: the response is {len(data)} bytes, over "
+                           f"server.max_response_bytes ({max_response})")
+        return data
+
+    future = settings.executor.submit(run)
+    try:
+        return await asyncio.wrap_future(future)
+    except asyncio.CancelledError:
+        view.end()
+        if future.cancel():  # never started: its slot is given back here
+            admission.leave(ticket)
+        raise
+    finally:
+        # an error's traceback holds this frame, which holds the future, which holds the error:
+        # without this the request stays in memory until the cycle collector runs
+        future = None
+
+
+async def _send(settings: CallSettings, method: str, context, data: bytes, view: CallView) -> None:
+    """Writes the response. One larger than a stream's initial HTTP/2 window can be held by a client
+    that does not read it: it counts against max_unsent_bytes until its call has ended in the
+    transport (grpcio lets a handler drop a write but not cancel its call: the transport keeps the
+    bytes until the client reads them or its connection closes, at the latest
+    `server.max_connection_age_seconds` plus the grace)."""
+    n = len(data)
+    if n > INITIAL_WINDOW_BYTES:
+        settings.unsent.take(method, n)
+        context.add_done_callback(lambda _call: settings.unsent.give(n))
+    wait = _bounded(view.time_remaining(), settings.send_wait)
+    try:
+        await write_within(context, data, wait)
+    except asyncio.CancelledError:
+        if not context.done():
+            log.warning("%s: the client had not read the %d-byte response after %g s; call dropped",
+                        method, n, wait)
+        raise
