@@ -129,14 +129,24 @@ def test_redis_outage_fails_only_the_store_calls_and_loses_nothing(cluster):
         assert all(_healthz(r.metrics_port)[0] == 200 for r in replicas)  # no replica taken out
     finally:
         redis.start()  # same port, same append-only file
+    # each replica's breaker lets a trial call through within a second of Redis coming back
+    assert wait_for(lambda: all(_reads_back(stub, stored) for _ in replicas), 10)
     for _ in range(6):
         r = stub.ReadTruncated(pb.ReadTruncatedRequest(output_id=stored, limit=5000), timeout=10)
         assert r.text == BIG.rstrip("\n")
 
 
+def _reads_back(stub, output_id) -> bool:
+    try:
+        return stub.ReadTruncated(pb.ReadTruncatedRequest(output_id=output_id, limit=1), timeout=10).total_lines > 0
+    except grpc.RpcError as e:
+        assert e.code() == grpc.StatusCode.UNAVAILABLE and "Redis" in e.details(), e
+        return False
+
+
 def test_killing_a_replica_mid_load_loses_no_stored_output(cluster):
     _, replicas, proxy, stub = cluster
-    stored, failures, stop = {}, [], threading.Event()
+    stored, failures, details, stop = {}, [], [], threading.Event()
 
     def load(k):
         i = 0
@@ -147,6 +157,7 @@ def test_killing_a_replica_mid_load_loses_no_stored_output(cluster):
                 stored[r.output_id] = text
             except grpc.RpcError as e:
                 failures.append(e.code())
+                details.append(e.details())
             i += 1
 
     workers = [threading.Thread(target=load, args=(k,)) for k in range(4)]
@@ -166,7 +177,7 @@ def test_killing_a_replica_mid_load_loses_no_stored_output(cluster):
     # calls in flight on the killed replica may fail (UNAVAILABLE); none after it was taken out
     print(f"stored {len(stored)} outputs, {len(failures)} calls failed")
     assert set(failures) <= {grpc.StatusCode.UNAVAILABLE}, failures
-    assert len(failures) <= 8, failures
+    assert len(failures) <= 8, details
     before = [r.calls("ReadTruncated") for r in (replicas[0], replicas[2])]
     for output_id, text in stored.items():
         r = stub.ReadTruncated(pb.ReadTruncatedRequest(output_id=output_id, limit=1), timeout=10)
