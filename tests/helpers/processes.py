@@ -11,16 +11,17 @@ import time
 
 STARTED = re.compile(r"serving gRPC on 127\.0\.0\.1:(\d+) \([^)]*\), metrics http://127\.0\.0\.1:(\d+)/metrics "
                      r"\([^)]*\), hot path (\w+)")
-BOUNDED_GRACE = "shutdown_grace_seconds = 20.0"
+# no proxy watches these servers' health: a drain of a second keeps each stop short
+BOUNDED_GRACE = "shutdown_grace_seconds = 20.0\ndrain_seconds = 1.0"
 
 
 def launch(*args, tmp_path, server_toml=BOUNDED_GRACE, config_text="", env=None, start_line=STARTED):
     """(process, gRPC port, metrics port, hot path) once the server says it is up (start_line,
     its groups in that order); args go to `serve`. The config file, in tmp_path (a test's own
     directory, or one the caller removes), holds server_toml as its [server] section (by default
-    only a 20 s grace, so that a call stuck at exit holds a test for less than the default), the
-    store in that directory, then config_text. proc.log holds every line the server writes to
-    stderr."""
+    a 1 s drain and only a 20 s grace, so that a call stuck at exit holds a test for less than
+    the default), the store in that directory, then config_text. proc.log holds every line the
+    server writes to stderr."""
     cmd = [sys.executable, "-m", "contextsvc", "serve", "--port", "0", "--metrics-port", "0", *args]
     path = tmp_path / "contextsvc.toml"
     path.write_text(f'[server]\n{server_toml}\n[truncation]\ndirectory = "{tmp_path / "store"}"\n{config_text}')

@@ -81,6 +81,13 @@ class RedisServer:
         if getattr(self, "log", None):
             self.log.close()
 
+    def pause(self) -> None:
+        """SIGSTOP: a hung Redis. The kernel still accepts connections; nothing answers."""
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+
     def kill(self) -> None:
         """SIGKILL: no shutdown save, only what the append-only file already holds survives."""
         self._end(signal.SIGKILL)

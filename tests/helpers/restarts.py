@@ -15,8 +15,8 @@ PAUSE = 0.02  # seconds between calls
 
 def calls_across_a_restart(tmp_path, calls: Callable[[int], Iterator[Outcome]]) -> list[Outcome]:
     """The outcomes of calls(port) (each next() makes one call), taken from one call answered by
-    a `contextsvc serve` process, while that process stops (SIGTERM: it answers UNAVAILABLE
-    while it drains, then exits) and another starts on the same port, until CALLS_AFTER_RESTART
+    a `contextsvc serve` process, while that process stops (SIGTERM: it serves through its
+    drain, then answers UNAVAILABLE and exits) and another starts on the same port, until CALLS_AFTER_RESTART
     calls after the new one is up. The restart runs in a thread, so that calls go on during it."""
     proc, port, _, _ = launch(tmp_path=tmp_path)
     servers = [proc]

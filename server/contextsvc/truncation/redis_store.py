@@ -24,10 +24,12 @@ the sequence and 40 random bits; a put does not check for an existing key.
 
 Failures
     Connection refused, a timeout or any Redis error raise `StoreUnavailable` with the reason;
-    the gRPC layer answers UNAVAILABLE. Timeouts are short (``redis_connect_timeout_seconds``,
-    ``redis_timeout_seconds``) and a failed command is retried once on a fresh connection
-    (pooled connections go stale when Redis restarts), so an outage costs a call about a
-    second at most. Nothing else in the service depends on Redis.
+    the gRPC layer answers UNAVAILABLE. Every command runs in a `Bulkhead` (bulkhead.py): a
+    few at once, each answered within ``redis_call_timeout_seconds``, and none tried while a
+    circuit breaker holds Redis for down, so a hung or dead Redis costs a store call a second
+    at most and the other RPCs nothing. A command whose connection failed is retried once on a
+    fresh one (pooled connections go stale when Redis restarts); a timeout is not retried (a
+    hung Redis would only be waited for twice). Nothing else in the service depends on Redis.
 
 Durability is Redis's: run it with ``appendonly yes`` (an output acknowledged to a client
 survives a restart of Redis) and ``maxmemory-policy noeviction`` (Redis refuses a write rather
@@ -40,6 +42,7 @@ import threading
 import time
 from typing import Callable
 
+from .bulkhead import Bulkhead, NoAnswer
 from .ids import IdGenerator, parse_output_id
 from .settings import TruncationSettings
 from .store import CleanupReport, OutputNotFound, Store, StoreUnavailable, report_evictions
@@ -163,17 +166,21 @@ class RedisStore(Store):
             settings.redis_url,
             socket_connect_timeout=settings.redis_connect_timeout_seconds,
             socket_timeout=settings.redis_timeout_seconds,
-            # one retry, at once: enough for a pooled connection that went stale when Redis
-            # restarted; more would only delay the UNAVAILABLE answer during an outage
-            retry=Retry(NoBackoff(), 1),
-            retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+            # one retry, at once, on a connection error only: enough for a pooled connection
+            # that went stale when Redis restarted; more, or a retry after a timeout, would
+            # only delay the UNAVAILABLE answer during an outage
+            retry=Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
             health_check_interval=30,
         )
+        self._bulkhead = Bulkhead(
+            "Redis", settings.redis_max_concurrent_calls, settings.redis_call_timeout_seconds,
+            settings.redis_breaker_failures, settings.redis_breaker_open_seconds)
         self._put_script = self._redis.register_script(_PUT_LUA)
         self._delete_script = self._redis.register_script(_DELETE_LUA)
         self._cleanup_script = self._redis.register_script(_CLEANUP_LUA)
 
     def close(self) -> None:
+        self._bulkhead.close()
         self._redis.close()
 
     # -- helpers -------------------------------------------------------------------------
@@ -185,13 +192,17 @@ class RedisStore(Store):
         return [self._key(output_id), self._index_key, self._sizes_key, self._bytes_key]
 
     def _call(self, what: str, fn, *args, **kwargs):
+        return self._bulkhead.call(what, self._command, what, fn, args, kwargs)
+
+    @staticmethod
+    def _command(what: str, fn, args, kwargs):
         try:
             return fn(*args, **kwargs)
         except redis.ResponseError as e:
             # OOM under noeviction, a read-only replica, a script error: Redis said no
             raise StoreUnavailable(f"{what}: Redis refused: {_first_line(e)}") from e
         except redis.RedisError as e:
-            raise StoreUnavailable(f"{what}: Redis unreachable: {_first_line(e)}") from e
+            raise NoAnswer(f"{what}: Redis unreachable: {_first_line(e)}") from e
 
     # -- Store ---------------------------------------------------------------------------
 

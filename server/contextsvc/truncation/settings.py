@@ -84,6 +84,16 @@ class TruncationSettings:
     # Two seconds covers a 64 MiB value on a busy network; a read that waits longer means
     # Redis is stuck, and the call gets UNAVAILABLE rather than hanging.
     redis_timeout_seconds: float = 2.0
+    # The bulkhead around Redis calls (bulkhead.py): at most this many at once (a hung Redis
+    # then holds no more of server.max_concurrent_rpcs than this), each answered UNAVAILABLE
+    # after redis_call_timeout_seconds (below the 5 s deadline the README suggests for the store
+    # RPCs; raise it with max_bytes for very large outputs); after redis_breaker_failures calls
+    # in a row with no answer, store calls are answered UNAVAILABLE at once for
+    # redis_breaker_open_seconds, then one trial call decides.
+    redis_max_concurrent_calls: int = 4
+    redis_call_timeout_seconds: float = 1.0
+    redis_breaker_failures: int = 2
+    redis_breaker_open_seconds: float = 1.0
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -137,6 +147,10 @@ _RULES: dict[str, tuple[tuple[type, ...], float | None, bool]] = {
     "hint_with_task_tool": ((str,), None, False),
     "redis_connect_timeout_seconds": ((int, float), 0, True),
     "redis_timeout_seconds": ((int, float), 0, True),
+    "redis_max_concurrent_calls": ((int,), 0, True),
+    "redis_call_timeout_seconds": ((int, float), 0, True),
+    "redis_breaker_failures": ((int,), 0, True),
+    "redis_breaker_open_seconds": ((int, float), 0, True),
 }
 
 BACKENDS = ("local", "redis")

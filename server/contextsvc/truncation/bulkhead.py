@@ -1,0 +1,119 @@
+"""`Bulkhead`: calls to a remote store (Redis) kept apart from the rest of the service.
+
+A store that hangs must cost the callers of the store RPCs a quick UNAVAILABLE, and nobody
+else anything: Measure, Assemble, Prune and Compact never touch the store, and they share the
+server's concurrency limit with the store RPCs. So every store call here
+- runs on a thread of the bulkhead's own, at most ``max_concurrent`` at once; one more is
+  answered UNAVAILABLE at once (a hung store then holds at most that many of the server's
+  slots, and only until the deadline);
+- is waited for at most ``timeout`` seconds (below the caller's deadline: the README's 5 s
+  for the store RPCs), after which its caller is answered UNAVAILABLE while the thread waits
+  out the socket timeout;
+- passes a circuit breaker: after ``failures_to_open`` calls in a row that got no answer (a
+  refused or reset connection, the deadline passed), calls are answered UNAVAILABLE at once
+  for ``open_seconds``; then one trial call goes through, and its answer closes the breaker or
+  opens it again.
+An error the store answered with (a refused write, a missing id) is an answer: it neither
+counts towards opening the breaker nor is it retried here.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from typing import Callable
+
+from .store import StoreUnavailable
+
+__all__ = ["Bulkhead", "NoAnswer"]
+
+
+class NoAnswer(StoreUnavailable):
+    """The store gave no answer (connection refused or reset, timed out): what the breaker
+    counts."""
+
+
+class Bulkhead:
+    """Concurrency limit, deadline and circuit breaker around the calls to one store; ``name``
+    names it in every refusal ("Redis")."""
+
+    def __init__(self, name: str, max_concurrent: int, timeout: float, failures_to_open: int,
+                 open_seconds: float, clock: Callable[[], float] = time.monotonic):
+        self.name = name
+        self._max = max_concurrent
+        self._timeout = timeout
+        self._failures_to_open = failures_to_open
+        self._open_seconds = open_seconds
+        self._clock = clock
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_concurrent, thread_name_prefix="store")
+        self._slots = threading.BoundedSemaphore(max_concurrent)
+        self._lock = threading.Lock()
+        self._failures = 0  # calls in a row with no answer
+        self._last_failure = ""
+        self._open_until: float | None = None  # set: open until then, half-open after
+        self._trial = False  # half-open: the one call let through is in flight
+
+    def call(self, what: str, fn: Callable, *args, **kwargs):
+        """fn(*args, **kwargs) on a bulkhead thread; StoreUnavailable naming the store when it is
+        refused here, got no answer, or did not answer within the deadline."""
+        trial = self._admit(what)
+        try:
+            future = self._pool.submit(self._run, fn, args, kwargs)
+        except BaseException:
+            self._slots.release()
+            raise
+        try:
+            result = future.result(self._timeout)
+        except concurrent.futures.TimeoutError:
+            self._failed(trial, f"no answer within {self._timeout:g} s")
+            raise NoAnswer(f"{what}: {self.name} unreachable: no answer within {self._timeout:g} s") from None
+        except NoAnswer as e:
+            self._failed(trial, str(e).removeprefix(f"{what}: "))
+            raise
+        except BaseException:
+            self._answered()  # the store answered, with an error
+            raise
+        self._answered()
+        return result
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _run(self, fn, args, kwargs):
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self._slots.release()  # held until the store answers or the socket times out
+
+    def _admit(self, what: str) -> bool:
+        """Takes a slot; True when this call is the half-open breaker's trial."""
+        trial = False
+        with self._lock:
+            if self._open_until is not None:
+                left = self._open_until - self._clock()
+                if left > 0 or self._trial:
+                    raise StoreUnavailable(
+                        f"{what}: {self.name} unreachable: not tried, {self._failures} calls in a row "
+                        f"got no answer ({self._last_failure}); next try in {max(left, 0):.1f} s")
+                self._trial = trial = True
+        if not self._slots.acquire(blocking=False):
+            if trial:
+                with self._lock:
+                    self._trial = False
+            raise StoreUnavailable(f"{what}: {self.name} busy: {self._max} calls already waiting on it")
+        return trial
+
+    def _answered(self) -> None:
+        with self._lock:
+            self._failures = 0
+            self._open_until = None
+            self._trial = False
+
+    def _failed(self, trial: bool, why: str) -> None:
+        with self._lock:
+            self._failures += 1
+            self._last_failure = why
+            if trial or self._failures >= self._failures_to_open:
+                self._open_until = self._clock() + self._open_seconds
+            if trial:
+                self._trial = False
