@@ -220,3 +220,25 @@ def test_the_payload_guard_prunes_a_conversation_once(monkeypatch):
         _same(svc.Measure(r, None), first)
         assert svc.Assemble(_assemble(r), None).pruned_part_ids
     assert calls == {"prune": 1, "apply": 1, "figures": 7}
+
+
+def test_a_tool_schema_is_parsed_once(monkeypatch):
+    """The same tools at every step: each input schema is parsed once while the memo keeps it,
+    a bad one refused every time, and the body the same as without the memo."""
+    from contextsvc.rpc import conversion
+
+    parsed = []
+    real = conversion._json_object
+    monkeypatch.setattr(conversion, "_json_object", lambda text, *a, **k: parsed.append(text) or real(text, *a, **k))
+    with_memo, without = servicer.ContextService(config.Config()), servicer.ContextService(_memo_off())
+    tools = [pb.ToolDefinition(name=n, description=n, input_schema_json='{"type":"object","properties":{"%s":{}}}' % n)
+             for n in ("read", "edit")]
+    req = pb.AssembleRequest(conversation=pb.Conversation(messages=[user("u1", text("p1", "hi"))]), model=model(),
+                             tools=tools)
+    for _ in range(3):
+        _same(with_memo.Assemble(req, None), without.Assemble(req, None))
+    assert len([t for t in parsed if "read" in t]) == 1 + 3  # once with the memo, every time without
+    req.tools.append(pb.ToolDefinition(name="bad", input_schema_json="[1]"))
+    for _ in range(2):
+        with pytest.raises(Exception, match="input_schema_json"):
+            with_memo.Assemble(req, None)

@@ -34,6 +34,7 @@ MESSAGE = "message"  # (MESSAGE, digest) -> the converted conversation.Message
 LOWERED = "lowered"  # (LOWERED, digest, settings) -> what the message lowers to alone (step.pieces)
 MERGED = "merged"  # (MERGED, settings, piece keys) -> JSON text and lengths of a merged element
 LEAD = "lead"  # (LEAD, provider) -> the lead user message a format opens with (step.pieces)
+SCHEMA = "schema"  # (SCHEMA, JSON text, depth limit) -> a tool's input schema parsed (rpc.conversion)
 # (GUARD, conversation_digest, gates) -> what the payload guard's prune and media strip found
 # for that conversation over the guard (step.guard)
 GUARD = "guard"
