@@ -1,6 +1,8 @@
 """One agent step on a large history against a small one (issue 19): Measure, Assemble, Prune
 (payload-limit) and Compact (the offline summarizer) over loopback on a ~1 MB conversation and a
-~10 KB one, side by side in one run, medians; and in-process Measure of the ~1 MB one. Each call
+~10 KB one, side by side in one run, medians; Measure and Assemble also on a ~1.2 MB one whose
+body is over the payload guard (its prune marks the same 568 parts at every step: this client
+does not store them); and in-process Measure of the ~1 MB one. Each call
 sends the conversation grown by one more step (an assistant answer and a user message), so no
 whole-response cache can win. Both Compact calls summarize a head; Prune frees 427 parts of the
 ~1 MB one and finds nothing to prune in the ~10 KB one (its cost there is the scan).
@@ -38,7 +40,10 @@ from contextsvc.v1 import context_pb2_grpc as pb_grpc  # noqa: E402
 # 1.25 MB, which would prune: another path)
 BIG_TEXT = 800_000
 SMALL_TEXT = 10_000
-SIZES = ("10 KB", "1 MB")
+# text bytes for a body of about 1.3 MB, over the payload guard (sent pruned to about 660 KB)
+GUARD_TEXT = 1_000_000
+SIZES = ("10 KB", "1 MB", "1.2 MB guard")
+GUARDED_RPCS = ("Measure", "Assemble")  # the RPCs that run the payload guard
 TREE = Path(__file__).resolve().parents[1]
 
 
@@ -85,7 +90,7 @@ def timed(call, reqs) -> float:
     return statistics.median(times)
 
 
-def loopback(small, big, config_path, show=print) -> dict:
+def loopback(small, big, guarded, config_path, show=print) -> dict:
     """{rpc: {size: median ms}} of each RPC against a `contextsvc serve` process (the one the
     interpreter's path finds); the last Assemble body, for the floor."""
     extra = ("--config", config_path) if config_path else ()
@@ -103,7 +108,11 @@ def loopback(small, big, config_path, show=print) -> dict:
                 s = timed(lambda r: call(request_of(r), timeout=60), small)
                 b = timed(lambda r: call(request_of(r), timeout=60), big)
                 medians[name] = {SIZES[0]: s, SIZES[1]: b}
-                show(f"{name:8} loopback p50: 10 KB {s:7.2f} ms   1 MB {b:7.2f} ms   ratio {b / s:5.1f}x")
+                line = f"{name:8} loopback p50: 10 KB {s:7.2f} ms   1 MB {b:7.2f} ms   ratio {b / s:5.1f}x"
+                if name in GUARDED_RPCS:
+                    g = medians[name][SIZES[2]] = timed(lambda r: call(request_of(r), timeout=60), guarded)
+                    line += f"   1.2 MB over the guard {g:7.2f} ms   ratio {g / s:5.1f}x"
+                show(line)
     finally:
         proc.terminate()
         proc.wait(30)
@@ -156,11 +165,11 @@ def compare(args):
     print(f"this {trees['this']} against {trees['against']}: {args.pairs} interleaved pairs, "
           f"median of the runs' p50 (ms); ratio this / against, median of the pairs [range]")
     for name, _ in RPCS:
-        for size in SIZES:
+        for size in SIZES if name in GUARDED_RPCS else SIZES[:2]:
             mine = statistics.median(p["this"][name][size] for p in pairs)
             theirs = statistics.median(p["against"][name][size] for p in pairs)
             ratios = [p["this"][name][size] / p["against"][name][size] for p in pairs]
-            print(f"{name:8} {size:5}  this {mine:8.2f}   against {theirs:8.2f}   "
+            print(f"{name:8} {size:12}  this {mine:8.2f}   against {theirs:8.2f}   "
                   f"ratio {statistics.median(ratios):5.2f} [{min(ratios):.2f}-{max(ratios):.2f}]")
 
 
@@ -177,13 +186,14 @@ def main():
         return
     big = grown(workload.measure_request(BIG_TEXT), args.steps)
     small = grown(workload.measure_request(SMALL_TEXT), args.steps * 5)
+    guarded = grown(workload.measure_request(GUARD_TEXT), args.steps)
     if args.loopback_json:
-        medians, _ = loopback(small, big, args.config, show=lambda line: None)
+        medians, _ = loopback(small, big, guarded, args.config, show=lambda line: None)
         print(json.dumps(medians))
         return
     from contextsvc import native
     print(f"hot path {native.IMPLEMENTATION}")
-    _, body = loopback(small, big, args.config)
+    _, body = loopback(small, big, guarded, args.config)
     floor(big, body, args.config)
 
 

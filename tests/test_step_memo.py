@@ -8,6 +8,7 @@ charged its real size.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import random
 import sys
 import tracemalloc
@@ -156,3 +157,88 @@ def test_a_message_without_digest_is_computed_every_time():
         assert mm.each("k", [msg], (), lambda y: calls.append(1) or 7) == [7]
     assert len(calls) == 2 and len(mm) == 0
     assert sys.getsizeof(msg.digest) > 0
+
+
+def _small_guard(memo_bytes=None):
+    """A payload guard of 60 KB, so a session of a few dozen steps crosses it."""
+    cfg = config.Config() if memo_bytes is None else _memo_off()
+    return dataclasses.replace(cfg, assemble=dataclasses.replace(cfg.assemble, request_prune_bytes=60_000))
+
+
+def _over_guard_steps(seed, steps=40):
+    """A random session's requests, one per step, its later bodies over _small_guard's guard."""
+    rng, msgs, out = random.Random(seed), [], []
+    mdl = model(context=16_000)  # prune's gates scaled to a small window: it finds outputs to mark
+    for n in range(steps):
+        _grow(rng, msgs, n)
+        if any(x.role == pb.ROLE_USER for x in msgs):
+            out.append(pb.MeasureRequest(conversation=pb.Conversation(session_id="s", messages=msgs), model=mdl))
+    return out
+
+
+def _assemble(r):
+    return pb.AssembleRequest(conversation=r.conversation, model=r.model)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_payload_guard_answers_the_same_with_the_memo(seed):
+    """Measure and Assemble of every step of a session growing over the payload guard, each sent
+    twice (the second from the guard's memo entries), equal a servicer's without the memo."""
+    with_memo, without = servicer.ContextService(_small_guard()), servicer.ContextService(_small_guard(0))
+    tripped = 0
+    for r in _over_guard_steps(seed):
+        for _ in range(2):
+            _same(with_memo.Measure(r, None), without.Measure(r, None))
+            a, b = with_memo.Assemble(_assemble(r), None), without.Assemble(_assemble(r), None)
+            _same(a, b)
+        tripped += bool(a.pruned_part_ids)
+    assert tripped > 3
+
+
+def test_the_payload_guard_prunes_a_conversation_once(monkeypatch):
+    """The same conversation over the guard (Measure then Assemble of one step, a retry) is pruned
+    once, and the copies its prune marked are made once; the body it replaces is given no figures."""
+    from contextsvc import prune
+    step_run = importlib.import_module("contextsvc.step.run")  # the package exports its function run
+
+    calls = {"prune": 0, "apply": 0, "figures": 0}
+
+    def counted(name, f):
+        def call(*a, **k):
+            calls[name] += 1
+            return f(*a, **k)
+        return call
+
+    monkeypatch.setattr(prune, "prune", counted("prune", prune.prune))
+    monkeypatch.setattr(prune, "apply", counted("apply", prune.apply))
+    monkeypatch.setattr(step_run, "figures", counted("figures", step_run.figures))
+    svc = servicer.ContextService(_small_guard())
+    r = _over_guard_steps(0)[-1]
+    first = svc.Measure(r, None)
+    assert first.body_bytes <= 60_000 and calls == {"prune": 1, "apply": 1, "figures": 1}
+    for _ in range(3):
+        _same(svc.Measure(r, None), first)
+        assert svc.Assemble(_assemble(r), None).pruned_part_ids
+    assert calls == {"prune": 1, "apply": 1, "figures": 7}
+
+
+def test_a_tool_schema_is_parsed_once(monkeypatch):
+    """The same tools at every step: each input schema is parsed once while the memo keeps it,
+    a bad one refused every time, and the body the same as without the memo."""
+    from contextsvc.rpc import conversion
+
+    parsed = []
+    real = conversion._json_object
+    monkeypatch.setattr(conversion, "_json_object", lambda text, *a, **k: parsed.append(text) or real(text, *a, **k))
+    with_memo, without = servicer.ContextService(config.Config()), servicer.ContextService(_memo_off())
+    tools = [pb.ToolDefinition(name=n, description=n, input_schema_json='{"type":"object","properties":{"%s":{}}}' % n)
+             for n in ("read", "edit")]
+    req = pb.AssembleRequest(conversation=pb.Conversation(messages=[user("u1", text("p1", "hi"))]), model=model(),
+                             tools=tools)
+    for _ in range(3):
+        _same(with_memo.Assemble(req, None), without.Assemble(req, None))
+    assert len([t for t in parsed if "read" in t]) == 1 + 3  # once with the memo, every time without
+    req.tools.append(pb.ToolDefinition(name="bad", input_schema_json="[1]"))
+    for _ in range(2):
+        with pytest.raises(Exception, match="input_schema_json"):
+            with_memo.Assemble(req, None)

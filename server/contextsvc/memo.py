@@ -34,11 +34,26 @@ MESSAGE = "message"  # (MESSAGE, digest) -> the converted conversation.Message
 LOWERED = "lowered"  # (LOWERED, digest, settings) -> what the message lowers to alone (step.pieces)
 MERGED = "merged"  # (MERGED, settings, piece keys) -> JSON text and lengths of a merged element
 LEAD = "lead"  # (LEAD, provider) -> the lead user message a format opens with (step.pieces)
+SCHEMA = "schema"  # (SCHEMA, JSON text, depth limit) -> a tool's input schema parsed (rpc.conversion)
+# (GUARD, conversation_digest, gates) -> what the payload guard's prune and media strip found
+# for that conversation over the guard (step.guard)
+GUARD = "guard"
+# (GUARDED, pruned_digest) -> the copy of a message the payload guard's prune marked (step.guard)
+GUARDED = "guarded"
 
 
 def digest(wire: bytes) -> bytes:
     """A message's digest (conversation.Message.digest): the key of everything kept for it."""
     return hashlib.blake2b(wire, digest_size=16).digest()
+
+
+def conversation_digest(messages: list) -> bytes | None:
+    """The digest of a list of messages, from theirs (None when one has none): the key of what
+    depends on the whole conversation."""
+    digests = [x.digest for x in messages]
+    if not all(digests):
+        return None
+    return hashlib.blake2b(b"".join(digests), digest_size=16, person=b"conversation").digest()
 
 
 def pruned_digest(message_digest: bytes, part_ids) -> bytes:

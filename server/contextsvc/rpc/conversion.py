@@ -16,7 +16,7 @@ from ..config import ServerConfig
 from ..errors import BadInput
 from ..deadline import NO_DEADLINE, Deadline
 from ..lowering import registry
-from ..memo import MESSAGE, Memo, digest
+from ..memo import MESSAGE, SCHEMA, Memo, digest
 from ..v1 import context_pb2 as pb
 
 _ROLES = {pb.ROLE_USER: m.USER, pb.ROLE_ASSISTANT: m.ASSISTANT}
@@ -259,7 +259,7 @@ def shared_fields(request, memo: Memo | None = None, max_json_depth: int = JSON_
         "conversation": conversation(request.conversation, memo=memo, max_json_depth=max_json_depth,
                                      deadline=deadline),
         "model": model(request.model),
-        "tools": tools(request.tools, max_json_depth=max_json_depth),
+        "tools": tools(request.tools, max_json_depth=max_json_depth, memo=memo),
         "system": system(request.system),
         "compaction": compaction_settings(request.compaction),
     }
@@ -279,13 +279,21 @@ def model(x, path: str = "model") -> m.Model:
     )
 
 
-def tools(xs, path: str = "tools", max_json_depth: int = JSON_DEPTH) -> list:
-    return [
-        m.ToolDefinition(t.name, t.description,
-                         _json_object(t.input_schema_json, f"{path}[{i}].input_schema_json",
-                                      max_depth=max_json_depth))
-        for i, t in enumerate(xs)
-    ]
+def tools(xs, path: str = "tools", max_json_depth: int = JSON_DEPTH, memo: Memo | None = None) -> list:
+    """The tool definitions; with the memo, each input schema is parsed once while the memo keeps
+    it, keyed by its text (an agent sends the same tools at every step). Only schemas that parsed
+    cleanly are kept, so a refused one is refused every time."""
+    out = []
+    for i, t in enumerate(xs):
+        text = t.input_schema_json
+        key = (SCHEMA, text, max_json_depth) if memo is not None and text else None
+        schema = memo.get(key) if key is not None else None
+        if schema is None:
+            schema = _json_object(text, f"{path}[{i}].input_schema_json", max_depth=max_json_depth)
+            if key is not None:
+                memo.put(key, schema, len(text))
+        out.append(m.ToolDefinition(t.name, t.description, schema))
+    return out
 
 
 def system(s) -> m.SystemPrompt:

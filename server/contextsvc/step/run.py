@@ -1,7 +1,7 @@
 """One step of an agent loop, as Measure and Assemble both see it (docs/design.md "A step through
 the modules"): check -> inject -> pieces and request -> figures -> decision -> payload guard.
 When the guard changes what is sent, the pass from pieces on runs once more for it, so every
-figure is of the body that is sent.
+figure is of the body that is sent; a body the guard replaces is given no figures.
 """
 from __future__ import annotations
 
@@ -50,21 +50,42 @@ def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Mem
         check(conv, plan, memo, deadline)
     injected = inject(conv.messages, turn, now) if turn is not None else Injected(conv.messages, [], "")
     sent = dataclasses.replace(conv, messages=injected.messages)
-    measurement, request = measure(sent, plan, memo, exact_counters, deadline)
-    guard = payload_guard(sent, measurement.body_bytes, plan, memo, deadline)
+    request = build(sent, plan, memo, deadline)
+    over, measurement = _over_guard(request, plan), None
+    if over is None:  # within a few bytes of the guard: the output budget decides
+        measurement = finish(sent, request, plan, memo, exact_counters, deadline)
+        over = measurement.body_bytes > plan.cfg.assemble.request_prune_bytes
+    guard = payload_guard(sent, over, plan, memo, deadline)
     if guard.conversation is not None:
         # the messages the guard changed, as they were: the baseline is rebased on them
         before = {x.id: x for x, y in zip(sent.messages, guard.conversation.messages) if x is not y}
-        measurement, request = measure(guard.conversation, plan, memo, exact_counters, deadline, before)
+        request = build(guard.conversation, plan, memo, deadline)
+        measurement = finish(guard.conversation, request, plan, memo, exact_counters, deadline, before)
+    elif measurement is None:
+        measurement = finish(sent, request, plan, memo, exact_counters, deadline)
     return Step(measurement, request, guard, injected)
 
 
-def measure(conv: m.Conversation, plan: Plan, memo: Memo | None = None, exact_counters=None,
-            deadline: Deadline = NO_DEADLINE, before: dict | None = None) -> tuple:
-    """(Measurement, Request) of conv as it is sent, without the payload guard: the request
-    (pieces, markers, digests), its figures, the decision, and the output budget written into
-    the body. before: id -> the message as it was before the payload guard changed it."""
-    request = build(conv, plan, memo, deadline)
+def _over_guard(request: Request, plan: Plan) -> bool | None:
+    """Whether the body is over the payload guard whatever output budget its figures give it
+    (the budget is written into the body, between 0 and the configured cap): None when the
+    budget decides. So a body the guard replaces is never given figures."""
+    limit = plan.cfg.assemble.request_prune_bytes
+    low = request.lowered
+    low.set_max_output(0)
+    if request.body_bytes() > limit:
+        return True
+    configured = plan.configured_output_tokens or window.max_output(plan.model, plan.cfg)
+    low.set_max_output(max(configured, plan.cfg.measure.min_output_tokens))  # window.output_budget's most
+    if request.body_bytes() <= limit:
+        return False
+    return None
+
+
+def finish(conv: m.Conversation, request: Request, plan: Plan, memo: Memo | None = None, exact_counters=None,
+           deadline: Deadline = NO_DEADLINE, before: dict | None = None) -> Measurement:
+    """The Measurement of a built request: its figures, the decision, and the output budget
+    written into the body."""
     fig = figures(conv, request, plan, exact_counters, memo, before, deadline)
     dec = decide(conv.messages, fig, plan)
     mdl, cfg = plan.model, plan.cfg
@@ -72,4 +93,4 @@ def measure(conv: m.Conversation, plan: Plan, memo: Memo | None = None, exact_co
     configured = plan.configured_output_tokens or max_out
     out_tokens = window.output_budget(mdl, configured, dec.reported, fig.normalized, fig.media_count, cfg)
     request.lowered.set_max_output(out_tokens)
-    return gather(request.body_bytes(), fig, dec, plan.usable, plan.limit, max_out, out_tokens), request
+    return gather(request.body_bytes(), fig, dec, plan.usable, plan.limit, max_out, out_tokens)
