@@ -1,7 +1,7 @@
 """The gRPC servicer: protobuf -> core types -> core call -> protobuf. Nothing else.
 
 Checks and conversions are conversion's; errors raised by either are mapped to statuses by
-interceptors.ServiceInterceptor.
+calls.py (statuses.py's table).
 """
 from __future__ import annotations
 
