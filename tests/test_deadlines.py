@@ -18,7 +18,11 @@ from helpers.processes import launch, stop
 from helpers.rpc import compact_request
 from helpers.server import start_server
 from server_process import peak_rss_mb
-from contextsvc import tokens
+from contextsvc import compact, config, tokens
+from contextsvc.deadline import Deadline
+from contextsvc.errors import DeadlineExceeded
+from contextsvc.memo import Memo
+from contextsvc.rpc import conversion
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
 
@@ -165,3 +169,22 @@ def test_one_message_of_many_parts_stops_at_the_deadline(method):
             assert took - deadline < SLACK
     finally:
         s.stop(grace=1)
+
+
+def test_compact_of_one_message_of_many_parts_stops_inside_its_own_loops():
+    """One message of 10,000 tool parts, already converted (so that the time goes to Compact's own work: the
+    transcript, the offline summary, its retention check), and a deadline that passes inside
+    them: the work stops within the slack, not after the whole message."""
+    inp = conversion.compact_input(compact_request(one_message_of(10_000), context=8_000), 1024)
+    cfg = config.Config()
+    start = time.monotonic()
+    compact.compact(inp, cfg, deadline=Deadline.after(60.0), memo=Memo(cfg.server.memo_bytes))
+    whole = time.monotonic() - start
+    for fraction in (0.4, 0.7):  # two points inside the work, past the step's own measuring
+        start = time.monotonic()
+        with pytest.raises(DeadlineExceeded):
+            compact.compact(inp, cfg, deadline=Deadline.after(whole * fraction), memo=Memo(cfg.server.memo_bytes))
+        took = time.monotonic() - start
+        print(f"\nCompact of 10,000 parts: {whole:.2f} s whole; a deadline at {fraction:.0%} ended "
+              f"{took - whole * fraction:+.3f} s past it")
+        assert took - whole * fraction < SLACK

@@ -8,6 +8,7 @@ from typing import Optional
 
 from .. import conversation as m, native
 from ..config import Config
+from ..deadline import NO_DEADLINE, Deadline
 from ..lowering import MediaLedger, lower, to_model_messages
 from ..memo import each
 from .edits import ReplaceToolOutput, apply
@@ -29,17 +30,17 @@ def starts_turn(msg: m.Message) -> bool:
     return msg.role == m.USER and msg.compaction() is None
 
 
-def message_size(msg: m.Message, mdl: m.Model) -> int:
+def message_size(msg: m.Message, mdl: m.Model, deadline: Deadline = NO_DEADLINE) -> int:
     """Estimate of the JSON of the message's lowered model messages (media as placeholders)."""
     lowered = lower(mdl.provider, model_id=mdl.id, system=[], messages=to_model_messages([msg]),
-                    tools=[], max_output=0, ledger=MediaLedger(placeholders=True))
+                    tools=[], max_output=0, ledger=MediaLedger(placeholders=True), deadline=deadline)
     json_lengths = native.json_lengths
     return native.estimate_tokens(sum(json_lengths(e)[1] for e in lowered.messages))
 
 
-def sizes(messages: list, mdl: m.Model, memo=None) -> list:
+def sizes(messages: list, mdl: m.Model, memo=None, deadline: Deadline = NO_DEADLINE) -> list:
     """memo (memo.Memo): each message's size kept under its digest, the provider and model."""
-    return each(memo, "size", messages, (mdl.provider, mdl.id), lambda x: message_size(x, mdl))
+    return each(memo, "size", messages, (mdl.provider, mdl.id), lambda x: message_size(x, mdl, deadline))
 
 
 def budget(usable: int, settings: m.CompactionSettings, cfg: Config) -> int:
@@ -55,7 +56,8 @@ def tail_turns(settings: m.CompactionSettings, cfg: Config) -> int:
 
 
 def select(messages: list, mdl: m.Model, usable: int, settings: m.CompactionSettings,
-           cfg: Config, message_sizes: list | None = None, memo=None) -> Selection:
+           cfg: Config, message_sizes: list | None = None, memo=None,
+           deadline: Deadline = NO_DEADLINE) -> Selection:
     """sizes holds the estimate of every message the walk can reach (the last tail_turns turns);
     the others are never read and are reported as 0."""
     b = budget(usable, settings, cfg)
@@ -68,7 +70,7 @@ def select(messages: list, mdl: m.Model, usable: int, settings: m.CompactionSett
             first = len(messages)  # the walk reads nothing
         else:
             first = starts[-min(turns, len(starts))]
-        sz = [0] * first + sizes(messages[first:], mdl, memo)
+        sz = [0] * first + sizes(messages[first:], mdl, memo, deadline)
     kept = native.select_tail(starts, sz, turns, b) if messages else -1
     if kept < 0 and turns > 0 and starts and len(messages) - 1 > starts[-1]:
         # Nothing of the current turn fits: its newest message is kept anyway with its newest

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import conversation as m
+from ..deadline import NO_DEADLINE, Deadline
 from ..memo import each
 from . import template
 from .summarizers import offline, supersede
@@ -32,10 +33,11 @@ class Retention:
     empty_sections: tuple = ()  # section keys left empty while the history had material for them
 
 
-def _items(msg: m.Message) -> tuple:
+def _items(msg: m.Message, deadline: Deadline = NO_DEADLINE) -> tuple:
     """(tool input items, tool error items, prose items) of one message, in order, unstripped."""
     tools, errors, prose = [], [], []
     for p in msg.parts:
+        deadline.count("compact")
         c = p.content
         if isinstance(c, m.Text) and not c.ignored and not c.synthetic and c.text:
             for line in c.text.splitlines():
@@ -54,11 +56,11 @@ def _items(msg: m.Message) -> tuple:
     return tuple(tools), tuple(errors), tuple(prose)
 
 
-def extract(messages: list, memo=None) -> list:
+def extract(messages: list, memo=None, deadline: Deadline = NO_DEADLINE) -> list:
     """The verbatim items of these messages, each once, in first-seen order: every tool input's,
     then every tool error's, then the prose's. memo (memo.Memo) keeps each message's items."""
     found = {}
-    per_message = each(memo, "retention", messages, (), _items)
+    per_message = each(memo, "retention", messages, (), lambda x: _items(x, deadline))
     for group in range(3):
         for items in per_message:
             for item in items[group]:
@@ -75,12 +77,12 @@ def measure(items: list, summary: str) -> Retention:
     return Retention(n, kept, kept / n if n else 1.0, missing)
 
 
-def judge(messages: list, previous: str, summary: str, memo=None) -> tuple:
+def judge(messages: list, previous: str, summary: str, memo=None, deadline: Deadline = NO_DEADLINE) -> tuple:
     """(superseded items stated as current, empty sections with material) of a summary of these
     messages rolled on from previous (the previous summary's text, "" when none). memo
     (memo.Memo): each message's facts, as the offline summarizer keeps them."""
     before = template.parse(previous) if previous else {}
-    material, stale = offline.extract_with_stale(messages, offline.DEFAULT_LIMITS, before, memo)
+    material, stale = offline.extract_with_stale(messages, offline.DEFAULT_LIMITS, before, memo, deadline)
     sections = template.parse(summary)
     current = tuple(dict.fromkeys(s.probe for s in stale for k in s.sections
                                   if any(offline._stale_in(x, [s], k) for x in sections[k])))
@@ -94,9 +96,9 @@ def judge(messages: list, previous: str, summary: str, memo=None) -> tuple:
     return current, empty
 
 
-def report(messages: list, previous: str, summary: str, memo=None) -> Retention:
+def report(messages: list, previous: str, summary: str, memo=None, deadline: Deadline = NO_DEADLINE) -> Retention:
     """The retention of a summary: verbatim items kept, superseded items still current, empty
     sections with material."""
-    out = measure(extract(messages, memo), summary)
-    out.superseded_current, out.empty_sections = judge(messages, previous, summary, memo)
+    out = measure(extract(messages, memo, deadline), summary)
+    out.superseded_current, out.empty_sections = judge(messages, previous, summary, memo, deadline)
     return out

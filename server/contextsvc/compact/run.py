@@ -168,7 +168,8 @@ class _Plan:
 
 
 def _plan(projected: list, stored: list, overflow: bool, mdl: m.Model, use: int,
-          settings: m.CompactionSettings, cfg: Config, keep_tail: bool, memo=None) -> _Plan:
+          settings: m.CompactionSettings, cfg: Config, keep_tail: bool, memo=None,
+          deadline: Deadline = NO_DEADLINE) -> _Plan:
     """Head and tail, with the turn in progress never dropped: it is summarized or kept."""
     floor = _earliest_tail(projected, stored)
     kept, cut = len(projected), None
@@ -176,7 +177,7 @@ def _plan(projected: list, stored: list, overflow: bool, mdl: m.Model, use: int,
         # the finished compaction pair the projection starts with is hidden (as upstream): it is
         # never a turn to keep, and a history that is one turn since then is summarized whole
         hidden = projection.finished_pair(projected)
-        selection = head_tail.select(projected[hidden:], mdl, use, settings, cfg, memo=memo)
+        selection = head_tail.select(projected[hidden:], mdl, use, settings, cfg, memo=memo, deadline=deadline)
         if selection.tail_start_id:
             kept = max(hidden + len(selection.head), floor)
             # the cut message is the last one: it is kept unless the previous tail reaches past it
@@ -224,13 +225,15 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
                  and not (marker is not None and x.summary and x.parent_id == marker.id)]
 
     deadline.check("compact")
-    plan = _plan(projected, msgs, inp.overflow, mdl, use, settings, cfg, keep_tail=True, memo=memo)
+    plan = _plan(projected, msgs, inp.overflow, mdl, use, settings, cfg, keep_tail=True, memo=memo,
+                 deadline=deadline)
     deadline.check("compact")
-    if not serialize.serialize(plan.head, cfg.compact.tool_output_max_chars).messages:
+    if not serialize.serialize(plan.head, cfg.compact.tool_output_max_chars, deadline).messages:
         if not over:
             return result
         # Never stuck (design.md §5): over the limit with nothing old enough, the tail goes too.
-        plan = _plan(projected, msgs, inp.overflow, mdl, use, settings, cfg, keep_tail=False, memo=memo)
+        plan = _plan(projected, msgs, inp.overflow, mdl, use, settings, cfg, keep_tail=False, memo=memo,
+                     deadline=deadline)
     result.attempts = inp.attempts + 1
 
     chosen = summarizer or make_summarizer(cfg, memo)
@@ -257,7 +260,7 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
     summary_id, next_id = ids.make("summary"), ids.make("continue")
     while True:
         deadline.check("compact")
-        transcript = serialize.serialize(plan.head, cfg.compact.tool_output_max_chars)
+        transcript = serialize.serialize(plan.head, cfg.compact.tool_output_max_chars, deadline)
         text, was_chunked, backend = summarize(transcript)
         edits = _edits(inp, plan, marker, marker_id, summary_id, next_id, text, backend, summarize, now_ms, cfg)
         stored = ed.apply(msgs, edits)
@@ -273,7 +276,8 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
         if _under(tokens_after, lim, mdl) or not plan.tail:
             break
         # Still over with a verbatim tail: summarize the tail too rather than report failure.
-        plan = _plan(projected, msgs, inp.overflow, mdl, use, settings, cfg, keep_tail=False, memo=memo)
+        plan = _plan(projected, msgs, inp.overflow, mdl, use, settings, cfg, keep_tail=False, memo=memo,
+                     deadline=deadline)
 
     under = _under(tokens_after, lim, mdl)
     sent = {id(x) for x in projection.project(stored)}
@@ -288,7 +292,7 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
     result.tokens_after = tokens_after
     result.backend = backend
     result.chunked = was_chunked
-    result.retention = ret.report(transcript.messages, transcript.previous_summary, text, memo)
+    result.retention = ret.report(transcript.messages, transcript.previous_summary, text, memo, deadline)
     result.edits = edits
     result.omittable_ids = [x.id for x in stored if id(x) not in sent]
     result.decision_method = after.decision[1]

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 
 from .. import conversation as m
+from ..deadline import NO_DEADLINE, Deadline
 from ..lowering.neutral import COMPACTED_OUTPUT, INTERRUPTED_OUTPUT, attachment_note
 
 TRUNCATED = "[Tool output truncated for compaction: omitted {n} chars]"
@@ -87,10 +88,11 @@ def _tool(t: m.Tool, max_chars: int) -> str:
     return f"{head}\n[Tool {t.tool} result]\n{result}"
 
 
-def message(msg: m.Message, max_chars: int) -> str:
+def message(msg: m.Message, max_chars: int, deadline: Deadline = NO_DEADLINE) -> str:
     """One message as transcript text ("" when nothing of it reaches the model)."""
     lines = []
     for part in msg.parts:
+        deadline.count("compact")  # one message may hold hundreds of thousands of parts
         c = part.content
         if isinstance(c, m.Text):
             if not c.ignored and c.text:
@@ -110,13 +112,13 @@ def message(msg: m.Message, max_chars: int) -> str:
     return f"{who}:\n" + "\n".join(lines)
 
 
-def serialize(head: list, max_chars: int) -> Transcript:
+def serialize(head: list, max_chars: int, deadline: Deadline = NO_DEADLINE) -> Transcript:
     messages, previous = split_previous(head)
     kept, blocks = [], []
     for msg in messages:
         if msg.role == m.ASSISTANT and msg.error is not None and not msg.parts:
             continue
-        text = message(msg, max_chars)
+        text = message(msg, max_chars, deadline)
         if text:
             kept.append(msg)
             blocks.append(text)

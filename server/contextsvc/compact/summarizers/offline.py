@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from ... import conversation as m
 from ...config import SummarizerConfig
+from ...deadline import NO_DEADLINE, Deadline
 from ...memo import each
 from .. import template
 from . import supersede as sup
@@ -340,7 +341,7 @@ def _text_of(msg: m.Message, *, synthetic: bool) -> str:
                      and (synthetic or not p.content.synthetic) and p.content.text)
 
 
-def _facts(msg: m.Message, limits: OfflineLimits) -> tuple:
+def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLINE) -> tuple:
     """What extract draws from one message, in the order it uses it: a tuple of steps
     (kind, *args) that only this message and the limits decide; extract replays them through
     its state (asks, files, failed calls, what is stale), so the same message gives the same
@@ -372,6 +373,7 @@ def _facts(msg: m.Message, limits: OfflineLimits) -> tuple:
                 if ERROR_LINE.search(line):
                     out.append(("acc", "critical", _clip(line, limits)))
         for p in msg.parts:
+            deadline.count("compact")
             if isinstance(p.content, m.File) and p.content.filename:
                 out.append(("file", p.content.filename, "attached"))
         return tuple(out)
@@ -397,6 +399,7 @@ def _facts(msg: m.Message, limits: OfflineLimits) -> tuple:
     if msg.error is not None:
         out.append(("acc", "critical", _clip(f"{msg.error.name}: {msg.error.message}".rstrip(": "), limits)))
     for p in msg.parts:
+        deadline.count("compact")  # one message may hold hundreds of thousands of tool calls
         t = p.content
         if not isinstance(t, m.Tool):
             continue
@@ -487,14 +490,14 @@ def _under_way(messages: list) -> bool:
 
 
 def extract(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, previous: dict = None,
-            memo=None) -> dict:
+            memo=None, deadline: Deadline = NO_DEADLINE) -> dict:
     """{section key: [bullet, ...]} extracted from these messages, what they superseded left out."""
-    sections, stale = extract_with_stale(messages, limits, previous, memo)
+    sections, stale = extract_with_stale(messages, limits, previous, memo, deadline)
     return drop_stale(sections, stale)
 
 
 def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, previous: dict = None,
-                       memo=None) -> tuple:
+                       memo=None, deadline: Deadline = NO_DEADLINE) -> tuple:
     """({section key: [bullet, ...]}, [Stale, ...]) of these messages. previous (the parsed
     previous summary) carries its Next Steps and the request in progress in, for the steps of
     these messages to tick off, and its Blocked, Key Decisions, Constraints and Relevant Files,
@@ -527,7 +530,7 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
     edited = []  # paths a completed edit wrote, packed into few Done bullets
     ran = []  # commands that completed, packed likewise
     settings = (limits.max_items, limits.max_goals, limits.max_item_chars)
-    facts = lambda x: _facts(x, limits)  # noqa: E731
+    facts = lambda x: _facts(x, limits, deadline)  # noqa: E731
 
     def supersede(old: str, key: str, new: str) -> None:
         stale.append(Stale(old, (key,)))
@@ -535,6 +538,7 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
 
     for message_facts in each(memo, "offline", messages, settings, facts):
         for fact in message_facts:
+            deadline.count("compact")
             kind = fact[0]
             if kind == "acc":
                 acc.add(fact[1], fact[2])
@@ -718,11 +722,12 @@ def merge(previous: dict, new: dict, limits: OfflineLimits = DEFAULT_LIMITS) -> 
     return out
 
 
-def summarize(messages: list, previous: str = "", limits: OfflineLimits = DEFAULT_LIMITS, memo=None) -> str:
+def summarize(messages: list, previous: str = "", limits: OfflineLimits = DEFAULT_LIMITS, memo=None,
+              deadline: Deadline = NO_DEADLINE) -> str:
     if not previous:
-        return template.render(extract(messages, limits, memo=memo))
+        return template.render(extract(messages, limits, memo=memo, deadline=deadline))
     before = template.parse(previous)
-    sections, stale = extract_with_stale(messages, limits, before, memo)
+    sections, stale = extract_with_stale(messages, limits, before, memo, deadline)
     merged = drop_stale(merge(before, sections, limits), stale)
     # the previous Next Steps and request in progress went through extract, which ticked off
     # what these messages did: its answer replaces them
@@ -741,7 +746,7 @@ class OfflineSummarizer:
         self.memo = memo  # memo.Memo: each message's facts, kept across compactions
 
     def summarize(self, job) -> str:
-        return summarize(job.messages, job.previous, self.limits, self.memo)
+        return summarize(job.messages, job.previous, self.limits, self.memo, job.deadline)
 
     def merge(self, partials: list, previous: str = "", max_tokens: int = 0, deadline=None) -> str:
         merged = template.parse(previous) if previous else {k: [] for k in template.KEYS}
