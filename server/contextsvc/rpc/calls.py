@@ -6,7 +6,8 @@ or for its client to read the response, is a coroutine, not a worker. The steps 
 2. the request, awaited for at most `server.request_wait_seconds` (within the caller's deadline):
    a client that opens calls and never sends them holds nothing but the coroutine;
 3. admission (admission.py): a free slot, or RESOURCE_EXHAUSTED at once;
-4. the core's work on the bounded executor (the hot path is CPU-bound and holds the GIL);
+4. parsing and the core's work on the bounded executor (the hot path is CPU-bound and holds
+   the GIL);
 5. the response, refused when over `server.max_response_bytes`, and sent only while the bytes all
    unread responses hold stay under `server.max_unsent_bytes` (_send says how long they are held);
    a client that has not read it within `server.send_wait_seconds` (or its deadline) has its call
@@ -27,7 +28,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from .admission import Admission
-from .streams import write_within
+from .streams import WriteStalled, write_within
 from .security import TokenCheck
 from .statuses import identity, status_for
 from ..errors import Exhausted
@@ -83,7 +84,7 @@ class CallSettings:
 
     def __init__(self, admission: Admission, executor: Executor, metrics=None, token: TokenCheck | None = None,
                  max_response_bytes: int = 0, unsent: UnsentBytes | None = None,
-                 request_wait: float = 10.0, send_wait: float = 30.0):
+                 request_wait: float = 10.0, send_wait: float = 30.0, connection_life: float = 660.0):
         self.admission = admission
         self.executor = executor
         self.metrics = metrics
@@ -92,6 +93,9 @@ class CallSettings:
         self.unsent = unsent or UnsentBytes(0)
         self.request_wait = request_wait
         self.send_wait = send_wait
+        # the longest a connection lives (max_connection_age_seconds plus its grace): what a
+        # dropped response's bytes stay counted for, since grpc frees them only with the connection
+        self.connection_life = connection_life
 
 
 class _Refused(Exception):
@@ -165,12 +169,8 @@ async def _answer(settings: CallSettings, method: str, parse, work, context,
         data = await _read_request(context, method, _bounded(view.time_remaining(), settings.request_wait))
         if metrics is not None:
             metrics.request_bytes.labels(method).observe(len(data))
-        try:
-            request = parse(data)
-        except (DecodeError, ValueError, RuntimeError) as e:
-            return grpc.StatusCode.INVALID_ARGUMENT, f"request: not a valid {method} request message ({e})"
-        out = await _run(settings, method, work, request, view)
-        del data, request
+        out = await _run(settings, method, parse, work, data, view)
+        del data
         await _send(settings, method, context, out, view)
         return None
     except _Refused as e:
@@ -183,25 +183,31 @@ async def _answer(settings: CallSettings, method: str, parse, work, context,
         return status, str(e)
 
 
-async def _run(settings: CallSettings, method: str, work, request, view: CallView) -> bytes:
-    """work(request, view) on the executor, in an admission slot held until the thread is done
-    with it (a caller who leaves does not stop the thread: admission counts it as abandoned)."""
+async def _run(settings: CallSettings, method: str, parse, work, data: bytes, view: CallView) -> bytes:
+    """work(parse(data), view) serialized, on the executor (parsing a large request would hold
+    the event loop), in an admission slot held until the thread is done with it (a caller who
+    leaves does not stop the thread: admission counts it as abandoned)."""
     admission = settings.admission
     ticket = admission.enter_call(method, view.is_active)
     max_response = settings.max_response_bytes
 
     def run() -> bytes:
         try:
-            data = work(request, view).SerializeToString()
+            try:
+                request = parse(data)
+            except (DecodeError, ValueError, RuntimeError) as e:
+                raise _Refused(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"request: not a valid {method} request message ({e})") from None
+            data_out = work(request, view).SerializeToString()
         finally:
             admission.leave(ticket)
         # a response over the limit is refused with a reason (and counted so) instead of failing
         # in the transport after an OK was recorded
-        if max_response and len(data) > max_response:
+        if max_response and len(data_out) > max_response:
             raise _Refused(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                           f"{method}: the response is {len(data)} bytes, over "
+                           f"{method}: the response is {len(data_out)} bytes, over "
                            f"server.max_response_bytes ({max_response})")
-        return data
+        return data_out
 
     future = settings.executor.submit(run)
     try:
@@ -219,19 +225,23 @@ async def _run(settings: CallSettings, method: str, work, request, view: CallVie
 
 async def _send(settings: CallSettings, method: str, context, data: bytes, view: CallView) -> None:
     """Writes the response. One larger than a stream's initial HTTP/2 window can be held by a client
-    that does not read it: it counts against max_unsent_bytes until its call has ended in the
-    transport (grpcio lets a handler drop a write but not cancel its call: the transport keeps the
-    bytes until the client reads them or its connection closes, at the latest
-    `server.max_connection_age_seconds` plus the grace)."""
+    that does not read it: it counts against max_unsent_bytes until the client has taken it, or,
+    dropped (WriteStalled), until its connection has surely closed."""
     n = len(data)
-    if n > INITIAL_WINDOW_BYTES:
-        settings.unsent.take(method, n)
-        context.add_done_callback(lambda _call: settings.unsent.give(n))
+    counted = n > INITIAL_WINDOW_BYTES
+    unsent = settings.unsent
+    if counted:
+        unsent.take(method, n)
     wait = _bounded(view.time_remaining(), settings.send_wait)
     try:
         await write_within(context, data, wait)
-    except asyncio.CancelledError:
-        if not context.done():
-            log.warning("%s: the client had not read the %d-byte response after %g s; call dropped",
-                        method, n, wait)
+    except WriteStalled:
+        log.warning("%s: the client had not read the %d-byte response after %g s; call dropped",
+                    method, n, wait)
+        if counted:  # still in the transport: counted until its connection has surely closed
+            asyncio.get_running_loop().call_later(settings.connection_life, unsent.give, n)
+            counted = False
         raise
+    finally:
+        if counted:
+            unsent.give(n)

@@ -9,11 +9,17 @@ class StreamIdle(Exception):
     CANCELLED with this reason."""
 
 
+class WriteStalled(asyncio.CancelledError):
+    """The client did not take a message within the time given: the call is dropped. grpc can
+    send no status while a message waits, nor let a handler cancel its call: the transport keeps
+    the message until the client reads it or its connection closes, and the client's own
+    deadline ends the call on its side."""
+
+
 async def write_within(context, message, seconds: float) -> None:
-    """Sends message on a stream, or, when its client has not taken it within seconds, drops
-    the call (grpc can send no status while a message waits: the transport frees what it held
-    and the client's own deadline ends the call on its side)."""
+    """Sends message on a stream, or raises WriteStalled when its client has not taken it within
+    seconds."""
     try:
         await asyncio.wait_for(context.write(message), seconds)
     except asyncio.TimeoutError:
-        raise asyncio.CancelledError() from None
+        raise WriteStalled() from None
