@@ -101,5 +101,5 @@ class ContextService(pb_grpc.ContextServiceServicer):
         conversion.check_read(request)
         r = truncation.read_lines(self._truncation, request.output_id, request.offset, request.limit,
                                   default_limit=self._cfg.truncation.read_default_limit,
-                                  max_bytes=self._read_bytes())
+                                  max_bytes=self._read_bytes(), deadline=_deadline(context))
         return conversion.read_response(r)

@@ -25,7 +25,8 @@ the sequence and 40 random bits; a put does not check for an existing key.
 Failures
     Connection refused, a timeout or any Redis error raise `StoreUnavailable` with the reason;
     the gRPC layer answers UNAVAILABLE. Every command runs in a `Bulkhead` (bulkhead.py): a
-    few at once, each answered within ``redis_call_timeout_seconds``, and none tried while a
+    few at once, each answered within ``redis_call_timeout_seconds`` or its caller's deadline
+    if that comes first (put and get take the RPC's deadline), and none tried while a
     circuit breaker holds Redis for down, so a hung or dead Redis costs a store call a second
     at most and the other RPCs nothing. A command whose connection failed is retried once on a
     fresh one (pooled connections go stale when Redis restarts); a timeout is not retried (a
@@ -42,6 +43,7 @@ import threading
 import time
 from typing import Callable
 
+from ..deadline import NO_DEADLINE, Deadline
 from .bulkhead import Bulkhead, NoAnswer
 from .ids import IdGenerator, parse_output_id
 from .settings import TruncationSettings
@@ -191,8 +193,8 @@ class RedisStore(Store):
     def _keys(self, output_id: str) -> list[str]:
         return [self._key(output_id), self._index_key, self._sizes_key, self._bytes_key]
 
-    def _call(self, what: str, fn, *args, **kwargs):
-        return self._bulkhead.call(what, self._command, what, fn, args, kwargs)
+    def _call(self, what: str, deadline: Deadline, fn, *args, **kwargs):
+        return self._bulkhead.call(what, deadline, self._command, what, fn, args, kwargs)
 
     @staticmethod
     def _command(what: str, fn, args, kwargs):
@@ -206,7 +208,7 @@ class RedisStore(Store):
 
     # -- Store ---------------------------------------------------------------------------
 
-    def put(self, text: str | bytes) -> str:
+    def put(self, text: str | bytes, deadline: Deadline = NO_DEADLINE) -> str:
         data = self._utf8(text)
         with self._lock:
             output_id = self._ids.next(self._now_ms())
@@ -214,31 +216,31 @@ class RedisStore(Store):
         # alive while now - created <= retention (Store._expired): the key goes one ms later
         expire_at_ms = created_ms + self._retention_ms + 1
         evicted, freed = self._call(
-            "storing tool output", self._put_script, keys=self._keys(output_id),
+            "storing tool output", deadline, self._put_script, keys=self._keys(output_id),
             args=[output_id, data, created_ms, expire_at_ms, self._settings.max_store_bytes,
                   self._prefix])
         report_evictions(self._on_evict, int(evicted), int(freed))
         return output_id
 
-    def get_bytes(self, output_id: str) -> bytes:
+    def get_bytes(self, output_id: str, deadline: Deadline = NO_DEADLINE) -> bytes:
         """The stored UTF-8 as Redis holds it (no decode and re-encode for ranged reads)."""
         created_ms = parse_output_id(output_id)[0]  # InvalidOutputId before any Redis access
         if self._expired(created_ms, self._now_ms()):
             raise OutputNotFound(f"tool output {output_id} not found (expired)")
-        data = self._call(f"reading tool output {output_id}", self._redis.get, self._key(output_id))
+        data = self._call(f"reading tool output {output_id}", deadline, self._redis.get, self._key(output_id))
         if data is None:
             raise OutputNotFound(f"tool output {output_id} not found")
         return data
 
     def delete(self, output_id: str) -> bool:
         parse_output_id(output_id)
-        existed = self._call(f"deleting tool output {output_id}", self._delete_script,
+        existed = self._call(f"deleting tool output {output_id}", NO_DEADLINE, self._delete_script,
                              keys=self._keys(output_id), args=[output_id])
         return bool(existed)
 
     def list_ids(self) -> list[str]:
         cutoff = self._now_ms() - self._retention_ms
-        ids = self._call("listing tool outputs", self._redis.zrangebyscore,
+        ids = self._call("listing tool outputs", NO_DEADLINE, self._redis.zrangebyscore,
                          self._index_key, cutoff, "+inf")
         return [i.decode("ascii") for i in ids]
 
@@ -246,7 +248,7 @@ class RedisStore(Store):
         pipe = self._redis.pipeline(transaction=True)
         pipe.zcard(self._index_key)
         pipe.get(self._bytes_key)
-        count, total = self._call("reading tool-output store usage", pipe.execute)
+        count, total = self._call("reading tool-output store usage", NO_DEADLINE, pipe.execute)
         return int(count), int(total or 0)
 
     def cleanup(self, now: float | None = None) -> CleanupReport:
@@ -256,7 +258,7 @@ class RedisStore(Store):
         expired = expired_bytes = 0
         while True:
             n, freed, evicted, evicted_bytes, remaining, remaining_bytes = self._call(
-                "cleaning up tool outputs", self._cleanup_script,
+                "cleaning up tool outputs", NO_DEADLINE, self._cleanup_script,
                 keys=[self._index_key, self._sizes_key, self._bytes_key],
                 args=[cutoff, self._prefix, CLEANUP_BATCH, self._settings.max_store_bytes])
             expired += int(n)

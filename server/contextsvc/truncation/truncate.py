@@ -153,7 +153,7 @@ def truncate_output(
         if over is not None:
             raise LineTooLong(over[0], over[1], max_read_bytes, "output (nothing was stored)")
     deadline.check("TruncateToolOutput, before storing the output")
-    output_id = store.put(data)
+    output_id = store.put(data, deadline)
     hint = build_hint(output_id, hint)
     count = removed_lines if cut_by == "lines" else removed_bytes
     marker = f"...{count} {cut_by} truncated..."
