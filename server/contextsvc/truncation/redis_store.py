@@ -32,6 +32,14 @@ Failures
     fresh one (pooled connections go stale when Redis restarts); a timeout is not retried (a
     hung Redis would only be waited for twice). Nothing else in the service depends on Redis.
 
+Replicas and Sentinel
+    With ``redis_sentinels`` the master's address is asked of Sentinel, and a connection that
+    fails (the master died, or was demoted and refuses writes) is retried on the master
+    Sentinel names then. A put is acknowledged only after ``WAIT`` reports that
+    ``replicas_to_ack`` replicas have it (same connection, one pipeline), so the replica a
+    failover promotes holds every acknowledged output; a put no replica took within half of
+    the call's time is answered UNAVAILABLE (Redis answered: the breaker does not count it).
+
 Durability is Redis's: run it with ``appendonly yes`` (an output acknowledged to a client
 survives a restart of Redis) and ``maxmemory-policy noeviction`` (Redis refuses a write rather
 than dropping outputs behind the index's back); the README shows the command line.
@@ -51,6 +59,7 @@ from .store import CleanupReport, OutputNotFound, Store, StoreUnavailable, repor
 
 try:  # the redis client is needed only when backend = "redis"
     import redis
+    import redis.sentinel
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 except ImportError:  # pragma: no cover - the dependency is declared in pyproject.toml
@@ -164,16 +173,8 @@ class RedisStore(Store):
         self._bytes_key = self._prefix + "bytes"
         self._lock = threading.Lock()
         self._ids = IdGenerator()
-        self._redis = client if client is not None else redis.Redis.from_url(
-            settings.redis_url,
-            socket_connect_timeout=settings.redis_connect_timeout_seconds,
-            socket_timeout=settings.redis_timeout_seconds,
-            # one retry, at once, on a connection error only: enough for a pooled connection
-            # that went stale when Redis restarted; more, or a retry after a timeout, would
-            # only delay the UNAVAILABLE answer during an outage
-            retry=Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
-            health_check_interval=30,
-        )
+        self._redis = client if client is not None else _client(settings)
+        self._replicas = settings.replicas_to_ack
         self._bulkhead = Bulkhead(
             "Redis", settings.redis_max_concurrent_calls, settings.redis_call_timeout_seconds,
             settings.redis_breaker_failures, settings.redis_breaker_open_seconds)
@@ -209,18 +210,35 @@ class RedisStore(Store):
     # -- Store ---------------------------------------------------------------------------
 
     def put(self, text: str | bytes, deadline: Deadline = NO_DEADLINE) -> str:
+        what = "storing tool output"
         data = self._utf8(text)
         with self._lock:
             output_id = self._ids.next(self._now_ms())
         created_ms = parse_output_id(output_id)[0]
         # alive while now - created <= retention (Store._expired): the key goes one ms later
         expire_at_ms = created_ms + self._retention_ms + 1
-        evicted, freed = self._call(
-            "storing tool output", deadline, self._put_script, keys=self._keys(output_id),
-            args=[output_id, data, created_ms, expire_at_ms, self._settings.max_store_bytes,
-                  self._prefix])
+        keys = self._keys(output_id)
+        args = [output_id, data, created_ms, expire_at_ms, self._settings.max_store_bytes, self._prefix]
+        if not self._replicas:
+            evicted, freed = self._call(what, deadline, self._put_script, keys=keys, args=args)
+        else:
+            # half the call's time for the replicas: a missing acknowledgement is then answered
+            # as such, before the bulkhead gives up on Redis
+            wait_ms = max(1, int(self._bulkhead.budget(what, deadline) * 500))
+            (evicted, freed), acked = self._call(what, deadline, self._put_acked, keys, args, wait_ms)
+            if acked < self._replicas:
+                raise StoreUnavailable(
+                    f"{what}: Redis: {acked} of the {self._replicas} replicas required "
+                    f"(redis_min_replicas_acked) had it within {wait_ms} ms; not acknowledged")
         report_evictions(self._on_evict, int(evicted), int(freed))
         return output_id
+
+    def _put_acked(self, keys: list[str], args: list, wait_ms: int):
+        """The put script, then WAIT on the same connection: ((evicted, freed), replicas acked)."""
+        pipe = self._redis.pipeline(transaction=False)
+        self._put_script(keys=keys, args=args, client=pipe)
+        pipe.wait(self._replicas, wait_ms)
+        return tuple(pipe.execute())
 
     def get_bytes(self, output_id: str, deadline: Deadline = NO_DEADLINE) -> bytes:
         """The stored UTF-8 as Redis holds it (no decode and re-encode for ranged reads)."""
@@ -274,6 +292,32 @@ class RedisStore(Store):
             remaining=int(remaining),
             remaining_bytes=int(remaining_bytes),
         )
+
+
+def _client(settings: TruncationSettings) -> "redis.Redis":
+    """The client of settings.redis_url, or of the master Sentinel names."""
+    common = dict(
+        socket_connect_timeout=settings.redis_connect_timeout_seconds,
+        socket_timeout=settings.redis_timeout_seconds,
+        # one retry, at once, on a connection error only: enough for a pooled connection that
+        # went stale when Redis restarted (or, with Sentinel, failed over); more, or a retry
+        # after a timeout, would only delay the UNAVAILABLE answer during an outage
+        retry=Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
+        health_check_interval=30,
+    )
+    if settings.redis_sentinels:
+        sentinel = redis.sentinel.Sentinel(
+            [_host_port(a) for a in settings.redis_sentinels],
+            sentinel_kwargs=dict(socket_connect_timeout=settings.redis_connect_timeout_seconds,
+                                 socket_timeout=settings.redis_timeout_seconds))
+        return sentinel.master_for(settings.redis_sentinel_master, **common)
+    return redis.Redis.from_url(settings.redis_url, **common)
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    """("host", port) of "host:port" or "[v6]:port" (settings checked the form)."""
+    host, _, port = address.rpartition(":")
+    return host.removeprefix("[").removesuffix("]"), int(port)
 
 
 def _first_line(e: Exception) -> str:
