@@ -311,6 +311,8 @@ def _client(settings: TruncationSettings) -> "redis.Redis":
             sentinel_kwargs=dict(socket_connect_timeout=settings.redis_connect_timeout_seconds,
                                  socket_timeout=settings.redis_timeout_seconds))
         return sentinel.master_for(settings.redis_sentinel_master, **common)
+    if settings.redis_tls_ca_file:
+        common["ssl_ca_certs"] = settings.redis_tls_ca_file
     return redis.Redis.from_url(settings.redis_url, **common)
 
 

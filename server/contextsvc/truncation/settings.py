@@ -71,6 +71,9 @@ class TruncationSettings:
     backend: str = "local"
     # e.g. "redis://127.0.0.1:6379/0", "rediss://..." (TLS) or "unix:///run/redis.sock".
     redis_url: str = ""
+    # With a rediss:// URL: the PEM file of the CAs that signed Redis's certificate (the system's
+    # CAs when empty); the certificate must name the URL's host.
+    redis_tls_ca_file: str = ""
     # Or Redis Sentinel: its addresses ("host:port", one is enough, three is the usual) and the
     # name of the master they watch; the store follows a failover to the promoted replica.
     redis_sentinels: tuple[str, ...] = ()
@@ -112,6 +115,8 @@ class TruncationSettings:
         if self.redis_url and self.redis_sentinels:
             raise ValueError("truncation settings 'redis_url' and 'redis_sentinels' are exclusive: "
                              "with Sentinel, the master's address is asked of the sentinels")
+        if self.redis_tls_ca_file and not self.redis_url.startswith("rediss://"):
+            raise ValueError("truncation setting 'redis_tls_ca_file' needs a rediss:// redis_url")
         if bool(self.redis_sentinels) != bool(self.redis_sentinel_master):
             raise ValueError("truncation settings 'redis_sentinels' and 'redis_sentinel_master' go together")
 
@@ -165,6 +170,7 @@ _RULES: dict[str, tuple[tuple[type, ...], float | None, bool]] = {
     "directory": ((str,), None, False),
     "backend": ((str,), None, False),
     "redis_url": ((str,), None, False),
+    "redis_tls_ca_file": ((str,), None, False),
     "redis_sentinels": ((list, tuple), None, False),
     "redis_sentinel_master": ((str,), None, False),
     "redis_min_replicas_acked": ((int, type(None)), 0, False),
