@@ -37,7 +37,7 @@ class ReadResult:
 
 def read_lines(
     store: Store, output_id: str, offset: int = 0, limit: int = 0, *, default_limit: int = 2000,
-    max_bytes: int = 0, deadline: Deadline = NO_DEADLINE,
+    max_bytes: int = 0, deadline: Deadline = NO_DEADLINE, tenant: str = "",
 ) -> ReadResult:
     """Lines ``offset`` .. ``offset + limit - 1`` (0-based) of a stored output.
 
@@ -64,7 +64,7 @@ def read_lines(
         limit = default_limit
     if limit == 0:
         raise ValueError("default_limit must be > 0")
-    data = store.get_bytes(output_id, deadline)
+    data = store.get_bytes(output_id, deadline, tenant)
     body_end = len(data) - 1 if data.endswith(b"\n") else len(data)
     total = data.count(b"\n", 0, body_end) + 1 if data else 0
     if offset >= total:

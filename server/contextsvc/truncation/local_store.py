@@ -46,7 +46,9 @@ class LocalDiskStore(Store):
     logged and ignored.
 
     The caller's deadline is not applied to the local disk: its I/O is not waited for on a
-    network, and an interrupted write would leave only a temp file to clean up.
+    network, and an interrupted write would leave only a temp file to clean up. Nor is its
+    tenant: one directory holds one tenant's outputs (config.Config refuses several tenants
+    with this store).
     """
 
     def __init__(
@@ -107,7 +109,7 @@ class LocalDiskStore(Store):
 
     # -- Store ---------------------------------------------------------------------------
 
-    def put(self, text: str | bytes, deadline: Deadline = NO_DEADLINE) -> str:
+    def put(self, text: str | bytes, deadline: Deadline = NO_DEADLINE, tenant: str = "") -> str:
         data = self._utf8(text)
         with self._lock:
             output_id = self._ids.next(self._now_ms())
@@ -239,7 +241,7 @@ class LocalDiskStore(Store):
         report_evictions(self._on_evict, count, freed)
         return count, freed
 
-    def get_bytes(self, output_id: str, deadline: Deadline = NO_DEADLINE) -> bytes:
+    def get_bytes(self, output_id: str, deadline: Deadline = NO_DEADLINE, tenant: str = "") -> bytes:
         path, created_ms = self._path(output_id)
         if self._expired(created_ms, self._now_ms()):
             raise OutputNotFound(f"tool output {output_id} not found (expired)")

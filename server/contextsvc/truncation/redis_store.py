@@ -4,11 +4,14 @@ With several replicas behind a proxy that balances per call, the ReadTruncated o
 may reach another replica than the TruncateToolOutput that stored it; a Redis all replicas
 use makes the output visible to each as soon as `put` returns (docs/design.md §11).
 
-Keys (``P`` is ``redis_key_prefix``, a Redis Cluster hash tag by default)
-    ``P<id>``       the UTF-8 text, expiring at the id's time + retention (``SET ... PXAT``),
+Keys (``P`` is ``redis_key_prefix``, a Redis Cluster hash tag by default; ``N`` an output's
+name: its id, or ``<tenant>/<id>`` when the server has tokens, the tenant being a digest of the
+caller's token, so another tenant's get of the id finds no key)
+    ``P<N>``        the UTF-8 text, expiring at the id's time + retention (``SET ... PXAT``),
                     so Redis itself drops outputs past their retention
-    ``Pindex``      sorted set of the ids, scored by their creation time (ms): oldest first
-    ``Psizes``      hash id -> bytes, so eviction and expiry know what they free
+    ``Pindex``      sorted set of the names, scored by their creation time (ms): oldest first;
+                    the size cap and retention are the store's, over every tenant
+    ``Psizes``      hash name -> bytes, so eviction and expiry know what they free
     ``Pbytes``      total bytes of the indexed outputs
 
 Every change of these keys runs as one Lua script, which Redis executes atomically: a put
@@ -188,11 +191,16 @@ class RedisStore(Store):
 
     # -- helpers -------------------------------------------------------------------------
 
-    def _key(self, output_id: str) -> str:
-        return self._prefix + output_id
+    @staticmethod
+    def _name(output_id: str, tenant: str) -> str:
+        """What the store calls a tenant's output (the module's docstring)."""
+        return f"{tenant}/{output_id}" if tenant else output_id
 
-    def _keys(self, output_id: str) -> list[str]:
-        return [self._key(output_id), self._index_key, self._sizes_key, self._bytes_key]
+    def _key(self, name: str) -> str:
+        return self._prefix + name
+
+    def _keys(self, name: str) -> list[str]:
+        return [self._key(name), self._index_key, self._sizes_key, self._bytes_key]
 
     def _call(self, what: str, deadline: Deadline, fn, *args, **kwargs):
         return self._bulkhead.call(what, deadline, self._command, what, fn, args, kwargs)
@@ -209,7 +217,7 @@ class RedisStore(Store):
 
     # -- Store ---------------------------------------------------------------------------
 
-    def put(self, text: str | bytes, deadline: Deadline = NO_DEADLINE) -> str:
+    def put(self, text: str | bytes, deadline: Deadline = NO_DEADLINE, tenant: str = "") -> str:
         what = "storing tool output"
         data = self._utf8(text)
         with self._lock:
@@ -217,8 +225,9 @@ class RedisStore(Store):
         created_ms = parse_output_id(output_id)[0]
         # alive while now - created <= retention (Store._expired): the key goes one ms later
         expire_at_ms = created_ms + self._retention_ms + 1
-        keys = self._keys(output_id)
-        args = [output_id, data, created_ms, expire_at_ms, self._settings.max_store_bytes, self._prefix]
+        name = self._name(output_id, tenant)
+        keys = self._keys(name)
+        args = [name, data, created_ms, expire_at_ms, self._settings.max_store_bytes, self._prefix]
         if not self._replicas:
             evicted, freed = self._call(what, deadline, self._put_script, keys=keys, args=args)
         else:
@@ -240,12 +249,13 @@ class RedisStore(Store):
         pipe.wait(self._replicas, wait_ms)
         return tuple(pipe.execute())
 
-    def get_bytes(self, output_id: str, deadline: Deadline = NO_DEADLINE) -> bytes:
+    def get_bytes(self, output_id: str, deadline: Deadline = NO_DEADLINE, tenant: str = "") -> bytes:
         """The stored UTF-8 as Redis holds it (no decode and re-encode for ranged reads)."""
         created_ms = parse_output_id(output_id)[0]  # InvalidOutputId before any Redis access
         if self._expired(created_ms, self._now_ms()):
             raise OutputNotFound(f"tool output {output_id} not found (expired)")
-        data = self._call(f"reading tool output {output_id}", deadline, self._redis.get, self._key(output_id))
+        data = self._call(f"reading tool output {output_id}", deadline, self._redis.get,
+                          self._key(self._name(output_id, tenant)))
         if data is None:
             raise OutputNotFound(f"tool output {output_id} not found")
         return data
@@ -257,6 +267,8 @@ class RedisStore(Store):
         return bool(existed)
 
     def list_ids(self) -> list[str]:
+        """The names of the stored outputs: ids, ``<tenant>/<id>`` for a tenant's (the same in
+        delete)."""
         cutoff = self._now_ms() - self._retention_ms
         ids = self._call("listing tool outputs", NO_DEADLINE, self._redis.zrangebyscore,
                          self._index_key, cutoff, "+inf")
