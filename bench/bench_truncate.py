@@ -31,11 +31,11 @@ class DiscardStore(Store):
     def __init__(self) -> None:
         self._n = 0
 
-    def put(self, text):
+    def put(self, text, deadline=None, tenant=""):
         self._n += 1
         return f"tool_{self._n:026x}"
 
-    def get_bytes(self, output_id):
+    def get_bytes(self, output_id, deadline=None, tenant=""):
         raise NotImplementedError
 
     def delete(self, output_id):

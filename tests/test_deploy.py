@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from contextsvc.config import ServerConfig
+from contextsvc.truncation import TruncationSettings
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -59,6 +60,8 @@ def test_envoy_balances_grpc_over_http2_with_grpc_health_checks():
 def test_kubernetes_manifests():
     docs = {}
     for f in sorted((DEPLOY / "k8s").glob("*.yaml")):
+        if f.name == "redis.yaml":  # test_redis_manifests
+            continue
         for d in _docs(f):
             assert d["apiVersion"] and d["metadata"]["name"], f
             docs[d["kind"]] = d
@@ -114,12 +117,49 @@ def test_kubernetes_manifests_validate_against_the_api_schemas(version):
             continue
         kubernetes_validate.validate(doc, version, strict=True)
         checked.append(doc["kind"])
-    assert len(checked) == 7, checked
+    assert len(checked) == 12, checked
     # the validator does refuse a misspelt field
     deployment = next(d for d in _k8s_docs() if d["kind"] == "Deployment")
     deployment["spec"]["template"]["spec"]["containers"][0]["lifecycle"]["preStop"]["sleep"] = {"second": 5}
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(deployment, version, strict=True)
+
+
+def _redis_lines(config_text: str) -> dict[str, str]:
+    """A redis.conf's settings: directive -> value, comments and blank lines dropped."""
+    lines = (line.strip() for line in config_text.splitlines())
+    return dict(line.split(None, 1) for line in lines if line and not line.startswith("#"))
+
+
+def test_redis_manifests():
+    """redis.yaml (Redis, a replica per extra pod, Sentinel) holds the shipped redis.conf's
+    settings, its scripts are valid shell, and the service's commented Sentinel settings name its
+    pods, port and master."""
+    docs = {d["kind"]: d for d in _docs(DEPLOY / "k8s" / "redis.yaml")}
+    assert set(docs) == {"ConfigMap", "Service", "StatefulSet", "PodDisruptionBudget", "NetworkPolicy"}
+    data = docs["ConfigMap"]["data"]
+    shipped = _redis_lines((DEPLOY / "redis" / "redis.conf").read_text())
+    in_cluster = _redis_lines(data["redis.conf"])
+    for key in shipped.keys() - {"bind", "port", "protected-mode"}:  # the pod's network is the guard
+        assert in_cluster.get(key) == shipped[key], key
+    for script in ("start-redis.sh", "start-sentinel.sh", "master.sh"):
+        subprocess.run(["sh", "-n"], input=data[script], text=True, check=True)
+    master = re.search(r"sentinel monitor (\S+) ", data["start-sentinel.sh"]).group(1)
+    stateful, service = docs["StatefulSet"], docs["Service"]
+    assert stateful["spec"]["serviceName"] == service["metadata"]["name"] and service["spec"]["clusterIP"] == "None"
+    assert stateful["spec"]["replicas"] == 3  # a master, two replicas, a sentinel quorum of 2 out of 3
+    ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
+    pods = [f"{stateful['metadata']['name']}-{i}.{service['metadata']['name']}" for i in range(3)]
+    # the service's settings, commented out in its ConfigMap, as an operator would uncomment them
+    cm = next(d for d in _docs(DEPLOY / "k8s" / "deployment.yaml") if d["kind"] == "ConfigMap")
+    lines = re.findall(r"^# ((?:backend|redis_\w+) = .*)$", cm["data"]["contextsvc.toml"], re.M)
+    settings = TruncationSettings.from_mapping(tomllib.loads("\n".join(lines)))
+    assert settings.redis_sentinels == tuple(f"{pod}:{ports['sentinel']}" for pod in pods)
+    assert settings.redis_sentinel_master == master and settings.replicas_to_ack == 1
+    # contextsvc pods may reach Redis and Sentinel
+    (rule,) = docs["NetworkPolicy"]["spec"]["ingress"]
+    assert {"app": "contextsvc"} in [f["podSelector"]["matchLabels"] for f in rule["from"]]
+    assert {p["port"] for p in rule["ports"]} == set(ports.values())
 
 
 def test_the_dockerfile_lints_clean_and_builds_what_the_deployment_runs():

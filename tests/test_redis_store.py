@@ -244,6 +244,35 @@ def test_a_hung_redis_answers_store_calls_unavailable_within_a_second_and_refuse
         redis_server.stop()
 
 
+def test_a_store_call_answers_within_its_callers_deadline(tmp_path):
+    """ReadTruncated with a 300 ms deadline while Redis is SIGSTOPped: the server itself answers
+    (DEADLINE_EXCEEDED or UNAVAILABLE naming Redis) before the caller's deadline, instead of
+    waiting out redis_call_timeout_seconds (1 s) while the caller's own clock ends the call."""
+    redis_server = RedisServer(tmp_path / "redis").start()
+    s = start_server(truncation_overrides=dict(backend="redis", redis_url=redis_server.url))
+    channel = grpc.insecure_channel(f"127.0.0.1:{s.port}")
+    stub = pb_grpc.ContextServiceStub(channel)
+    answers = []
+    try:
+        stored = stub.TruncateToolOutput(pb.TruncateToolOutputRequest(text=BIG), timeout=10).output_id
+        redis_server.pause()
+        for _ in range(6):
+            started = time.monotonic()
+            with pytest.raises(grpc.RpcError) as e:
+                stub.ReadTruncated(pb.ReadTruncatedRequest(output_id=stored, limit=1), timeout=0.3)
+            answers.append((e.value.code().name, e.value.details(), time.monotonic() - started))
+    finally:
+        redis_server.resume()
+        channel.close()
+        s.stop(grace=1)
+        redis_server.stop()
+    print("\n" + "\n".join(f"{code} after {seconds * 1000:.0f} ms: {details}" for code, details, seconds in answers))
+    assert {code for code, _, _ in answers} <= {"DEADLINE_EXCEEDED", "UNAVAILABLE"}, answers
+    # the server's answer, not the client library's "Deadline Exceeded" at its own deadline
+    assert all("Redis" in details for _, details, _ in answers), answers
+    assert max(seconds for *_, seconds in answers) < 0.4, answers
+
+
 def _reads(stub, output_id) -> bool:
     try:
         return stub.ReadTruncated(pb.ReadTruncatedRequest(output_id=output_id, limit=1), timeout=5).total_lines > 0

@@ -18,7 +18,7 @@ from .metrics import Metrics
 from .rpc.admission import Admission
 from .rpc.calls import CallSettings, UnsentBytes, unary_handler
 from .rpc.health import SERVING, Health
-from .rpc.security import TokenCheck, bearer_token, server_credentials
+from .rpc.security import TokenCheck, bearer_token, bearer_tokens, server_credentials
 from .rpc.servicer import ContextService
 from .rpc.standard_services import HEALTH_SERVICE, REFLECTION_SERVICE, StandardServices
 from .signals import stop_on_signals, wait_for_stop
@@ -44,13 +44,14 @@ def make_store(settings: truncation.TruncationSettings, on_evict=None) -> trunca
     return truncation.LocalDiskStore(settings.directory, settings, on_evict=on_evict)
 
 
-def start_line(cfg: Config, port: int, metrics_port: int | None, token: str) -> str:
+def start_line(cfg: Config, port: int, metrics_port: int | None, tokens: int) -> str:
     """What `contextsvc serve` logs once it serves: where, and what guards each port (TLS and
-    the token guard gRPC; the metrics port is plain HTTP, its /healthz always open)."""
+    the tokens, how many, guard gRPC; the metrics port is plain HTTP, its /healthz always open)."""
     s = cfg.server
     transport = ("TLS, client certificates" if s.tls_client_ca_file else "TLS" if s.tls_cert_file
                  else "plaintext")
-    grpc_part = f"{s.address(port)} ({transport}, {'bearer token' if token else 'no token'})"
+    guard = "no token" if not tokens else "bearer token" if tokens == 1 else f"{tokens} bearer tokens (tenants)"
+    grpc_part = f"{s.address(port)} ({transport}, {guard})"
     if metrics_port is None:
         return f"contextsvc serving gRPC on {grpc_part}, metrics off, hot path {native.IMPLEMENTATION}"
     guard = "bearer token" if s.metrics_auth else "open"
@@ -86,7 +87,9 @@ class Server:
         # any socket is bound
         self._credentials = server_credentials(s)
         self._admission = Admission(s.workers, s.max_concurrent_rpcs, s.max_streams)
-        self._token = token = bearer_token(s)
+        self._token = bearer_token(s)  # the operator's: it guards the metrics too
+        tokens = bearer_tokens(s)
+        self._tokens = len(tokens)
         if cfg.summarizer.backend != "offline":
             # the SDK takes seconds to import: paid here, not out of the first caller's deadline
             importlib.import_module(cfg.summarizer.backend)  # each LLM backend is named after its SDK
@@ -99,7 +102,7 @@ class Server:
         self._loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(target=self._loop.run_forever, name="grpc-loop", daemon=True)
         self._loop_thread.start()
-        check = TokenCheck(token) if token else None
+        check = TokenCheck(tokens) if tokens else None
         settings = CallSettings(self._admission, self._executor, m, check, s.max_response_bytes,
                                 UnsentBytes(s.max_unsent_bytes), s.request_wait_seconds, s.send_wait_seconds,
                                 s.max_connection_age_seconds + s.connection_age_grace_seconds)
@@ -166,7 +169,7 @@ class Server:
         if self.shared_port:
             log.info("contextsvc process %d serving gRPC on %s", os.getpid(), s.address(self.port))
             return self
-        log.info("%s", start_line(self.cfg, self.port, self.metrics_port, self._token))
+        log.info("%s", start_line(self.cfg, self.port, self.metrics_port, self._tokens))
         return self
 
     async def _bind(self, address: str, creds) -> int:

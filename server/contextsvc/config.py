@@ -99,6 +99,10 @@ class ServerConfig:
     auth_token: str = ""
     auth_token_file: str = ""  # a file holding the token (e.g. a mounted secret); whitespace stripped
     auth_token_env: str = ""  # the name of an environment variable holding the token
+    # tenants: a file of bearer tokens, one a line (blank lines and # comments skipped), each
+    # accepted beside the token above. A token is a tenant: the tool outputs stored under it are
+    # read with it only (their store keys hold a digest of it); needs truncation.backend "redis"
+    auth_tokens_file: str = ""
     # JSON nesting accepted in tool inputs and tool schemas, checked once at conversion: real
     # schemas nest under 20 levels; every later stage stays far from Python's recursion limit
     # (1000 frames) at this depth, which is why it cannot be set above MAX_JSON_DEPTH
@@ -348,6 +352,11 @@ class Config:
     assemble: AssembleConfig = field(default_factory=AssembleConfig)
     summarizer: SummarizerConfig = field(default_factory=SummarizerConfig)
     truncation: TruncationSettings = field(default_factory=TruncationSettings)
+
+    def __post_init__(self):
+        if self.server.auth_tokens_file and self.truncation.backend != "redis":
+            raise ValueError("[server] auth_tokens_file (several tenants) needs truncation.backend "
+                             "\"redis\": only the Redis store keeps each tenant's outputs apart")
 
 
 def _section(cls, table: Mapping[str, Any], name: str):

@@ -25,7 +25,7 @@ from .app import SERVICE_NAME, start_line
 from .config import Config
 from .metrics import CollectedMetrics
 from .signals import stop_on_signals, wait_for_stop
-from .rpc.security import bearer_token, server_credentials
+from .rpc.security import bearer_token, bearer_tokens, server_credentials
 
 log = logging.getLogger("contextsvc")
 
@@ -93,6 +93,7 @@ class Supervisor:
     def __init__(self, cfg: Config, config_path: str | None, metrics_enabled: bool = True):
         # what the serving processes will read: a bad token file or certificate fails here, once
         self._token = bearer_token(cfg.server)
+        self._tokens = len(bearer_tokens(cfg.server))
         server_credentials(cfg.server)
         self.cfg = cfg
         self.config_path = config_path
@@ -131,7 +132,7 @@ class Supervisor:
             self._release()
             raise
         threading.Thread(target=self._watch, name="supervisor", daemon=True).start()
-        log.info("%s, %d processes", start_line(self.cfg, self.port, self.metrics_port, self._token),
+        log.info("%s, %d processes", start_line(self.cfg, self.port, self.metrics_port, self._tokens),
                  self.count)
         return self
 

@@ -1,5 +1,6 @@
 """A real Redis (Debian's `redis-server`) on a loopback port of its own, run with the shipped
-deploy/redis/redis.conf: append-only file on, noeviction. Missing binary: the test fails."""
+deploy/redis/redis.conf: append-only file on, noeviction; and a Redis Sentinel watching one.
+Missing binary: the test fails."""
 from __future__ import annotations
 
 import pathlib
@@ -35,7 +36,9 @@ class RedisServer:
     """start() / kill() / stop() keep the port and the data directory, so a restart reloads
     what was written before (the append-only file)."""
 
-    def __init__(self, directory: pathlib.Path):
+    def __init__(self, directory: pathlib.Path, *args: str):
+        """args: more redis-server options (``--replicaof 127.0.0.1 6379``)."""
+        self.args = args
         binary = shutil.which("redis-server")
         assert binary, "redis-server not installed: run .ci/deps (the README's test command does)"
         self.binary = binary
@@ -50,9 +53,12 @@ class RedisServer:
 
     def start(self) -> "RedisServer":
         self.log = open(self.dir / "redis.log", "ab")
+        # a copy: Sentinel makes a Redis it reconfigures rewrite its config file
+        config = self.dir / "redis.conf"
+        config.write_text(CONFIG.read_text())
         self.proc = subprocess.Popen(
-            [self.binary, str(CONFIG), "--port", str(self.port), "--bind", "127.0.0.1",
-             "--dir", str(self.dir), "--daemonize", "no"],
+            [self.binary, str(config), "--port", str(self.port), "--bind", "127.0.0.1",
+             "--dir", str(self.dir), "--daemonize", "no", *self.args],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + START_SECONDS
         while not self.ping():
@@ -94,3 +100,34 @@ class RedisServer:
 
     def stop(self) -> None:
         self._end(signal.SIGTERM)
+
+
+class SentinelServer(RedisServer):
+    """`redis-server --sentinel` (Debian's redis-sentinel is the same binary) watching the master
+    `name` at 127.0.0.1:master_port with quorum 1, marking it down after down_after_ms."""
+
+    def __init__(self, directory: pathlib.Path, name: str, master_port: int, down_after_ms: int = 1000):
+        super().__init__(directory)
+        self.name = name
+        # Sentinel rewrites its config file: one of its own, in its directory
+        self.config = self.dir / "sentinel.conf"
+        self.config.write_text(
+            f"port {self.port}\nbind 127.0.0.1\ndir {self.dir}\n"
+            f"sentinel monitor {name} 127.0.0.1 {master_port} 1\n"
+            f"sentinel down-after-milliseconds {name} {down_after_ms}\n"
+            f"sentinel failover-timeout {name} 10000\n")
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> "SentinelServer":
+        self.log = open(self.dir / "sentinel.log", "ab")
+        self.proc = subprocess.Popen([self.binary, str(self.config), "--sentinel", "--daemonize", "no"],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + START_SECONDS
+        while not self.ping():
+            assert self.proc.poll() is None, (self.dir / "sentinel.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, "redis sentinel did not answer PING"
+            time.sleep(0.05)
+        return self

@@ -42,12 +42,13 @@ INITIAL_WINDOW_BYTES = 65535
 
 class CallView:
     """What the core reads of its call from the executor thread (servicer._deadline): the time
-    left and whether the caller is still there."""
-    __slots__ = ("_end", "_active")
+    left, whether the caller is still there, and the tenant its token names ("" without tokens)."""
+    __slots__ = ("_end", "_active", "tenant")
 
     def __init__(self, remaining: float | None):
         self._end = None if remaining is None else time.monotonic() + remaining
         self._active = True
+        self.tenant = ""
 
     def time_remaining(self) -> float | None:
         return None if self._end is None else self._end - time.monotonic()
@@ -163,7 +164,7 @@ async def _answer(settings: CallSettings, method: str, parse, work, context,
     metrics = settings.metrics
     try:
         if settings.token is not None:
-            reason = settings.token.refusal(context.invocation_metadata())
+            reason, view.tenant = settings.token.check(context.invocation_metadata())
             if reason:
                 return grpc.StatusCode.UNAUTHENTICATED, reason
         data = await _read_request(context, method, _bounded(view.time_remaining(), settings.request_wait))

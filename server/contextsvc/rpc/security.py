@@ -5,6 +5,7 @@ load balancers and Kubernetes probes need no secret.
 """
 from __future__ import annotations
 
+import hashlib
 import hmac
 import os
 import ssl
@@ -66,20 +67,53 @@ def bearer_token(cfg) -> str:
     return ""
 
 
+def bearer_tokens(cfg) -> tuple[str, ...]:
+    """Every token a caller may present: bearer_token's, then those of auth_tokens_file."""
+    single = bearer_token(cfg)
+    listed = []
+    if cfg.auth_tokens_file:
+        where = f"[server] auth_tokens_file {cfg.auth_tokens_file}"
+        with open(cfg.auth_tokens_file, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                line = line.strip()
+                if line and not line.startswith("#"):
+                    listed.append(check_token(line, f"{where} line {n}"))
+        if not listed:
+            raise ValueError(f"{where}: no token in it")
+    return tuple(dict.fromkeys(([single] if single else []) + listed))
+
+
+def tenant_of(token: str) -> str:
+    """The tenant a token names, as the store keys its outputs: a digest, so that whoever reads
+    the store's keys learns no token."""
+    return hashlib.sha256(token.encode()).hexdigest()[:32]
+
+
 class TokenCheck:
-    """The bearer token every guarded call carries ("authorization: Bearer <token>")."""
+    """The bearer tokens a guarded call may carry ("authorization: Bearer <token>"), each naming
+    a tenant."""
 
-    def __init__(self, token: str):
-        self._expected = f"Bearer {token}".encode()
+    def __init__(self, tokens):
+        self._expected = [(f"Bearer {t}".encode(), tenant_of(t)) for t in tokens]
 
-    def refusal(self, metadata) -> str | None:
-        """Why the call is refused, or None when its token is right."""
+    def check(self, metadata) -> tuple[str | None, str]:
+        """(why the call is refused, or None when its token is right; the tenant it names)."""
         given = ""
         for key, value in metadata or ():
             if key == "authorization":
                 given = value if isinstance(value, str) else value.decode("latin-1")
                 break
-        # constant-time: the comparison takes as long whatever prefix of the token matched
-        if given and hmac.compare_digest(given.encode("utf-8", "surrogateescape"), self._expected):
-            return None
-        return "authorization: bearer token missing" if not given else "authorization: bearer token rejected"
+        if not given:
+            return "authorization: bearer token missing", ""
+        raw = given.encode("utf-8", "surrogateescape")
+        tenant = ""
+        # constant-time, and every token compared: how long a refusal takes tells nothing of
+        # which token, or what prefix of one, matched
+        for expected, name in self._expected:
+            if hmac.compare_digest(raw, expected):
+                tenant = name
+        return (None, tenant) if tenant else ("authorization: bearer token rejected", "")
+
+    def refusal(self, metadata) -> str | None:
+        """Why the call is refused, or None when its token is right."""
+        return self.check(metadata)[0]

@@ -23,6 +23,11 @@ def _deadline(context) -> Deadline:
     return Deadline.after(context.time_remaining(), cancelled=lambda: not context.is_active())
 
 
+def _tenant(context) -> str:
+    """The tenant the caller's token names: its stored outputs are its own ("" without tokens)."""
+    return "" if context is None else context.tenant
+
+
 class ContextService(pb_grpc.ContextServiceServicer):
     def __init__(self, cfg: Config, metrics=None, truncation=None):
         self._cfg = cfg
@@ -88,6 +93,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
             store=self._truncation,
             max_read_bytes=self._read_bytes(),
             deadline=_deadline(context),
+            tenant=_tenant(context),
         )
         if self._metrics is not None:
             self._metrics.truncations.labels(r.cut_by or "none").inc()
@@ -101,5 +107,6 @@ class ContextService(pb_grpc.ContextServiceServicer):
         conversion.check_read(request)
         r = truncation.read_lines(self._truncation, request.output_id, request.offset, request.limit,
                                   default_limit=self._cfg.truncation.read_default_limit,
-                                  max_bytes=self._read_bytes())
+                                  max_bytes=self._read_bytes(), deadline=_deadline(context),
+                                  tenant=_tenant(context))
         return conversion.read_response(r)

@@ -6,15 +6,17 @@ server's concurrency limit with the store RPCs. So every store call here
 - runs on a thread of the bulkhead's own, at most ``max_concurrent`` at once; one more is
   answered UNAVAILABLE at once (a hung store then holds at most that many of the server's
   slots, and only until the deadline);
-- is waited for at most ``timeout`` seconds (below the caller's deadline: the README's 5 s
-  for the store RPCs), after which its caller is answered UNAVAILABLE while the thread waits
-  out the socket timeout;
+- is waited for at most ``timeout`` seconds, and never past its caller's deadline (less
+  DEADLINE_MARGIN, so the answer reaches the caller in time): UNAVAILABLE when the bulkhead's
+  own timeout passed, DEADLINE_EXCEEDED when the caller's deadline came first, while the
+  thread waits out the socket timeout;
 - passes a circuit breaker: after ``failures_to_open`` calls in a row that got no answer (a
   refused or reset connection, the deadline passed), calls are answered UNAVAILABLE at once
   for ``open_seconds``; then one trial call goes through, and its answer closes the breaker or
   opens it again.
 An error the store answered with (a refused write, a missing id) is an answer: it neither
-counts towards opening the breaker nor is it retried here.
+counts towards opening the breaker nor is it retried here. A wait cut short by its caller's
+deadline is no evidence either way (the store may only be slower than that caller's budget).
 """
 from __future__ import annotations
 
@@ -23,9 +25,15 @@ import threading
 import time
 from typing import Callable
 
+from ..deadline import NO_DEADLINE, Deadline
+from ..errors import DeadlineExceeded
 from .store import StoreUnavailable
 
-__all__ = ["Bulkhead", "NoAnswer"]
+__all__ = ["Bulkhead", "NoAnswer", "DEADLINE_MARGIN"]
+
+# What a store call leaves of its caller's deadline for the answer to travel back (the executor
+# hand-off and the response on a loopback or LAN connection take well under this).
+DEADLINE_MARGIN = 0.05
 
 
 class NoAnswer(StoreUnavailable):
@@ -53,9 +61,22 @@ class Bulkhead:
         self._open_until: float | None = None  # set: open until then, half-open after
         self._trial = False  # half-open: the one call let through is in flight
 
-    def call(self, what: str, fn: Callable, *args, **kwargs):
+    def budget(self, what: str, deadline: Deadline = NO_DEADLINE) -> float:
+        """Seconds a call may wait for the store: the bulkhead's timeout, or less when the
+        caller's deadline (less DEADLINE_MARGIN) comes first; DeadlineExceeded when nothing is
+        left of it."""
+        remaining = deadline.remaining()
+        if remaining is None or remaining - DEADLINE_MARGIN >= self._timeout:
+            return self._timeout
+        if remaining - DEADLINE_MARGIN <= 0:
+            raise DeadlineExceeded(f"{what}: the caller's deadline leaves no time to ask {self.name}")
+        return remaining - DEADLINE_MARGIN
+
+    def call(self, what: str, deadline: Deadline, fn: Callable, *args, **kwargs):
         """fn(*args, **kwargs) on a bulkhead thread; StoreUnavailable naming the store when it is
-        refused here, got no answer, or did not answer within the deadline."""
+        refused here, got no answer, or did not answer within the bulkhead's timeout;
+        DeadlineExceeded naming it when the caller's deadline came first."""
+        wait = self.budget(what, deadline)
         trial = self._admit(what)
         try:
             future = self._pool.submit(self._run, fn, args, kwargs)
@@ -63,8 +84,12 @@ class Bulkhead:
             self._slots.release()
             raise
         try:
-            result = future.result(self._timeout)
+            result = future.result(wait)
         except concurrent.futures.TimeoutError:
+            if wait < self._timeout:
+                self._undecided(trial)
+                raise DeadlineExceeded(f"{what}: {self.name} gave no answer within the {wait:.3f} s its caller's "
+                                       "deadline left") from None
             self._failed(trial, f"no answer within {self._timeout:g} s")
             raise NoAnswer(f"{what}: {self.name} unreachable: no answer within {self._timeout:g} s") from None
         except NoAnswer as e:
@@ -108,6 +133,12 @@ class Bulkhead:
             self._failures = 0
             self._open_until = None
             self._trial = False
+
+    def _undecided(self, trial: bool) -> None:
+        """A wait cut short by its caller: a half-open breaker lets the next call try."""
+        if trial:
+            with self._lock:
+                self._trial = False
 
     def _failed(self, trial: bool, why: str) -> None:
         with self._lock:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..deadline import NO_DEADLINE, Deadline
 from ..errors import Exhausted
 from .store import Store, StoreError, StoreUnavailable
 
@@ -36,7 +37,7 @@ class ReadResult:
 
 def read_lines(
     store: Store, output_id: str, offset: int = 0, limit: int = 0, *, default_limit: int = 2000,
-    max_bytes: int = 0,
+    max_bytes: int = 0, deadline: Deadline = NO_DEADLINE, tenant: str = "",
 ) -> ReadResult:
     """Lines ``offset`` .. ``offset + limit - 1`` (0-based) of a stored output.
 
@@ -47,8 +48,8 @@ def read_lines(
     ``lines`` says how many (the caller goes on from ``offset + lines``). A line longer than
     the cap cannot be returned: `LineTooLong` (`truncate_output` refuses to store such text).
     Negative offset or limit raise ValueError; an offset at or past the end gives empty text
-    with eof True. Errors of ``store.get`` (InvalidOutputId, OutputNotFound, StoreUnavailable)
-    propagate.
+    with eof True. Errors of ``store.get`` (InvalidOutputId, OutputNotFound, StoreUnavailable,
+    DeadlineExceeded when ``deadline`` came first) propagate.
 
     The work is done on the UTF-8 bytes with ``count``/``find`` (C loops) and never splits
     the whole text into line objects, so a read of 64 MiB of short lines stays near 64 MiB.
@@ -63,7 +64,7 @@ def read_lines(
         limit = default_limit
     if limit == 0:
         raise ValueError("default_limit must be > 0")
-    data = store.get_bytes(output_id)
+    data = store.get_bytes(output_id, deadline, tenant)
     body_end = len(data) - 1 if data.endswith(b"\n") else len(data)
     total = data.count(b"\n", 0, body_end) + 1 if data else 0
     if offset >= total:

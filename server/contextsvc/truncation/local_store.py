@@ -14,6 +14,7 @@ import threading
 import time
 from typing import Callable, Iterator
 
+from ..deadline import NO_DEADLINE, Deadline
 from .ids import ID_LENGTH, ID_RE, IdGenerator, format_output_id, parse_output_id
 from .settings import TruncationSettings
 from .store import CleanupReport, OutputNotFound, Store, StoreUnavailable, report_evictions
@@ -43,6 +44,11 @@ class LocalDiskStore(Store):
     ``on_evict(count, bytes)`` is called after outputs were evicted by the size cap (from a
     put or from cleanup), e.g. to count evictions in metrics. Exceptions it raises are
     logged and ignored.
+
+    The caller's deadline is not applied to the local disk: its I/O is not waited for on a
+    network, and an interrupted write would leave only a temp file to clean up. Nor is its
+    tenant: one directory holds one tenant's outputs (config.Config refuses several tenants
+    with this store).
     """
 
     def __init__(
@@ -103,7 +109,7 @@ class LocalDiskStore(Store):
 
     # -- Store ---------------------------------------------------------------------------
 
-    def put(self, text: str | bytes) -> str:
+    def put(self, text: str | bytes, deadline: Deadline = NO_DEADLINE, tenant: str = "") -> str:
         data = self._utf8(text)
         with self._lock:
             output_id = self._ids.next(self._now_ms())
@@ -235,7 +241,7 @@ class LocalDiskStore(Store):
         report_evictions(self._on_evict, count, freed)
         return count, freed
 
-    def get_bytes(self, output_id: str) -> bytes:
+    def get_bytes(self, output_id: str, deadline: Deadline = NO_DEADLINE, tenant: str = "") -> bytes:
         path, created_ms = self._path(output_id)
         if self._expired(created_ms, self._now_ms()):
             raise OutputNotFound(f"tool output {output_id} not found (expired)")

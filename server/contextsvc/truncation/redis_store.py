@@ -4,11 +4,14 @@ With several replicas behind a proxy that balances per call, the ReadTruncated o
 may reach another replica than the TruncateToolOutput that stored it; a Redis all replicas
 use makes the output visible to each as soon as `put` returns (docs/design.md §11).
 
-Keys (``P`` is ``redis_key_prefix``, a Redis Cluster hash tag by default)
-    ``P<id>``       the UTF-8 text, expiring at the id's time + retention (``SET ... PXAT``),
+Keys (``P`` is ``redis_key_prefix``, a Redis Cluster hash tag by default; ``N`` an output's
+name: its id, or ``<tenant>/<id>`` when the server has tokens, the tenant being a digest of the
+caller's token, so another tenant's get of the id finds no key)
+    ``P<N>``        the UTF-8 text, expiring at the id's time + retention (``SET ... PXAT``),
                     so Redis itself drops outputs past their retention
-    ``Pindex``      sorted set of the ids, scored by their creation time (ms): oldest first
-    ``Psizes``      hash id -> bytes, so eviction and expiry know what they free
+    ``Pindex``      sorted set of the names, scored by their creation time (ms): oldest first;
+                    the size cap and retention are the store's, over every tenant
+    ``Psizes``      hash name -> bytes, so eviction and expiry know what they free
     ``Pbytes``      total bytes of the indexed outputs
 
 Every change of these keys runs as one Lua script, which Redis executes atomically: a put
@@ -25,11 +28,20 @@ the sequence and 40 random bits; a put does not check for an existing key.
 Failures
     Connection refused, a timeout or any Redis error raise `StoreUnavailable` with the reason;
     the gRPC layer answers UNAVAILABLE. Every command runs in a `Bulkhead` (bulkhead.py): a
-    few at once, each answered within ``redis_call_timeout_seconds``, and none tried while a
+    few at once, each answered within ``redis_call_timeout_seconds`` or its caller's deadline
+    if that comes first (put and get take the RPC's deadline), and none tried while a
     circuit breaker holds Redis for down, so a hung or dead Redis costs a store call a second
     at most and the other RPCs nothing. A command whose connection failed is retried once on a
     fresh one (pooled connections go stale when Redis restarts); a timeout is not retried (a
     hung Redis would only be waited for twice). Nothing else in the service depends on Redis.
+
+Replicas and Sentinel
+    With ``redis_sentinels`` the master's address is asked of Sentinel, and a connection that
+    fails (the master died, or was demoted and refuses writes) is retried on the master
+    Sentinel names then. A put is acknowledged only after ``WAIT`` reports that
+    ``replicas_to_ack`` replicas have it (same connection, one pipeline), so the replica a
+    failover promotes holds every acknowledged output; a put no replica took within half of
+    the call's time is answered UNAVAILABLE (Redis answered: the breaker does not count it).
 
 Durability is Redis's: run it with ``appendonly yes`` (an output acknowledged to a client
 survives a restart of Redis) and ``maxmemory-policy noeviction`` (Redis refuses a write rather
@@ -42,6 +54,7 @@ import threading
 import time
 from typing import Callable
 
+from ..deadline import NO_DEADLINE, Deadline
 from .bulkhead import Bulkhead, NoAnswer
 from .ids import IdGenerator, parse_output_id
 from .settings import TruncationSettings
@@ -49,6 +62,7 @@ from .store import CleanupReport, OutputNotFound, Store, StoreUnavailable, repor
 
 try:  # the redis client is needed only when backend = "redis"
     import redis
+    import redis.sentinel
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 except ImportError:  # pragma: no cover - the dependency is declared in pyproject.toml
@@ -162,16 +176,8 @@ class RedisStore(Store):
         self._bytes_key = self._prefix + "bytes"
         self._lock = threading.Lock()
         self._ids = IdGenerator()
-        self._redis = client if client is not None else redis.Redis.from_url(
-            settings.redis_url,
-            socket_connect_timeout=settings.redis_connect_timeout_seconds,
-            socket_timeout=settings.redis_timeout_seconds,
-            # one retry, at once, on a connection error only: enough for a pooled connection
-            # that went stale when Redis restarted; more, or a retry after a timeout, would
-            # only delay the UNAVAILABLE answer during an outage
-            retry=Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
-            health_check_interval=30,
-        )
+        self._redis = client if client is not None else _client(settings)
+        self._replicas = settings.replicas_to_ack
         self._bulkhead = Bulkhead(
             "Redis", settings.redis_max_concurrent_calls, settings.redis_call_timeout_seconds,
             settings.redis_breaker_failures, settings.redis_breaker_open_seconds)
@@ -185,14 +191,19 @@ class RedisStore(Store):
 
     # -- helpers -------------------------------------------------------------------------
 
-    def _key(self, output_id: str) -> str:
-        return self._prefix + output_id
+    @staticmethod
+    def _name(output_id: str, tenant: str) -> str:
+        """What the store calls a tenant's output (the module's docstring)."""
+        return f"{tenant}/{output_id}" if tenant else output_id
 
-    def _keys(self, output_id: str) -> list[str]:
-        return [self._key(output_id), self._index_key, self._sizes_key, self._bytes_key]
+    def _key(self, name: str) -> str:
+        return self._prefix + name
 
-    def _call(self, what: str, fn, *args, **kwargs):
-        return self._bulkhead.call(what, self._command, what, fn, args, kwargs)
+    def _keys(self, name: str) -> list[str]:
+        return [self._key(name), self._index_key, self._sizes_key, self._bytes_key]
+
+    def _call(self, what: str, deadline: Deadline, fn, *args, **kwargs):
+        return self._bulkhead.call(what, deadline, self._command, what, fn, args, kwargs)
 
     @staticmethod
     def _command(what: str, fn, args, kwargs):
@@ -206,39 +217,60 @@ class RedisStore(Store):
 
     # -- Store ---------------------------------------------------------------------------
 
-    def put(self, text: str | bytes) -> str:
+    def put(self, text: str | bytes, deadline: Deadline = NO_DEADLINE, tenant: str = "") -> str:
+        what = "storing tool output"
         data = self._utf8(text)
         with self._lock:
             output_id = self._ids.next(self._now_ms())
         created_ms = parse_output_id(output_id)[0]
         # alive while now - created <= retention (Store._expired): the key goes one ms later
         expire_at_ms = created_ms + self._retention_ms + 1
-        evicted, freed = self._call(
-            "storing tool output", self._put_script, keys=self._keys(output_id),
-            args=[output_id, data, created_ms, expire_at_ms, self._settings.max_store_bytes,
-                  self._prefix])
+        name = self._name(output_id, tenant)
+        keys = self._keys(name)
+        args = [name, data, created_ms, expire_at_ms, self._settings.max_store_bytes, self._prefix]
+        if not self._replicas:
+            evicted, freed = self._call(what, deadline, self._put_script, keys=keys, args=args)
+        else:
+            # half the call's time for the replicas: a missing acknowledgement is then answered
+            # as such, before the bulkhead gives up on Redis
+            wait_ms = max(1, int(self._bulkhead.budget(what, deadline) * 500))
+            (evicted, freed), acked = self._call(what, deadline, self._put_acked, keys, args, wait_ms)
+            if acked < self._replicas:
+                raise StoreUnavailable(
+                    f"{what}: Redis: {acked} of the {self._replicas} replicas required "
+                    f"(redis_min_replicas_acked) had it within {wait_ms} ms; not acknowledged")
         report_evictions(self._on_evict, int(evicted), int(freed))
         return output_id
 
-    def get_bytes(self, output_id: str) -> bytes:
+    def _put_acked(self, keys: list[str], args: list, wait_ms: int):
+        """The put script, then WAIT on the same connection: ((evicted, freed), replicas acked)."""
+        pipe = self._redis.pipeline(transaction=False)
+        self._put_script(keys=keys, args=args, client=pipe)
+        pipe.wait(self._replicas, wait_ms)
+        return tuple(pipe.execute())
+
+    def get_bytes(self, output_id: str, deadline: Deadline = NO_DEADLINE, tenant: str = "") -> bytes:
         """The stored UTF-8 as Redis holds it (no decode and re-encode for ranged reads)."""
         created_ms = parse_output_id(output_id)[0]  # InvalidOutputId before any Redis access
         if self._expired(created_ms, self._now_ms()):
             raise OutputNotFound(f"tool output {output_id} not found (expired)")
-        data = self._call(f"reading tool output {output_id}", self._redis.get, self._key(output_id))
+        data = self._call(f"reading tool output {output_id}", deadline, self._redis.get,
+                          self._key(self._name(output_id, tenant)))
         if data is None:
             raise OutputNotFound(f"tool output {output_id} not found")
         return data
 
     def delete(self, output_id: str) -> bool:
         parse_output_id(output_id)
-        existed = self._call(f"deleting tool output {output_id}", self._delete_script,
+        existed = self._call(f"deleting tool output {output_id}", NO_DEADLINE, self._delete_script,
                              keys=self._keys(output_id), args=[output_id])
         return bool(existed)
 
     def list_ids(self) -> list[str]:
+        """The names of the stored outputs: ids, ``<tenant>/<id>`` for a tenant's (the same in
+        delete)."""
         cutoff = self._now_ms() - self._retention_ms
-        ids = self._call("listing tool outputs", self._redis.zrangebyscore,
+        ids = self._call("listing tool outputs", NO_DEADLINE, self._redis.zrangebyscore,
                          self._index_key, cutoff, "+inf")
         return [i.decode("ascii") for i in ids]
 
@@ -246,7 +278,7 @@ class RedisStore(Store):
         pipe = self._redis.pipeline(transaction=True)
         pipe.zcard(self._index_key)
         pipe.get(self._bytes_key)
-        count, total = self._call("reading tool-output store usage", pipe.execute)
+        count, total = self._call("reading tool-output store usage", NO_DEADLINE, pipe.execute)
         return int(count), int(total or 0)
 
     def cleanup(self, now: float | None = None) -> CleanupReport:
@@ -256,7 +288,7 @@ class RedisStore(Store):
         expired = expired_bytes = 0
         while True:
             n, freed, evicted, evicted_bytes, remaining, remaining_bytes = self._call(
-                "cleaning up tool outputs", self._cleanup_script,
+                "cleaning up tool outputs", NO_DEADLINE, self._cleanup_script,
                 keys=[self._index_key, self._sizes_key, self._bytes_key],
                 args=[cutoff, self._prefix, CLEANUP_BATCH, self._settings.max_store_bytes])
             expired += int(n)
@@ -272,6 +304,34 @@ class RedisStore(Store):
             remaining=int(remaining),
             remaining_bytes=int(remaining_bytes),
         )
+
+
+def _client(settings: TruncationSettings) -> "redis.Redis":
+    """The client of settings.redis_url, or of the master Sentinel names."""
+    common = dict(
+        socket_connect_timeout=settings.redis_connect_timeout_seconds,
+        socket_timeout=settings.redis_timeout_seconds,
+        # one retry, at once, on a connection error only: enough for a pooled connection that
+        # went stale when Redis restarted (or, with Sentinel, failed over); more, or a retry
+        # after a timeout, would only delay the UNAVAILABLE answer during an outage
+        retry=Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
+        health_check_interval=30,
+    )
+    if settings.redis_sentinels:
+        sentinel = redis.sentinel.Sentinel(
+            [_host_port(a) for a in settings.redis_sentinels],
+            sentinel_kwargs=dict(socket_connect_timeout=settings.redis_connect_timeout_seconds,
+                                 socket_timeout=settings.redis_timeout_seconds))
+        return sentinel.master_for(settings.redis_sentinel_master, **common)
+    if settings.redis_tls_ca_file:
+        common["ssl_ca_certs"] = settings.redis_tls_ca_file
+    return redis.Redis.from_url(settings.redis_url, **common)
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    """("host", port) of "host:port" or "[v6]:port" (settings checked the form)."""
+    host, _, port = address.rpartition(":")
+    return host.removeprefix("[").removesuffix("]"), int(port)
 
 
 def _first_line(e: Exception) -> str:

@@ -71,6 +71,17 @@ class TruncationSettings:
     backend: str = "local"
     # e.g. "redis://127.0.0.1:6379/0", "rediss://..." (TLS) or "unix:///run/redis.sock".
     redis_url: str = ""
+    # With a rediss:// URL: the PEM file of the CAs that signed Redis's certificate (the system's
+    # CAs when empty); the certificate must name the URL's host.
+    redis_tls_ca_file: str = ""
+    # Or Redis Sentinel: its addresses ("host:port", one is enough, three is the usual) and the
+    # name of the master they watch; the store follows a failover to the promoted replica.
+    redis_sentinels: tuple[str, ...] = ()
+    redis_sentinel_master: str = ""
+    # A put is acknowledged once Redis WAITs for this many replicas to have it, so a failover
+    # loses no acknowledged output (none acknowledging within half the call's time: UNAVAILABLE).
+    # None: 1 with Sentinel (its failover promotes a replica), 0 with a single Redis.
+    redis_min_replicas_acked: int | None = None
     # Every key of the store starts with this; the braces make it a Redis Cluster hash tag, so
     # the keys one script touches share a slot.
     redis_key_prefix: str = "{contextsvc}:tool-output:"
@@ -98,8 +109,23 @@ class TruncationSettings:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             _check(f.name, getattr(self, f.name))
-        if self.backend == "redis" and not self.redis_url:
-            raise ValueError("truncation setting 'redis_url' is required when backend is 'redis'")
+        if self.backend == "redis" and not (self.redis_url or self.redis_sentinels):
+            raise ValueError("truncation setting 'redis_url' (or 'redis_sentinels') is required when "
+                             "backend is 'redis'")
+        if self.redis_url and self.redis_sentinels:
+            raise ValueError("truncation settings 'redis_url' and 'redis_sentinels' are exclusive: "
+                             "with Sentinel, the master's address is asked of the sentinels")
+        if self.redis_tls_ca_file and not self.redis_url.startswith("rediss://"):
+            raise ValueError("truncation setting 'redis_tls_ca_file' needs a rediss:// redis_url")
+        if bool(self.redis_sentinels) != bool(self.redis_sentinel_master):
+            raise ValueError("truncation settings 'redis_sentinels' and 'redis_sentinel_master' go together")
+
+    @property
+    def replicas_to_ack(self) -> int:
+        """Replicas that must have a put before it is acknowledged (redis_min_replicas_acked)."""
+        if self.redis_min_replicas_acked is not None:
+            return self.redis_min_replicas_acked
+        return 1 if self.redis_sentinels else 0
 
     def hint_for(self, has_task_tool: bool) -> str:
         """The configured hint template for a caller with or without a task tool."""
@@ -125,6 +151,8 @@ class TruncationSettings:
             _check(key, value)
             if key == "directory":
                 value = os.path.expanduser(value)
+            if key == "redis_sentinels":
+                value = tuple(value)
             values[key] = value
         return cls(**values)
 
@@ -142,6 +170,10 @@ _RULES: dict[str, tuple[tuple[type, ...], float | None, bool]] = {
     "directory": ((str,), None, False),
     "backend": ((str,), None, False),
     "redis_url": ((str,), None, False),
+    "redis_tls_ca_file": ((str,), None, False),
+    "redis_sentinels": ((list, tuple), None, False),
+    "redis_sentinel_master": ((str,), None, False),
+    "redis_min_replicas_acked": ((int, type(None)), 0, False),
     "redis_key_prefix": ((str,), None, False),
     "hint": ((str,), None, False),
     "hint_with_task_tool": ((str,), None, False),
@@ -164,7 +196,7 @@ def _check(key: str, value: Any) -> None:
         raise ValueError(f"truncation setting {key!r} must be {names}, got {type(value).__name__}")
     if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
         raise ValueError(f"truncation setting {key!r} must be finite, got {value!r}")
-    if minimum is not None:
+    if minimum is not None and value is not None:
         if exclusive and not value > minimum:
             raise ValueError(f"truncation setting {key!r} must be > {minimum}, got {value!r}")
         if not exclusive and not value >= minimum:
@@ -180,5 +212,11 @@ def _check(key: str, value: Any) -> None:
         # the value is not echoed: a URL may carry a password
         raise ValueError(f"truncation setting 'redis_url' must start with "
                          f"{', '.join(_REDIS_SCHEMES)}")
+    if key == "redis_sentinels":
+        for address in value:
+            host, _, port = address.rpartition(":") if isinstance(address, str) else ("", "", "")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"truncation setting 'redis_sentinels' holds {address!r}: "
+                                 "each must be \"host:port\"")
     if key == "redis_key_prefix" and not value:
         raise ValueError("truncation setting 'redis_key_prefix' must not be empty")

@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import Callable
 
+from ..deadline import NO_DEADLINE, Deadline
 from ..errors import BadInput, NotFound, Unavailable
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,12 @@ class Store(abc.ABC):
       before any storage access; an unknown, deleted, evicted or expired id raises
       `OutputNotFound`. Expiry is computed from the time in the id, so an expired output is
       not found even before cleanup removed it; a backend problem raises `StoreUnavailable`.
+    - ``put`` and ``get_bytes`` take the caller's `Deadline`: a backend that waits on a network
+      waits no longer than it (DeadlineExceeded), so the RPC answers before its caller gave up.
+    - ``put`` and ``get_bytes`` take the caller's tenant (a digest of its token, "" without
+      tokens): an output put for one tenant is `OutputNotFound` for any other, with the message
+      of an unknown id. (`LocalDiskStore` keeps none apart: config.Config refuses several
+      tenants with it.)
     - ``delete(id)`` removes the output if present (idempotent) and returns whether it was.
     - ``list_ids()`` lists the ids of the stored, unexpired outputs, oldest first.
     - ``cleanup(now)`` removes expired outputs and leftovers of interrupted writes, then
@@ -109,16 +116,16 @@ class Store(abc.ABC):
         """Releases what the store holds open; nothing by default."""
 
     @abc.abstractmethod
-    def put(self, text: str | bytes) -> str:
+    def put(self, text: str | bytes, deadline: Deadline = NO_DEADLINE, tenant: str = "") -> str:
         """Store ``text`` (a str, or its UTF-8 encoding) and return its new id."""
 
     @abc.abstractmethod
-    def get_bytes(self, output_id: str) -> bytes:
+    def get_bytes(self, output_id: str, deadline: Deadline = NO_DEADLINE, tenant: str = "") -> bytes:
         """The stored text of ``output_id`` as UTF-8 (ranged reads work on bytes)."""
 
-    def get(self, output_id: str) -> str:
+    def get(self, output_id: str, deadline: Deadline = NO_DEADLINE, tenant: str = "") -> str:
         """The stored text of ``output_id``."""
-        data = self.get_bytes(output_id)
+        data = self.get_bytes(output_id, deadline, tenant)
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError as e:

@@ -97,6 +97,7 @@ def truncate_output(
     store: Store,
     max_read_bytes: int = 0,
     deadline: Deadline = NO_DEADLINE,
+    tenant: str = "",
 ) -> TruncationResult:
     """Truncate ``text`` to at most ``max_lines`` lines and ``max_bytes`` bytes.
 
@@ -120,6 +121,7 @@ def truncate_output(
 
     A caller whose ``deadline`` has passed (or who cancelled) gets `DeadlineExceeded` before
     anything is stored: an output nobody will ever be told the id of is not kept.
+    ``tenant`` is whose output it is (`Store`): only that tenant reads it back.
     """
     _check_positive_int("max_lines", max_lines)
     _check_positive_int("max_bytes", max_bytes)
@@ -153,7 +155,7 @@ def truncate_output(
         if over is not None:
             raise LineTooLong(over[0], over[1], max_read_bytes, "output (nothing was stored)")
     deadline.check("TruncateToolOutput, before storing the output")
-    output_id = store.put(data)
+    output_id = store.put(data, deadline, tenant)
     hint = build_hint(output_id, hint)
     count = removed_lines if cut_by == "lines" else removed_bytes
     marker = f"...{count} {cut_by} truncated..."
