@@ -14,6 +14,8 @@ async def write_within(context, message, seconds: float) -> None:
     the call (grpc can send no status while a message waits: the transport frees what it held
     and the client's own deadline ends the call on its side)."""
     try:
-        await asyncio.wait_for(context.write(message), seconds)
-    except asyncio.TimeoutError:
+        # a timeout on this task, not wait_for: that wraps the write in a task of its own per call
+        async with asyncio.timeout(seconds):
+            await context.write(message)
+    except TimeoutError:
         raise asyncio.CancelledError() from None
