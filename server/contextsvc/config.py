@@ -7,6 +7,7 @@ typo never silently falls back to a default.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import tomllib
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -223,7 +224,7 @@ class MeasureConfig:
             raise ValueError("[measure] self_calibration_min_factor must be positive and at most "
                              "self_calibration_max_factor")
 
-    @property
+    @functools.cached_property  # parsed once, not at every step (the settings are frozen)
     def factor(self) -> Fraction:
         """The pre-flight factor as an exact rational: ceil(10 * 1.3) must be 13, not 14."""
         return Fraction(self.preflight_factor)
@@ -233,13 +234,13 @@ class MeasureConfig:
         """The decision figure takes the per-class margins shipped with the ratios."""
         return self.decision_margin == "measured"
 
-    @property
+    @functools.cached_property
     def margin(self) -> Fraction:
         """1 + the fixed decision_margin, as an exact rational (1 with measured margins: they
         are applied per class, in the figure itself)."""
         return 1 if self.measured_margins else 1 + Fraction(self.decision_margin)
 
-    @property
+    @functools.cached_property
     def exact_margin(self) -> Fraction:
         return 1 + Fraction(self.exact_margin_fraction)
 

@@ -121,6 +121,33 @@ def _with_health(app, health: Callable[[str], bool]):
     return wsgi
 
 
+class MethodMetrics:
+    """The series one RPC method records into, looked up once per method and status code rather
+    than by label at every call (a lookup takes the metric's lock). A series appears at its first
+    record, as with labels(). Used from the transport's one loop thread."""
+    __slots__ = ("_metrics", "_method", "_request_bytes", "_by_code")
+
+    def __init__(self, metrics: "Metrics", method: str):
+        self._metrics = metrics
+        self._method = method
+        self._request_bytes = None
+        self._by_code: dict = {}
+
+    def request(self, nbytes: int) -> None:
+        if self._request_bytes is None:
+            self._request_bytes = self._metrics.request_bytes.labels(self._method)
+        self._request_bytes.observe(nbytes)
+
+    def call(self, code: str, seconds: float) -> None:
+        series = self._by_code.get(code)
+        if series is None:
+            m = self._metrics
+            series = self._by_code[code] = (m.rpcs.labels(self._method, code),
+                                            m.latency.labels(self._method, code))
+        series[0].inc()
+        series[1].observe(seconds)
+
+
 class Metrics(_Endpoint):
     def __init__(self):
         self.registry = CollectorRegistry(auto_describe=True)
@@ -174,6 +201,9 @@ class Metrics(_Endpoint):
                                            "Bytes of stored outputs evicted by the size cap.", registry=r)
         self.store_expired = Counter("contextsvc_truncation_expired_outputs",
                                      "Stored outputs removed after their retention.", registry=r)
+
+    def method(self, name: str) -> MethodMetrics:
+        return MethodMetrics(self, name)
 
     def record_prune(self, reason: str, acted: bool, tokens_freed: int) -> None:
         self.prune_runs.labels(reason, "acted" if acted else "noop").inc()

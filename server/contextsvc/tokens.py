@@ -45,9 +45,9 @@ def estimate_units(units: int) -> int:
 
 
 def preflight(tokens: int, factor: Fraction) -> int:
-    """ceil(tokens * factor), exactly (no float: ceil(10 * 1.3) is 13)."""
-    scaled = tokens * factor
-    return -(-scaled.numerator // scaled.denominator)
+    """ceil(tokens * factor), exactly (no float: ceil(10 * 1.3) is 13), in integers: no Fraction
+    is made per figure."""
+    return -(-tokens * factor.numerator // factor.denominator)
 
 
 def json_array_units(units: list) -> int:

@@ -116,8 +116,9 @@ async def _read_request(context, method: str, wait: float) -> bytes:
     # context.read(), not the request iterator: grpc's iterator holds the last message it yielded
     # until the cycle collector finds it
     try:
-        data = await asyncio.wait_for(context.read(), wait)
-    except asyncio.TimeoutError:
+        async with asyncio.timeout(wait):  # no task of its own per call, as wait_for would make
+            data = await context.read()
+    except TimeoutError:
         raise _Refused(grpc.StatusCode.DEADLINE_EXCEEDED,
                        f"{method}: no request message arrived within {wait:g} s "
                        "(server.request_wait_seconds, or the call's deadline)") from None
@@ -130,7 +131,7 @@ def unary_handler(settings: CallSettings, method: str, parse: Callable[[bytes], 
                   work: Callable[[object, CallView], object]) -> grpc.RpcMethodHandler:
     """The handler of one unary method. Registered as a stream (the bytes on the wire are the
     same: one message each way) so that the call starts before its request has arrived."""
-    metrics = settings.metrics
+    metrics = None if settings.metrics is None else settings.metrics.method(method)
 
     async def behavior(_requests, context):
         start = time.perf_counter()
@@ -139,7 +140,7 @@ def unary_handler(settings: CallSettings, method: str, parse: Callable[[bytes], 
         try:
             # aborted here, once _answer's frame (holding the request) has gone: the abort's
             # exception would otherwise keep it alive with its traceback
-            refusal = await _answer(settings, method, parse, work, context, view)
+            refusal = await _answer(settings, method, parse, work, context, view, metrics)
             if refusal is not None:
                 code = refusal[0]
                 await context.abort(*refusal)
@@ -151,17 +152,15 @@ def unary_handler(settings: CallSettings, method: str, parse: Callable[[bytes], 
         finally:
             view.end()
             if metrics is not None:
-                metrics.rpcs.labels(method, code.name).inc()
-                metrics.latency.labels(method, code.name).observe(time.perf_counter() - start)
+                metrics.call(code.name, time.perf_counter() - start)
 
     return grpc.stream_stream_rpc_method_handler(behavior, request_deserializer=identity,
                                                  response_serializer=identity)
 
 
 async def _answer(settings: CallSettings, method: str, parse, work, context,
-                  view: CallView) -> tuple | None:
+                  view: CallView, metrics) -> tuple | None:
     """Steps 1-5 of the call; the (status, details) it is refused with, or None once answered."""
-    metrics = settings.metrics
     try:
         if settings.token is not None:
             reason, view.tenant = settings.token.check(context.invocation_metadata())
@@ -169,7 +168,7 @@ async def _answer(settings: CallSettings, method: str, parse, work, context,
                 return grpc.StatusCode.UNAUTHENTICATED, reason
         data = await _read_request(context, method, _bounded(view.time_remaining(), settings.request_wait))
         if metrics is not None:
-            metrics.request_bytes.labels(method).observe(len(data))
+            metrics.request(len(data))
         out = await _run(settings, method, parse, work, data, view)
         del data
         await _send(settings, method, context, out, view)

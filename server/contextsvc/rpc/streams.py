@@ -20,6 +20,8 @@ async def write_within(context, message, seconds: float) -> None:
     """Sends message on a stream, or raises WriteStalled when its client has not taken it within
     seconds."""
     try:
-        await asyncio.wait_for(context.write(message), seconds)
-    except asyncio.TimeoutError:
+        # a timeout on this task, not wait_for: that wraps the write in a task of its own per call
+        async with asyncio.timeout(seconds):
+            await context.write(message)
+    except TimeoutError:
         raise WriteStalled() from None

@@ -1,0 +1,159 @@
+"""Server CPU per 10 KB Measure beside the framework's floor, in one run over loopback.
+
+16 concurrent callers (each on its own connection, each sending its own ~10 KB conversation grown
+by one step per call, cycling through --variants steps) call Measure on a real `contextsvc serve`
+process (metrics on), then the same request bytes on echo_server.py, a trivial grpc.aio service
+built the same way (loop thread + thread pool) that answers with a response of the Measure
+response's size. The two alternate for --rounds rounds of --seconds each (the order flips each
+round, so a drift of the shared machine falls on both). Per round: requests/s and the server's CPU
+(user + system of its processes, from /proc, before and after) per request; printed: each
+side's median over the rounds and the median of the rounds' ratios contextsvc / echo.
+
+--processes 2 serves contextsvc with --processes 2 and runs two echo processes on one port
+(SO_REUSEPORT, as the supervisor's processes share theirs); the callers run in this process.
+Usage: python bench/bench_floor.py [--processes 1] [--rounds 3] [--seconds 5]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+
+sys.path.insert(0, str(Path(__file__).parent))
+import workload  # noqa: E402
+from bench_step import grown  # noqa: E402
+from server_process import cpu_seconds, process_cpu_seconds, serve  # noqa: E402
+
+
+CALLERS = 16
+SMALL_TEXT = 10_000
+MEASURE = "/contextsvc.v1.ContextService/Measure"
+ECHO = Path(__file__).with_name("echo_server.py")
+
+
+def requests_per_caller(variants: int) -> list[list[bytes]]:
+    """Each caller's own conversation, grown by 1..variants steps, serialized beforehand."""
+    out = []
+    for k in range(CALLERS):
+        base = workload.measure_request(SMALL_TEXT)
+        base.conversation.session_id = f"floor-{k}"
+        out.append([r.SerializeToString() for r in grown(base, variants)])
+    return out
+
+
+class Echo:
+    """processes echo_server.py processes sharing one port."""
+
+    def __init__(self, processes: int, response_bytes: int):
+        self.procs, self.port = [], 0
+        for _ in range(processes):
+            proc = subprocess.Popen([sys.executable, str(ECHO), "--response-bytes", str(response_bytes),
+                                     "--port", str(self.port)], stdout=subprocess.PIPE, text=True)
+            self.procs.append(proc)
+            line = proc.stdout.readline()
+            if not line.startswith("serving "):
+                self.stop()
+                raise SystemExit("echo server did not start")
+            self.port = int(line.split()[1])
+
+    def cpu_seconds(self) -> float:
+        return sum(process_cpu_seconds(p.pid) for p in self.procs)
+
+    def stop(self):
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            p.wait(30)
+
+
+async def load(port: int, method: str, requests: list[list[bytes]], seconds: float) -> tuple[int, int]:
+    """(answered, failed) calls of CALLERS callers, each on its own connection (the kernel
+    spreads connections, not calls, over a shared port's processes), for seconds."""
+    end = time.perf_counter() + seconds
+    options = [("grpc.use_local_subchannel_pool", 1)]
+
+    async def caller(own: list[bytes]) -> tuple[int, int]:
+        ok = failed = 0
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options) as channel:
+            call = channel.unary_unary(method)  # bytes in, bytes out
+            await channel.channel_ready()
+            i = 0
+            while time.perf_counter() < end:
+                try:
+                    await call(own[i % len(own)], timeout=30)
+                    ok += 1
+                except grpc.aio.AioRpcError:
+                    failed += 1
+                i += 1
+        return ok, failed
+
+    counts = await asyncio.gather(*(caller(own) for own in requests))
+    return sum(c[0] for c in counts), sum(c[1] for c in counts)
+
+
+def measured(name, port, method, requests, seconds, server_cpu) -> dict:
+    """One round on one server: req/s, server CPU ms per request, client CPU share."""
+    asyncio.run(load(port, method, requests, min(1.0, seconds)))  # connections up, caches warm
+    cpu0, own0, t0 = server_cpu(), sum(os.times()[:2]), time.perf_counter()
+    ok, failed = asyncio.run(load(port, method, requests, seconds))
+    elapsed = time.perf_counter() - t0
+    cpu, own = server_cpu() - cpu0, sum(os.times()[:2]) - own0
+    return {"name": name, "rps": ok / elapsed, "cpu_ms": cpu / max(ok, 1) * 1e3, "failed": failed,
+            "server_share": cpu / elapsed, "client_share": own / elapsed}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--processes", type=int, default=1, help="contextsvc's --processes, and echo processes")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=5.0, help="per round and server")
+    ap.add_argument("--variants", type=int, default=32, help="steps each caller's conversation cycles through")
+    args = ap.parse_args()
+    requests = requests_per_caller(args.variants)
+    proc, port = serve("--metrics-port", "0", "--processes", str(args.processes))
+    echo = None
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            response = ch.unary_unary(MEASURE)(requests[0][0], timeout=30)
+        echo = Echo(args.processes, len(response))
+        print(f"{CALLERS} callers, Measure request {len(requests[0][0]):,}-{len(requests[0][-1]):,} B, "
+              f"response {len(response)} B; {args.processes} server process(es) each side; "
+              f"{args.rounds} rounds of {args.seconds:g} s")
+        sides = {"contextsvc": (port, MEASURE, lambda: cpu_seconds(proc.pid)),
+                 "echo": (echo.port, "/bench.Echo/Echo", echo.cpu_seconds)}
+        rounds = []
+        for r in range(args.rounds):
+            order = list(sides) if r % 2 == 0 else list(reversed(sides))
+            row = {name: measured(name, *sides[name][:2], requests, args.seconds, sides[name][2])
+                   for name in order}
+            rounds.append(row)
+            print("  round {}: ".format(r + 1) + "   ".join(
+                f"{s['name']} {s['rps']:6.0f} req/s {s['cpu_ms']:.3f} CPU ms/req "
+                f"(server {s['server_share']:.0%}, client {s['client_share']:.0%} of a core)"
+                for s in row.values()))
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        if echo is not None:
+            echo.stop()
+    failed = sum(s["failed"] for row in rounds for s in row.values())
+    med = {name: {k: statistics.median(row[name][k] for row in rounds) for k in ("rps", "cpu_ms")}
+           for name in sides}
+    cpu_ratio = statistics.median(row["contextsvc"]["cpu_ms"] / row["echo"]["cpu_ms"] for row in rounds)
+    rps_ratio = statistics.median(row["contextsvc"]["rps"] / row["echo"]["rps"] for row in rounds)
+    for name, m in med.items():
+        print(f"{name:10} median: {m['rps']:6.0f} req/s   {m['cpu_ms']:.3f} server CPU ms/req")
+    print(f"contextsvc / echo: server CPU per request {cpu_ratio:.2f}x, req/s {rps_ratio:.2f}x "
+          f"(median of the rounds' ratios); failed calls: {failed}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""The framework's floor for bench_floor.py: a trivial grpc.aio service in its own process, built
+as contextsvc's server is (the transport on an event loop of its own thread, the work on a
+thread pool), whose one unary method answers any request with a fixed response of a given size.
+
+Prints "serving PORT" on stdout once it serves; ends on SIGTERM.
+Usage: python bench/echo_server.py --response-bytes N [--port P (SO_REUSEPORT, shared)]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import signal
+import sys
+import threading
+
+import grpc
+
+METHOD = "/bench.Echo/Echo"
+WORKERS = 20  # contextsvc's server.workers default
+
+
+def identity(data: bytes) -> bytes:
+    return data
+
+
+def handler(executor, response: bytes) -> grpc.GenericRpcHandler:
+    def work(request: bytes) -> bytes:
+        return response
+
+    async def echo(request: bytes, context) -> bytes:
+        return await asyncio.get_running_loop().run_in_executor(executor, work, request)
+
+    service, method = METHOD.strip("/").split("/")
+    return grpc.method_handlers_generic_handler(service, {
+        method: grpc.unary_unary_rpc_method_handler(echo, request_deserializer=identity,
+                                                    response_serializer=identity)})
+
+
+async def start(port: int, executor, response: bytes) -> tuple[grpc.aio.Server, int]:
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 1)])
+    server.add_generic_rpc_handlers([handler(executor, response)])
+    bound = server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    return server, bound
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--response-bytes", type=int, required=True)
+    ap.add_argument("--port", type=int, default=0)
+    args = ap.parse_args()
+    executor = concurrent.futures.ThreadPoolExecutor(max_workers=WORKERS)
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, name="grpc-loop", daemon=True).start()
+    server, port = asyncio.run_coroutine_threadsafe(
+        start(args.port, executor, b"x" * args.response_bytes), loop).result()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print(f"serving {port}", flush=True)
+    stop.wait()
+    asyncio.run_coroutine_threadsafe(server.stop(0), loop).result(10)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
