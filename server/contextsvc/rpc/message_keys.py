@@ -11,7 +11,7 @@ from __future__ import annotations
 from google.protobuf.descriptor import FieldDescriptor as F
 
 from .. import native
-from ..memo import digest
+from ..memo import digests
 from ..v1 import context_pb2 as pb
 
 _I64 = {F.TYPE_DOUBLE, F.TYPE_FIXED64, F.TYPE_SFIXED64}
@@ -52,5 +52,4 @@ def message_keys(wire: bytes, at: int = 0) -> tuple[list, list]:
     """(keys, sizes): the digest and size of each message of the conversation in wire, in order;
     wire is the serialized conversation (at=0) or a request holding it at field `at`."""
     spans = native.message_spans(wire, SCHEMA, at)
-    view = memoryview(wire)
-    return [digest(view[s:e]) for s, e in spans], [e - s for s, e in spans]
+    return digests(wire, spans), [end - start for start, end in spans]
