@@ -54,7 +54,7 @@ if os.environ.get("CONTEXTSVC_NO_EXTENSIONS") != "1":
                 "contextsvc._native_c",
                 ["_native/hotpath.pyx"],
                 include_dirs=["_native"],
-                depends=["_native/jsonscan.h"],
+                depends=["_native/jsonscan.h", "_native/wirescan.pxi"],
                 extra_compile_args=["-O3"],
             )
         ],

@@ -901,3 +901,6 @@ def json_profile(value):
                 tuple([s.cjk[c] for c in range(N_CJK_COUNTS)]))
     finally:
         PyMem_Free(s)
+
+
+include "wirescan.pxi"

@@ -1,6 +1,8 @@
 """Converted messages are reused by wire bytes: same result as converting, never stale, bounded."""
 from __future__ import annotations
 
+import dataclasses
+
 import grpc
 import pytest
 
@@ -78,17 +80,18 @@ def test_server_answers_the_same_with_and_without_the_cache(stub):
     assert stub.Measure(grown, timeout=30).body_bytes > plain.body_bytes
 
 
-def test_conversion_holds_one_message_s_wire_bytes_at_a_time():
-    """The wire bytes serialized for each message's digest are dropped once hashed: converting
+def test_conversion_copies_no_wire_bytes():
+    """Each message's digest is taken from its bytes where they lie in the request: converting
     eight 4 MB messages peaks near their converted text, not near twice it."""
     import tracemalloc
 
     conv = pb.Conversation(messages=[convo.user(f"m{i}", convo.text(f"p{i}", chr(97 + i) * (4 << 20)))
                                      for i in range(8)])
+    wire = conv.SerializeToString()
     tracemalloc.start()
     try:
         base = tracemalloc.get_traced_memory()[0]
-        converted = conversion.conversation(conv)
+        converted = conversion.conversation(conv, wire=wire)
         peak = tracemalloc.get_traced_memory()[1] - base
     finally:
         tracemalloc.stop()
@@ -120,3 +123,65 @@ def test_converting_the_new_messages_checks_the_deadline_whatever_the_cache_hold
     conversion.conversation(pb.Conversation(messages=msgs), memo=cache, deadline=counting.deadline)
     wire_checks = -(-len(msgs) // CHECK_EVERY)  # the serializing pass
     assert counting.asked > wire_checks, "no check while converting the new messages"
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field (numbers and lengths below 128 take one byte; larger lengths two)."""
+    n = len(payload)
+    length = bytes([n]) if n < 128 else bytes([n & 0x7F | 0x80, n >> 7])
+    return bytes([number << 3 | 2]) + length + payload
+
+
+def _reordered(msg) -> bytes:
+    """msg written with its fields in reverse order: another encoder's bytes for the same message."""
+    out = b""
+    for fd, _ in reversed(msg.ListFields()):
+        one = type(msg)()
+        one.CopyFrom(msg)
+        for other, _ in msg.ListFields():
+            if other is not fd:
+                one.ClearField(other.name)
+        out += one.SerializeToString()
+    return out
+
+
+def _request_bytes(request, messages: list) -> bytes:
+    """request's bytes with its conversation's messages written as the bytes given."""
+    rest = pb.MeasureRequest()
+    rest.CopyFrom(request)
+    rest.ClearField("conversation")
+    conv = _field(1, request.conversation.session_id.encode()) + b"".join(_field(2, m) for m in messages)
+    return _field(1, conv) + rest.SerializeToString()
+
+
+def test_the_same_message_written_differently_is_a_miss_never_a_wrong_answer():
+    """A message's key is the digest of the bytes it came in: the same message with its fields in
+    another order, or with an unknown field appended, is converted again (a miss), and every
+    answer is the one its canonical bytes give, with the memo or without."""
+    from contextsvc import config
+    from contextsvc.rpc import servicer
+
+    request = convo.measure_request(convo.small_conversation())
+    msgs = list(request.conversation.messages)
+    canonical = [m.SerializeToString() for m in msgs]
+    written = list(canonical)
+    written[1] = _reordered(msgs[1])
+    written[2] = canonical[2] + b"\xf8\x06\x01"  # field 111 (no such field), varint 1
+    assert written[1] != canonical[1] and pb.Message.FromString(written[1]) == msgs[1]
+
+    cache = Memo(1 << 20)
+    first = conversion.request_conversation(request, cache, wire=_request_bytes(request, canonical))
+    assert cache.misses == len(msgs) and cache.hits == 0
+    data = _request_bytes(request, written)
+    again = conversion.request_conversation(pb.MeasureRequest.FromString(data), cache, wire=data)
+    assert cache.misses == len(msgs) + 2 and cache.hits == len(msgs) - 2
+    assert again == first == conversion.conversation(request.conversation)
+    assert [x.digest for x in again.messages] != [x.digest for x in first.messages]
+
+    with_memo = servicer.ContextService(config.Config())
+    without = servicer.ContextService(dataclasses.replace(config.Config(), server=dataclasses.replace(
+        config.Config().server, memo_bytes=0)))
+    expected = without.Measure(request, None)
+    for wire in (_request_bytes(request, canonical), data, data):
+        got = with_memo.Measure(conversion.Received(pb.MeasureRequest.FromString(wire), wire), None)
+        assert got == expected

@@ -253,7 +253,9 @@ def test_one_depth_limit():
 def test_same_api(impl):
     names = {"json_size", "json_lengths", "utf16_len", "estimate_tokens", "split_turns",
              "select_tail", "MAX_JSON_DEPTH", "text_profile", "TEXT_CLASSES", "PROFILE_BLOCK",
-             "CJK_COUNTS", "json_profile", "number_text", "json_text", "has_float"}
+             "CJK_COUNTS", "json_profile", "number_text", "json_text", "has_float", "WIRE_DEPTH",
+             "WIRE_VARINT", "WIRE_I64", "WIRE_LEN", "WIRE_I32", "WIRE_PLAIN", "WIRE_STRING", "WIRE_MESSAGE",
+             "wire_schema", "message_spans"}
     assert names <= set(dir(impl))
     assert set(impl.__all__) == names
 

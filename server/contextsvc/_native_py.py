@@ -25,6 +25,9 @@ import re
 import secrets
 from importlib import resources
 
+from ._wire_py import (WIRE_DEPTH, WIRE_I32, WIRE_I64, WIRE_LEN, WIRE_MESSAGE, WIRE_PLAIN, WIRE_STRING,
+                       WIRE_VARINT, message_spans, wire_schema)
+
 __all__ = [
     "MAX_JSON_DEPTH",
     "number_text",
@@ -41,6 +44,16 @@ __all__ = [
     "CJK_COUNTS",
     "text_profile",
     "json_profile",
+    "WIRE_DEPTH",
+    "WIRE_VARINT",
+    "WIRE_I64",
+    "WIRE_LEN",
+    "WIRE_I32",
+    "WIRE_PLAIN",
+    "WIRE_STRING",
+    "WIRE_MESSAGE",
+    "wire_schema",
+    "message_spans",
 ]
 
 # Containers nested deeper than this raise ValueError (the compiled module imports it from here).

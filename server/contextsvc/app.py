@@ -16,6 +16,7 @@ from . import native, truncation
 from .config import Config
 from .metrics import Metrics
 from .rpc.admission import Admission
+from .rpc import conversion
 from .rpc.calls import CallSettings, UnsentBytes, unary_handler
 from .rpc.health import SERVING, Health
 from .rpc.security import TokenCheck, bearer_token, bearer_tokens, server_credentials
@@ -62,7 +63,7 @@ def start_line(cfg: Config, port: int, metrics_port: int | None, tokens: int) ->
 def service_handler(settings: CallSettings, servicer: ContextService) -> grpc.GenericRpcHandler:
     """Every ContextService method, each through calls.unary_handler."""
     return grpc.method_handlers_generic_handler(SERVICE_NAME, {
-        m.name: unary_handler(settings, m.name, getattr(pb, m.input_type.name).FromString,
+        m.name: unary_handler(settings, m.name, conversion.parser(getattr(pb, m.input_type.name)),
                               getattr(servicer, m.name))
         for m in SERVICE.methods})
 

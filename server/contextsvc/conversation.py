@@ -170,7 +170,7 @@ class Message:
     summary: bool = False
     parent_id: str = ""
     agent: str = ""
-    # The digest of the message's wire bytes when it came off the wire (rpc.conversion), b"" for
+    # The digest of the message's wire bytes as they came off the wire (rpc.message_keys), b"" for
     # a message built in the core. Not an init field, so a dataclasses.replace copy (a changed
     # message) starts with b"": the memo's per-message entries (memo.py) are keyed by it and
     # never see a stale one. One exception, set on purpose: a copy the payload guard pruned

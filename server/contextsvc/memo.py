@@ -42,9 +42,11 @@ GUARD = "guard"
 GUARDED = "guarded"
 
 
-def digest(wire: bytes) -> bytes:
-    """A message's digest (conversation.Message.digest): the key of everything kept for it."""
-    return hashlib.blake2b(wire, digest_size=16).digest()
+def digests(wire: bytes, spans: list) -> list:
+    """The digest of each message whose bytes are wire[start:end] for (start, end) in spans
+    (conversation.Message.digest): the key of everything kept for it. Slices of a view: no copy."""
+    view, blake2b = memoryview(wire), hashlib.blake2b
+    return [blake2b(view[start:end], digest_size=16).digest() for start, end in spans]
 
 
 def conversation_digest(messages: list) -> bytes | None:

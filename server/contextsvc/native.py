@@ -61,6 +61,11 @@ TEXT_CLASSES = _native_py.TEXT_CLASSES
 PROFILE_BLOCK = _native_py.PROFILE_BLOCK
 CJK_COUNTS = _native_py.CJK_COUNTS
 number_text = _native_py.number_text  # one definition of a number's text, shared by both
+WIRE_DEPTH = _native_py.WIRE_DEPTH
+WIRE_VARINT, WIRE_I64, WIRE_LEN, WIRE_I32 = (_native_py.WIRE_VARINT, _native_py.WIRE_I64, _native_py.WIRE_LEN,
+                                             _native_py.WIRE_I32)
+WIRE_PLAIN, WIRE_STRING, WIRE_MESSAGE = _native_py.WIRE_PLAIN, _native_py.WIRE_STRING, _native_py.WIRE_MESSAGE
+wire_schema = _native_py.wire_schema  # one definition of the scanner's schema, shared by both
 json_text = _impl.json_text
 has_float = _impl.has_float
 json_size = _impl.json_size
@@ -71,3 +76,4 @@ split_turns = _impl.split_turns
 select_tail = _impl.select_tail
 text_profile = _impl.text_profile
 json_profile = _impl.json_profile
+message_spans = _impl.message_spans

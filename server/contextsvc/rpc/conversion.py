@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import NamedTuple
 
 from .. import assemble, compact, truncation
 from .. import conversation as m
@@ -16,8 +17,9 @@ from ..config import ServerConfig
 from ..errors import BadInput
 from ..deadline import NO_DEADLINE, Deadline
 from ..lowering import registry
-from ..memo import MESSAGE, SCHEMA, Memo, digest
+from ..memo import MESSAGE, SCHEMA, Memo
 from ..v1 import context_pb2 as pb
+from .message_keys import message_keys
 
 _ROLES = {pb.ROLE_USER: m.USER, pb.ROLE_ASSISTANT: m.ASSISTANT}
 _STATUSES = {
@@ -186,18 +188,18 @@ _PART_BUILDERS = {
 
 
 def conversation(c, path: str = "conversation", memo: Memo | None = None, max_json_depth: int = JSON_DEPTH,
-                 deadline: Deadline = NO_DEADLINE) -> m.Conversation:
-    """Field paths are built only when something is wrong: this runs for every message.
-    With the memo, messages seen before (same wire bytes) are not converted again; only
-    messages that converted cleanly are kept, so a refused message is refused every time.
-    Every message carries the digest of its wire bytes (Message.digest), memo or not."""
-    key = digest
-    sizes, keys = [], []
-    for i, msg in enumerate(c.messages):
-        deadline.tick(i, "conversion")
-        wire = msg.SerializeToString()
-        sizes.append(len(wire))
-        keys.append(key(wire))
+                 deadline: Deadline = NO_DEADLINE, wire: bytes | None = None, at: int = 0) -> m.Conversation:
+    """wire: the bytes c was parsed from, c itself (at=0) or a request holding it at field `at`
+    (c serialized when not given). Each message's key is the digest of its bytes in wire
+    (message_keys); with the memo, a message seen before is taken from it without being touched
+    (never converted, re-serialized or re-validated); only messages that converted cleanly are
+    kept, so a refused message is refused every time. Field paths are built only when something
+    is wrong: this runs for every message. Every message carries its key (Message.digest)."""
+    if wire is None:
+        wire, at = c.SerializeToString(), 0
+    keys, sizes = message_keys(wire, at)
+    if len(keys) != len(c.messages):  # the scanner and the parser disagree: never key a message wrongly
+        raise RuntimeError(f"the wire scanner found {len(keys)} messages where the parser found {len(c.messages)}")
     # one lock for every lookup; the misses are converted outside it
     messages = memo.get_many([(MESSAGE, k) for k in keys]) if memo is not None else [None] * len(keys)
     converted = 0
@@ -244,6 +246,35 @@ def _message(msg, i: int, path: str, depth: int, deadline: Deadline) -> m.Messag
     )
 
 
+def request_conversation(request, memo: Memo | None = None, max_json_depth: int = JSON_DEPTH,
+                         deadline: Deadline = NO_DEADLINE, wire: bytes | None = None) -> m.Conversation:
+    """The conversation of a request; wire is the request's bytes (conversation)."""
+    at = request.DESCRIPTOR.fields_by_name["conversation"].number if wire is not None else 0
+    return conversation(request.conversation, memo=memo, max_json_depth=max_json_depth, deadline=deadline,
+                        wire=wire, at=at)
+
+
+class Received(NamedTuple):
+    """A request and the bytes it was parsed from: each message's memo key is the digest of its
+    own bytes in them (message_keys)."""
+    message: object
+    wire: bytes
+
+
+def parser(message_type):
+    """calls.py's parse function for a method taking message_type: a Received when the request
+    carries a conversation, the bare message otherwise."""
+    if "conversation" not in message_type.DESCRIPTOR.fields_by_name:
+        return message_type.FromString
+    return lambda data: Received(message_type.FromString(data), data)
+
+
+def received(request) -> Received:
+    """A servicer method's request as a Received: as parser made it, or (a direct call with a
+    message) with the message's own serialization."""
+    return request if isinstance(request, Received) else Received(request, request.SerializeToString())
+
+
 def session_id(c, limit: int, path: str = "conversation.session_id") -> None:
     """Refuses a session id over limit UTF-8 bytes (server.max_session_id_bytes)."""
     n = len(c.session_id.encode("utf-8", "surrogatepass")) if len(c.session_id) * 4 > limit else 0
@@ -253,11 +284,11 @@ def session_id(c, limit: int, path: str = "conversation.session_id") -> None:
 
 
 def shared_fields(request, memo: Memo | None = None, max_json_depth: int = JSON_DEPTH,
-                  deadline: Deadline = NO_DEADLINE) -> dict:
-    """The core fields of Measure, Compact and Assemble requests, which share these five."""
+                  deadline: Deadline = NO_DEADLINE, wire: bytes | None = None) -> dict:
+    """The core fields of Measure, Compact and Assemble requests, which share these five; wire is
+    the request's bytes (conversation)."""
     return {
-        "conversation": conversation(request.conversation, memo=memo, max_json_depth=max_json_depth,
-                                     deadline=deadline),
+        "conversation": request_conversation(request, memo, max_json_depth, deadline, wire),
         "model": model(request.model),
         "tools": tools(request.tools, max_json_depth=max_json_depth, memo=memo),
         "system": system(request.system),
@@ -365,12 +396,13 @@ def editor(e) -> assemble.Editor:
 # refused for the same one.
 
 def step_input(request, max_session_id_bytes: int, memo: Memo | None = None, max_json_depth: int = JSON_DEPTH,
-               deadline: Deadline = NO_DEADLINE) -> assemble.AssembleInput:
-    """The step a Measure or Assemble request describes: both take the same per-step fields."""
+               deadline: Deadline = NO_DEADLINE, wire: bytes | None = None) -> assemble.AssembleInput:
+    """The step a Measure or Assemble request describes: both take the same per-step fields;
+    wire is the request's bytes (conversation)."""
     require(request, "conversation", "model")
     session_id(request.conversation, max_session_id_bytes)
     return assemble.AssembleInput(
-        **shared_fields(request, memo, max_json_depth, deadline),
+        **shared_fields(request, memo, max_json_depth, deadline, wire),
         editor=editor(request.editor) if request.HasField("editor") else None,
         step=request.step,
         max_steps=request.max_steps,
@@ -384,11 +416,12 @@ def step_input(request, max_session_id_bytes: int, memo: Memo | None = None, max
 
 
 def compact_input(request, max_session_id_bytes: int, memo: Memo | None = None,
-                  max_json_depth: int = JSON_DEPTH, deadline: Deadline = NO_DEADLINE) -> compact.CompactInput:
+                  max_json_depth: int = JSON_DEPTH, deadline: Deadline = NO_DEADLINE,
+                  wire: bytes | None = None) -> compact.CompactInput:
     require(request, "conversation", "model")
     session_id(request.conversation, max_session_id_bytes)
     return compact.CompactInput(
-        **shared_fields(request, memo, max_json_depth, deadline),
+        **shared_fields(request, memo, max_json_depth, deadline, wire),
         overflow=request.overflow,
         auto=request.auto,
         attempts=request.attempts,

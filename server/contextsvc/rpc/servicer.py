@@ -1,5 +1,8 @@
 """The gRPC servicer: protobuf -> core types -> core call -> protobuf. Nothing else.
 
+A method whose request carries a conversation takes it with the bytes it came in
+(conversion.Received, from conversion.parser) or, called directly, as a message.
+
 Checks and conversions are conversion's; errors raised by either are mapped to statuses by
 calls.py (statuses.py's table).
 """
@@ -38,10 +41,11 @@ class ContextService(pb_grpc.ContextServiceServicer):
         self._memo = Memo(cfg.server.memo_bytes) if cfg.server.memo_bytes else None
         self._summarizer = compact.make_summarizer(cfg, self._memo)
 
-    def Measure(self, request: pb.MeasureRequest, context) -> pb.MeasureResponse:
+    def Measure(self, request: pb.MeasureRequest | conversion.Received, context) -> pb.MeasureResponse:
         deadline = _deadline(context)
+        request, wire = conversion.received(request)
         inp = conversion.step_input(request, self._cfg.server.max_session_id_bytes, self._memo,
-                                    self._json_depth, deadline)
+                                    self._json_depth, deadline, wire)
         r = assemble.run(inp, self._cfg, serialize=False, hashes=request.want_cache_state,
                           exact_counters=self._exact, deadline=deadline, memo=self._memo)
         if self._metrics is not None:
@@ -49,30 +53,32 @@ class ContextService(pb_grpc.ContextServiceServicer):
             self._metrics.record_measure(inp.model.provider, m.overflow or m.should_compact)
         return conversion.measure_response(r)
 
-    def Prune(self, request: pb.PruneRequest, context) -> pb.PruneResponse:
+    def Prune(self, request: pb.PruneRequest | conversion.Received, context) -> pb.PruneResponse:
         deadline = _deadline(context)
+        request, wire = conversion.received(request)
         reason, mdl = conversion.prune_input(request, self._cfg.server.max_session_id_bytes)
-        r = prune.prune(conversion.conversation(request.conversation, memo=self._memo,
-                                             max_json_depth=self._json_depth, deadline=deadline), reason,
-                        conversion.compaction_settings(request.compaction), self._cfg, model=mdl,
+        conv = conversion.request_conversation(request, self._memo, self._json_depth, deadline, wire)
+        r = prune.prune(conv, reason, conversion.compaction_settings(request.compaction), self._cfg, model=mdl,
                         memo=self._memo, deadline=deadline)
         if self._metrics is not None:
             self._metrics.record_prune(r.reason, r.acted, r.tokens_freed)
         return conversion.prune_response(r, request.reason)
 
-    def Compact(self, request: pb.CompactRequest, context) -> pb.CompactResponse:
+    def Compact(self, request: pb.CompactRequest | conversion.Received, context) -> pb.CompactResponse:
         deadline = _deadline(context)
+        request, wire = conversion.received(request)
         inp = conversion.compact_input(request, self._cfg.server.max_session_id_bytes, self._memo,
-                                       self._json_depth, deadline)
+                                       self._json_depth, deadline, wire)
         r = compact.compact(inp, self._cfg, self._summarizer, deadline, memo=self._memo)
         if self._metrics is not None:
             self._metrics.record_compaction(r.outcome, r.backend, r.fell_back, r.retention)
         return conversion.compact_response(r)
 
-    def Assemble(self, request: pb.AssembleRequest, context) -> pb.AssembleResponse:
+    def Assemble(self, request: pb.AssembleRequest | conversion.Received, context) -> pb.AssembleResponse:
         deadline = _deadline(context)
+        request, wire = conversion.received(request)
         inp = conversion.step_input(request, self._cfg.server.max_session_id_bytes, self._memo,
-                                    self._json_depth, deadline)
+                                    self._json_depth, deadline, wire)
         r = assemble.assemble(inp, self._cfg, exact_counters=self._exact, deadline=deadline, memo=self._memo)
         if self._metrics is not None:
             m = r.measurement
