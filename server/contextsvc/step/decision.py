@@ -127,12 +127,10 @@ def _figure(figure: str, stretch: tuple, fig: Figures, plan: Plan) -> tuple:
     method += scale_term + f"+media:{mc.media_decision_tokens}"
     per_item = mc.media_decision_tokens
 
-    def text(x, by=scale) -> int:
-        return tokens.scaled(math.ceil(x * margin), float(by)) if by != 1 else math.ceil(x * margin)
+    def text(x) -> int:
+        return tokens.scaled(math.ceil(x * margin), float(scale)) if scale != 1 else math.ceil(x * margin)
 
-    # anchored, the provider's count stands for the prefix (decide() projects from it): the
-    # factor scales what is new only, and the whole request's figure stays this method's own
-    whole = text(total, 1 if fig.factor else scale) + fig.media_count * per_item
+    whole = text(total) + fig.media_count * per_item
     # what was freed before the baseline is not scaled up: the provider's count of it is not known
     rebase_text = fig.rebase_stretches.get(figure, 0)
     rebase = (text(rebase_text) if rebase_text > 0 else math.ceil(rebase_text * margin)) + fig.media_rebase * per_item
