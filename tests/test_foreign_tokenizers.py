@@ -64,7 +64,7 @@ def test_python_loop_is_never_refused_by_a_foreign_tokenizer(rig, provider, toke
     summary, first = _run(stub, fp, provider, window, seed)
     _check(summary, fp, first, window)  # zero refusals, the first request of the session included
     # the session reached the window: the decision was tested near it
-    assert summary["max_input"] + loop.WINDOWS[window] > 0.85 * window, summary["max_input"]
+    assert summary["max_input"] + loop.WINDOWS[window] > 0.8 * window, summary["max_input"]
     baseline, _ = _run(stub, fakes[CL100K.name], provider, window, seed)
     ours, theirs = len(summary["compactions"]), len(baseline["compactions"])
     # counting up to 1.35x more fills the window up to that much sooner; o200k counts as cl100k does

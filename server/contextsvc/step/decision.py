@@ -131,9 +131,10 @@ def _figure(figure: str, stretch: tuple, fig: Figures, plan: Plan) -> tuple:
         return tokens.scaled(math.ceil(x * margin), float(scale)) if scale != 1 else math.ceil(x * margin)
 
     whole = text(total) + fig.media_count * per_item
-    # what was freed before the baseline is not scaled up: the provider's count of it is not known
+    # what changed before the baseline, in the provider's terms like the rest (the provider counted
+    # a pruned output whole), so a prune that frees enough clears should_compact
     rebase_text = fig.rebase_stretches.get(figure, 0)
-    rebase = (text(rebase_text) if rebase_text > 0 else math.ceil(rebase_text * margin)) + fig.media_rebase * per_item
+    rebase = (text(rebase_text) if rebase_text >= 0 else -text(-rebase_text)) + fig.media_rebase * per_item
     # the rewrite is profiled as its own text, whose blocks can fall a little differently from
     # the whole request's: it is never more than the whole request
     return (whole, text(tail) + fig.media_tail * per_item, text(overhead), method,
