@@ -143,15 +143,15 @@ def _figure(figure: str, stretch: tuple, fig: Figures, plan: Plan) -> tuple:
 
 def _tokenizer_factor(figure: str, fig: Figures, plan: Plan) -> tuple:
     """(factor, method term) for the model's tokenizer (tokenizer_family): once the provider has
-    counted an earlier prefix (fig.factor), its count over ours, never below 1 (the self-calibration
-    bounds cap it); before, the family's prior. Neither for the reference's estimate, for the
+    counted an earlier prefix, its count over our decision figure of it (fig.decision_factor),
+    never below 1 (the self-calibration bounds cap it); before, the family's prior. Neither for the reference's estimate, for the
     model's own exact count, nor for the self-calibrated figure once it is scaled already."""
     fam = tokenizer_family.for_model(plan.model.id, plan.model.provider, plan.cfg.measure.exact_encoding)
     if figure == "estimate" or (figure == "exact" and fig.exact_tokenizer.native):
         return 1, ""
-    if fig.factor:
-        if figure == "self-calibrated":
-            return 1, ""
+    if figure == "self-calibrated" and fig.factor:
+        return 1, ""
+    if fig.decision_factor:
         anchored = max(1.0, fig.decision_factor)
-        return anchored, fam.method(anchored, fig.anchor_id)
+        return anchored, fam.method(anchored, fig.decision_anchor.id)
     return fam.prior, fam.method()
