@@ -13,7 +13,7 @@ provider that counts more fills the window sooner, but the decision must not com
 earlier than that. Seeds 1-6, 30 steps, on this build (compactions, stand-in / cl100k fake):
 Claude 32K 9/7, 6/5, 15/8, 11/8, 11/9, 10/10; Claude 200K 2/0, 1/0, 2/0, 1/0, 2/0, 2/0;
 gpt-4o with o200k 32K 8/8, 5/5, 7/7, 6/6, 9/9, 10/10; 200K none in either. Before the prior and
-the anchoring, the stand-in refused 1-3 requests in every one of these Claude sessions.
+the anchoring, the stand-in refused 1-3 requests in 11 of these 12 Claude sessions.
 """
 from __future__ import annotations
 
