@@ -324,8 +324,10 @@ def test_self_calibrated_figure_decides_on_the_corrected_projection():
     assert r.calibration_factor > 1.2
     lim = (r.projected_calibrated + r.projected_self_calibrated) // 2
     assert r.projected_calibrated < lim <= r.projected_self_calibrated
-    assert not run(conv, window(lim), with_figure("calibrated"), tools=TOOLS).should_compact
     assert run(conv, window(lim), with_figure("self-calibrated"), tools=TOOLS).should_compact
+    # the calibrated decision figure is anchored on the provider's count too (its margins included)
+    calibrated = run(conv, window(lim), with_figure("calibrated"), tools=TOOLS)
+    assert calibrated.should_compact and "+tokenizer:claude(anchored x1." in calibrated.decision[1]
 
 
 # ---- over the wire ------------------------------------------------------------------------------
@@ -344,7 +346,8 @@ def test_measure_rpc_reports_every_figure_with_its_method(stub):
     assert r.exact.method == "tiktoken:cl100k_base" and r.projected_exact == r.exact.tokens
     assert r.compaction_figure == "calibrated" and r.projected_calibrated == r.calibrated.tokens
     # the decision figure: the calibrated count plus the per-class margins, named with both
-    assert r.decision.method == tokens.CALIBRATED + "+" + tokens.ratios().margin_text() + "+media:2048"
+    assert r.decision.method == (tokens.CALIBRATED + "+" + tokens.ratios().margin_text() + "+tokenizer:cl100k_base"
+                                 "+media:2048")
     assert r.calibrated.tokens < r.decision.tokens <= -(-r.calibrated.tokens * (1 + max(tokens.ratios().margins)) // 1) + 1
     assert r.decision.tokens == r.projected
     # each model's own tokenizer, or a proxy that says so

@@ -273,7 +273,8 @@ class Session {
     this.lastKinds = a.tools.map((t) => t.kind || "?");
     parts.push({ id: a.step_finish_id, step_finish: { reason: "tool-calls", tokens: usage } });
     const parent = this.lastUser();
-    this.messages.push({ id: a.id, role: "ROLE_ASSISTANT", time_created_ms: a.time_ms, time_completed_ms: a.time_ms + 1000,
+    // completed on the clock that stamps prunes (now), as tests/agent_loop/loop.py completed_ms says why
+    this.messages.push({ id: a.id, role: "ROLE_ASSISTANT", time_created_ms: a.time_ms, time_completed_ms: Math.max(a.time_ms + 1000, Date.now()),
       parts, usage, model_id: this.model.id, provider_id: this.provider, parent_id: parent ? parent.id : "" });
   }
 

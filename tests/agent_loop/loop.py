@@ -14,7 +14,7 @@ One step, as the README's "The agent loop" describes it, one Assemble call per s
   4. If the provider refuses it as too long: Compact(overflow, auto), apply, Assemble, resend.
   5. Store the scripted assistant answer: a step-start part, the text, the tool parts completed
      with their outputs (through TruncateToolOutput), a step-finish part with the usage the
-     provider reported (input) and the script's output count.
+     provider reported (input) and the script's output count, completed now (completed_ms).
 
 Attempts count the compactions since the provider last answered: the continue message a
 compaction inserts starts a new agent turn, as upstream.
@@ -69,6 +69,14 @@ SYSTEM = pb.SystemPrompt(
     soul="You are a coding agent working in a Python repository. Be precise and terse.",
     env=pb.EnvInfo(working_directory="/work/app", is_git_repo=True, platform="linux", date="2026-01-05",
                    shell="bash"))
+
+
+def completed_ms(script_ms: int) -> int:
+    """When an answer is stored as completed: on the clock that stamps prunes and compactions
+    (now), never before the script's own time. The baseline is rebased on what was compacted
+    after its answer completed (SPEC §3): a script's fixed past time would make every later prune
+    look newer than every answer."""
+    return max(script_ms + 1000, int(time.time() * 1000))
 
 
 def user_message(spec: dict) -> pb.Message:
@@ -280,7 +288,7 @@ class Session:
         parts.append(pb.Part(id=a["step_finish_id"], step_finish=pb.StepFinishPart(reason="tool-calls", tokens=usage)))
         parent = next((m.id for m in reversed(self.messages) if m.role == pb.ROLE_USER), "")
         self.messages.append(pb.Message(
-            id=a["id"], role=pb.ROLE_ASSISTANT, time_created_ms=a["time_ms"], time_completed_ms=a["time_ms"] + 1000,
+            id=a["id"], role=pb.ROLE_ASSISTANT, time_created_ms=a["time_ms"], time_completed_ms=completed_ms(a["time_ms"]),
             parts=parts, usage=usage, model_id=self.model.id, provider_id=self.provider, parent_id=parent))
 
     def run(self, script: dict, steps: int | None = None) -> Summary:

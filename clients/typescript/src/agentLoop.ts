@@ -264,8 +264,9 @@ export class Session {
     }
     this.lastKinds = spec.tools.map((t) => t.kind ?? "?");
     parts.push({ id: spec.step_finish_id, stepFinish: { reason: "tool-calls", tokens: usage } });
+    // completed on the clock that stamps prunes (now), as tests/agent_loop/loop.py completed_ms says why
     this.messages.push(Message.fromPartial({ id: spec.id, role: Role.ROLE_ASSISTANT, timeCreatedMs: spec.time_ms,
-      timeCompletedMs: spec.time_ms + 1000, parts, usage, modelId: this.model.id, providerId: this.provider,
+      timeCompletedMs: Math.max(spec.time_ms + 1000, Date.now()), parts, usage, modelId: this.model.id, providerId: this.provider,
       parentId: this.lastUser()?.id ?? "" }));
   }
 

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import conversation as m, projection, tokens
+from .. import conversation as m, projection, tokenizer_family, tokens
 from .baseline import baseline
 from .figures import Figures
 from .plan import Plan
@@ -98,8 +98,9 @@ def decide(messages: list, fig: Figures, plan: Plan) -> Decision:
 
 def _figure(figure: str, stretch: tuple, fig: Figures, plan: Plan) -> tuple:
     """(whole, tail, overhead, method, rewrite, rebase) of the figure every compaction choice
-    reads: the method's count of the text (media as placeholders) times the safety margin, plus a
-    fixed cost per media item (design.md §3); rebase: the change since the baseline was counted."""
+    reads: the method's count of the text (media as placeholders) times the safety margin and the
+    model's tokenizer factor, plus a fixed cost per media item (design.md §3); rebase: the change
+    since the baseline was counted."""
     mc = plan.cfg.measure
     total, tail, overhead, rewrite = stretch
     margin = mc.margin
@@ -108,21 +109,49 @@ def _figure(figure: str, stretch: tuple, fig: Figures, plan: Plan) -> tuple:
              "self-calibrated": fig.self_calibrated[1],
              "exact": tok and tok.name(tokens.EXACT_PREFIX + tok.encoding)}
     method = names[figure]
+    scale, scale_term = _tokenizer_factor(figure, fig, plan)
     if figure == "estimate" or (figure == "exact" and tok.native):
         margin = 1  # the reference's figure carries its own factor; the exact count is this model's own
     elif figure == "exact":
-        margin = mc.exact_margin  # a proxy tokenizer standing in for this model's
+        # a proxy tokenizer standing in for this model's: its margin and the tokenizer's factor
+        # stand for the same difference, the larger one applies
+        margin = mc.exact_margin if mc.exact_margin >= scale else 1
+        if margin != 1:
+            scale, scale_term = 1, ""
     elif mc.measured_margins:  # the stretch holds the per-class margins already
         margin = 1
         method += "+" + tokens.ratios().margin_text()
     if margin != 1:
         percent = (margin - 1) * 100
         method += f"+{percent.numerator if percent.denominator == 1 else float(percent)}%"
-    method += f"+media:{mc.media_decision_tokens}"
+    method += scale_term + f"+media:{mc.media_decision_tokens}"
     per_item = mc.media_decision_tokens
-    whole = math.ceil(total * margin) + fig.media_count * per_item
+
+    def text(x) -> int:
+        return tokens.scaled(math.ceil(x * margin), float(scale)) if scale != 1 else math.ceil(x * margin)
+
+    whole = text(total) + fig.media_count * per_item
+    # what changed before the baseline, in the provider's terms like the rest (the provider counted
+    # a pruned output whole), so a prune that frees enough clears should_compact
+    rebase_text = fig.rebase_stretches.get(figure, 0)
+    rebase = (text(rebase_text) if rebase_text >= 0 else -text(-rebase_text)) + fig.media_rebase * per_item
     # the rewrite is profiled as its own text, whose blocks can fall a little differently from
     # the whole request's: it is never more than the whole request
-    rebase = math.ceil(fig.rebase_stretches.get(figure, 0) * margin) + fig.media_rebase * per_item
-    return (whole, math.ceil(tail * margin) + fig.media_tail * per_item, math.ceil(overhead * margin), method,
-            min(whole, math.ceil(rewrite * margin) + fig.media_rewrite * per_item), rebase)
+    return (whole, text(tail) + fig.media_tail * per_item, text(overhead), method,
+            min(whole, text(rewrite) + fig.media_rewrite * per_item), rebase)
+
+
+def _tokenizer_factor(figure: str, fig: Figures, plan: Plan) -> tuple:
+    """(factor, method term) for the model's tokenizer (tokenizer_family): once the provider has
+    counted an earlier prefix, its count over our decision figure of it (fig.decision_factor),
+    never below 1 (the self-calibration bounds cap it); before, the family's prior. Neither for the reference's estimate, for the
+    model's own exact count, nor for the self-calibrated figure once it is scaled already."""
+    fam = tokenizer_family.for_model(plan.model.id, plan.model.provider, plan.cfg.measure.exact_encoding)
+    if figure == "estimate" or (figure == "exact" and fig.exact_tokenizer.native):
+        return 1, ""
+    if figure == "self-calibrated" and fig.factor:
+        return 1, ""
+    if fig.decision_factor:
+        anchored = max(1.0, fig.decision_factor)
+        return anchored, fam.method(anchored, fig.decision_anchor.id)
+    return fam.prior, fam.method()

@@ -53,6 +53,10 @@ class Figures:
     rebase_stretches: dict = dataclasses.field(default_factory=dict)
     media_rebase: int = 0
     exact_tokenizer: Optional[encodings.ExactTokenizer] = None  # what the exact figures counted with
+    # the anchor's reported input over the decision figure of the prefix as it counted it; 0 = none
+    decision_factor: float = 0.0
+    decision_anchor: Optional[m.Message] = None  # the assistant whose reported input it is
+    decision_prefix: float = 0.0  # the decision figure of that prefix as it is now
 
 
 def rewrite_from(request: Request) -> Optional[int]:
@@ -102,6 +106,15 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
     base = baseline(conv.messages)
     if base is not None:
         _rebase(out, as_counted(conv.messages, base, before or {}), plan, exact_counters, memo)
+    anchor = out.decision_anchor
+    if anchor is not None:
+        # what was pruned before the anchor since was counted whole: compare with the prefix as counted
+        counted = out.decision_prefix
+        if base is anchor:
+            counted -= out.rebase_stretches.get("calibrated", 0)
+        mc = plan.cfg.measure
+        f = anchor.usage.input_side() / float(counted) if counted > 0 else 0.0
+        out.decision_factor = f if mc.self_calibration_min_factor <= f <= mc.self_calibration_max_factor else 0.0
     return out
 
 
@@ -168,12 +181,13 @@ def _join_parts(elements: list, t: _Estimated) -> list:
 
 def _anchor(msgs: list, low_sources: list, model_id: str) -> tuple:
     """(assistant message, index of its first lowered element) whose reported input anchors the
-    self-calibration: the last finished, non-summary one of this model still in the request."""
+    self-calibration: the last finished, non-summary one of this model still in the request,
+    stored after the last completed compaction (a kept tail's usage counted the history before)."""
     first = {}
     for i, ids in enumerate(low_sources):
         for mid in ids:
             first.setdefault(mid, i)
-    for msg in reversed(msgs):
+    for msg in reversed(msgs[projection.last_compaction(msgs) + 1:]):
         if (msg.role == m.ASSISTANT and msg.finished and not msg.summary and msg.usage.input_side() > 0
                 and msg.model_id in ("", model_id) and msg.id in first):
             return msg, first[msg.id]
@@ -248,6 +262,12 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
             f = anchor.usage.input_side() / ours
             if mc.self_calibration_min_factor <= f <= mc.self_calibration_max_factor:
                 factor, anchor_id = f, anchor.id
+            # the same count over the prefix's decision figure (margins included), once the prefix
+            # is taken as counted (figures()): what the decision figure is scaled by
+            # (decision._tokenizer_factor)
+            m_sys, m_head, _, _, m_tools = margined
+            out.decision_prefix = m_sys + m_head + m_tools if mc.measured_margins else ours * mc.margin
+            out.decision_anchor = anchor
     if factor:
         self_cal = (tokens.scaled(cal_total, factor), f"{tokens.SELF_CALIBRATED}{factor:.4f}x({anchor_id})")
         out.projections["self-calibrated"] = (self_cal[0], tokens.scaled(cal_tail, factor),
