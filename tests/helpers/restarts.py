@@ -50,7 +50,8 @@ def assert_outcomes(outcomes: list[Outcome], retry: bool):
     codes = {code for code, _ in outcomes}
     if retry:
         assert codes == {"OK"}, outcomes
-        assert max(seconds for _, seconds in outcomes) > 0.5, f"no call waited out the restart: {outcomes}"
+        # a call answered in milliseconds did not meet the restart; one that did waited it out
+        assert max(seconds for _, seconds in outcomes) > 0.25, f"no call waited out the restart: {outcomes}"
     else:
         assert "UNAVAILABLE" in codes and codes <= {"OK", "UNAVAILABLE", "CANCELLED"}, outcomes
 

@@ -191,36 +191,43 @@ async def _run(settings: CallSettings, method: str, parse, work, data: bytes, vi
     ticket = admission.enter_call(method, view.is_active)
     max_response = settings.max_response_bytes
 
-    def run() -> bytes:
+    def run() -> tuple:
+        # answers (refusal, bytes) rather than raising: an exception crossing the future would
+        # carry this frame (and the request) in its traceback, and the two futures wrap_future
+        # links refer to each other: it would stay until the cycle collector runs
         try:
             try:
                 request = parse(data)
             except (DecodeError, ValueError, RuntimeError) as e:
-                raise _Refused(grpc.StatusCode.INVALID_ARGUMENT,
-                               f"request: not a valid {method} request message ({e})") from None
-            data_out = work(request, view).SerializeToString()
+                return (grpc.StatusCode.INVALID_ARGUMENT,
+                        f"request: not a valid {method} request message ({e})"), b""
+            out = work(request, view).SerializeToString()
+        except Exception as e:  # noqa: BLE001 - the core's errors by their status, any other INTERNAL
+            status = status_for(e)
+            if status is None:
+                log.exception("%s failed", method)
+                return (grpc.StatusCode.INTERNAL, f"{method}: internal error ({type(e).__name__})"), b""
+            return (status, str(e)), b""
         finally:
             admission.leave(ticket)
         # a response over the limit is refused with a reason (and counted so) instead of failing
         # in the transport after an OK was recorded
-        if max_response and len(data_out) > max_response:
-            raise _Refused(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                           f"{method}: the response is {len(data_out)} bytes, over "
-                           f"server.max_response_bytes ({max_response})")
-        return data_out
+        if max_response and len(out) > max_response:
+            return (grpc.StatusCode.RESOURCE_EXHAUSTED, f"{method}: the response is {len(out)} bytes, "
+                    f"over server.max_response_bytes ({max_response})"), b""
+        return None, out
 
     future = settings.executor.submit(run)
     try:
-        return await asyncio.wrap_future(future)
+        refusal, out = await asyncio.wrap_future(future)
     except asyncio.CancelledError:
         view.end()
         if future.cancel():  # never started: its slot is given back here
             admission.leave(ticket)
         raise
-    finally:
-        # an error's traceback holds this frame, which holds the future, which holds the error:
-        # without this the request stays in memory until the cycle collector runs
-        future = None
+    if refusal is not None:
+        raise _Refused(*refusal)
+    return out
 
 
 async def _send(settings: CallSettings, method: str, context, data: bytes, view: CallView) -> None:
