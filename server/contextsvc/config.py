@@ -165,6 +165,7 @@ class ServerConfig:
 
 
 COMPACTION_FIGURES = ("estimate", "calibrated", "self-calibrated", "exact")
+COUNT_ENDPOINTS = ("anthropic", "gemini")  # the providers whose count endpoint measure can ask
 
 
 @dataclass(frozen=True)
@@ -203,8 +204,23 @@ class MeasureConfig:
     self_calibration_min_tokens: int = 1000  # below this, provider-side overhead skews the factor
     self_calibration_min_factor: float = 0.5  # a factor outside these bounds means the reported
     self_calibration_max_factor: float = 2.0  # usage is not of this prefix (pruned since, etc.)
+    # the providers' token-counting endpoints the reported exact figure comes from, for their own
+    # models ("anthropic", "gemini"; count_endpoints.py); never the decision figure. Each reads its
+    # key from the environment variable named, and base_url "" is the SDK's default endpoint
+    count_endpoints: tuple = ()
+    anthropic_count_base_url: str = ""
+    anthropic_count_api_key_env: str = "ANTHROPIC_API_KEY"
+    gemini_count_base_url: str = ""
+    gemini_count_api_key_env: str = "GEMINI_API_KEY"
+    # one count's time at most; never more than half of what the caller's deadline leaves
+    count_endpoint_timeout_seconds: float = 2.0
+    count_endpoint_cache_entries: int = 4096  # counts of whole requests kept, by request digest
 
     def __post_init__(self):
+        unknown = [e for e in self.count_endpoints if e not in COUNT_ENDPOINTS]
+        if unknown:
+            raise ValueError(f"[measure] count_endpoints: unknown {', '.join(map(repr, unknown))}; "
+                             f"known: {', '.join(COUNT_ENDPOINTS)}")
         try:
             encodings.canonical(self.exact_encoding)
         except ValueError as e:

@@ -243,10 +243,13 @@ class ExactCounter:
 class ExactCounters:
     """The exact counter of each offline encoding, made on first use, and the one a model counts
     with (encodings.for_model; `proxy` for a model with no offline tokenizer of its own). Each
-    has its own cache of cache_entries: a short piece is its own key, whatever the encoding."""
+    has its own cache of cache_entries: a short piece is its own key, whatever the encoding.
+    endpoints: the providers' count endpoints (count_endpoints.CountEndpoints) the reported exact
+    figure of their own models comes from, when configured."""
 
-    def __init__(self, proxy: str, cache_entries: int = 0):
+    def __init__(self, proxy: str, cache_entries: int = 0, endpoints=None):
         self.proxy = encodings.canonical(proxy)
+        self.endpoints = endpoints
         self._entries = cache_entries
         self._counters: dict = {}
         self._lock = threading.Lock()

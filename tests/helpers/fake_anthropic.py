@@ -1,14 +1,20 @@
-"""A fake Anthropic Messages API on loopback, for the summarizer's real SDK path.
+"""A fake Anthropic Messages API on loopback, for the summarizer's and the token count's real SDK
+paths.
 
 One mode per behaviour (MODES below); set `mode` at any time. Every request is recorded in
 `requests` as (path, headers, JSON body). `release` lets go of the requests a hanging or
 trickling mode holds (close() sets it). The modes are the provider's envelope around them
-(`reply`, `error`, `refusal`): fake_openai's Chat Completions API reuses them all."""
+(`reply`, `error`, `refusal`): fake_openai's Chat Completions API reuses them all.
+
+`/v1/messages/count_tokens` answers with `count(body)`: cl100k's count of the system, messages
+and tools scaled by CLAUDE_SCALE, a tokenizer the service counts with neither offline nor in
+its calibration, so a figure equal to it can only have come from the endpoint."""
 from __future__ import annotations
 
 import functools
 import gzip
 import json
+import math
 import socket
 import threading
 import time
@@ -16,12 +22,15 @@ import zlib
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from contextsvc import encodings
 from contextsvc.compact import template
 from helpers.server import start_server
 
 
 SUMMARY = template.render({"goal": ["Fix src/app/server.py"], "files": ["`src/app/server.py`: read"]})
 BLOCK = 64 * 1024  # what the streaming modes write at a time
+COUNT_PATH = "/v1/messages/count_tokens"
+CLAUDE_SCALE = 1.35  # the stand-in Claude tokenizer: cl100k's count times this
 _MARK = "@@TEXT@@"
 
 
@@ -46,7 +55,16 @@ def gzip_bomb(inflated: int = 200 << 20) -> bytes:
 # ---- the modes: each answers one request (api, the request handler, the request's JSON body) ----
 
 def answer(api, handler, body):
+    if handler.path.split("?")[0] == COUNT_PATH:
+        handler.wfile.write(response(200, {"input_tokens": count(body)}))
+        return
     handler.wfile.write(response(200, api.reply(body, SUMMARY)))
+
+
+def count(body) -> int:
+    """The fake's token count of a count_tokens request body."""
+    text = json.dumps([body.get("system"), body["messages"], body.get("tools")], ensure_ascii=False)
+    return math.ceil(len(encodings.get(encodings.CL100K).encode_ordinary(text)) * CLAUDE_SCALE)
 
 
 def slow(api, handler, body):

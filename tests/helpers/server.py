@@ -29,7 +29,8 @@ class DisposableServer(Server):
         shutil.rmtree(self.cfg.truncation.directory, ignore_errors=True)
 
 
-def start_server(truncation_overrides=None, summarizer_overrides=None, **server_overrides) -> DisposableServer:
+def start_server(truncation_overrides=None, summarizer_overrides=None, measure_overrides=None,
+                 **server_overrides) -> DisposableServer:
     base = config.Config()
     store = tempfile.mkdtemp(prefix="contextsvc-test-store-")
     cfg = dataclasses.replace(
@@ -37,5 +38,6 @@ def start_server(truncation_overrides=None, summarizer_overrides=None, **server_
         server=dataclasses.replace(base.server, host="127.0.0.1", port=0, metrics_port=0, **server_overrides),
         truncation=dataclasses.replace(base.truncation, directory=store, **(truncation_overrides or {})),
         summarizer=dataclasses.replace(base.summarizer, **(summarizer_overrides or {})),
+        measure=dataclasses.replace(base.measure, **(measure_overrides or {})),
     )
     return DisposableServer(cfg).start()

@@ -9,6 +9,7 @@ calls.py (statuses.py's table).
 from __future__ import annotations
 
 from .. import assemble, compact, prune, truncation
+from ..count_endpoints import CountEndpoints
 from . import conversion
 from ..config import Config
 from ..deadline import NO_DEADLINE, Deadline
@@ -35,7 +36,8 @@ class ContextService(pb_grpc.ContextServiceServicer):
     def __init__(self, cfg: Config, metrics=None, truncation=None):
         self._cfg = cfg
         self._metrics = metrics
-        self._exact = ExactCounters(cfg.measure.exact_encoding, cfg.measure.exact_cache_entries)
+        self._exact = ExactCounters(cfg.measure.exact_encoding, cfg.measure.exact_cache_entries,
+                                    CountEndpoints(cfg.measure))
         self._truncation = truncation
         self._json_depth = cfg.server.max_json_depth
         self._memo = Memo(cfg.server.memo_bytes) if cfg.server.memo_bytes else None

@@ -93,4 +93,11 @@ def finish(conv: m.Conversation, request: Request, plan: Plan, memo: Memo | None
     configured = plan.configured_output_tokens or max_out
     out_tokens = window.output_budget(mdl, configured, dec.reported, fig.normalized, fig.media_count, cfg)
     request.lowered.set_max_output(out_tokens)
-    return gather(request.body_bytes(), fig, dec, plan.usable, plan.limit, max_out, out_tokens)
+    measurement = gather(request.body_bytes(), fig, dec, plan.usable, plan.limit, max_out, out_tokens)
+    endpoints = exact_counters.endpoints if exact_counters is not None else None
+    if fig.exact is not None and endpoints:
+        # the provider's own count, reported only: the decision above was taken without it
+        counted = endpoints.exact(request, plan.model, fig.exact, fig.projections["exact"][2], deadline)
+        if counted is not None:
+            measurement.exact, measurement.exact_for_model = counted
+    return measurement
