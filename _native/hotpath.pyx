@@ -473,7 +473,8 @@ cdef enum:
     K_PUNCT = 7
     K_CJK = 8
     K_OTHER = 9
-    KINDS = 10
+    K_B64_PUNCT = 10
+    KINDS = 11
     N_CLASSES = 9
     C_PROSE = 0
     C_CJK = 1
@@ -572,13 +573,14 @@ cdef bint _padded(const cs_char *p, Py_ssize_t start, Py_ssize_t end, Py_ssize_t
 cdef inline int _classify(const cs_char *p, Py_ssize_t start, Py_ssize_t *hist, Py_ssize_t upper,
                           Py_ssize_t switches, Py_ssize_t n) noexcept:
     """_native_py.classify_block of the block p[start:start + n]."""
-    cdef Py_ssize_t punct = hist[K_PUNCT] + hist[K_JSON], need
+    cdef Py_ssize_t punct = hist[K_PUNCT] + hist[K_B64_PUNCT] + hist[K_JSON], need
     cdef Py_ssize_t alnum = hist[K_HEX_LETTER] + hist[K_LETTER] + hist[K_DIGIT]
     cdef Py_ssize_t space = hist[K_SPACE] + hist[K_NEWLINE]
     if hist[K_CJK] * 4 >= n:
         return C_CJK
-    if alnum * 10 >= n * 9 and space * 20 <= n:
-        if hist[K_LETTER] <= hist[K_BACKSLASH] and hist[K_DIGIT] * 5 >= n * 2:
+    if space * 20 <= n and (alnum * 10 >= n * 9 or ((alnum + hist[K_B64_PUNCT]) * 10 >= n * 9
+                                                  and hist[K_SPACE] == 0 and hist[K_PUNCT] * 100 <= n)):
+        if alnum * 10 >= n * 9 and hist[K_LETTER] <= hist[K_BACKSLASH] and hist[K_DIGIT] * 5 >= n * 2:
             return C_HEX
         if switches * 10 >= n or upper * 5 >= n:
             return C_BASE64
@@ -595,7 +597,7 @@ cdef inline int _classify(const cs_char *p, Py_ssize_t start, Py_ssize_t *hist, 
         return C_TESTLOG
     if hist[K_DIGIT] * 10 >= n:
         return C_LOGS
-    if (hist[K_JSON] + hist[K_BACKSLASH] + hist[K_PUNCT]) * 10 >= n:
+    if (hist[K_BACKSLASH] + punct) * 10 >= n:
         return C_CODE
     return C_PROSE
 
@@ -606,7 +608,7 @@ cdef inline int _classify(const cs_char *p, Py_ssize_t start, Py_ssize_t *hist, 
 # of the high increment hold the character's kind (their sums spill off the word harmlessly).
 cdef enum:
     FIELD_BITS = 9
-    FIELDS_PER_WORD = 7  # kinds 0..6 in the low word; kinds 7..9 and A-Z in the high word
+    FIELDS_PER_WORD = 7  # kinds 0..6 in the low word; kinds 7..10 and A-Z in the high word
     F_UPPER = KINDS - FIELDS_PER_WORD
     FIELD_MASK = (1 << FIELD_BITS) - 1
     RUN_SHIFT = 16

@@ -7,7 +7,9 @@ calibrates; the tests need none of it:
   be rerun here and compared with token_ratios.json;
 - tests/data/held_back_sample.json.gz holds a few whole held-back samples per material class,
   drawn from held-back sources only (python bench/real_corpus.py --sample ...), checked against
-  cl100k.
+  cl100k;
+- bench/held_out_corpus.py builds, at test time, material outside the fitting corpus (base64,
+  hex, CSV/TSV, minified JS, diffs, CJK) from what is installed here, and half of it is checked.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from hypothesis import given, settings, strategies as st
 from contextsvc import native, tokens
 
 import calibrate  # bench/, on pytest's pythonpath
+import held_out_corpus
 import real_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -184,3 +187,42 @@ def test_the_decision_figure_is_at_least_cl100k_on_generated_texts_as_often_as_p
     # apart). Kept from getting worse only.
     p = MIXED_LINES_UNDER if cls == "any" else PROMISED_UNDER
     assert under <= allowed_under(TEXTS_PER_EXAMPLE, p), f"{cls}: {under} of {TEXTS_PER_EXAMPLE} under cl100k"
+
+
+# ---- material outside the fitting corpus (bench/held_out_corpus.py) ----------------------------
+
+# Kinds whose check half the decision figure still under-counts more often than promised: the
+# most under-counts of their check half today, kept from getting worse only. hex: plain hex of
+# machine code costs 2-7% more than the md5sums and /usr/bin hex the margin was set on; csv:
+# RECORD files and zoneinfo tables are filed as logs and test output, whose ratios miss their
+# base64 digests and coordinates by 15-30%; minjs: moment's locale tables are digits and words of
+# scripts the profile does not tell apart (Kannada, Arabic), 15-34% under; cjk: a vim script's
+# Chinese comments and the study's mixed Chinese and English, 1-2% under.
+HELD_OUT_OPEN = {"hex": 3, "csv": 15, "minjs": 3, "cjk": 1}
+HELD_OUT_FIGURES = None
+
+
+def held_out_figures() -> dict:
+    """Per kind, [(cl100k, calibrated, decision)] of the check half of the held-out material
+    (computed once)."""
+    global HELD_OUT_FIGURES
+    if HELD_OUT_FIGURES is None:
+        HELD_OUT_FIGURES = {k: [] for k in held_out_corpus.KINDS}
+        for s in held_out_corpus.corpus():
+            if held_out_corpus.check_half(s.source):
+                HELD_OUT_FIGURES[s.cls].append(figures(s.text))
+    return HELD_OUT_FIGURES
+
+
+@pytest.mark.parametrize("kind", held_out_corpus.KINDS)
+def test_the_decision_figure_keeps_its_promise_on_material_outside_the_fitting_corpus(kind):
+    """Per kind, the decision figure is below cl100k on at most 5% of the check half (nearest
+    rank, as the margins promise on the held-back rows), but for the kinds still open."""
+    rows = held_out_figures()[kind]
+    assert len(rows) >= 10, f"{kind}: only {len(rows)} texts of this machine's material"
+    under = sum(d < e for e, _, d in rows)
+    over = sum(d / e - 1 for e, _, d in rows) / len(rows)
+    print(f"{kind}: {under} of {len(rows)} under cl100k ({under / len(rows):.1%}), "
+          f"mean decision figure {over:+.1%} of cl100k")
+    allowed = HELD_OUT_OPEN.get(kind, calibrate.allowed_over_quantile(len(rows)))
+    assert under <= allowed, f"{kind}: {under} of {len(rows)} under cl100k"

@@ -403,10 +403,11 @@ PROSE, CJK, CODE, JSON, BASE64, HEX, LOGS, HEXDUMP, TESTLOG = range(len(TEXT_CLA
 # that mixes prose, code and tool output, large enough for a stable histogram.
 PROFILE_BLOCK = 256
 
-# Character kinds counted in a block's histogram.
+# Character kinds counted in a block's histogram. K_B64_PUNCT (+ / =) is punctuation everywhere
+# but in base64, whose alphabet it completes: base64 of machine code is a fifth of them.
 (K_HEX_LETTER, K_LETTER, K_DIGIT, K_SPACE, K_NEWLINE, K_JSON, K_BACKSLASH, K_PUNCT, K_CJK,
- K_OTHER) = range(10)
-KINDS = 10
+ K_OTHER, K_B64_PUNCT) = range(11)
+KINDS = 11
 
 
 def _ascii_kind(c: int) -> int:
@@ -425,6 +426,8 @@ def _ascii_kind(c: int) -> int:
         return K_JSON
     if ch == "\\":
         return K_BACKSLASH
+    if ch in "+/=":
+        return K_B64_PUNCT
     return K_PUNCT  # other punctuation and control characters
 
 
@@ -433,7 +436,7 @@ ASCII_KINDS = bytes(_ascii_kind(c) for c in range(128))
 
 # Runs: maximal stretches of one group of kinds (letters, digits, spaces, newlines,
 # punctuation, CJK, other), a cheap stand-in for the tokenizer's pre-split pieces.
-RUN_GROUPS = bytes([0, 0, 1, 2, 3, 4, 4, 4, 5, 6])
+RUN_GROUPS = bytes([0, 0, 1, 2, 3, 4, 4, 4, 5, 6, 4])
 
 
 def _is_cjk(cp: int) -> bool:
@@ -478,11 +481,15 @@ def classify_block(hist, upper: int, switches: int, n: int, padding: int) -> int
     letters = hist[K_HEX_LETTER] + hist[K_LETTER]
     alnum = letters + hist[K_DIGIT]
     space = hist[K_SPACE] + hist[K_NEWLINE]
+    punct = hist[K_PUNCT] + hist[K_B64_PUNCT]
     if hist[K_CJK] * 4 >= n:
         return CJK
-    if alnum * 10 >= n * 9 and space * 20 <= n:  # an unbroken alphanumeric run
+    # an unbroken alphanumeric run, or one of base64's alphabet (+ / = too, but no space and no
+    # other punctuation: a listing of paths is not base64)
+    if space * 20 <= n and (alnum * 10 >= n * 9 or ((alnum + hist[K_B64_PUNCT]) * 10 >= n * 9
+                                                  and hist[K_SPACE] == 0 and hist[K_PUNCT] * 100 <= n)):
         # hex digits only, but for the n of each escaped newline (\n) of a JSON string
-        if hist[K_LETTER] <= hist[K_BACKSLASH] and hist[K_DIGIT] * 5 >= n * 2:
+        if alnum * 10 >= n * 9 and hist[K_LETTER] <= hist[K_BACKSLASH] and hist[K_DIGIT] * 5 >= n * 2:
             return HEX
         if switches * 10 >= n or upper * 5 >= n:
             return BASE64
@@ -495,11 +502,11 @@ def classify_block(hist, upper: int, switches: int, n: int, padding: int) -> int
     # test and CI output (pytest node ids and PASSED/FAILED lines, paths, progress dots): almost
     # no spaces but the padding of pytest -v's progress column ("PASSED      [ 10%]"), and dense
     # punctuation (:: [] / . _ -) among the rest; cl100k cuts it finer than code (indented) or logs
-    if (space - padding) * 20 <= n and (hist[K_PUNCT] + hist[K_JSON]) * 8 >= n - padding:
+    if (space - padding) * 20 <= n and (punct + hist[K_JSON]) * 8 >= n - padding:
         return TESTLOG
     if hist[K_DIGIT] * 10 >= n:
         return LOGS
-    if (hist[K_JSON] + hist[K_BACKSLASH] + hist[K_PUNCT]) * 10 >= n:
+    if (hist[K_JSON] + hist[K_BACKSLASH] + punct) * 10 >= n:
         return CODE
     return PROSE
 
