@@ -140,8 +140,15 @@ class Patch:
     files: list = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class ProviderCompaction:
+    """An opaque compaction item a provider returned: sent back verbatim only to provider_id."""
+    provider_id: str
+    encrypted_content: str
+
+
 Content = Union[Text, Reasoning, File, Tool, StepStart, StepFinish, Compaction, Subtask, Agent,
-                Retry, Snapshot, Patch]
+                Retry, Snapshot, Patch, ProviderCompaction]
 
 
 @dataclass(slots=True)

@@ -46,6 +46,10 @@ class WireFormat:
     accepted: dict = {}
     fetched: frozenset = frozenset()
 
+    # -- the provider's own compaction: its opaque items (conversation.ProviderCompaction) go back
+    # in the body (lowering/neutral.py drops them for every other provider)
+    compaction_items: bool = False
+
     # -- prompt cache (breakpoints.py)
     implicit_cache: bool = False  # the cache needs no markers (and gets none)
     native_auto: bool = False  # auto policy: last tool, last system block, latest user message

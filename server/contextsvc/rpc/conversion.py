@@ -184,6 +184,7 @@ _PART_BUILDERS = {
     "retry": lambda r, path, depth: m.Retry(r.attempt, r.error),
     "snapshot": lambda s, path, depth: m.Snapshot(s.snapshot),
     "patch": lambda p, path, depth: m.Patch(p.hash, list(p.files)),
+    "provider_compaction": lambda c, path, depth: m.ProviderCompaction(c.provider_id, c.encrypted_content),
 }
 
 
