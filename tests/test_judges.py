@@ -579,3 +579,30 @@ def test_golden_body_is_accepted(provider):
 def test_golden_provider_compaction_is_accepted(provider):
     body = json.loads((GOLDEN / f"provider-compaction.{provider}.json").read_text(encoding="utf-8"))
     assert judge_for(provider)(body) == []
+
+
+# ---- Anthropic context editing (a beta: checked with the SDK's beta type, header required) -----
+
+CONTEXT_EDITS = {"edits": [{"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 90000},
+                            "keep": {"type": "tool_uses", "value": 5},
+                            "clear_at_least": {"type": "input_tokens", "value": 5000}, "exclude_tools": ["read"]}]}
+BETA = {"anthropic-beta": "context-management-2025-06-27"}
+
+
+def test_anthropic_accepts_context_editing_with_its_beta():
+    assert judge_for("anthropic")({**anthropic_body(), "context_management": CONTEXT_EDITS}, BETA) == []
+
+
+@pytest.mark.parametrize("change,headers,rule,where", [
+    (lambda e: None, {}, "beta-header", "context_management"),
+    (lambda e: None, {"anthropic-beta": "prompt-caching-2024-07-31"}, "beta-header", "context_management"),
+    (lambda e: e["edits"][0].update(keep={"type": "turns", "value": 5}), BETA, "schema", "context_management.edits[0].keep"),
+    (lambda e: e["edits"][0].update(trigger={"type": "input_tokens", "value": "90000"}), BETA, "schema",
+     "context_management.edits[0].trigger"),
+    (lambda e: e["edits"][0].update(exclude="read"), BETA, "schema", "context_management.edits[0].exclude"),
+])
+def test_anthropic_refuses_context_editing(change, headers, rule, where):
+    edits = json.loads(json.dumps(CONTEXT_EDITS))
+    change(edits)
+    problems = judge_for("anthropic")({**anthropic_body(), "context_management": edits}, headers)
+    assert rule in rules(problems) and any(where in p for p in problems if p.startswith(rule + ":")), problems

@@ -278,3 +278,4 @@ class CompactionSettings:
     preserve_recent_tokens: Optional[int] = None
     max_attempts: Optional[int] = None
     prune_settings: PruneSettings = field(default_factory=PruneSettings)
+    provider_managed: Optional[bool] = None  # the provider's own context management too (off by default)

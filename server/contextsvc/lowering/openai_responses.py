@@ -140,6 +140,11 @@ class Responses(WireFormat):
     fetched = frozenset(accepted)  # input_image.image_url and input_file.file_url take http(s) URLs
     implicit_cache = True
     compaction_items = True  # its server-side compaction's items go back in `input`
+    context_strategy = "compaction"
+
+    def context_management(self, mg, wire_names: dict) -> tuple:
+        """Server-side compaction past the threshold (guides/compaction); no header needed."""
+        return {"context_management": [{"type": mg.strategy, "compact_threshold": mg.trigger}]}, {}
 
 
 FORMAT = Responses()
