@@ -129,7 +129,7 @@ def test_corpus_covers_every_feature():
                         seen.add(("state", part.tool.state.status))
                         for a in part.tool.state.attachments:
                             seen.add(("attachment", a.mime))
-        want = {"compaction", "step_start", "step_finish", ("text", True, False), ("text", False, True),
+        want = {"compaction", "provider_compaction", "step_start", "step_finish", ("text", True, False), ("text", False, True),
                 ("reasoning", True, False), ("reasoning", False, False), ("reasoning", False, True),
                 ("hints", 5), ("last-step", True), ("foreign", True)}
         want |= {("mime", mime) for mime, _, _ in corpus.MEDIA}

@@ -41,4 +41,4 @@ def test_options_for_other_languages():
 def test_every_part_kind_is_in_the_oneof():
     kinds = {f.name for f in pb.Part.DESCRIPTOR.oneofs_by_name["kind"].fields}
     assert kinds == {"text", "reasoning", "file", "tool", "step_start", "step_finish", "compaction",
-                     "subtask", "agent", "retry", "snapshot", "patch"}
+                     "subtask", "agent", "retry", "snapshot", "patch", "provider_compaction"}

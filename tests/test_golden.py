@@ -48,9 +48,22 @@ def conversation() -> m.Conversation:
     ])
 
 
-def body(provider: str) -> bytes:
+def provider_compaction_conversation() -> m.Conversation:
+    """A session OpenAI's server-side compaction ran in: the item it returned sits in the reply."""
+    return m.Conversation(session_id="sess-golden", messages=[
+        m.Message("msg_01", m.USER, [m.Part("a", m.Text("Fix the parser in src/parse.py"))]),
+        m.Message("msg_02", m.ASSISTANT, [
+            m.Part("b", m.StepStart()),
+            m.Part("c", m.ProviderCompaction("openai-responses", "Y29tcGFjdGVkIGhpc3Rvcnk=")),
+            m.Part("d", m.Text("Parser fixed.")),
+        ], time_completed_ms=9, provider_id="openai-responses", model_id="model-x"),
+        m.Message("msg_03", m.USER, [m.Part("e", m.Text("Now the tests"))]),
+    ])
+
+
+def body(provider: str, conv=conversation) -> bytes:
     inp = assemble.AssembleInput(
-        conversation(), m.Model("model-x", provider, m.ModelLimits(200_000, 0, 16_000)),
+        conv(), m.Model("model-x", provider, m.ModelLimits(200_000, 0, 16_000)),
         [m.ToolDefinition("read", "Read a file", {"type": "object", "properties": {"path": {"type": "string"}}})],
         m.SystemPrompt(soul="You are a coding agent.", agent_prompt="Be brief.",
                        env=m.EnvInfo("/repo", True, "linux", "2026-12-02")),
@@ -62,6 +75,16 @@ def body(provider: str) -> bytes:
 def test_golden_body(provider):
     path = GOLDEN / f"{provider}.json"
     got = json.dumps(json.loads(body(provider)), ensure_ascii=False, indent=1) + "\n"
+    if os.environ.get("CONTEXTSVC_WRITE_GOLDEN") == "1":
+        path.write_text(got, encoding="utf-8")
+    assert got == path.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("provider", ["openai-responses", "anthropic"])
+def test_golden_provider_compaction(provider):
+    """Verbatim to the provider that wrote it, dropped for another."""
+    path = GOLDEN / f"provider-compaction.{provider}.json"
+    got = json.dumps(json.loads(body(provider, provider_compaction_conversation)), ensure_ascii=False, indent=1) + "\n"
     if os.environ.get("CONTEXTSVC_WRITE_GOLDEN") == "1":
         path.write_text(got, encoding="utf-8")
     assert got == path.read_text(encoding="utf-8")

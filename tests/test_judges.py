@@ -318,8 +318,10 @@ def responses_body():
              "output": [{"type": "input_text", "text": "fine"},
                         {"type": "input_image", "image_url": f"data:image/webp;base64,{PNG64}", "detail": "auto"}]},
             {"role": "assistant", "content": "Done."},
+            {"type": "compaction", "encrypted_content": "Y29tcGFjdGVk"},
             {"role": "user", "content": [{"type": "input_text", "text": "Thanks"}]},
         ],
+        "context_management": [{"type": "compaction", "compact_threshold": 150000}],
         "tools": [{"type": "function", "name": "read", "description": "Read a file", "strict": False,
                    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}],
         "prompt_cache_key": "sess-1",
@@ -369,6 +371,17 @@ def _r(change):
     (lambda b: b.pop("tools"), "tools-defined", "tools"),
     (lambda b: b["tools"][0].update(name=MCP_NAME), "tool-name", "tools[0].name"),
     (lambda b: b["input"][5].update(name=MCP_NAME), "tool-name", "input[5].name"),
+    # the provider's compaction item and its server-side compaction settings
+    (lambda b: b["input"][9].pop("encrypted_content"), "schema", "input[9].encrypted_content"),
+    (lambda b: b["input"][9].update(encrypted_content=""), "compaction-state", "input[9]"),
+    (lambda b: b["input"][9].update(id="cmp_01"), "item-id", "input[9]"),
+    (lambda b: b["input"][9].update(summary="what happened"), "schema", "input[9].summary"),
+    (lambda b: b["context_management"][0].update(type="clear_tool_uses"), "context-management",
+     "context_management[0].type"),
+    (lambda b: b["context_management"][0].update(compact_threshold=0), "context-management",
+     "context_management[0].compact_threshold"),
+    (lambda b: b["context_management"][0].update(compact_threshold="150000"), "schema",
+     "context_management[0].compact_threshold"),
 ])
 def test_responses_refuses(change, rule, where):
     refuses("openai-responses", _r(change), rule, where)
@@ -560,3 +573,36 @@ def test_judges_refuse_a_non_object():
 def test_golden_body_is_accepted(provider):
     body = json.loads((GOLDEN / f"{provider}.json").read_text(encoding="utf-8"))
     assert judge_for(provider)(body) == []
+
+
+@pytest.mark.parametrize("provider", ["openai-responses", "anthropic"])
+def test_golden_provider_compaction_is_accepted(provider):
+    body = json.loads((GOLDEN / f"provider-compaction.{provider}.json").read_text(encoding="utf-8"))
+    assert judge_for(provider)(body) == []
+
+
+# ---- Anthropic context editing (a beta: checked with the SDK's beta type, header required) -----
+
+CONTEXT_EDITS = {"edits": [{"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 90000},
+                            "keep": {"type": "tool_uses", "value": 5},
+                            "clear_at_least": {"type": "input_tokens", "value": 5000}, "exclude_tools": ["read"]}]}
+BETA = {"anthropic-beta": "context-management-2025-06-27"}
+
+
+def test_anthropic_accepts_context_editing_with_its_beta():
+    assert judge_for("anthropic")({**anthropic_body(), "context_management": CONTEXT_EDITS}, BETA) == []
+
+
+@pytest.mark.parametrize("change,headers,rule,where", [
+    (lambda e: None, {}, "beta-header", "context_management"),
+    (lambda e: None, {"anthropic-beta": "prompt-caching-2024-07-31"}, "beta-header", "context_management"),
+    (lambda e: e["edits"][0].update(keep={"type": "turns", "value": 5}), BETA, "schema", "context_management.edits[0].keep"),
+    (lambda e: e["edits"][0].update(trigger={"type": "input_tokens", "value": "90000"}), BETA, "schema",
+     "context_management.edits[0].trigger"),
+    (lambda e: e["edits"][0].update(exclude="read"), BETA, "schema", "context_management.edits[0].exclude"),
+])
+def test_anthropic_refuses_context_editing(change, headers, rule, where):
+    edits = json.loads(json.dumps(CONTEXT_EDITS))
+    change(edits)
+    problems = judge_for("anthropic")({**anthropic_body(), "context_management": edits}, headers)
+    assert rule in rules(problems) and any(where in p for p in problems if p.startswith(rule + ":")), problems

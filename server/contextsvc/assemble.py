@@ -10,7 +10,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Optional
 
-from . import breakpoints, conversation as m, prefix, step
+from . import breakpoints, conversation as m, prefix, provider_management, step
 from .config import Config
 from .deadline import NO_DEADLINE, Deadline
 from .lowering.tool_ids import name_map
@@ -69,6 +69,7 @@ class Assembled:
     report: Optional[Report] = None  # when previous_cache_state was given
     persist: list = field(default_factory=list)  # list[Persist]: parts the client stores
     tool_names: dict = field(default_factory=dict)  # tool name in the body -> the request's, where they differ
+    headers: dict = field(default_factory=dict)  # HTTP headers the body must be sent with
 
 
 def assemble(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None,
@@ -119,6 +120,7 @@ def run(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None, *, s
         report=_report(previous, request, result) if previous is not None else None,
         persist=s.injected.persist,
         tool_names=name_map(plan.fmt, (t.name for t in inp.tools)),
+        headers=provider_management.body_fields(plan.management, plan.fmt, plan.tools)[1],
     )
 
 

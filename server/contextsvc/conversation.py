@@ -140,8 +140,15 @@ class Patch:
     files: list = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class ProviderCompaction:
+    """An opaque compaction item a provider returned: sent back verbatim only to provider_id."""
+    provider_id: str
+    encrypted_content: str
+
+
 Content = Union[Text, Reasoning, File, Tool, StepStart, StepFinish, Compaction, Subtask, Agent,
-                Retry, Snapshot, Patch]
+                Retry, Snapshot, Patch, ProviderCompaction]
 
 
 @dataclass(slots=True)
@@ -271,3 +278,4 @@ class CompactionSettings:
     preserve_recent_tokens: Optional[int] = None
     max_attempts: Optional[int] = None
     prune_settings: PruneSettings = field(default_factory=PruneSettings)
+    provider_managed: Optional[bool] = None  # the provider's own context management too (off by default)

@@ -102,6 +102,20 @@ def _conversation(conv: m.Conversation, path: str = "conversation", deadline: De
                     pp = ("tool.state.time_compacted_ms", "must not be negative")
                 if pp:
                     raise BadInput(f"{path}.messages[{i}].parts[{j}].{pp[0]}", pp[1])
+            elif isinstance(c, m.ProviderCompaction):
+                pp = None
+                if not c.provider_id:
+                    pp = ("provider_compaction.provider_id", "is required (the provider that wrote the item)")
+                elif not getattr(FORMATS.get(c.provider_id), "compaction_items", False):
+                    takers = ", ".join(f.name for f in FORMATS.values() if f.compaction_items)
+                    pp = ("provider_compaction.provider_id",
+                          f"{c.provider_id!r} writes no compaction items this service carries (only {takers})")
+                elif not c.encrypted_content:
+                    pp = ("provider_compaction.encrypted_content", "is required (the item's opaque state)")
+                elif msg.role != m.ASSISTANT:
+                    pp = ("provider_compaction", "provider compaction items belong to assistant messages")
+                if pp:
+                    raise BadInput(f"{path}.messages[{i}].parts[{j}].{pp[0]}", pp[1])
             elif isinstance(c, m.StepFinish):
                 _usage(c.tokens, lambda i=i, j=j: f"{path}.messages[{i}].parts[{j}].step_finish.tokens")
 

@@ -180,6 +180,12 @@ def session(r: random.Random, provider: str, k: int) -> Case:
                     redacted_data=base64.b64encode(r.randbytes(32)).decode())))
             elif kind == 3:
                 parts.append(pb.Part(id=pid(), reasoning=pb.ReasoningPart(text="Signed thoughts.", signature=_sig(r))))
+            elif turn == 0:
+                # OpenAI's server-side compaction item: sent back to Responses, dropped elsewhere
+                # (no draw from r, so the rest of the walk is unchanged)
+                parts.append(pb.Part(id=pid(), provider_compaction=pb.ProviderCompactionPart(
+                    provider_id="openai-responses",
+                    encrypted_content=base64.b64encode(f"compacted history {k}".encode()).decode())))
             if r.random() < 0.7:
                 parts.append(text(pid(), r.choice(["Looking at it.", "Done with that.", "  \n", "Next 你好 😀"])))
             for c in range(r.choice([1, 1, 2, 3])):

@@ -3,10 +3,14 @@
 Shape: the `anthropic` SDK's own request type, `MessageCreateParamsNonStreaming`, validated
 strictly (unknown keys refused at every depth, JSON types not coerced, lazy iterables forced).
 `cache_control` is part of that type, so markers are shape-checked there and counted below.
+Context editing (`context_management`) is a beta: the field is checked with the SDK's beta type
+(`BetaContextManagementConfigParam`), the rest of the body with the one above, and the request
+must name the beta in its `anthropic-beta` header (judge's `headers`).
 Then the rules the API documents and enforces beyond the shape.
 """
 from __future__ import annotations
 
+from anthropic.types.beta.beta_context_management_config_param import BetaContextManagementConfigParam
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 
 from ._common import (ANTHROPIC_ID, MAX_MARKERS, Problems, b64_ok, is_http_url, strict_validator, tool_name_problem,
@@ -14,6 +18,7 @@ from ._common import (ANTHROPIC_ID, MAX_MARKERS, Problems, b64_ok, is_http_url, 
 
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 THINKING = ("thinking", "redacted_thinking")
+CONTEXT_MANAGEMENT_BETA = "context-management-2025-06-27"
 
 
 def _blocks(message) -> list:
@@ -106,11 +111,27 @@ def _markers(body: dict, p: Problems) -> None:
             seen_5m = where
 
 
-def judge(body: dict) -> list:
+def _context_management(body: dict, headers: dict, p: Problems) -> dict:
+    """The body without context_management, after checking the field and its beta header."""
+    if "context_management" not in body:
+        return body
+    body = dict(body)
+    config = body.pop("context_management")
+    validate(strict_validator(BetaContextManagementConfigParam), config, p, "schema", "context_management")
+    betas = {b.strip() for b in (headers or {}).get("anthropic-beta", "").split(",")}
+    if CONTEXT_MANAGEMENT_BETA not in betas:
+        p.add("beta-header", "context_management", f"sent without the {CONTEXT_MANAGEMENT_BETA} beta "
+                                                   "in the anthropic-beta header")
+    return body
+
+
+def judge(body: dict, headers: dict | None = None) -> list:
+    """headers: the HTTP headers sent with the body (the beta a body feature needs)."""
     p = Problems()
     if not isinstance(body, dict):
         p.add("schema", "body", "not a JSON object")
         return p
+    body = _context_management(body, headers, p)
     validate(strict_validator(MessageCreateParamsNonStreaming), body, p, "schema")
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
     if not messages:

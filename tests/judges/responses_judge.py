@@ -5,8 +5,8 @@ Shape: the `openai` SDK's own request type, `ResponseCreateParamsNonStreaming`, 
 departure from the type, for stateless requests: a reasoning item goes without its `id` (the type
 requires one), because with `store: false` OpenAI looks any item id up in its store and refuses
 the request when it is not there ("Item with id 'rs_...' not found. Items are not persisted when
-`store` is set to false"); its `encrypted_content` carries the state instead. Then the documented
-rules beyond the shape.
+`store` is set to false"); its `encrypted_content` carries the state instead (so does a
+`compaction` item's, from server-side compaction). Then the documented rules beyond the shape.
 """
 from __future__ import annotations
 
@@ -27,6 +27,8 @@ IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 FILE_TYPES = frozenset({"application/pdf"})
 # what an assistant message's content parts may be ("input_text" is refused there)
 ASSISTANT_PARTS = frozenset({"output_text", "refusal"})
+# context_management entry types ("Currently only 'compaction' is supported")
+CONTEXT_MANAGEMENT_TYPES = frozenset({"compaction"})
 # stands in for the reasoning item id the SDK type requires and a stateless body leaves out
 _NO_ID = "rs_stateless"
 
@@ -67,6 +69,22 @@ def _stateless_items(items: list, stateless: bool, p: Problems) -> None:
                 p.add("reasoning-state", f"input[{i}]", "a reasoning item without encrypted_content refers to "
                                                         "stored state a stateless request does not have")
             item.setdefault("id", _NO_ID)
+        elif item.get("type") == "compaction" and item.get("encrypted_content") == "":
+            p.add("compaction-state", f"input[{i}]", "a compaction item without encrypted_content carries nothing "
+                                                     "of the history it replaced")
+
+
+def _context_management(entries, p: Problems) -> None:
+    """Server-side compaction: a known entry type, a positive threshold."""
+    for k, entry in enumerate(entries if isinstance(entries, list) else []):
+        if not isinstance(entry, dict):
+            continue
+        if entry.get("type") not in CONTEXT_MANAGEMENT_TYPES:
+            p.add("context-management", f"context_management[{k}].type",
+                  f"{entry.get('type')!r}; only {', '.join(sorted(CONTEXT_MANAGEMENT_TYPES))} is supported")
+        threshold = entry.get("compact_threshold")
+        if isinstance(threshold, int) and threshold <= 0:
+            p.add("context-management", f"context_management[{k}].compact_threshold", f"{threshold}; must be positive")
 
 
 def judge(body: dict) -> list:
@@ -82,6 +100,7 @@ def judge(body: dict) -> list:
     cap = body.get("max_output_tokens")
     if isinstance(cap, int) and cap < MIN_OUTPUT_TOKENS:
         p.add("max-output", "max_output_tokens", f"{cap}; at least {MIN_OUTPUT_TOKENS} is accepted")
+    _context_management(body.get("context_management"), p)
     key = body.get("prompt_cache_key")
     if isinstance(key, str) and len(key) > PROMPT_CACHE_KEY_MAX:
         p.add("prompt-cache-key", "prompt_cache_key", f"{len(key)} characters; at most {PROMPT_CACHE_KEY_MAX}")

@@ -32,7 +32,7 @@ def starts_turn(msg: m.Message) -> bool:
 
 def message_size(msg: m.Message, mdl: m.Model, deadline: Deadline = NO_DEADLINE) -> int:
     """Estimate of the JSON of the message's lowered model messages (media as placeholders)."""
-    lowered = lower(mdl.provider, model_id=mdl.id, system=[], messages=to_model_messages([msg]),
+    lowered = lower(mdl.provider, model_id=mdl.id, system=[], messages=to_model_messages([msg], mdl),
                     tools=[], max_output=0, ledger=MediaLedger(placeholders=True), deadline=deadline)
     json_lengths = native.json_lengths
     return native.estimate_tokens(sum(json_lengths(e)[1] for e in lowered.messages))

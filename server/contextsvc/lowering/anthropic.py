@@ -10,6 +10,7 @@ from .neutral import LEAD_USER_TEXT, MMedia, MReasoning, MText, MToolCall, MTool
 from .tool_ids import WORD, wire_id, wire_name
 from .wire_format import TTL_1H, WireFormat
 
+CONTEXT_MANAGEMENT_BETA = "context-management-2025-06-27"
 NO_TOOL_USE = {"type": "none"}  # tools stay defined (history may hold tool blocks), none is called
 
 
@@ -105,6 +106,19 @@ class Anthropic(WireFormat):
     fetched = frozenset(accepted)  # URL image and URL PDF sources
     native_auto = True
     longer_ttls_first = True  # the Messages API rejects a 1-hour entry placed after a 5-minute one
+    context_strategy = "clear_tool_uses_20250919"
+
+    def context_management(self, mg, wire_names: dict) -> tuple:
+        """Tool-result clearing (build-with-claude/context-editing), a beta: the request names it
+        in the anthropic-beta header. Thinking clearing is left out: it needs extended thinking
+        on, which the body does not set."""
+        edit = {"type": mg.strategy, "trigger": {"type": "input_tokens", "value": mg.trigger},
+                "keep": {"type": "tool_uses", "value": mg.keep}}
+        if mg.clear_at_least:
+            edit["clear_at_least"] = {"type": "input_tokens", "value": mg.clear_at_least}
+        if mg.exclude:
+            edit["exclude_tools"] = [wire_names[name] for name in mg.exclude]
+        return {"context_management": {"edits": [edit]}}, {"anthropic-beta": CONTEXT_MANAGEMENT_BETA}
 
     def marker(self, ttl: str) -> tuple:
         value = {"type": "ephemeral"}

@@ -35,6 +35,12 @@ class MReasoning:
 
 
 @dataclass(slots=True)
+class MProviderCompaction:
+    """A provider's opaque compaction item, going back to the provider that wrote it."""
+    encrypted_content: str
+
+
+@dataclass(slots=True)
 class MMedia:
     mime: str
     filename: str
@@ -145,6 +151,11 @@ def _assistant(msg: m.Message, model=None, deadline: Deadline = NO_DEADLINE) -> 
             elif isinstance(c, m.Tool):
                 content.append(MToolCall(c.call_id, c.tool, c.input))
                 results.append(_tool_result(c))
+            elif isinstance(c, m.ProviderCompaction):
+                # readable only by the provider that wrote it; any other gets the history it
+                # stands for, which the conversation still holds
+                if model is not None and c.provider_id == model.provider:
+                    content.append(MProviderCompaction(c.encrypted_content))
         content = _drop_blank_text(content)
         if content:
             out.append(MMessage("assistant", content, msg.id))

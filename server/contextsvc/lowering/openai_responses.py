@@ -14,7 +14,7 @@ from . import media
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
 from .neutral import (
-    LEAD_USER_TEXT, MMedia, MReasoning, MSpacer, MText, MToolCall, MToolResult, attachment_note,
+    LEAD_USER_TEXT, MMedia, MProviderCompaction, MReasoning, MSpacer, MText, MToolCall, MToolResult, attachment_note,
 )
 from .openai_chat import cache_key
 from .tool_ids import WORD, id_rule, wire_id, wire_name
@@ -81,6 +81,10 @@ def _assistant_items(msg, ledger: MediaLedger, deadline: Deadline) -> list:
             item = _reasoning(c, ledger)
             if item is not None:
                 items.append(item)
+        elif isinstance(c, MProviderCompaction):
+            # verbatim, and counted as the text it is: it stands for the history the provider
+            # compacted, which its window holds in some form (no id: store false refuses it)
+            items.append({"type": "compaction", "encrypted_content": c.encrypted_content})
         elif isinstance(c, MToolCall):
             # arguments as JSON.stringify writes them
             items.append({"type": "function_call", "call_id": wire_id(FORMAT, c.call_id),
@@ -135,6 +139,12 @@ class Responses(WireFormat):
     accepted = {**media.WEB_IMAGES, "application/pdf": media.DOCUMENT}  # PDF as input_file
     fetched = frozenset(accepted)  # input_image.image_url and input_file.file_url take http(s) URLs
     implicit_cache = True
+    compaction_items = True  # its server-side compaction's items go back in `input`
+    context_strategy = "compaction"
+
+    def context_management(self, mg, wire_names: dict) -> tuple:
+        """Server-side compaction past the threshold (guides/compaction); no header needed."""
+        return {"context_management": [{"type": mg.strategy, "compact_threshold": mg.trigger}]}, {}
 
 
 FORMAT = Responses()

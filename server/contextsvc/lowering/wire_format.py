@@ -46,6 +46,13 @@ class WireFormat:
     accepted: dict = {}
     fetched: frozenset = frozenset()
 
+    # -- the provider's own compaction: its opaque items (conversation.ProviderCompaction) go back
+    # in the body (lowering/neutral.py drops them for every other provider)
+    compaction_items: bool = False
+    # -- the provider's own context management (provider_management.py): its strategy's name, ""
+    # where it has none this service configures
+    context_strategy: str = ""
+
     # -- prompt cache (breakpoints.py)
     implicit_cache: bool = False  # the cache needs no markers (and gets none)
     native_auto: bool = False  # auto policy: last tool, last system block, latest user message
@@ -59,6 +66,11 @@ class WireFormat:
     def tool_list(self, body: dict) -> list:
         """The body's tool definitions, in prefix order (what the prefix digests cover)."""
         return body.get("tools", [])
+
+    def context_management(self, mg, wire_names: dict) -> tuple:
+        """(body fields, HTTP headers) configuring the provider's context management `mg`
+        (provider_management.Management); wire_names: the request's tool name -> the body's."""
+        raise NotImplementedError(f"{self.name} has no context management this service configures")
 
     def marker(self, ttl: str) -> tuple:
         """(key, value) of the marker."""

@@ -184,6 +184,7 @@ _PART_BUILDERS = {
     "retry": lambda r, path, depth: m.Retry(r.attempt, r.error),
     "snapshot": lambda s, path, depth: m.Snapshot(s.snapshot),
     "patch": lambda p, path, depth: m.Patch(p.hash, list(p.files)),
+    "provider_compaction": lambda c, path, depth: m.ProviderCompaction(c.provider_id, c.encrypted_content),
 }
 
 
@@ -350,7 +351,7 @@ def _optional(msg, *names) -> dict:
 def compaction_settings(c) -> m.CompactionSettings:
     return m.CompactionSettings(
         **_optional(c, "auto", "threshold_percent", "reserved", "prune", "tail_turns",
-                    "preserve_recent_tokens", "max_attempts"),
+                    "preserve_recent_tokens", "max_attempts", "provider_managed"),
         prune_settings=prune_settings(c.prune_settings),
     )
 
@@ -593,7 +594,15 @@ def figures(r) -> dict:
         projected_exact=r.projected_exact,
         compaction_figure=r.compaction_figure,
         decision=token_count(r.decision),
+        provider_management=_provider_management(r.provider_management),
     )
+
+
+def _provider_management(o) -> pb.ProviderManagement | None:
+    """A provider_management.Outlook; None (the field unset) when the option is off."""
+    if not o.strategy:
+        return None
+    return pb.ProviderManagement(strategy=o.strategy, trigger=o.trigger, clears=o.clears, relied_on=o.relied_on)
 
 
 def cache_report(r) -> pb.CacheReport | None:
@@ -633,6 +642,7 @@ def assemble_response(r: assemble.Assembled) -> pb.AssembleResponse:
         cache_report=cache_report(r.report),
         persist=[persist_part(p) for p in r.persist],
         tool_names=r.tool_names,
+        headers=r.headers,
     )
 
 

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import conversation as m, projection, tokenizer_family, tokens
+from .. import conversation as m, projection, provider_management, tokenizer_family, tokens
 from .baseline import baseline
 from .figures import Figures
 from .plan import Plan
@@ -32,6 +32,7 @@ class Decision:
     projected_exact: int  # 0 unless the exact count was asked for
     mid_tool_round_trip: bool
     should_compact: bool
+    provider: provider_management.Outlook  # what the provider's own management does to the request
 
 
 def backward_overflow_source(messages: list) -> Optional[m.Message]:
@@ -90,10 +91,13 @@ def decide(messages: list, fig: Figures, plan: Plan) -> Decision:
         used = max(0, used + rebase)
     overflow = bool(auto and context_known and source is not None and used >= lim)
     should = context_known and auto and (overflow or projected >= lim)
+    outlook = provider_management.outlook(plan.management, messages, projected, lim, plan.usable,
+                                          should and not overflow)
+    should = should and not outlook.relied_on
     return Decision(total, tail, overhead, method, rewrite, figure, reported, rebased, base is not None, overflow,
                     projected, projected_by("calibrated"), projected_by("self-calibrated"),
                     projected_by("exact") if fig.exact is not None else 0, mid_tool_round_trip(messages),
-                    should)
+                    should, outlook)
 
 
 def _figure(figure: str, stretch: tuple, fig: Figures, plan: Plan) -> tuple:

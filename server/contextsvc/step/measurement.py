@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import tokens
+from .. import provider_management, tokens
 from .decision import Decision
 from .figures import Figures
 
@@ -45,6 +45,8 @@ class Measurement:
     # the decision figure's count of every element from the first change since the previous
     # request on (prefix.compare); 0 when nothing was compared or nothing changed
     rewrite: int = 0
+    # what the provider's own context management does to this request (CompactionSettings.provider_managed)
+    provider_management: provider_management.Outlook = provider_management.Outlook()
 
 
 def gather(body_bytes: int, fig: Figures, dec: Decision, usable: int, limit: int,
@@ -81,4 +83,5 @@ def gather(body_bytes: int, fig: Figures, dec: Decision, usable: int, limit: int
         compaction_figure=dec.figure,
         decision=(dec.total, dec.method),
         rewrite=dec.rewrite,
+        provider_management=dec.provider,
     )

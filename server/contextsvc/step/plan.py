@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import breakpoints, conversation as m, prefix, window
+from .. import breakpoints, conversation as m, prefix, provider_management, window
 from ..config import Config
 from ..lowering.registry import FORMATS
 from ..lowering.wire_format import WireFormat
@@ -37,6 +37,11 @@ class Plan:
     @property
     def limit(self) -> int:
         return window.limit(self.model, self.compaction, self.cfg)
+
+    @property
+    def management(self) -> Optional[provider_management.Management]:
+        """The provider's own context management the request asks for (None: ours alone)."""
+        return provider_management.of(self.model, self.fmt, self.compaction, self.cfg, self.tools, self.limit)
 
     @classmethod
     def of(cls, model: m.Model, tools: list, system: m.SystemPrompt, compaction: m.CompactionSettings,

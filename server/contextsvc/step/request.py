@@ -10,7 +10,7 @@ import dataclasses
 import secrets
 from dataclasses import dataclass, field
 
-from .. import breakpoints, conversation as m, native, prefix
+from .. import breakpoints, conversation as m, native, prefix, provider_management
 from ..deadline import NO_DEADLINE, Deadline
 from ..errors import BadInput
 from ..lowering import MediaLedger
@@ -155,6 +155,7 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     known = {}  # id(element) -> (JSON text, lengths) of the elements the memo holds
     pieces = lower_request(conv, plan, memo, known, deadline)
     lowered, ledger = pieces.lowered, pieces.ledger
+    lowered.body.update(provider_management.body_fields(plan.management, plan.fmt, plan.tools)[0])
     if not lowered.messages:  # every provider refuses a request without a message
         raise BadInput("conversation.messages", "nothing to send: every message lowers to no content "
                                                 "(ignored or blank text, dropped errored replies)")
