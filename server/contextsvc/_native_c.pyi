@@ -18,12 +18,30 @@ __all__ = [
     "CJK_COUNTS",
     "text_profile",
     "json_profile",
+    "WIRE_DEPTH",
+    "WIRE_VARINT",
+    "WIRE_I64",
+    "WIRE_LEN",
+    "WIRE_I32",
+    "WIRE_PLAIN",
+    "WIRE_STRING",
+    "WIRE_MESSAGE",
+    "wire_schema",
+    "message_spans",
 ]
 
 MAX_JSON_DEPTH: int
 TEXT_CLASSES: tuple[str, ...]
 PROFILE_BLOCK: int
 CJK_COUNTS: tuple[str, ...]
+WIRE_DEPTH: int
+WIRE_VARINT: int
+WIRE_I64: int
+WIRE_LEN: int
+WIRE_I32: int
+WIRE_PLAIN: int
+WIRE_STRING: int
+WIRE_MESSAGE: int
 
 def number_text(x: float) -> str: ...
 def json_text(value: object) -> str: ...
@@ -36,6 +54,8 @@ def split_turns(starts: Sequence[object]) -> list[int]: ...
 def select_tail(starts: Sequence[int], sizes: Sequence[int], tail_turns: int, budget: int) -> int: ...
 def text_profile(s: str) -> tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]: ...
 def json_profile(value: object) -> tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]: ...
+def wire_schema(types: Sequence[dict[int, tuple[int, int, int]]], spans_field: int) -> tuple: ...
+def message_spans(data: bytes | bytearray | memoryview, schema: tuple, at: int = 0) -> list[tuple[int, int]]: ...
 
 # The string kernel sets (AVX2, SSE2, portable): for tests and benchmarks.
 def _kernels() -> list[str]: ...
