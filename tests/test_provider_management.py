@@ -8,7 +8,6 @@ import json
 import random
 import string
 
-import pytest
 
 from contextsvc import assemble, config, conversation as m, provider_management
 from contextsvc.v1 import context_pb2 as pb
