@@ -52,7 +52,9 @@ def assert_same_figures(a, m):
 
 
 def test_figures_has_every_measure_figure_with_the_same_numbers():
-    measure = {f.name: (f.number, f.type) for f in pb.MeasureResponse.DESCRIPTOR.fields if f.number <= 30}
+    # cache_state and cache_report are the step's, not figures: Assemble has its own
+    measure = {f.name: (f.number, f.type) for f in pb.MeasureResponse.DESCRIPTOR.fields
+               if f.name not in ("cache_state", "cache_report")}
     figures = {f.name: (f.number, f.type) for f in pb.Figures.DESCRIPTOR.fields}
     assert measure == figures
     for name in STEP_FIELDS[:-1]:

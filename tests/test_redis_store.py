@@ -181,7 +181,7 @@ def _answers(store, output_id) -> bool:
 
 
 def test_a_hung_redis_answers_store_calls_unavailable_within_a_second_and_refuses_nothing_else(tmp_path):
-    """Redis SIGSTOPped (it accepts connections and never answers) under more store callers
+    """Redis SIGSTOPped for 10 s (it accepts connections and never answers) under more store callers
     than the server has slots: each store call gets UNAVAILABLE naming Redis within about a
     second, and Measure and Assemble, which never touch the store, are all answered."""
     redis_server = RedisServer(tmp_path / "redis").start()
@@ -223,7 +223,7 @@ def test_a_hung_redis_answers_store_calls_unavailable_within_a_second_and_refuse
         hung.set()
         for t in callers:
             t.start()
-        time.sleep(4)
+        time.sleep(10)
         done.set()
         for t in callers:
             t.join(15)

@@ -29,6 +29,8 @@ log = logging.getLogger("contextsvc")
 
 # how long past the grace period the transport's own shutdown may take before the stop goes on
 TRANSPORT_STOP_SLACK_SECONDS = 10.0
+# after a drain, how long new calls are refused UNAVAILABLE by name before the listener closes
+REFUSAL_SECONDS = 1.0
 # how long tasks still on the transport's loop after its shutdown get to end once cancelled
 LOOP_CLOSE_SECONDS = 2.0
 
@@ -190,7 +192,7 @@ class Server:
         For drain seconds first, health says NOT_SERVING while calls are still served as
         before, so a proxy's health checks take the replica out before it refuses anything
         (a refusal inside an HTTP/2 answer is one a proxy cannot retry). Then new calls are
-        answered UNAVAILABLE by the service itself and the transport closes."""
+        answered UNAVAILABLE by the service itself for REFUSAL_SECONDS, and the transport closes."""
         if self._stopped.is_set():
             return
         self._stopped.set()
@@ -207,6 +209,10 @@ class Server:
         if drain > 0:
             time.sleep(drain)
         self._admission.close()
+        if drain > 0:
+            # refused by name for a while before the listener closes: a direct client's next
+            # call meets a reason to go elsewhere, not a closed or cancelling transport
+            time.sleep(REFUSAL_SECONDS)
         self._standard.end_watches()
         grace = self.cfg.server.shutdown_grace_seconds if grace is None else grace
         # grpc cancels what is left after the grace; its own shutdown gets a bounded wait too, so
