@@ -16,7 +16,7 @@ from helpers import convo
 from helpers.metrics import scrape
 from helpers.processes import launch, stop
 from helpers.rpc import compact_request
-from helpers.server import start_server
+from helpers.server import start_server, wait_for
 from server_process import peak_rss_mb
 from contextsvc import compact, config, tokens
 from contextsvc.deadline import Deadline
@@ -79,6 +79,8 @@ def test_large_conversation_stops_at_the_deadline_and_frees_its_memory(method):
                     getattr(stub, method)(request, timeout=deadline)
                 assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
                 took = ended_after(s.metrics_port, method, before, start, deadline + 20)
+                # the call is over for its caller; the work it started stops at its next check
+                assert wait_for(lambda: s._admission.running() == 0, 5)
                 current, peak = tracemalloc.get_traced_memory()
             finally:
                 tracemalloc.stop()
