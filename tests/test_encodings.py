@@ -106,10 +106,7 @@ def test_a_part_after_a_line_break_starting_with_a_slash_is_not_split_at_its_let
 def test_split_points_are_piece_boundaries_of_o200k(parts):
     enc = encodings.get("o200k_base")
     text = "".join(parts)
-    starts, offset = [], 0
-    for p in parts:
-        starts.append(offset)
-        offset += len(p)
+    starts = exact_cache.part_starts(parts)
     cuts = [0] + exact_cache.split_points(text, starts) + [len(text)]
     assert sum(len(enc.encode_ordinary(text[a:b])) for a, b in zip(cuts, cuts[1:])) == len(enc.encode_ordinary(text))
 

@@ -20,6 +20,7 @@ message and the few characters joining it to the previous one.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 import threading
 from collections import OrderedDict
@@ -31,6 +32,11 @@ _HEAD = re.compile(r"""(?!/)[!-&(-/:-@\[-`{-~]{2,16}(?=[A-Za-z])""")
 _TAIL_SCAN = 16  # how far back from an element's end a punctuation run is looked for
 _TAIL = re.compile(r"""[A-Za-z0-9][!-&(-/:-@\[-`{-~]{1,%d}\Z""" % _TAIL_SCAN)  # alnum, punctuation, end
 _INLINE_KEY = 64  # pieces up to this long are their own cache key; longer ones are hashed
+
+
+def part_starts(parts: list) -> list:
+    """Where each part starts in "".join(parts): what split_points takes."""
+    return list(itertools.accumulate((len(p) for p in parts[:-1]), initial=0)) if parts else []
 
 
 def split_points(text: str, starts: list) -> list:

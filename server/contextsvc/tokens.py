@@ -209,10 +209,7 @@ class ExactCounter:
         pieces not in the cache are tokenized. A piece counted inexactly is not cached.
         """
         text = "".join(parts)
-        starts, offset = [], 0
-        for p in parts:
-            starts.append(offset)
-            offset += len(p)
+        starts = exact_cache.part_starts(parts)
         cuts = [0] + exact_cache.split_points(text, starts) + [len(text)]
         pieces = [text[a:b] for a, b in zip(cuts, cuts[1:]) if b > a]
         owners, part = [], 0
