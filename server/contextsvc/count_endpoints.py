@@ -89,7 +89,7 @@ class AnthropicEndpoint(Endpoint):
 
     def send(self, request, model: str, timeout: float) -> int:
         body = request.lowered.body
-        params = {k: body[k] for k in ("system", "tools", "tool_choice", "thinking") if k in body}
+        params = {k: body[k] for k in ("system",) + self.fields if k in body}
         r = self.client().with_options(timeout=timeout).messages.count_tokens(
             model=model, messages=body["messages"], **params)
         return _count(getattr(r, "input_tokens", None))

@@ -83,15 +83,16 @@ class UnsentBytes:
 class CallSettings:
     """What every call of the service shares: limits, the executor, metrics, the token."""
 
-    def __init__(self, admission: Admission, executor: Executor, metrics=None, token: TokenCheck | None = None,
-                 max_response_bytes: int = 0, unsent: UnsentBytes | None = None,
-                 request_wait: float = 10.0, send_wait: float = 30.0, connection_life: float = 660.0):
+    def __init__(self, admission: Admission, executor: Executor, metrics, token: TokenCheck | None,
+                 max_response_bytes: int, unsent: UnsentBytes, request_wait: float, send_wait: float,
+                 connection_life: float):
+        # the limits are the server's config (config.ServerConfig says what each is for)
         self.admission = admission
         self.executor = executor
         self.metrics = metrics
         self.token = token
         self.max_response_bytes = max_response_bytes  # 0 = grpc's own limit only
-        self.unsent = unsent or UnsentBytes(0)
+        self.unsent = unsent
         self.request_wait = request_wait
         self.send_wait = send_wait
         # the longest a connection lives (max_connection_age_seconds plus its grace): what a
