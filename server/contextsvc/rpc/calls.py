@@ -146,7 +146,9 @@ def unary_handler(settings: CallSettings, method: str, parse: Callable[[bytes], 
                 code = refusal[0]
                 await context.abort(*refusal)
         except asyncio.CancelledError:
-            left = view.time_remaining()
+            # the transport's own clock of the deadline: the view's end was read a moment after it,
+            # and a cancellation at the deadline could otherwise count as the caller's CANCELLED
+            left = context.time_remaining()
             code = (grpc.StatusCode.DEADLINE_EXCEEDED if left is not None and left <= 0
                     else grpc.StatusCode.CANCELLED)
             raise
