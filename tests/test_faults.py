@@ -403,9 +403,9 @@ def test_sigterm_under_load_finishes_in_flight_calls_and_refuses_new_ones(tmp_pa
     proc.send_signal(signal.SIGTERM)
     for t in longs:
         t.join(120)
-    stop.set()
-    for t in callers:
+    for t in callers:  # each calls on until the server refuses it (after its drain)
         t.join(60)
+    stop.set()
     assert proc.wait(timeout=60) == 0
     assert len(long_results) == 2 and all(r.exact.tokens > 1_000_000 for r in long_results)
     assert set(codes) <= {grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE}, set(codes)
