@@ -38,6 +38,8 @@ log = logging.getLogger("contextsvc")
 # HTTP/2's default initial stream window: a response this small is sent whether or not its
 # client reads, so no client can hold it in the transport
 INITIAL_WINDOW_BYTES = 65535
+# a cancellation this close to the call's deadline is the caller's deadline passing (see behavior)
+DEADLINE_LAG_SECONDS = 0.25
 
 
 class CallView:
@@ -146,10 +148,10 @@ def unary_handler(settings: CallSettings, method: str, parse: Callable[[bytes], 
                 code = refusal[0]
                 await context.abort(*refusal)
         except asyncio.CancelledError:
-            # the transport's own clock of the deadline: the view's end was read a moment after it,
-            # and a cancellation at the deadline could otherwise count as the caller's CANCELLED
+            # the caller's deadline starts when it sends, ours when its headers arrive: its own
+            # cancellation at its deadline reaches us a moment before ours passes
             left = context.time_remaining()
-            code = (grpc.StatusCode.DEADLINE_EXCEEDED if left is not None and left <= 0
+            code = (grpc.StatusCode.DEADLINE_EXCEEDED if left is not None and left <= DEADLINE_LAG_SECONDS
                     else grpc.StatusCode.CANCELLED)
             raise
         finally:
