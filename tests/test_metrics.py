@@ -129,3 +129,27 @@ def test_a_prefix_break_counts_once_per_body_sent_however_often_a_step_assembles
     assert assemble(changed, sent).cache_report.cause == "other"
     assert assemble(changed, sent).cache_report.cause == "other"  # a retry of the same step
     assert breaks() == 2
+
+
+def test_calls_in_flight_count_from_their_start_until_they_are_over(fresh):
+    """contextsvc_rpcs_in_flight: a call whose request has not arrived yet is in flight; so is
+    one the client then resets, until the server has seen the reset; answered calls are not."""
+    from helpers.raw_h2 import RawH2
+    from helpers.server import wait_for
+
+    server, stub = fresh
+    key = ("contextsvc_rpcs_in_flight", (("method", "Measure"),))
+    stub.Measure(convo.measure_request(), timeout=10)
+    assert scrape(server.metrics_port)[key] == 0
+    client = RawH2(server.port)
+    try:
+        waiting = [client.open("/contextsvc.v1.ContextService/Measure", None, end=False) for _ in range(3)]
+        client.pump(0.2)
+        assert wait_for(lambda: scrape(server.metrics_port)[key] == 3, 5), scrape(server.metrics_port)[key]
+        stub.Measure(convo.measure_request(), timeout=10)  # answered beside them, and over
+        assert scrape(server.metrics_port)[key] == 3
+        client.reset(waiting[0])
+        assert wait_for(lambda: (client.pump(0.05), scrape(server.metrics_port)[key])[1] == 2, 5)
+    finally:
+        client.close()
+    assert wait_for(lambda: scrape(server.metrics_port)[key] == 0, 5)

@@ -136,3 +136,65 @@ def test_sentinel_settings():
             ({"redis_min_replicas_acked": -1}, "redis_min_replicas_acked")):
         with pytest.raises(ValueError, match=message):
             TruncationSettings.from_mapping(table)
+
+
+def test_sentinel_and_redis_that_ask_passwords_over_tls(tmp_path, processes):
+    """A master and a sentinel that each ask a password of their own and speak TLS (the sentinel
+    watches the master on its TLS port): outputs round-trip with the passwords from files and
+    the CA; a wrong sentinel password, a wrong Redis password, or plain text to the sentinel's
+    TLS port each get UNAVAILABLE naming Redis, within the call's bound."""
+    from helpers.certificates import certificate, new_key, pem
+    from helpers.redis_server import free_ports
+
+    ca_key, server_key = new_key(), new_key()
+    ca = certificate("contextsvc test CA", ca_key, ca=True)
+    ca_file = pem(tmp_path / "ca.pem", ca)
+    cert = pem(tmp_path / "server.pem", certificate("redis", server_key, issuer=ca.subject, issuer_key=ca_key))
+    key = pem(tmp_path / "server.key", server_key)
+    tls = ("--tls-cert-file", cert, "--tls-key-file", key, "--tls-ca-cert-file", ca_file, "--tls-auth-clients", "no")
+    master_tls, sentinel_tls = free_ports(2)
+    master = RedisServer(tmp_path / "master", "--requirepass", "master-secret", "--tls-port", str(master_tls), *tls)
+    processes.append(master.start())
+    sentinel = SentinelServer(
+        tmp_path / "sentinel", MASTER, master_tls,
+        more=(f"requirepass sentinel-secret\nsentinel auth-pass {MASTER} master-secret\n"
+              f"tls-port {sentinel_tls}\ntls-cert-file {cert}\ntls-key-file {key}\ntls-ca-cert-file {ca_file}\n"
+              "tls-auth-clients no\ntls-replication yes\n"))
+    processes.append(sentinel.start())
+    sentinel_link = redis.Redis(port=sentinel.port, password="sentinel-secret")
+    assert sentinel_link.sentinel_get_master_addr_by_name(MASTER) == (b"127.0.0.1", master_tls)
+    sentinel_link.close()
+    passwords = {}
+    for name, secret in (("redis", "master-secret\n"), ("sentinel", "sentinel-secret\n"), ("wrong", "guess\n")):
+        passwords[name] = str(tmp_path / f"{name}.password")
+        (tmp_path / f"{name}.password").write_text(secret)
+
+    def store(redis_password="redis", sentinel_password="sentinel", use_tls=True) -> RedisStore:
+        return RedisStore(TruncationSettings(
+            backend="redis", redis_sentinels=(f"127.0.0.1:{sentinel_tls}",), redis_sentinel_master=MASTER,
+            redis_min_replicas_acked=0, redis_sentinel_tls=use_tls, redis_tls_ca_file=ca_file if use_tls else "",
+            redis_password_file=passwords[redis_password], redis_sentinel_password_file=passwords[sentinel_password]))
+
+    good = store()
+    text = "through Sentinel, over TLS ✓\n" * 500
+    output_id = good.put(text)
+    assert good.get(output_id) == text
+    direct = redis.Redis(port=master.port, password="master-secret")
+    assert direct.exists(TruncationSettings().redis_key_prefix + output_id) == 1  # stored on that master
+    direct.close()
+    good.close()
+    for bad in (store(sentinel_password="wrong"), store(redis_password="wrong"), store(use_tls=False)):
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match="Redis"):
+            bad.put("never stored")
+        assert time.monotonic() - started < 2.0
+        bad.close()
+
+
+def test_passwords_and_tls_through_sentinel_need_sentinel():
+    for key, value in (("redis_password_file", "/run/secrets/redis"), ("redis_sentinel_tls", True)):
+        with pytest.raises(ValueError, match=key):
+            TruncationSettings(backend="redis", redis_url="redis://h/0", **{key: value})
+    with pytest.raises(ValueError, match="redis_sentinel_password_file.*cannot read"):
+        RedisStore(TruncationSettings(backend="redis", redis_sentinels=("127.0.0.1:1",),
+                                      redis_sentinel_master=MASTER, redis_sentinel_password_file="/nonexistent"))

@@ -107,8 +107,7 @@ class Server:
         self._loop_thread.start()
         check = TokenCheck(tokens) if tokens else None
         settings = CallSettings(self._admission, self._executor, m, check, s.max_response_bytes,
-                                UnsentBytes(s.max_unsent_bytes), s.request_wait_seconds, s.send_wait_seconds,
-                                s.max_connection_age_seconds + s.connection_age_grace_seconds)
+                                UnsentBytes(s.max_unsent_bytes), s.request_wait_seconds, s.send_wait_seconds)
         names = (SERVICE_NAME, HEALTH_SERVICE) + ((REFLECTION_SERVICE,) if s.reflection else ())
         self._health = Health(self._loop, s.max_watch_streams, s.stream_idle_seconds)
         self._standard = StandardServices(self._health, self._admission, s.stream_idle_seconds, names,

@@ -66,9 +66,9 @@ class ServerConfig:
     # a call whose request message has not arrived this long after it opened is ended
     # (DEADLINE_EXCEEDED); the caller's own deadline, when shorter, bounds it instead
     request_wait_seconds: float = 10.0
-    # a response its client has not read this long after it was written has its call cancelled
-    # (the caller's deadline, when shorter, bounds it instead): a client that stops reading
-    # cannot hold the response's bytes
+    # a response larger than a stream's window that its client has not read this long after it
+    # was sent is logged as stalled; its bytes stay counted against max_unsent_bytes until the
+    # call ends (read, the caller's deadline, or the connection closed at its age)
     send_wait_seconds: float = 30.0
     # bytes of responses written but not yet read by their clients, all calls together; a response
     # that would pass it gets RESOURCE_EXHAUSTED. 0 = no bound

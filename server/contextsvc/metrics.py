@@ -12,7 +12,7 @@ from collections import OrderedDict
 from typing import Callable
 from urllib.parse import parse_qs
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
 from .http_server import HttpServer
 
@@ -125,13 +125,20 @@ class MethodMetrics:
     """The series one RPC method records into, looked up once per method and status code rather
     than by label at every call (a lookup takes the metric's lock). A series appears at its first
     record, as with labels(). Used from the transport's one loop thread."""
-    __slots__ = ("_metrics", "_method", "_request_bytes", "_by_code")
+    __slots__ = ("_metrics", "_method", "_request_bytes", "_by_code", "_in_flight")
 
     def __init__(self, metrics: "Metrics", method: str):
         self._metrics = metrics
         self._method = method
         self._request_bytes = None
         self._by_code: dict = {}
+        self._in_flight = metrics.in_flight.labels(method)
+
+    def started(self) -> None:
+        self._in_flight.inc()
+
+    def finished(self, _context=None) -> None:
+        self._in_flight.dec()
 
     def request(self, nbytes: int) -> None:
         if self._request_bytes is None:
@@ -154,6 +161,9 @@ class Metrics(_Endpoint):
         r = self.registry
         self.rpcs = Counter("contextsvc_rpcs", "RPCs handled, by method and status code.",
                             ["method", "code"], registry=r)
+        self.in_flight = Gauge("contextsvc_rpcs_in_flight",
+                               "Calls begun and not yet over (their status sent, or the call ended), "
+                               "by method: what a replica killed now would fail.", ["method"], registry=r)
         self.latency = Histogram("contextsvc_rpc_duration_seconds",
                                  "RPC handling time, by method and status code.",
                                  ["method", "code"], buckets=LATENCY_BUCKETS, registry=r)

@@ -71,7 +71,7 @@ class RedisServer:
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
                 s.sendall(b"PING\r\n")
-                return s.recv(16).startswith(b"+PONG")
+                return s.recv(16).startswith((b"+PONG", b"-NOAUTH"))  # up, whether or not it asks a password
         except OSError:
             return False
 
@@ -106,7 +106,9 @@ class SentinelServer(RedisServer):
     """`redis-server --sentinel` (Debian's redis-sentinel is the same binary) watching the master
     `name` at 127.0.0.1:master_port with quorum 1, marking it down after down_after_ms."""
 
-    def __init__(self, directory: pathlib.Path, name: str, master_port: int, down_after_ms: int = 1000):
+    def __init__(self, directory: pathlib.Path, name: str, master_port: int, down_after_ms: int = 1000,
+                 more: str = ""):
+        """more: more lines of sentinel.conf (a password, TLS)."""
         super().__init__(directory)
         self.name = name
         # Sentinel rewrites its config file: one of its own, in its directory
@@ -115,7 +117,7 @@ class SentinelServer(RedisServer):
             f"port {self.port}\nbind 127.0.0.1\ndir {self.dir}\n"
             f"sentinel monitor {name} 127.0.0.1 {master_port} 1\n"
             f"sentinel down-after-milliseconds {name} {down_after_ms}\n"
-            f"sentinel failover-timeout {name} 10000\n")
+            f"sentinel failover-timeout {name} 10000\n{more}")
 
     @property
     def address(self) -> str:

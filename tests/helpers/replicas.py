@@ -71,6 +71,11 @@ class Replica:
         samples = scrape(self.metrics_port)
         return samples.get(("contextsvc_rpcs_total", (("code", code), ("method", method))), 0.0)
 
+    def in_flight(self) -> int:
+        """Calls this replica has begun and not yet ended, every method together."""
+        samples = scrape(self.metrics_port)
+        return int(sum(v for (name, _), v in samples.items() if name == "contextsvc_rpcs_in_flight"))
+
     def stop(self, sig=signal.SIGTERM):
         if self.proc.poll() is None:
             self.proc.send_signal(sig)

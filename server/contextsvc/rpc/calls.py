@@ -9,9 +9,10 @@ or for its client to read the response, is a coroutine, not a worker. The steps 
 4. parsing and the core's work on the bounded executor (the hot path is CPU-bound and holds
    the GIL);
 5. the response, refused when over `server.max_response_bytes`, and sent only while the bytes all
-   unread responses hold stay under `server.max_unsent_bytes` (_send says how long they are held);
-   a client that has not read it within `server.send_wait_seconds` (or its deadline) has its call
-   dropped.
+   unread responses hold stay under `server.max_unsent_bytes` (_hold says how long they are held).
+   The handler returns it: grpc sends the message and the status in one batch, so a replica that
+   dies mid-call leaves its proxy either no response (which it retries elsewhere) or a whole one,
+   never a message without its status.
 Errors of the core become statuses (statuses.py); count, latency and request size are recorded per
 method and status.
 """
@@ -28,7 +29,6 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from .admission import Admission
-from .streams import WriteStalled, write_within
 from .security import TokenCheck
 from .statuses import identity, status_for
 from ..errors import Exhausted
@@ -86,8 +86,7 @@ class CallSettings:
     """What every call of the service shares: limits, the executor, metrics, the token."""
 
     def __init__(self, admission: Admission, executor: Executor, metrics, token: TokenCheck | None,
-                 max_response_bytes: int, unsent: UnsentBytes, request_wait: float, send_wait: float,
-                 connection_life: float):
+                 max_response_bytes: int, unsent: UnsentBytes, request_wait: float, send_wait: float):
         # the limits are the server's config (config.ServerConfig says what each is for)
         self.admission = admission
         self.executor = executor
@@ -97,9 +96,6 @@ class CallSettings:
         self.unsent = unsent
         self.request_wait = request_wait
         self.send_wait = send_wait
-        # the longest a connection lives (max_connection_age_seconds plus its grace): what a
-        # dropped response's bytes stay counted for, since grpc frees them only with the connection
-        self.connection_life = connection_life
 
 
 class _Refused(Exception):
@@ -132,21 +128,25 @@ async def _read_request(context, method: str, wait: float) -> bytes:
 
 def unary_handler(settings: CallSettings, method: str, parse: Callable[[bytes], object],
                   work: Callable[[object, CallView], object]) -> grpc.RpcMethodHandler:
-    """The handler of one unary method. Registered as a stream (the bytes on the wire are the
-    same: one message each way) so that the call starts before its request has arrived."""
+    """The handler of one unary method. Registered as a client stream (the bytes on the wire are
+    the same: one message each way) so that the call starts before its request has arrived."""
     metrics = None if settings.metrics is None else settings.metrics.method(method)
 
     async def behavior(_requests, context):
         start = time.perf_counter()
         view = CallView(context.time_remaining())
         code = grpc.StatusCode.OK
+        if metrics is not None:
+            metrics.started()
+            context.add_done_callback(metrics.finished)  # once the status is sent, or the call ended
         try:
             # aborted here, once _answer's frame (holding the request) has gone: the abort's
             # exception would otherwise keep it alive with its traceback
-            refusal = await _answer(settings, method, parse, work, context, view, metrics)
-            if refusal is not None:
-                code = refusal[0]
-                await context.abort(*refusal)
+            answer = await _answer(settings, method, parse, work, context, view, metrics)
+            if isinstance(answer, tuple):
+                code = answer[0]
+                await context.abort(*answer)
+            return answer
         except asyncio.CancelledError:
             # the caller's deadline starts when it sends, ours when its headers arrive: its own
             # cancellation at its deadline reaches us a moment before ours passes
@@ -159,13 +159,13 @@ def unary_handler(settings: CallSettings, method: str, parse: Callable[[bytes], 
             if metrics is not None:
                 metrics.call(code.name, time.perf_counter() - start)
 
-    return grpc.stream_stream_rpc_method_handler(behavior, request_deserializer=identity,
-                                                 response_serializer=identity)
+    return grpc.stream_unary_rpc_method_handler(behavior, request_deserializer=identity,
+                                                response_serializer=identity)
 
 
 async def _answer(settings: CallSettings, method: str, parse, work, context,
-                  view: CallView, metrics) -> tuple | None:
-    """Steps 1-5 of the call; the (status, details) it is refused with, or None once answered."""
+                  view: CallView, metrics) -> tuple | bytes:
+    """Steps 1-5 of the call: the response's bytes, or the (status, details) it is refused with."""
     try:
         if settings.token is not None:
             reason, view.tenant = settings.token.check(context.invocation_metadata())
@@ -176,8 +176,8 @@ async def _answer(settings: CallSettings, method: str, parse, work, context,
             metrics.request(len(data))
         out = await _run(settings, method, parse, work, data, view)
         del data
-        await _send(settings, method, context, out, view)
-        return None
+        _hold(settings, method, context, len(out))
+        return out
     except _Refused as e:
         return e.code, e.details
     except Exception as e:  # noqa: BLE001 - the core's errors by their status, any other INTERNAL
@@ -235,25 +235,23 @@ async def _run(settings: CallSettings, method: str, parse, work, data: bytes, vi
     return out
 
 
-async def _send(settings: CallSettings, method: str, context, data: bytes, view: CallView) -> None:
-    """Writes the response. One larger than a stream's initial HTTP/2 window can be held by a client
-    that does not read it: it counts against max_unsent_bytes until the client has taken it, or,
-    dropped (WriteStalled), until its connection has surely closed."""
-    n = len(data)
-    counted = n > INITIAL_WINDOW_BYTES
+def _hold(settings: CallSettings, method: str, context, n: int) -> None:
+    """Counts a response larger than a stream's initial HTTP/2 window against max_unsent_bytes
+    until its call is over: its client has read it, or the call ended (its deadline, a reset, the
+    connection closed, which max_connection_age_seconds bounds). A client that does not read
+    can hold such a response in the transport; one still unread after send_wait_seconds is
+    logged."""
+    if n <= INITIAL_WINDOW_BYTES:
+        return
     unsent = settings.unsent
-    if counted:
-        unsent.take(method, n)
-    wait = _bounded(view.time_remaining(), settings.send_wait)
-    try:
-        await write_within(context, data, wait)
-    except WriteStalled:
-        log.warning("%s: the client had not read the %d-byte response after %g s; call dropped",
-                    method, n, wait)
-        if counted:  # still in the transport: counted until its connection has surely closed
-            asyncio.get_running_loop().call_later(settings.connection_life, unsent.give, n)
-            counted = False
-        raise
-    finally:
-        if counted:
-            unsent.give(n)
+    unsent.take(method, n)
+    stalled = asyncio.get_running_loop().call_later(
+        settings.send_wait, log.warning, "%s: the client had not read the %d-byte response after %g s "
+        "(server.send_wait_seconds); it stays counted until read or the connection closes",
+        method, n, settings.send_wait)
+
+    def over(_context) -> None:
+        stalled.cancel()
+        unsent.give(n)
+
+    context.add_done_callback(over)

@@ -318,14 +318,29 @@ def _client(settings: TruncationSettings) -> "redis.Redis":
         health_check_interval=30,
     )
     if settings.redis_sentinels:
+        tls = dict(ssl=True, ssl_ca_certs=settings.redis_tls_ca_file or None) if settings.redis_sentinel_tls else {}
         sentinel = redis.sentinel.Sentinel(
             [_host_port(a) for a in settings.redis_sentinels],
             sentinel_kwargs=dict(socket_connect_timeout=settings.redis_connect_timeout_seconds,
-                                 socket_timeout=settings.redis_timeout_seconds))
-        return sentinel.master_for(settings.redis_sentinel_master, **common)
+                                 socket_timeout=settings.redis_timeout_seconds,
+                                 password=_secret(settings, "redis_sentinel_password_file"), **tls))
+        return sentinel.master_for(settings.redis_sentinel_master,
+                                   password=_secret(settings, "redis_password_file"), **tls, **common)
     if settings.redis_tls_ca_file:
         common["ssl_ca_certs"] = settings.redis_tls_ca_file
     return redis.Redis.from_url(settings.redis_url, **common)
+
+
+def _secret(settings: TruncationSettings, key: str) -> str | None:
+    """The password in the file setting `key` names (its last line break dropped), or None."""
+    path = getattr(settings, key)
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().removesuffix("\n").removesuffix("\r")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"truncation setting {key!r}: cannot read {path} ({type(e).__name__})") from None
 
 
 def _host_port(address: str) -> tuple[str, int]:

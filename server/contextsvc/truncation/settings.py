@@ -78,6 +78,13 @@ class TruncationSettings:
     # name of the master they watch; the store follows a failover to the promoted replica.
     redis_sentinels: tuple[str, ...] = ()
     redis_sentinel_master: str = ""
+    # With Sentinel: a file holding the password Redis asks for (its requirepass, the same on
+    # master and replicas; a redis_url carries its own), one holding the sentinels' password, and
+    # TLS to both (verified with redis_tls_ca_file, or the system's CAs). Files, so the password
+    # comes from a mounted secret rather than the config; read once at start.
+    redis_password_file: str = ""
+    redis_sentinel_password_file: str = ""
+    redis_sentinel_tls: bool = False
     # A put is acknowledged once Redis WAITs for this many replicas to have it, so a failover
     # loses no acknowledged output (none acknowledging within half the call's time: UNAVAILABLE).
     # None: 1 with Sentinel (its failover promotes a replica), 0 with a single Redis.
@@ -115,8 +122,13 @@ class TruncationSettings:
         if self.redis_url and self.redis_sentinels:
             raise ValueError("truncation settings 'redis_url' and 'redis_sentinels' are exclusive: "
                              "with Sentinel, the master's address is asked of the sentinels")
-        if self.redis_tls_ca_file and not self.redis_url.startswith("rediss://"):
-            raise ValueError("truncation setting 'redis_tls_ca_file' needs a rediss:// redis_url")
+        if self.redis_tls_ca_file and not (self.redis_url.startswith("rediss://") or self.redis_sentinel_tls):
+            raise ValueError("truncation setting 'redis_tls_ca_file' needs a rediss:// redis_url "
+                             "or redis_sentinel_tls")
+        for key in ("redis_password_file", "redis_sentinel_password_file", "redis_sentinel_tls"):
+            if getattr(self, key) and not self.redis_sentinels:
+                raise ValueError(f"truncation setting {key!r} is for Sentinel (redis_sentinels); "
+                                 "a redis_url carries its own password and scheme")
         if bool(self.redis_sentinels) != bool(self.redis_sentinel_master):
             raise ValueError("truncation settings 'redis_sentinels' and 'redis_sentinel_master' go together")
 
@@ -173,6 +185,9 @@ _RULES: dict[str, tuple[tuple[type, ...], float | None, bool]] = {
     "redis_tls_ca_file": ((str,), None, False),
     "redis_sentinels": ((list, tuple), None, False),
     "redis_sentinel_master": ((str,), None, False),
+    "redis_password_file": ((str,), None, False),
+    "redis_sentinel_password_file": ((str,), None, False),
+    "redis_sentinel_tls": ((bool,), None, False),
     "redis_min_replicas_acked": ((int, type(None)), 0, False),
     "redis_key_prefix": ((str,), None, False),
     "hint": ((str,), None, False),
@@ -192,7 +207,7 @@ _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 def _check(key: str, value: Any) -> None:
     types, minimum, exclusive = _RULES[key]
     names = " or ".join(t.__name__ for t in types)
-    if isinstance(value, bool) or not isinstance(value, types):
+    if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
         raise ValueError(f"truncation setting {key!r} must be {names}, got {type(value).__name__}")
     if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
         raise ValueError(f"truncation setting {key!r} must be finite, got {value!r}")
