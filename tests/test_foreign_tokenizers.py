@@ -108,3 +108,36 @@ def test_first_request_of_a_session_that_claude_would_refuse_is_flagged(rig):
         elif claude + 0.3 * claude < window:
             assert not a.figures.should_compact, (n, claude, a.figures.decision)
     assert flagged_between, "no first request fit cl100k's count and not the stand-in's"
+
+
+EXACT_SESSIONS = [("openai", 32_000, 2), ("openai", 200_000, 5), ("openai-responses", 32_000, 7)]
+
+
+@pytest.fixture(scope="module")
+def exact_server():
+    """A server whose decision figure is the model's own exact count where it is offline."""
+    server = start_server(measure_overrides={"compaction_figure": "exact-where-known"})
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.port}", options=[
+        ("grpc.max_send_message_length", 256 << 20), ("grpc.max_receive_message_length", 256 << 20)])
+    yield pb_grpc.ContextServiceStub(channel)
+    channel.close()
+    server.stop(grace=1)
+
+
+@pytest.mark.parametrize("provider, window, seed", EXACT_SESSIONS,
+                         ids=[f"{p}-{w // 1000}K" for p, w, _ in EXACT_SESSIONS])
+def test_the_models_own_exact_count_decides_and_is_never_refused(rig, exact_server, provider, window, seed):
+    """compaction_figure = "exact-where-known" for gpt-4o against a provider counting with o200k
+    (its own tokenizer): zero refusals, and no more compactions than the calibrated figure makes
+    for the same session (the exact count carries no margin: it compacts as late as it safely can)."""
+    _address, stub, fakes = rig
+    fp = fakes[O200K.name]
+    exact, first = _run(exact_server, fp, provider, window, seed)
+    _check(exact, fp, first, window)
+    assert all(c["measured_after"] == c["tokens_after"] for c in exact["compactions"])
+    calibrated, _ = _run(stub, fp, provider, window, seed)
+    ours, theirs = len(exact["compactions"]), len(calibrated["compactions"])
+    print(f"\n{provider} {window // 1000}K seed {seed}: compactions exact {ours} / calibrated {theirs}; "
+          f"prunes {len(exact['prunes'])} / {len(calibrated['prunes'])}; "
+          f"largest input {exact['max_input']} / {calibrated['max_input']} of {window}")
+    assert ours <= theirs, (ours, theirs)

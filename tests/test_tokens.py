@@ -302,7 +302,7 @@ def test_each_figure_decides_compaction_by_its_own_projection():
     assert low * 2 < high and abs(big.projected_exact - high) < 0.15 * big.projected_exact
     lim = (low + high) // 2
     decided = {}
-    for figure in config.COMPACTION_FIGURES:
+    for figure in ("estimate", "calibrated", "self-calibrated", "exact"):
         r = run(conv, window(lim), with_figure(figure), exact_counters=counters(), exact=True)
         assert r.compaction_figure == figure and r.limit == lim
         decided[figure] = r.should_compact
@@ -311,6 +311,28 @@ def test_each_figure_decides_compaction_by_its_own_projection():
     r = run(conv, window(lim), with_figure("exact"))
     assert r.compaction_figure == "calibrated" and r.should_compact and r.projected_exact == 0
     assert r.decision[1].startswith(tokens.CALIBRATED)
+
+
+def test_exact_where_known_decides_with_the_models_own_count_and_calibrated_elsewhere():
+    """measure.compaction_figure = "exact-where-known": a model whose own tokenizer is offline
+    (gpt-4o: o200k) decides on its exact count, counted though the request did not ask; any
+    other model (Claude) on the calibrated figure, with nothing counted exactly."""
+    conv = conversation(30)
+    gpt4o = m.Model("gpt-4o", m.OPENAI, m.ModelLimits(10_000_000, 0, 1000))
+    sized = run(conv, gpt4o, exact_counters=counters(), exact=True)
+    exact, calibrated = sized.projected_exact, sized.projected
+    assert exact < calibrated  # the calibrated figure carries its margins
+    lim = (exact + calibrated) // 2
+    narrow = m.Model("gpt-4o", m.OPENAI, m.ModelLimits(lim + 1000, 0, 1000))  # usable = lim
+    r = run(conv, narrow, with_figure("exact-where-known"), exact_counters=counters())
+    assert r.compaction_figure == "exact" and r.projected == r.projected_exact == exact
+    assert r.decision[1].startswith("tiktoken:o200k_base") and not r.should_compact
+    assert run(conv, narrow, exact_counters=counters()).should_compact  # calibrated would compact
+    r = run(conv, window(lim), with_figure("exact-where-known"), exact_counters=counters())
+    assert r.compaction_figure == "calibrated" and r.projected_exact == 0 and r.exact is None
+    assert r.decision[1].startswith(tokens.CALIBRATED)
+    assert config.from_mapping({"measure": {"compaction_figure": "exact-where-known"}}).measure.compaction_figure \
+        == "exact-where-known"
 
 
 def test_self_calibrated_figure_decides_on_the_corrected_projection():

@@ -164,7 +164,7 @@ class ServerConfig:
         return self.metrics_host or self.host
 
 
-COMPACTION_FIGURES = ("estimate", "calibrated", "self-calibrated", "exact")
+COMPACTION_FIGURES = ("estimate", "calibrated", "self-calibrated", "exact", "exact-where-known")
 COUNT_ENDPOINTS = ("anthropic", "gemini")  # the providers whose count endpoint measure can ask
 
 
@@ -186,8 +186,10 @@ class MeasureConfig:
     # the decision figure (should_compact, Compact's tokens_before/after): "calibrated" (per
     # content class, plus decision_margin), "self-calibrated" (the same scaled by the provider's
     # own count of an earlier prefix, plus the margin), "estimate" (the reference's
-    # ceil(chars/4 * 1.3)) or "exact" (only when the request asks for exact counts;
-    # otherwise calibrated decides, so every replica answers alike)
+    # ceil(chars/4 * 1.3)), "exact" (only when the request asks for exact counts; otherwise
+    # calibrated decides, so every replica answers alike) or "exact-where-known" (the model's own
+    # tokenizer's exact count wherever it is offline, cl100k and o200k models, counted whether or
+    # not the request asks; calibrated for every other model)
     compaction_figure: str = "calibrated"
     # safety margin on the calibrated figures: "measured" = per content class, the p95 of the
     # under-count on held-back real material (shipped with the ratios by bench/calibrate.py),

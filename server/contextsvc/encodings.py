@@ -12,6 +12,7 @@ A model whose tokenizer is neither (Claude, Gemini, ...) is counted with a proxy
 from __future__ import annotations
 
 import base64
+import functools
 import gzip
 import hashlib
 import threading
@@ -115,17 +116,24 @@ class ExactTokenizer:
 
 
 def for_model(model_id: str, proxy: str) -> ExactTokenizer:
-    """The model's own offline tokenizer, as tiktoken maps model names to encodings (o200k for
-    gpt-4o, gpt-4.1, gpt-4.5, gpt-5, o1, o3, o4-mini; cl100k for gpt-4 and gpt-3.5); for any other
-    model, the proxy encoding. A gateway's "openai/gpt-4o" is gpt-4o."""
+    """The model's own offline tokenizer (own_offline); for any other model, the proxy encoding."""
+    own = own_offline(model_id)
+    if own is not None:
+        return ExactTokenizer(own, True, model_id)
+    return ExactTokenizer(canonical(proxy), False, model_id)
+
+
+@functools.lru_cache(maxsize=1024)  # read at every step of a session: a model's answer never changes
+def own_offline(model_id: str) -> str | None:
+    """The encoding of the model's own tokenizer when it is offline here, as tiktoken maps model
+    names to encodings (o200k for gpt-4o, gpt-4.1, gpt-4.5, gpt-5, o1, o3, o4-mini; cl100k for
+    gpt-4 and gpt-3.5); None for any other model. A gateway's "openai/gpt-4o" is gpt-4o."""
     from tiktoken.model import encoding_name_for_model
 
     mid = model_id.lower().rsplit("/", 1)[-1]
     try:
         own = encoding_name_for_model(mid)
     except KeyError:  # not a model tiktoken knows
-        own = None
+        return None
     own = _SAME_COUNTS.get(own, own)
-    if own in OFFLINE:
-        return ExactTokenizer(own, True, model_id)
-    return ExactTokenizer(canonical(proxy), False, model_id)
+    return own if own in OFFLINE else None

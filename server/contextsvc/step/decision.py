@@ -71,6 +71,8 @@ def decide(messages: list, fig: Figures, plan: Plan) -> Decision:
         return max(0, reported + fig.rebase_projections.get(method, 0)) + tail + overhead
 
     figure = cfg.measure.compaction_figure
+    if figure == "exact-where-known":  # Plan.of counted it for every model with its own offline
+        figure = "exact" if fig.exact is not None and fig.exact_tokenizer.native else "calibrated"
     if figure == "exact" and fig.exact is None:
         figure = "calibrated"  # exact counts decide only when the request asks for them
     total, tail, overhead, method, rewrite, rebase = _figure(figure, fig.stretches[figure], fig, plan)

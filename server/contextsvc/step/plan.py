@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import breakpoints, conversation as m, prefix, provider_management, window
+from .. import breakpoints, conversation as m, encodings, prefix, provider_management, window
 from ..config import Config
 from ..lowering.registry import FORMATS
 from ..lowering.wire_format import WireFormat
@@ -51,6 +51,8 @@ class Plan:
         use" choice too, unless changing the choice invalidates its cache (design.md §6); there the
         step's message alone says so. The caller's own tools_disabled always sets the choice."""
         fmt = FORMATS[model.provider]
+        if cfg.measure.compaction_figure == "exact-where-known" and encodings.own_offline(model.id):
+            settings["exact"] = True  # the decision figure is this model's own exact count
         if last_step and not fmt.tool_choice_breaks_cache:
             settings["tools_disabled"] = True
         return cls(model, fmt, tools, system, compaction, cfg, policy or breakpoints.Policy(), **settings)
