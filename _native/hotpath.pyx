@@ -731,6 +731,38 @@ def text_profile(s):
             tuple([cjk[c] for c in range(N_CJK_COUNTS)]))
 
 
+cdef inline void _add_counts(object counts, Py_ssize_t *into, int n, str what) except *:
+    if not isinstance(counts, tuple) or len(<tuple>counts) != n:
+        raise TypeError(f"sum_profiles(): a profile's {what} must be a tuple of {n} ints")
+    cdef int i
+    for i in range(n):
+        into[i] += <Py_ssize_t>(<tuple>counts)[i]
+
+
+def sum_profiles(profiles, extra):
+    """The text profiles added up field by field, extra included (see _native_py.sum_profiles)."""
+    cdef Py_ssize_t units[N_CLASSES]
+    cdef Py_ssize_t runs[N_CLASSES]
+    cdef Py_ssize_t cjk[N_CJK_COUNTS]
+    cdef Py_ssize_t total = 0
+    cdef int c
+    for c in range(N_CLASSES):
+        units[c] = 0
+        runs[c] = 0
+    for c in range(N_CJK_COUNTS):
+        cjk[c] = 0
+    for p in [extra, *profiles]:
+        if not isinstance(p, tuple) or len(<tuple>p) != 4:
+            raise TypeError("sum_profiles(): each profile must be a text_profile result")
+        total += <Py_ssize_t>(<tuple>p)[0]
+        _add_counts((<tuple>p)[1], units, N_CLASSES, "units")
+        _add_counts((<tuple>p)[2], runs, N_CLASSES, "runs")
+        _add_counts((<tuple>p)[3], cjk, N_CJK_COUNTS, "CJK counts")
+    return (total, tuple([units[c] for c in range(N_CLASSES)]),
+            tuple([runs[c] for c in range(N_CLASSES)]),
+            tuple([cjk[c] for c in range(N_CJK_COUNTS)]))
+
+
 # ---- JSON profile: text_profile of a value's JSON text, streamed from the walk ----------------
 
 cdef enum:

@@ -255,7 +255,7 @@ def test_same_api(impl):
              "select_tail", "MAX_JSON_DEPTH", "text_profile", "TEXT_CLASSES", "PROFILE_BLOCK",
              "CJK_COUNTS", "json_profile", "number_text", "json_text", "has_float", "WIRE_DEPTH",
              "WIRE_VARINT", "WIRE_I64", "WIRE_LEN", "WIRE_I32", "WIRE_PLAIN", "WIRE_STRING", "WIRE_MESSAGE",
-             "wire_schema", "message_spans"}
+             "wire_schema", "message_spans", "sum_profiles"}
     assert names <= set(dir(impl))
     assert set(impl.__all__) == names
 
@@ -844,6 +844,23 @@ def test_text_profile_compiled_agrees_with_the_twin(impl, s):
     assert single <= scripts <= total  # CJK counts cover every block, whatever its class
     blocks = -(-len(s) // native.PROFILE_BLOCK)
     assert blocks <= sum(runs) <= len(s)  # every block starts a run; a run holds a character
+
+
+@settings(max_examples=150, deadline=None)
+@given(texts=st.lists(profile_texts, max_size=6), cut=st.integers(0, 3))
+def test_summed_profiles_are_the_profile_of_texts_cut_at_block_boundaries(impl, texts, cut):
+    """sum_profiles adds text profiles up: texts that end on a block boundary (all but the last)
+    sum to the profile of their concatenation, blocks being profiled apart."""
+    block = native.PROFILE_BLOCK
+    whole = [t[:len(t) - len(t) % block] for t in texts[:-1]] + texts[-1:]
+    extra = "x" * (block * cut)
+    summed = impl.sum_profiles([impl.text_profile(t) for t in whole], impl.text_profile(extra))
+    assert summed == _native_py.sum_profiles([_native_py.text_profile(t) for t in whole],
+                                             _native_py.text_profile(extra))
+    assert summed == _native_py.text_profile(extra + "".join(whole))
+    if impl is not _native_py:  # the compiled module reads raw counts: a malformed profile is refused
+        with pytest.raises(TypeError):
+            impl.sum_profiles([(1, (0,) * 9, (0,) * 9)], impl.text_profile(""))
 
 
 @pytest.mark.parametrize("text, cls", [

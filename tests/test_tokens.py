@@ -13,7 +13,8 @@ import pytest
 import tiktoken
 from hypothesis import given, settings, strategies as st
 
-from contextsvc import config, exact_cache, measure, conversation as m, tokens
+from contextsvc import config, exact_cache, measure, native, conversation as m, tokens
+from contextsvc.step.figures import stretch_pair
 from helpers.steps import plan
 from contextsvc.step import request
 from contextsvc.v1 import context_pb2 as pb
@@ -257,7 +258,9 @@ def test_self_calibration_scales_by_the_providers_own_count_of_the_prefix():
     low = request.estimate_lowered(conv, plan(CLAUDE, TOOLS, m.SystemPrompt(soul="Be brief.")))
     at = next(i for i, ids in enumerate(low.sources) if conv.messages[-2].id in ids)
     dumps = lambda v: json.dumps(v, ensure_ascii=False, separators=(",", ":"))  # noqa: E731
-    ours = (tokens.calibrated(dumps(low.system)) + tokens.calibrated(dumps(low.messages[:at]))
+    # each stretch's figure adds up from its elements', each profiled alone (step.figures)
+    stretch = lambda elements: stretch_pair([native.json_profile(e) for e in elements])[0]  # noqa: E731
+    ours = (stretch(low.system) + stretch(low.messages[:at])
             + tokens.calibrated(dumps(request.tool_schema_list(TOOLS))))
     reported = round(ours * 1.25)
     r = run(anchored(reported), CLAUDE, tools=TOOLS)

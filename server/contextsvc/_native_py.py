@@ -44,6 +44,7 @@ __all__ = [
     "CJK_COUNTS",
     "text_profile",
     "json_profile",
+    "sum_profiles",
     "WIRE_DEPTH",
     "WIRE_VARINT",
     "WIRE_I64",
@@ -585,6 +586,24 @@ def text_profile(s: str) -> tuple:
         runs[cls] += block_runs
         total += n + astral
         cjk = [a + b for a, b in zip(cjk, block_cjk)]
+    return total, tuple(units), tuple(runs), tuple(cjk)
+
+
+def sum_profiles(profiles, extra) -> tuple:
+    """The text profile of texts taken together, from theirs (text_profile results): each of the
+    profiles and extra, added up field by field. Each text's blocks start at its own start, so
+    this is the profile of their concatenation only where every text but the last fills whole
+    blocks; the calibrated figures of a stretch of elements are defined on it (step.figures)."""
+    total = extra[0]
+    units, runs, cjk = list(extra[1]), list(extra[2]), list(extra[3])
+    for p in profiles:
+        total += p[0]
+        for i, u in enumerate(p[1]):
+            units[i] += u
+        for i, r in enumerate(p[2]):
+            runs[i] += r
+        for i, c in enumerate(p[3]):
+            cjk[i] += c
     return total, tuple(units), tuple(runs), tuple(cjk)
 
 

@@ -76,4 +76,5 @@ split_turns = _impl.split_turns
 select_tail = _impl.select_tail
 text_profile = _impl.text_profile
 json_profile = _impl.json_profile
+sum_profiles = _impl.sum_profiles
 message_spans = _impl.message_spans

@@ -126,11 +126,11 @@ def _rebase(out: Figures, pairs: list, plan: Plan, exact_counters, memo: Memo | 
     mc = plan.cfg.measure
 
     def estimate(pieces):
-        return tokens.preflight(tokens.estimate_units(tokens.json_array_units([u for _, (_, u) in pieces])),
+        return tokens.preflight(tokens.estimate_units(tokens.json_array_units([u for _, (_, u), _ in pieces])),
                                 mc.factor)
 
     def pair(pieces):
-        return _calibrated_text(array_text([text for text, _ in pieces])) if mc.calibrated_figures else (0.0, 0.0)
+        return stretch_pair([profile for _, _, profile in pieces]) if mc.calibrated_figures else (0.0, 0.0)
 
     (cal_now, margined_now), (cal_then, margined_then) = pair(now), pair(then)
     cal = tokens.round_half_up(cal_now) - tokens.round_half_up(cal_then)
@@ -142,8 +142,8 @@ def _rebase(out: Figures, pairs: list, plan: Plan, exact_counters, memo: Memo | 
                             "self-calibrated": scale(decide)}
     if out.exact is not None:
         counter, _ = (exact_counters or tokens.ExactCounters(mc.exact_encoding)).for_model(plan.model.id)
-        exact = counter.count(array_text([text for text, _ in now])) - counter.count(
-            array_text([text for text, _ in then]))
+        exact = counter.count(array_text([text for text, _, _ in now])) - counter.count(
+            array_text([text for text, _, _ in then]))
         out.rebase_projections["exact"] = out.rebase_stretches["exact"] = exact
     out.media_rebase = now_media - then_media
 
@@ -194,6 +194,21 @@ def _anchor(msgs: list, low_sources: list, model_id: str) -> tuple:
     return None, -1
 
 
+def stretch_pair(profiles: list) -> tuple:
+    """(calibrated, calibrated with the per-class decision margins), unrounded, of the JSON array
+    of the elements whose text profiles these are: their sum, and the array's brackets and
+    commas. Each element is profiled alone (its blocks start at its own start), so a stretch's
+    figure adds up from its elements' and a step profiles only its new ones."""
+    if not profiles:
+        return (0.0, 0.0)
+    return tokens.calibrated_pair(native.sum_profiles(profiles, _separators(len(profiles))))
+
+
+def _separators(n: int) -> tuple:
+    """The text profile of the n + 1 brackets and commas of a JSON array of n elements."""
+    return native.text_profile("[" + "," * (n - 1) + "]")
+
+
 def _calibrated_text(text: str) -> tuple:
     """(calibrated, calibrated with the per-class decision margins) of text, unrounded, from one
     native.text_profile."""
@@ -225,19 +240,22 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
     # calibrated: the class-aware estimate of each stretch of elements the sums below need
     anchor, at = _anchor(msgs, low.sources, mdl.id)
     elements = texts.elements
-    # exact counts need each element's JSON; so does a build that already serialized its
-    # elements (Assemble's prefix hashing), for free; otherwise one JSON text per stretch
+    # exact counts need each element's JSON, the calibrated figures each element's text profile:
+    # both kept by the memo for the elements it holds
     built_elements = texts.system is low.system  # not the placeholder copy made for media
     element_json = None
-    if plan.exact or (built_elements and request.texts):
+    if plan.exact:
         text = request.element_text if built_elements else native.json_text
         element_json = [text(e) for e in elements]
         deadline.check("figures")
+    profiles = []
+    if mc.calibrated_figures:
+        profile = request.element_profile if built_elements else native.json_profile
+        profiles = [profile(e) for e in elements]
+        deadline.check("figures")
     cuts = [0, n_sys, n_sys + max(at, 0), tail_from, len(elements)]
     if mc.calibrated_figures:
-        pairs = [(_calibrated_text(array_text(element_json[a:b])) if element_json
-                  else tokens.calibrated_pair(native.json_profile(elements[a:b]))) if b > a else (0.0, 0.0)
-                 for a, b in zip(cuts, cuts[1:])] + [_calibrated_text(texts.tools)]
+        pairs = [stretch_pair(profiles[a:b]) for a, b in zip(cuts, cuts[1:])] + [_calibrated_text(texts.tools)]
     else:
         pairs = [(0.0, 0.0)] * 5
     (system_cal, head_cal, middle_cal, tail_cal, tools_cal), margined = zip(*pairs)
@@ -250,9 +268,7 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
         if rewrite_from < 0:
             cal_rewrite, margined_rewrite = cal_total, sum(margined)
         elif rewrite_from < len(elements):
-            cal_rewrite, margined_rewrite = (
-                _calibrated_text(array_text(element_json[rewrite_from:])) if element_json
-                else tokens.calibrated_pair(native.json_profile(elements[rewrite_from:])))
+            cal_rewrite, margined_rewrite = stretch_pair(profiles[rewrite_from:])
 
     # self-calibrated: the provider's own count of a prefix over ours gives this model's factor
     factor, anchor_id = 0.0, ""

@@ -36,7 +36,7 @@ def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
                   known: dict | None = None, deadline: Deadline = NO_DEADLINE) -> Pieces:
     """The lowered request (the history as sent: projection.project) and its media ledger. With
     the memo, each message's lowering is taken from it when seen before (by Message.digest), and
-    known receives the (JSON text, lengths) of every element the memo holds, by id(element).
+    known receives the element_entry of every element the memo holds, by id(element).
     deadline: counted per part and per element (Deadline.count)."""
     mdl, tools, system = plan.model, plan.tools, plan.system
     prompt_dir, placeholders, tools_disabled = plan.cfg.assemble.prompt_dir, plan.placeholders, plan.tools_disabled
@@ -80,7 +80,7 @@ def _memoizable(messages: list, provider: str) -> bool:
 def _piece(msg: m.Message, mdl: m.Model, placeholders: bool, deadline: Deadline = NO_DEADLINE) -> tuple:
     """What one stored message lowers to alone (the memo's LOWERED entry): (elements, media_count, extra,
     saved_units, texts), elements a tuple of (role, element, saved units inside it), texts the
-    (JSON text, lengths) of each element. The lead user message a format puts first stands for
+    element_entry of each element. The lead user message a format puts first stands for
     no stored message and is left out."""
     ledger = MediaLedger(placeholders=placeholders)
     low = lower(mdl.provider, model_id=mdl.id, system=[], messages=to_model_messages([msg], mdl, deadline),
@@ -88,8 +88,16 @@ def _piece(msg: m.Message, mdl: m.Model, placeholders: bool, deadline: Deadline 
     saved = ledger.saved_by
     elements = tuple((role, e, saved.get(id(e), 0))
                      for role, e, ids in zip(low.roles, low.messages, low.sources) if ids)
-    texts = tuple((native.json_text(e), native.json_lengths(e)) for _, e, _ in elements)
+    texts = tuple(element_entry(e) for _, e, _ in elements)
     return elements, ledger.media_count, ledger.extra, ledger.saved_units, texts
+
+
+def element_entry(element) -> tuple:
+    """(JSON text, lengths, text profile) of an element: what the body's bytes and the
+    calibrated figures read of it, kept with the memo's pieces so a step profiles only what is
+    new (the figures add the profiles up: step.figures)."""
+    text = native.json_text(element)
+    return text, native.json_lengths(element), native.text_profile(text)
 
 
 @dataclass(slots=True)
@@ -99,7 +107,7 @@ class MessagePiece:
     media_count: int
     extra: int
     saved_units: int
-    texts: tuple  # (JSON text, (UTF-8 bytes, UTF-16 units)) of each element
+    texts: tuple  # element_entry of each element: JSON text, (UTF-8 bytes, UTF-16 units), text profile
 
 
 def _piece_key(msg: m.Message, mdl: m.Model, placeholders: bool) -> tuple | None:
@@ -194,12 +202,11 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
     lowered.sources[:] = sources
     if known is not None:
         merged = [(MERGED, settings, key) if text is None and key is not None else None for text, key in zip(found, keys)]
-        json_text, json_lengths = native.json_text, native.json_lengths
         for e, text, ekey, entry in zip(elements, found, merged, memo.get_many(merged)):
             if text is None and ekey is not None:
                 text = entry
                 if text is None:
-                    text = (json_text(e), json_lengths(e))
+                    text = element_entry(e)
                     memo.put(ekey, text)
             if text is not None:
                 known[id(e)] = text

@@ -37,6 +37,8 @@ class Request:
     # exact figures read), when it differs from lowered and a figure reads it
     estimated: Lowered | None = None
     change: prefix.Change | None = None  # since the previous request's digests, when given
+    # id(element) -> text profile of system/message elements the memo holds (as texts)
+    profiles: dict = field(default_factory=dict)
 
     def units(self, elements: list) -> list:
         """UTF-16 units of each element, media and opaque values counted as placeholders."""
@@ -66,6 +68,11 @@ class Request:
         if text is None:
             text = self.texts[id(element)] = native.json_text(element)
         return text
+
+    def element_profile(self, element) -> tuple:
+        """native.text_profile of element_text(element): the memo's when it holds the element."""
+        found = self.profiles.get(id(element))
+        return found if found is not None else native.text_profile(self.element_text(element))
 
     def body_json(self) -> bytes:
         """The body's JSON; element lists are spliced in from element_text, so the elements the
@@ -152,7 +159,7 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     CHECK_EVERY elements of the loops here."""
     mdl = plan.model
     deadline.check("lowering")
-    known = {}  # id(element) -> (JSON text, lengths) of the elements the memo holds
+    known = {}  # id(element) -> pieces.element_entry of the elements the memo holds
     pieces = lower_request(conv, plan, memo, known, deadline)
     lowered, ledger = pieces.lowered, pieces.ledger
     lowered.body.update(provider_management.body_fields(plan.management, plan.fmt, plan.tools)[0])
@@ -162,9 +169,11 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     deadline.check("lowering")
     chosen = _choose(lowered, plan, conv)
     texts = {k: v[0] for k, v in known.items()}
+    profiles = {k: v[2] for k, v in known.items()}
     chain = prefix.prefix_hashes(lowered, mdl.provider, chosen, texts, deadline) if plan.hashes else None
-    for element in place(lowered, ledger, mdl.provider, chosen, pieces.shared, (known, texts)):
+    for element in place(lowered, ledger, mdl.provider, chosen, pieces.shared, (known, texts, profiles)):
         texts.pop(id(element), None)
+        profiles.pop(id(element), None)
     lengths = {}
     json_lengths = native.json_lengths
     for parent, key in lowered.lists:
@@ -172,7 +181,7 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
             deadline.tick(i, "sizing the body")
             found = known.get(id(e))
             lengths[id(e)] = found[1] if found is not None else json_lengths(e)
-    request = Request(lowered, ledger, lengths, chosen, chain, texts)
+    request = Request(lowered, ledger, lengths, chosen, chain, texts, profiles=profiles)
     mc = plan.cfg.measure
     if (mc.calibrated_figures or plan.exact) and (ledger.media_count or ledger.saved_units or ledger.extra):
         request.estimated = estimate_lowered(conv, plan, memo)
