@@ -9,8 +9,8 @@ cache_report: the loop passes the last accepted body's cache_state back), the la
 provider counted, and elapsed time, then a table of the sessions; exits 1 if any session broke
 the contract (a refusal, a compaction not under the limit, tokens_after != Measure after
 applying, a tool call without its result, a cache break not explained by a compaction or a prune
-that acted, or at 200K a step that neither compacted nor pruned whose previous body is not a
-prefix of its body).
+that acted, or a step that neither compacted nor pruned whose previous body is not a prefix of
+its body).
 
     PYTHONPATH=server:tests python bench/agent_loop.py [--steps 60] [--seed 1] [--node] [--json out.json]
 """
@@ -56,7 +56,7 @@ def violations(summary: dict, log: list | None = None) -> list[str]:
     if summary["turns_ended"]:
         out.append(f"{summary['turns_ended']} turns ended by CONTEXT_OVERFLOW")
     if log is not None:
-        out += loop.cache_violations(summary, log, summary["window"])
+        out += loop.cache_violations(summary, log)
     return out
 
 

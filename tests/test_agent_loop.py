@@ -2,10 +2,10 @@
 
 The Python loop (tests/agent_loop/loop.py) runs on 3 providers x 2 windows and one OpenAI Responses
 session at 32K, the Node loop (clients/node/agent_loop.js) on one provider per window and one
-Responses session at 32K, the TypeScript loop
-(clients/typescript/src/agentLoop.ts) on one 32K session; the sessions are shorter than the
-bench's (bench/agent_loop.py runs the full 60-step matrix) so this file stays well under two
-minutes on two cores. Each session must finish with: no request refused by the provider (it
+Responses session at 32K, the TypeScript loop (clients/typescript/src/agentLoop.ts) on one OpenAI
+Chat and one Responses session at 32K; the sessions are shorter than the bench's
+(bench/agent_loop.py runs the full 60-step matrix) so this file stays well under two minutes on
+two cores. Each session must finish with: no request refused by the provider (it
 counts with cl100k, not with the service's estimate), every compaction under the limit,
 tokens_after equal to a Measure of the conversation after applying the edits, every tool call in
 every body paired with its result, and no turn ended by CONTEXT_OVERFLOW.
@@ -13,8 +13,8 @@ every body paired with its result, and no turn ended by CONTEXT_OVERFLOW.
 The loops make one Assemble call per step and pass the last accepted body's cache_state back, so
 each body's cache_report says whether the provider's cached prefix survived: no break may have
 cause "other" (every break is a compaction or a prune that acted in that step, or the first
-step), and at the 200K window the previous accepted body is a prefix of the next one, element by
-element in cache order with the markers removed (the fake provider logs each body's elements:
+step), and the previous accepted body is a prefix of the next one, element by element in cache
+order with the markers removed (the fake provider logs each body's elements:
 tests/test_prefix_stability.py's cache_order), on every step that neither compacted nor pruned.
 """
 from __future__ import annotations
@@ -74,11 +74,11 @@ def _check(summary: dict, fp: FakeProvider, first: int, window: int):
     # a prune that left the request fitting prevents the compaction (SPEC §3, the rebased baseline)
     wasted = [p for p in summary["prunes"] if p.get("fits_after") and p.get("should_compact_after")]
     assert not wasted, wasted
-    _check_cache(summary, fp.log[first:], window)
+    _check_cache(summary, fp.log[first:])
 
 
-def _check_cache(summary: dict, log: list, window: int):
-    problems = loop.cache_violations(summary, log, window)
+def _check_cache(summary: dict, log: list):
+    problems = loop.cache_violations(summary, log)
     assert not problems, "\n".join(problems)
 
 
@@ -106,8 +106,8 @@ def test_node_agent_loop(rig, tmp_path, provider, window):
     _check(json.loads(out.stdout), fp, first, window)
 
 
-def test_typescript_agent_loop(rig, tmp_path):
-    provider, window = "openai", 32_000
+@pytest.mark.parametrize("provider, window", [("openai", 32_000), ("openai-responses", 32_000)])
+def test_typescript_agent_loop(rig, tmp_path, provider, window):
     node = typescript.build()
     address, _stub, fp = rig
     path = session.write(_script(provider, window), tmp_path / "script.json")
@@ -164,8 +164,10 @@ def test_fake_provider_counts_with_cl100k_strips_media_and_refuses_over_the_wind
 
 
 def test_fake_provider_reads_responses_bodies():
-    """input_image payloads stripped, max_output_tokens as the cap, items paired by call_id,
-    usage under Responses' own names."""
+    """input_image payloads stripped, max_output_tokens as the cap, items paired by call_id, the
+    answer a Response as the openai SDK's own type reads it (usage under Responses' own names)."""
+    from openai.types.responses import Response
+
     image = {"type": "input_image", "image_url": "data:image/png;base64," + "QUJD" * 5000, "detail": "auto"}
     call = {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"}
     body = {"model": "gpt-5", "max_output_tokens": 100, "store": False,
@@ -177,6 +179,7 @@ def test_fake_provider_reads_responses_bodies():
         assert media == 1 and tokens < 1_600 + 200
         status, out = fp.answer("openai-responses", tokens + 100, json.dumps(body).encode())
         assert status == 200 and out["usage"]["input_tokens"] == tokens and out["usage"]["total_tokens"] == tokens
+        assert Response.model_validate(out).usage.input_tokens == tokens
         assert fp.answer("openai-responses", tokens + 99, json.dumps(body).encode())[0] == 400
         unpaired = {**body, "input": body["input"][:2]}
         status, out = fp.answer("openai-responses", 100_000, json.dumps(unpaired).encode())

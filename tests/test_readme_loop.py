@@ -1,8 +1,9 @@
-"""The README's agent loops, in Python and in Node, run as they are written: each code block is
-taken from README.md and executed against a real server and a window-enforcing provider
-(tests/agent_loop's fake, which counts with cl100k and judges each body with the provider's own
-library). A 32K session of scripted steps: the provider never refuses a body, the loop prunes and
-compacts as it says, and each step's answer is stored as the README's caller would."""
+"""The README's agent loops, in Python and in Node, and its Python agent on OpenAI Responses, run
+as they are written: each code block is taken from README.md and executed against a real server
+and a window-enforcing provider (tests/agent_loop's fake, which counts with cl100k and judges each
+body with the provider's own library; the Responses agent reaches it through the `openai` SDK). A
+32K session of scripted steps: the provider never refuses a body, the loop prunes and compacts as
+it says, and each step's answer is stored as the README's caller would."""
 from __future__ import annotations
 
 import json
@@ -30,13 +31,33 @@ class TurnOver(Exception):
     """The README's: the turn ends and the person is asked."""
 
 
+def readme_block(pattern: str, what: str) -> str:
+    block = re.search(pattern, README.read_text(), re.S)
+    assert block, f"README.md has {what}"
+    return block.group(1)
+
+
+PYTHON_LOOP = r"```python\n(from contextsvc_client import apply_assemble.*?)```"
+RESPONSES_AGENT = r"```python\n(import json\nimport openai\n.*?)```"
+OPENAI_BASE_URL = '"https://api.openai.com/v1"'
+
+
 def readme_step(post_to_provider):
     """The `step` function of the README's Python loop, with the caller's post_to_provider."""
-    block = re.search(r"```python\n(from contextsvc_client import apply_assemble.*?)```", README.read_text(), re.S)
-    assert block, "README.md has the Python agent loop"
     namespace = {"post_to_provider": post_to_provider, "TurnOver": TurnOver}
-    exec(compile(block.group(1), "README.md", "exec"), namespace)
+    exec(compile(readme_block(PYTHON_LOOP, "the Python agent loop"), "README.md", "exec"), namespace)
     return namespace["step"]
+
+
+def readme_responses_agent(base_url: str) -> dict:
+    """The README's Python loop and its Responses block run in one namespace, as a reader's module
+    would, the `openai` client pointed at base_url: `step` calls the block's post_to_provider."""
+    code = readme_block(RESPONSES_AGENT, "the Python agent on OpenAI Responses")
+    assert code.count(OPENAI_BASE_URL) == 1, "the Responses block sets the client's base_url"
+    namespace = {"TurnOver": TurnOver}
+    exec(compile(readme_block(PYTHON_LOOP, "the Python agent loop"), "README.md", "exec"), namespace)
+    exec(compile(code.replace(OPENAI_BASE_URL, json.dumps(base_url)), "README.md", "exec"), namespace)
+    return namespace
 
 
 def _post(url: str, body: bytes) -> tuple[int, dict]:
@@ -91,6 +112,80 @@ def test_the_readme_python_loop_runs_a_32k_session(provider):
             refused = [e for e in fp.log if e.refused]
             assert not refused, refused[:3]
             assert calls["Prune"] and calls["Compact"], calls  # the session needed both
+    finally:
+        channel.close()
+        server.stop(grace=1)
+
+
+def test_the_readme_responses_agent_runs_a_32k_session_through_the_openai_sdk(monkeypatch):
+    """Every body goes through `client.responses.create` over HTTP; none is refused, the session
+    prunes and compacts, and each accepted body repeats the previous one's elements (the cached
+    prefix) on every step that neither pruned nor compacted, as its cache_report says."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # the SDK requires a key; the fake ignores it
+    provider, window = "openai-responses", 32_000
+    server = start_server()
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.port}", options=[
+        ("grpc.max_send_message_length", 256 << 20), ("grpc.max_receive_message_length", 256 << 20)])
+    stub = pb_grpc.ContextServiceStub(channel)
+    # what changed the messages in this step, its last Assemble, each POST, each step's changes
+    changed, last, sent, steps = set(), {}, [], []
+
+    def assemble(request, timeout=None):
+        a = last["assemble"] = stub.Assemble(request, timeout=timeout)
+        if a.pruned_part_ids:   # the payload guard's prune, which the README's loop stores
+            changed.add("prune")
+        return a
+
+    def prune(request, timeout=None):
+        p = stub.Prune(request, timeout=timeout)
+        if p.acted:
+            changed.add("prune")
+        return p
+
+    def compact(request, timeout=None):
+        changed.add("compaction")
+        return stub.Compact(request, timeout=timeout)
+
+    watched = types.SimpleNamespace(Assemble=assemble, Prune=prune, Compact=compact, Measure=stub.Measure,
+                                    TruncateToolOutput=stub.TruncateToolOutput)
+    try:
+        with FakeProvider() as fp:
+            agent = readme_responses_agent(fp.url(provider, window))
+            readme_post = agent["post_to_provider"]
+
+            def post_to_provider(body: bytes):
+                answer = readme_post(body)
+                sent.append(loop.sent_entry(len(steps), 400 if answer.too_long else 200, changed,
+                                            last["assemble"].cache_report))
+                return answer
+
+            agent["post_to_provider"] = post_to_provider   # `step` looks it up in the module, as a reader's would
+            assert agent["model"].provider == pb.PROVIDER_OPENAI_RESPONSES
+            script = session.generate(9, steps=24, big_every=3)
+            model = pb.Model(id=agent["model"].id, provider=agent["model"].provider,
+                             limits=loop.model(provider, window).limits)   # the README's model at the test window
+            tools = loop.tool_definitions(script)
+            store = loop.Session(stub, fp.url(provider, window), provider, window)
+            messages, attempts, state = [], 0, b""
+            for spec in script["steps"]:
+                if spec["user"]:
+                    messages.append(loop.user_message(spec["user"]))
+                    attempts = 0
+                changed.clear()
+                editor = pb.EditorContext(current_time=loop.CURRENT_TIME, working_directory="/work/app")
+                messages, answer, attempts, state = agent["step"](watched, messages, model, tools, loop.SYSTEM,
+                                                                  editor, attempts, state)
+                steps.append(sorted(changed))
+                store.messages = messages
+                store.store_answer(spec, answer.response.usage.input_tokens)
+                messages = store.messages
+            refused = [e for e in fp.log if e.refused]
+            assert not refused, refused[:3]
+            assert all(e.provider == provider for e in fp.log) and len(fp.log) == len(steps)
+            assert any("prune" in c for c in steps) and any("compaction" in c for c in steps), steps
+            problems = loop.cache_violations({"sent": sent}, fp.log)
+            assert not problems, "\n".join(problems)
+            assert any(not c for c in steps[1:]), steps   # some step kept the prefix, and was checked
     finally:
         channel.close()
         server.stop(grace=1)

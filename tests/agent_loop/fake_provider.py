@@ -1,15 +1,17 @@
 """A fake LLM provider: a real HTTP server on 127.0.0.1 that enforces a context window.
 
 POST /<provider>/<window> with a provider body (provider: anthropic, openai, bedrock,
-openai-responses; window: the
-model's context in tokens). The server counts the body's input with its tokenizer (cl100k unless
-told otherwise; never the service's estimate): the body JSON with every image/document base64
+openai-responses; window: the model's context in tokens), or POST
+/openai-responses/<window>/responses, where the `openai` SDK posts `client.responses.create` with
+`fp.url("openai-responses", window)` as its base_url. The server counts the body's input with its
+tokenizer (cl100k unless told otherwise; never the service's estimate): the body JSON with every image/document base64
 payload replaced by "", plus IMAGE_TOKENS per image or document. It reads the output cap from the body (`max_tokens`,
 `max_completion_tokens`, `max_output_tokens` or `inferenceConfig.maxTokens`) and refuses with HTTP 400 and a
 provider-like "prompt is too long" error when input + cap > window, as the real APIs do. It also
 refuses a body whose tool calls and tool results are not paired (the real APIs reject those too),
 and, first of all, any body the provider's own published library refuses (tests/judges).
-Otherwise it answers 200 with `usage.input_tokens` = the count (plus the provider's own field).
+Otherwise it answers 200 with `usage.input_tokens` = the count (plus the provider's own field; on
+Responses a whole `Response` object, as the SDK reads one, with no output items).
 
 Every request is logged (`FakeProvider.log`) for the test to read.
 
@@ -35,6 +37,7 @@ from judges import judge_for
 
 IMAGE_TOKENS = 1_600              # what one image or document costs the fake model
 PROVIDERS = ("anthropic", "openai", "bedrock", "openai-responses")
+SDK_PATHS = {"openai-responses": "responses"}  # what a provider's SDK appends to its base_url
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,14 +223,18 @@ def _error(provider: str, kind: str, message: str) -> dict:
     return {"__type": "ValidationException", "message": message}
 
 
-def _ok(provider: str, tokens: int) -> dict:
+def _ok(provider: str, tokens: int, body: dict) -> dict:
     usage = {"input_tokens": tokens, "output_tokens": 0}
     if provider == "openai":
         usage.update(prompt_tokens=tokens, completion_tokens=0, total_tokens=tokens)
     elif provider == "bedrock":
         usage.update(inputTokens=tokens, outputTokens=0, totalTokens=tokens)
-    elif provider == "openai-responses":  # input_tokens and output_tokens are its own names
-        usage.update(total_tokens=tokens)
+    elif provider == "openai-responses":  # a whole Response (the SDK's type), usage under its own names
+        usage.update(total_tokens=tokens, input_tokens_details={"cached_tokens": 0, "cache_write_tokens": 0},
+                     output_tokens_details={"reasoning_tokens": 0})
+        return {"id": "resp_fake", "object": "response", "created_at": 0, "model": body.get("model", ""),
+                "status": "completed", "output": [], "parallel_tool_calls": True,
+                "tool_choice": body.get("tool_choice", "auto"), "tools": body.get("tools", []), "usage": usage}
     return {"usage": usage, "stop_reason": "tool_use"}
 
 
@@ -286,7 +293,7 @@ class FakeProvider:
             status, out = 400, _error(provider, "too_long",
                                       f"prompt is too long: {tokens} tokens + {cap} max_tokens > {window} maximum")
         else:
-            status, out = 200, _ok(provider, tokens)
+            status, out = 200, _ok(provider, tokens, body)
         with self._lock:
             self.log.append(entry)
         return status, out
@@ -297,6 +304,8 @@ class FakeProvider:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 parts = self.path.strip("/").split("/")
+                if len(parts) == 3 and SDK_PATHS.get(parts[0]) == parts[2]:
+                    parts = parts[:2]
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if len(parts) != 2 or parts[0] not in PROVIDERS or not parts[1].isdigit():
                     status, out = 404, {"error": f"POST /<{'|'.join(PROVIDERS)}>/<window>, not {self.path}"}

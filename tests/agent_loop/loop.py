@@ -246,12 +246,7 @@ class Session:
                 self.summary.unpaired.append({"step": step, "problems": problems[:5]})
             status, answer = self.post(a.body)
             self.summary.requests += 1
-            report = a.cache_report
-            self.summary.sent.append({
-                "step": step, "status": status, "changed": sorted(self.changed),
-                "cache": {"compared": report.compared, "prefix_kept": report.prefix_kept,
-                          "segment": report.segment, "index": report.index, "cause": report.cause,
-                          "rewrite": report.rewrite.tokens, "reused_elements": report.reused_elements}})
+            self.summary.sent.append(sent_entry(step, status, self.changed, a.cache_report))
             if status == 200:
                 self.cache_state = a.cache_state   # what the provider's cache now holds
                 return answer
@@ -321,6 +316,15 @@ class Session:
         return self.summary
 
 
+def sent_entry(step: int, status: int, changed: set, report: pb.CacheReport) -> dict:
+    """One POST as a summary's `sent` holds it: the step, the provider's status, what changed the
+    messages in that step (compaction, prune) and the body's cache_report."""
+    return {"step": step, "status": status, "changed": sorted(changed),
+            "cache": {"compared": report.compared, "prefix_kept": report.prefix_kept,
+                      "segment": report.segment, "index": report.index, "cause": report.cause,
+                      "rewrite": report.rewrite.tokens, "reused_elements": report.reused_elements}}
+
+
 def cache_breaks(summary: dict) -> list[dict]:
     """The accepted bodies whose cache_report says the previous accepted body's prefix did not
     survive, with what the loop changed in that step."""
@@ -335,14 +339,14 @@ def breaks_by_cause(summary: dict) -> dict:
     return out
 
 
-def cache_violations(summary: dict, log: list, window: int) -> list[str]:
+def cache_violations(summary: dict, log: list) -> list[str]:
     """What the session's bodies broke of the cache contract, as readable lines.
 
     log: the fake provider's entries for this session's POSTs, in order (each carries the body's
     elements in cache order, markers removed). No break may have cause "other": every break is a
     compaction or a prune that acted in that step (a compaction marks tool outputs compacted too),
-    or the first step; at the 200K window, the previous accepted body is a prefix of the next on
-    every step that neither compacted nor pruned, and its cache_report agrees.
+    or the first step; and the previous accepted body is a prefix of the next on every step that
+    neither compacted nor pruned, and its cache_report agrees.
     """
     out = []
     sent = summary["sent"]
@@ -358,15 +362,14 @@ def cache_violations(summary: dict, log: list, window: int) -> list[str]:
         if b["cause"] not in ("compaction", "prune") or not explained:
             out.append(f"step {b['step']}: cache break cause {b['cause']!r} at {b['segment']}[{b['index']}] "
                        f"(this step changed: {b['changed'] or 'nothing'}; rewrite {b['rewrite']} tokens)")
-    if window == 200_000:
-        for (_, e0), (s1, e1) in zip(accepted, accepted[1:]):
-            if s1["changed"]:
-                continue
-            if not is_prefix(e0.elements, e1.elements):
-                out.append(f"step {s1['step']}: the previous body is not a prefix of this one (first difference "
-                           f"{first_difference(e0.elements, e1.elements)}; cache_report {s1['cache']})")
-            elif not s1["cache"]["prefix_kept"]:
-                out.append(f"step {s1['step']}: the bodies keep the prefix but cache_report says {s1['cache']}")
+    for (_, e0), (s1, e1) in zip(accepted, accepted[1:]):
+        if s1["changed"]:
+            continue
+        if not is_prefix(e0.elements, e1.elements):
+            out.append(f"step {s1['step']}: the previous body is not a prefix of this one (first difference "
+                       f"{first_difference(e0.elements, e1.elements)}; cache_report {s1['cache']})")
+        elif not s1["cache"]["prefix_kept"]:
+            out.append(f"step {s1['step']}: the bodies keep the prefix but cache_report says {s1['cache']}")
     return out
 
 

@@ -5,7 +5,7 @@
 // tests/test_agent_loop.py judges.
 //
 // Usage: node dist/src/agentLoop.js SCRIPT.json HOST:PORT PROVIDER_URL PROVIDER WINDOW [STEPS]
-//   PROVIDER: anthropic | openai | bedrock; WINDOW: 32000 | 200000 (the model's context)
+//   PROVIDER: anthropic | openai | bedrock | openai-responses; WINDOW: 32000 | 200000 (the model's context)
 //
 // One step (see the README's "The agent loop"), one Assemble call per step: Assemble (editor
 // context, step and maxSteps, the last accepted body's cacheState passed back); a step that fits
@@ -34,12 +34,13 @@ interface ScriptAssistant { id: string; time_ms: number; text: string; text_part
 interface Script { session_id: string; tools: { name: string; description: string; input_schema_json: string }[];
   steps: { user: ScriptUser | null; assistant: ScriptAssistant }[] }
 
-type Wire = "anthropic" | "openai" | "bedrock";
+type Wire = "anthropic" | "openai" | "bedrock" | "openai-responses";
 const OUTPUT_LIMITS: Record<number, number> = { 32000: 4096, 200000: 8192 };
 const MODELS: Record<Wire, [Provider, string]> = {
   anthropic: [Provider.PROVIDER_ANTHROPIC, "claude-sonnet-4-5"],
   openai: [Provider.PROVIDER_OPENAI, "gpt-4o"],
   bedrock: [Provider.PROVIDER_BEDROCK, "anthropic.claude-sonnet-4-5-v1:0"],
+  "openai-responses": [Provider.PROVIDER_OPENAI_RESPONSES, "gpt-5"],
 };
 const DEADLINES_MS = { measure: 5000, assemble: 5000, prune: 5000, truncateToolOutput: 5000, compact: 10000 };
 const COMPACT_LOOP_GUARD = 10;  // compactions in one step before giving up (the service caps at 3)
@@ -53,10 +54,26 @@ const SYSTEM: DeepPartial<SystemPrompt> = {
   env: { workingDirectory: "/work/app", isGitRepo: true, platform: "linux", date: "2026-01-05", shell: "bash" },
 };
 
-interface Body { messages?: Record<string, any>[] }
+interface Body { messages?: Record<string, any>[]; input?: Record<string, any>[] }
+
+// Responses input items: a function_call with no function_call_output after it (same call_id),
+// or an output answering no earlier call.
+function unpairedItems(items: Record<string, any>[]): string[] {
+  const problems: string[] = [], called = new Map<string, number>(), answered = new Set<string>();
+  items.forEach((item, i) => {
+    if (item.type === "function_call") called.set(item.call_id, i);
+    else if (item.type === "function_call_output") {
+      if (!called.has(item.call_id)) problems.push(`input[${i}]: result ${item.call_id} answers no call`);
+      answered.add(item.call_id);
+    }
+  });
+  for (const [c, i] of called) if (!answered.has(c)) problems.push(`input[${i}]: call ${c} has no result`);
+  return problems;
+}
 
 // Tool calls without their result in the next message, or results without their call.
 export function unpairedToolCalls(provider: Wire, body: Body): string[] {
+  if (provider === "openai-responses") return unpairedItems(body.input ?? []);
   const msgs = body.messages ?? [];
   const parsed: [string[], string[]][] = msgs.map((m) => {
     const calls: string[] = [], results: string[] = [];
@@ -309,7 +326,8 @@ async function main(): Promise<void> {
   const [scriptPath, address, url, provider, window, steps] = [process.argv[2], process.argv[3], process.argv[4],
     process.argv[5] as Wire, Number(process.argv[6]), Number(process.argv[7] ?? 0)];
   if (!scriptPath || !address || !url || !MODELS[provider] || !OUTPUT_LIMITS[window]) {
-    console.error("usage: node dist/src/agentLoop.js SCRIPT.json HOST:PORT PROVIDER_URL anthropic|openai|bedrock 32000|200000 [STEPS]");
+    console.error("usage: node dist/src/agentLoop.js SCRIPT.json HOST:PORT PROVIDER_URL "
+      + "anthropic|openai|bedrock|openai-responses 32000|200000 [STEPS]");
     process.exit(2);
   }
   const script: Script = JSON.parse(fs.readFileSync(scriptPath, "utf8"));
