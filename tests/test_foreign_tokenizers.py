@@ -64,8 +64,11 @@ def test_python_loop_is_never_refused_by_a_foreign_tokenizer(rig, provider, toke
     fp = fakes[tokenizer.name]
     summary, first = _run(stub, fp, provider, window, seed)
     _check(summary, fp, first, window)  # zero refusals, the first request of the session included
-    # the session reached the window: the decision was tested near it
-    assert summary["max_input"] + loop.WINDOWS[window] > 0.8 * window, summary["max_input"]
+    # the session reached the window, so the decision was tested near it: it decided to compact,
+    # or a request came within 80% of the window. The provider's count alone is not the measure:
+    # o200k counts less than the figure the decision reads (gpt-4o at 32K compacts 6 times with
+    # its largest request at 79% of the window)
+    assert summary["compactions"] or summary["max_input"] + loop.WINDOWS[window] > 0.8 * window, summary["max_input"]
     baseline, _ = _run(stub, fakes[CL100K.name], provider, window, seed)
     ours, theirs = len(summary["compactions"]), len(baseline["compactions"])
     # counting up to 1.35x more fills the window up to that much sooner; o200k counts as cl100k does
