@@ -26,7 +26,7 @@ import grpc
 import pytest
 
 from agent_loop import loop, session
-from agent_loop.fake_provider import CL100K, CLAUDE_STANDIN, O200K, FakeProvider
+from agent_loop.fake_provider import CL100K, CLAUDE_47_STANDIN, CLAUDE_STANDIN, O200K, FakeProvider
 from helpers.server import start_server
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
@@ -38,12 +38,17 @@ SESSIONS = [("anthropic", CLAUDE_STANDIN, 32_000, 1), ("anthropic", CLAUDE_STAND
 
 
 @pytest.fixture(scope="module")
+def stub_only(rig):
+    return rig[1]
+
+
+@pytest.fixture(scope="module")
 def rig():
     server = start_server()
     address = f"127.0.0.1:{server.port}"
     channel = grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 256 << 20),
                                                       ("grpc.max_receive_message_length", 256 << 20)])
-    fakes = {t.name: FakeProvider(t).start() for t in (CL100K, O200K, CLAUDE_STANDIN)}
+    fakes = {t.name: FakeProvider(t).start() for t in (CL100K, O200K, CLAUDE_STANDIN, CLAUDE_47_STANDIN)}
     yield address, pb_grpc.ContextServiceStub(channel), fakes
     for fp in fakes.values():
         fp.stop()
@@ -51,10 +56,11 @@ def rig():
     server.stop(grace=1)
 
 
-def _run(stub, fp: FakeProvider, provider: str, window: int, seed: int) -> tuple:
+def _run(stub, fp: FakeProvider, provider: str, window: int, seed: int, model_id: str = "") -> tuple:
     first = len(fp.log)
     script = session.generate(seed, steps=STEPS, big_every=BIG_EVERY)
-    return loop.run_session(stub, fp.url(provider, window), provider, window, script).as_dict(), first
+    return loop.run_session(stub, fp.url(provider, window), provider, window, script,
+                            model_id=model_id).as_dict(), first
 
 
 @pytest.mark.parametrize("provider, tokenizer, window, seed", SESSIONS,
@@ -144,3 +150,31 @@ def test_the_models_own_exact_count_decides_and_is_never_refused(rig, exact_serv
           f"prunes {len(exact['prunes'])} / {len(calibrated['prunes'])}; "
           f"largest input {exact['max_input']} / {calibrated['max_input']} of {window}")
     assert ours <= theirs, (ours, theirs)
+
+
+@pytest.mark.parametrize("window, seed", [(32_000, 1), (200_000, 4)])
+def test_claude_of_the_newer_tokenizer_takes_its_own_prior_and_is_never_refused(rig, window, seed):
+    """claude-opus-4-7 against a provider counting as the tokenizer Opus 4.7 brought does at its
+    p90 (cl100k x1.73): the decision takes that generation's prior (1.85) until the first
+    usage, then the provider's count; zero refusals, the first request of the session included."""
+    _address, stub, fakes = rig
+    fp = fakes[CLAUDE_47_STANDIN.name]
+    summary, first = _run(stub, fp, "anthropic", window, seed, model_id="claude-opus-4-7")
+    _check(summary, fp, first, window)
+    print(f"\nclaude-opus-4-7 {window // 1000}K: compactions {len(summary['compactions'])}, "
+          f"prunes {len(summary['prunes'])}, largest input {summary['max_input']}, refused 0")
+
+
+def test_the_newer_claude_tokenizer_is_taken_for_models_from_opus_4_7_on(stub_only):
+    """The first request of a session (no usage yet) names the generation's prior."""
+    request = pb.MeasureRequest(conversation=pb.Conversation(messages=[pb.Message(
+        id="u1", role=pb.ROLE_USER, parts=[pb.Part(id="p1", text=pb.TextPart(text="Fix the parser. " * 200))])]))
+    for model_id, term in (("claude-sonnet-4-5", "+tokenizer:claude(prior x1.35)"),
+                           ("claude-3-5-haiku-20241022", "+tokenizer:claude(prior x1.35)"),
+                           ("anthropic.claude-opus-4-1-20250805-v1:0", "+tokenizer:claude(prior x1.35)"),
+                           ("claude-opus-4-7", "+tokenizer:claude-4.7(prior x1.85)"),
+                           ("claude-sonnet-5", "+tokenizer:claude-4.7(prior x1.85)"),
+                           ("claude-next", "+tokenizer:claude-4.7(prior x1.85)")):
+        request.model.CopyFrom(pb.Model(id=model_id, provider=pb.PROVIDER_ANTHROPIC,
+                                        limits=pb.ModelLimits(context=200_000)))
+        assert term in stub_only.Measure(request, timeout=10).decision.method, model_id

@@ -6,8 +6,13 @@ The calibrated estimate and its margins are fitted on cl100k. A model whose own 
 offline (encodings.for_model: cl100k or o200k) takes factor 1: o200k counts within a few percent
 of cl100k, which the per-class margins cover. For the others, the factor is an upper bound of
 their count over cl100k's, applied to the text of the whole request (media keep their own cost):
-- claude: 1.35, the bound the newer Claude tokenizers are documented at (not public; the ctok
-  reconstruction needs Python 3.12 and could not be measured here);
+- claude (Claude 3 through Opus 4.6): 1.35. Measured with bench/claude_counts.py against ctok's
+  offline reconstruction of Claude's counts on 1,722 texts: the decision figure with this prior
+  is under Claude's count on 2.4% of them (within the margins' 5%), 30% over at the median;
+- claude-4.7 (the tokenizer Opus 4.7 brought, kept by later models, and any Claude id whose
+  generation cannot be read, taken to be newer): 1.85. That tokenizer counts 1.53x cl100k at the
+  median, 2.05x at the p99; with 1.35 the decision figure was under its count on 17.5% of the
+  texts, with 1.85 on about 1% (2.05 covers all of them);
 - gemini: not measured here (no offline tokenizer); Claude's bound stands in until it is;
 - openai (a model tiktoken does not map, such as one newer than the pinned tiktoken): 1.05, the
   largest o200k / cl100k ratio measured, 1.044 on the agent-loop corpus (430 tool outputs of
@@ -17,13 +22,17 @@ Any other model keeps the calibrated figure as it is (factor 1, the proxy encodi
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 
 from . import encodings
 
-CLAUDE, GEMINI, OPENAI = "claude", "gemini", "openai"
-PRIORS = {CLAUDE: Fraction("1.35"), GEMINI: Fraction("1.35"), OPENAI: Fraction("1.05")}
+CLAUDE, CLAUDE_47, GEMINI, OPENAI = "claude", "claude-4.7", "gemini", "openai"
+PRIORS = {CLAUDE: Fraction("1.35"), CLAUDE_47: Fraction("1.85"), GEMINI: Fraction("1.35"), OPENAI: Fraction("1.05")}
+# a Claude model's generation in its id: "claude-3-5-sonnet-20241022", "claude-sonnet-4-5",
+# "anthropic.claude-opus-4-1-20250805-v1:0", "claude-sonnet-4-20250514" (a date is no minor version)
+_CLAUDE_VERSION = re.compile(r"claude-(?:(?:opus|sonnet|haiku)-)?(\d+)(?:[-.](\d)(?!\d))?")
 # providers whose API serves only their own family's models, whatever the model id
 _PROVIDER_FAMILY = {"anthropic": CLAUDE, "gemini": GEMINI, "openai": OPENAI, "openai-responses": OPENAI}
 _ID_FAMILY = (("claude", CLAUDE), ("gemini", GEMINI))
@@ -52,4 +61,15 @@ def for_model(model_id: str, provider: str, proxy: str) -> Family:
     name = next((fam for word, fam in _ID_FAMILY if word in mid), None) or _PROVIDER_FAMILY.get(provider)
     if name is None:
         return Family(tok.encoding, Fraction(1))
+    if name == CLAUDE and not _older_claude(mid):
+        name = CLAUDE_47
     return Family(name, PRIORS[name])
+
+
+def _older_claude(model_id: str) -> bool:
+    """A Claude of the tokenizer before Opus 4.7's: Claude 2 and 3, and 4 up to 4.6."""
+    m = _CLAUDE_VERSION.search(model_id)
+    if m is None:
+        return False  # no generation to read: taken to be newer (the higher prior)
+    major, minor = int(m.group(1)), int(m.group(2) or 0)
+    return major < 4 or (major == 4 and minor <= 6)

@@ -58,6 +58,10 @@ class Tokenizer:
 CL100K = Tokenizer("cl100k", "cl100k_base")  # config.measure.exact_encoding: what the service calibrates on
 O200K = Tokenizer("o200k", "o200k_base")  # GPT-4o, GPT-4.1, GPT-5, o-series
 CLAUDE_STANDIN = Tokenizer("cl100k x1.35", "cl100k_base", Fraction("1.35"))  # Claude's newer tokenizers' bound
+# the tokenizer Opus 4.7 brought counts 1.53x cl100k at the median and 1.73x at the p90 on the
+# calibration material (bench/claude_counts.py, ctok's reconstruction): this stand-in counts the
+# p90 throughout
+CLAUDE_47_STANDIN = Tokenizer("cl100k x1.73", "cl100k_base", Fraction("1.73"))
 
 
 @dataclasses.dataclass

@@ -111,12 +111,14 @@ class Summary:
 
 class Session:
     def __init__(self, stub, provider_url: str, provider: str, window: int, compact_deadline: float = 10,
-                 max_steps: int = MAX_STEPS):
+                 max_steps: int = MAX_STEPS, model_id: str = ""):
         self.stub = stub
         self.url = provider_url
         self.provider = provider
         self.window = window
         self.model = model(provider, window)
+        if model_id:  # another model of the provider (its tokenizer may differ)
+            self.model.id = model_id
         self.tools: list[pb.ToolDefinition] = []
         self.settings = pb.CompactionSettings(prune=True)
         self.deadlines = {**DEADLINES, "Compact": compact_deadline}
@@ -374,5 +376,5 @@ def cache_violations(summary: dict, log: list) -> list[str]:
 
 
 def run_session(stub, provider_url: str, provider: str, window: int, script: dict,
-                steps: int | None = None, compact_deadline: float = 10) -> Summary:
-    return Session(stub, provider_url, provider, window, compact_deadline).run(script, steps)
+                steps: int | None = None, compact_deadline: float = 10, model_id: str = "") -> Summary:
+    return Session(stub, provider_url, provider, window, compact_deadline, model_id=model_id).run(script, steps)

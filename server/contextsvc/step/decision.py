@@ -115,7 +115,7 @@ def _figure(figure: str, stretch: tuple, fig: Figures, plan: Plan) -> tuple:
              "self-calibrated": fig.self_calibrated[1],
              "exact": tok and tok.name(tokens.EXACT_PREFIX + tok.encoding)}
     method = names[figure]
-    scale, scale_term = _tokenizer_factor(figure, fig, plan)
+    scale, tail_scale, scale_term = _tokenizer_factor(figure, fig, plan)
     if figure == "estimate" or (figure == "exact" and tok.native):
         margin = 1  # the reference's figure carries its own factor; the exact count is this model's own
     elif figure == "exact":
@@ -123,7 +123,7 @@ def _figure(figure: str, stretch: tuple, fig: Figures, plan: Plan) -> tuple:
         # stand for the same difference, the larger one applies
         margin = mc.exact_margin if mc.exact_margin >= scale else 1
         if margin != 1:
-            scale, scale_term = 1, ""
+            scale, tail_scale, scale_term = 1, 1, ""
     elif mc.measured_margins:  # the stretch holds the per-class margins already
         margin = 1
         method += "+" + tokens.ratios().margin_text()
@@ -133,31 +133,38 @@ def _figure(figure: str, stretch: tuple, fig: Figures, plan: Plan) -> tuple:
     method += scale_term + f"+media:{mc.media_decision_tokens}"
     per_item = mc.media_decision_tokens
 
-    def text(x) -> int:
-        return tokens.scaled(math.ceil(x * margin), float(scale)) if scale != 1 else math.ceil(x * margin)
+    def text(x, by=scale) -> int:
+        return tokens.scaled(math.ceil(x * margin), float(by)) if by != 1 else math.ceil(x * margin)
 
-    whole = text(total) + fig.media_count * per_item
+    # the tail is part of the whole: scaled as the tail, so the whole figure and the projection
+    # from the reported usage agree on it (a prune that leaves the whole under the limit clears
+    # should_compact)
+    whole = text(total) + (text(tail, tail_scale) - text(tail)) + fig.media_count * per_item
     # what changed before the baseline, in the provider's terms like the rest (the provider counted
     # a pruned output whole), so a prune that frees enough clears should_compact
     rebase_text = fig.rebase_stretches.get(figure, 0)
     rebase = (text(rebase_text) if rebase_text >= 0 else -text(-rebase_text)) + fig.media_rebase * per_item
     # the rewrite is profiled as its own text, whose blocks can fall a little differently from
     # the whole request's: it is never more than the whole request
-    return (whole, text(tail) + fig.media_tail * per_item, text(overhead), method,
+    return (whole, text(tail, tail_scale) + fig.media_tail * per_item, text(overhead), method,
             min(whole, text(rewrite) + fig.media_rewrite * per_item), rebase)
 
 
 def _tokenizer_factor(figure: str, fig: Figures, plan: Plan) -> tuple:
-    """(factor, method term) for the model's tokenizer (tokenizer_family): once the provider has
-    counted an earlier prefix, its count over our decision figure of it (fig.decision_factor),
-    never below 1 (the self-calibration bounds cap it); before, the family's prior. Neither for the reference's estimate, for the
-    model's own exact count, nor for the self-calibrated figure once it is scaled already."""
+    """(factor, factor of the tail, method term) for the model's tokenizer (tokenizer_family):
+    once the provider has counted an earlier prefix, its count over our decision figure of it
+    (fig.decision_factor), never below 1 (the self-calibration bounds cap it), and for the text
+    added since (the tail) its count over our calibrated figure of it (fig.new_text_factor), so
+    the tail's own classes' margins stay on top of the provider's scale (a prefix whose margins
+    are larger than the tail's would otherwise scale the tail below what the provider counts);
+    before, the family's prior for both. Neither for the reference's estimate, for the model's
+    own exact count, nor for the self-calibrated figure once it is scaled already."""
     fam = tokenizer_family.for_model(plan.model.id, plan.model.provider, plan.cfg.measure.exact_encoding)
     if figure == "estimate" or (figure == "exact" and fig.exact_tokenizer.native):
-        return 1, ""
+        return 1, 1, ""
     if figure == "self-calibrated" and fig.factor:
-        return 1, ""
+        return 1, 1, ""
     if fig.decision_factor:
         anchored = max(1.0, fig.decision_factor)
-        return anchored, fam.method(anchored, fig.decision_anchor.id)
-    return fam.prior, fam.method()
+        return anchored, max(anchored, fig.new_text_factor), fam.method(anchored, fig.decision_anchor.id)
+    return fam.prior, fam.prior, fam.method()

@@ -57,6 +57,10 @@ class Figures:
     decision_factor: float = 0.0
     decision_anchor: Optional[m.Message] = None  # the assistant whose reported input it is
     decision_prefix: float = 0.0  # the decision figure of that prefix as it is now
+    calibrated_prefix: float = 0.0  # its calibrated figure (no margins)
+    # the provider's count of that prefix over its calibrated figure: what the text added since
+    # (the tail) is scaled by, so its own classes' margins stay on top of the provider's scale
+    new_text_factor: float = 0.0
 
 
 def rewrite_from(request: Request) -> Optional[int]:
@@ -109,12 +113,15 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
     anchor = out.decision_anchor
     if anchor is not None:
         # what was pruned before the anchor since was counted whole: compare with the prefix as counted
-        counted = out.decision_prefix
+        counted, counted_calibrated = out.decision_prefix, out.calibrated_prefix
         if base is anchor:
             counted -= out.rebase_stretches.get("calibrated", 0)
+            counted_calibrated -= out.rebase_projections.get("calibrated", 0)
         mc = plan.cfg.measure
         f = anchor.usage.input_side() / float(counted) if counted > 0 else 0.0
         out.decision_factor = f if mc.self_calibration_min_factor <= f <= mc.self_calibration_max_factor else 0.0
+        g = anchor.usage.input_side() / float(counted_calibrated) if counted_calibrated > 0 else 0.0
+        out.new_text_factor = g if out.decision_factor and g <= mc.self_calibration_max_factor else 0.0
     return out
 
 
@@ -283,6 +290,7 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
             # (decision._tokenizer_factor)
             m_sys, m_head, _, _, m_tools = margined
             out.decision_prefix = m_sys + m_head + m_tools if mc.measured_margins else ours * mc.margin
+            out.calibrated_prefix = ours
             out.decision_anchor = anchor
     if factor:
         self_cal = (tokens.scaled(cal_total, factor), f"{tokens.SELF_CALIBRATED}{factor:.4f}x({anchor_id})")
