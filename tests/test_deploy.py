@@ -156,6 +156,17 @@ def test_redis_manifests():
     settings = TruncationSettings.from_mapping(tomllib.loads("\n".join(lines)))
     assert settings.redis_sentinels == tuple(f"{pod}:{ports['sentinel']}" for pod in pods)
     assert settings.redis_sentinel_master == master and settings.replicas_to_ack == 1
+    # both ask the password of one Secret, which the service reads from where it is mounted
+    redis_env = {c["name"]: c["env"] for c in stateful["spec"]["template"]["spec"]["containers"]}
+    secret = {e["valueFrom"]["secretKeyRef"]["name"] for env in redis_env.values() for e in env}
+    assert set(redis_env) == {"redis", "sentinel"} and len(secret) == 1
+    deployment = next(d for d in _docs(DEPLOY / "k8s" / "deployment.yaml") if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v.get("secret", {}).get("secretName") in secret)
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == volume["name"])
+    assert settings.redis_password_file == settings.redis_sentinel_password_file == mount["mountPath"] + "/password"
+    for script in ("start-redis.sh", "start-sentinel.sh"):
+        assert "requirepass" in data[script]
     # contextsvc pods may reach Redis and Sentinel
     (rule,) = docs["NetworkPolicy"]["spec"]["ingress"]
     assert {"app": "contextsvc"} in [f["podSelector"]["matchLabels"] for f in rule["from"]]
