@@ -703,6 +703,22 @@ cdef void _profile(const cs_char *p, Py_ssize_t length, Py_ssize_t *units, Py_ss
         start = end
 
 
+cdef inline void _zero_counts(Py_ssize_t *units, Py_ssize_t *runs, Py_ssize_t *cjk):
+    cdef int c
+    for c in range(N_CLASSES):
+        units[c] = 0
+        runs[c] = 0
+    for c in range(N_CJK_COUNTS):
+        cjk[c] = 0
+
+
+cdef tuple _profile_tuple(Py_ssize_t total, Py_ssize_t *units, Py_ssize_t *runs, Py_ssize_t *cjk):
+    """A text profile as text_profile answers it, from its counts."""
+    return (total, tuple([units[c] for c in range(N_CLASSES)]),
+            tuple([runs[c] for c in range(N_CLASSES)]),
+            tuple([cjk[c] for c in range(N_CJK_COUNTS)]))
+
+
 def text_profile(s):
     """(UTF-16 length, UTF-16 units per content class, runs per content class, CJK counts) of s."""
     if not isinstance(s, str):
@@ -714,21 +730,14 @@ def text_profile(s):
     cdef Py_ssize_t runs[N_CLASSES]
     cdef Py_ssize_t cjk[N_CJK_COUNTS]
     cdef Py_ssize_t total = 0
-    cdef int c
-    for c in range(N_CLASSES):
-        units[c] = 0
-        runs[c] = 0
-    for c in range(N_CJK_COUNTS):
-        cjk[c] = 0
+    _zero_counts(units, runs, cjk)
     if kind == 1:
         _profile(<const uint8_t *>data, length, units, runs, cjk, &total)
     elif kind == 2:
         _profile(<const uint16_t *>data, length, units, runs, cjk, &total)
     else:
         _profile(<const uint32_t *>data, length, units, runs, cjk, &total)
-    return (total, tuple([units[c] for c in range(N_CLASSES)]),
-            tuple([runs[c] for c in range(N_CLASSES)]),
-            tuple([cjk[c] for c in range(N_CJK_COUNTS)]))
+    return _profile_tuple(total, units, runs, cjk)
 
 
 cdef inline void _add_counts(object counts, Py_ssize_t *into, int n, str what) except *:
@@ -745,12 +754,7 @@ def sum_profiles(profiles, extra):
     cdef Py_ssize_t runs[N_CLASSES]
     cdef Py_ssize_t cjk[N_CJK_COUNTS]
     cdef Py_ssize_t total = 0
-    cdef int c
-    for c in range(N_CLASSES):
-        units[c] = 0
-        runs[c] = 0
-    for c in range(N_CJK_COUNTS):
-        cjk[c] = 0
+    _zero_counts(units, runs, cjk)
     for p in [extra, *profiles]:
         if not isinstance(p, tuple) or len(<tuple>p) != 4:
             raise TypeError("sum_profiles(): each profile must be a text_profile result")
@@ -758,9 +762,7 @@ def sum_profiles(profiles, extra):
         _add_counts((<tuple>p)[1], units, N_CLASSES, "units")
         _add_counts((<tuple>p)[2], runs, N_CLASSES, "runs")
         _add_counts((<tuple>p)[3], cjk, N_CJK_COUNTS, "CJK counts")
-    return (total, tuple([units[c] for c in range(N_CLASSES)]),
-            tuple([runs[c] for c in range(N_CLASSES)]),
-            tuple([cjk[c] for c in range(N_CJK_COUNTS)]))
+    return _profile_tuple(total, units, runs, cjk)
 
 
 # ---- JSON profile: text_profile of a value's JSON text, streamed from the walk ----------------
