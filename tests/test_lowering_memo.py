@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import re
 import tracemalloc
 
 import grpc
@@ -16,8 +17,8 @@ from helpers.server import start_server
 from contextsvc import conversation as m
 from contextsvc.rpc import conversion
 from contextsvc.lowering.registry import PROVIDERS
-from contextsvc.memo import LOWERED, Memo
-from contextsvc.step import request
+from contextsvc.memo import LOWERED, PREFIX, Memo
+from contextsvc.step import pieces, request
 from helpers.steps import plan
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
@@ -135,3 +136,36 @@ def test_keyed_by_the_message_digest(cached):
     assert not any(x.digest for x in fresh.messages)
     request.build(fresh, plan(m.Model(id="claude-sonnet-4-5", provider=m.ANTHROPIC)), memo)
     assert len(memo) == n
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_session_grown_a_message_at_a_time_resumes_its_earlier_steps_lowering(provider, monkeypatch):
+    """Each step of a session starts from the elements its previous step put together (the
+    PREFIX entry: merges, lead message and trimming redone at the end), and its body is the one
+    a build without the memo makes, byte for byte, at every step of every case."""
+    memo = Memo(1 << 30)
+    resumed_from = []
+    resume = pieces._resume
+
+    def recording(*args):
+        k, state = resume(*args)
+        resumed_from.append(k)
+        return k, state
+
+    monkeypatch.setattr(pieces, "_resume", recording)
+    for i, case in enumerate(_CASES[provider]):
+        full = case.request
+        mdl = conversion.model(full.model)
+        conv = conversion.conversation(full.conversation, memo=memo)
+        for n in range(1, len(conv.messages) + 1):
+            grown = m.Conversation(conv.messages[:n], session_id=conv.session_id)
+            try:
+                with_memo = request.build(grown, plan(mdl), memo).body_json()
+            except request.BadInput as e:
+                with pytest.raises(request.BadInput, match=re.escape(e.field)):
+                    request.build(grown, plan(mdl))
+                continue
+            assert with_memo == request.build(grown, plan(mdl)).body_json(), (i, n)
+    # the steps did resume from the step before (a case's first step, a compaction that moved
+    # the start, and media on Bedrock, lowered whole without the memo, do not)
+    assert sum(k > 0 for k in resumed_from) >= len(resumed_from) // 2, resumed_from

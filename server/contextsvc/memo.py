@@ -40,6 +40,9 @@ SCHEMA = "schema"  # (SCHEMA, JSON text, depth limit) -> a tool's input schema p
 GUARD = "guard"
 # (GUARDED, pruned_digest) -> the copy of a message the payload guard's prune marked (step.guard)
 GUARDED = "guarded"
+# (PREFIX, digest of the first k messages' digests, settings) -> the elements lowered from them,
+# put together (step.pieces): the next step of the session, which resends them, starts after
+PREFIX = "prefix"
 
 
 def digests(wire: bytes, spans: list) -> list:
@@ -170,6 +173,20 @@ class Memo:
         if wire_size > 2 * self._max:
             return
         self._add(key, value, resident_size(key) + resident_size(value) + ENTRY_OVERHEAD)
+
+    def put_charged(self, key, value, size: int) -> None:
+        """put, charged size (plus the key and bookkeeping) instead of the value's walked size:
+        for a value whose parts other entries hold and are charged for."""
+        self._add(key, value, resident_size(key) + size + ENTRY_OVERHEAD)
+
+    def touch(self, keys: list) -> None:
+        """Marks the entries of keys (None: none) as just used, without counting a lookup: entries
+        a step relies on through another entry that holds their values (PREFIX)."""
+        with self._lock:
+            items, touch = self._items, self._items.move_to_end
+            for key in keys:
+                if key is not None and key in items:
+                    touch(key)
 
     def each(self, kind: str, messages: list, settings: tuple, compute) -> list:
         """[compute(msg) for msg in messages], each kept under (kind, msg.digest, *settings): one

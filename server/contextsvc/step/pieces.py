@@ -10,6 +10,8 @@ final assistant text's trailing whitespace (lowered.trim_final_text).
 from __future__ import annotations
 
 import copy
+import hashlib
+import sys
 from dataclasses import dataclass
 
 from .. import conversation as m, native, projection, system_prompt
@@ -18,7 +20,7 @@ from ..lowering import MediaLedger, lower, to_model_messages
 from ..lowering.lowered import Lowered, open_with_user, trim_final_text
 from ..lowering.neutral import MMessage, MText
 from ..lowering.registry import FORMATS
-from ..memo import LEAD, LOWERED, MERGED, Memo
+from ..memo import LEAD, LOWERED, MERGED, PREFIX, Memo
 from .plan import Plan
 
 
@@ -142,12 +144,72 @@ def _lead(provider: str, memo: Memo) -> dict:
     return copy.deepcopy(lead)
 
 
+# how many messages back from the end a step looks for the lowering of an earlier step of its
+# session: a step adds an answer and a user message, a few more when the caller batches them
+RESUME_WITHIN = 16
+
+
+@dataclass(slots=True)
+class _Prefix:
+    """The message elements of the first messages of a request, put together (merged where the
+    format merges them; no lead message, no trimming yet), with each element's memo entry
+    (element_entry, None where none is kept) and the media ledger's totals."""
+    elements: list
+    roles: list
+    sources: list
+    keys: list  # per element: the (digest, index) of each piece element in it, None when unkeyed
+    saved: list
+    found: list  # per element: its piece's element_entry when it is one piece's element as it stands
+    entries: list  # per element: its element_entry when the memo keeps one (found, or MERGED)
+    media_count: int
+    extra: int
+    saved_units: int
+
+    def copy(self) -> "_Prefix":
+        return _Prefix(list(self.elements), list(self.roles), list(self.sources), list(self.keys),
+                       list(self.saved), list(self.found), list(self.entries), self.media_count, self.extra,
+                       self.saved_units)
+
+    def charge(self) -> int:
+        """What it holds beyond the memo's other entries: its lists, and the elements it merged
+        itself (about three times their JSON text's UTF-8 size as Python objects)."""
+        lists = sum(sys.getsizeof(x) for x in (self.elements, self.roles, self.sources, self.keys,
+                                               self.saved, self.found, self.entries))
+        merged = sum(3 * e[1][0] + 500 for f, e in zip(self.found, self.entries) if f is None and e is not None)
+        return lists + 64 * len(self.sources) + merged
+
+
+def _prefix_keys(projected: list, settings: tuple) -> list:
+    """(k, PREFIX key of the first k messages) for k from the whole request down to
+    RESUME_WITHIN messages back, as far as every message has a digest."""
+    digests = []
+    for msg in projected:
+        if not msg.digest:
+            break
+        digests.append(msg.digest)
+    view = memoryview(b"".join(digests))
+    width = len(digests[0]) if digests else 0
+    blake2b = hashlib.blake2b
+    return [(k, (PREFIX, blake2b(view[:k * width], digest_size=16, person=b"prefix").digest(), settings))
+            for k in range(len(digests), max(0, len(digests) - RESUME_WITHIN), -1)]
+
+
+def _resume(memo: Memo, candidates: list) -> tuple:
+    """(k, a copy of the _Prefix of the first k messages) for the longest one kept; (0, None)."""
+    for (k, _), state in zip(candidates, memo.get_many([key for _, key in candidates])):
+        if state is not None:
+            return k, state.copy()
+    return 0, None
+
+
 def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, tools: list,
                     system: m.SystemPrompt, prompt_dir: str, placeholders: bool, tools_disabled: bool,
                     known: dict | None, deadline: Deadline) -> tuple[Lowered, MediaLedger]:
     """lower_request from memoized pieces: each message lowered alone (or taken from the memo),
     consecutive elements of one role joined where the format joins them, then the lead user
-    message; the same body as lowering the whole request at once."""
+    message; the same body as lowering the whole request at once. The elements put together
+    from a session's earlier step (PREFIX) are taken as they are, so a step puts together only
+    the messages it adds."""
     settings = (mdl.provider, mdl.id, placeholders)
     ledger = MediaLedger(placeholders=placeholders)
     lowered = lower(mdl.provider, model_id=mdl.id, system=system_prompt.blocks(system, mdl, prompt_dir),
@@ -155,19 +217,24 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
                     tools_disabled=tools_disabled)
     joined = FORMATS[mdl.provider].merged_key
     piece_keys = [_piece_key(msg, mdl, placeholders) for msg in projected]
-    pieces = memo.get_many(piece_keys)
-    # per element: its (JSON text, lengths) when it is one piece's element as it stands, or the
-    # piece keys of the elements merged into it (their joined JSON is a memo entry of its own)
-    elements, roles, sources, keys, saved, found = [], [], [], [], [], []
-    for msg, pkey, piece in zip(projected, piece_keys, pieces):
+    candidates = _prefix_keys(projected, settings)
+    start, prefix = _resume(memo, candidates)
+    if prefix is None:
+        prefix = _Prefix([], [], [], [], [], [], [], 0, 0, 0)
+    else:
+        memo.touch(piece_keys[:start])  # their elements are the prefix's: kept while it is used
+    resolved_up_to = max(0, len(prefix.elements) - 1)  # the last element may merge with what follows
+    elements, roles, sources, keys, saved, found = (prefix.elements, prefix.roles, prefix.sources, prefix.keys,
+                                                    prefix.saved, prefix.found)
+    for msg, pkey, piece in zip(projected[start:], piece_keys[start:], memo.get_many(piece_keys[start:])):
         if piece is None:
             piece = _piece(msg, mdl, placeholders, deadline)
             if pkey is not None:
                 memo.put(pkey, piece)
         parts, media_count, extra, saved_units, texts = piece
-        ledger.media_count += media_count
-        ledger.extra += extra
-        ledger.saved_units += saved_units
+        prefix.media_count += media_count
+        prefix.extra += extra
+        prefix.saved_units += saved_units
         for j, (role, element, units) in enumerate(parts):
             deadline.count("lowering")
             key = (msg.digest, j) if pkey is not None else None
@@ -185,15 +252,33 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
             keys.append((key,) if key is not None else None)
             found.append(texts[j])
             saved.append(units)
+    # each element's entry (the merged ones' kept as MERGED entries), then the state kept for
+    # the session's next step
+    entries = prefix.entries
+    del entries[resolved_up_to:]
+    for e, text, key in zip(elements[resolved_up_to:], found[resolved_up_to:], keys[resolved_up_to:]):
+        if text is None and key is not None:
+            ekey = (MERGED, settings, key)
+            text = memo.get(ekey)
+            if text is None:
+                text = element_entry(e)
+                memo.put(ekey, text)
+        entries.append(text)
+    if candidates and candidates[0][0] == len(projected) and start < len(projected):
+        memo.put_charged(candidates[0][1], prefix.copy(), prefix.charge())
+    ledger.media_count += prefix.media_count
+    ledger.extra += prefix.extra
+    ledger.saved_units += prefix.saved_units
     if roles and roles[0] != "user":
         open_with_user(elements, roles, sources, _lead(mdl.provider, memo))
         keys.insert(0, None)
         found.insert(0, None)
         saved.insert(0, 0)
+        entries.insert(0, None)
     if FORMATS[mdl.provider].trims_final_text and roles and roles[-1] == "assistant":
         elements[-1] = dict(elements[-1])  # the memo's element stays as it is
         if trim_final_text(elements, roles, joined):
-            found[-1] = keys[-1] = None
+            found[-1] = keys[-1] = entries[-1] = None
     for e, units in zip(elements, saved):
         if units:
             ledger.saved_by[id(e)] = units
@@ -201,15 +286,9 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
     lowered.roles[:] = roles
     lowered.sources[:] = sources
     if known is not None:
-        merged = [(MERGED, settings, key) if text is None and key is not None else None for text, key in zip(found, keys)]
-        for e, text, ekey, entry in zip(elements, found, merged, memo.get_many(merged)):
-            if text is None and ekey is not None:
-                text = entry
-                if text is None:
-                    text = element_entry(e)
-                    memo.put(ekey, text)
-            if text is not None:
-                known[id(e)] = text
+        for e, entry in zip(elements, entries):
+            if entry is not None:
+                known[id(e)] = entry
     return lowered, ledger
 
 
