@@ -15,7 +15,8 @@ One step, as the README's "The agent loop" describes it, one Assemble call per s
   4. If the provider refuses it as too long: Compact(overflow, auto), apply, Assemble, resend.
   5. Store the scripted assistant answer: a step-start part, the text, the tool parts completed
      with their outputs (through TruncateToolOutput), a step-finish part with the usage the
-     provider reported (input) and the script's output count, completed now (completed_ms).
+     provider reported (input; cleared: what its own context management cleared, from the
+     answer's applied_edits) and the script's output count, completed now (completed_ms).
 
 Attempts count the compactions since the provider last answered: the continue message a
 compaction inserts starts a new agent turn, as upstream.
@@ -271,15 +272,18 @@ class Session:
             a = self.assemble(step_in_turn)
         return None
 
-    def record_clearing(self, step: int, answer: dict):
-        """What the provider's own context management cleared from the request it answered."""
-        for edit in (answer.get("context_management") or {}).get("applied_edits", ()):
+    def record_clearing(self, step: int, answer: dict) -> int:
+        """The input tokens the provider's own context management cleared from the request it
+        answered (stored with the usage: Usage.cleared)."""
+        edits = (answer.get("context_management") or {}).get("applied_edits", ())
+        for edit in edits:
             self.summary.cleared.append({"step": step, "type": edit["type"], "tool_uses": edit["cleared_tool_uses"],
                                          "tokens": edit["cleared_input_tokens"]})
+        return sum(edit["cleared_input_tokens"] for edit in edits)
 
-    def store_answer(self, spec: dict, usage_input: int):
+    def store_answer(self, spec: dict, usage_input: int, cleared: int = 0):
         a = spec["assistant"]
-        usage = pb.Usage(input=usage_input, output=a["output_tokens"])
+        usage = pb.Usage(input=usage_input, output=a["output_tokens"], cleared=cleared)
         parts = [pb.Part(id=a["step_start_id"], step_start=pb.StepStartPart()),
                  pb.Part(id=a["text_part_id"], text=pb.TextPart(text=a["text"]))]
         for t in a["tools"]:
@@ -321,10 +325,10 @@ class Session:
             if answer is None:
                 continue
             self.attempts = 0
-            self.record_clearing(i, answer)
+            cleared = self.record_clearing(i, answer)
             used = answer["usage"]["input_tokens"]
             self.summary.max_input = max(self.summary.max_input, used)
-            self.store_answer(spec, used)
+            self.store_answer(spec, used, cleared)
         self.summary.elapsed_s = round(time.monotonic() - t0, 2)
         return self.summary
 
