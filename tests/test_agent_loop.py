@@ -16,6 +16,12 @@ cause "other" (every break is a compaction or a prune that acted in that step, o
 step), and the previous accepted body is a prefix of the next one, element by element in cache
 order with the markers removed (the fake provider logs each body's elements:
 tests/test_prefix_stability.py's cache_order), on every step that neither compacted nor pruned.
+
+The Anthropic sessions run again with the provider's own context management on
+(CompactionSettings.provider_managed): the loop sends the beta header Assemble names, the fake
+provider clears old tool results as Anthropic documents it and counts the window after clearing
+(tests/agent_loop/context_editing.py), and the same checks hold, with no more of our prunes and
+compactions than the same session without it.
 """
 from __future__ import annotations
 
@@ -90,6 +96,27 @@ def test_python_agent_loop(rig, provider, window):
     first = len(fp.log)
     summary = loop.run_session(stub, fp.url(provider, window), provider, window, _script(provider, window))
     _check(summary.as_dict(), fp, first, window)
+
+
+@pytest.mark.parametrize("window", [32_000, 200_000])
+def test_python_agent_loop_provider_managed(rig, window):
+    _address, stub, fp = rig
+    runs = {}
+    for native in (False, True):
+        first = len(fp.log)
+        summary = loop.run_session(stub, fp.url("anthropic", window), "anthropic", window, _script("anthropic", window),
+                                   provider_managed=native).as_dict()
+        _check(summary, fp, first, window)
+        runs[native] = summary, fp.log[first:]
+    (ours, _), (native, log) = runs[False], runs[True]
+    # the answers' applied_edits are what the provider logged as cleared
+    assert [(c["tool_uses"], c["tokens"]) for c in native["cleared"]] == \
+        [(e.cleared_tool_uses, e.cleared_tokens) for e in log if e.cleared_tool_uses]
+    ours_acted = len(ours["prunes"]) + len(ours["compactions"])
+    native_acted = len(native["prunes"]) + len(native["compactions"])
+    assert native_acted <= ours_acted, (window, ours_acted, native_acted)
+    if window == 200_000:  # past the trigger between our prunes: the provider clears
+        assert native["cleared"] and native_acted < ours_acted
 
 
 @pytest.mark.parametrize("provider, window", [("anthropic", 32_000), ("bedrock", 200_000),
@@ -184,3 +211,70 @@ def test_fake_provider_reads_responses_bodies():
         unpaired = {**body, "input": body["input"][:2]}
         status, out = fp.answer("openai-responses", 100_000, json.dumps(unpaired).encode())
         assert status == 400 and "c1" in out["error"]["message"] and fp.log[-1].error.startswith("unpaired")
+
+
+def test_fake_provider_clears_tool_results_as_anthropic_documents():
+    """Past the trigger: the oldest results beyond `keep` tool uses cleared (never an excluded
+    tool's), each replaced by placeholder text, the window and usage counted after clearing, and
+    the answer's context_management what the SDK's beta type reads; not without the beta header,
+    not below the trigger, not when it frees less than clear_at_least."""
+    from anthropic.types.beta import BetaContextManagementResponse
+
+    from agent_loop import context_editing
+
+    tools = [{"name": n, "description": n, "input_schema": {"type": "object"}} for n in ("bash", "skill")]
+    messages = [{"role": "user", "content": "Fix the build"}]
+    for i, name in enumerate(["bash", "skill", "bash", "bash", "bash"]):
+        messages += [{"role": "assistant", "content": [{"type": "tool_use", "id": f"t{i}", "name": name, "input": {}}]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{i}",
+                                                   "content": f"line {i} " * 400}]}]
+    edit = {"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 1_000},
+            "keep": {"type": "tool_uses", "value": 2}, "exclude_tools": ["skill"]}
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 100, "tools": tools, "messages": messages,
+            "context_management": {"edits": [edit]}}
+    beta = {"anthropic-beta": "context-management-2025-06-27"}
+
+    def results(prompt):
+        return {b["tool_use_id"]: b["content"] for m in prompt["messages"] if isinstance(m["content"], list)
+                for b in m["content"] if b["type"] == "tool_result"}
+
+    with FakeProvider() as fp:
+        whole = fp.count(body)[0]
+        status, out = fp.answer("anthropic", 100_000, json.dumps(body).encode(), beta)
+        assert status == 200
+        [applied] = BetaContextManagementResponse.model_validate(out["context_management"]).applied_edits
+        seen, _ = context_editing.apply("anthropic", body, lambda b: fp.count(b)[0])
+        cleared = [k for k, v in results(seen).items() if v != results(body)[k]]
+        assert cleared == ["t0", "t2"]  # t1 is excluded, t3 and t4 kept
+        assert results(seen)["t0"] == [{"type": "text", "text": context_editing.PLACEHOLDER}]
+        assert (applied.cleared_tool_uses, applied.cleared_input_tokens) == (2, whole - fp.count(seen)[0])
+        assert out["usage"]["input_tokens"] == fp.log[-1].input_tokens == whole - applied.cleared_input_tokens
+        # the window is enforced on what is left
+        assert fp.answer("anthropic", fp.count(seen)[0] + 100, json.dumps(body).encode(), beta)[0] == 200
+        # without the beta header the API refuses the field
+        status, out = fp.answer("anthropic", 100_000, json.dumps(body).encode())
+        assert status == 400 and fp.log[-1].error.startswith("invalid: beta-header")
+        for changed in ({"trigger": {"type": "input_tokens", "value": whole}},
+                        {"clear_at_least": {"type": "input_tokens", "value": applied.cleared_input_tokens + 1}}):
+            other = {**body, "context_management": {"edits": [{**edit, **changed}]}}
+            status, out = fp.answer("anthropic", 100_000, json.dumps(other).encode(), beta)
+            assert status == 200 and out["context_management"] == {"applied_edits": []}
+            assert out["usage"]["input_tokens"] == whole
+        # what the fake does not emulate it refuses
+        thinking = {**body, "context_management": {"edits": [{"type": "clear_thinking_20251015"}]}}
+        assert fp.answer("anthropic", 100_000, json.dumps(thinking).encode(), beta)[0] == 400
+        assert fp.log[-1].error.startswith("unemulated")
+
+
+def test_fake_provider_refuses_to_emulate_responses_compaction_past_its_threshold():
+    """OpenAI's server-side compaction leaves an opaque item nobody can count: past the threshold
+    the fake refuses the request rather than guess; below it nothing is compacted."""
+    body = {"model": "gpt-5", "max_output_tokens": 100, "input": [{"role": "user", "content": "hi " * 500}],
+            "context_management": [{"type": "compaction", "compact_threshold": 10_000}]}
+    with FakeProvider() as fp:
+        tokens = fp.count(body)[0]
+        assert fp.answer("openai-responses", 100_000, json.dumps(body).encode())[0] == 200
+        assert fp.log[-1].input_tokens == tokens
+        body["context_management"][0]["compact_threshold"] = tokens - 1
+        assert fp.answer("openai-responses", 100_000, json.dumps(body).encode())[0] == 400
+        assert fp.log[-1].error.startswith("unemulated: server-side compaction")

@@ -143,3 +143,39 @@ def test_measure_and_assemble_say_it_over_rpc(stub):
     assert judge_for(m.ANTHROPIC)(json.loads(built.body), dict(built.headers)) == []
     off = stub.Measure(pb.MeasureRequest(conversation=conv, model=model, tools=tools))
     assert not off.HasField("provider_management")
+
+
+def grown(older: int, size: int, newer: int, big: int, usage: m.Usage) -> m.Conversation:
+    """`older` bash results of `size` words, the last of them answered with `usage`, then `newer`
+    results of `big` words sent since (the tail), then a question."""
+    msgs = [m.Message("u0", m.USER, [m.Part("q0", m.Text("Investigate the failures"))])]
+    for i in range(older + newer):
+        msgs.append(m.Message(f"a{i}", m.ASSISTANT, [m.Part(f"t{i}", m.Tool(
+            f"call_{i}", "bash", m.COMPLETED, {"command": f"pytest -k {i}"}, output=words(size if i < older else big, i)))],
+            time_completed_ms=1, usage=usage if i == older - 1 else m.Usage()))
+    msgs.append(m.Message("u1", m.USER, [m.Part("q1", m.Text("What next?"))]))
+    return m.Conversation(msgs, "sess-native")
+
+
+def test_what_the_provider_cleared_is_counted_as_sent():
+    """The provider's usage counts the request after its own clearing; Usage.cleared says what it
+    cleared. The calibration and the projection read the request as sent (input + cleared), so a
+    clearing neither throws the calibration out of its bounds (back to the tokenizer prior,
+    whose larger figure compacted where the provider's clearing was enough) nor lowers the
+    projection; the backward overflow reads what the window held (input)."""
+    whole_request = grown(6, 5_000, 2, 20_000, m.Usage())
+    prefix = m.Conversation(whole_request.messages[:7] + whole_request.messages[-1:], "prefix")
+    counted = run(prefix, m.ANTHROPIC).measurement.calibrated[0]  # the provider's count of the anchor's request
+    cleared = counted * 4 // 5
+    whole = run(grown(6, 5_000, 2, 20_000, m.Usage(input=counted)), m.ANTHROPIC, provider_managed=True).measurement
+    after = run(grown(6, 5_000, 2, 20_000, m.Usage(input=counted - cleared, cleared=cleared)), m.ANTHROPIC,
+                provider_managed=True).measurement
+    assert whole.calibration_factor and after.calibration_factor == whole.calibration_factor
+    assert (after.projected, after.reported, after.decision) == (whole.projected, whole.reported, whole.decision)
+    assert after.projected >= after.limit and after.provider_management.relied_on and not after.should_compact
+    # the window held input: a request the clearing kept under the limit is no overflow
+    conv = session(12, 4_500)
+    conv.messages[-2].usage = m.Usage(input=WINDOW // 2, cleared=WINDOW)
+    assert not run(conv, m.ANTHROPIC, provider_managed=True).measurement.overflow
+    conv.messages[-2].usage = m.Usage(input=WINDOW // 2 + WINDOW)
+    assert run(conv, m.ANTHROPIC, provider_managed=True).measurement.overflow

@@ -37,6 +37,7 @@ class Usage:
     cache_read: int = 0
     cache_write: int = 0
     total: int = 0
+    cleared: int = 0  # input the provider's own context management cleared before counting
 
     def count(self) -> int:
         """Everything the request occupied; the provider's total when the parts are all 0."""
@@ -45,6 +46,14 @@ class Usage:
 
     def input_side(self) -> int:
         return self.input + self.cache_read + self.cache_write
+
+    def count_as_sent(self) -> int:
+        """count() of the request as it was sent, before the provider's own clearing: what our
+        figures of that request stand for (count() is what the window held)."""
+        return self.count() + self.cleared
+
+    def input_as_sent(self) -> int:
+        return self.input_side() + self.cleared
 
 
 @dataclass(slots=True)

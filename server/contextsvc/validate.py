@@ -130,10 +130,10 @@ def request(conv: m.Conversation, mdl: m.Model, tool_defs: list, settings: m.Com
 
 
 def _usage(u: m.Usage, path) -> None:
-    if 0 <= min(u.input, u.output, u.reasoning, u.cache_read, u.cache_write, u.total) and \
-            max(u.input, u.output, u.reasoning, u.cache_read, u.cache_write, u.total) <= MAX_TOKENS:
+    if 0 <= min(u.input, u.output, u.reasoning, u.cache_read, u.cache_write, u.total, u.cleared) and \
+            max(u.input, u.output, u.reasoning, u.cache_read, u.cache_write, u.total, u.cleared) <= MAX_TOKENS:
         return
-    for name in ("input", "output", "reasoning", "cache_read", "cache_write", "total"):
+    for name in ("input", "output", "reasoning", "cache_read", "cache_write", "total", "cleared"):
         _tokens(getattr(u, name), lambda name=name: f"{path()}.{name}")
 
 

@@ -13,6 +13,11 @@ and, first of all, any body the provider's own published library refuses (tests/
 Otherwise it answers 200 with `usage.input_tokens` = the count (plus the provider's own field; on
 Responses a whole `Response` object, as the SDK reads one, with no output items).
 
+The provider's own context management (`context_management`, tests/agent_loop/context_editing.py)
+is applied before counting: Anthropic's tool-result clearing, when the request names its beta in
+the `anthropic-beta` header (the judge refuses the body otherwise), is counted after clearing and
+reported in the answer's `context_management`; what the fake does not emulate is refused.
+
 Every request is logged (`FakeProvider.log`) for the test to read.
 
     with FakeProvider() as fp:
@@ -34,6 +39,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from contextsvc import encodings
 from judges import judge_for
+
+from . import context_editing
 
 IMAGE_TOKENS = 1_600              # what one image or document costs the fake model
 PROVIDERS = ("anthropic", "openai", "bedrock", "openai-responses")
@@ -77,6 +84,11 @@ class Logged:
     # the body in cache order (tools, system, messages), cache markers removed: one digest per
     # element, each tagged with its segment (see prefix_elements)
     elements: tuple = ()
+    # the provider's own context management: tool uses it cleared and the tokens that freed
+    # (input_tokens counts what was left), and the prompt the model read, as elements above
+    cleared_tool_uses: int = 0
+    cleared_tokens: int = 0
+    seen_elements: tuple = ()
 
 
 def prefix_elements(provider: str, body: dict) -> tuple:
@@ -227,7 +239,7 @@ def _error(provider: str, kind: str, message: str) -> dict:
     return {"__type": "ValidationException", "message": message}
 
 
-def _ok(provider: str, tokens: int, body: dict) -> dict:
+def _ok(provider: str, tokens: int, body: dict, management: dict | None) -> dict:
     usage = {"input_tokens": tokens, "output_tokens": 0}
     if provider == "openai":
         usage.update(prompt_tokens=tokens, completion_tokens=0, total_tokens=tokens)
@@ -239,7 +251,10 @@ def _ok(provider: str, tokens: int, body: dict) -> dict:
         return {"id": "resp_fake", "object": "response", "created_at": 0, "model": body.get("model", ""),
                 "status": "completed", "output": [], "parallel_tool_calls": True,
                 "tool_choice": body.get("tool_choice", "auto"), "tools": body.get("tools", []), "usage": usage}
-    return {"usage": usage, "stop_reason": "tool_use"}
+    out = {"usage": usage, "stop_reason": "tool_use"}
+    if management is not None:  # Anthropic's context_management answer (BetaContextManagementResponse)
+        out["context_management"] = management
+    return out
 
 
 class FakeProvider:
@@ -273,18 +288,31 @@ class FakeProvider:
         self.stop()
 
     def count(self, body: dict) -> tuple[int, int]:
-        """(input tokens, media items) as this fake model counts them."""
-        stripped, media = strip_media(body)
+        """(input tokens, media items) as this fake model counts them: the prompt, not the
+        context_management configuration."""
+        stripped, media = strip_media(context_editing.prompt(body))
         text = json.dumps(stripped, ensure_ascii=False, separators=(",", ":"))
         return self._count_text(text) + IMAGE_TOKENS * media, media
 
-    def answer(self, provider: str, window: int, raw: bytes) -> tuple[int, dict]:
+    def answer(self, provider: str, window: int, raw: bytes, headers: dict | None = None) -> tuple[int, dict]:
+        """headers: the request's HTTP headers, names in lower case (the betas it names)."""
         body = json.loads(raw)
-        tokens, media = self.count(body)
         cap = max_tokens(body)
-        entry = Logged(provider, window, tokens, cap, media, len(raw), False, elements=prefix_elements(provider, body))
+        entry = Logged(provider, window, 0, cap, 0, len(raw), False, elements=prefix_elements(provider, body))
         unpaired = unpaired_tool_calls(provider, body)
-        problems = [] if unpaired else judge_for(provider)(body)  # the provider's own library
+        problems = [] if unpaired else self._judge(provider, body, headers or {})
+        seen, management, unemulated = body, None, ""
+        if not unpaired and not problems:
+            try:
+                seen, management = context_editing.apply(provider, body, lambda prompt: self.count(prompt)[0])
+            except context_editing.Unemulated as e:
+                unemulated = str(e)
+        tokens, media = self.count(seen)
+        entry.input_tokens, entry.media = tokens, media
+        for edit in (management or {}).get("applied_edits", ()):
+            entry.cleared_tool_uses += edit["cleared_tool_uses"]
+            entry.cleared_tokens += edit["cleared_input_tokens"]
+        entry.seen_elements = prefix_elements(provider, seen) if entry.cleared_tool_uses else entry.elements
         if unpaired:
             entry.refused, entry.error = True, "unpaired: " + "; ".join(unpaired[:3])
             status, out = 400, _error(provider, "unpaired", "tool_use ids were found without tool_result blocks "
@@ -292,15 +320,26 @@ class FakeProvider:
         elif problems:
             entry.refused, entry.error = True, "invalid: " + "; ".join(problems[:3])
             status, out = 400, _error(provider, "invalid", "; ".join(problems[:3]))
+        elif unemulated:
+            entry.refused, entry.error = True, "unemulated: " + unemulated
+            status, out = 400, _error(provider, "invalid", "the fake provider does not emulate " + unemulated)
         elif tokens + cap > window:
             entry.refused, entry.error = True, "too_long"
             status, out = 400, _error(provider, "too_long",
                                       f"prompt is too long: {tokens} tokens + {cap} max_tokens > {window} maximum")
         else:
-            status, out = 200, _ok(provider, tokens, body)
+            status, out = 200, _ok(provider, tokens, body, management)
         with self._lock:
             self.log.append(entry)
         return status, out
+
+    @staticmethod
+    def _judge(provider: str, body: dict, headers: dict) -> list:
+        """What the provider's own library refuses of the body (Anthropic's reads the betas the
+        headers name)."""
+        if provider == "anthropic":
+            return judge_for(provider)(body, headers)
+        return judge_for(provider)(body)
 
     def _handler(self):
         fake = self
@@ -315,7 +354,8 @@ class FakeProvider:
                     status, out = 404, {"error": f"POST /<{'|'.join(PROVIDERS)}>/<window>, not {self.path}"}
                 else:
                     try:
-                        status, out = fake.answer(parts[0], int(parts[1]), raw)
+                        headers = {k.lower(): v for k, v in self.headers.items()}
+                        status, out = fake.answer(parts[0], int(parts[1]), raw, headers)
                     except ValueError as e:
                         status, out = 400, {"error": f"bad JSON body: {e}"}
                 data = json.dumps(out).encode()

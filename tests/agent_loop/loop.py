@@ -10,11 +10,13 @@ One step, as the README's "The agent loop" describes it, one Assemble call per s
      not fit otherwise. While figures.should_compact still holds: Compact(auto) with this turn's
      attempt count, apply the response (apply_compaction, omittable messages dropped) and
      Assemble again; stop on CONTEXT_OVERFLOW (the turn ends) or NOTHING_TO_DO.
-  3. Store Assemble's persist parts (apply_persist) and POST its body, unchanged.
+  3. Store Assemble's persist parts (apply_persist) and POST its body, unchanged, with the HTTP
+     headers Assemble names (the beta the provider's own context management needs).
   4. If the provider refuses it as too long: Compact(overflow, auto), apply, Assemble, resend.
   5. Store the scripted assistant answer: a step-start part, the text, the tool parts completed
      with their outputs (through TruncateToolOutput), a step-finish part with the usage the
-     provider reported (input) and the script's output count, completed now (completed_ms).
+     provider reported (input; cleared: what its own context management cleared, from the
+     answer's applied_edits) and the script's output count, completed now (completed_ms).
 
 Attempts count the compactions since the provider last answered: the continue message a
 compaction inserts starts a new agent turn, as upstream.
@@ -24,7 +26,9 @@ under_limit, the decision figure of the conversation after applying: a Measure, 
 per-step fields, as tokens_after is defined), refusals (with the content classes in the
 conversation), prune runs that acted, tool calls without their result in any body sent, and one
 entry per POST (`sent`, in the order the provider logs them) with the step, what changed the
-messages in that step (compaction, prune) and the body's cache_report.
+messages in that step (compaction, prune) and the body's cache_report; with provider_managed on
+(CompactionSettings.provider_managed), what the provider's own context management cleared, as its
+answer's `context_management.applied_edits` says (`cleared`, one entry per answer that cleared).
 """
 from __future__ import annotations
 
@@ -100,6 +104,7 @@ class Summary:
     refusals: list = dataclasses.field(default_factory=list)
     prunes: list = dataclasses.field(default_factory=list)
     unpaired: list = dataclasses.field(default_factory=list)
+    cleared: list = dataclasses.field(default_factory=list)
     sent: list = dataclasses.field(default_factory=list)
     turns_ended: int = 0
     max_input: int = 0
@@ -111,7 +116,7 @@ class Summary:
 
 class Session:
     def __init__(self, stub, provider_url: str, provider: str, window: int, compact_deadline: float = 10,
-                 max_steps: int = MAX_STEPS, model_id: str = ""):
+                 max_steps: int = MAX_STEPS, model_id: str = "", provider_managed: bool = False):
         self.stub = stub
         self.url = provider_url
         self.provider = provider
@@ -120,7 +125,7 @@ class Session:
         if model_id:  # another model of the provider (its tokenizer may differ)
             self.model.id = model_id
         self.tools: list[pb.ToolDefinition] = []
-        self.settings = pb.CompactionSettings(prune=True)
+        self.settings = pb.CompactionSettings(prune=True, provider_managed=provider_managed)
         self.deadlines = {**DEADLINES, "Compact": compact_deadline}
         self.messages: list[pb.Message] = []
         self.session_id = ""
@@ -196,8 +201,8 @@ class Session:
 
     # ---- provider ----------------------------------------------------------------------------
 
-    def post(self, body: bytes) -> tuple[int, dict]:
-        req = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"})
+    def post(self, body: bytes, headers: dict) -> tuple[int, dict]:
+        req = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json", **headers})
         try:
             with urllib.request.urlopen(req, timeout=30) as resp:
                 return resp.status, json.loads(resp.read())
@@ -246,7 +251,7 @@ class Session:
             problems = unpaired_tool_calls(self.provider, body)
             if problems:
                 self.summary.unpaired.append({"step": step, "problems": problems[:5]})
-            status, answer = self.post(a.body)
+            status, answer = self.post(a.body, dict(a.headers))
             self.summary.requests += 1
             self.summary.sent.append(sent_entry(step, status, self.changed, a.cache_report))
             if status == 200:
@@ -267,9 +272,18 @@ class Session:
             a = self.assemble(step_in_turn)
         return None
 
-    def store_answer(self, spec: dict, usage_input: int):
+    def record_clearing(self, step: int, answer: dict) -> int:
+        """The input tokens the provider's own context management cleared from the request it
+        answered (stored with the usage: Usage.cleared)."""
+        edits = (answer.get("context_management") or {}).get("applied_edits", ())
+        for edit in edits:
+            self.summary.cleared.append({"step": step, "type": edit["type"], "tool_uses": edit["cleared_tool_uses"],
+                                         "tokens": edit["cleared_input_tokens"]})
+        return sum(edit["cleared_input_tokens"] for edit in edits)
+
+    def store_answer(self, spec: dict, usage_input: int, cleared: int = 0):
         a = spec["assistant"]
-        usage = pb.Usage(input=usage_input, output=a["output_tokens"])
+        usage = pb.Usage(input=usage_input, output=a["output_tokens"], cleared=cleared)
         parts = [pb.Part(id=a["step_start_id"], step_start=pb.StepStartPart()),
                  pb.Part(id=a["text_part_id"], text=pb.TextPart(text=a["text"]))]
         for t in a["tools"]:
@@ -311,9 +325,10 @@ class Session:
             if answer is None:
                 continue
             self.attempts = 0
+            cleared = self.record_clearing(i, answer)
             used = answer["usage"]["input_tokens"]
             self.summary.max_input = max(self.summary.max_input, used)
-            self.store_answer(spec, used)
+            self.store_answer(spec, used, cleared)
         self.summary.elapsed_s = round(time.monotonic() - t0, 2)
         return self.summary
 
@@ -376,5 +391,7 @@ def cache_violations(summary: dict, log: list) -> list[str]:
 
 
 def run_session(stub, provider_url: str, provider: str, window: int, script: dict,
-                steps: int | None = None, compact_deadline: float = 10, model_id: str = "") -> Summary:
-    return Session(stub, provider_url, provider, window, compact_deadline, model_id=model_id).run(script, steps)
+                steps: int | None = None, compact_deadline: float = 10, model_id: str = "",
+                provider_managed: bool = False) -> Summary:
+    return Session(stub, provider_url, provider, window, compact_deadline, model_id=model_id,
+                   provider_managed=provider_managed).run(script, steps)

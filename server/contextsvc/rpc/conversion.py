@@ -133,7 +133,7 @@ def require(request, *fields) -> None:
 
 
 def _usage(u) -> m.Usage:
-    return m.Usage(u.input, u.output, u.reasoning, u.cache_read, u.cache_write, u.total)
+    return m.Usage(u.input, u.output, u.reasoning, u.cache_read, u.cache_write, u.total, u.cleared)
 
 
 def _file(f) -> m.File:
@@ -486,7 +486,7 @@ _STATUS_TO_PB = {v: k for k, v in _STATUSES.items()}
 
 def _pb_usage(u: m.Usage) -> pb.Usage:
     return pb.Usage(input=u.input, output=u.output, reasoning=u.reasoning, cache_read=u.cache_read,
-                    cache_write=u.cache_write, total=u.total)
+                    cache_write=u.cache_write, total=u.total, cleared=u.cleared)
 
 
 def _pb_file(f: m.File) -> pb.FilePart:

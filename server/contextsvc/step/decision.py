@@ -62,7 +62,9 @@ def decide(messages: list, fig: Figures, plan: Plan) -> Decision:
     context_known = mdl.limits.context > 0
     auto = cfg.measure.auto if settings.auto is None else settings.auto
     base = baseline(messages)
-    reported = base.usage.count() if base is not None else 0
+    # the provider's count of the request as sent: what it cleared itself (provider_managed) was
+    # sent, and our figures of the request count it
+    reported = base.usage.count_as_sent() if base is not None else 0
 
     def projected_by(method: str) -> int:
         total, tail, overhead = fig.projections[method]
@@ -86,7 +88,8 @@ def decide(messages: list, fig: Figures, plan: Plan) -> Decision:
     if base is not None:
         projected = max(projected, rebased + tail + overhead)
     # backward-looking: the last answer's real usage reached the limit; rebased the same way
-    # when it is the baseline's, so a prune that frees enough clears this check too
+    # when it is the baseline's, so a prune that frees enough clears this check too. What the
+    # window held: without what the provider's own clearing kept out of it
     source = backward_overflow_source(messages)
     used = source.usage.count() if source is not None else 0
     if source is not None and source is base:

@@ -118,9 +118,9 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
             counted -= out.rebase_stretches.get("calibrated", 0)
             counted_calibrated -= out.rebase_projections.get("calibrated", 0)
         mc = plan.cfg.measure
-        f = anchor.usage.input_side() / float(counted) if counted > 0 else 0.0
+        f = anchor.usage.input_as_sent() / float(counted) if counted > 0 else 0.0
         out.decision_factor = f if mc.self_calibration_min_factor <= f <= mc.self_calibration_max_factor else 0.0
-        g = anchor.usage.input_side() / float(counted_calibrated) if counted_calibrated > 0 else 0.0
+        g = anchor.usage.input_as_sent() / float(counted_calibrated) if counted_calibrated > 0 else 0.0
         out.new_text_factor = g if out.decision_factor and g <= mc.self_calibration_max_factor else 0.0
     return out
 
@@ -282,7 +282,7 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
     if anchor is not None and mc.calibrated_figures:
         ours = system_cal + head_cal + tools_cal
         if ours >= mc.self_calibration_min_tokens:
-            f = anchor.usage.input_side() / ours
+            f = anchor.usage.input_as_sent() / ours
             if mc.self_calibration_min_factor <= f <= mc.self_calibration_max_factor:
                 factor, anchor_id = f, anchor.id
             # the same count over the prefix's decision figure (margins included), once the prefix
