@@ -39,6 +39,9 @@ class Request:
     change: prefix.Change | None = None  # since the previous request's digests, when given
     # id(element) -> text profile of system/message elements the memo holds (as texts)
     profiles: dict = field(default_factory=dict)
+    # UTF-8 bytes of the element lists' contents (elements and their commas): fixed once built,
+    # while the rest of the body (the output cap) may change
+    _lists_bytes: int | None = None
 
     def units(self, elements: list) -> list:
         """UTF-16 units of each element, media and opaque values counted as placeholders."""
@@ -57,10 +60,11 @@ class Request:
         finally:
             for parent, key, items in held:
                 parent[key] = items
-        for _, _, items in held:
-            if items:
-                total += sum(self.lengths[id(e)][0] for e in items) + len(items) - 1
-        return total
+        if self._lists_bytes is None:
+            lengths = self.lengths
+            self._lists_bytes = sum(sum(lengths[id(e)][0] for e in items) + len(items) - 1
+                                    for _, _, items in held if items)
+        return total + self._lists_bytes
 
     def element_text(self, element) -> str:
         """The JSON text of a system or message element, serialized once per build."""
