@@ -41,7 +41,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSIONS = ("3.0", "4.7", "4.8")  # one requested version per ctok generation
-CLAUDE_MODEL = "claude-sonnet-4-5"  # any Claude id: every generation takes the same prior
+# a model of each ctok generation: the decision figure takes that generation's prior
+MODELS = {"3.0": "claude-sonnet-4-5", "4.7": "claude-opus-4-7", "4.8": "claude-opus-4-8"}
 TARGETS = ("cl100k", "o200k", "decision")
 HELD_OUT = "ho:"  # kind prefix of bench/held_out_corpus.py's material (its kinds overlap the other's)
 
@@ -60,21 +61,26 @@ def material(quick: bool) -> list[tuple[str, str]]:
 
 
 def our_figures(quick: bool, out: str) -> None:
-    """Writes, per sample, its kind, text, cl100k and o200k counts and the decision figure."""
+    """Writes, per sample, its kind, text, cl100k and o200k counts and the decision figure for a
+    model of each generation (MODELS), with each one's method and prior."""
     from contextsvc import config, encodings, measure, conversation as m, tokenizer_family
 
     cfg = config.Config()
-    model = m.Model(CLAUDE_MODEL, m.ANTHROPIC, m.ModelLimits(200_000, 0, 64_000))
+    models = {v: m.Model(mid, m.ANTHROPIC, m.ModelLimits(200_000, 0, 64_000)) for v, mid in MODELS.items()}
     cl100k, o200k = encodings.get(encodings.CL100K), encodings.get(encodings.O200K)
-    rows, method = [], ""
+    rows, methods = [], {}
     for kind, text in material(quick):
         conv = m.Conversation([m.Message("msg_0001", m.USER, [m.Part("prt_0001", m.Text(text))])])
-        r = measure.measure(measure.MeasureInput(conv, model, [], m.SystemPrompt(), m.CompactionSettings()), cfg)
-        method = r.decision[1]
-        rows.append({"kind": kind, "text": text, "cl100k": len(cl100k.encode_ordinary(text)),
-                     "o200k": len(o200k.encode_ordinary(text)), "decision": r.decision[0]})
-    prior = tokenizer_family.for_model(model.id, model.provider, cfg.measure.exact_encoding).prior
-    Path(out).write_text(json.dumps({"method": method, "prior": float(prior), "rows": rows}, ensure_ascii=False))
+        row = {"kind": kind, "text": text, "cl100k": len(cl100k.encode_ordinary(text)),
+               "o200k": len(o200k.encode_ordinary(text)), "decision": {}}
+        for v, model in models.items():
+            r = measure.measure(measure.MeasureInput(conv, model, [], m.SystemPrompt(), m.CompactionSettings()), cfg)
+            methods[v] = r.decision[1]
+            row["decision"][v] = r.decision[0]
+        rows.append(row)
+    priors = {v: float(tokenizer_family.for_model(model.id, model.provider, cfg.measure.exact_encoding).prior)
+              for v, model in models.items()}
+    Path(out).write_text(json.dumps({"methods": methods, "priors": priors, "rows": rows}, ensure_ascii=False))
 
 
 # ---- ctok's side (Python >= 3.12) -----------------------------------------------------------
@@ -98,18 +104,19 @@ def ratio_cells(ratios: list) -> str:
 
 
 def print_table(version: str, rows: list, counts: list, frame: int, prior: float) -> None:
-    print(f"\nctok v{version} (frame {frame}): ctok / figure, median p90 p99 max; under = decision < ctok")
+    print(f"\nctok v{version} (frame {frame}), decision figure for {MODELS[version]} (prior x{prior:g}): "
+          "ctok / figure, median p90 p99 max; under = decision < ctok")
     print(f"{'kind':12} {'n':>4} " + " ".join(f"{t:>23}" for t in TARGETS) + f" {'under':>6} {'prior for max':>13}")
     kinds = sorted({r["kind"] for r in rows}, key=lambda k: (k.startswith(HELD_OUT), k))
     for kind in kinds + ["all"]:
         got = [(r, n) for r, n in zip(rows, counts) if kind in ("all", r["kind"])]
         cells = [ratio_cells([(n - frame) / max(1, r["cl100k"]) for r, n in got]),
                  ratio_cells([(n - frame) / max(1, r["o200k"]) for r, n in got]),
-                 ratio_cells([n / r["decision"] for r, n in got])]
-        under = sum(r["decision"] < n for r, n in got) / len(got)
+                 ratio_cells([n / r["decision"][version] for r, n in got])]
+        under = sum(r["decision"][version] < n for r, n in got) / len(got)
         # the prior under which no text of the kind would be under-counted (the decision figure
         # is ceil(x * 1.35): dividing by the shipped prior gives back x within a token)
-        needed = max(n / r["decision"] for r, n in got) * prior
+        needed = max(n / r["decision"][version] for r, n in got) * prior
         print(f"{kind:12} {len(got):4d} " + " ".join(f"{c:>23}" for c in cells) + f" {under:6.1%} {needed:13.2f}")
 
 
@@ -164,13 +171,13 @@ def main() -> None:
     rows = ours["rows"]
     texts = [r["text"] for r in rows]
     megabytes = sum(len(t.encode()) for t in texts) / 1e6
-    print(f"ctok {version('ctok')}: {len(rows)} texts, {megabytes:.2f} MB; decision figure for {CLAUDE_MODEL}: "
-          f"{ours['method']}")
+    print(f"ctok {version('ctok')}: {len(rows)} texts, {megabytes:.2f} MB; decision figures: "
+          + "; ".join(f"{MODELS[v]} {method}" for v, method in ours["methods"].items()))
     all_counts = {}
     for v in VERSIONS:
         counts, seconds = count_all(texts, v)
         all_counts[v] = counts
-        print_table(v, rows, counts, ctok.token_count("", v), ours["prior"])
+        print_table(v, rows, counts, ctok.token_count("", v), ours["priors"][v])
         print(f"speed: {megabytes / seconds:.2f} MB/s ({seconds:.1f} s)")
 
     again = repeated_elsewhere(texts[::10])
