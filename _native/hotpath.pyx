@@ -475,7 +475,7 @@ cdef enum:
     K_OTHER = 9
     K_B64_PUNCT = 10
     KINDS = 11
-    N_CLASSES = 9
+    N_CLASSES = 10
     C_PROSE = 0
     C_CJK = 1
     C_CODE = 2
@@ -485,6 +485,7 @@ cdef enum:
     C_LOGS = 6
     C_HEXDUMP = 7
     C_TESTLOG = 8
+    C_TABLE = 9
     N_CJK_COUNTS = 5
     S_KANA = 0
     S_HAN = 1
@@ -589,6 +590,10 @@ cdef inline int _classify(const cs_char *p, Py_ssize_t start, Py_ssize_t *hist, 
         return C_HEXDUMP
     if (hist[K_JSON] + hist[K_BACKSLASH]) * 100 >= n * 15:
         return C_JSON
+    # delimited records: _native_py.is_table
+    if ((hist[K_SPACE] == 0 and n * 2 >= _profile_block and alnum * 2 >= n and hist[K_DIGIT] * 32 >= n)
+            or (hist[K_BACKSLASH] * 16 >= n and hist[K_SPACE] * 24 <= n and hist[K_JSON] * 32 <= n)):
+        return C_TABLE
     # test and CI output: the rule holds when the padding is at least need (from its two
     # inequalities); the padding (a second pass) is looked at only when it could be, that is
     # when need is not more than the block's spaces and tabs

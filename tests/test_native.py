@@ -895,6 +895,11 @@ def test_summed_profiles_are_the_profile_of_texts_cut_at_block_boundaries(impl, 
     (json.dumps("    def f(self, x):\n        return self._g(x) + h[x]\n" * 8), "code"),
     ("| name      | value     | unit   |\n|-----------|-----------|--------|\n" * 6, "code"),
     ("E       AssertionError: assert {'a': 1} == {'a': 2}\nE         Differing items:\n" * 5, "code"),
+    # delimited records: a RECORD manifest and numbers in CSV (no space between fields), and a TSV
+    # as Measure sees it (its tabs escaped); a long run of progress dots is no record
+    (("numpy/lib/_npyio_impl.py,sha256=WvQhZ3k_8OvBq2Xrc1oT4-JqKZ5mNl0pE9s6yX1aF0c,94713\n" * 8)[:512], "table"),
+    (("np.float32,0x3ee44fa7,0x3ee2a1b0,2\nnp.float64,0xbfe3c9f04e6d1a0c,0xbfe1000000000000,2\n" * 8)[:512], "table"),
+    (json.dumps("AD\t+4230+00131\tEurope/Andorra\nAE\t+2518+05518\tAsia/Dubai\n" * 6), "table"),
 ])
 def test_text_profile_classes(impl, text, cls):
     total, units, _, _ = impl.text_profile(text)
@@ -902,10 +907,10 @@ def test_text_profile_classes(impl, text, cls):
 
 
 def test_text_profile_cases(impl):
-    assert impl.text_profile("") == (0, (0,) * 9, (0,) * 9, (0,) * 5)
+    assert impl.text_profile("") == (0, (0,) * 10, (0,) * 10, (0,) * 5)
     assert impl.text_profile("😀")[0] == 2  # UTF-16 units, as the estimate counts
     # the str data whatever a subclass overrides; hex digits between spaces: a hex dump; runs "ab", " ", "12"
-    assert impl.text_profile(_Str("ab 12")) == (5, (0, 0, 0, 0, 0, 0, 0, 5, 0), (0, 0, 0, 0, 0, 0, 0, 3, 0), (0,) * 5)
+    assert impl.text_profile(_Str("ab 12")) == (5, (0, 0, 0, 0, 0, 0, 0, 5, 0, 0), (0, 0, 0, 0, 0, 0, 0, 3, 0, 0), (0,) * 5)
     # digits are a tenth or more, with words: logs
     assert impl.text_profile("took 12")[1][_native_py.LOGS] == 7
     # an xxd of text: its character column is words, more than an eighth: not a hex dump

@@ -227,7 +227,7 @@ def test_calibrated_estimate_tracks_cl100k(cls, reference_is_off):
 
 def test_ratios_ship_with_the_package_and_name_their_classes():
     r = tokens.ratios()
-    assert len(r.per_unit) == len(r.per_run) == len(r.margins) == len(tokens.native.TEXT_CLASSES) == 9 and len(r.per_cjk) == 5
+    assert len(r.per_unit) == len(r.per_run) == len(r.margins) == len(tokens.native.TEXT_CLASSES) == 10 and len(r.per_cjk) == 5
     assert tokens.calibrated("") == 0
     with pytest.raises(ValueError, match="calibrate"):
         tokens.Ratios.from_mapping({"classes": ["prose"], "block": 256})

@@ -397,8 +397,8 @@ def select_tail(starts, sizes, tail_turns, budget) -> int:
 # ---- text profile: the content classes behind the calibrated estimate ----------------------
 
 # Content classes, in the order text_profile reports them (tokens.py holds a ratio for each).
-TEXT_CLASSES = ("prose", "cjk", "code", "json", "base64", "hex", "logs", "hexdump", "testlog")
-PROSE, CJK, CODE, JSON, BASE64, HEX, LOGS, HEXDUMP, TESTLOG = range(len(TEXT_CLASSES))
+TEXT_CLASSES = ("prose", "cjk", "code", "json", "base64", "hex", "logs", "hexdump", "testlog", "table")
+PROSE, CJK, CODE, JSON, BASE64, HEX, LOGS, HEXDUMP, TESTLOG, TABLE = range(len(TEXT_CLASSES))
 
 # Text is classified in blocks of this many code points: small enough to follow a conversation
 # that mixes prose, code and tool output, large enough for a stable histogram.
@@ -500,6 +500,8 @@ def classify_block(hist, upper: int, switches: int, n: int, padding: int) -> int
         return HEXDUMP
     if (hist[K_JSON] + hist[K_BACKSLASH]) * 100 >= n * 15:
         return JSON
+    if is_table(hist, n):
+        return TABLE
     # test and CI output (pytest node ids and PASSED/FAILED lines, paths, progress dots): almost
     # no spaces but the padding of pytest -v's progress column ("PASSED      [ 10%]"), and dense
     # punctuation (:: [] / . _ -) among the rest; cl100k cuts it finer than code (indented) or logs
@@ -510,6 +512,19 @@ def classify_block(hist, upper: int, switches: int, n: int, padding: int) -> int
     if (hist[K_JSON] + hist[K_BACKSLASH] + punct) * 10 >= n:
         return CODE
     return PROSE
+
+
+def is_table(hist, n: int) -> bool:
+    """Delimited records (CSV and RECORD rows, TSV): fields of letters and digits (half the block
+    or more, one in 32 a digit: sizes, numbers) joined by punctuation with not one space in the
+    block (once it is half a full one),
+    or tabs and line ends escaped in a JSON string (a backslash every 16 characters or closer)
+    with at most one space in 24 and little JSON punctuation. Digests, paths and numbers with no
+    space between them are cut finer by cl100k than logs or test output (minified code and long
+    URLs are not: few digits); pytest's progress dots are not fields."""
+    alnum = hist[K_HEX_LETTER] + hist[K_LETTER] + hist[K_DIGIT]
+    return ((hist[K_SPACE] == 0 and n * 2 >= PROFILE_BLOCK and alnum * 2 >= n and hist[K_DIGIT] * 32 >= n)
+            or (hist[K_BACKSLASH] * 16 >= n and hist[K_SPACE] * 24 <= n and hist[K_JSON] * 32 <= n))
 
 
 def block_padding(block: str) -> int:
