@@ -17,7 +17,7 @@ from helpers.server import start_server
 from contextsvc import conversation as m
 from contextsvc.rpc import conversion
 from contextsvc.lowering.registry import PROVIDERS
-from contextsvc.memo import LOWERED, PREFIX, Memo
+from contextsvc.memo import LOWERED, Memo
 from contextsvc.step import pieces, request
 from helpers.steps import plan
 from contextsvc.v1 import context_pb2 as pb
