@@ -123,7 +123,7 @@ def floor(big, body, config_path):
     """In-process Measure of the 1 MB request, and what parsing, hashing and counting it cost."""
     from contextsvc import config, native
     from contextsvc.rpc import conversion, servicer
-    from contextsvc.rpc.message_keys import message_keys
+    from contextsvc.rpc.message_keys import message_keys, message_spans
 
     cfg = config.load(config_path) if config_path else config.Config()
     svc = servicer.ContextService(cfg)
@@ -134,7 +134,7 @@ def floor(big, body, config_path):
     parse = timed(lambda r: pb.MeasureRequest.FromString(wire), big[:20])
     hashing = timed(lambda r: [hashlib.blake2b(x.SerializeToString(), digest_size=16).digest()
                                for x in r.conversation.messages], big[:20])
-    keys = timed(lambda r: message_keys(wires[id(r)], 1), big[:20])
+    keys = timed(lambda r: message_keys(wires[id(r)], message_spans(wires[id(r)], 1)), big[:20])
     raw = hashlib.sha256
     sha = timed(lambda r: raw(wire).digest(), big[:20])
     doc = json.loads(body)

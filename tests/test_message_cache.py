@@ -185,3 +185,38 @@ def test_the_same_message_written_differently_is_a_miss_never_a_wrong_answer():
     for wire in (_request_bytes(request, canonical), data, data):
         got = with_memo.Measure(conversion.Received(pb.MeasureRequest.FromString(wire), wire), None)
         assert got == expected
+
+
+def test_a_growing_conversation_converts_only_what_it_adds():
+    """From PREFIX_FROM_MESSAGES messages on, the conversion of a conversation's first messages is
+    kept by the digest of their bytes (CONVERTED): a step that resends them converts and hashes
+    only the messages it adds; the result equals a conversion without the memo at every step, and
+    an earlier message changed (same count) is never served from the kept prefix."""
+    from contextsvc.rpc.message_keys import PREFIX_FROM_MESSAGES
+
+    conv = workload.conversation(200_000)
+    assert len(conv.messages) > PREFIX_FROM_MESSAGES + 20
+    cache = Memo(64 * 1024 * 1024)
+    hashed = []
+    original = conversion.message_keys
+
+    def counting(wire, spans):
+        hashed.append(len(spans))
+        return original(wire, spans)
+
+    conversion.message_keys = counting
+    try:
+        for n in range(PREFIX_FROM_MESSAGES, PREFIX_FROM_MESSAGES + 20):
+            grown = pb.Conversation(session_id=conv.session_id, messages=conv.messages[:n])
+            assert conversion.conversation(grown, memo=cache) == conversion.conversation(grown)
+        changed = pb.Conversation()
+        changed.CopyFrom(grown)
+        changed.messages[3].parts[0].text.text = "A different request"
+        got = conversion.conversation(changed, memo=cache)
+        assert got == conversion.conversation(changed)
+        assert got.messages[3].parts[0].content.text == "A different request"
+    finally:
+        conversion.message_keys = original
+    with_memo = hashed[0::2]  # each step converts with the memo, then without
+    assert with_memo[0] == PREFIX_FROM_MESSAGES and with_memo[1:20] == [1] * 19, with_memo
+    assert with_memo[20] == len(changed.messages)  # nothing of it was served from a prefix

@@ -31,6 +31,9 @@ from threading import Lock
 ENTRY_OVERHEAD = 240
 
 MESSAGE = "message"  # (MESSAGE, digest) -> the converted conversation.Message
+# (CONVERTED, digest of the bytes of a conversation's first k messages) -> those k messages
+# converted (rpc.conversion): the session's next step, which resends them, converts after them
+CONVERTED = "converted"
 LOWERED = "lowered"  # (LOWERED, digest, settings) -> what the message lowers to alone (step.pieces)
 MERGED = "merged"  # (MERGED, settings, piece keys) -> JSON text and lengths of a merged element
 LEAD = "lead"  # (LEAD, provider) -> the lead user message a format opens with (step.pieces)
@@ -147,9 +150,10 @@ class Memo:
             self.hits += 1
             return item[0]
 
-    def get_many(self, keys: list) -> list:
+    def get_many(self, keys: list, counted: bool = True) -> list:
         """[get(key) for key in keys] under one lock (a step looks up thousands); a None key
-        gives None and counts as nothing."""
+        gives None and counts as nothing. counted=False: not counted as hits or misses (looking
+        for the longest of several prefixes: what it serves is counted by touch)."""
         out = [None] * len(keys)
         found = asked = 0
         with self._lock:
@@ -163,8 +167,9 @@ class Memo:
                     touch(key)
                     out[i] = item[0]
                     found += 1
-            self.hits += found
-            self.misses += asked - found
+            if counted:
+                self.hits += found
+                self.misses += asked - found
         return out
 
     def put(self, key, value, wire_size: int = 0) -> None:
@@ -180,13 +185,14 @@ class Memo:
         self._add(key, value, resident_size(key) + size + ENTRY_OVERHEAD)
 
     def touch(self, keys: list) -> None:
-        """Marks the entries of keys (None: none) as just used, without counting a lookup: entries
-        a step relies on through another entry that holds their values (PREFIX)."""
+        """Marks the entries of keys (None: none) as just used, each counted as a hit: entries a
+        step is served through another entry that holds their values (PREFIX, CONVERTED)."""
         with self._lock:
             items, touch = self._items, self._items.move_to_end
             for key in keys:
                 if key is not None and key in items:
                     touch(key)
+                    self.hits += 1
 
     def each(self, kind: str, messages: list, settings: tuple, compute) -> list:
         """[compute(msg) for msg in messages], each kept under (kind, msg.digest, *settings): one

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import NamedTuple
 
 from .. import assemble, compact, truncation
@@ -17,9 +18,9 @@ from ..config import ServerConfig
 from ..errors import BadInput
 from ..deadline import NO_DEADLINE, Deadline
 from ..lowering import registry
-from ..memo import MESSAGE, SCHEMA, Memo
+from ..memo import CONVERTED, MESSAGE, SCHEMA, Memo
 from ..v1 import context_pb2 as pb
-from .message_keys import message_keys
+from .message_keys import message_keys, message_spans, prefix_keys
 
 _ROLES = {pb.ROLE_USER: m.USER, pb.ROLE_ASSISTANT: m.ASSISTANT}
 _STATUSES = {
@@ -198,20 +199,33 @@ def conversation(c, path: str = "conversation", memo: Memo | None = None, max_js
     is wrong: this runs for every message. Every message carries its key (Message.digest)."""
     if wire is None:
         wire, at = c.SerializeToString(), 0
-    keys, sizes = message_keys(wire, at)
-    if len(keys) != len(c.messages):  # the scanner and the parser disagree: never key a message wrongly
-        raise RuntimeError(f"the wire scanner found {len(keys)} messages where the parser found {len(c.messages)}")
+    spans = message_spans(wire, at)
+    n = len(spans)
+    if n != len(c.messages):  # the scanner and the parser disagree: never key a message wrongly
+        raise RuntimeError(f"the wire scanner found {n} messages where the parser found {len(c.messages)}")
+    start, candidates, messages = 0, [], []
+    if memo is not None and n:
+        candidates = prefix_keys(wire, spans)
+        for (k, _), found in zip(candidates, memo.get_many([(CONVERTED, key) for _, key in candidates], counted=False)):
+            if found is not None:
+                start, messages = k, list(found)
+                memo.touch([(MESSAGE, x.digest) for x in messages])  # the entries it holds stay in use
+                break
+    keys, sizes = message_keys(wire, spans[start:])
     # one lock for every lookup; the misses are converted outside it
-    messages = memo.get_many([(MESSAGE, k) for k in keys]) if memo is not None else [None] * len(keys)
+    messages += memo.get_many([(MESSAGE, k) for k in keys]) if memo is not None else [None] * len(keys)
     converted = 0
-    for i, core in enumerate(messages):
-        if core is None:
+    for i in range(start, n):
+        if messages[i] is None:
             deadline.tick(converted, "conversion")  # counted over the misses: hits may fall on every check
             converted += 1
             core = messages[i] = _message(c.messages[i], i, path, max_json_depth, deadline)
-            core.digest = keys[i]  # every per-message entry of the memo keys on it
+            core.digest = keys[i - start]  # every per-message entry of the memo keys on it
             if memo is not None:
-                memo.put((MESSAGE, keys[i]), core, sizes[i])
+                memo.put((MESSAGE, core.digest), core, sizes[i - start])
+    if candidates and start < n:  # the whole conversation converted: the next step starts after it
+        kept = tuple(messages)
+        memo.put_charged((CONVERTED, candidates[0][1]), kept, sys.getsizeof(kept))
     return m.Conversation(messages=messages, session_id=c.session_id)
 
 

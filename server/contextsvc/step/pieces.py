@@ -196,7 +196,7 @@ def _prefix_keys(projected: list, settings: tuple) -> list:
 
 def _resume(memo: Memo, candidates: list) -> tuple:
     """(k, a copy of the _Prefix of the first k messages) for the longest one kept; (0, None)."""
-    for (k, _), state in zip(candidates, memo.get_many([key for _, key in candidates])):
+    for (k, _), state in zip(candidates, memo.get_many([key for _, key in candidates], counted=False)):
         if state is not None:
             return k, state.copy()
     return 0, None
