@@ -178,13 +178,14 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     for element in place(lowered, ledger, mdl.provider, chosen, pieces.shared, (known, texts, profiles)):
         texts.pop(id(element), None)
         profiles.pop(id(element), None)
-    lengths = {}
+    # the memo's elements (known holds only elements of the body: place() dropped those it
+    # replaced) have their lengths; the others are measured
+    lengths = {k: v[1] for k, v in known.items()}
     json_lengths = native.json_lengths
     for parent, key in lowered.lists:
-        for i, e in enumerate(parent[key]):
+        for i, e in enumerate([e for e in parent[key] if id(e) not in lengths]):
             deadline.tick(i, "sizing the body")
-            found = known.get(id(e))
-            lengths[id(e)] = found[1] if found is not None else json_lengths(e)
+            lengths[id(e)] = json_lengths(e)
     request = Request(lowered, ledger, lengths, chosen, chain, texts, profiles=profiles)
     mc = plan.cfg.measure
     if (mc.calibrated_figures or plan.exact) and (ledger.media_count or ledger.saved_units or ledger.extra):
