@@ -119,6 +119,38 @@ def test_python_agent_loop_provider_managed(rig, window):
         assert native["cleared"] and native_acted < ours_acted
 
 
+@pytest.mark.parametrize("client", ["node", "typescript"])
+def test_node_and_typescript_agent_loops_provider_managed(rig, tmp_path, client):
+    """The Node and TypeScript loops with the provider's own context management on, at 200K: each
+    sends the headers Assemble names, stores what the provider cleared (Usage.cleared), is never
+    refused, and lets the provider's clearing take the place of some of our prunes."""
+    if client == "node":
+        node, cwd, loop_js, base_env = shutil.which("node"), NODE_CLIENT, "agent_loop.js", {"PATH": "/usr/bin:/bin"}
+        assert node, "node not installed: run .ci/deps (the README's test command does)"
+    else:
+        node, cwd, loop_js, base_env = typescript.build(), typescript.CLIENT, "dist/src/agentLoop.js", typescript.ENV
+    address, _stub, fp = rig
+    window = 200_000
+    path = session.write(_script("anthropic", window), tmp_path / "script.json")
+    runs = {}
+    for native in (False, True):
+        first = len(fp.log)
+        env = {**base_env, "PROVIDER_MANAGED": "1" if native else "0"}
+        out = subprocess.run([node, loop_js, str(path), address, fp.url("anthropic", window), "anthropic",
+                              str(window)], cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
+        assert out.returncode == 0, out.stderr
+        runs[native] = json.loads(out.stdout), fp.log[first:]
+        _check(runs[native][0], fp, first, window)
+    (ours, _), (native, log) = runs[False], runs[True]
+    assert [(c["tool_uses"], c["tokens"]) for c in native["cleared"]] == \
+        [(e.cleared_tool_uses, e.cleared_tokens) for e in log if e.cleared_tool_uses]
+    print(f"\n{client} 200K: native off {len(ours['prunes'])} prunes, {len(ours['compactions'])} compactions; "
+          f"on {len(native['prunes'])} prunes, {len(native['compactions'])} compactions, "
+          f"{len(native['cleared'])} clearings")
+    assert native["cleared"] and not ours["cleared"]
+    assert len(native["prunes"]) + len(native["compactions"]) < len(ours["prunes"]) + len(ours["compactions"])
+
+
 @pytest.mark.parametrize("provider, window", [("anthropic", 32_000), ("bedrock", 200_000),
                                               ("openai-responses", 32_000)])
 def test_node_agent_loop(rig, tmp_path, provider, window):

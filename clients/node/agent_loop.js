@@ -5,7 +5,9 @@
 // Usage: node agent_loop.js SCRIPT.json HOST:PORT PROVIDER_URL PROVIDER WINDOW [STEPS]
 //   PROVIDER: anthropic | openai | bedrock | openai-responses; WINDOW: 32000 | 200000 (the model's context)
 //   The same arguments may come from the environment: AGENT_SCRIPT, CONTEXTSVC_ADDRESS,
-//   PROVIDER_URL, PROVIDER, WINDOW, STEPS.
+//   PROVIDER_URL, PROVIDER, WINDOW, STEPS. PROVIDER_MANAGED=1 turns the provider's own context
+//   management on (CompactionSettings.provider_managed): the body goes with the headers Assemble
+//   names, and what the provider cleared is stored with the answer's usage (Usage.cleared).
 //
 // One step (see the README's "The agent loop"), one Assemble call per step: Assemble (editor
 // context, step and max_steps, the last accepted body's cache_state passed back); a step that
@@ -105,14 +107,14 @@ function userMessage(spec) {
 }
 
 class Session {
-  constructor(client, url, provider, window) {
+  constructor(client, url, provider, window, providerManaged = false) {
     const [enumName, modelId] = MODELS[provider];
     this.client = client;
     this.url = url;
     this.provider = provider;
     this.model = { id: modelId, provider: enumName, limits: { context: window, output: OUTPUT_LIMITS[window] } };
     this.tools = null;
-    this.settings = { prune: true };
+    this.settings = { prune: true, provider_managed: providerManaged };
     this.messages = [];
     this.sessionId = "";
     this.attempts = 0;
@@ -122,7 +124,7 @@ class Session {
     this.kinds = new Map();    // tool part id -> content class (for refusal reports)
     this.lastKinds = [];
     this.summary = { provider, window, steps: 0, requests: 0, compactions: [], refusals: [], prunes: [],
-      unpaired: [], sent: [], turns_ended: 0, max_input: 0, elapsed_s: 0 };
+      unpaired: [], sent: [], turns_ended: 0, max_input: 0, elapsed_s: 0, cleared: [] };
   }
 
   base() {
@@ -185,9 +187,20 @@ class Session {
     return r;
   }
 
-  async post(body) {
-    const res = await fetch(this.url, { method: "POST", body, headers: { "Content-Type": "application/json" } });
+  // The body with the headers Assemble names (the beta the provider's own context management needs).
+  async post(body, headers) {
+    const res = await fetch(this.url, { method: "POST", body, headers: { "Content-Type": "application/json", ...headers } });
     return [res.status, await res.json()];
+  }
+
+  // The input tokens the provider's own context management cleared from the request it answered,
+  // as its answer's context_management.applied_edits says (stored with the usage: Usage.cleared).
+  recordClearing(step, answer) {
+    const edits = (answer.context_management || {}).applied_edits || [];
+    for (const e of edits) {
+      this.summary.cleared.push({ step, type: e.type, tool_uses: e.cleared_tool_uses, tokens: e.cleared_input_tokens });
+    }
+    return edits.reduce((sum, e) => sum + e.cleared_input_tokens, 0);
   }
 
   // Steps 1 and 2: the Assemble whose body is sent, or null when the turn ended (CONTEXT_OVERFLOW).
@@ -232,7 +245,7 @@ class Session {
       const body = JSON.parse(Buffer.from(a.body).toString("utf8"));
       const problems = unpairedToolCalls(this.provider, body);
       if (problems.length) this.summary.unpaired.push({ step, problems: problems.slice(0, 5) });
-      const [status, answer] = await this.post(a.body);
+      const [status, answer] = await this.post(a.body, a.headers || {});
       this.summary.requests += 1;
       const c = a.cache_report || {};
       this.summary.sent.push({ step, status, changed: [...this.changed].sort(), cache: {
@@ -256,9 +269,9 @@ class Session {
     return null;
   }
 
-  async storeAnswer(spec, usageInput) {
+  async storeAnswer(spec, usageInput, cleared = 0) {
     const a = spec.assistant;
-    const usage = { input: usageInput, output: a.output_tokens };
+    const usage = { input: usageInput, output: a.output_tokens, cleared };
     const parts = [{ id: a.step_start_id, step_start: {} }, { id: a.text_part_id, text: { text: a.text } }];
     for (const t of a.tools) {
       const cut = await this.rpc("TruncateToolOutput", { text: t.output,
@@ -306,7 +319,7 @@ class Session {
       this.attempts = 0;
       const used = answer.usage.input_tokens;
       this.summary.max_input = Math.max(this.summary.max_input, used);
-      await this.storeAnswer(spec, used);
+      await this.storeAnswer(spec, used, this.recordClearing(i, answer));
     }
     this.summary.elapsed_s = (Date.now() - t0) / 1000;
     return this.summary;
@@ -318,6 +331,8 @@ async function main() {
     process.argv[2] || process.env.AGENT_SCRIPT, process.argv[3] || process.env.CONTEXTSVC_ADDRESS,
     process.argv[4] || process.env.PROVIDER_URL, process.argv[5] || process.env.PROVIDER,
     Number(process.argv[6] || process.env.WINDOW), Number(process.argv[7] || process.env.STEPS || 0)];
+  // PROVIDER_MANAGED=1: the provider's own context management on (CompactionSettings.provider_managed)
+  const providerManaged = process.env.PROVIDER_MANAGED === "1";
   if (!scriptPath || !address || !url || !MODELS[provider] || !OUTPUT_LIMITS[window]) {
     console.error("usage: node agent_loop.js SCRIPT.json HOST:PORT PROVIDER_URL "
       + "anthropic|openai|bedrock|openai-responses 32000|200000 [STEPS]");
@@ -326,7 +341,7 @@ async function main() {
   const script = JSON.parse(fs.readFileSync(scriptPath, "utf8"));
   const client = connect(address, { token: process.env.CONTEXTSVC_TOKEN });
   try {
-    const summary = await new Session(client, url, provider, window).run(script, steps);
+    const summary = await new Session(client, url, provider, window, providerManaged).run(script, steps);
     process.stdout.write(`${JSON.stringify(summary)}\n`);
   } finally {
     client.close();

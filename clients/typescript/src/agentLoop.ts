@@ -124,7 +124,7 @@ const figure = (f: Figures | undefined) => ({ decision: f?.decision ? f.decision
 export class Session {
   private readonly model: Model;
   private tools: DeepPartial<ToolDefinition>[] = [];
-  private readonly settings = { prune: true };
+  private readonly settings: { prune: boolean; providerManaged: boolean };
   private messages: Message[] = [];
   private sessionId = "";
   private attempts = 0;
@@ -135,10 +135,12 @@ export class Session {
   private lastKinds: string[] = [];
   readonly summary = { provider: "", window: 0, steps: 0, requests: 0, compactions: [] as object[],
     refusals: [] as object[], prunes: [] as Record<string, unknown>[], unpaired: [] as object[], sent: [] as object[],
-    turns_ended: 0, max_input: 0, elapsed_s: 0 };
+    turns_ended: 0, max_input: 0, elapsed_s: 0, cleared: [] as object[] };
 
+  // providerManaged: the provider's own context management on (CompactionSettings.providerManaged)
   constructor(private readonly client: ContextService, private readonly url: string,
-    private readonly provider: Wire, window: number) {
+    private readonly provider: Wire, window: number, providerManaged = false) {
+    this.settings = { prune: true, providerManaged };
     const [enumValue, modelId] = MODELS[provider];
     this.model = Model.fromPartial({ id: modelId, provider: enumValue, limits: { context: window, output: OUTPUT_LIMITS[window] } });
     Object.assign(this.summary, { provider, window });
@@ -198,9 +200,20 @@ export class Session {
     return r;
   }
 
-  private async post(body: Buffer): Promise<[number, any]> {
-    const res = await fetch(this.url, { method: "POST", body, headers: { "Content-Type": "application/json" } });
+  // The body with the headers Assemble names (the beta the provider's own context management needs).
+  private async post(body: Buffer, headers: { [key: string]: string }): Promise<[number, any]> {
+    const res = await fetch(this.url, { method: "POST", body, headers: { "Content-Type": "application/json", ...headers } });
     return [res.status, await res.json()];
+  }
+
+  // The input tokens the provider's own context management cleared from the request it answered,
+  // as its answer's context_management.applied_edits says (stored with the usage: Usage.cleared).
+  private recordClearing(step: number, answer: any): number {
+    const edits: any[] = answer.context_management?.applied_edits ?? [];
+    for (const e of edits) {
+      this.summary.cleared.push({ step, type: e.type, tool_uses: e.cleared_tool_uses, tokens: e.cleared_input_tokens });
+    }
+    return edits.reduce((sum: number, e: any) => sum + e.cleared_input_tokens, 0);
   }
 
   // Steps 1 and 2: the Assemble whose body is sent, or null when the turn ended (CONTEXT_OVERFLOW).
@@ -243,7 +256,7 @@ export class Session {
       this.messages = applyPersist(this.messages, a);
       const problems = unpairedToolCalls(this.provider, JSON.parse(a.body.toString("utf8")));
       if (problems.length) this.summary.unpaired.push({ step, problems: problems.slice(0, 5) });
-      const [status, answer] = await this.post(a.body);
+      const [status, answer] = await this.post(a.body, a.headers);
       this.summary.requests += 1;
       const c = a.cacheReport;
       this.summary.sent.push({ step, status, changed: [...this.changed].sort(), cache: {
@@ -266,8 +279,8 @@ export class Session {
     return null;
   }
 
-  private async storeAnswer(spec: ScriptAssistant, usageInput: number): Promise<void> {
-    const usage = { input: usageInput, output: spec.output_tokens };
+  private async storeAnswer(spec: ScriptAssistant, usageInput: number, cleared = 0): Promise<void> {
+    const usage = { input: usageInput, output: spec.output_tokens, cleared };
     const parts: DeepPartial<Part>[] = [{ id: spec.step_start_id, stepStart: {} }, { id: spec.text_part_id, text: { text: spec.text } }];
     for (const t of spec.tools) {
       const cut = await this.client.truncateToolOutput({ text: t.output, direction: t.direction === "tail"
@@ -315,7 +328,7 @@ export class Session {
       this.attempts = 0;
       const used: number = answer.usage.input_tokens;
       this.summary.max_input = Math.max(this.summary.max_input, used);
-      await this.storeAnswer(spec.assistant, used);
+      await this.storeAnswer(spec.assistant, used, this.recordClearing(i, answer));
     }
     this.summary.elapsed_s = (Date.now() - t0) / 1000;
     return this.summary;
@@ -333,7 +346,8 @@ async function main(): Promise<void> {
   const script: Script = JSON.parse(fs.readFileSync(scriptPath, "utf8"));
   const client = connect(address, { token: process.env.CONTEXTSVC_TOKEN });
   try {
-    const summary = await new Session(client, url, provider, window).run(script, steps);
+    // PROVIDER_MANAGED=1: the provider's own context management on
+    const summary = await new Session(client, url, provider, window, process.env.PROVIDER_MANAGED === "1").run(script, steps);
     process.stdout.write(`${JSON.stringify(summary)}\n`);
   } finally {
     client.close();
