@@ -17,8 +17,8 @@ from helpers.server import start_server
 from contextsvc import conversation as m
 from contextsvc.rpc import conversion
 from contextsvc.lowering.registry import PROVIDERS
-from contextsvc.memo import LOWERED, Memo
-from contextsvc.step import pieces, request
+from contextsvc.memo import LOWERED, PREFIX, Memo
+from contextsvc.step import request
 from helpers.steps import plan
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
@@ -139,20 +139,21 @@ def test_keyed_by_the_message_digest(cached):
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-def test_a_session_grown_a_message_at_a_time_resumes_its_earlier_steps_lowering(provider, monkeypatch):
+def test_a_session_grown_a_message_at_a_time_resumes_its_earlier_steps_lowering(provider):
     """Each step of a session starts from the elements its previous step put together (the
     PREFIX entry: merges, lead message and trimming redone at the end), and its body is the one
     a build without the memo makes, byte for byte, at every step of every case."""
     memo = Memo(1 << 30)
-    resumed_from = []
-    resume = pieces._resume
+    resumed_from = []  # per lowering: how many messages it resumed after
+    longest = memo.longest
 
-    def recording(*args):
-        k, state = resume(*args)
-        resumed_from.append(k)
-        return k, state
+    def recording(candidates):
+        k, value = longest(candidates)
+        if candidates and candidates[0][1][0] == PREFIX:
+            resumed_from.append(k)
+        return k, value
 
-    monkeypatch.setattr(pieces, "_resume", recording)
+    memo.longest = recording
     for i, case in enumerate(_CASES[provider]):
         full = case.request
         mdl = conversion.model(full.model)

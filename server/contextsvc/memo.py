@@ -48,6 +48,29 @@ GUARDED = "guarded"
 PREFIX = "prefix"
 
 
+# how many messages back from the end a step looks for what an earlier step of its session kept
+# of its first messages (PREFIX, CONVERTED): a step adds an answer and a user message, a few
+# more when the caller batches them
+RESUME_WITHIN = 16
+
+
+def prefix_digests(data, ends: list, domain: bytes) -> list:
+    """(k, digest of data[:ends[k - 1]]) for k from len(ends) down to RESUME_WITHIN back: the
+    keys of a request's first k messages, longest first. One SHA-256 pass over data (hardware
+    accelerated), copied at each end, rather than one hash per k; domain keeps each kind's
+    digests apart."""
+    view = memoryview(data)
+    first = max(1, len(ends) - RESUME_WITHIN + 1)
+    h = hashlib.sha256(domain + b"\x00")
+    done = 0
+    out = []
+    for k in range(first, len(ends) + 1):
+        h.update(view[done:ends[k - 1]])
+        done = ends[k - 1]
+        out.append((k, h.copy().digest()[:16]))
+    return out[::-1]
+
+
 def digests(wire: bytes, spans: list) -> list:
     """The digest of each message whose bytes are wire[start:end] for (start, end) in spans
     (conversation.Message.digest): the key of everything kept for it. Slices of a view: no copy."""
@@ -152,8 +175,7 @@ class Memo:
 
     def get_many(self, keys: list, counted: bool = True) -> list:
         """[get(key) for key in keys] under one lock (a step looks up thousands); a None key
-        gives None and counts as nothing. counted=False: not counted as hits or misses (looking
-        for the longest of several prefixes: what it serves is counted by touch)."""
+        gives None and counts as nothing. counted=False: not counted as hits or misses (longest)."""
         out = [None] * len(keys)
         found = asked = 0
         with self._lock:
@@ -171,6 +193,15 @@ class Memo:
                 self.hits += found
                 self.misses += asked - found
         return out
+
+    def longest(self, candidates: list) -> tuple:
+        """(k, value) of the first of candidates, (k, key) longest first, that is kept; (0, None)
+        when none is. Looking is not counted as hits or misses: what the value serves is
+        (touch)."""
+        for (k, _), value in zip(candidates, self.get_many([key for _, key in candidates], counted=False)):
+            if value is not None:
+                return k, value
+        return 0, None
 
     def put(self, key, value, wire_size: int = 0) -> None:
         """Charged the key's and the value's real size; wire_size, when known, skips what cannot

@@ -204,13 +204,12 @@ def conversation(c, path: str = "conversation", memo: Memo | None = None, max_js
     if n != len(c.messages):  # the scanner and the parser disagree: never key a message wrongly
         raise RuntimeError(f"the wire scanner found {n} messages where the parser found {len(c.messages)}")
     start, candidates, messages = 0, [], []
-    if memo is not None and n:
-        candidates = prefix_keys(wire, spans)
-        for (k, _), found in zip(candidates, memo.get_many([(CONVERTED, key) for _, key in candidates], counted=False)):
-            if found is not None:
-                start, messages = k, list(found)
-                memo.touch([(MESSAGE, x.digest) for x in messages])  # the entries it holds stay in use
-                break
+    if memo is not None:
+        candidates = [(k, (CONVERTED, key)) for k, key in prefix_keys(wire, spans)]
+        start, found = memo.longest(candidates)
+        if found is not None:
+            messages = list(found)
+            memo.touch([(MESSAGE, x.digest) for x in messages])  # the entries it holds stay in use
     keys, sizes = message_keys(wire, spans[start:])
     # one lock for every lookup; the misses are converted outside it
     messages += memo.get_many([(MESSAGE, k) for k in keys]) if memo is not None else [None] * len(keys)
@@ -225,7 +224,7 @@ def conversation(c, path: str = "conversation", memo: Memo | None = None, max_js
                 memo.put((MESSAGE, core.digest), core, sizes[i - start])
     if candidates and start < n:  # the whole conversation converted: the next step starts after it
         kept = tuple(messages)
-        memo.put_charged((CONVERTED, candidates[0][1]), kept, sys.getsizeof(kept))
+        memo.put_charged(candidates[0][1], kept, sys.getsizeof(kept))
     return m.Conversation(messages=messages, session_id=c.session_id)
 
 

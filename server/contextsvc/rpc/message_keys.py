@@ -8,12 +8,10 @@ never a wrong answer, since equal bytes always parse to equal messages.
 """
 from __future__ import annotations
 
-import hashlib
-
 from google.protobuf.descriptor import FieldDescriptor as F
 
 from .. import native
-from ..memo import digests
+from ..memo import digests, prefix_digests
 from ..v1 import context_pb2 as pb
 
 _I64 = {F.TYPE_DOUBLE, F.TYPE_FIXED64, F.TYPE_SFIXED64}
@@ -50,9 +48,6 @@ def _types(root) -> list:
 SCHEMA = native.wire_schema(_types(pb.Conversation.DESCRIPTOR), pb.Conversation.MESSAGES_FIELD_NUMBER)
 
 
-# how many messages back from the end a request looks for an earlier step's conversion of its
-# first messages: a step adds an answer and a user message, a few more when batched
-RESUME_WITHIN = 16
 # below this many messages, hashing each one is cheaper than keeping and finding a prefix
 PREFIX_FROM_MESSAGES = 32
 
@@ -69,19 +64,12 @@ def message_keys(wire: bytes, spans: list) -> tuple[list, list]:
 
 
 def prefix_keys(wire: bytes, spans: list) -> list:
-    """(k, digest of the bytes from the first message's start to the k-th's end) for k from all of
-    them down to RESUME_WITHIN back: the same bytes are the same first k messages (and whatever
-    lies between them), so an earlier step's conversion of them stands. One pass of SHA-256 over
-    the bytes (hardware-accelerated: a megabyte in about half a millisecond), not one call per
-    message. Empty below PREFIX_FROM_MESSAGES messages: each is hashed alone."""
+    """(k, digest of the bytes from the first message's start to the k-th's end), longest first
+    (memo.prefix_digests): the same bytes are the same first k messages (and whatever lies
+    between them), so an earlier step's conversion of them stands. Empty below
+    PREFIX_FROM_MESSAGES messages: each is hashed alone."""
     if len(spans) < PREFIX_FROM_MESSAGES:
         return []
-    view = memoryview(wire)
-    first = max(1, len(spans) - RESUME_WITHIN + 1)
-    h = hashlib.sha256(b"contextsvc conversation prefix\x00")
-    h.update(view[spans[0][0]:spans[first - 1][1]])
-    out = [(first, h.copy().digest()[:16])]
-    for k in range(first + 1, len(spans) + 1):
-        h.update(view[spans[k - 2][1]:spans[k - 1][1]])
-        out.append((k, h.copy().digest()[:16]))
-    return out[::-1]
+    origin = spans[0][0]
+    return prefix_digests(memoryview(wire)[origin:], [end - origin for _, end in spans],
+                          b"contextsvc conversation prefix")

@@ -10,7 +10,7 @@ final assistant text's trailing whitespace (lowered.trim_final_text).
 from __future__ import annotations
 
 import copy
-import hashlib
+import itertools
 import sys
 from dataclasses import dataclass
 
@@ -20,7 +20,7 @@ from ..lowering import MediaLedger, lower, to_model_messages
 from ..lowering.lowered import Lowered, open_with_user, trim_final_text
 from ..lowering.neutral import MMessage, MText
 from ..lowering.registry import FORMATS
-from ..memo import LEAD, LOWERED, MERGED, PREFIX, Memo
+from ..memo import LEAD, LOWERED, MERGED, PREFIX, Memo, prefix_digests
 from .plan import Plan
 
 
@@ -144,11 +144,6 @@ def _lead(provider: str, memo: Memo) -> dict:
     return copy.deepcopy(lead)
 
 
-# how many messages back from the end a step looks for the lowering of an earlier step of its
-# session: a step adds an answer and a user message, a few more when the caller batches them
-RESUME_WITHIN = 16
-
-
 @dataclass(slots=True)
 class _Prefix:
     """The message elements of the first messages of a request, put together (merged where the
@@ -180,26 +175,16 @@ class _Prefix:
 
 
 def _prefix_keys(projected: list, settings: tuple) -> list:
-    """(k, PREFIX key of the first k messages) for k from the whole request down to
-    RESUME_WITHIN messages back, as far as every message has a digest."""
+    """(k, PREFIX key of the first k messages), longest first (memo.prefix_digests), as far as
+    every message has a digest."""
     digests = []
     for msg in projected:
         if not msg.digest:
             break
         digests.append(msg.digest)
-    view = memoryview(b"".join(digests))
-    width = len(digests[0]) if digests else 0
-    blake2b = hashlib.blake2b
-    return [(k, (PREFIX, blake2b(view[:k * width], digest_size=16, person=b"prefix").digest(), settings))
-            for k in range(len(digests), max(0, len(digests) - RESUME_WITHIN), -1)]
-
-
-def _resume(memo: Memo, candidates: list) -> tuple:
-    """(k, a copy of the _Prefix of the first k messages) for the longest one kept; (0, None)."""
-    for (k, _), state in zip(candidates, memo.get_many([key for _, key in candidates], counted=False)):
-        if state is not None:
-            return k, state.copy()
-    return 0, None
+    ends = list(itertools.accumulate(map(len, digests)))
+    return [(k, (PREFIX, key, settings))
+            for k, key in prefix_digests(b"".join(digests), ends, b"contextsvc lowered prefix")]
 
 
 def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, tools: list,
@@ -218,10 +203,11 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
     joined = FORMATS[mdl.provider].merged_key
     piece_keys = [_piece_key(msg, mdl, placeholders) for msg in projected]
     candidates = _prefix_keys(projected, settings)
-    start, prefix = _resume(memo, candidates)
-    if prefix is None:
+    start, kept = memo.longest(candidates)
+    if kept is None:
         prefix = _Prefix([], [], [], [], [], [], [], 0, 0, 0)
     else:
+        prefix = kept.copy()  # the kept one is shared: never changed
         memo.touch(piece_keys[:start])  # their elements are the prefix's: kept while it is used
     resolved_up_to = max(0, len(prefix.elements) - 1)  # the last element may merge with what follows
     elements, roles, sources, keys, saved, found = (prefix.elements, prefix.roles, prefix.sources, prefix.keys,
