@@ -142,14 +142,15 @@ def _figure(figure: str, stretch: tuple, fig: Figures, plan: Plan) -> tuple:
     # the tail is part of the whole: scaled as the tail, so the whole figure and the projection
     # from the reported usage agree on it (a prune that leaves the whole under the limit clears
     # should_compact)
-    whole = text(total) + (text(tail, tail_scale) - text(tail)) + fig.media_count * per_item
+    tail_text = text(tail, tail_scale)
+    whole = text(total) + (tail_text - text(tail)) + fig.media_count * per_item
     # what changed before the baseline, in the provider's terms like the rest (the provider counted
     # a pruned output whole), so a prune that frees enough clears should_compact
     rebase_text = fig.rebase_stretches.get(figure, 0)
     rebase = (text(rebase_text) if rebase_text >= 0 else -text(-rebase_text)) + fig.media_rebase * per_item
     # the rewrite is profiled as its own text, whose blocks can fall a little differently from
     # the whole request's: it is never more than the whole request
-    return (whole, text(tail, tail_scale) + fig.media_tail * per_item, text(overhead), method,
+    return (whole, tail_text + fig.media_tail * per_item, text(overhead), method,
             min(whole, text(rewrite) + fig.media_rewrite * per_item), rebase)
 
 

@@ -118,9 +118,10 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
             counted -= out.rebase_stretches.get("calibrated", 0)
             counted_calibrated -= out.rebase_projections.get("calibrated", 0)
         mc = plan.cfg.measure
-        f = anchor.usage.input_as_sent() / float(counted) if counted > 0 else 0.0
+        sent = anchor.usage.input_as_sent()
+        f = sent / float(counted) if counted > 0 else 0.0
         out.decision_factor = f if mc.self_calibration_min_factor <= f <= mc.self_calibration_max_factor else 0.0
-        g = anchor.usage.input_as_sent() / float(counted_calibrated) if counted_calibrated > 0 else 0.0
+        g = sent / float(counted_calibrated) if counted_calibrated > 0 else 0.0
         out.new_text_factor = g if out.decision_factor and g <= mc.self_calibration_max_factor else 0.0
     return out
 
