@@ -10,6 +10,10 @@ import socket
 import subprocess
 import time
 
+import pytest
+
+from contextsvc.truncation import StoreUnavailable
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "deploy" / "redis" / "redis.conf"
 START_SECONDS = 15.0
@@ -133,3 +137,12 @@ class SentinelServer(RedisServer):
             assert time.monotonic() < deadline, "redis sentinel did not answer PING"
             time.sleep(0.05)
         return self
+
+
+def refused_within(call, pattern: str, seconds: float = 2.0) -> None:
+    """call() is refused StoreUnavailable (its message matching pattern) within seconds: what a
+    store call meets while Redis is out of reach."""
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable, match=pattern):
+        call()
+    assert time.monotonic() - started < seconds
