@@ -242,3 +242,43 @@ def test_a_tool_schema_is_parsed_once(monkeypatch):
     for _ in range(2):
         with pytest.raises(Exception, match="input_schema_json"):
             with_memo.Assemble(req, None)
+
+
+def test_a_step_checks_only_its_new_messages_and_still_finds_an_id_of_the_kept_ones():
+    """From PREFIX_FROM_MESSAGES messages on, the ids of a conversation whose checks passed are
+    kept (memo.VALIDATED under its Lineage): the step that resends it checks only the messages it
+    adds. A new message or part repeating an id of the kept messages is still refused, with the
+    same error as without the memo, and the kept ids are the earlier step's alone (a refused step
+    leaves nothing for the next)."""
+    from contextsvc import validate
+    from contextsvc.rpc.message_keys import PREFIX_FROM_MESSAGES
+
+    on_cfg, off_cfg = config.Config(), _memo_off()
+    with_memo, without = servicer.ContextService(on_cfg), servicer.ContextService(off_cfg)
+    msgs = []
+    for n in range(PREFIX_FROM_MESSAGES + 1):
+        msgs.append(user(f"u{n}", text(f"u{n}p", f"step {n}")) if n % 2 == 0 else
+                    assistant(f"a{n}", tool(f"a{n}x", f"c{n}", "read", {"path": f"f{n}.py"}, "out " * n)))
+    walked = []  # the messages each step's id checks walk
+    original = validate.each
+    validate.each = lambda memo, kind, messages, *rest: walked.append([x.id for x in messages]) or original(
+        memo, kind, messages, *rest)
+    try:
+        for step in range(3):
+            msgs.append(user(f"next{step}", text(f"next{step}p", "go on")))
+            req = pb.MeasureRequest(conversation=pb.Conversation(messages=msgs), model=model(context=200_000))
+            walked.clear()
+            _same(with_memo.Measure(req, None), without.Measure(req, None))
+            if step:  # the earlier step's whole conversation was checked and kept
+                assert walked == [[f"next{step}"]], walked
+        for bad in (user("u4", text("fresh", "a message id of the kept ones")),
+                    user("fresh", text("a5x", "a part id of the kept ones"))):
+            req = pb.MeasureRequest(conversation=pb.Conversation(messages=[*msgs, bad]), model=model())
+            errors = []
+            for svc in (with_memo, without):
+                with pytest.raises(Exception) as exc:
+                    svc.Measure(req, None)
+                errors.append(str(exc.value))
+            assert errors[0] == errors[1] and ("duplicates" in errors[0]), errors
+    finally:
+        validate.each = original

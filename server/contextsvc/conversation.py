@@ -192,22 +192,52 @@ class Message:
     # never see a stale one. One exception, set on purpose: a copy the payload guard pruned
     # carries memo.pruned_digest of its original's (step.guard).
     digest: bytes = field(default=b"", init=False, repr=False, compare=False)
+    # what every step's scans read of its parts (_scan), worked out once: parts are never changed
+    # in place (a changed message is a dataclasses.replace copy, which works it out again)
+    _scanned: Optional[tuple] = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def finished(self) -> bool:
         return self.time_completed_ms > 0
 
     def compaction(self) -> Optional[Compaction]:
+        """Its first compaction part's content, or None."""
+        return (self._scanned or self._scan())[0]
+
+    def last_compacted_ms(self) -> int:
+        """The latest time_compacted_ms of its tool parts, 0 when none is compacted."""
+        return (self._scanned or self._scan())[1]
+
+    def _scan(self) -> tuple:
+        compaction, compacted = None, 0
         for part in self.parts:
-            if isinstance(part.content, Compaction):
-                return part.content
-        return None
+            c = part.content
+            if isinstance(c, Compaction):
+                compaction = compaction or c
+            elif isinstance(c, Tool) and c.time_compacted_ms > compacted:
+                compacted = c.time_compacted_ms
+        self._scanned = (compaction, compacted)
+        return self._scanned
+
+
+@dataclass(frozen=True, slots=True)
+class Lineage:
+    """Where a conversation off the wire continues its session (rpc.conversion): its first `kept`
+    messages are, byte for byte, the whole conversation of an earlier step (0: none is known).
+    The digests key what a stage keeps of a whole conversation for the step that continues it
+    (memo.VALIDATED)."""
+    kept: int
+    kept_digest: bytes  # of those kept messages' bytes (b"" when kept is 0)
+    digest: bytes  # of all its messages' bytes
 
 
 @dataclass(slots=True)
 class Conversation:
     messages: list  # list[Message], in send order; ids unique
     session_id: str = ""
+    # set by conversion, for the messages as they came off the wire; not an init field, so a
+    # copy with other messages (dataclasses.replace) has none
+    lineage: Optional[Lineage] = field(default=None, init=False, repr=False, compare=False)
 
 
 @dataclass(slots=True)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import operator
 import sys
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from threading import Lock
 
 # What one entry costs besides its key and value: the (value, size) tuple (56 bytes) and its
@@ -46,6 +46,9 @@ GUARDED = "guarded"
 # (PREFIX, digest of the first k messages' digests, settings) -> the elements lowered from them,
 # put together (step.pieces): the next step of the session, which resends them, starts after
 PREFIX = "prefix"
+# (VALIDATED, conversation.Lineage.digest) -> the message ids and part ids of a conversation
+# whose checks passed (validate): the step that continues it checks only its new messages
+VALIDATED = "validated"
 
 
 # how many messages back from the end a step looks for what an earlier step of its session kept
@@ -138,7 +141,7 @@ _FIELDS: dict = {}  # type -> a function giving the tuple of its attribute value
 
 
 # A message's `digest` is in the entry's key, charged there.
-_NOT_WALKED = ("__weakref__", "__dict__", "digest")
+_NOT_WALKED = ("__weakref__", "__dict__", "digest", "_scanned")
 
 
 def _fields_of(t):
@@ -219,7 +222,14 @@ class Memo:
         """Marks the entries of keys (None: none) as just used, each counted as a hit: entries a
         step is served through another entry that holds their values (PREFIX, CONVERTED)."""
         with self._lock:
-            items, touch = self._items, self._items.move_to_end
+            touch = self._items.move_to_end
+            try:  # the usual case, every entry still kept: one C loop
+                deque(map(touch, keys), maxlen=0)
+                self.hits += len(keys)
+                return
+            except (KeyError, TypeError):  # one is gone (or None): each on its own
+                pass
+            items = self._items
             for key in keys:
                 if key is not None and key in items:
                     touch(key)

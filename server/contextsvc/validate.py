@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import sys
 
 from . import conversation as m
 from .config import PRUNE_PROTECT_RULES
@@ -9,7 +10,7 @@ from .errors import BadInput
 from .deadline import NO_DEADLINE, Deadline, ticking
 from .lowering.registry import FORMATS
 from .lowering.tool_ids import wire_name
-from .memo import each
+from .memo import VALIDATED, each
 
 # The largest token figure a request may carry: 2^53 - 1 (JSON's exact integers). Usage figures
 # and limits are summed (a usage's parts, reported + tail + overhead, output + reserved), and
@@ -34,7 +35,7 @@ def conversation(conv: m.Conversation, path: str = "conversation", memo=None,
     memo (memo.Memo): each message's own checks are kept under its digest, so a step checks
     its new messages and only the uniqueness of ids across the conversation. Anything wrong
     sends the whole conversation through the full checks, which raise the first error in order."""
-    if memo is not None and conv.messages and _known_good(conv.messages, memo, deadline):
+    if memo is not None and conv.messages and _known_good(conv, memo, deadline):
         return
     _conversation(conv, path, deadline)
 
@@ -49,10 +50,18 @@ def _own_ids(msg: m.Message, deadline: Deadline = NO_DEADLINE):
     return msg.id, tuple(p.id for p in msg.parts if p.id)
 
 
-def _known_good(messages: list, memo, deadline: Deadline = NO_DEADLINE) -> bool:
-    ids, part_ids = set(), set()
+def _known_good(conv: m.Conversation, memo, deadline: Deadline = NO_DEADLINE) -> bool:
+    """Whether every message passes its own checks (kept per message) and no id repeats; the
+    ids of the earlier step a conversation continues (Lineage) are taken as that step left them,
+    and this one's are kept for the next."""
+    ids, part_ids, start = set(), set(), 0
+    lineage = conv.lineage
+    if lineage is not None and lineage.kept:
+        found = memo.get((VALIDATED, lineage.kept_digest))
+        if found is not None:
+            ids, part_ids, start = set(found[0]), set(found[1]), lineage.kept
     own_ids = ticking(lambda msg: _own_ids(msg, deadline), deadline, "validation")
-    for own in each(memo, "valid", messages, (), own_ids):
+    for own in each(memo, "valid", conv.messages[start:], (), own_ids):
         if own is False or own[0] in ids:
             return False
         ids.add(own[0])
@@ -60,6 +69,10 @@ def _known_good(messages: list, memo, deadline: Deadline = NO_DEADLINE) -> bool:
         part_ids.update(own[1])
         if len(part_ids) - n != len(own[1]):
             return False
+    if lineage is not None and start < len(conv.messages):
+        # never changed once kept (a step resuming from them copies them); the id strings are
+        # the messages' own
+        memo.put_charged((VALIDATED, lineage.digest), (ids, part_ids), sys.getsizeof(ids) + sys.getsizeof(part_ids))
     return True
 
 

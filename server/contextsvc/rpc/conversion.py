@@ -225,7 +225,10 @@ def conversation(c, path: str = "conversation", memo: Memo | None = None, max_js
     if candidates and start < n:  # the whole conversation converted: the next step starts after it
         kept = tuple(messages)
         memo.put_charged(candidates[0][1], kept, sys.getsizeof(kept))
-    return m.Conversation(messages=messages, session_id=c.session_id)
+    out = m.Conversation(messages=messages, session_id=c.session_id)
+    if candidates:
+        out.lineage = m.Lineage(start, dict(candidates)[start][1] if start else b"", candidates[0][1][1])
+    return out
 
 
 def _message(msg, i: int, path: str, depth: int, deadline: Deadline) -> m.Message:

@@ -36,19 +36,21 @@ def as_counted(messages: list, base: m.Message, before: dict) -> list:
     that changed since base was answered. before: id -> the message as it was before this step
     changed it (the payload guard), for the messages it changed."""
     out = []
+    since = base.time_completed_ms
     for msg in messages:
         if msg is base:
             break
-        then = _uncompacted(before.get(msg.id, msg), base.time_completed_ms)
-        if then is not msg:
-            out.append((msg, then))
+        was = before.get(msg.id, msg) if before else msg
+        if was.last_compacted_ms() > since:
+            out.append((msg, _uncompacted(was, since)))
+        elif was is not msg:
+            out.append((msg, was))
     return out
 
 
 def _uncompacted(msg: m.Message, since_ms: int) -> m.Message:
-    """msg with the tool outputs compacted after since_ms whole again (as they were counted)."""
-    if not any(isinstance(p.content, m.Tool) and p.content.time_compacted_ms > since_ms for p in msg.parts):
-        return msg
+    """msg (with a tool output compacted after since_ms) with those outputs whole again, as they
+    were counted."""
     parts = [m.Part(p.id, dataclasses.replace(p.content, time_compacted_ms=0))
              if isinstance(p.content, m.Tool) and p.content.time_compacted_ms > since_ms else p
              for p in msg.parts]

@@ -258,8 +258,8 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
         deadline.check("figures")
     profiles = []
     if mc.calibrated_figures:
-        profile = request.element_profile if built_elements else native.json_profile
-        profiles = [profile(e) for e in elements]
+        profiles = (request.element_profiles(elements) if built_elements
+                    else [native.json_profile(e) for e in elements])
         deadline.check("figures")
     cuts = [0, n_sys, n_sys + max(at, 0), tail_from, len(elements)]
     if mc.calibrated_figures:

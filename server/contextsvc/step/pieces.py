@@ -265,17 +265,21 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
         elements[-1] = dict(elements[-1])  # the memo's element stays as it is
         if trim_final_text(elements, roles, joined):
             found[-1] = keys[-1] = entries[-1] = None
-    for e, units in zip(elements, saved):
-        if units:
-            ledger.saved_by[id(e)] = units
+    if any(saved):
+        ledger.saved_by.update(_where(elements, saved))
     _attach(lowered, elements)
     lowered.roles[:] = roles
     lowered.sources[:] = sources
     if known is not None:
-        for e, entry in zip(elements, entries):
-            if entry is not None:
-                known[id(e)] = entry
+        known.update(_where(elements, entries))
     return lowered, ledger
+
+
+def _where(elements: list, values: list):
+    """(id(element), value) of each element whose value is not None or 0 (loops in C: a step's
+    history is a thousand elements)."""
+    kept = list(map(bool, values))
+    return zip(itertools.compress(map(id, elements), kept), itertools.compress(values, kept))
 
 
 def _attach(lowered: Lowered, elements: list) -> None:

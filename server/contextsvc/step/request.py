@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
+import operator
 import secrets
 from dataclasses import dataclass, field
 
@@ -18,6 +20,9 @@ from ..lowering.lowered import Lowered
 from ..memo import Memo
 from .pieces import lower_request
 from .plan import Plan
+
+
+_FIRST, _SECOND, _THIRD = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
 
 
 @dataclass(slots=True)
@@ -46,7 +51,10 @@ class Request:
     def units(self, elements: list) -> list:
         """UTF-16 units of each element, media and opaque values counted as placeholders."""
         saved = self.ledger.saved_by
-        return [self.lengths[id(e)][1] - saved.get(id(e), 0) for e in elements]
+        units = list(map(_SECOND, map(self.lengths.__getitem__, map(id, elements))))
+        if saved:
+            units = [u - saved.get(id(e), 0) for u, e in zip(units, elements)]
+        return units
 
     def body_bytes(self) -> int:
         """Exact UTF-8 size of the body JSON, reusing the per-element walk."""
@@ -61,8 +69,8 @@ class Request:
             for parent, key, items in held:
                 parent[key] = items
         if self._lists_bytes is None:
-            lengths = self.lengths
-            self._lists_bytes = sum(sum(lengths[id(e)][0] for e in items) + len(items) - 1
+            size = self.lengths.__getitem__
+            self._lists_bytes = sum(sum(map(_FIRST, map(size, map(id, items)))) + len(items) - 1
                                     for _, _, items in held if items)
         return total + self._lists_bytes
 
@@ -77,6 +85,17 @@ class Request:
         """native.text_profile of element_text(element): the memo's when it holds the element."""
         found = self.profiles.get(id(element))
         return found if found is not None else native.text_profile(self.element_text(element))
+
+    def element_profiles(self, elements: list) -> list:
+        """element_profile of each element (the memo's looked up in one C loop)."""
+        out = list(map(self.profiles.get, map(id, elements)))
+        i = -1
+        try:
+            while True:
+                i = out.index(None, i + 1)
+                out[i] = native.text_profile(self.element_text(elements[i]))
+        except ValueError:
+            return out
 
     def body_json(self) -> bytes:
         """The body's JSON; element lists are spliced in from element_text, so the elements the
@@ -172,18 +191,22 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
                                                 "(ignored or blank text, dropped errored replies)")
     deadline.check("lowering")
     chosen = _choose(lowered, plan, conv)
-    texts = {k: v[0] for k, v in known.items()}
-    profiles = {k: v[2] for k, v in known.items()}
+    texts = dict(zip(known, map(_FIRST, known.values())))
+    profiles = dict(zip(known, map(_THIRD, known.values())))
     chain = prefix.prefix_hashes(lowered, mdl.provider, chosen, texts, deadline) if plan.hashes else None
     for element in place(lowered, ledger, mdl.provider, chosen, pieces.shared, (known, texts, profiles)):
         texts.pop(id(element), None)
         profiles.pop(id(element), None)
     # the memo's elements (known holds only elements of the body: place() dropped those it
     # replaced) have their lengths; the others are measured
-    lengths = {k: v[1] for k, v in known.items()}
+    lengths = dict(zip(known, map(_SECOND, known.values())))
     json_lengths = native.json_lengths
     for parent, key in lowered.lists:
-        for i, e in enumerate([e for e in parent[key] if id(e) not in lengths]):
+        items = parent[key]
+        measured = list(map(lengths.__contains__, map(id, items)))
+        if all(measured):
+            continue
+        for i, e in enumerate(itertools.compress(items, map(operator.not_, measured))):
             deadline.tick(i, "sizing the body")
             lengths[id(e)] = json_lengths(e)
     request = Request(lowered, ledger, lengths, chosen, chain, texts, profiles=profiles)
