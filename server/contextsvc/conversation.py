@@ -192,23 +192,15 @@ class Message:
     # never see a stale one. One exception, set on purpose: a copy the payload guard pruned
     # carries memo.pruned_digest of its original's (step.guard).
     digest: bytes = field(default=b"", init=False, repr=False, compare=False)
-    # what every step's scans read of its parts (_scan), worked out once: parts are never changed
-    # in place (a changed message is a dataclasses.replace copy, which works it out again)
-    _scanned: Optional[tuple] = field(default=None, init=False, repr=False, compare=False)
+    # what every step's scans read of its parts, worked out when it is made: parts are never
+    # changed in place (a changed message is a dataclasses.replace copy, made again)
+    _compaction: Optional[Compaction] = field(default=None, init=False, repr=False, compare=False)
+    _last_compacted: int = field(default=0, init=False, repr=False, compare=False)
+    # whether it may be a compaction point (a marker, or a summary): projection's scans look at
+    # no other message
+    may_cut: bool = field(default=False, init=False, repr=False, compare=False)
 
-    @property
-    def finished(self) -> bool:
-        return self.time_completed_ms > 0
-
-    def compaction(self) -> Optional[Compaction]:
-        """Its first compaction part's content, or None."""
-        return (self._scanned or self._scan())[0]
-
-    def last_compacted_ms(self) -> int:
-        """The latest time_compacted_ms of its tool parts, 0 when none is compacted."""
-        return (self._scanned or self._scan())[1]
-
-    def _scan(self) -> tuple:
+    def __post_init__(self) -> None:
         compaction, compacted = None, 0
         for part in self.parts:
             c = part.content
@@ -216,8 +208,20 @@ class Message:
                 compaction = compaction or c
             elif isinstance(c, Tool) and c.time_compacted_ms > compacted:
                 compacted = c.time_compacted_ms
-        self._scanned = (compaction, compacted)
-        return self._scanned
+        self._compaction, self._last_compacted = compaction, compacted
+        self.may_cut = (compaction is not None and self.role == USER) or (self.summary and self.role == ASSISTANT)
+
+    @property
+    def finished(self) -> bool:
+        return self.time_completed_ms > 0
+
+    def compaction(self) -> Optional[Compaction]:
+        """Its first compaction part's content, or None."""
+        return self._compaction
+
+    def last_compacted_ms(self) -> int:
+        """The latest time_compacted_ms of its tool parts, 0 when none is compacted."""
+        return self._last_compacted
 
 
 @dataclass(frozen=True, slots=True)

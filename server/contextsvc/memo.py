@@ -140,8 +140,8 @@ def resident_size(obj) -> int:
 _FIELDS: dict = {}  # type -> a function giving the tuple of its attribute values
 
 
-# A message's `digest` is in the entry's key, charged there.
-_NOT_WALKED = ("__weakref__", "__dict__", "digest", "_scanned")
+# A message's `digest` is in the entry's key, charged there; its `_compaction` is one of its parts'.
+_NOT_WALKED = ("__weakref__", "__dict__", "digest", "_compaction")
 
 
 def _fields_of(t):

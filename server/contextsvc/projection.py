@@ -1,6 +1,8 @@
 """History projection (docs/design.md §6): only what follows the last completed compaction point."""
 from __future__ import annotations
 
+import operator
+
 from . import conversation as m
 
 
@@ -39,10 +41,26 @@ def finished_pair(projected: list) -> int:
     return 0
 
 
+def _may_cut_backwards(messages: list):
+    """Indices of the messages that may be compaction points (Message.may_cut), last first:
+    searched in C, since most histories hold none or few."""
+    flags = list(map(_MAY_CUT, reversed(messages)))
+    last, k = len(messages) - 1, -1
+    try:
+        while True:
+            k = flags.index(True, k + 1)
+            yield last - k
+    except ValueError:
+        return
+
+
+_MAY_CUT = operator.attrgetter("may_cut")
+
+
 def last_compaction(messages: list) -> int:
     """Stored index of the last completed compaction's summary, or -1: what was stored after it
     is what the conversation has done since (the kept tail is stored before the marker)."""
-    for i in range(len(messages) - 1, -1, -1):
+    for i in _may_cut_backwards(messages):
         msg = messages[i]
         if msg.role == m.USER and msg.compaction() is not None:
             s = _completed_summary_for(messages, i)
@@ -62,7 +80,7 @@ def project(messages: list) -> list:
     tail_start_id the order is [compaction user, summary, kept tail, later messages]. A manual
     summary (a finished summary whose parent is a plain user message) cuts history there too.
     """
-    for i in range(len(messages) - 1, -1, -1):
+    for i in _may_cut_backwards(messages):
         msg = messages[i]
         if msg.role == m.USER and msg.compaction() is not None:
             s = _completed_summary_for(messages, i)

@@ -191,15 +191,33 @@ def _anchor(msgs: list, low_sources: list, model_id: str) -> tuple:
     """(assistant message, index of its first lowered element) whose reported input anchors the
     self-calibration: the last finished, non-summary one of this model still in the request,
     stored after the last completed compaction (a kept tail's usage counted the history before)."""
-    first = {}
-    for i, ids in enumerate(low_sources):
-        for mid in ids:
-            first.setdefault(mid, i)
+    first = None  # message id -> index of its first element, made only when a scan from the end fails
     for msg in reversed(msgs[projection.last_compaction(msgs) + 1:]):
         if (msg.role == m.ASSISTANT and msg.finished and not msg.summary and msg.usage.input_side() > 0
-                and msg.model_id in ("", model_id) and msg.id in first):
-            return msg, first[msg.id]
+                and msg.model_id in ("", model_id)):
+            if first is None:
+                at = _first_element_from_end(low_sources, msg.id)
+                if at >= 0:
+                    return msg, at
+                first = {}
+                for i, ids in enumerate(low_sources):
+                    for mid in ids:
+                        first.setdefault(mid, i)
+            if msg.id in first:
+                return msg, first[msg.id]
     return None, -1
+
+
+def _first_element_from_end(low_sources: list, message_id: str) -> int:
+    """The index of the first element lowered from message_id, looking from the end (a
+    message's elements are adjacent: the scan stops past them), or -1."""
+    found = -1
+    for i in range(len(low_sources) - 1, -1, -1):
+        if message_id in low_sources[i]:
+            found = i
+        elif found >= 0:
+            break
+    return found
 
 
 def stretch_pair(profiles: list) -> tuple:
