@@ -170,3 +170,48 @@ def test_a_session_grown_a_message_at_a_time_resumes_its_earlier_steps_lowering(
     # the steps did resume from the step before (a case's first step, a compaction that moved
     # the start, and media on Bedrock, lowered whole without the memo, do not)
     assert sum(k > 0 for k in resumed_from) >= len(resumed_from) // 2, resumed_from
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_the_prefix_hashing_resumes_after_the_earlier_steps_elements(provider):
+    """With the prefix digests asked (Assemble), a step hashes only the message elements it adds
+    after the ones its previous step hashed after the same tools and system (CHAIN); the digest
+    at every element, each breakpoint's prefix bytes and SHA-256, and the cache state equal those
+    of a build without the memo, at every step of every case."""
+    from contextsvc import prefix
+
+    memo = Memo(1 << 30)
+    hashed = []  # per build with the memo: message elements hashed, of all
+    original = prefix._text
+
+    def counting(element, texts):
+        counting.n += 1
+        return original(element, texts)
+
+    prefix._text = counting
+    try:
+        for case in _CASES[provider]:
+            full = case.request
+            mdl = conversion.model(full.model)
+            system = conversion.system(full.system)
+            conv = conversion.conversation(full.conversation, memo=memo)
+            for n in range(1, len(conv.messages) + 1):
+                grown = m.Conversation(conv.messages[:n], session_id=conv.session_id)
+                counting.n = 0
+                try:
+                    got = request.build(grown, plan(mdl, system=system, hashes=True), memo)
+                except request.BadInput:
+                    continue
+                hashed.append((counting.n, sum(got.prefix_chain.counts)))
+                want = request.build(grown, plan(mdl, system=system, hashes=True))
+                assert got.prefix_chain == want.prefix_chain
+                assert [(b.kind, b.index, b.prefix_bytes, b.prefix_sha256) for b in got.breakpoints] == \
+                    [(b.kind, b.index, b.prefix_bytes, b.prefix_sha256) for b in want.breakpoints]
+                assert prefix.encode(got.digests, 64) == prefix.encode(want.digests, 64)
+    finally:
+        prefix._text = original
+    # steps hashed a few elements, not their whole history (Bedrock's media cases are lowered
+    # whole, without the memo: most of its long ones)
+    assert any(k < total for k, total in hashed), hashed
+    if provider != m.BEDROCK:
+        assert sum(k <= 6 for k, total in hashed if total > 12) >= sum(total > 12 for _, total in hashed) // 2, hashed

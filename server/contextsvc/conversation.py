@@ -196,19 +196,22 @@ class Message:
     # changed in place (a changed message is a dataclasses.replace copy, made again)
     _compaction: Optional[Compaction] = field(default=None, init=False, repr=False, compare=False)
     _last_compacted: int = field(default=0, init=False, repr=False, compare=False)
+    # how many of its tool outputs are compacted (the cache state's pruned counts: prefix.digests)
+    compacted_outputs: int = field(default=0, init=False, repr=False, compare=False)
     # whether it may be a compaction point (a marker, or a summary): projection's scans look at
     # no other message
     may_cut: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        compaction, compacted = None, 0
+        compaction, compacted, outputs = None, 0, 0
         for part in self.parts:
             c = part.content
             if isinstance(c, Compaction):
                 compaction = compaction or c
-            elif isinstance(c, Tool) and c.time_compacted_ms > compacted:
-                compacted = c.time_compacted_ms
-        self._compaction, self._last_compacted = compaction, compacted
+            elif isinstance(c, Tool) and c.time_compacted_ms > 0:
+                compacted = max(compacted, c.time_compacted_ms)
+                outputs += 1
+        self._compaction, self._last_compacted, self.compacted_outputs = compaction, compacted, outputs
         self.may_cut = (compaction is not None and self.role == USER) or (self.summary and self.role == ASSISTANT)
 
     @property

@@ -46,6 +46,9 @@ GUARDED = "guarded"
 # (PREFIX, digest of the first k messages' digests, settings) -> the elements lowered from them,
 # put together (step.pieces): the next step of the session, which resends them, starts after
 PREFIX = "prefix"
+# (CHAIN, digest of the tools and system, PREFIX key) -> the prefix hashing after those messages'
+# elements (prefix.prefix_hashes): the next step of the session hashes only what it adds
+CHAIN = "chain"
 # (VALIDATED, conversation.Lineage.digest) -> the message ids and part ids of a conversation
 # whose checks passed (validate): the step that continues it checks only its new messages
 VALIDATED = "validated"

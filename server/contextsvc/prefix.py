@@ -3,51 +3,123 @@ breakpoint, and the per-response cache state that tells the next request what ch
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import operator
 from dataclasses import dataclass
 
-from . import projection, conversation as m, native
+from . import projection, native
 from .deadline import NO_DEADLINE, Deadline
+from .memo import CHAIN, Memo
 from .lowering.registry import FORMATS
 
 
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """What the prefix hashing of a body lowered from the memo may resume from (step.pieces):
+    its first `kept` message elements are those of an earlier step's request, lowered under
+    the PREFIX key `kept_key`; its own first `elements` message elements stand for the next
+    step, kept under `key` (None: not kept)."""
+    kept_key: tuple | None
+    kept: int
+    key: tuple | None
+    elements: int
+
+
+@dataclass(slots=True)
+class Chain:
+    """The prefix digest (SHA-256, before any marker) at every element of a body, in cache
+    order: tools, then system, then messages."""
+    counts: tuple  # elements per segment: (tools, system, messages)
+    digests: list
+
+
+@dataclass(frozen=True, slots=True)
+class _Hashed:
+    """The hashing after a request's first message elements (CHAIN): resumed by the next step."""
+    state: object  # the SHA-256 object after them (copied before use)
+    digests: tuple  # the prefix digest at each of them
+    sizes: tuple  # the prefix's UTF-8 bytes at each of them, counted from the first message element
+
+
 def prefix_hashes(lowered, provider: str, breakpoints: list, texts: dict | None = None,
-                  deadline: Deadline = NO_DEADLINE) -> dict:
+                  deadline: Deadline = NO_DEADLINE, memo: Memo | None = None,
+                  resume: Resume | None = None) -> Chain:
     """Fills prefix_bytes/prefix_sha256: the canonical JSON of the elements the cache covers,
     in prefix order (tools, then system, then messages), up to and including each marked one.
-    Returns the prefix digest at every element, keyed (kind, index): the next request of the
-    session checks its old breakpoints against it, wherever the markers have moved since.
+    Returns the prefix digest at every element: the next request of the session checks its old
+    breakpoints against it, wherever the markers have moved since.
 
     Runs before the markers are placed: a marker moving along the history is not a change of
     the cached content. texts, when given, receives each system and message element's JSON
-    text by id(element), for the body to reuse.
+    text by id(element), for the body to reuse. With the memo and resume, the message elements
+    an earlier step of the session hashed after the same tools and system are not hashed again
+    (CHAIN, under the digest of tools and system and the PREFIX key of those messages).
     """
     body = lowered.body
     tools = FORMATS[provider].tool_list(body)
-    order = [("tools", i, t) for i, t in enumerate(tools)]
-    order += [("system", i, s) for i, s in enumerate(lowered.system)]
-    order += [("message", i, e) for i, e in enumerate(lowered.messages)]
     wanted = {}
     for b in breakpoints:
         wanted.setdefault((b.kind, b.index), []).append(b)
     h = hashlib.sha256()
-    size = 0
-    chain = {}
-    for n, (kind, i, element) in enumerate(order):
-        deadline.tick(n, "prefix hashing")
-        text = texts.get(id(element)) if texts is not None and kind != "tools" else None
-        if text is None:
-            text = native.json_text(element)  # the body's own text: the prefix is what is sent
-            if texts is not None and kind != "tools":
-                texts[id(element)] = text
-        chunk = text.encode()
+    out, size = [], 0
+    for kind, elements in (("tools", tools), ("system", lowered.system)):
+        for i, element in enumerate(elements):
+            chunk = _text(element, texts if kind != "tools" else None).encode()
+            h.update(chunk)
+            size += len(chunk)
+            out.append(h.digest())
+            _mark(wanted.get((kind, i)), size, h.hexdigest)
+    head, head_size = h.digest(), size
+    messages, sizes, start = lowered.messages, [], 0
+    if memo is not None and resume is not None and resume.kept_key is not None:
+        found = memo.get((CHAIN, head, resume.kept_key))
+        if found is not None and len(found.digests) == resume.kept <= len(messages):
+            h, start = found.state.copy(), resume.kept
+            out += found.digests
+            sizes += found.sizes
+            size = head_size + sizes[-1]
+            for b in breakpoints:
+                if b.kind == "message" and b.index < start:
+                    b.prefix_bytes, b.prefix_sha256 = head_size + sizes[b.index], found.digests[b.index].hex()
+    keep = resume.elements if memo is not None and resume is not None and resume.key is not None else -1
+    kept = None
+    for i in range(start, len(messages)):
+        deadline.tick(i - start, "prefix hashing")
+        chunk = _text(messages[i], texts).encode()
         h.update(chunk)
         size += len(chunk)
-        chain[(kind, i)] = h.digest()
-        for b in wanted.get((kind, i), ()):
-            b.prefix_bytes = size
-            b.prefix_sha256 = h.hexdigest()
-    return chain
+        out.append(h.digest())
+        sizes.append(size - head_size)
+        _mark(wanted.get(("message", i)), size, h.hexdigest)
+        if i + 1 == keep:
+            kept = h.copy()
+    if kept is not None:
+        at = len(out) - len(messages)
+        memo.put_charged((CHAIN, head, resume.key), _Hashed(kept, tuple(out[at:at + keep]), tuple(sizes[:keep])),
+                         keep * _HASHED_PER_ELEMENT)
+    return Chain((len(tools), len(lowered.system), len(messages)), out)
+
+
+# what CHAIN keeps per element: a 32-byte digest (65 bytes as a Python object), a size (32) and
+# two tuple slots
+_HASHED_PER_ELEMENT = 65 + 32 + 16
+
+
+def _text(element, texts: dict | None) -> str:
+    """The element's JSON text: the one texts holds (kept there when texts is given)."""
+    text = texts.get(id(element)) if texts is not None else None
+    if text is None:
+        text = native.json_text(element)  # the body's own text: the prefix is what is sent
+        if texts is not None:
+            texts[id(element)] = text
+    return text
+
+
+def _mark(marked, size: int, hexdigest) -> None:
+    for b in marked or ():
+        b.prefix_bytes = size
+        b.prefix_sha256 = hexdigest()
 
 
 # ---- the per-response cache state and what changed since the previous one --------------------
@@ -132,32 +204,25 @@ def choice_digest(body: dict, fmt) -> bytes:
     return _short(json.dumps(body.get(fmt.tool_choice_key), sort_keys=True).encode())
 
 
-def digests(lowered, chain: dict, messages: list, fmt) -> Digests:
+def digests(lowered, chain: Chain, messages: list, fmt) -> Digests:
     """The digests of a built body: chain is prefix_hashes' result (taken before the markers
     were placed), messages the conversation the body was built from, fmt its WireFormat."""
-    order = [k for k in chain]  # prefix_hashes fills it in cache order
-    n_tools = sum(1 for k in order if k[0] == "tools")
-    compacted = {}
-    tool = m.Tool
-    for msg in messages:
-        n = 0
-        for p in msg.parts:
-            c = p.content
-            if c.__class__ is tool and c.compacted:
-                n += 1
-        if n:
-            compacted[msg.id] = n
-    n_system = sum(1 for k in order if k[0] == "system")  # Bedrock's cachePoint block came later
+    n_tools, n_system, _ = chain.counts  # Bedrock's system cachePoint block came later
+    counts = list(map(_COMPACTED_OUTPUTS, messages))
     pruned = [0] * (n_tools + n_system)
-    if compacted:
+    if any(counts):
+        compacted = dict(zip(itertools.compress(map(_ID, messages), counts), itertools.compress(counts, counts)))
         pruned += [sum(compacted.get(mid, 0) for mid in ids) for ids in lowered.sources]
     else:
         pruned += [0] * len(lowered.sources)
     last = projection.last_compaction(messages)
     return Digests((n_tools, n_system, len(lowered.sources)),
-                   [chain[k][:DIGEST_BYTES] for k in order], pruned,
+                   [d[:DIGEST_BYTES] for d in chain.digests], pruned,
                    _short(messages[last].id.encode()) if last >= 0 else bytes(DIGEST_BYTES),
                    choice_digest(lowered.body, fmt))
+
+
+_COMPACTED_OUTPUTS, _ID = operator.attrgetter("compacted_outputs"), operator.attrgetter("id")
 
 
 _ONE_BYTE = [bytes([n]) for n in range(0x80)]  # most counts in a state are small

@@ -13,6 +13,7 @@ import copy
 import itertools
 import sys
 from dataclasses import dataclass
+from typing import Optional
 
 from .. import conversation as m, native, projection, system_prompt
 from ..deadline import NO_DEADLINE, Deadline
@@ -21,6 +22,7 @@ from ..lowering.lowered import Lowered, open_with_user, trim_final_text
 from ..lowering.neutral import MMessage, MText
 from ..lowering.registry import FORMATS
 from ..memo import LEAD, LOWERED, MERGED, PREFIX, Memo, prefix_digests
+from ..prefix import Resume
 from .plan import Plan
 
 
@@ -32,6 +34,8 @@ class Pieces:
     # the message elements are the memo's own objects, shared with other requests: a marker
     # goes on a copy (step.request.place)
     shared: bool
+    # what the prefix hashing may resume from and keep (prefix.prefix_hashes), with the memo
+    resume: Optional[Resume] = None
 
 
 def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
@@ -44,8 +48,9 @@ def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     prompt_dir, placeholders, tools_disabled = plan.cfg.assemble.prompt_dir, plan.placeholders, plan.tools_disabled
     projected = projection.project(conv.messages)
     if memo is not None and _memoizable(projected, mdl.provider):
-        return Pieces(*_lower_memoized(projected, memo, conv, mdl, tools, system, prompt_dir, placeholders,
-                                       tools_disabled, known, deadline), True)
+        lowered, ledger, resume = _lower_memoized(projected, memo, conv, mdl, tools, system, prompt_dir,
+                                                  placeholders, tools_disabled, known, deadline)
+        return Pieces(lowered, ledger, True, resume)
     messages = to_model_messages(projected, mdl, deadline)
     ledger = MediaLedger(placeholders=placeholders)
     lowered = lower(
@@ -189,12 +194,12 @@ def _prefix_keys(projected: list, settings: tuple) -> list:
 
 def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, tools: list,
                     system: m.SystemPrompt, prompt_dir: str, placeholders: bool, tools_disabled: bool,
-                    known: dict | None, deadline: Deadline) -> tuple[Lowered, MediaLedger]:
+                    known: dict | None, deadline: Deadline) -> tuple[Lowered, MediaLedger, Resume]:
     """lower_request from memoized pieces: each message lowered alone (or taken from the memo),
     consecutive elements of one role joined where the format joins them, then the lead user
     message; the same body as lowering the whole request at once. The elements put together
     from a session's earlier step (PREFIX) are taken as they are, so a step puts together only
-    the messages it adds."""
+    the messages it adds; the prefix hashing resumes after them too (Resume)."""
     settings = (mdl.provider, mdl.id, placeholders)
     ledger = MediaLedger(placeholders=placeholders)
     lowered = lower(mdl.provider, model_id=mdl.id, system=system_prompt.blocks(system, mdl, prompt_dir),
@@ -250,8 +255,13 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
                 text = element_entry(e)
                 memo.put(ekey, text)
         entries.append(text)
-    if candidates and candidates[0][0] == len(projected) and start < len(projected):
-        memo.put_charged(candidates[0][1], prefix.copy(), prefix.charge())
+    whole = candidates[0][1] if candidates and candidates[0][0] == len(projected) else None
+    if whole is not None and start < len(projected):
+        memo.put_charged(whole, prefix.copy(), prefix.charge())
+    lead = 1 if roles and roles[0] != "user" else 0
+    # the kept elements but the last stand as they were, and so will these for the next step
+    resume = Resume(dict(candidates).get(start) if resolved_up_to else None, lead + resolved_up_to,
+                    whole, lead + max(0, len(elements) - 1))
     ledger.media_count += prefix.media_count
     ledger.extra += prefix.extra
     ledger.saved_units += prefix.saved_units
@@ -272,7 +282,7 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
     lowered.sources[:] = sources
     if known is not None:
         known.update(_where(elements, entries))
-    return lowered, ledger
+    return lowered, ledger, resume
 
 
 def _where(elements: list, values: list):

@@ -33,7 +33,7 @@ class Request:
     ledger: MediaLedger
     lengths: dict  # id(element) -> (utf8 bytes, utf16 units) of each system/message element
     breakpoints: list  # breakpoints.Breakpoint, with prefix hashes
-    prefix_chain: dict = None  # (kind, index) -> prefix digest at every element, when hashed
+    prefix_chain: prefix.Chain | None = None  # the prefix digest at every element, when hashed
     # id(element) -> JSON text of system/message elements already serialized (by the prefix
     # hashing; elements a marker changed afterwards are left out)
     texts: dict = field(default_factory=dict)
@@ -99,8 +99,9 @@ class Request:
 
     def body_json(self) -> bytes:
         """The body's JSON; element lists are spliced in from element_text, so the elements the
-        prefix hashing serialized are not serialized again, and the text is put together in one
-        join (a megabyte history makes every copy count)."""
+        prefix hashing serialized are not serialized again. Each element is encoded alone and the
+        bytes put together in one join: a megabyte history makes every copy count, and one astral
+        character would make a joined text four bytes a character to copy and encode."""
         body = self.lowered.body
         held = []
         for n, (parent, key) in enumerate(self.lowered.lists):
@@ -114,22 +115,22 @@ class Request:
         markers = [native.json_text(f"\x00{_SPLICE_TAG}{n}") for n in range(len(held))]
         pieces, done = [], 0
         for start, n in sorted((skeleton.index(marker), n) for n, marker in enumerate(markers)):
-            pieces.append(skeleton[done:start])
-            pieces += array_parts([self.element_text(e) for e in held[n][2]])
+            pieces.append(skeleton[done:start].encode())
+            pieces += array_parts(list(map(str.encode, map(self.element_text, held[n][2]))), b"[", b",", b"]")
             done = start + len(markers[n])
-        pieces.append(skeleton[done:])
-        return "".join(pieces).encode()
+        pieces.append(skeleton[done:].encode())
+        return b"".join(pieces)
 
 
-def array_parts(texts: list) -> list:
-    """The pieces of the JSON array of these element texts: "[", e0, ",", e1, ..., "]". One
-    join of them copies each text once: a step's history is megabytes, and one astral character
-    anywhere makes the whole text four bytes a character."""
+def array_parts(texts: list, opening="[", comma=",", closing="]") -> list:
+    """The pieces of the JSON array of these element texts (str, or their UTF-8 bytes with
+    bytes punctuation): "[", e0, ",", e1, ..., "]". One join of them copies each text once: a
+    step's history is megabytes."""
     if not texts:
-        return ["[]"]
-    parts = [","] * (2 * len(texts) + 1)
+        return [opening + closing]
+    parts = [comma] * (2 * len(texts) + 1)
     parts[1::2] = texts
-    parts[0], parts[-1] = "[", "]"
+    parts[0], parts[-1] = opening, closing
     return parts
 
 
@@ -193,7 +194,8 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     chosen = _choose(lowered, plan, conv)
     texts = dict(zip(known, map(_FIRST, known.values())))
     profiles = dict(zip(known, map(_THIRD, known.values())))
-    chain = prefix.prefix_hashes(lowered, mdl.provider, chosen, texts, deadline) if plan.hashes else None
+    chain = prefix.prefix_hashes(lowered, mdl.provider, chosen, texts, deadline, memo, pieces.resume) \
+        if plan.hashes else None
     for element in place(lowered, ledger, mdl.provider, chosen, pieces.shared, (known, texts, profiles)):
         texts.pop(id(element), None)
         profiles.pop(id(element), None)
