@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import operator
 import sys
 from dataclasses import dataclass
 from typing import Optional
@@ -153,7 +154,8 @@ def _lead(provider: str, memo: Memo) -> dict:
 class _Prefix:
     """The message elements of the first messages of a request, put together (merged where the
     format merges them; no lead message, no trimming yet), with each element's memo entry
-    (element_entry, None where none is kept) and the media ledger's totals."""
+    (element_entry, None where none is kept), the media ledger's totals, and its messages'
+    LOWERED keys."""
     elements: list
     roles: list
     sources: list
@@ -161,32 +163,41 @@ class _Prefix:
     saved: list
     found: list  # per element: its piece's element_entry when it is one piece's element as it stands
     entries: list  # per element: its element_entry when the memo keeps one (found, or MERGED)
-    media_count: int
-    extra: int
-    saved_units: int
+    piece_keys: list  # per message: its LOWERED key
+    media_count: int = 0
+    extra: int = 0
+    saved_units: int = 0
+    merged: int = 0  # _merged_charge of its elements but the last (which may merge further)
 
     def copy(self) -> "_Prefix":
         return _Prefix(list(self.elements), list(self.roles), list(self.sources), list(self.keys),
-                       list(self.saved), list(self.found), list(self.entries), self.media_count, self.extra,
-                       self.saved_units)
+                       list(self.saved), list(self.found), list(self.entries), list(self.piece_keys),
+                       self.media_count, self.extra, self.saved_units, self.merged)
 
     def charge(self) -> int:
         """What it holds beyond the memo's other entries: its lists, and the elements it merged
-        itself (about three times their JSON text's UTF-8 size as Python objects)."""
+        itself."""
         lists = sum(sys.getsizeof(x) for x in (self.elements, self.roles, self.sources, self.keys,
-                                               self.saved, self.found, self.entries))
-        merged = sum(3 * e[1][0] + 500 for f, e in zip(self.found, self.entries) if f is None and e is not None)
-        return lists + 64 * len(self.sources) + merged
+                                               self.saved, self.found, self.entries, self.piece_keys))
+        last = _merged_charge(self.found[-1:], self.entries[-1:])
+        return lists + 64 * len(self.sources) + self.merged + last
+
+
+def _merged_charge(found: list, entries: list) -> int:
+    """What the elements merged in a prefix (found None, entry kept) take: about three times
+    their JSON text's UTF-8 size as Python objects."""
+    return sum(3 * e[1][0] + 500 for f, e in zip(found, entries) if f is None and e is not None)
+
+
+_DIGEST = operator.attrgetter("digest")
 
 
 def _prefix_keys(projected: list, settings: tuple) -> list:
     """(k, PREFIX key of the first k messages), longest first (memo.prefix_digests), as far as
     every message has a digest."""
-    digests = []
-    for msg in projected:
-        if not msg.digest:
-            break
-        digests.append(msg.digest)
+    digests = list(map(_DIGEST, projected))
+    if b"" in digests:
+        del digests[digests.index(b""):]
     ends = list(itertools.accumulate(map(len, digests)))
     return [(k, (PREFIX, key, settings))
             for k, key in prefix_digests(b"".join(digests), ends, b"contextsvc lowered prefix")]
@@ -206,18 +217,19 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
                     messages=[], tools=tools, max_output=0, ledger=ledger, session_id=conv.session_id,
                     tools_disabled=tools_disabled)
     joined = FORMATS[mdl.provider].merged_key
-    piece_keys = [_piece_key(msg, mdl, placeholders) for msg in projected]
     candidates = _prefix_keys(projected, settings)
     start, kept = memo.longest(candidates)
     if kept is None:
-        prefix = _Prefix([], [], [], [], [], [], [], 0, 0, 0)
+        prefix = _Prefix([], [], [], [], [], [], [], [])
     else:
         prefix = kept.copy()  # the kept one is shared: never changed
-        memo.touch(piece_keys[:start])  # their elements are the prefix's: kept while it is used
+        memo.touch(kept.piece_keys)  # their elements are the prefix's: kept while it is used
     resolved_up_to = max(0, len(prefix.elements) - 1)  # the last element may merge with what follows
     elements, roles, sources, keys, saved, found = (prefix.elements, prefix.roles, prefix.sources, prefix.keys,
                                                     prefix.saved, prefix.found)
-    for msg, pkey, piece in zip(projected[start:], piece_keys[start:], memo.get_many(piece_keys[start:])):
+    piece_keys = [_piece_key(msg, mdl, placeholders) for msg in projected[start:]]
+    prefix.piece_keys += piece_keys
+    for msg, pkey, piece in zip(projected[start:], piece_keys, memo.get_many(piece_keys)):
         if piece is None:
             piece = _piece(msg, mdl, placeholders, deadline)
             if pkey is not None:
@@ -255,6 +267,7 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
                 text = element_entry(e)
                 memo.put(ekey, text)
         entries.append(text)
+    prefix.merged += _merged_charge(found[resolved_up_to:-1], entries[resolved_up_to:-1])
     whole = candidates[0][1] if candidates and candidates[0][0] == len(projected) else None
     if whole is not None and start < len(projected):
         memo.put_charged(whole, prefix.copy(), prefix.charge())
