@@ -222,6 +222,40 @@ def test_the_payload_guard_prunes_a_conversation_once(monkeypatch):
     assert calls == {"prune": 1, "apply": 1, "figures": 7}
 
 
+def test_the_same_tools_are_converted_once():
+    """The same tools at every step are converted once: a hit gives the definitions the miss made
+    (in a list of the caller's own) and the same Measure and Assemble as without the memo; a
+    changed schema is a miss, answered as without the memo; a bad schema is refused every time."""
+    from contextsvc.rpc import conversion
+
+    tools = [pb.ToolDefinition(name=n, description=f"{n} a file",
+                               input_schema_json='{"type":"object","properties":{"path":{"type":"string"}}}')
+             for n in ("read", "edit")]
+    keep = memo.Memo(1 << 20)
+    first, again = conversion.tools(tools, memo=keep), conversion.tools(tools, memo=keep)
+    assert first is not again and all(a is b for a, b in zip(first, again)) and len(again) == 2
+    assert first == conversion.tools(tools)  # as without the memo
+
+    with_memo, without = servicer.ContextService(config.Config()), servicer.ContextService(_memo_off())
+    req = pb.AssembleRequest(conversation=pb.Conversation(messages=[user("u1", text("p1", "hi"))]), model=model(),
+                             tools=tools)
+    measure = pb.MeasureRequest(conversation=req.conversation, model=req.model, tools=req.tools)
+    for _ in range(2):
+        _same(with_memo.Assemble(req, None), without.Assemble(req, None))
+        _same(with_memo.Measure(measure, None), without.Measure(measure, None))
+    before = with_memo.Measure(measure, None).tools
+    for r in (req, measure):
+        r.tools[1].input_schema_json = '{"type":"object","properties":{"path":{"type":"string"},"text":{"type":"string"}}}'
+    changed = with_memo.Measure(measure, None)
+    _same(changed, without.Measure(measure, None))
+    _same(with_memo.Assemble(req, None), without.Assemble(req, None))
+    assert changed.tools > before
+    measure.tools[0].input_schema_json = '{"type":"object"'
+    for _ in range(2):
+        with pytest.raises(Exception, match=r"tools\[0\]\.input_schema_json"):
+            with_memo.Measure(measure, None)
+
+
 def test_a_tool_schema_is_parsed_once(monkeypatch):
     """The same tools at every step: each input schema is parsed once while the memo keeps it,
     a bad one refused every time, and the body the same as without the memo."""

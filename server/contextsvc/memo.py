@@ -38,6 +38,9 @@ LOWERED = "lowered"  # (LOWERED, digest, settings) -> what the message lowers to
 MERGED = "merged"  # (MERGED, settings, piece keys) -> JSON text and lengths of a merged element
 LEAD = "lead"  # (LEAD, provider) -> the lead user message a format opens with (step.pieces)
 SCHEMA = "schema"  # (SCHEMA, JSON text, depth limit) -> a tool's input schema parsed (rpc.conversion)
+# (TOOLS, each tool's (name, description, schema text), depth limit) -> the tool definitions
+# converted (rpc.conversion)
+TOOLS = "tools"
 # (GUARD, conversation_digest, gates) -> what the payload guard's prune and media strip found
 # for that conversation over the guard (step.guard)
 GUARD = "guard"

@@ -175,6 +175,7 @@ class Metrics(_Endpoint):
         self.overflowed = Counter("contextsvc_measure_overflowed",
                                   "Measured requests whose projection reached the compaction limit.",
                                   ["provider"], registry=r)
+        self._children: dict = {}  # (metric, label) -> its child series (_series)
         self.prune_runs = Counter("contextsvc_prune_runs", "Prune runs, by reason and outcome (acted or noop).",
                                   ["reason", "outcome"], registry=r)
         self.prune_tokens = Counter("contextsvc_prune_tokens_freed", "Estimated tokens freed by prune, by reason.",
@@ -246,9 +247,18 @@ class Metrics(_Endpoint):
         self.store_expired.inc(report.expired)
 
     def record_measure(self, provider: str, should_compact: bool) -> None:
-        self.measured.labels(provider).inc()
+        # every Measure and Assemble records here: a provider's series is looked up once (a
+        # labels() lookup takes the metric's lock), and appears at its first record as with labels()
+        self._series(self.measured, provider).inc()
         if should_compact:
-            self.overflowed.labels(provider).inc()
+            self._series(self.overflowed, provider).inc()
+
+    def _series(self, metric, label: str):
+        """metric's child for label, kept (the labels here are the registry's few providers)."""
+        series = self._children.get((metric, label))
+        if series is None:  # two threads may both look it up: labels() gives both the same child
+            series = self._children[metric, label] = metric.labels(label)
+        return series
 
 
 class CollectedMetrics(_Endpoint):

@@ -48,6 +48,10 @@ class Family:
         on the provider's count of an earlier prefix."""
         if anchored:
             return f"+tokenizer:{self.name}(anchored x{anchored:.4f} on {anchor_id})"
+        return self._prior_method
+
+    @functools.cached_property
+    def _prior_method(self) -> str:  # for_model keeps one Family per model: formatted once
         return f"+tokenizer:{self.name}" + (f"(prior x{float(self.prior):g})" if self.prior != 1 else "")
 
 

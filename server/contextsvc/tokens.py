@@ -5,6 +5,7 @@ Every figure is reported with the method that produced it.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import operator
@@ -106,6 +107,10 @@ class Ratios:
 
     def margin_text(self) -> str:
         """The margins as the decision figure's method names them: "p95-margin(prose 4%,...)"."""
+        return self._margin_text
+
+    @functools.cached_property
+    def _margin_text(self) -> str:  # every decision names it: formatted once (the ratios never change)
         return "p95-margin(" + ",".join(f"{c} {m * 100:.0f}%" for c, m in zip(native.TEXT_CLASSES, self.margins)) + ")"
 
 

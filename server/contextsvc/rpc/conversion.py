@@ -18,7 +18,7 @@ from ..config import ServerConfig
 from ..errors import BadInput
 from ..deadline import NO_DEADLINE, Deadline
 from ..lowering import registry
-from ..memo import CONVERTED, MESSAGE, SCHEMA, Memo
+from ..memo import CONVERTED, MESSAGE, SCHEMA, TOOLS, Memo
 from ..v1 import context_pb2 as pb
 from .message_keys import message_keys, message_spans, prefix_keys
 
@@ -328,9 +328,21 @@ def model(x, path: str = "model") -> m.Model:
 
 
 def tools(xs, path: str = "tools", max_json_depth: int = JSON_DEPTH, memo: Memo | None = None) -> list:
-    """The tool definitions; with the memo, each input schema is parsed once while the memo keeps
-    it, keyed by its text (an agent sends the same tools at every step). Only schemas that parsed
-    cleanly are kept, so a refused one is refused every time."""
+    """The tool definitions; with the memo, the same tools (an agent sends them at every step)
+    are converted once while the memo keeps them, and a tool's input schema is parsed once,
+    keyed by its text, when others change. Only tools that converted cleanly are kept, so a
+    refused schema is refused every time."""
+    if memo is None or not xs:
+        return _tools(xs, path, max_json_depth, None)
+    key = (TOOLS, tuple((t.name, t.description, t.input_schema_json) for t in xs), max_json_depth)
+    found = memo.get(key)
+    if found is None:
+        found = tuple(_tools(xs, path, max_json_depth, memo))
+        memo.put(key, found, sum(len(a) + len(b) + len(c) for a, b, c in key[1]))
+    return list(found)  # the caller's own list: the definitions are shared, never changed
+
+
+def _tools(xs, path: str, max_json_depth: int, memo: Memo | None) -> list:
     out = []
     for i, t in enumerate(xs):
         text = t.input_schema_json
