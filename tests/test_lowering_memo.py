@@ -184,9 +184,9 @@ def test_the_prefix_hashing_resumes_after_the_earlier_steps_elements(provider):
     hashed = []  # per build with the memo: message elements hashed, of all
     original = prefix._text
 
-    def counting(element, texts):
+    def counting(element, entries, made):
         counting.n += 1
-        return original(element, texts)
+        return original(element, entries, made)
 
     prefix._text = counting
     try:

@@ -82,9 +82,8 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
     system_units = request.units(low.system)
     message_units = request.units(low.messages)
     estimate = tokens.estimate_units(tokens.json_array_units(system_units + message_units))
-    tool_tokens = 0
-    if plan.tools:
-        tool_tokens = native.estimate_tokens(native.json_lengths(tool_schema_list(plan.tools))[1])
+    tools_text = native.json_text(tool_schema_list(plan.tools)) if plan.tools else ""
+    tool_tokens = native.estimate_tokens(native.utf16_len(tools_text)) if tools_text else 0
     last_assistant = projection.last_index(low.roles, lambda r: r == "assistant")
     tail_messages = message_units[last_assistant + 1:]
     tail = 0
@@ -105,7 +104,7 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
     out = Figures(estimate, tool_tokens, tail, overhead, normalized, raw, extra, rewrite, bool(tail_messages),
                   request.ledger.media_count, (0, tokens.CALIBRATED), (0, tokens.CALIBRATED), 0.0, "", None,
                   {}, {}, 0, 0)
-    _calibrated_and_exact(out, conv, request, plan, exact_counters, last_assistant, since, deadline)
+    _calibrated_and_exact(out, conv, request, plan, exact_counters, last_assistant, since, tools_text, deadline)
     out.stretches["estimate"] = (normalized, tail, overhead, rewrite)
     base = baseline(conv.messages)
     if base is not None:
@@ -168,9 +167,8 @@ class _Estimated:
         return self.system + self.messages
 
 
-def _estimated(request: Request, plan: Plan) -> _Estimated:
+def _estimated(request: Request, tools_text: str) -> _Estimated:
     low = request.estimated or request.lowered  # media or opaque state: the estimate sees placeholders
-    tools_text = native.json_text(tool_schema_list(plan.tools)) if plan.tools else ""
     return _Estimated(low.system, low.messages, tools_text)
 
 
@@ -249,7 +247,7 @@ def _media_in(element_texts) -> int:
 
 
 def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, plan: Plan, exact_counters,
-                          last_assistant: int, rewrite_from, deadline: Deadline) -> None:
+                          last_assistant: int, rewrite_from, tools_text: str, deadline: Deadline) -> None:
     """The calibrated, self-calibrated and (when asked) exact figures, summed over the same
     stretches as the reference agent's (tail after the last assistant element, overhead = system
     + tools), and the rewrite: the elements from rewrite_from on (an index into system +
@@ -258,7 +256,7 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
     mc = plan.cfg.measure
     has_tail = out.has_tail
     needs_text = mc.calibrated_figures or plan.exact
-    texts = _estimated(request, plan) if needs_text else _Estimated([], [], "")
+    texts = _estimated(request, tools_text) if needs_text else _Estimated([], [], "")
     deadline.check("figures")
     n_sys = len(texts.system)
     tail_from = n_sys + last_assistant + 1  # element index where the tail starts

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import itertools
 import operator
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .. import breakpoints, conversation as m, native, prefix, provider_management
 from ..deadline import NO_DEADLINE, Deadline
@@ -31,27 +30,28 @@ class Request:
     lengths, and (when hashed) its prefix digests and what changed since the previous request."""
     lowered: Lowered
     ledger: MediaLedger
-    lengths: dict  # id(element) -> (utf8 bytes, utf16 units) of each system/message element
+    # id(element) -> (JSON text, (utf8 bytes, utf16 units), text profile) of each system and
+    # message element: the memo's pieces.element_entry (a tuple), or a list of this build's with
+    # the lengths measured and the text and profile None until asked
+    entries: dict
     breakpoints: list  # breakpoints.Breakpoint, with prefix hashes
     prefix_chain: prefix.Chain | None = None  # the prefix digest at every element, when hashed
-    # id(element) -> JSON text of system/message elements already serialized (by the prefix
-    # hashing; elements a marker changed afterwards are left out)
-    texts: dict = field(default_factory=dict)
     digests: prefix.Digests | None = None  # when hashed
     # the same request with media and opaque state as their placeholders (what the calibrated and
     # exact figures read), when it differs from lowered and a figure reads it
     estimated: Lowered | None = None
     change: prefix.Change | None = None  # since the previous request's digests, when given
-    # id(element) -> text profile of system/message elements the memo holds (as texts)
-    profiles: dict = field(default_factory=dict)
     # UTF-8 bytes of the element lists' contents (elements and their commas): fixed once built,
     # while the rest of the body (the output cap) may change
     _lists_bytes: int | None = None
 
+    def _lengths(self, elements: list):
+        return map(_SECOND, map(self.entries.__getitem__, map(id, elements)))
+
     def units(self, elements: list) -> list:
         """UTF-16 units of each element, media and opaque values counted as placeholders."""
         saved = self.ledger.saved_by
-        units = list(map(_SECOND, map(self.lengths.__getitem__, map(id, elements))))
+        units = list(map(_SECOND, self._lengths(elements)))
         if saved:
             units = [u - saved.get(id(e), 0) for u, e in zip(units, elements)]
         return units
@@ -69,31 +69,29 @@ class Request:
             for parent, key, items in held:
                 parent[key] = items
         if self._lists_bytes is None:
-            size = self.lengths.__getitem__
-            self._lists_bytes = sum(sum(map(_FIRST, map(size, map(id, items)))) + len(items) - 1
+            self._lists_bytes = sum(sum(map(_FIRST, self._lengths(items))) + len(items) - 1
                                     for _, _, items in held if items)
         return total + self._lists_bytes
 
     def element_text(self, element) -> str:
         """The JSON text of a system or message element, serialized once per build."""
-        text = self.texts.get(id(element))
+        entry = self.entries.get(id(element))
+        if entry is None:
+            return native.json_text(element)
+        text = entry[0]
         if text is None:
-            text = self.texts[id(element)] = native.json_text(element)
+            text = entry[0] = native.json_text(element)  # a list of this build's
         return text
 
-    def element_profile(self, element) -> tuple:
-        """native.text_profile of element_text(element): the memo's when it holds the element."""
-        found = self.profiles.get(id(element))
-        return found if found is not None else native.text_profile(self.element_text(element))
-
     def element_profiles(self, elements: list) -> list:
-        """element_profile of each element (the memo's looked up in one C loop)."""
-        out = list(map(self.profiles.get, map(id, elements)))
+        """native.text_profile of each element's text: the memo's where it holds the element."""
+        out = list(map(_THIRD, map(self.entries.__getitem__, map(id, elements))))
         i = -1
         try:
             while True:
                 i = out.index(None, i + 1)
-                out[i] = native.text_profile(self.element_text(elements[i]))
+                e = elements[i]
+                out[i] = self.entries[id(e)][2] = native.text_profile(self.element_text(e))
         except ValueError:
             return out
 
@@ -183,8 +181,8 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     CHECK_EVERY elements of the loops here."""
     mdl = plan.model
     deadline.check("lowering")
-    known = {}  # id(element) -> pieces.element_entry of the elements the memo holds
-    pieces = lower_request(conv, plan, memo, known, deadline)
+    entries = {}  # Request.entries: the memo's (lower_request), then this build's
+    pieces = lower_request(conv, plan, memo, entries, deadline)
     lowered, ledger = pieces.lowered, pieces.ledger
     lowered.body.update(provider_management.body_fields(plan.management, plan.fmt, plan.tools)[0])
     if not lowered.messages:  # every provider refuses a request without a message
@@ -192,26 +190,27 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
                                                 "(ignored or blank text, dropped errored replies)")
     deadline.check("lowering")
     chosen = _choose(lowered, plan, conv)
-    texts = dict(zip(known, map(_FIRST, known.values())))
-    profiles = dict(zip(known, map(_THIRD, known.values())))
-    chain = prefix.prefix_hashes(lowered, mdl.provider, chosen, texts, deadline, memo, pieces.resume) \
+    hashed = {}  # id(element) -> JSON text the prefix hashing made, of elements without an entry
+    chain = prefix.prefix_hashes(lowered, mdl.provider, chosen, entries, hashed, deadline, memo, pieces.resume) \
         if plan.hashes else None
-    for element in place(lowered, ledger, mdl.provider, chosen, pieces.shared, (known, texts, profiles)):
-        texts.pop(id(element), None)
-        profiles.pop(id(element), None)
-    # the memo's elements (known holds only elements of the body: place() dropped those it
-    # replaced) have their lengths; the others are measured
-    lengths = dict(zip(known, map(_SECOND, known.values())))
+    for element in place(lowered, ledger, mdl.provider, chosen, pieces.shared, (entries,)):
+        hashed.pop(id(element), None)  # a marker changed it
+    # the memo's elements (place() dropped those it replaced) have their entries; the others are
+    # measured (with the text the prefix hashing made, if it did)
     json_lengths = native.json_lengths
     for parent, key in lowered.lists:
         items = parent[key]
-        measured = list(map(lengths.__contains__, map(id, items)))
-        if all(measured):
-            continue
-        for i, e in enumerate(itertools.compress(items, map(operator.not_, measured))):
-            deadline.tick(i, "sizing the body")
-            lengths[id(e)] = json_lengths(e)
-    request = Request(lowered, ledger, lengths, chosen, chain, texts, profiles=profiles)
+        found = list(map(entries.get, map(id, items)))
+        i = -1
+        try:
+            while True:
+                i = found.index(None, i + 1)
+                deadline.tick(i, "sizing the body")
+                e = items[i]
+                entries[id(e)] = found[i] = [hashed.get(id(e)), json_lengths(e), None]
+        except ValueError:
+            pass
+    request = Request(lowered, ledger, entries, chosen, chain)
     mc = plan.cfg.measure
     if (mc.calibrated_figures or plan.exact) and (ledger.media_count or ledger.saved_units or ledger.extra):
         request.estimated = estimate_lowered(conv, plan, memo)
