@@ -70,8 +70,8 @@ class Endpoint:
         low = request.lowered
         h = hashlib.sha256(f"{self.method}\0{model}\0{len(low.system)}\0".encode())
         h.update(native.json_text([low.body.get(k) for k in self.fields]).encode())
-        for e in low.system + low.messages:
-            h.update(request.element_text(e).encode())
+        for text in request.texts(low.system) + request.texts(low.messages):
+            h.update(text.encode())
         return h.digest()
 
 
@@ -113,7 +113,7 @@ class GeminiEndpoint(Endpoint):
         from google.genai import types
 
         # from the JSON text, so base64 fields (inline data, thought signatures) are read as bytes
-        contents = [types.Content.model_validate_json(request.element_text(e)) for e in request.lowered.messages]
+        contents = [types.Content.model_validate_json(text) for text in request.texts(request.lowered.messages)]
         r = self.client().models.count_tokens(model=model, contents=contents, config=types.CountTokensConfig(
             http_options=types.HttpOptions(timeout=max(1, int(timeout * 1000)))))
         return _count(getattr(r, "total_tokens", None))

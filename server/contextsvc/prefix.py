@@ -42,7 +42,7 @@ class _Hashed:
     sizes: tuple  # the prefix's UTF-8 bytes at each of them, counted from the first message element
 
 
-def prefix_hashes(lowered, provider: str, breakpoints: list, entries: dict | None = None,
+def prefix_hashes(lowered, provider: str, breakpoints: list, entries: list | None = None,
                   made: dict | None = None, deadline: Deadline = NO_DEADLINE, memo: Memo | None = None,
                   resume: Resume | None = None) -> Chain:
     """Fills prefix_bytes/prefix_sha256: the canonical JSON of the elements the cache covers,
@@ -51,9 +51,10 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, entries: dict | Non
     breakpoints against it, wherever the markers have moved since.
 
     Runs before the markers are placed: a marker moving along the history is not a change of
-    the cached content. entries (step.request.Request.entries, by id(element)): the JSON text
-    of system and message elements where known; made, when given, receives those it serializes,
-    for the body to reuse. With the memo and resume, the message elements
+    the cached content. entries: per message element, its entry (step.request.Request) where
+    one is known, its JSON text first; made, when given, receives the system and message
+    elements' texts it serializes, by id(element), for the body to reuse. With the memo and
+    resume, the message elements
     an earlier step of the session hashed after the same tools and system are not hashed again
     (CHAIN, under the digest of tools and system and the PREFIX key of those messages).
     """
@@ -66,7 +67,7 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, entries: dict | Non
     out, size = [], 0
     for kind, elements in (("tools", tools), ("system", lowered.system)):
         for i, element in enumerate(elements):
-            chunk = (native.json_text(element) if kind == "tools" else _text(element, entries, made)).encode()
+            chunk = (native.json_text(element) if kind == "tools" else _text(element, None, made)).encode()
             h.update(chunk)
             size += len(chunk)
             out.append(h.digest())
@@ -87,7 +88,7 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, entries: dict | Non
     kept = None
     for i in range(start, len(messages)):
         deadline.tick(i - start, "prefix hashing")
-        chunk = _text(messages[i], entries, made).encode()
+        chunk = _text(messages[i], entries[i] if entries is not None else None, made).encode()
         h.update(chunk)
         size += len(chunk)
         out.append(h.digest())
@@ -107,9 +108,8 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, entries: dict | Non
 _HASHED_PER_ELEMENT = 65 + 32 + 16
 
 
-def _text(element, entries: dict | None, made: dict | None) -> str:
+def _text(element, entry, made: dict | None) -> str:
     """The element's JSON text: its entry's, or serialized (and kept in made)."""
-    entry = entries.get(id(element)) if entries is not None else None
     text = entry[0] if entry is not None else None
     if text is None:
         text = native.json_text(element)  # the body's own text: the prefix is what is sent

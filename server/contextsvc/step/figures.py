@@ -269,12 +269,12 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
     built_elements = texts.system is low.system  # not the placeholder copy made for media
     element_json = None
     if plan.exact:
-        text = request.element_text if built_elements else native.json_text
-        element_json = [text(e) for e in elements]
+        element_json = (request.texts(low.system) + request.texts(low.messages) if built_elements
+                        else [native.json_text(e) for e in elements])
         deadline.check("figures")
     profiles = []
     if mc.calibrated_figures:
-        profiles = (request.element_profiles(elements) if built_elements
+        profiles = (request.profiles(low.system) + request.profiles(low.messages) if built_elements
                     else [native.json_profile(e) for e in elements])
         deadline.check("figures")
     cuts = [0, n_sys, n_sys + max(at, 0), tail_from, len(elements)]

@@ -37,21 +37,24 @@ class Pieces:
     shared: bool
     # what the prefix hashing may resume from and keep (prefix.prefix_hashes), with the memo
     resume: Optional[Resume] = None
+    # with the memo: the element_entry of each element of lowered.messages the memo holds, None
+    # for the others
+    entries: Optional[list] = None
 
 
 def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
-                  known: dict | None = None, deadline: Deadline = NO_DEADLINE) -> Pieces:
+                  deadline: Deadline = NO_DEADLINE) -> Pieces:
     """The lowered request (the history as sent: projection.project) and its media ledger. With
-    the memo, each message's lowering is taken from it when seen before (by Message.digest), and
-    known receives the element_entry of every element the memo holds, by id(element).
-    deadline: counted per part and per element (Deadline.count)."""
+    the memo, each message's lowering is taken from it when seen before (by Message.digest), with
+    the element_entry of each element it holds (Pieces.entries). deadline: counted per part and
+    per element (Deadline.count)."""
     mdl, tools, system = plan.model, plan.tools, plan.system
     prompt_dir, placeholders, tools_disabled = plan.cfg.assemble.prompt_dir, plan.placeholders, plan.tools_disabled
     projected = projection.project(conv.messages)
     if memo is not None and _memoizable(projected, mdl.provider):
-        lowered, ledger, resume = _lower_memoized(projected, memo, conv, mdl, tools, system, prompt_dir,
-                                                  placeholders, tools_disabled, known, deadline)
-        return Pieces(lowered, ledger, True, resume)
+        lowered, ledger, resume, entries = _lower_memoized(projected, memo, conv, mdl, tools, system, prompt_dir,
+                                                           placeholders, tools_disabled, deadline)
+        return Pieces(lowered, ledger, True, resume, entries)
     messages = to_model_messages(projected, mdl, deadline)
     ledger = MediaLedger(placeholders=placeholders)
     lowered = lower(
@@ -205,7 +208,7 @@ def _prefix_keys(projected: list, settings: tuple) -> list:
 
 def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, tools: list,
                     system: m.SystemPrompt, prompt_dir: str, placeholders: bool, tools_disabled: bool,
-                    known: dict | None, deadline: Deadline) -> tuple[Lowered, MediaLedger, Resume]:
+                    deadline: Deadline) -> tuple[Lowered, MediaLedger, Resume, list]:
     """lower_request from memoized pieces: each message lowered alone (or taken from the memo),
     consecutive elements of one role joined where the format joins them, then the lead user
     message; the same body as lowering the whole request at once. The elements put together
@@ -293,9 +296,7 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
     _attach(lowered, elements)
     lowered.roles[:] = roles
     lowered.sources[:] = sources
-    if known is not None:
-        known.update(_where(elements, entries))
-    return lowered, ledger, resume
+    return lowered, ledger, resume, entries
 
 
 def _where(elements: list, values: list):

@@ -27,13 +27,15 @@ _FIRST, _SECOND, _THIRD = operator.itemgetter(0), operator.itemgetter(1), operat
 @dataclass(slots=True)
 class Request:
     """The request as it would be sent: the lowered body with its markers, every element's
-    lengths, and (when hashed) its prefix digests and what changed since the previous request."""
+    lengths, and (when hashed) its prefix digests and what changed since the previous request.
+
+    Each system and message element's entry: (JSON text, (utf8 bytes, utf16 units), text
+    profile), the memo's pieces.element_entry (a tuple) or a list of this build's, its lengths
+    measured and its text and profile None until asked."""
     lowered: Lowered
     ledger: MediaLedger
-    # id(element) -> (JSON text, (utf8 bytes, utf16 units), text profile) of each system and
-    # message element: the memo's pieces.element_entry (a tuple), or a list of this build's with
-    # the lengths measured and the text and profile None until asked
-    entries: dict
+    message_entries: list  # the entry of each element of lowered.messages, in order
+    system_entries: dict  # id(element) -> the entry of each element of lowered.system
     breakpoints: list  # breakpoints.Breakpoint, with prefix hashes
     prefix_chain: prefix.Chain | None = None  # the prefix digest at every element, when hashed
     digests: prefix.Digests | None = None  # when hashed
@@ -45,13 +47,24 @@ class Request:
     # while the rest of the body (the output cap) may change
     _lists_bytes: int | None = None
 
-    def _lengths(self, elements: list):
-        return map(_SECOND, map(self.entries.__getitem__, map(id, elements)))
+    def _entries(self, elements: list) -> list:
+        """The entries of a list of the body's elements: its messages, its system, or (Chat
+        Completions) the one list holding both."""
+        low = self.lowered
+        if elements is low.messages:
+            return self.message_entries
+        n_system = len(low.system)
+        system = list(map(self.system_entries.__getitem__, map(id, elements[:n_system])))
+        if elements is low.system:
+            return system
+        assert len(elements) == n_system + len(low.messages) and (not low.messages or elements[n_system] is low.messages[0])
+        return system + self.message_entries
 
     def units(self, elements: list) -> list:
-        """UTF-16 units of each element, media and opaque values counted as placeholders."""
+        """UTF-16 units of each element (the body's messages, system, or both), media and opaque
+        values counted as placeholders."""
         saved = self.ledger.saved_by
-        units = list(map(_SECOND, self._lengths(elements)))
+        units = list(map(_SECOND, map(_SECOND, self._entries(elements))))
         if saved:
             units = [u - saved.get(id(e), 0) for u, e in zip(units, elements)]
         return units
@@ -69,34 +82,33 @@ class Request:
             for parent, key, items in held:
                 parent[key] = items
         if self._lists_bytes is None:
-            self._lists_bytes = sum(sum(map(_FIRST, self._lengths(items))) + len(items) - 1
+            self._lists_bytes = sum(sum(map(_FIRST, map(_SECOND, self._entries(items)))) + len(items) - 1
                                     for _, _, items in held if items)
         return total + self._lists_bytes
 
-    def element_text(self, element) -> str:
-        """The JSON text of a system or message element, serialized once per build."""
-        entry = self.entries.get(id(element))
-        if entry is None:
-            return native.json_text(element)
-        text = entry[0]
-        if text is None:
-            text = entry[0] = native.json_text(element)  # a list of this build's
-        return text
+    def texts(self, elements: list) -> list:
+        """The JSON text of each element (the body's messages, system, or both), serialized once
+        per build."""
+        entries = self._entries(elements)
+        out = list(map(_FIRST, entries))
+        for i in _nones(out):
+            out[i] = entries[i][0] = native.json_text(elements[i])  # a list of this build's
+        return out
 
-    def element_profiles(self, elements: list) -> list:
-        """native.text_profile of each element's text: the memo's where it holds the element."""
-        out = list(map(_THIRD, map(self.entries.__getitem__, map(id, elements))))
-        i = -1
-        try:
-            while True:
-                i = out.index(None, i + 1)
-                e = elements[i]
-                out[i] = self.entries[id(e)][2] = native.text_profile(self.element_text(e))
-        except ValueError:
-            return out
+    def profiles(self, elements: list) -> list:
+        """native.text_profile of each element's text (the body's messages, system, or both):
+        the memo's where it holds the element."""
+        entries = self._entries(elements)
+        out = list(map(_THIRD, entries))
+        missing = _nones(out)
+        if missing:
+            texts = self.texts(elements)
+            for i in missing:
+                out[i] = entries[i][2] = native.text_profile(texts[i])
+        return out
 
     def body_json(self) -> bytes:
-        """The body's JSON; element lists are spliced in from element_text, so the elements the
+        """The body's JSON; element lists are spliced in from texts(), so the elements the
         prefix hashing serialized are not serialized again. Each element is encoded alone and the
         bytes put together in one join: a megabyte history makes every copy count, and one astral
         character would make a joined text four bytes a character to copy and encode."""
@@ -114,10 +126,21 @@ class Request:
         pieces, done = [], 0
         for start, n in sorted((skeleton.index(marker), n) for n, marker in enumerate(markers)):
             pieces.append(skeleton[done:start].encode())
-            pieces += array_parts(list(map(str.encode, map(self.element_text, held[n][2]))), b"[", b",", b"]")
+            pieces += array_parts(list(map(str.encode, self.texts(held[n][2]))), b"[", b",", b"]")
             done = start + len(markers[n])
         pieces.append(skeleton[done:].encode())
         return b"".join(pieces)
+
+
+def _nones(values: list) -> list:
+    """The indices of the None values (searched in C: a history is a thousand elements)."""
+    out, i = [], -1
+    try:
+        while True:
+            i = values.index(None, i + 1)
+            out.append(i)
+    except ValueError:
+        return out
 
 
 def array_parts(texts: list, opening="[", comma=",", closing="]") -> list:
@@ -152,12 +175,9 @@ def _replace_element(lowered: Lowered, index: int, element) -> None:
     return old
 
 
-def place(lowered: Lowered, ledger: MediaLedger, provider: str, chosen: list, memoized: bool,
-          forget: tuple = ()) -> list:
+def place(lowered: Lowered, ledger: MediaLedger, provider: str, chosen: list, memoized: bool) -> list:
     """breakpoints.place; with memoized elements (shared with the memo and other requests, never
-    to be changed), each message element a marker goes on is first replaced by a copy, and the
-    replaced one's id is dropped from the dicts in forget (keyed by id(element)) while it is
-    alive: a later object could take its id."""
+    to be changed), each message element a marker goes on is first replaced by a copy."""
     if memoized:
         for b in chosen:
             if b.kind != "message":
@@ -168,8 +188,6 @@ def place(lowered: Lowered, ledger: MediaLedger, provider: str, chosen: list, me
             units = ledger.saved_by.pop(id(old), 0)
             if units:
                 ledger.saved_by[id(new)] = units
-            for d in forget:
-                d.pop(id(old), None)
     return breakpoints.place(lowered, provider, chosen)
 
 
@@ -181,8 +199,7 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     CHECK_EVERY elements of the loops here."""
     mdl = plan.model
     deadline.check("lowering")
-    entries = {}  # Request.entries: the memo's (lower_request), then this build's
-    pieces = lower_request(conv, plan, memo, entries, deadline)
+    pieces = lower_request(conv, plan, memo, deadline)
     lowered, ledger = pieces.lowered, pieces.ledger
     lowered.body.update(provider_management.body_fields(plan.management, plan.fmt, plan.tools)[0])
     if not lowered.messages:  # every provider refuses a request without a message
@@ -190,27 +207,23 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
                                                 "(ignored or blank text, dropped errored replies)")
     deadline.check("lowering")
     chosen = _choose(lowered, plan, conv)
+    # the memo's entries of the message elements, None for the others (measured below)
+    entries = pieces.entries if pieces.entries is not None else [None] * len(lowered.messages)
     hashed = {}  # id(element) -> JSON text the prefix hashing made, of elements without an entry
     chain = prefix.prefix_hashes(lowered, mdl.provider, chosen, entries, hashed, deadline, memo, pieces.resume) \
         if plan.hashes else None
-    for element in place(lowered, ledger, mdl.provider, chosen, pieces.shared, (entries,)):
+    for element in place(lowered, ledger, mdl.provider, chosen, pieces.shared):
         hashed.pop(id(element), None)  # a marker changed it
-    # the memo's elements (place() dropped those it replaced) have their entries; the others are
-    # measured (with the text the prefix hashing made, if it did)
+    for b in chosen:
+        if b.kind == "message":
+            entries[b.index] = None  # a marker changed it (or a copy with the marker replaced it)
     json_lengths = native.json_lengths
-    for parent, key in lowered.lists:
-        items = parent[key]
-        found = list(map(entries.get, map(id, items)))
-        i = -1
-        try:
-            while True:
-                i = found.index(None, i + 1)
-                deadline.tick(i, "sizing the body")
-                e = items[i]
-                entries[id(e)] = found[i] = [hashed.get(id(e)), json_lengths(e), None]
-        except ValueError:
-            pass
-    request = Request(lowered, ledger, entries, chosen, chain)
+    for n, i in enumerate(_nones(entries)):
+        deadline.tick(n, "sizing the body")
+        e = lowered.messages[i]
+        entries[i] = [hashed.get(id(e)), json_lengths(e), None]
+    system = {id(e): [hashed.get(id(e)), json_lengths(e), None] for e in lowered.system}
+    request = Request(lowered, ledger, entries, system, chosen, chain)
     mc = plan.cfg.measure
     if (mc.calibrated_figures or plan.exact) and (ledger.media_count or ledger.saved_units or ledger.extra):
         request.estimated = estimate_lowered(conv, plan, memo)
