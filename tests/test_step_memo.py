@@ -222,6 +222,49 @@ def test_the_payload_guard_prunes_a_conversation_once(monkeypatch):
     assert calls == {"prune": 1, "apply": 1, "figures": 7}
 
 
+def test_a_history_grown_past_the_prune_is_not_pruned_again(monkeypatch):
+    """A client that does not store the guard's marks resends its history over the guard at every
+    step: a step that adds what the prune passes over (text, a running tool, a protected tool)
+    takes the earlier step's prune and the copies it marked from the memo; a step that adds a
+    completed output prunes again and marks more. Every answer equals a servicer's
+    without the memo."""
+    from contextsvc import prune
+
+    runs = {"prune": [], "apply": []}
+    for name, f in (("prune", prune.prune), ("apply", prune.apply)):
+        monkeypatch.setattr(prune, name, lambda *a, f=f, calls=runs[name], **k: calls.append(1) or f(*a, **k))
+    with_memo, without = servicer.ContextService(_small_guard()), servicer.ContextService(_small_guard(0))
+    mdl = model(context=16_000)
+    msgs = [user("u0", text("u0p", "Fix the parser."))]
+    for n in range(12):
+        msgs.append(assistant(f"a{n}", text(f"a{n}t", "Reading."),
+                              tool(f"a{n}x", f"c{n}", "read", {"path": f"src/f{n}.py"}, f"line {n}\n" * 900)))
+    msgs.append(user("u1", text("u1p", "Go on.")))
+    added = (lambda n: [assistant(f"s{n}", text(f"s{n}t", f"Step {n}: next file.")),
+                        user(f"s{n}u", text(f"s{n}v", "ok"))],
+             lambda n: [assistant(f"s{n}", tool(f"s{n}x", f"r{n}", "bash", {"command": "make"}, "",
+                                                status=pb.TOOL_STATUS_RUNNING))],
+             lambda n: [assistant(f"s{n}", tool(f"s{n}x", f"r{n}", "skill", {"name": "x"}, "rules\n" * 900))],
+             lambda n: [assistant(f"s{n}", tool(f"s{n}x", f"r{n}", "read", {"path": "b.py"}, "more\n" * 900)),
+                        user(f"s{n}u", text(f"s{n}v", "ok"))])
+    marked, pruned_at, copied_at = [], [], []
+    for n in range(16):
+        msgs += added[n % 4](n)
+        r = pb.MeasureRequest(conversation=pb.Conversation(session_id="s", messages=msgs), model=mdl)
+        before = {name: len(calls) for name, calls in runs.items()}
+        _same(with_memo.Measure(r, None), without.Measure(r, None))
+        a = with_memo.Assemble(_assemble(r), None)
+        _same(a, without.Assemble(_assemble(r), None))
+        assert a.guard_tripped and len(a.body) <= 60_000
+        # the servicer without the memo prunes and copies at both calls
+        pruned_at += [n % 4] * (len(runs["prune"]) - before["prune"] - 2)
+        copied_at += [n % 4] * (len(runs["apply"]) - before["apply"] - 2)
+        marked.append(list(a.pruned_part_ids))
+    assert pruned_at == copied_at == [0] + [3] * 4  # the first step (nothing kept), then each adding an output
+    assert all(marked[n] == marked[n - 1] for n in range(1, 16) if n % 4 != 3)
+    assert all(set(marked[n]) > set(marked[n - 1]) for n in range(3, 16, 4))
+
+
 def test_a_tool_schema_is_parsed_once(monkeypatch):
     """The same tools at every step: each input schema is parsed once while the memo keeps it,
     a bad one refused every time, and the body the same as without the memo."""
