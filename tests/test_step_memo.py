@@ -225,14 +225,16 @@ def test_the_payload_guard_prunes_a_conversation_once(monkeypatch):
 def test_a_history_grown_past_the_prune_is_not_pruned_again(monkeypatch):
     """A client that does not store the guard's marks resends its history over the guard at every
     step: a step that adds what the prune passes over (text, a running tool, a protected tool)
-    takes the earlier step's prune and the copies it marked from the memo; a step that adds a
-    completed output prunes again and marks more. Every answer equals a servicer's
-    without the memo."""
+    takes the earlier step's prune, the copies it marked and the baseline's rebase over them
+    from the memo; a step that adds a completed output prunes again and marks more. Every answer
+    equals a servicer's without the memo."""
     from contextsvc import prune
+    step_figures = importlib.import_module("contextsvc.step.figures")
 
-    runs = {"prune": [], "apply": []}
-    for name, f in (("prune", prune.prune), ("apply", prune.apply)):
-        monkeypatch.setattr(prune, name, lambda *a, f=f, calls=runs[name], **k: calls.append(1) or f(*a, **k))
+    runs = {"prune": [], "apply": [], "changed_pieces": []}
+    for module, name in ((prune, "prune"), (prune, "apply"), (step_figures, "changed_pieces")):
+        f, calls = getattr(module, name), runs[name]
+        monkeypatch.setattr(module, name, lambda *a, f=f, calls=calls, **k: calls.append(1) or f(*a, **k))
     with_memo, without = servicer.ContextService(_small_guard()), servicer.ContextService(_small_guard(0))
     mdl = model(context=16_000)
     msgs = [user("u0", text("u0p", "Fix the parser."))]
@@ -240,14 +242,16 @@ def test_a_history_grown_past_the_prune_is_not_pruned_again(monkeypatch):
         msgs.append(assistant(f"a{n}", text(f"a{n}t", "Reading."),
                               tool(f"a{n}x", f"c{n}", "read", {"path": f"src/f{n}.py"}, f"line {n}\n" * 900)))
     msgs.append(user("u1", text("u1p", "Go on.")))
-    added = (lambda n: [assistant(f"s{n}", text(f"s{n}t", f"Step {n}: next file.")),
-                        user(f"s{n}u", text(f"s{n}v", "ok"))],
-             lambda n: [assistant(f"s{n}", tool(f"s{n}x", f"r{n}", "bash", {"command": "make"}, "",
-                                                status=pb.TOOL_STATUS_RUNNING))],
-             lambda n: [assistant(f"s{n}", tool(f"s{n}x", f"r{n}", "skill", {"name": "x"}, "rules\n" * 900))],
-             lambda n: [assistant(f"s{n}", tool(f"s{n}x", f"r{n}", "read", {"path": "b.py"}, "more\n" * 900)),
+    def answer(n, part):  # reported usage: the baseline the guard's marks rebase
+        return assistant(f"s{n}", part, usage=pb.Usage(input=9_000 + n, output=50))
+
+    added = (lambda n: [answer(n, text(f"s{n}t", f"Step {n}: next file.")), user(f"s{n}u", text(f"s{n}v", "ok"))],
+             lambda n: [answer(n, tool(f"s{n}x", f"r{n}", "bash", {"command": "make"}, "",
+                                       status=pb.TOOL_STATUS_RUNNING))],
+             lambda n: [answer(n, tool(f"s{n}x", f"r{n}", "skill", {"name": "x"}, "rules\n" * 900))],
+             lambda n: [answer(n, tool(f"s{n}x", f"r{n}", "read", {"path": "b.py"}, "more\n" * 900)),
                         user(f"s{n}u", text(f"s{n}v", "ok"))])
-    marked, pruned_at, copied_at = [], [], []
+    marked, pruned_at, copied_at, rebased_at = [], [], [], []
     for n in range(16):
         msgs += added[n % 4](n)
         r = pb.MeasureRequest(conversation=pb.Conversation(session_id="s", messages=msgs), model=mdl)
@@ -256,11 +260,13 @@ def test_a_history_grown_past_the_prune_is_not_pruned_again(monkeypatch):
         a = with_memo.Assemble(_assemble(r), None)
         _same(a, without.Assemble(_assemble(r), None))
         assert a.guard_tripped and len(a.body) <= 60_000
-        # the servicer without the memo prunes and copies at both calls
+        # the servicer without the memo prunes, copies and rebases at both calls
         pruned_at += [n % 4] * (len(runs["prune"]) - before["prune"] - 2)
         copied_at += [n % 4] * (len(runs["apply"]) - before["apply"] - 2)
+        rebased_at += [n % 4] * (len(runs["changed_pieces"]) - before["changed_pieces"] - 2)
         marked.append(list(a.pruned_part_ids))
-    assert pruned_at == copied_at == [0] + [3] * 4  # the first step (nothing kept), then each adding an output
+    # the first step (nothing kept), then each that adds an output
+    assert pruned_at == copied_at == rebased_at == [0] + [3] * 4
     assert all(marked[n] == marked[n - 1] for n in range(1, 16) if n % 4 != 3)
     assert all(set(marked[n]) > set(marked[n - 1]) for n in range(3, 16, 4))
 

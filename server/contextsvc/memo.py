@@ -45,6 +45,9 @@ SCHEMA = "schema"  # (SCHEMA, JSON text, depth limit) -> a tool's input schema p
 GUARD = "guard"
 # (GUARDED, pruned_digest) -> the copy of a message the payload guard's prune marked (step.guard)
 GUARDED = "guarded"
+# (REBASED, digest of the changed messages' digests now and as counted, settings) -> the change
+# their figures make to the baseline's (step.baseline, step.figures)
+REBASED = "rebased"
 # (PREFIX, digest of the first k messages' digests, settings) -> the elements lowered from them,
 # put together (step.pieces): the next step of the session, which resends them, starts after
 PREFIX = "prefix"
