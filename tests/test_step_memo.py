@@ -222,6 +222,16 @@ def test_the_payload_guard_prunes_a_conversation_once(monkeypatch):
     assert calls == {"prune": 1, "apply": 1, "figures": 7}
 
 
+def _pruned_history():
+    """A history over _small_guard's guard whose outputs the prune marks (with model(context=16_000))."""
+    msgs = [user("u0", text("u0p", "Fix the parser."))]
+    for n in range(12):
+        msgs.append(assistant(f"a{n}", text(f"a{n}t", "Reading."),
+                              tool(f"a{n}x", f"c{n}", "read", {"path": f"src/f{n}.py"}, f"line {n}\n" * 900)))
+    msgs.append(user("u1", text("u1p", "Go on.")))
+    return msgs
+
+
 def test_a_history_grown_past_the_prune_is_not_pruned_again(monkeypatch):
     """A client that does not store the guard's marks resends its history over the guard at every
     step: a step that adds what the prune passes over (text, a running tool, a protected tool)
@@ -237,11 +247,8 @@ def test_a_history_grown_past_the_prune_is_not_pruned_again(monkeypatch):
         monkeypatch.setattr(module, name, lambda *a, f=f, calls=calls, **k: calls.append(1) or f(*a, **k))
     with_memo, without = servicer.ContextService(_small_guard()), servicer.ContextService(_small_guard(0))
     mdl = model(context=16_000)
-    msgs = [user("u0", text("u0p", "Fix the parser."))]
-    for n in range(12):
-        msgs.append(assistant(f"a{n}", text(f"a{n}t", "Reading."),
-                              tool(f"a{n}x", f"c{n}", "read", {"path": f"src/f{n}.py"}, f"line {n}\n" * 900)))
-    msgs.append(user("u1", text("u1p", "Go on.")))
+    msgs = _pruned_history()
+
     def answer(n, part):  # reported usage: the baseline the guard's marks rebase
         return assistant(f"s{n}", part, usage=pb.Usage(input=9_000 + n, output=50))
 
@@ -269,6 +276,40 @@ def test_a_history_grown_past_the_prune_is_not_pruned_again(monkeypatch):
     assert pruned_at == copied_at == rebased_at == [0] + [3] * 4
     assert all(marked[n] == marked[n - 1] for n in range(1, 16) if n % 4 != 3)
     assert all(set(marked[n]) > set(marked[n - 1]) for n in range(3, 16, 4))
+
+
+def test_a_history_the_guard_pruned_before_is_hashed_once(monkeypatch):
+    """Assemble of a session whose earlier step the guard pruned sizes the body before hashing
+    it: the body the guard replaces is not hashed; one sent after all (a compaction brought it
+    under the guard, or nothing is left to prune) is hashed as ever. Every answer equals a
+    servicer's without the memo, which hashes the body it sizes."""
+    from contextsvc import prefix
+
+    hashed, f = [], prefix.prefix_hashes
+    monkeypatch.setattr(prefix, "prefix_hashes", lambda *a, **k: hashed.append(1) or f(*a, **k))
+    with_memo, without = servicer.ContextService(_small_guard()), servicer.ContextService(_small_guard(0))
+    mdl = model(context=16_000)
+    msgs = _pruned_history()
+    steps = ([],
+             [assistant("s0", text("s0t", "Next file.")), user("s0u", text("s0v", "ok"))],
+             [assistant("s1", text("s1t", "And the next.")), user("s1u", text("s1v", "ok"))],
+             [user("c0", pb.Part(id="c0p", compaction=pb.CompactionPart(auto=True))),
+              assistant("c1", text("c1t", "## Goal\nFix the parser."), summary=True, parent_id="c0"),
+              user("s2u", text("s2v", "Go on."))],
+             [user("s3u", text("s3v", "log line\n" * 8000))])
+    calls, tripped = {"with": [], "without": []}, []
+    for added in steps:
+        msgs += added
+        r = _assemble(pb.MeasureRequest(conversation=pb.Conversation(session_id="s", messages=msgs), model=mdl))
+        answers = []
+        for name, svc in (("with", with_memo), ("without", without)):
+            before = len(hashed)
+            answers.append(svc.Assemble(r, None))
+            calls[name].append(len(hashed) - before)
+        _same(*answers)
+        tripped.append((answers[0].guard_tripped, bool(answers[0].pruned_part_ids)))
+    assert tripped == [(True, True)] * 3 + [(False, False), (True, False)]
+    assert calls == {"with": [2, 1, 1, 1, 1], "without": [2, 2, 2, 1, 1]}
 
 
 def test_a_tool_schema_is_parsed_once(monkeypatch):

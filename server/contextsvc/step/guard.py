@@ -71,7 +71,7 @@ def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadl
         ids = _prune(conv, plan, memo, deadline)
         return ids, _apply(msgs, ids, now_ms, memo, deadline)[0] if ids else msgs
     g = prune.gates(plan.compaction, plan.cfg, plan.model)
-    candidates = message_prefix_keys(msgs, GUARD, (g, prune.enabled(prune.PAYLOAD_LIMIT, plan.compaction, plan.cfg)))
+    candidates = _keys(msgs, g, plan)
     k, found = memo.longest(candidates)
     if found is not None and (k == len(msgs) or prune.passed_over(msgs[k:], g, memo)):
         memo.touch([key for n, key in candidates if n == k] + list(found.kept))
@@ -90,6 +90,21 @@ def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadl
             entry = _Found(ids, copies, kept)
             memo.put_charged(key, entry, entry.charge())
     return ids, shrunk
+
+
+def pruned_before(conv: m.Conversation, plan: Plan, memo: Memo | None) -> bool:
+    """Whether the guard's prune marked parts of this conversation, or of its first messages,
+    at an earlier step (their GUARD entry is kept): the body is then most likely over the guard
+    again."""
+    if memo is None:
+        return False
+    _, found = memo.longest(_keys(conv.messages, prune.gates(plan.compaction, plan.cfg, plan.model), plan))
+    return found is not None and bool(found.part_ids)
+
+
+def _keys(messages: list, g: prune.Gates, plan: Plan) -> list:
+    """The GUARD keys of messages' first ones, longest first (memo.message_prefix_keys)."""
+    return message_prefix_keys(messages, GUARD, (g, prune.enabled(prune.PAYLOAD_LIMIT, plan.compaction, plan.cfg)))
 
 
 def _prune(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadline) -> tuple:
