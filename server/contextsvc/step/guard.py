@@ -6,7 +6,8 @@ than a guess).
 With the memo, the guard pays once: what its prune found for a conversation and the message
 copies it marked are kept under the digest of the conversation's messages and the prune's gates
 (GUARD), each copy under the copy's digest (GUARDED). The same conversation over the guard again
-(Measure then Assemble of one step, a retry) neither prunes nor copies again, and nor does one
+(Measure then Assemble of one step, a retry, a guard that cannot shrink the body) neither prunes
+nor copies again, and nor does one
 grown by messages the prune passes over (prune.passed_over: a client that does not store the
 guard's marks resends the same history grown by a step, over the guard every time): only the
 new messages are read."""
@@ -108,6 +109,7 @@ def _keys(messages: list, g: prune.Gates, plan: Plan) -> list:
 
 
 def _prune(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadline) -> tuple:
+    """The payload-limit prune's part ids for conv."""
     return tuple(prune.prune(conv, prune.PAYLOAD_LIMIT, plan.compaction, plan.cfg, model=plan.model, memo=memo,
                              deadline=deadline).part_ids)
 
