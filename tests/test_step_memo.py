@@ -232,12 +232,15 @@ def _pruned_history():
     return msgs
 
 
-def test_a_history_grown_past_the_prune_is_not_pruned_again(monkeypatch):
+@pytest.mark.parametrize("editor", [False, True])
+def test_a_history_grown_past_the_prune_is_not_pruned_again(editor, monkeypatch):
     """A client that does not store the guard's marks resends its history over the guard at every
     step: a step that adds what the prune passes over (text, a running tool, a protected tool)
     takes the earlier step's prune, the copies it marked and the baseline's rebase over them
     from the memo; a step that adds a completed output prunes again and marks more. Every answer
-    equals a servicer's without the memo."""
+    equals a servicer's without the memo. editor: Assemble's last user message carries the
+    environment block, a copy the memo has no digest of, so Assemble resumes from the step before
+    rather than from Measure's entry: it prunes when Measure does, and takes its copies."""
     from contextsvc import prune
     step_figures = importlib.import_module("contextsvc.step.figures")
 
@@ -264,8 +267,11 @@ def test_a_history_grown_past_the_prune_is_not_pruned_again(monkeypatch):
         r = pb.MeasureRequest(conversation=pb.Conversation(session_id="s", messages=msgs), model=mdl)
         before = {name: len(calls) for name, calls in runs.items()}
         _same(with_memo.Measure(r, None), without.Measure(r, None))
-        a = with_memo.Assemble(_assemble(r), None)
-        _same(a, without.Assemble(_assemble(r), None))
+        ask = _assemble(r)
+        if editor:
+            ask.editor.CopyFrom(pb.EditorContext(current_time="2026-12-02T17:08:32+00:00", working_directory="/repo"))
+        a = with_memo.Assemble(ask, None)
+        _same(a, without.Assemble(ask, None))
         assert a.guard_tripped and len(a.body) <= 60_000
         # the servicer without the memo prunes, copies and rebases at both calls
         pruned_at += [n % 4] * (len(runs["prune"]) - before["prune"] - 2)
@@ -273,7 +279,8 @@ def test_a_history_grown_past_the_prune_is_not_pruned_again(monkeypatch):
         rebased_at += [n % 4] * (len(runs["changed_pieces"]) - before["changed_pieces"] - 2)
         marked.append(list(a.pruned_part_ids))
     # the first step (nothing kept), then each that adds an output
-    assert pruned_at == copied_at == rebased_at == [0] + [3] * 4
+    assert pruned_at == [0] * (1 + editor) + [3] * 4 * (1 + editor)
+    assert copied_at == rebased_at == [0] + [3] * 4  # Assemble takes Measure's copies and rebase
     assert all(marked[n] == marked[n - 1] for n in range(1, 16) if n % 4 != 3)
     assert all(set(marked[n]) > set(marked[n - 1]) for n in range(3, 16, 4))
 

@@ -122,13 +122,12 @@ def _apply(messages: list, part_ids, now_ms: int, memo: Memo | None, deadline: D
     parts were marked, and a step reads only whether they are (the baseline's rebase reads the
     message as it was before the guard)."""
     wanted = set(part_ids)
-    keys = []
-    for msg in messages:
-        ids = [p.id for p in msg.parts if p.id in wanted] if msg.digest else None
-        keys.append((GUARDED, pruned_digest(msg.digest, ids)) if ids else None)
+    marked = [[p.id for p in msg.parts if p.id in wanted] for msg in messages]
+    keys = [(GUARDED, pruned_digest(msg.digest, ids)) if ids and msg.digest else None
+            for msg, ids in zip(messages, marked)]
     found = memo.get_many(keys) if memo is not None else [None] * len(keys)
-    for i, (msg, key) in enumerate(zip(messages, keys)):
-        if key is None and msg.digest:
+    for i, (msg, ids) in enumerate(zip(messages, marked)):
+        if not ids:
             found[i] = msg  # none of its parts is marked: prune.apply shares it
     missing = [msg for msg, copy in zip(messages, found) if copy is None]
     made = iter(prune.apply(m.Conversation(messages=missing), part_ids, now_ms, deadline).messages
