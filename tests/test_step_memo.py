@@ -256,6 +256,103 @@ def test_the_same_tools_are_converted_once():
             with_memo.Measure(measure, None)
 
 
+def _pruned_history():
+    """A history over _small_guard's guard whose outputs the prune marks (with model(context=16_000))."""
+    msgs = [user("u0", text("u0p", "Fix the parser."))]
+    for n in range(12):
+        msgs.append(assistant(f"a{n}", text(f"a{n}t", "Reading."),
+                              tool(f"a{n}x", f"c{n}", "read", {"path": f"src/f{n}.py"}, f"line {n}\n" * 900)))
+    msgs.append(user("u1", text("u1p", "Go on.")))
+    return msgs
+
+
+@pytest.mark.parametrize("editor", [False, True])
+def test_a_history_grown_past_the_prune_is_not_pruned_again(editor, monkeypatch):
+    """A client that does not store the guard's marks resends its history over the guard at every
+    step: a step that adds what the prune passes over (text, a running tool, a protected tool)
+    takes the earlier step's prune, the copies it marked and the baseline's rebase over them
+    from the memo; a step that adds a completed output prunes again and marks more. Every answer
+    equals a servicer's without the memo. editor: Assemble's last user message carries the
+    environment block, a copy the memo has no digest of, so Assemble resumes from the step before
+    rather than from Measure's entry: it prunes when Measure does, and takes its copies."""
+    from contextsvc import prune
+    step_figures = importlib.import_module("contextsvc.step.figures")
+
+    runs = {"prune": [], "apply": [], "changed_pieces": []}
+    for module, name in ((prune, "prune"), (prune, "apply"), (step_figures, "changed_pieces")):
+        f, calls = getattr(module, name), runs[name]
+        monkeypatch.setattr(module, name, lambda *a, f=f, calls=calls, **k: calls.append(1) or f(*a, **k))
+    with_memo, without = servicer.ContextService(_small_guard()), servicer.ContextService(_small_guard(0))
+    mdl = model(context=16_000)
+    msgs = _pruned_history()
+
+    def answer(n, part):  # reported usage: the baseline the guard's marks rebase
+        return assistant(f"s{n}", part, usage=pb.Usage(input=9_000 + n, output=50))
+
+    added = (lambda n: [answer(n, text(f"s{n}t", f"Step {n}: next file.")), user(f"s{n}u", text(f"s{n}v", "ok"))],
+             lambda n: [answer(n, tool(f"s{n}x", f"r{n}", "bash", {"command": "make"}, "",
+                                       status=pb.TOOL_STATUS_RUNNING))],
+             lambda n: [answer(n, tool(f"s{n}x", f"r{n}", "skill", {"name": "x"}, "rules\n" * 900))],
+             lambda n: [answer(n, tool(f"s{n}x", f"r{n}", "read", {"path": "b.py"}, "more\n" * 900)),
+                        user(f"s{n}u", text(f"s{n}v", "ok"))])
+    marked, pruned_at, copied_at, rebased_at = [], [], [], []
+    for n in range(16):
+        msgs += added[n % 4](n)
+        r = pb.MeasureRequest(conversation=pb.Conversation(session_id="s", messages=msgs), model=mdl)
+        before = {name: len(calls) for name, calls in runs.items()}
+        _same(with_memo.Measure(r, None), without.Measure(r, None))
+        ask = _assemble(r)
+        if editor:
+            ask.editor.CopyFrom(pb.EditorContext(current_time="2026-12-02T17:08:32+00:00", working_directory="/repo"))
+        a = with_memo.Assemble(ask, None)
+        _same(a, without.Assemble(ask, None))
+        assert a.guard_tripped and len(a.body) <= 60_000
+        # the servicer without the memo prunes, copies and rebases at both calls
+        pruned_at += [n % 4] * (len(runs["prune"]) - before["prune"] - 2)
+        copied_at += [n % 4] * (len(runs["apply"]) - before["apply"] - 2)
+        rebased_at += [n % 4] * (len(runs["changed_pieces"]) - before["changed_pieces"] - 2)
+        marked.append(list(a.pruned_part_ids))
+    # the first step (nothing kept), then each that adds an output
+    assert pruned_at == [0] * (1 + editor) + [3] * 4 * (1 + editor)
+    assert copied_at == rebased_at == [0] + [3] * 4  # Assemble takes Measure's copies and rebase
+    assert all(marked[n] == marked[n - 1] for n in range(1, 16) if n % 4 != 3)
+    assert all(set(marked[n]) > set(marked[n - 1]) for n in range(3, 16, 4))
+
+
+def test_a_history_the_guard_pruned_before_is_hashed_once(monkeypatch):
+    """Assemble of a session whose earlier step the guard pruned sizes the body before hashing
+    it: the body the guard replaces is not hashed; one sent after all (a compaction brought it
+    under the guard, or nothing is left to prune) is hashed as ever. Every answer equals a
+    servicer's without the memo, which hashes the body it sizes."""
+    from contextsvc import prefix
+
+    hashed, f = [], prefix.prefix_hashes
+    monkeypatch.setattr(prefix, "prefix_hashes", lambda *a, **k: hashed.append(1) or f(*a, **k))
+    with_memo, without = servicer.ContextService(_small_guard()), servicer.ContextService(_small_guard(0))
+    mdl = model(context=16_000)
+    msgs = _pruned_history()
+    steps = ([],
+             [assistant("s0", text("s0t", "Next file.")), user("s0u", text("s0v", "ok"))],
+             [assistant("s1", text("s1t", "And the next.")), user("s1u", text("s1v", "ok"))],
+             [user("c0", pb.Part(id="c0p", compaction=pb.CompactionPart(auto=True))),
+              assistant("c1", text("c1t", "## Goal\nFix the parser."), summary=True, parent_id="c0"),
+              user("s2u", text("s2v", "Go on."))],
+             [user("s3u", text("s3v", "log line\n" * 8000))])
+    calls, tripped = {"with": [], "without": []}, []
+    for added in steps:
+        msgs += added
+        r = _assemble(pb.MeasureRequest(conversation=pb.Conversation(session_id="s", messages=msgs), model=mdl))
+        answers = []
+        for name, svc in (("with", with_memo), ("without", without)):
+            before = len(hashed)
+            answers.append(svc.Assemble(r, None))
+            calls[name].append(len(hashed) - before)
+        _same(*answers)
+        tripped.append((answers[0].guard_tripped, bool(answers[0].pruned_part_ids)))
+    assert tripped == [(True, True)] * 3 + [(False, False), (True, False)]
+    assert calls == {"with": [2, 1, 1, 1, 1], "without": [2, 2, 2, 1, 1]}
+
+
 def test_a_tool_schema_is_parsed_once(monkeypatch):
     """The same tools at every step: each input schema is parsed once while the memo keeps it,
     a bad one refused every time, and the body the same as without the memo."""

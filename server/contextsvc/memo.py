@@ -20,6 +20,7 @@ kind a caller of `each` gives), so kinds never collide.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import operator
 import sys
 from collections import OrderedDict, deque
@@ -41,11 +42,15 @@ SCHEMA = "schema"  # (SCHEMA, JSON text, depth limit) -> a tool's input schema p
 # (TOOLS, each tool's (name, description, schema text), depth limit) -> the tool definitions
 # converted (rpc.conversion)
 TOOLS = "tools"
-# (GUARD, conversation_digest, gates) -> what the payload guard's prune and media strip found
-# for that conversation over the guard (step.guard)
+# (GUARD, digest of the first k messages' digests, gates) -> what the payload guard's prune found
+# for those messages and the copies it marked (step.guard): the same conversation again, or one
+# grown by messages the prune passes over, is not pruned again
 GUARD = "guard"
 # (GUARDED, pruned_digest) -> the copy of a message the payload guard's prune marked (step.guard)
 GUARDED = "guarded"
+# (REBASED, digest of the changed messages' digests now and as counted, settings) -> the change
+# their figures make to the baseline's (step.baseline, step.figures)
+REBASED = "rebased"
 # (PREFIX, digest of the first k messages' digests, settings) -> the elements lowered from them,
 # put together (step.pieces): the next step of the session, which resends them, starts after
 PREFIX = "prefix"
@@ -87,13 +92,17 @@ def digests(wire: bytes, spans: list) -> list:
     return [blake2b(view[start:end], digest_size=16).digest() for start, end in spans]
 
 
-def conversation_digest(messages: list) -> bytes | None:
-    """The digest of a list of messages, from theirs (None when one has none): the key of what
-    depends on the whole conversation."""
-    digests = [x.digest for x in messages]
-    if not all(digests):
-        return None
-    return hashlib.blake2b(b"".join(digests), digest_size=16, person=b"conversation").digest()
+def message_prefix_keys(messages: list, kind: str, settings) -> list:
+    """(k, (kind, digest of the first k messages' digests, settings)), longest first
+    (prefix_digests), as far as every message has a digest: the keys of what a step keeps of a
+    conversation's first messages for the session's next step."""
+    kept = []
+    for msg in messages:
+        if not msg.digest:
+            break
+        kept.append(msg.digest)
+    ends = list(itertools.accumulate(map(len, kept)))
+    return [(k, (kind, key, settings)) for k, key in prefix_digests(b"".join(kept), ends, kind.encode())]
 
 
 def pruned_digest(message_digest: bytes, part_ids) -> bytes:

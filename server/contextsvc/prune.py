@@ -158,6 +158,21 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
                        tokens_scanned=total)
 
 
+def passed_over(newest: list, g: Gates, memo=None) -> bool:
+    """Whether the scan passes over these messages, the newest of a conversation, as if they
+    were not there, so the conversation before them is pruned the same as with them (the payload
+    guard's answer for an earlier step then stands): none is a summary or a compaction marker
+    (they cut what is sent and stop the scan), none is a user message under the turns rule (it
+    counts a turn), and each of their tool parts is one the scan skips without counting it (a
+    protected tool, or an output neither completed nor compacted)."""
+    for msg in newest:
+        if msg.summary or msg.compaction() is not None or (g.protect == TURNS and msg.role == m.USER):
+            return False
+    return all(tool in g.protected_tools or (not compacted and status != m.COMPLETED)
+               for scan in each(memo, "prune", newest, (), tool_outputs)
+               for _, tool, compacted, status, _ in scan)
+
+
 def tool_outputs(msg: m.Message, deadline: Deadline = NO_DEADLINE) -> tuple:
     """What the scan reads of a message: (part index, tool, compacted, status, estimate of the
     output) of each tool part, newest first; only the message decides it."""

@@ -10,10 +10,11 @@ prune that frees enough always clears should_compact.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import Optional
 
 from .. import conversation as m, projection
-from ..memo import Memo
+from ..memo import REBASED, Memo
 from .pieces import message_piece
 from .plan import Plan
 
@@ -69,3 +70,15 @@ def changed_pieces(pairs: list, plan: Plan, memo: Memo | None) -> tuple:
         now_media += a.media_count
         then_media += b.media_count
     return now_texts, now_media, then_texts, then_media
+
+
+def changed_key(pairs: list, plan: Plan) -> tuple | None:
+    """The memo's key of the figures of these changed messages now minus as counted (REBASED):
+    the digest of each one's digests now and as counted, and the settings those figures read;
+    None when a message has no digest."""
+    digests = [x.digest for pair in pairs for x in pair]
+    if not all(digests):
+        return None
+    mc = plan.cfg.measure
+    return (REBASED, hashlib.blake2b(b"".join(digests), digest_size=16, person=b"rebased").digest(),
+            plan.model.provider, plan.model.id, mc.factor, mc.calibrated_figures, mc.measured_margins)

@@ -16,7 +16,7 @@ from .. import conversation as m, encodings, native, projection, tokens
 from ..deadline import NO_DEADLINE, Deadline
 from ..lowering.media import MEDIA_PLACEHOLDER
 from ..memo import Memo
-from .baseline import as_counted, baseline, changed_pieces
+from .baseline import as_counted, baseline, changed_key, changed_pieces
 from .plan import Plan
 from .request import Request, array_text, tool_schema_list
 
@@ -126,33 +126,42 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
 
 
 def _rebase(out: Figures, pairs: list, plan: Plan, exact_counters, memo: Memo | None) -> None:
-    """The figures of the changed messages now minus as counted, per method (step.baseline)."""
+    """The figures of the changed messages now minus as counted, per method (step.baseline);
+    with the memo, kept for the same changed messages (REBASED: the payload guard's marks on a
+    history it prunes again at every step change the same messages each time)."""
     if not pairs:
         return
-    now, now_media, then, then_media = changed_pieces(pairs, plan, memo)
     mc = plan.cfg.measure
+    key = changed_key(pairs, plan) if memo is not None and out.exact is None else None
+    change = memo.get(key) if key is not None else None
+    exact = None
+    if change is None:
+        now, now_media, then, then_media = changed_pieces(pairs, plan, memo)
 
-    def estimate(pieces):
-        return tokens.preflight(tokens.estimate_units(tokens.json_array_units([u for _, (_, u), _ in pieces])),
-                                mc.factor)
+        def estimate(pieces):
+            return tokens.preflight(tokens.estimate_units(tokens.json_array_units([u for _, (_, u), _ in pieces])),
+                                    mc.factor)
 
-    def pair(pieces):
-        return stretch_pair([profile for _, _, profile in pieces]) if mc.calibrated_figures else (0.0, 0.0)
+        def pair(pieces):
+            return stretch_pair([profile for _, _, profile in pieces]) if mc.calibrated_figures else (0.0, 0.0)
 
-    (cal_now, margined_now), (cal_then, margined_then) = pair(now), pair(then)
-    cal = tokens.round_half_up(cal_now) - tokens.round_half_up(cal_then)
-    decide = (tokens.round_half_up(margined_now) - tokens.round_half_up(margined_then)) if mc.measured_margins \
-        else cal
+        (cal_now, margined_now), (cal_then, margined_then) = pair(now), pair(then)
+        cal = tokens.round_half_up(cal_now) - tokens.round_half_up(cal_then)
+        decide = (tokens.round_half_up(margined_now) - tokens.round_half_up(margined_then)) if mc.measured_margins \
+            else cal
+        change = (estimate(now) - estimate(then), cal, decide, now_media - then_media)
+        if key is not None:
+            memo.put(key, change)
+        if out.exact is not None:
+            counter, _ = (exact_counters or tokens.ExactCounters(mc.exact_encoding)).for_model(plan.model.id)
+            exact = counter.count(array_text([text for text, _, _ in now])) - counter.count(
+                array_text([text for text, _, _ in then]))
+    estimated, cal, decide, out.media_rebase = change
     scale = (lambda x: tokens.scaled(x, out.factor)) if out.factor else (lambda x: x)
     out.rebase_projections = {"calibrated": cal, "self-calibrated": scale(cal)}
-    out.rebase_stretches = {"estimate": estimate(now) - estimate(then), "calibrated": decide,
-                            "self-calibrated": scale(decide)}
+    out.rebase_stretches = {"estimate": estimated, "calibrated": decide, "self-calibrated": scale(decide)}
     if out.exact is not None:
-        counter, _ = (exact_counters or tokens.ExactCounters(mc.exact_encoding)).for_model(plan.model.id)
-        exact = counter.count(array_text([text for text, _, _ in now])) - counter.count(
-            array_text([text for text, _, _ in then]))
         out.rebase_projections["exact"] = out.rebase_stretches["exact"] = exact
-    out.media_rebase = now_media - then_media
 
 
 @dataclass(slots=True)

@@ -3,20 +3,24 @@ the payload-limit prune and strips historical media, then the step builds what i
 a body still over is sent anyway, and the response says so (the provider's real error is better
 than a guess).
 
-With the memo, the guard pays once per conversation: what its prune and media strip found is kept
-under the conversation's digest and the prune's gates (GUARD), and each message copy its prune
-marked under the copy's digest (GUARDED), so the same conversation over the guard again (Measure
-then Assemble of one step, a retry, a guard that cannot shrink the body) neither prunes nor copies
-again."""
+With the memo, the guard pays once: what its prune found for a conversation and the message
+copies it marked are kept under the digest of the conversation's messages and the prune's gates
+(GUARD), each copy under the copy's digest (GUARDED). The same conversation over the guard again
+(Measure then Assemble of one step, a retry, a guard that cannot shrink the body) neither prunes
+nor copies again, and nor does one
+grown by messages the prune passes over (prune.passed_over: a client that does not store the
+guard's marks resends the same history grown by a step, over the guard every time): only the
+new messages are read."""
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from dataclasses import dataclass, field
 
 from .. import conversation as m, prune
 from ..deadline import NO_DEADLINE, Deadline
-from ..memo import GUARD, GUARDED, Memo, conversation_digest, pruned_digest
+from ..memo import GUARD, GUARDED, Memo, message_prefix_keys, pruned_digest, resident_size
 from . import media_strip
 from .plan import Plan
 
@@ -39,51 +43,97 @@ def payload_guard(conv: m.Conversation, over: bool, plan: Plan, memo: Memo | Non
     per-message validation and scans, as the Prune RPC keeps them, and the guard's own entries."""
     if not over:
         return Guard()
-    pruned = _pruned(conv, plan, memo, deadline)
-    shrunk = _apply(conv, pruned, plan.now_ms or time.time_ns() // 1_000_000, memo, deadline) if pruned else conv
-    messages, stripped = media_strip.strip(shrunk.messages)
+    pruned, shrunk = _pruned(conv, plan, memo, deadline)
+    messages, stripped = media_strip.strip(shrunk)
     if not (pruned or stripped):
         return Guard(tripped=True)
-    return Guard(True, list(pruned), stripped, dataclasses.replace(shrunk, messages=messages))
+    return Guard(True, list(pruned), stripped, dataclasses.replace(conv, messages=messages))
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """What the guard's prune found for a conversation's first messages (the GUARD entry)."""
+    part_ids: tuple
+    copies: tuple  # per message: the copy the prune's marks make of it, None for one they leave
+    kept: tuple  # the GUARDED keys of those copies: kept in the memo while this entry serves them
+
+    def charge(self) -> int:
+        """What it holds beyond the memo's other entries (the copies are GUARDED entries)."""
+        return sys.getsizeof(self.copies) + sys.getsizeof(self.kept) + resident_size(self.part_ids)
 
 
 def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadline) -> tuple:
-    """The payload-limit prune's part ids for conv, from the memo when this conversation was
-    pruned under the same gates before (prune reads nothing else: the step checked the request)."""
-    run = lambda: tuple(prune.prune(conv, prune.PAYLOAD_LIMIT, plan.compaction, plan.cfg,  # noqa: E731
-                                    model=plan.model, memo=memo, deadline=deadline).part_ids)
-    whole = conversation_digest(conv.messages) if memo is not None else None
-    if whole is None:
-        return run()
-    key = (GUARD, whole, prune.gates(plan.compaction, plan.cfg, plan.model),
-           prune.enabled(prune.PAYLOAD_LIMIT, plan.compaction, plan.cfg))
-    found = memo.get(key)
-    if found is None:
-        found = run()
-        memo.put(key, found)
-    return found
+    """(the payload-limit prune's part ids, conv's messages with those parts marked), from the
+    memo when these messages, or all but newest ones the prune passes over, were pruned under
+    the same gates before (prune reads nothing else: the step checked the request)."""
+    now_ms = plan.now_ms or time.time_ns() // 1_000_000
+    msgs = conv.messages
+    if memo is None:
+        ids = _prune(conv, plan, memo, deadline)
+        return ids, _apply(msgs, ids, now_ms, memo, deadline)[0] if ids else msgs
+    g = prune.gates(plan.compaction, plan.cfg, plan.model)
+    candidates = _keys(msgs, g, plan)
+    k, found = memo.longest(candidates)
+    if found is not None and (k == len(msgs) or prune.passed_over(msgs[k:], g, memo)):
+        memo.touch([key for n, key in candidates if n == k] + list(found.kept))
+        copies, kept = found.copies, found.kept
+    else:  # pruned afresh
+        k, found = 0, _Found(_prune(conv, plan, memo, deadline), (), ())
+        copies = kept = ()
+    ids = found.part_ids
+    newer, keys = _apply(msgs[k:], ids, now_ms, memo, deadline) if ids else (msgs[k:], [None] * (len(msgs) - k))
+    shrunk = [x if c is None else c for x, c in zip(msgs, copies)] + newer
+    if k < len(msgs) and candidates:
+        n, key = candidates[0]  # the longest kept: what the session's next step resumes from
+        if n == len(msgs) or prune.passed_over(msgs[n:], g, memo):
+            copies += tuple(y if y is not x else None for x, y in zip(msgs[k:n], newer))
+            kept += tuple(x for x in keys[:n - k] if x is not None)
+            entry = _Found(ids, copies, kept)
+            memo.put_charged(key, entry, entry.charge())
+    return ids, shrunk
 
 
-def _apply(conv: m.Conversation, part_ids, now_ms: int, memo: Memo | None, deadline: Deadline) -> m.Conversation:
-    """prune.apply, each copy it makes given the digest memo.pruned_digest derives from its
-    original's, so the memo still serves it from one step to the next (a message media stripping
-    then changes is a new copy, with none). With the memo, a copy made before is taken from it:
-    the copies differ only in when their parts were marked, and a step reads only whether they
-    are (the baseline's rebase reads the message as it was before the guard)."""
+def pruned_before(conv: m.Conversation, plan: Plan, memo: Memo | None) -> bool:
+    """Whether the guard's prune marked parts of this conversation, or of its first messages,
+    at an earlier step (their GUARD entry is kept): the body is then most likely over the guard
+    again."""
+    if memo is None:
+        return False
+    _, found = memo.longest(_keys(conv.messages, prune.gates(plan.compaction, plan.cfg, plan.model), plan))
+    return found is not None and bool(found.part_ids)
+
+
+def _keys(messages: list, g: prune.Gates, plan: Plan) -> list:
+    """The GUARD keys of messages' first ones, longest first (memo.message_prefix_keys)."""
+    return message_prefix_keys(messages, GUARD, (g, prune.enabled(prune.PAYLOAD_LIMIT, plan.compaction, plan.cfg)))
+
+
+def _prune(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadline) -> tuple:
+    """The payload-limit prune's part ids for conv."""
+    return tuple(prune.prune(conv, prune.PAYLOAD_LIMIT, plan.compaction, plan.cfg, model=plan.model, memo=memo,
+                             deadline=deadline).part_ids)
+
+
+def _apply(messages: list, part_ids, now_ms: int, memo: Memo | None, deadline: Deadline) -> tuple:
+    """(prune.apply's messages, the GUARDED key of each copy, None where none), each copy it makes
+    given the digest memo.pruned_digest derives from its original's, so the memo still serves it
+    from one step to the next (a message media stripping then changes is a new copy, with none).
+    With the memo, a copy made before is taken from it: the copies differ only in when their
+    parts were marked, and a step reads only whether they are (the baseline's rebase reads the
+    message as it was before the guard)."""
     wanted = set(part_ids)
-    keys = []
-    for msg in conv.messages:
-        ids = [p.id for p in msg.parts if p.id in wanted] if msg.digest else None
-        keys.append((GUARDED, pruned_digest(msg.digest, ids)) if ids else None)
+    marked = [[p.id for p in msg.parts if p.id in wanted] for msg in messages]
+    keys = [(GUARDED, pruned_digest(msg.digest, ids)) if ids and msg.digest else None
+            for msg, ids in zip(messages, marked)]
     found = memo.get_many(keys) if memo is not None else [None] * len(keys)
-    for i, (msg, key) in enumerate(zip(conv.messages, keys)):
-        if key is None and msg.digest:
+    for i, (msg, ids) in enumerate(zip(messages, marked)):
+        if not ids:
             found[i] = msg  # none of its parts is marked: prune.apply shares it
-    missing = [msg for msg, copy in zip(conv.messages, found) if copy is None]
-    made = iter(prune.apply(dataclasses.replace(conv, messages=missing), part_ids, now_ms, deadline).messages
+    missing = [msg for msg, copy in zip(messages, found) if copy is None]
+    made = iter(prune.apply(m.Conversation(messages=missing), part_ids, now_ms, deadline).messages
                 if missing else ())
     out = []
-    for msg, key, copy in zip(conv.messages, keys, found):
+    for msg, key, copy in zip(messages, keys, found):
         if copy is None:
             copy = next(made)
             if copy is not msg and key is not None:
@@ -91,4 +141,4 @@ def _apply(conv: m.Conversation, part_ids, now_ms: int, memo: Memo | None, deadl
                 if memo is not None:
                     memo.put(key, copy)
         out.append(copy)
-    return dataclasses.replace(conv, messages=out)
+    return out, keys

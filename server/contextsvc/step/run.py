@@ -16,7 +16,7 @@ from ..errors import BadInput
 from ..memo import Memo
 from .decision import decide
 from .figures import figures
-from .guard import Guard, payload_guard
+from .guard import Guard, payload_guard, pruned_before
 from .inject import Injected, Turn, inject
 from .measurement import Measurement, gather
 from .plan import Plan
@@ -50,8 +50,13 @@ def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Mem
         check(conv, plan, memo, deadline)
     injected = inject(conv.messages, turn, now) if turn is not None else Injected(conv.messages, [], "")
     sent = dataclasses.replace(conv, messages=injected.messages)
-    request = build(sent, plan, memo, deadline)
+    # a history the guard pruned at an earlier step is sized before its body is hashed: the
+    # guard most likely replaces it, and it is hashed only if it is sent after all
+    hashed = not (plan.hashes and pruned_before(sent, plan, memo))
+    request = build(sent, plan if hashed else dataclasses.replace(plan, hashes=False), memo, deadline)
     over, measurement = _over_guard(request, plan), None
+    if not (hashed or over):
+        request, hashed = build(sent, plan, memo, deadline), True
     if over is None:  # within a few bytes of the guard: the output budget decides
         measurement = finish(sent, request, plan, memo, exact_counters, deadline)
         over = measurement.body_bytes > plan.cfg.assemble.request_prune_bytes
@@ -62,6 +67,8 @@ def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Mem
         request = build(guard.conversation, plan, memo, deadline)
         measurement = finish(guard.conversation, request, plan, memo, exact_counters, deadline, before)
     elif measurement is None:
+        if not hashed:
+            request = build(sent, plan, memo, deadline)
         measurement = finish(sent, request, plan, memo, exact_counters, deadline)
     return Step(measurement, request, guard, injected)
 
