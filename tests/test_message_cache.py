@@ -220,3 +220,63 @@ def test_a_growing_conversation_converts_only_what_it_adds():
     with_memo = hashed[0::2]  # each step converts with the memo, then without
     assert with_memo[0] == PREFIX_FROM_MESSAGES and with_memo[1:20] == [1] * 19, with_memo
     assert with_memo[20] == len(changed.messages)  # nothing of it was served from a prefix
+
+
+def test_a_step_resumes_from_the_bytes_of_the_earlier_one_it_starts_with():
+    """The session's last step is kept with its bytes (rpc.earlier_step): a step starting with
+    all of them converts after them, and its Lineage says so; one whose last message was
+    edited resumes before it (not naming the earlier step: its checks are not taken as done);
+    another session never resumes from it; a request writing its conversation in two pieces
+    (protobuf merges them) takes the general way. Every answer equals a conversion without the
+    memo."""
+    from contextsvc.rpc.message_keys import PREFIX_FROM_MESSAGES
+
+    base = workload.conversation(200_000)
+    n = PREFIX_FROM_MESSAGES + 8
+    cache = Memo(64 * 1024 * 1024)
+    scanned = []
+    original = conversion.message_spans
+
+    def counting(wire, at=0):
+        spans = original(wire, at)
+        scanned.append(len(spans))
+        return spans
+
+    conversion.message_spans = counting
+    try:
+        def convert(conv):
+            scanned.clear()
+            got = conversion.conversation(conv, memo=cache)
+            assert got == conversion.conversation(conv)
+            return got, scanned[0]
+
+        first, _ = convert(pb.Conversation(session_id="s1", messages=base.messages[:n]))
+        grown, seen = convert(pb.Conversation(session_id="s1", messages=base.messages[:n + 2]))
+        assert seen == 2 and grown.lineage.kept == n and grown.lineage.kept_digest == first.lineage.digest
+        edited = pb.Conversation(session_id="s1", messages=base.messages[:n + 2])
+        edited.messages[-1].parts[0].text.text = "an edited request"
+        got, seen = convert(edited)
+        assert seen == 1 and got.lineage.kept == 0  # resumed before the edited message
+        _, seen = convert(pb.Conversation(session_id="s2", messages=base.messages[:n + 2]))
+        assert seen == n + 2  # another session's bytes are not compared with
+        # the conversation field twice: its first n messages, then 4 more
+        head = pb.Conversation(session_id="s1", messages=base.messages[:n]).SerializeToString()
+        rest = pb.Conversation(messages=base.messages[n:n + 4]).SerializeToString()
+        raw = b"\x0a" + _varint(len(head)) + head + b"\x0a" + _varint(len(rest)) + rest
+        two = pb.MeasureRequest.FromString(raw)
+        assert len(two.conversation.messages) == n + 4
+        scanned.clear()
+        got = conversion.request_conversation(two, memo=cache, wire=raw)
+        assert got == conversion.request_conversation(two, wire=raw)
+        assert scanned[0] == n + 4  # the general way: every message scanned
+    finally:
+        conversion.message_spans = original
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)

@@ -32,8 +32,9 @@ from threading import Lock
 ENTRY_OVERHEAD = 240
 
 MESSAGE = "message"  # (MESSAGE, digest) -> the converted conversation.Message
-# (CONVERTED, digest of the bytes of a conversation's first k messages) -> those k messages
-# converted (rpc.conversion): the session's next step, which resends them, converts after them
+# (CONVERTED, session id, digest of the first message's bytes) -> the session's last step's
+# messages converted, with their bytes (rpc.earlier_step): the next step, which resends them,
+# converts after them
 CONVERTED = "converted"
 LOWERED = "lowered"  # (LOWERED, digest, settings) -> what the message lowers to alone (step.pieces)
 MERGED = "merged"  # (MERGED, settings, piece keys) -> JSON text and lengths of a merged element
@@ -232,6 +233,14 @@ class Memo:
         """put, charged size (plus the key and bookkeeping) instead of the value's walked size:
         for a value whose parts other entries hold and are charged for."""
         self._add(key, value, resident_size(key) + size + ENTRY_OVERHEAD)
+
+    def replace(self, key, value, size: int) -> None:
+        """put_charged, in place of what key held (a session's newer step)."""
+        with self._lock:
+            item = self._items.pop(key, None)
+            if item is not None:
+                self._bytes -= item[1]
+        self.put_charged(key, value, size)
 
     def touch(self, keys: list) -> None:
         """Marks the entries of keys (None: none) as just used, each counted as a hit: entries a

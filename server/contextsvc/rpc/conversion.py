@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from typing import NamedTuple
 
 from .. import assemble, compact, truncation
@@ -18,9 +17,10 @@ from ..config import ServerConfig
 from ..errors import BadInput
 from ..deadline import NO_DEADLINE, Deadline
 from ..lowering import registry
-from ..memo import CONVERTED, MESSAGE, SCHEMA, TOOLS, Memo
+from ..memo import MESSAGE, SCHEMA, TOOLS, Memo
 from ..v1 import context_pb2 as pb
-from .message_keys import message_keys, message_spans, prefix_keys
+from . import earlier_step
+from .message_keys import PREFIX_FROM_MESSAGES, message_keys, message_spans
 
 _ROLES = {pb.ROLE_USER: m.USER, pb.ROLE_ASSISTANT: m.ASSISTANT}
 _STATUSES = {
@@ -194,23 +194,28 @@ def conversation(c, path: str = "conversation", memo: Memo | None = None, max_js
     """wire: the bytes c was parsed from, c itself (at=0) or a request holding it at field `at`
     (c serialized when not given). Each message's key is the digest of its bytes in wire
     (message_keys); with the memo, a message seen before is taken from it without being touched
-    (never converted, re-serialized or re-validated); only messages that converted cleanly are
-    kept, so a refused message is refused every time. Field paths are built only when something
-    is wrong: this runs for every message. Every message carries its key (Message.digest)."""
+    (never converted, re-serialized or re-validated), and the messages of the session's earlier
+    step this one starts with (earlier_step) are not even scanned or hashed. Only messages that
+    converted cleanly are kept, so a refused message is refused every time. Field paths are
+    built only when something is wrong: this runs for every message. Every message carries its
+    key (Message.digest)."""
     if wire is None:
         wire, at = c.SerializeToString(), 0
-    spans = message_spans(wire, at)
-    n = len(spans)
-    if n != len(c.messages):  # the scanner and the parser disagree: never key a message wrongly
-        raise RuntimeError(f"the wire scanner found {n} messages where the parser found {len(c.messages)}")
-    start, candidates, messages = 0, [], []
-    if memo is not None:
-        candidates = [(k, (CONVERTED, key)) for k, key in prefix_keys(wire, spans)]
-        start, found = memo.longest(candidates)
-        if found is not None:
-            messages = list(found)
-            memo.touch([(MESSAGE, x.digest) for x in messages])  # the entries it holds stay in use
-    keys, sizes = message_keys(wire, spans[start:])
+    n = len(c.messages)
+    where = earlier_step.locate(wire, at, c.session_id) if memo is not None and n >= PREFIX_FROM_MESSAGES else None
+    found = earlier_step.find(memo, wire, where) if where is not None else None
+    if found is None:
+        start, spans, messages, kept_keys, kept_ends = 0, message_spans(wire, at), [], (), ()
+    else:
+        start, earlier = found.kept, found.converted
+        offset = where.origin + earlier.ends[start - 1]
+        # what follows is a conversation of its own on the wire
+        spans = [(offset + a, offset + b) for a, b in message_spans(wire[offset:where.end])]
+        messages, kept_keys, kept_ends = list(earlier.messages[:start]), earlier.keys[:start], earlier.ends[:start]
+        memo.touch(kept_keys)  # the entries it holds stay in use
+    if start + len(spans) != n:  # the scanner and the parser disagree: never key a message wrongly
+        raise RuntimeError(f"the wire scanner found {start + len(spans)} messages where the parser found {n}")
+    keys, sizes = message_keys(wire, spans)
     # one lock for every lookup; the misses are converted outside it
     messages += memo.get_many([(MESSAGE, k) for k in keys]) if memo is not None else [None] * len(keys)
     converted = 0
@@ -222,12 +227,16 @@ def conversation(c, path: str = "conversation", memo: Memo | None = None, max_js
             core.digest = keys[i - start]  # every per-message entry of the memo keys on it
             if memo is not None:
                 memo.put((MESSAGE, core.digest), core, sizes[i - start])
-    if candidates and start < n:  # the whole conversation converted: the next step starts after it
-        kept = tuple(messages)
-        memo.put_charged(candidates[0][1], kept, sys.getsizeof(kept))
     out = m.Conversation(messages=messages, session_id=c.session_id)
-    if candidates:
-        out.lineage = m.Lineage(start, dict(candidates)[start][1] if start else b"", candidates[0][1][1])
+    if where is not None:
+        whole = found is not None and found.whole
+        if start < n or not whole:  # kept for the session's next step
+            ends = kept_ends + tuple(e - where.origin for _, e in spans)
+            token = earlier_step.keep(memo, wire, where, ends, messages,
+                                      kept_keys + tuple((MESSAGE, k) for k in keys), found).token
+        else:
+            token = found.converted.token  # the same conversation again
+        out.lineage = m.Lineage(start if whole else 0, found.converted.token if whole else b"", token)
     return out
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from google.protobuf.descriptor import FieldDescriptor as F
 
 from .. import native
-from ..memo import digests, prefix_digests
+from ..memo import digests
 from ..v1 import context_pb2 as pb
 
 _I64 = {F.TYPE_DOUBLE, F.TYPE_FIXED64, F.TYPE_SFIXED64}
@@ -48,7 +48,8 @@ def _types(root) -> list:
 SCHEMA = native.wire_schema(_types(pb.Conversation.DESCRIPTOR), pb.Conversation.MESSAGES_FIELD_NUMBER)
 
 
-# below this many messages, hashing each one is cheaper than keeping and finding a prefix
+# below this many messages, hashing each one is cheaper than keeping a step's bytes and
+# comparing with them (rpc.earlier_step)
 PREFIX_FROM_MESSAGES = 32
 
 
@@ -61,15 +62,3 @@ def message_spans(wire: bytes, at: int = 0) -> list:
 def message_keys(wire: bytes, spans: list) -> tuple[list, list]:
     """(keys, sizes): the digest and size of each message whose span is given."""
     return digests(wire, spans), [end - start for start, end in spans]
-
-
-def prefix_keys(wire: bytes, spans: list) -> list:
-    """(k, digest of the bytes from the first message's start to the k-th's end), longest first
-    (memo.prefix_digests): the same bytes are the same first k messages (and whatever lies
-    between them), so an earlier step's conversion of them stands. Empty below
-    PREFIX_FROM_MESSAGES messages: each is hashed alone."""
-    if len(spans) < PREFIX_FROM_MESSAGES:
-        return []
-    origin = spans[0][0]
-    return prefix_digests(memoryview(wire)[origin:], [end - origin for _, end in spans],
-                          b"contextsvc conversation prefix")

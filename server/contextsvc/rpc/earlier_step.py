@@ -1,0 +1,136 @@
+"""The earlier step a conversation continues, found by its bytes.
+
+An agent resends its whole history every step. The conversion of a step's messages is kept with
+their bytes (memo.CONVERTED), under the session and the bytes of its first message; the next step
+of the session compares its own bytes with them (one memcmp, no hash of the history), and
+converts, hashes and scans only what follows the longest earlier prefix it starts with. Equal
+bytes parse to equal messages, so the kept conversion stands; different bytes are a miss, never
+a wrong answer. The request was parsed whole first (the transport's parse): its bytes are valid
+protobuf.
+"""
+from __future__ import annotations
+
+import hashlib
+import sys
+from dataclasses import dataclass
+from typing import Optional
+
+from ..memo import CONVERTED, RESUME_WITHIN, Memo
+from ..v1 import context_pb2 as pb
+
+_MESSAGES = pb.Conversation.MESSAGES_FIELD_NUMBER
+_LEN = 2  # the wire type of length-delimited fields
+
+
+@dataclass(frozen=True, slots=True)
+class Converted:
+    """A step's messages as converted, with the bytes they came in (memo.CONVERTED)."""
+    region: bytes  # the conversation's bytes from its first message to the end of its last
+    ends: tuple  # where each message ends in region
+    messages: tuple  # conversation.Message of each
+    keys: tuple  # the memo's MESSAGE key of each (touched while the step is continued)
+    token: bytes  # names this conversation for what later stages keep (conversation.Lineage)
+
+
+@dataclass(frozen=True, slots=True)
+class Located:
+    """Where a request's conversation lies in its bytes."""
+    origin: int  # the start of its first message's entry
+    end: int  # the end of the conversation
+    key: tuple  # memo.CONVERTED key: the session and the bytes of the first message
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """The earlier step a conversation continues."""
+    kept: int  # its first messages that are that step's
+    converted: Converted
+    whole: bool  # kept is all of that step's messages
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("overlong varint")
+
+
+def _fields(data: bytes, pos: int, end: int):
+    """(field number, wire type, start of the entry, start of the value, end of the entry) of
+    each entry in data[pos:end]; a length-delimited value starts after its length. Raises
+    ValueError on a wire type it does not skip (groups): the caller then takes the general
+    way."""
+    while pos < end:
+        start = pos
+        tag, pos = _varint(data, pos)
+        number, wire = tag >> 3, tag & 7
+        if wire == 0:
+            _, after = _varint(data, pos)
+        elif wire == _LEN:
+            n, pos = _varint(data, pos)
+            after = pos + n
+        elif wire == 1 or wire == 5:
+            after = pos + (8 if wire == 1 else 4)
+        else:
+            raise ValueError("a group")
+        yield number, wire, start, pos, after
+        pos = after
+
+
+def locate(wire: bytes, at: int, session_id: str) -> Optional[Located]:
+    """Where the conversation of a request lies in wire (at: its field number; 0: wire is the
+    conversation), or None when it is written in a way this does not follow (the conversation
+    in several pieces, no message), which the general way handles."""
+    try:
+        start, end = 0, len(wire)
+        if at:
+            found = [(value, after) for number, kind, _, value, after in _fields(wire, 0, len(wire))
+                     if number == at and kind == _LEN]
+            if len(found) != 1:
+                return None
+            start, end = found[0]
+        for number, kind, origin, _, after in _fields(wire, start, end):
+            if number == _MESSAGES and kind == _LEN:
+                first = hashlib.sha256(memoryview(wire)[origin:after]).digest()
+                return Located(origin, end, (CONVERTED, session_id, first))
+    except (ValueError, IndexError):
+        return None
+    return None
+
+
+def find(memo: Memo, wire: bytes, where: Located) -> Optional[Found]:
+    """The kept step this conversation continues: all of its messages when its bytes are the
+    start of this one's, else the longest of its last RESUME_WITHIN prefixes that is."""
+    kept = memo.get_many([where.key], counted=False)[0]  # what it serves is counted (touch)
+    if kept is None:
+        return None
+    region = memoryview(kept.region)
+    n = len(kept.ends)
+    for k in range(n, max(0, n - RESUME_WITHIN), -1):
+        end = kept.ends[k - 1]
+        if where.origin + end <= where.end and wire.startswith(region[:end], where.origin):
+            return Found(k, kept, k == n)
+    return None
+
+
+def keep(memo: Memo, wire: bytes, where: Located, ends: tuple, messages: list, keys: tuple,
+         found: Optional[Found]) -> Converted:
+    """Keeps this step's conversion for the next (replacing the session's earlier one): ends are
+    where each message ends, from where.origin. Its token is the digest of its bytes, chained from the
+    earlier step's when it continues all of that step (so only the new bytes are hashed): equal
+    tokens, equal bytes."""
+    region = wire[where.origin:where.origin + ends[-1]]
+    if found is not None and found.whole:
+        token = hashlib.sha256(found.converted.token + memoryview(region)[found.converted.ends[-1]:]).digest()
+    else:
+        token = hashlib.sha256(region).digest()
+    value = Converted(region, ends, tuple(messages), keys, token)
+    size = len(region) + sys.getsizeof(value.ends) + sys.getsizeof(value.messages) + sys.getsizeof(value.keys)
+    memo.replace(where.key, value, size)
+    return value
