@@ -149,6 +149,20 @@ def test_least_recently_used_go_first():
     assert calls == ["m1"]
 
 
+def test_the_entries_a_prefix_serves_are_touched_once_every_few_messages():
+    """Memo.touch_held moves the entries to the back only when the session crossed a multiple of
+    TOUCH_EVERY messages since the prefix it resumed from; either way they count as hits."""
+    mm = memo.Memo(1 << 20)
+    held = [("k", i) for i in range(4)]
+    for key in held + [("other", 0)]:
+        mm.put(key, 1)
+    n = memo.TOUCH_EVERY
+    mm.touch_held(held, n + 2, n + 4)  # within one stretch of TOUCH_EVERY: left where they are
+    assert list(mm._items)[-1] == ("other", 0) and mm.hits == 4
+    mm.touch_held(held, 2 * n - 2, 2 * n)  # crossed one: touched
+    assert list(mm._items)[-4:] == held and mm.hits == 8
+
+
 def test_a_message_without_digest_is_computed_every_time():
     mm = memo.Memo(1 << 20)
     msg = m.Message("x", m.USER, [])

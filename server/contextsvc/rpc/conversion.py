@@ -212,7 +212,7 @@ def conversation(c, path: str = "conversation", memo: Memo | None = None, max_js
         # what follows is a conversation of its own on the wire
         spans = [(offset + a, offset + b) for a, b in message_spans(wire[offset:where.end])]
         messages, kept_keys, kept_ends = list(earlier.messages[:start]), earlier.keys[:start], earlier.ends[:start]
-        memo.touch(kept_keys)  # the entries it holds stay in use
+        memo.touch_held(kept_keys, start, n)  # the entries it holds stay in use
     if start + len(spans) != n:  # the scanner and the parser disagree: never key a message wrongly
         raise RuntimeError(f"the wire scanner found {start + len(spans)} messages where the parser found {n}")
     keys, sizes = message_keys(wire, spans)

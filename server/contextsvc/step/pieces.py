@@ -226,7 +226,7 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
         prefix = _Prefix([], [], [], [], [], [], [], [])
     else:
         prefix = kept.copy()  # the kept one is shared: never changed
-        memo.touch(kept.piece_keys)  # their elements are the prefix's: kept while it is used
+        memo.touch_held(kept.piece_keys, start, len(projected))  # their elements are the prefix's: kept while used
     resolved_up_to = max(0, len(prefix.elements) - 1)  # the last element may merge with what follows
     elements, roles, sources, keys, saved, found = (prefix.elements, prefix.roles, prefix.sources, prefix.keys,
                                                     prefix.saved, prefix.found)
