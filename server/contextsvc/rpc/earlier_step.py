@@ -25,7 +25,9 @@ _LEN = 2  # the wire type of length-delimited fields
 @dataclass(frozen=True, slots=True)
 class Converted:
     """A step's messages as converted, with the bytes they came in (memo.CONVERTED)."""
-    region: bytes  # the conversation's bytes from its first message to the end of its last
+    # the conversation's bytes from its first message to the end of its last: a view of the
+    # request's own bytes (kept whole rather than copied)
+    region: memoryview
     ends: tuple  # where each message ends in region
     messages: tuple  # conversation.Message of each
     keys: tuple  # the memo's MESSAGE key of each (touched while the step is continued)
@@ -110,7 +112,7 @@ def find(memo: Memo, wire: bytes, where: Located) -> Optional[Found]:
     kept = memo.get_many([where.key], counted=False)[0]  # what it serves is counted (touch)
     if kept is None:
         return None
-    region = memoryview(kept.region)
+    region = kept.region
     n = len(kept.ends)
     for k in range(n, max(0, n - RESUME_WITHIN), -1):
         end = kept.ends[k - 1]
@@ -125,12 +127,12 @@ def keep(memo: Memo, wire: bytes, where: Located, ends: tuple, messages: list, k
     where each message ends, from where.origin. Its token is the digest of its bytes, chained from the
     earlier step's when it continues all of that step (so only the new bytes are hashed): equal
     tokens, equal bytes."""
-    region = wire[where.origin:where.origin + ends[-1]]
+    region = memoryview(wire)[where.origin:where.origin + ends[-1]]
     if found is not None and found.whole:
-        token = hashlib.sha256(found.converted.token + memoryview(region)[found.converted.ends[-1]:]).digest()
+        token = hashlib.sha256(found.converted.token + region[found.converted.ends[-1]:]).digest()
     else:
         token = hashlib.sha256(region).digest()
     value = Converted(region, ends, tuple(messages), keys, token)
-    size = len(region) + sys.getsizeof(value.ends) + sys.getsizeof(value.messages) + sys.getsizeof(value.keys)
+    size = len(wire) + sys.getsizeof(value.ends) + sys.getsizeof(value.messages) + sys.getsizeof(value.keys)
     memo.replace(where.key, value, size)
     return value

@@ -100,11 +100,11 @@ class Request:
         the memo's where it holds the element."""
         entries = self._entries(elements)
         out = list(map(_THIRD, entries))
-        missing = _nones(out)
-        if missing:
-            texts = self.texts(elements)
-            for i in missing:
-                out[i] = entries[i][2] = native.text_profile(texts[i])
+        for i in _nones(out):
+            entry = entries[i]  # a list of this build's
+            if entry[0] is None:
+                entry[0] = native.json_text(elements[i])
+            out[i] = entry[2] = native.text_profile(entry[0])
         return out
 
     def body_json(self) -> bytes:
