@@ -46,12 +46,11 @@ def main(argv=None) -> int:
         print(f"contextsvc: config: {e}", file=sys.stderr)
         return 2
 
-    from .allocator import collect_less_often, return_large_blocks
+    from .allocator import return_large_blocks
     from .app import Server
     from .supervisor import READY_LINE, Supervisor, follow_parent, process_count
 
     return_large_blocks()  # the serving process's multi-megabyte buffers go back when freed
-    collect_less_often()
 
     try:
         if args.shared_port:
