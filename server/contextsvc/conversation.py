@@ -229,13 +229,13 @@ class Message:
 
 @dataclass(frozen=True, slots=True)
 class Lineage:
-    """Where a conversation off the wire continues its session (rpc.conversion): its first `kept`
-    messages are, byte for byte, the whole conversation of an earlier step (0: none is known).
-    The digests key what a stage keeps of a whole conversation for the step that continues it
-    (memo.VALIDATED)."""
+    """Where a conversation off the wire continues its session (rpc.earlier_step): its first
+    `kept` messages are, byte for byte, the whole conversation of an earlier step (0: none is
+    known). The digests name conversations' bytes (equal digests, equal bytes) and key what a
+    stage keeps of a whole conversation for the step that continues it (memo.VALIDATED)."""
     kept: int
-    kept_digest: bytes  # of those kept messages' bytes (b"" when kept is 0)
-    digest: bytes  # of all its messages' bytes
+    kept_digest: bytes  # names the earlier step's conversation (b"" when kept is 0)
+    digest: bytes  # names this one
 
 
 @dataclass(slots=True)

@@ -64,7 +64,7 @@ VALIDATED = "validated"
 
 
 # how many messages back from the end a step looks for what an earlier step of its session kept
-# of its first messages (PREFIX, CONVERTED): a step adds an answer and a user message, a few
+# of its first messages (PREFIX, GUARD, CONVERTED): a step adds an answer and a user message, a few
 # more when the caller batches them
 RESUME_WITHIN = 16
 # a session's kept entries are touched once every this many messages it adds (Memo.touch_held)
@@ -99,13 +99,14 @@ def message_prefix_keys(messages: list, kind: str, settings) -> list:
     """(k, (kind, digest of the first k messages' digests, settings)), longest first
     (prefix_digests), as far as every message has a digest: the keys of what a step keeps of a
     conversation's first messages for the session's next step."""
-    kept = []
-    for msg in messages:
-        if not msg.digest:
-            break
-        kept.append(msg.digest)
+    kept = list(map(_DIGEST, messages))
+    if b"" in kept:
+        del kept[kept.index(b""):]
     ends = list(itertools.accumulate(map(len, kept)))
     return [(k, (kind, key, settings)) for k, key in prefix_digests(b"".join(kept), ends, kind.encode())]
+
+
+_DIGEST = operator.attrgetter("digest")
 
 
 def pruned_digest(message_digest: bytes, part_ids) -> bytes:

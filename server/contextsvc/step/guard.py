@@ -75,7 +75,8 @@ def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadl
     candidates = _keys(msgs, g, plan)
     k, found = memo.longest(candidates)
     if found is not None and (k == len(msgs) or prune.passed_over(msgs[k:], g, memo)):
-        memo.touch([key for n, key in candidates if n == k] + list(found.kept))
+        memo.touch([key for n, key in candidates if n == k])
+        memo.touch_held(found.kept, k, len(msgs))  # the copies it serves
         copies, kept = found.copies, found.kept
     else:  # pruned afresh
         k, found = 0, _Found(_prune(conv, plan, memo, deadline), (), ())

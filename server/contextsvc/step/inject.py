@@ -62,7 +62,8 @@ def inject(messages: list, turn: Turn, now: Optional[dt.datetime] = None) -> Inj
     # tail, the compaction marker moves to the head, so the original order would pick it.
     sent = projection.project(messages)
     last_user = projection.last_index(sent, lambda x: x.role == m.USER and x.compaction() is None)
-    u = next(i for i, x in enumerate(messages) if x is sent[last_user]) if last_user >= 0 else -1
+    # looked for from the end, where it almost always is
+    u = next(i for i in range(len(messages) - 1, -1, -1) if messages[i] is sent[last_user]) if last_user >= 0 else -1
     if u >= 0:
         user = messages[u]
         extra = []

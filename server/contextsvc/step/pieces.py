@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import operator
 import sys
 from dataclasses import dataclass
 from typing import Optional
@@ -22,7 +21,7 @@ from ..lowering import MediaLedger, lower, to_model_messages
 from ..lowering.lowered import Lowered, open_with_user, trim_final_text
 from ..lowering.neutral import MMessage, MText
 from ..lowering.registry import FORMATS
-from ..memo import LEAD, LOWERED, MERGED, PREFIX, Memo, prefix_digests
+from ..memo import LEAD, LOWERED, MERGED, PREFIX, Memo, message_prefix_keys
 from ..prefix import Resume
 from .plan import Plan
 
@@ -192,20 +191,6 @@ def _merged_charge(found: list, entries: list) -> int:
     return sum(3 * e[1][0] + 500 for f, e in zip(found, entries) if f is None and e is not None)
 
 
-_DIGEST = operator.attrgetter("digest")
-
-
-def _prefix_keys(projected: list, settings: tuple) -> list:
-    """(k, PREFIX key of the first k messages), longest first (memo.prefix_digests), as far as
-    every message has a digest."""
-    digests = list(map(_DIGEST, projected))
-    if b"" in digests:
-        del digests[digests.index(b""):]
-    ends = list(itertools.accumulate(map(len, digests)))
-    return [(k, (PREFIX, key, settings))
-            for k, key in prefix_digests(b"".join(digests), ends, b"contextsvc lowered prefix")]
-
-
 def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, tools: list,
                     system: m.SystemPrompt, prompt_dir: str, placeholders: bool, tools_disabled: bool,
                     deadline: Deadline) -> tuple[Lowered, MediaLedger, Resume, list]:
@@ -220,7 +205,7 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
                     messages=[], tools=tools, max_output=0, ledger=ledger, session_id=conv.session_id,
                     tools_disabled=tools_disabled)
     joined = FORMATS[mdl.provider].merged_key
-    candidates = _prefix_keys(projected, settings)
+    candidates = message_prefix_keys(projected, PREFIX, settings)
     start, kept = memo.longest(candidates)
     if kept is None:
         prefix = _Prefix([], [], [], [], [], [], [], [])
