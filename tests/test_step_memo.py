@@ -394,7 +394,7 @@ def test_a_step_checks_only_its_new_messages_and_still_finds_an_id_of_the_kept_o
     kept (memo.VALIDATED under its Lineage): the step that resends it checks only the messages it
     adds. A new message or part repeating an id of the kept messages is still refused, with the
     same error as without the memo, and the kept ids are the earlier step's alone (a refused step
-    leaves nothing for the next)."""
+    leaves nothing for the next), however many steps kept them."""
     from contextsvc import validate
     from contextsvc.rpc.message_keys import PREFIX_FROM_MESSAGES
 
@@ -409,7 +409,7 @@ def test_a_step_checks_only_its_new_messages_and_still_finds_an_id_of_the_kept_o
     validate.each = lambda memo, kind, messages, *rest: walked.append([x.id for x in messages]) or original(
         memo, kind, messages, *rest)
     try:
-        for step in range(3):
+        for step in range(validate.FLATTEN_AFTER + 3):  # past a flattening of the kept ids
             msgs.append(user(f"next{step}", text(f"next{step}p", "go on")))
             req = pb.MeasureRequest(conversation=pb.Conversation(messages=msgs), model=model(context=200_000))
             walked.clear()
@@ -417,7 +417,9 @@ def test_a_step_checks_only_its_new_messages_and_still_finds_an_id_of_the_kept_o
             if step:  # the earlier step's whole conversation was checked and kept
                 assert walked == [[f"next{step}"]], walked
         for bad in (user("u4", text("fresh", "a message id of the kept ones")),
-                    user("fresh", text("a5x", "a part id of the kept ones"))):
+                    user("fresh", text("a5x", "a part id of the kept ones")),
+                    user("next18", text("fresh", "an id kept above the flattening")),
+                    user("fresh", text("next17p", "a part id kept above the flattening"))):
             req = pb.MeasureRequest(conversation=pb.Conversation(messages=[*msgs, bad]), model=model())
             errors = []
             for svc in (with_memo, without):

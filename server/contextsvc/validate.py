@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import dataclass
+from typing import Optional
 
 from . import conversation as m
 from .config import PRUNE_PROTECT_RULES
@@ -50,19 +52,50 @@ def _own_ids(msg: m.Message, deadline: Deadline = NO_DEADLINE):
     return msg.id, tuple(p.id for p in msg.parts if p.id)
 
 
+@dataclass(frozen=True, slots=True)
+class _Ids:
+    """The message and part ids of a conversation whose checks passed (memo.VALIDATED): its own
+    beyond the earlier step it continues (below), which holds the rest. Sets are never changed
+    once kept; a chain FLATTEN_AFTER deep is put together into one, so a step copies no set of
+    the whole history (one in FLATTEN_AFTER does)."""
+    ids: set
+    part_ids: set
+    below: Optional["_Ids"]
+    depth: int
+
+    def holds(self, message_id: str, part_ids: tuple) -> bool:
+        """Whether message_id or one of part_ids is one of its ids."""
+        node = self
+        while node is not None:
+            if message_id in node.ids or not node.part_ids.isdisjoint(part_ids):
+                return True
+            node = node.below
+        return False
+
+    def flat(self) -> tuple[set, set]:
+        ids, part_ids, node = set(), set(), self
+        while node is not None:
+            ids |= node.ids
+            part_ids |= node.part_ids
+            node = node.below
+        return ids, part_ids
+
+
+FLATTEN_AFTER = 16
+
+
 def _known_good(conv: m.Conversation, memo, deadline: Deadline = NO_DEADLINE) -> bool:
     """Whether every message passes its own checks (kept per message) and no id repeats; the
     ids of the earlier step a conversation continues (Lineage) are taken as that step left them,
     and this one's are kept for the next."""
-    ids, part_ids, start = set(), set(), 0
+    ids, part_ids, start, below = set(), set(), 0, None
     lineage = conv.lineage
     if lineage is not None and lineage.kept:
-        found = memo.get((VALIDATED, lineage.kept_digest))
-        if found is not None:
-            ids, part_ids, start = set(found[0]), set(found[1]), lineage.kept
+        below = memo.get((VALIDATED, lineage.kept_digest))
+        start = lineage.kept if below is not None else 0
     own_ids = ticking(lambda msg: _own_ids(msg, deadline), deadline, "validation")
     for own in each(memo, "valid", conv.messages[start:], (), own_ids):
-        if own is False or own[0] in ids:
+        if own is False or own[0] in ids or (below is not None and below.holds(*own)):
             return False
         ids.add(own[0])
         n = len(part_ids)
@@ -70,9 +103,12 @@ def _known_good(conv: m.Conversation, memo, deadline: Deadline = NO_DEADLINE) ->
         if len(part_ids) - n != len(own[1]):
             return False
     if lineage is not None and start < len(conv.messages):
-        # never changed once kept (a step resuming from them copies them); the id strings are
-        # the messages' own
-        memo.put_charged((VALIDATED, lineage.digest), (ids, part_ids), sys.getsizeof(ids) + sys.getsizeof(part_ids))
+        if below is not None and below.depth >= FLATTEN_AFTER:
+            flat_ids, flat_parts = below.flat()
+            ids, part_ids, below = flat_ids | ids, flat_parts | part_ids, None
+        kept = _Ids(ids, part_ids, below, below.depth + 1 if below is not None else 0)
+        # the id strings are the messages' own
+        memo.put_charged((VALIDATED, lineage.digest), kept, sys.getsizeof(ids) + sys.getsizeof(part_ids))
     return True
 
 
