@@ -6,7 +6,9 @@ does not store them); and in-process Measure of the ~1 MB one. Each call
 sends the conversation grown by one more step (an assistant answer and a user message), so no
 whole-response cache can win. Both Compact calls summarize a head; Prune frees 427 parts of the
 ~1 MB one and finds nothing to prune in the ~10 KB one (its cost there is the scan).
-Also the floor: parsing, hashing and the compiled byte count of the same request.
+Also the floor: parsing, hashing and the compiled byte count of the same request; and the
+transport's: a trivial grpc.aio echo service answering the same requests with responses of
+Measure's and Assemble's sizes.
 
 --against DIR compares this tree with another checkout (DIR/server with its generated stubs and
 compiled module in place, as in a worktree of this one): the loopback bench runs in a subprocess
@@ -92,7 +94,7 @@ def timed(call, reqs) -> float:
 
 def loopback(small, big, guarded, config_path, show=print) -> dict:
     """{rpc: {size: median ms}} of each RPC against a `contextsvc serve` process (the one the
-    interpreter's path finds); the last Assemble body, for the floor."""
+    interpreter's path finds); the last Assemble body and Measure response size, for the floors."""
     extra = ("--config", config_path) if config_path else ()
     proc, port = serve("--no-metrics", *extra)
     medians = {}
@@ -101,6 +103,7 @@ def loopback(small, big, guarded, config_path, show=print) -> dict:
         with grpc.insecure_channel(f"127.0.0.1:{port}", options=opts) as ch:
             stub = pb_grpc.ContextServiceStub(ch)
             body = stub.Assemble(assemble_of(big[-1]), timeout=60).body
+            measured = stub.Measure(big[-1], timeout=60).ByteSize()
             show(f"big: {big[-1].ByteSize():,} B request, {len(body):,} B body, "
                  f"{len(big[-1].conversation.messages)} msgs; small: {small[-1].ByteSize():,} B")
             for name, request_of in RPCS:
@@ -116,7 +119,7 @@ def loopback(small, big, guarded, config_path, show=print) -> dict:
     finally:
         proc.terminate()
         proc.wait(30)
-    return medians, body
+    return medians, body, measured
 
 
 def floor(big, body, config_path):
@@ -142,6 +145,31 @@ def floor(big, body, config_path):
     print(f"floor: parse {parse:.2f} ms, serialize+blake2b per message {hashing:.2f} ms, "
           f"scan+blake2b per span (the keys) {keys:.2f} ms, sha256 of the request "
           f"{sha:.2f} ms, byte count of the body {size:.2f} ms")
+
+
+def transport_floor(small, big, measure_response: int, body: bytes) -> None:
+    """What the transport alone costs at these sizes: bench/echo_server.py (a trivial grpc.aio
+    service built as ours is) answering the same requests over loopback with a response of
+    Measure's size and of Assemble's (the 1 MB body), the requests serialized by the stub as
+    above."""
+    echo = Path(__file__).with_name("echo_server.py")
+    opts = [("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)]
+    out = []
+    for name, size in (("Measure", measure_response), ("Assemble", len(body) + 64)):
+        proc = subprocess.Popen([sys.executable, str(echo), "--response-bytes", str(size)],
+                                stdout=subprocess.PIPE, text=True)
+        try:
+            port = int(proc.stdout.readline().split()[1])
+            with grpc.insecure_channel(f"127.0.0.1:{port}", options=opts) as ch:
+                call = ch.unary_unary("/bench.Echo/Echo", request_serializer=lambda r: r.SerializeToString(),
+                                      response_deserializer=lambda b: b)
+                s = timed(lambda r: call(r, timeout=60), small)
+                b = timed(lambda r: call(r, timeout=60), big)
+            out.append(f"{name}-sized echo {s:.2f} ms (10 KB), {b:.2f} ms (1 MB)")
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    print("transport floor: " + "; ".join(out))
 
 
 def run_tree(tree: Path, args) -> dict:
@@ -193,13 +221,14 @@ def main():
     small = grown(workload.measure_request(SMALL_TEXT), args.steps * 5)
     guarded = grown(workload.measure_request(GUARD_TEXT), args.steps)
     if args.loopback_json:
-        medians, _ = loopback(small, big, guarded, args.config, show=lambda line: None)
+        medians, _, _ = loopback(small, big, guarded, args.config, show=lambda line: None)
         print(json.dumps(medians))
         return
     from contextsvc import native
     print(f"hot path {native.IMPLEMENTATION}")
-    _, body = loopback(small, big, guarded, args.config)
+    _, body, measured = loopback(small, big, guarded, args.config)
     floor(big, body, args.config)
+    transport_floor(small, big, measured, body)
 
 
 if __name__ == "__main__":

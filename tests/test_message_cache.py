@@ -226,7 +226,8 @@ def test_a_step_resumes_from_the_bytes_of_the_earlier_one_it_starts_with():
     """The session's last step is kept with its bytes (rpc.earlier_step): a step starting with
     all of them converts after them, and its Lineage says so; one whose last message was
     edited resumes before it (not naming the earlier step: its checks are not taken as done);
-    another session never resumes from it; a request writing its conversation in two pieces
+    another session never resumes from it, and sessions sharing a key (no session id, the same
+    first message) each resume from their own; a request writing its conversation in two pieces
     (protobuf merges them) takes the general way. Every answer equals a conversion without the
     memo."""
     from contextsvc.rpc.message_keys import PREFIX_FROM_MESSAGES
@@ -259,6 +260,16 @@ def test_a_step_resumes_from_the_bytes_of_the_earlier_one_it_starts_with():
         assert seen == 1 and got.lineage.kept == 0  # resumed before the edited message
         _, seen = convert(pb.Conversation(session_id="s2", messages=base.messages[:n + 2]))
         assert seen == n + 2  # another session's bytes are not compared with
+        # two sessions without a session id starting with the same message, stepping in turn:
+        # each resumes from its own last step
+        other = [pb.Message(id=f"o{k}", role=pb.ROLE_USER, parts=[pb.Part(id=f"o{k}p", text=pb.TextPart(text="x"))])
+                 for k in range(6)]
+        a, b = list(base.messages[:n]), list(base.messages[:1]) + list(base.messages[2:n + 1])
+        for k in range(3):
+            for msgs in (a, b):
+                msgs.append(other[2 * k])
+                _, seen = convert(pb.Conversation(messages=msgs))
+                assert seen == (len(msgs) if k == 0 else 1), (k, seen)
         # the conversation field twice: its first n messages, then 4 more
         head = pb.Conversation(session_id="s1", messages=base.messages[:n]).SerializeToString()
         rest = pb.Conversation(messages=base.messages[n:n + 4]).SerializeToString()

@@ -32,9 +32,9 @@ from threading import Lock
 ENTRY_OVERHEAD = 240
 
 MESSAGE = "message"  # (MESSAGE, digest) -> the converted conversation.Message
-# (CONVERTED, session id, digest of the first message's bytes) -> the session's last step's
-# messages converted, with their bytes (rpc.earlier_step): the next step, which resends them,
-# converts after them
+# (CONVERTED, session id, digest of the first message's bytes) -> the last steps of the
+# sessions under that key, each with its messages converted and their bytes (rpc.earlier_step):
+# a session's next step, which resends them, converts after them
 CONVERTED = "converted"
 LOWERED = "lowered"  # (LOWERED, digest, settings) -> what the message lowers to alone (step.pieces)
 MERGED = "merged"  # (MERGED, settings, piece keys) -> JSON text and lengths of a merged element

@@ -1,7 +1,8 @@
 """The earlier step a conversation continues, found by its bytes.
 
 An agent resends its whole history every step. The conversion of a step's messages is kept with
-their bytes (memo.CONVERTED), under the session and the bytes of its first message; the next step
+their bytes (memo.CONVERTED), under the session and the bytes of its first message (several
+sessions may share that key: each keeps its last step, STEPS_PER_KEY at most); the next step
 of the session compares its own bytes with them (one memcmp, no hash of the history), and
 converts, hashes and scans only what follows the longest earlier prefix it starts with. Equal
 bytes parse to equal messages, so the kept conversion stands; different bytes are a miss, never
@@ -19,6 +20,9 @@ from ..memo import CONVERTED, RESUME_WITHIN, Memo
 from ..v1 import context_pb2 as pb
 
 _MESSAGES = pb.Conversation.MESSAGES_FIELD_NUMBER
+# the steps kept under one key, newest first: sessions without a session id that start with the
+# same message (a fleet running one task) each keep their own last step
+STEPS_PER_KEY = 8
 _LEN = 2  # the wire type of length-delimited fields
 
 
@@ -32,6 +36,7 @@ class Converted:
     messages: tuple  # conversation.Message of each
     keys: tuple  # the memo's MESSAGE key of each (touched while the step is continued)
     token: bytes  # names this conversation for what later stages keep (conversation.Lineage)
+    size: int  # what it holds: the request's bytes, and its tuples
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,32 +112,42 @@ def locate(wire: bytes, at: int, session_id: str) -> Optional[Located]:
 
 
 def find(memo: Memo, wire: bytes, where: Located) -> Optional[Found]:
-    """The kept step this conversation continues: all of its messages when its bytes are the
-    start of this one's, else the longest of its last RESUME_WITHIN prefixes that is."""
+    """The kept step this conversation continues: one all of whose messages' bytes start this
+    one's, else the longest of their last RESUME_WITHIN prefixes that does."""
     kept = memo.get_many([where.key], counted=False)[0]  # what it serves is counted (touch)
     if kept is None:
         return None
-    region = kept.region
-    n = len(kept.ends)
-    for k in range(n, max(0, n - RESUME_WITHIN), -1):
-        end = kept.ends[k - 1]
-        if where.origin + end <= where.end and wire.startswith(region[:end], where.origin):
-            return Found(k, kept, k == n)
-    return None
+    for step in kept:  # a session's own last step, as a rule
+        if where.origin + step.ends[-1] <= where.end and wire.startswith(step.region, where.origin):
+            return Found(len(step.ends), step, True)
+    best = None
+    for step in kept:
+        n = len(step.ends)
+        for k in range(n - 1, max(0, n - RESUME_WITHIN), -1):
+            if best is not None and k <= best.kept:
+                break
+            end = step.ends[k - 1]
+            if where.origin + end <= where.end and wire.startswith(step.region[:end], where.origin):
+                best = Found(k, step, False)
+                break
+    return best
 
 
 def keep(memo: Memo, wire: bytes, where: Located, ends: tuple, messages: list, keys: tuple,
          found: Optional[Found]) -> Converted:
-    """Keeps this step's conversion for the next (replacing the session's earlier one): ends are
-    where each message ends, from where.origin. Its token is the digest of its bytes, chained from the
-    earlier step's when it continues all of that step (so only the new bytes are hashed): equal
-    tokens, equal bytes."""
+    """Keeps this step's conversion for the next, in place of the step it continues (others
+    under the same key stay, up to STEPS_PER_KEY): ends are where each message ends, from
+    where.origin. Its token is the digest of its bytes, chained from the earlier step's when it
+    continues all of that step (so only the new bytes are hashed): equal tokens, equal bytes."""
     region = memoryview(wire)[where.origin:where.origin + ends[-1]]
     if found is not None and found.whole:
         token = hashlib.sha256(found.converted.token + region[found.converted.ends[-1]:]).digest()
     else:
         token = hashlib.sha256(region).digest()
-    value = Converted(region, ends, tuple(messages), keys, token)
-    size = len(wire) + sys.getsizeof(value.ends) + sys.getsizeof(value.messages) + sys.getsizeof(value.keys)
-    memo.replace(where.key, value, size)
+    size = len(wire) + sys.getsizeof(ends) + 2 * sys.getsizeof(keys)  # the messages' tuple is as long as keys
+    value = Converted(region, ends, tuple(messages), keys, token, size)
+    replaced = found.converted if found is not None else None
+    others = memo.get_many([where.key], counted=False)[0] or ()
+    steps = (value,) + tuple(step for step in others if step is not replaced)[:STEPS_PER_KEY - 1]
+    memo.replace(where.key, steps, sum(step.size for step in steps))
     return value
