@@ -291,3 +291,22 @@ def _varint(n: int) -> bytes:
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+def test_a_request_of_a_great_many_fields_takes_the_general_way():
+    """Locating the conversation reads a request's entries in Python, MAX_ENTRIES at most: a
+    request of more (here tools) is converted the general way, the same as without the memo."""
+    from contextsvc.rpc import earlier_step
+    from contextsvc.rpc.message_keys import PREFIX_FROM_MESSAGES
+
+    base = workload.conversation(200_000)
+    req = pb.MeasureRequest(conversation=pb.Conversation(session_id="s", messages=base.messages[:PREFIX_FROM_MESSAGES]))
+    req.tools.extend(pb.ToolDefinition(name=f"t{i}") for i in range(earlier_step.MAX_ENTRIES))
+    wire = req.SerializeToString()
+    assert earlier_step.locate(wire, 1, "s") is None
+    cache = Memo(64 * 1024 * 1024)
+    for _ in range(2):
+        got = conversion.request_conversation(req, memo=cache, wire=wire)
+        assert got == conversion.request_conversation(req, wire=wire) and got.lineage is None
+    del req.tools[1:]  # a few entries: located
+    assert earlier_step.locate(req.SerializeToString(), 1, "s") is not None

@@ -68,12 +68,19 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
             raise ValueError("overlong varint")
 
 
+# entries of a request read before the conversation is located: a request of a great many
+# small fields (each read here in Python) takes the general way instead (the compiled scanner)
+MAX_ENTRIES = 4096
+
+
 def _fields(data: bytes, pos: int, end: int):
     """(field number, wire type, start of the entry, start of the value, end of the entry) of
     each entry in data[pos:end]; a length-delimited value starts after its length. Raises
-    ValueError on a wire type it does not skip (groups): the caller then takes the general
-    way."""
-    while pos < end:
+    ValueError on a wire type it does not skip (groups), and past MAX_ENTRIES entries: the
+    caller then takes the general way."""
+    for _ in range(MAX_ENTRIES):
+        if pos >= end:
+            return
         start = pos
         tag, pos = _varint(data, pos)
         number, wire = tag >> 3, tag & 7
@@ -88,6 +95,8 @@ def _fields(data: bytes, pos: int, end: int):
             raise ValueError("a group")
         yield number, wire, start, pos, after
         pos = after
+    if pos < end:
+        raise ValueError("too many entries")
 
 
 def locate(wire: bytes, at: int, session_id: str) -> Optional[Located]:
