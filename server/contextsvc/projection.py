@@ -4,6 +4,7 @@ from __future__ import annotations
 import operator
 
 from . import conversation as m
+from .positions import positions
 
 
 def last_index(items: list, pred) -> int:
@@ -41,17 +42,11 @@ def finished_pair(projected: list) -> int:
     return 0
 
 
-def _may_cut_backwards(messages: list):
+def _may_cut_backwards(messages: list) -> list:
     """Indices of the messages that may be compaction points (Message.may_cut), last first:
     searched in C, since most histories hold none or few."""
-    flags = list(map(_MAY_CUT, reversed(messages)))
-    last, k = len(messages) - 1, -1
-    try:
-        while True:
-            k = flags.index(True, k + 1)
-            yield last - k
-    except ValueError:
-        return
+    last = len(messages) - 1
+    return [last - k for k in positions(list(map(_MAY_CUT, reversed(messages))), True)]
 
 
 _MAY_CUT = operator.attrgetter("may_cut")

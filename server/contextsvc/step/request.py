@@ -17,6 +17,7 @@ from ..errors import BadInput
 from ..lowering import MediaLedger
 from ..lowering.lowered import Lowered
 from ..memo import Memo
+from ..positions import positions
 from .pieces import lower_request
 from .plan import Plan
 
@@ -91,7 +92,7 @@ class Request:
         per build."""
         entries = self._entries(elements)
         out = list(map(_FIRST, entries))
-        for i in _nones(out):
+        for i in positions(out, None):
             out[i] = entries[i][0] = native.json_text(elements[i])  # a list of this build's
         return out
 
@@ -100,7 +101,7 @@ class Request:
         the memo's where it holds the element."""
         entries = self._entries(elements)
         out = list(map(_THIRD, entries))
-        for i in _nones(out):
+        for i in positions(out, None):
             entry = entries[i]  # a list of this build's
             if entry[0] is None:
                 entry[0] = native.json_text(elements[i])
@@ -130,17 +131,6 @@ class Request:
             done = start + len(markers[n])
         pieces.append(skeleton[done:].encode())
         return b"".join(pieces)
-
-
-def _nones(values: list) -> list:
-    """The indices of the None values (searched in C: a history is a thousand elements)."""
-    out, i = [], -1
-    try:
-        while True:
-            i = values.index(None, i + 1)
-            out.append(i)
-    except ValueError:
-        return out
 
 
 def array_parts(texts: list, opening="[", comma=",", closing="]") -> list:
@@ -218,7 +208,7 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
         if b.kind == "message":
             entries[b.index] = None  # a marker changed it (or a copy with the marker replaced it)
     json_lengths = native.json_lengths
-    for n, i in enumerate(_nones(entries)):
+    for n, i in enumerate(positions(entries, None)):
         deadline.tick(n, "sizing the body")
         e = lowered.messages[i]
         entries[i] = [hashed.get(id(e)), json_lengths(e), None]
