@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     from .app import Server
     from .supervisor import READY_LINE, Supervisor, follow_parent, process_count
 
-    return_large_blocks()  # the serving process's multi-megabyte buffers go back when freed
+    return_large_blocks()  # a step's buffers reused, multi-megabyte ones returned when freed
 
     try:
         if args.shared_port:
