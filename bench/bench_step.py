@@ -92,6 +92,19 @@ def timed(call, reqs) -> float:
     return statistics.median(times)
 
 
+def prepared_call(channel, name: str):
+    """The RPC name taking its request as bytes (serialized beforehand, as bench_reference.py
+    sends them: a client's own serialization of a megabyte request, 1-3 ms in this Python
+    client, is not the service's) and parsing its response as a client would."""
+    response = getattr(pb, f"{name}Response")
+    return channel.unary_unary(f"/contextsvc.v1.ContextService/{name}", request_serializer=bytes,
+                               response_deserializer=response.FromString)
+
+
+def wires_of(request_of, requests: list) -> list:
+    return [request_of(r).SerializeToString() for r in requests]
+
+
 def loopback(small, big, guarded, config_path, show=print) -> dict:
     """{rpc: {size: median ms}} of each RPC against a `contextsvc serve` process (the one the
     interpreter's path finds); the last Assemble body and Measure response size, for the floors."""
@@ -105,16 +118,17 @@ def loopback(small, big, guarded, config_path, show=print) -> dict:
             body = stub.Assemble(assemble_of(big[-1]), timeout=60).body
             measured = stub.Measure(big[-1], timeout=60).ByteSize()
             show(f"big: {big[-1].ByteSize():,} B request, {len(body):,} B body, "
-                 f"{len(big[-1].conversation.messages)} msgs; small: {small[-1].ByteSize():,} B")
+                 f"{len(big[-1].conversation.messages)} msgs; small: {small[-1].ByteSize():,} B; "
+                 f"over the guard: {guarded[-1].ByteSize():,} B")
             for name, request_of in RPCS:
-                call = getattr(stub, name)
-                # each RPC's requests made beforehand: only the call is timed
-                s = timed(lambda r: call(r, timeout=60), [request_of(r) for r in small])
-                b = timed(lambda r: call(r, timeout=60), [request_of(r) for r in big])
+                call = prepared_call(ch, name)
+                # each RPC's requests serialized beforehand: only the round trip is timed
+                s = timed(lambda r: call(r, timeout=60), wires_of(request_of, small))
+                b = timed(lambda r: call(r, timeout=60), wires_of(request_of, big))
                 medians[name] = {SIZES[0]: s, SIZES[1]: b}
                 line = f"{name:8} loopback p50: 10 KB {s:7.2f} ms   1 MB {b:7.2f} ms   ratio {b / s:5.1f}x"
                 if name in GUARDED_RPCS:
-                    g = medians[name][SIZES[2]] = timed(lambda r: call(r, timeout=60), [request_of(r) for r in guarded])
+                    g = medians[name][SIZES[2]] = timed(lambda r: call(r, timeout=60), wires_of(request_of, guarded))
                     line += f"   1.2 MB over the guard {g:7.2f} ms   ratio {g / s:5.1f}x"
                 show(line)
     finally:
@@ -132,8 +146,9 @@ def floor(big, body, config_path):
     cfg = config.load(config_path) if config_path else config.Config()
     svc = servicer.ContextService(cfg)
     wires = {id(r): r.SerializeToString() for r in big}  # the request's bytes as the RPC receives them
-    measure = timed(lambda r: svc.Measure(conversion.Received(r, wires[id(r)]), None), big)
-    print(f"in-process Measure 1 MB p50: {measure:7.2f} ms")
+    parse = conversion.parser(pb.MeasureRequest)
+    measure = timed(lambda r: svc.Measure(parse(wires[id(r)]), None).SerializeToString(), big)
+    print(f"in-process Measure 1 MB p50 (parse to response bytes): {measure:7.2f} ms")
     wire = big[-1].SerializeToString()
     parse = timed(lambda r: pb.MeasureRequest.FromString(wire), big[:20])
     hashing = timed(lambda r: [hashlib.blake2b(x.SerializeToString(), digest_size=16).digest()
@@ -148,10 +163,10 @@ def floor(big, body, config_path):
           f"{sha:.2f} ms, byte count of the body {size:.2f} ms")
 
 
-def transport_floor(small, big, measure_response: int, body: bytes) -> None:
+def transport_floor(small, big, guarded, measure_response: int, body: bytes) -> None:
     """What the transport alone costs at these sizes: bench/echo_server.py (a trivial grpc.aio
     service built as ours is) answering the same requests over loopback with a response of
-    Measure's size and of Assemble's (the 1 MB body), the requests serialized by the stub as
+    Measure's size and of Assemble's (the 1 MB body), the requests serialized beforehand as
     above."""
     echo = Path(__file__).with_name("echo_server.py")
     opts = [("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)]
@@ -162,11 +177,10 @@ def transport_floor(small, big, measure_response: int, body: bytes) -> None:
         try:
             port = int(proc.stdout.readline().split()[1])
             with grpc.insecure_channel(f"127.0.0.1:{port}", options=opts) as ch:
-                call = ch.unary_unary("/bench.Echo/Echo", request_serializer=lambda r: r.SerializeToString(),
-                                      response_deserializer=lambda b: b)
-                s = timed(lambda r: call(r, timeout=60), small)
-                b = timed(lambda r: call(r, timeout=60), big)
-            out.append(f"{name}-sized echo {s:.2f} ms (10 KB), {b:.2f} ms (1 MB)")
+                call = ch.unary_unary("/bench.Echo/Echo", request_serializer=bytes, response_deserializer=bytes)
+                s, b, g = (timed(lambda r: call(r, timeout=60), wires_of(lambda r: r, reqs))
+                           for reqs in (small, big, guarded))
+            out.append(f"{name}-sized echo {s:.2f} ms (10 KB), {b:.2f} ms (1 MB), {g:.2f} ms (1.2 MB)")
         finally:
             proc.terminate()
             proc.wait(30)
@@ -229,7 +243,7 @@ def main():
     print(f"hot path {native.IMPLEMENTATION}")
     _, body, measured = loopback(small, big, guarded, args.config)
     floor(big, body, args.config)
-    transport_floor(small, big, measured, body)
+    transport_floor(small, big, guarded, measured, body)
 
 
 if __name__ == "__main__":
