@@ -17,6 +17,7 @@ from typing import Optional
 
 from .. import conversation as m, projection
 from ..memo import REBASED, Memo
+from ..positions import positions
 from .pieces import message_piece
 from .plan import Plan
 
@@ -43,14 +44,12 @@ def as_counted(messages: list, base: m.Message, before: dict) -> list:
     since = base.time_completed_ms
     head = messages[:end]
     was = list(map(before.get, map(_ID, head), head)) if before else head
-    changed = map(since.__lt__, map(_LAST_COMPACTED, was))
-    if before:
-        changed = map(operator.or_, changed, map(operator.is_not, was, head))
-    out = []
-    for i in itertools.compress(range(end), changed):
-        then = was[i]
-        out.append((head[i], _uncompacted(then, since) if then.last_compacted_ms() > since else then))
-    return out
+    compacted = list(map(since.__lt__, map(_LAST_COMPACTED, was)))  # counted whole, sent compacted
+    picked = list(map(operator.or_, compacted, map(operator.is_not, was, head))) if before else compacted
+    then = list(itertools.compress(was, picked))
+    for i in positions(list(itertools.compress(compacted, picked)), True):
+        then[i] = _uncompacted(then[i], since)
+    return list(zip(itertools.compress(head, picked), then))
 
 
 _ID, _LAST_COMPACTED = operator.attrgetter("id"), operator.attrgetter("_last_compacted")
