@@ -88,11 +88,15 @@ def prefix_digests(data, ends: list, domain: bytes) -> list:
     return out[::-1]
 
 
+# the length of every message digest (digests, pruned_digest)
+MESSAGE_DIGEST_BYTES = 16
+
+
 def digests(wire: bytes, spans: list) -> list:
     """The digest of each message whose bytes are wire[start:end] for (start, end) in spans
     (conversation.Message.digest): the key of everything kept for it. Slices of a view: no copy."""
     view, blake2b = memoryview(wire), hashlib.blake2b
-    return [blake2b(view[start:end], digest_size=16).digest() for start, end in spans]
+    return [blake2b(view[start:end], digest_size=MESSAGE_DIGEST_BYTES).digest() for start, end in spans]
 
 
 def message_prefix_keys(messages: list, kind: str, settings) -> list:
@@ -102,8 +106,12 @@ def message_prefix_keys(messages: list, kind: str, settings) -> list:
     kept = list(map(_DIGEST, messages))
     if b"" in kept:
         del kept[kept.index(b""):]
-    ends = list(itertools.accumulate(map(len, kept)))
-    return [(k, (kind, key, settings)) for k, key in prefix_digests(b"".join(kept), ends, kind.encode())]
+    joined = b"".join(kept)
+    # every digest is MESSAGE_DIGEST_BYTES long: the ends need no pass over the lengths
+    size = MESSAGE_DIGEST_BYTES
+    ends = (range(size, len(joined) + 1, size) if len(joined) == size * len(kept)
+            else list(itertools.accumulate(map(len, kept))))
+    return [(k, (kind, key, settings)) for k, key in prefix_digests(joined, ends, kind.encode())]
 
 
 _DIGEST = operator.attrgetter("digest")
@@ -115,7 +123,7 @@ def pruned_digest(message_digest: bytes, part_ids) -> bytes:
     was, so its key is the original's digest and the ids (the compaction time differs from step
     to step; every per-message entry reads only whether a part is compacted)."""
     ids = "\x00".join(part_ids)
-    return hashlib.blake2b(message_digest + ids.encode("utf-8", "surrogatepass"), digest_size=16,
+    return hashlib.blake2b(message_digest + ids.encode("utf-8", "surrogatepass"), digest_size=MESSAGE_DIGEST_BYTES,
                            person=b"pruned").digest()
 
 

@@ -260,7 +260,8 @@ def encode(d: Digests, max_groups: int) -> bytes:
     out += d.compaction
     out += d.choice
     out += b"".join(ends)
-    out += b"".join(map(_varint, pruned))
+    # a count under 0x80 is its own one-byte varint, and most are 0: bytes() encodes them in C
+    out += bytes(pruned) if max(pruned, default=0) < 0x80 else b"".join(map(_varint, pruned))
     out += hashlib.sha256(out).digest()[:_CHECK_BYTES]
     return bytes(out)
 
