@@ -35,24 +35,25 @@ def baseline(messages: list) -> Optional[m.Message]:
     return msg
 
 
-def as_counted(messages: list, base: m.Message, before: dict) -> list:
+def as_counted(messages: list, base: m.Message, before: list | None) -> list:
     """(message as sent now, message as the provider counted it) of every message before base
-    that changed since base was answered. before: id -> the message as it was before this step
-    changed it (the payload guard), for the messages it changed. The messages to look at are
-    picked in C: a step's history is a thousand messages, of which few or none changed."""
+    that changed since base was answered. before: the messages as they were before this step
+    changed some of them (the payload guard), one for one with messages; None when it changed
+    none. The messages to look at are picked in C: a step's history is a thousand messages, of
+    which few or none changed (the guard's copies are hundreds)."""
     end = _position(messages, base)
     since = base.time_completed_ms
     head = messages[:end]
-    was = list(map(before.get, map(_ID, head), head)) if before else head
+    was = head if before is None else before[:end]
     compacted = list(map(since.__lt__, map(_LAST_COMPACTED, was)))  # counted whole, sent compacted
-    picked = list(map(operator.or_, compacted, map(operator.is_not, was, head))) if before else compacted
+    picked = compacted if before is None else list(map(operator.or_, compacted, map(operator.is_not, was, head)))
     then = list(itertools.compress(was, picked))
     for i in positions(list(itertools.compress(compacted, picked)), True):
         then[i] = _uncompacted(then[i], since)
     return list(zip(itertools.compress(head, picked), then))
 
 
-_ID, _LAST_COMPACTED = operator.attrgetter("id"), operator.attrgetter("_last_compacted")
+_LAST_COMPACTED = operator.attrgetter("_last_compacted")
 
 
 def _position(messages: list, msg: m.Message) -> int:

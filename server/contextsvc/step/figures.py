@@ -73,9 +73,10 @@ def rewrite_from(request: Request) -> Optional[int]:
 
 
 def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=None, memo: Memo | None = None,
-            before: dict | None = None, deadline: Deadline = NO_DEADLINE) -> Figures:
-    """Every figure of the request. before: id -> the message as it was before this step changed
-    it (the payload guard), for the baseline's rebase; memo: the changed messages' lowering."""
+            before: list | None = None, deadline: Deadline = NO_DEADLINE) -> Figures:
+    """Every figure of the request. before: the messages as they were before this step changed
+    some of them (the payload guard), one for one with conv's, for the baseline's rebase; memo:
+    the changed messages' lowering."""
     factor = plan.cfg.measure.factor
     low = request.lowered
     since = rewrite_from(request)
@@ -108,7 +109,7 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
     out.stretches["estimate"] = (normalized, tail, overhead, rewrite)
     base = baseline(conv.messages)
     if base is not None:
-        _rebase(out, as_counted(conv.messages, base, before or {}), plan, exact_counters, memo)
+        _rebase(out, as_counted(conv.messages, base, before), plan, exact_counters, memo)
     anchor = out.decision_anchor
     if anchor is not None:
         # what was pruned before the anchor since was counted whole: compare with the prefix as counted

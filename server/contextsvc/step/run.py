@@ -62,10 +62,9 @@ def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Mem
         over = measurement.body_bytes > plan.cfg.assemble.request_prune_bytes
     guard = payload_guard(sent, over, plan, memo, deadline)
     if guard.conversation is not None:
-        # the messages the guard changed, as they were: the baseline is rebased on them
-        before = {x.id: x for x, y in zip(sent.messages, guard.conversation.messages) if x is not y}
+        # the messages as they were before the guard changed some: the baseline is rebased on those
         request = build(guard.conversation, plan, memo, deadline)
-        measurement = finish(guard.conversation, request, plan, memo, exact_counters, deadline, before)
+        measurement = finish(guard.conversation, request, plan, memo, exact_counters, deadline, sent.messages)
     elif measurement is None:
         if not hashed:
             request = build(sent, plan, memo, deadline)
@@ -90,9 +89,10 @@ def _over_guard(request: Request, plan: Plan) -> bool | None:
 
 
 def finish(conv: m.Conversation, request: Request, plan: Plan, memo: Memo | None = None, exact_counters=None,
-           deadline: Deadline = NO_DEADLINE, before: dict | None = None) -> Measurement:
+           deadline: Deadline = NO_DEADLINE, before: list | None = None) -> Measurement:
     """The Measurement of a built request: its figures, the decision, and the output budget
-    written into the body."""
+    written into the body. before: conv's messages as they were before this step changed some
+    (the payload guard), one for one."""
     fig = figures(conv, request, plan, exact_counters, memo, before, deadline)
     dec = decide(conv.messages, fig, plan)
     mdl, cfg = plan.model, plan.cfg
