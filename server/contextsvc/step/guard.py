@@ -54,12 +54,14 @@ def payload_guard(conv: m.Conversation, over: bool, plan: Plan, memo: Memo | Non
 class _Found:
     """What the guard's prune found for a conversation's first messages (the GUARD entry)."""
     part_ids: tuple
-    copies: tuple  # per message: the copy the prune's marks make of it, None for one they leave
+    ids_size: int  # resident_size(part_ids), worked out once for the entries that share them
+    changed: tuple  # the positions of the messages the prune's marks change
+    copies: tuple  # the copy the marks make of each of those
     kept: tuple  # the GUARDED keys of those copies: kept in the memo while this entry serves them
 
     def charge(self) -> int:
         """What it holds beyond the memo's other entries (the copies are GUARDED entries)."""
-        return sys.getsizeof(self.copies) + sys.getsizeof(self.kept) + resident_size(self.part_ids)
+        return sys.getsizeof(self.changed) + sys.getsizeof(self.copies) + sys.getsizeof(self.kept) + self.ids_size
 
 
 def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadline) -> tuple:
@@ -77,19 +79,21 @@ def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadl
     if found is not None and (k == len(msgs) or prune.passed_over(msgs[k:], g, memo)):
         memo.touch([key for n, key in candidates if n == k])
         memo.touch_held(found.kept, k, len(msgs))  # the copies it serves
-        copies, kept = found.copies, found.kept
     else:  # pruned afresh
-        k, found = 0, _Found(_prune(conv, plan, memo, deadline), (), ())
-        copies = kept = ()
+        ids = _prune(conv, plan, memo, deadline)
+        k, found = 0, _Found(ids, resident_size(ids), (), (), ())
     ids = found.part_ids
     newer, keys = _apply(msgs[k:], ids, now_ms, memo, deadline) if ids else (msgs[k:], [None] * (len(msgs) - k))
-    shrunk = [x if c is None else c for x, c in zip(msgs, copies)] + newer
+    shrunk = msgs[:k]
+    list(map(shrunk.__setitem__, found.changed, found.copies))  # in C: hundreds of copies a step
+    shrunk += newer
     if k < len(msgs) and candidates:
         n, key = candidates[0]  # the longest kept: what the session's next step resumes from
         if n == len(msgs) or prune.passed_over(msgs[n:], g, memo):
-            copies += tuple(y if y is not x else None for x, y in zip(msgs[k:n], newer))
-            kept += tuple(x for x in keys[:n - k] if x is not None)
-            entry = _Found(ids, copies, kept)
+            added = [j for j in range(k, n) if newer[j - k] is not msgs[j]]
+            entry = _Found(ids, found.ids_size, found.changed + tuple(added),
+                           found.copies + tuple(newer[j - k] for j in added),
+                           found.kept + tuple(x for x in keys[:n - k] if x is not None))
             memo.put_charged(key, entry, entry.charge())
     return ids, shrunk
 
