@@ -35,15 +35,16 @@ class Guard:
 
 
 def payload_guard(conv: m.Conversation, over: bool, plan: Plan, memo: Memo | None = None,
-                  deadline: Deadline = NO_DEADLINE) -> Guard:
+                  deadline: Deadline = NO_DEADLINE, keys: list | None = None) -> Guard:
     """The payload guard, one step of every RPC that sizes a body (Measure, Assemble): a body
     over REQUEST_PRUNE_BYTES (over) runs the payload-limit prune (parts marked compacted at
     plan.now_ms, default now) and strips historical media; Guard.conversation is then what to build
     instead. A body still over is sent anyway (the caller says so). memo: the prune's
-    per-message validation and scans, as the Prune RPC keeps them, and the guard's own entries."""
+    per-message validation and scans, as the Prune RPC keeps them, and the guard's own entries;
+    keys: guard_keys(conv), when the step has them already."""
     if not over:
         return Guard()
-    pruned, shrunk = _pruned(conv, plan, memo, deadline)
+    pruned, shrunk = _pruned(conv, plan, memo, deadline, keys)
     messages, stripped = media_strip.strip(shrunk)
     if not (pruned or stripped):
         return Guard(tripped=True)
@@ -64,7 +65,7 @@ class _Found:
         return sys.getsizeof(self.changed) + sys.getsizeof(self.copies) + sys.getsizeof(self.kept) + self.ids_size
 
 
-def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadline) -> tuple:
+def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadline, keys: list | None) -> tuple:
     """(the payload-limit prune's part ids, conv's messages with those parts marked), from the
     memo when these messages, or all but newest ones the prune passes over, were pruned under
     the same gates before (prune reads nothing else: the step checked the request)."""
@@ -74,7 +75,7 @@ def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadl
         ids = _prune(conv, plan, memo, deadline)
         return ids, _apply(msgs, ids, now_ms, memo, deadline)[0] if ids else msgs
     g = prune.gates(plan.compaction, plan.cfg, plan.model)
-    candidates = _keys(msgs, g, plan)
+    candidates = guard_keys(conv, plan) if keys is None else keys
     k, found = memo.longest(candidates)
     if found is not None and (k == len(msgs) or prune.passed_over(msgs[k:], g, memo)):
         memo.touch([key for n, key in candidates if n == k])
@@ -98,19 +99,20 @@ def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadl
     return ids, shrunk
 
 
-def pruned_before(conv: m.Conversation, plan: Plan, memo: Memo | None) -> bool:
-    """Whether the guard's prune marked parts of this conversation, or of its first messages,
-    at an earlier step (their GUARD entry is kept): the body is then most likely over the guard
-    again."""
+def pruned_before(keys: list, memo: Memo | None) -> bool:
+    """Whether the guard's prune marked parts of a conversation, or of its first messages, at an
+    earlier step (keys: guard_keys of it; their GUARD entry is kept): the body is then most
+    likely over the guard again."""
     if memo is None:
         return False
-    _, found = memo.longest(_keys(conv.messages, prune.gates(plan.compaction, plan.cfg, plan.model), plan))
+    _, found = memo.longest(keys)
     return found is not None and bool(found.part_ids)
 
 
-def _keys(messages: list, g: prune.Gates, plan: Plan) -> list:
-    """The GUARD keys of messages' first ones, longest first (memo.message_prefix_keys)."""
-    return message_prefix_keys(messages, GUARD, (g, prune.enabled(prune.PAYLOAD_LIMIT, plan.compaction, plan.cfg)))
+def guard_keys(conv: m.Conversation, plan: Plan) -> list:
+    """The GUARD keys of conv's first messages, longest first (memo.message_prefix_keys)."""
+    g = prune.gates(plan.compaction, plan.cfg, plan.model)
+    return message_prefix_keys(conv.messages, GUARD, (g, prune.enabled(prune.PAYLOAD_LIMIT, plan.compaction, plan.cfg)))
 
 
 def _prune(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadline) -> tuple:

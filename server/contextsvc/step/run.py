@@ -16,7 +16,7 @@ from ..errors import BadInput
 from ..memo import Memo
 from .decision import decide
 from .figures import figures
-from .guard import Guard, payload_guard, pruned_before
+from .guard import Guard, guard_keys, payload_guard, pruned_before
 from .inject import Injected, Turn, inject
 from .measurement import Measurement, gather
 from .plan import Plan
@@ -52,7 +52,8 @@ def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Mem
     sent = dataclasses.replace(conv, messages=injected.messages)
     # a history the guard pruned at an earlier step is sized before its body is hashed: the
     # guard most likely replaces it, and it is hashed only if it is sent after all
-    hashed = not (plan.hashes and pruned_before(sent, plan, memo))
+    keys = guard_keys(sent, plan) if plan.hashes and memo is not None else None
+    hashed = not (keys is not None and pruned_before(keys, memo))
     request = build(sent, plan if hashed else dataclasses.replace(plan, hashes=False), memo, deadline)
     over, measurement = _over_guard(request, plan), None
     if not (hashed or over):
@@ -60,7 +61,7 @@ def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Mem
     if over is None:  # within a few bytes of the guard: the output budget decides
         measurement = finish(sent, request, plan, memo, exact_counters, deadline)
         over = measurement.body_bytes > plan.cfg.assemble.request_prune_bytes
-    guard = payload_guard(sent, over, plan, memo, deadline)
+    guard = payload_guard(sent, over, plan, memo, deadline, keys)
     if guard.conversation is not None:
         # the messages as they were before the guard changed some: the baseline is rebased on those
         request = build(guard.conversation, plan, memo, deadline)
