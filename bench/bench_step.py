@@ -140,9 +140,11 @@ def loopback(small, big, guarded, config_path, show=print) -> dict:
 def floor(big, body, config_path):
     """In-process Measure of the 1 MB request, and what parsing, hashing and counting it cost."""
     from contextsvc import config, native
+    from contextsvc.allocator import return_large_blocks
     from contextsvc.rpc import conversion, servicer
     from contextsvc.rpc.message_keys import message_keys, message_spans
 
+    return_large_blocks()  # the serving process's allocator policy (cli.serve), so the step runs as there
     cfg = config.load(config_path) if config_path else config.Config()
     svc = servicer.ContextService(cfg)
     wires = {id(r): r.SerializeToString() for r in big}  # the request's bytes as the RPC receives them
@@ -242,8 +244,8 @@ def main():
     from contextsvc import native
     print(f"hot path {native.IMPLEMENTATION}")
     _, body, measured = loopback(small, big, guarded, args.config)
-    floor(big, body, args.config)
     transport_floor(small, big, guarded, measured, body)
+    floor(big, body, args.config)  # last: it sets the server's allocator policy for this process
 
 
 if __name__ == "__main__":
