@@ -215,3 +215,43 @@ def test_the_prefix_hashing_resumes_after_the_earlier_steps_elements(provider):
     assert any(k < total for k, total in hashed), hashed
     if provider != m.BEDROCK:
         assert sum(k <= 6 for k, total in hashed if total > 12) >= sum(total > 12 for _, total in hashed) // 2, hashed
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_the_body_copies_the_elements_its_earlier_step_encoded(provider):
+    """Assemble's body copies the element list of its session's previous step (BODY) where an
+    element's text is the very one that step encoded, and encodes the others: the body equals a
+    build's without the memo byte for byte at every step of every case, with the cache markers
+    moving along the history; and most steps encode only a few elements."""
+    memo = Memo(1 << 30)
+    encoded = []  # per body with an earlier step's list: (elements encoded, elements)
+    original = request.Request._list_pieces
+
+    def counting(self, texts):
+        pieces = original(self, texts)
+        if len(pieces) < len(texts):
+            encoded.append((sum(isinstance(p, bytes) for p in pieces), len(texts)))
+        return pieces
+
+    request.Request._list_pieces = counting
+    try:
+        for case in _CASES[provider]:
+            full = case.request
+            mdl = conversion.model(full.model)
+            system = conversion.system(full.system)
+            conv = conversion.conversation(full.conversation, memo=memo)
+            for n in range(1, len(conv.messages) + 1):
+                grown = m.Conversation(conv.messages[:n], session_id=conv.session_id)
+                try:
+                    got = request.build(grown, plan(mdl, system=system, hashes=True), memo).body_json()
+                except request.BadInput:
+                    continue
+                assert got == request.build(grown, plan(mdl, system=system, hashes=True)).body_json(), n
+                # and again: the same step twice (a retry) copies its own list
+                assert request.build(grown, plan(mdl, system=system, hashes=True), memo).body_json() == got
+    finally:
+        request.Request._list_pieces = original
+    assert encoded, "no step copied an earlier step's elements"
+    if provider != m.BEDROCK:  # its media cases are lowered whole, without the memo
+        assert sum(k <= 6 for k, total in encoded if total > 12) >= sum(total > 12 for _, total in encoded) // 2, \
+            encoded

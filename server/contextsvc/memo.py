@@ -58,6 +58,10 @@ PREFIX = "prefix"
 # (CHAIN, digest of the tools and system, PREFIX key) -> the prefix hashing after those messages'
 # elements (prefix.prefix_hashes): the next step of the session hashes only what it adds
 CHAIN = "chain"
+# (BODY, PREFIX key) -> the UTF-8 bytes of the element list of the body Assemble built from
+# those messages, with the element texts they were encoded from (step.request.Request.body_json):
+# the next step copies the elements whose text is the very same object rather than encoding them
+BODY = "body"
 # (VALIDATED, conversation.Lineage.digest) -> the message ids and part ids of a conversation
 # whose checks passed (validate): the step that continues it checks only its new messages
 VALIDATED = "validated"

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import operator
 import secrets
+import sys
 from dataclasses import dataclass
 
 from .. import breakpoints, conversation as m, native, prefix, provider_management
@@ -16,7 +18,7 @@ from ..deadline import NO_DEADLINE, Deadline
 from ..errors import BadInput
 from ..lowering import MediaLedger
 from ..lowering.lowered import Lowered
-from ..memo import Memo
+from ..memo import BODY, Memo
 from ..positions import positions
 from .pieces import lower_request
 from .plan import Plan
@@ -47,6 +49,10 @@ class Request:
     # UTF-8 bytes of the element lists' contents (elements and their commas): fixed once built,
     # while the rest of the body (the output cap) may change
     _lists_bytes: int | None = None
+    # where the body's element list of an earlier step of the session is kept, and where this
+    # one's goes (BODY): the PREFIX keys of the lowering's Resume, with the memo holding them
+    memo: Memo | None = None
+    resume: prefix.Resume | None = None
 
     def _entries(self, elements: list) -> list:
         """The entries of a list of the body's elements: its messages, its system, or (Chat
@@ -124,13 +130,54 @@ class Request:
             for parent, key, items in held:
                 parent[key] = items
         markers = [native.json_text(f"\x00{_SPLICE_TAG}{n}") for n in range(len(held))]
-        pieces, done = [], 0
+        longest = max(range(len(held)), key=lambda n: len(held[n][2]), default=-1)  # the history's
+        pieces, done, history = [], 0, None
         for start, n in sorted((skeleton.index(marker), n) for n, marker in enumerate(markers)):
             pieces.append(skeleton[done:start].encode())
-            pieces += array_parts(list(map(str.encode, self.texts(held[n][2]))), b"[", b",", b"]")
+            items = held[n][2]
+            texts = self.texts(items)
+            if n == longest:
+                history = (items, texts, sum(map(len, pieces)) + 1)  # ..., where its first element starts
+                pieces += array_parts(self._list_pieces(texts), b"[", b",", b"]")
+            else:
+                pieces += array_parts(list(map(str.encode, texts)), b"[", b",", b"]")
             done = start + len(markers[n])
         pieces.append(skeleton[done:].encode())
-        return b"".join(pieces)
+        body = b"".join(pieces)
+        if history is not None:
+            self._keep_list(body, *history)
+        return body
+
+    def _list_pieces(self, texts: list) -> list:
+        """Pieces whose join by commas is the UTF-8 of these element texts joined by commas. The
+        elements whose text is the very object an earlier step of the session encoded into its
+        body (BODY) are views of that body, a run of them one piece with its commas, rather than
+        encoded again: most of a step's history."""
+        earlier = self.memo.get((BODY, self.resume.kept_key)) \
+            if self.memo is not None and self.resume is not None and self.resume.kept_key is not None else None
+        if earlier is None:
+            return list(map(str.encode, texts))
+        k = min(len(texts), len(earlier.texts))
+        view, lengths, pieces = memoryview(earlier.body), earlier.lengths, []
+        run, at = 0, earlier.origin  # the first element of the run, where it starts in the earlier body
+        for changed in itertools.chain(positions(list(map(operator.is_, texts[:k], earlier.texts)), False), (k,)):
+            if changed > run:  # elements run..changed-1, and the commas between them
+                end = at + sum(lengths[run:changed]) + changed - run - 1
+                pieces.append(view[at:end])
+                at = end + 1
+            if changed < k:
+                pieces.append(texts[changed].encode())
+                at += lengths[changed] + 1
+            run = changed + 1
+        return pieces + list(map(str.encode, texts[k:]))
+
+    def _keep_list(self, body: bytes, elements: list, texts: list, origin: int) -> None:
+        """Keeps body's element list for the session's next step (BODY): the texts it was encoded
+        from, where the first starts in body and each one's UTF-8 length (their entries')."""
+        if self.memo is None or self.resume is None or self.resume.key is None:
+            return
+        kept = _ListBytes(body, origin, list(map(_FIRST, map(_SECOND, self._entries(elements)))), texts)
+        self.memo.put_charged((BODY, self.resume.key), kept, kept.charge())
 
 
 def array_parts(texts: list, opening="[", comma=",", closing="]") -> list:
@@ -148,6 +195,23 @@ def array_parts(texts: list, opening="[", comma=",", closing="]") -> list:
 def array_text(texts: list) -> str:
     """The JSON array of these element texts, "[e0,e1,...]"."""
     return "".join(array_parts(texts))
+
+
+@dataclass(frozen=True, slots=True)
+class _ListBytes:
+    """The element list of a body Assemble built (the BODY entry): its first element starts at
+    body[origin], each is lengths[i] UTF-8 bytes and a comma apart from the next; texts are the
+    str objects they were encoded from."""
+    body: bytes
+    origin: int
+    lengths: list
+    texts: list
+
+    def charge(self) -> int:
+        # the texts are the memo's own entries' (or this step's): only the lists are charged, the
+        # lengths as small ints (shared below 257, 32 bytes each above)
+        return sys.getsizeof(self.body) + sys.getsizeof(self.lengths) + 32 * len(self.lengths) + \
+            sys.getsizeof(self.texts)
 
 
 # marks where body_json splices each element list into the serialized skeleton
@@ -213,7 +277,7 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
         e = lowered.messages[i]
         entries[i] = [hashed.get(id(e)), json_lengths(e), None]
     system = {id(e): [hashed.get(id(e)), json_lengths(e), None] for e in lowered.system}
-    request = Request(lowered, ledger, entries, system, chosen, chain)
+    request = Request(lowered, ledger, entries, system, chosen, chain, memo=memo, resume=pieces.resume)
     mc = plan.cfg.measure
     if (mc.calibrated_figures or plan.exact) and (ledger.media_count or ledger.saved_units or ledger.extra):
         request.estimated = estimate_lowered(conv, plan, memo)
