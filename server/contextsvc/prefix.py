@@ -32,6 +32,7 @@ class Chain:
     order: tools, then system, then messages."""
     counts: tuple  # elements per segment: (tools, system, messages)
     digests: list
+    short: list  # each digest's first DIGEST_BYTES (the cache state's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,7 @@ class _Hashed:
     """The hashing after a request's first message elements (CHAIN): resumed by the next step."""
     state: object  # the SHA-256 object after them (copied before use)
     digests: tuple  # the prefix digest at each of them
+    short: tuple  # their first DIGEST_BYTES
     sizes: tuple  # the prefix's UTF-8 bytes at each of them, counted from the first message element
 
 
@@ -64,13 +66,14 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, entries: list | Non
     for b in breakpoints:
         wanted.setdefault((b.kind, b.index), []).append(b)
     h = hashlib.sha256()
-    out, size = [], 0
+    out, short, size = [], [], 0
     for kind, elements in (("tools", tools), ("system", lowered.system)):
         for i, element in enumerate(elements):
             chunk = (native.json_text(element) if kind == "tools" else _text(element, None, made)).encode()
             h.update(chunk)
             size += len(chunk)
             out.append(h.digest())
+            short.append(out[-1][:DIGEST_BYTES])
             _mark(wanted.get((kind, i)), size, h.hexdigest)
     head, head_size = h.digest(), size
     messages, sizes, start = lowered.messages, [], 0
@@ -79,6 +82,7 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, entries: list | Non
         if found is not None and len(found.digests) == resume.kept <= len(messages):
             h, start = found.state.copy(), resume.kept
             out += found.digests
+            short += found.short
             sizes += found.sizes
             size = head_size + sizes[-1]
             for b in breakpoints:
@@ -92,20 +96,21 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, entries: list | Non
         h.update(chunk)
         size += len(chunk)
         out.append(h.digest())
+        short.append(out[-1][:DIGEST_BYTES])
         sizes.append(size - head_size)
         _mark(wanted.get(("message", i)), size, h.hexdigest)
         if i + 1 == keep:
             kept = h.copy()
     if kept is not None:
         at = len(out) - len(messages)
-        memo.put_charged((CHAIN, head, resume.key), _Hashed(kept, tuple(out[at:at + keep]), tuple(sizes[:keep])),
-                         keep * _HASHED_PER_ELEMENT)
-    return Chain((len(tools), len(lowered.system), len(messages)), out)
+        memo.put_charged((CHAIN, head, resume.key), _Hashed(kept, tuple(out[at:at + keep]), tuple(short[at:at + keep]),
+                                                            tuple(sizes[:keep])), keep * _HASHED_PER_ELEMENT)
+    return Chain((len(tools), len(lowered.system), len(messages)), out, short)
 
 
-# what CHAIN keeps per element: a 32-byte digest (65 bytes as a Python object), a size (32) and
-# two tuple slots
-_HASHED_PER_ELEMENT = 65 + 32 + 16
+# what CHAIN keeps per element: a 32-byte digest (65 bytes as a Python object), its first
+# DIGEST_BYTES (41), a size (32) and three tuple slots
+_HASHED_PER_ELEMENT = 65 + 41 + 32 + 24
 
 
 def _text(element, entry, made: dict | None) -> str:
@@ -219,7 +224,7 @@ def digests(lowered, chain: Chain, messages: list, fmt) -> Digests:
         pruned += [0] * len(lowered.sources)
     last = projection.last_compaction(messages)
     return Digests((n_tools, n_system, len(lowered.sources)),
-                   [d[:DIGEST_BYTES] for d in chain.digests], pruned,
+                   chain.short, pruned,
                    _short(messages[last].id.encode()) if last >= 0 else bytes(DIGEST_BYTES),
                    choice_digest(lowered.body, fmt))
 
