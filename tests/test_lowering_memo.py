@@ -255,3 +255,55 @@ def test_the_body_copies_the_elements_its_earlier_step_encoded(provider):
     if provider != m.BEDROCK:  # its media cases are lowered whole, without the memo
         assert sum(k <= 6 for k, total in encoded if total > 12) >= sum(total > 12 for _, total in encoded) // 2, \
             encoded
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_the_head_stretch_adds_to_its_earlier_steps_sum(provider):
+    """A step's calibrated head stretch (most of a long history) is its previous step's sum
+    (PROFILES) with only the profiles that are not the very same tuples taken out and added: every
+    figure of every step of every case equals a step's without the memo, and most steps added
+    only a few profiles."""
+    import importlib
+
+    from contextsvc import native, step
+
+    figures = importlib.import_module("contextsvc.step.figures")
+
+    memo = Memo(1 << 30)
+    added = []  # per head taken from an earlier sum: (profiles summed afresh, the head's)
+    original = native.sum_profiles
+
+    def counting(profiles, extra):
+        counting.n += len(profiles)
+        return original(profiles, extra)
+
+    counting.n = 0
+
+    head_profile = figures._head_profile
+
+    def recording(profiles, at, resume, memo_):
+        counting.n = 0
+        out = head_profile(profiles, at, resume, memo_)
+        if memo_ is not None and resume is not None and memo_.get((figures.PROFILES, resume.kept_key)) is not None:
+            added.append((counting.n, at))
+        return out
+
+    figures.native.sum_profiles, figures._head_profile = counting, recording
+    try:
+        for case in _CASES[provider]:
+            full = case.request
+            mdl = conversion.model(full.model)
+            system = conversion.system(full.system)
+            conv = conversion.conversation(full.conversation, memo=memo)
+            for n in range(1, len(conv.messages) + 1):
+                grown = m.Conversation(conv.messages[:n], session_id=conv.session_id)
+                try:
+                    got = step.run(grown, plan(mdl, system=system, hashes=True), memo=memo).measurement
+                except request.BadInput:
+                    continue
+                assert got == step.run(grown, plan(mdl, system=system, hashes=True)).measurement, n
+    finally:
+        figures.native.sum_profiles, figures._head_profile = original, head_profile
+    assert added, "no step started from an earlier step's sum"
+    if provider != m.BEDROCK:  # its media cases are lowered whole, without the memo
+        assert sum(k <= 8 for k, at in added if at > 12) >= sum(at > 12 for _, at in added) // 2, added

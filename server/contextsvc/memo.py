@@ -62,6 +62,10 @@ CHAIN = "chain"
 # those messages, with the element texts they were encoded from (step.request.Request.body_json):
 # the next step copies the elements whose text is the very same object rather than encoding them
 BODY = "body"
+# (PROFILES, PREFIX key) -> the text profiles of the message elements of the request a step
+# built from those messages, and their sum (step.figures): the next step adds only the profiles
+# that are not the very same ones
+PROFILES = "profiles"
 # (VALIDATED, conversation.Lineage.digest) -> the message ids and part ids of a conversation
 # whose checks passed (validate): the step that continues it checks only its new messages
 VALIDATED = "validated"

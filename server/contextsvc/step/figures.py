@@ -9,13 +9,16 @@ the previous request on).
 from __future__ import annotations
 
 import dataclasses
+import operator
+import sys
 from dataclasses import dataclass
 from typing import Optional
 
 from .. import conversation as m, encodings, native, projection, tokens
 from ..deadline import NO_DEADLINE, Deadline
 from ..lowering.media import MEDIA_PLACEHOLDER
-from ..memo import Memo
+from ..memo import PROFILES, Memo
+from ..positions import positions
 from .baseline import as_counted, baseline, changed_key, changed_pieces
 from .plan import Plan
 from .request import Request, array_text, tool_schema_list
@@ -105,7 +108,7 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
     out = Figures(estimate, tool_tokens, tail, overhead, normalized, raw, extra, rewrite, bool(tail_messages),
                   request.ledger.media_count, (0, tokens.CALIBRATED), (0, tokens.CALIBRATED), 0.0, "", None,
                   {}, {}, 0, 0)
-    _calibrated_and_exact(out, conv, request, plan, exact_counters, last_assistant, since, tools_text, deadline)
+    _calibrated_and_exact(out, conv, request, plan, exact_counters, last_assistant, since, tools_text, deadline, memo)
     out.stretches["estimate"] = (normalized, tail, overhead, rewrite)
     base = baseline(conv.messages)
     if base is not None:
@@ -238,9 +241,59 @@ def stretch_pair(profiles: list) -> tuple:
     return tokens.calibrated_pair(native.sum_profiles(profiles, _separators(len(profiles))))
 
 
+def _summed_pair(profile: tuple, n: int) -> tuple:
+    """stretch_pair of n elements whose profiles add up to profile."""
+    if not n:
+        return (0.0, 0.0)
+    return tokens.calibrated_pair(native.sum_profiles([profile], _separators(n)))
+
+
+@dataclass(frozen=True, slots=True)
+class _Profiles:
+    """The message elements' profiles of a step (the PROFILES entry), and their sum."""
+    profiles: list  # the very tuples the step's element entries held
+    total: tuple
+
+
+def _head_profile(profiles: list, at: int, resume, memo: Memo | None) -> tuple:
+    """The summed profile (sum_profiles without separators) of profiles[:at], the head stretch:
+    nearly all of a long history. The session's previous step kept its elements' profiles and
+    their sum (PROFILES, under the lowering's PREFIX keys): the elements whose profile is the
+    very same tuple are taken as summed there, and only the others are added (a sum of a
+    thousand profiles reads memory scattered over the whole memo); the sum is kept for the next."""
+    earlier = memo.get((PROFILES, resume.kept_key)) \
+        if memo is not None and resume is not None and resume.kept_key is not None else None
+    total = _ZERO if earlier is None else earlier.total
+    k = 0 if earlier is None else min(len(earlier.profiles), at)
+    if earlier is not None:
+        before = earlier.profiles
+        changed = positions(list(map(operator.is_, profiles[:k], before)), False)
+        # what the earlier sum holds that this head does not: elements past k, and the changed
+        drop = before[k:] + [before[i] for i in changed]
+        if drop:
+            total = _difference(total, native.sum_profiles(drop, _ZERO))
+        total = native.sum_profiles([profiles[i] for i in changed], total)
+    head = native.sum_profiles(profiles[k:at], total)
+    if memo is not None and resume is not None and resume.key is not None:
+        kept = _Profiles(profiles, native.sum_profiles(profiles[at:], head))
+        memo.put_charged((PROFILES, resume.key), kept, sys.getsizeof(profiles) + _PROFILE_BYTES)
+    return head
+
+
+def _difference(a: tuple, b: tuple) -> tuple:
+    """Profile a less profile b, field by field (b is part of a's sum)."""
+    return (a[0] - b[0], tuple(map(operator.sub, a[1], b[1])), tuple(map(operator.sub, a[2], b[2])),
+            tuple(map(operator.sub, a[3], b[3])))
+
+
 def _separators(n: int) -> tuple:
     """The text profile of the n + 1 brackets and commas of a JSON array of n elements."""
     return native.text_profile("[" + "," * (n - 1) + "]")
+
+
+_ZERO = native.text_profile("")  # the profile of nothing: a sum's start
+# a sum's tuples, as PROFILES charges them beside its list
+_PROFILE_BYTES = sys.getsizeof(_ZERO) + sum(sys.getsizeof(x) for x in _ZERO[1:]) + 32 * sum(len(x) for x in _ZERO[1:])
 
 
 def _calibrated_text(text: str) -> tuple:
@@ -257,7 +310,8 @@ def _media_in(element_texts) -> int:
 
 
 def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, plan: Plan, exact_counters,
-                          last_assistant: int, rewrite_from, tools_text: str, deadline: Deadline) -> None:
+                          last_assistant: int, rewrite_from, tools_text: str, deadline: Deadline,
+                          memo: Memo | None = None) -> None:
     """The calibrated, self-calibrated and (when asked) exact figures, summed over the same
     stretches as the reference agent's (tail after the last assistant element, overhead = system
     + tools), and the rewrite: the elements from rewrite_from on (an index into system +
@@ -283,13 +337,19 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
                         else [native.json_text(e) for e in elements])
         deadline.check("figures")
     profiles = []
+    head = None  # the head stretch's summed profile, from the session's previous step's (PROFILES)
     if mc.calibrated_figures:
-        profiles = (request.profiles(low.system) + request.profiles(low.messages) if built_elements
-                    else [native.json_profile(e) for e in elements])
+        if built_elements:
+            message_profiles = request.profiles(low.messages)
+            profiles = request.profiles(low.system) + message_profiles
+            head = _head_profile(message_profiles, max(at, 0), request.resume, memo)
+        else:
+            profiles = [native.json_profile(e) for e in elements]
         deadline.check("figures")
     cuts = [0, n_sys, n_sys + max(at, 0), tail_from, len(elements)]
     if mc.calibrated_figures:
-        pairs = [stretch_pair(profiles[a:b]) for a, b in zip(cuts, cuts[1:])] + [_calibrated_text(texts.tools)]
+        pairs = [stretch_pair(profiles[a:b]) if k != 1 or head is None else _summed_pair(head, b - a)
+                 for k, (a, b) in enumerate(zip(cuts, cuts[1:]))] + [_calibrated_text(texts.tools)]
     else:
         pairs = [(0.0, 0.0)] * 5
     (system_cal, head_cal, middle_cal, tail_cal, tools_cal), margined = zip(*pairs)
