@@ -35,11 +35,12 @@ class Decision:
     provider: provider_management.Outlook  # what the provider's own management does to the request
 
 
-def backward_overflow_source(messages: list) -> Optional[m.Message]:
+def backward_overflow_source(messages: list, last_compaction: int | None = None) -> Optional[m.Message]:
     """The newest finished assistant stored after the last completed compaction, unless it is a
     summary (a summary's usage is the summarizer's input, the old history: never ours). The kept
-    tail is stored before the compaction marker, so its pre-compaction usage is never read."""
-    start = projection.last_compaction(messages) + 1
+    tail is stored before the compaction marker, so its pre-compaction usage is never read.
+    last_compaction: projection.last_compaction(messages), when known."""
+    start = (projection.last_compaction(messages) if last_compaction is None else last_compaction) + 1
     for msg in reversed(messages[start:]):
         if msg.role == m.ASSISTANT and msg.finished:
             return None if msg.summary else msg
@@ -56,7 +57,7 @@ def mid_tool_round_trip(messages: list) -> bool:
     )
 
 
-def decide(messages: list, fig: Figures, plan: Plan) -> Decision:
+def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int | None = None) -> Decision:
     mdl, settings, cfg = plan.model, plan.compaction, plan.cfg
     lim = plan.limit
     context_known = mdl.limits.context > 0
@@ -90,7 +91,7 @@ def decide(messages: list, fig: Figures, plan: Plan) -> Decision:
     # backward-looking: the last answer's real usage reached the limit; rebased the same way
     # when it is the baseline's, so a prune that frees enough clears this check too. What the
     # window held: without what the provider's own clearing kept out of it
-    source = backward_overflow_source(messages)
+    source = backward_overflow_source(messages, last_compaction)
     used = source.usage.count() if source is not None else 0
     if source is not None and source is base:
         used = max(0, used + rebase)

@@ -198,12 +198,12 @@ def _join_parts(elements: list, t: _Estimated) -> list:
     return parts
 
 
-def _anchor(msgs: list, low_sources: list, model_id: str) -> tuple:
+def _anchor(msgs: list, low_sources: list, model_id: str, last_compaction: int) -> tuple:
     """(assistant message, index of its first lowered element) whose reported input anchors the
     self-calibration: the last finished, non-summary one of this model still in the request,
     stored after the last completed compaction (a kept tail's usage counted the history before)."""
     first = None  # message id -> index of its first element, made only when a scan from the end fails
-    for msg in reversed(msgs[projection.last_compaction(msgs) + 1:]):
+    for msg in reversed(msgs[last_compaction + 1:]):
         if (msg.role == m.ASSISTANT and msg.finished and not msg.summary and msg.usage.input_side() > 0
                 and msg.model_id in ("", model_id)):
             if first is None:
@@ -326,7 +326,7 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
     tail_from = n_sys + last_assistant + 1  # element index where the tail starts
 
     # calibrated: the class-aware estimate of each stretch of elements the sums below need
-    anchor, at = _anchor(msgs, low.sources, mdl.id)
+    anchor, at = _anchor(msgs, low.sources, mdl.id, request.last_compaction)
     elements = texts.elements
     # exact counts need each element's JSON, the calibrated figures each element's text profile:
     # both kept by the memo for the elements it holds

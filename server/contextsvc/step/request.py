@@ -13,7 +13,7 @@ import secrets
 import sys
 from dataclasses import dataclass
 
-from .. import breakpoints, conversation as m, native, prefix, provider_management
+from .. import breakpoints, conversation as m, native, prefix, projection, provider_management
 from ..deadline import NO_DEADLINE, Deadline
 from ..errors import BadInput
 from ..lowering import MediaLedger
@@ -53,6 +53,9 @@ class Request:
     # one's goes (BODY): the PREFIX keys of the lowering's Resume, with the memo holding them
     memo: Memo | None = None
     resume: prefix.Resume | None = None
+    # the stored index of the last completed compaction's summary in the conversation it was built
+    # from (projection.last_compaction), or -1: found once for every stage that reads it
+    last_compaction: int = -1
 
     def _entries(self, elements: list) -> list:
         """The entries of a list of the body's elements: its messages, its system, or (Chat
@@ -277,13 +280,14 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
         e = lowered.messages[i]
         entries[i] = [hashed.get(id(e)), json_lengths(e), None]
     system = {id(e): [hashed.get(id(e)), json_lengths(e), None] for e in lowered.system}
-    request = Request(lowered, ledger, entries, system, chosen, chain, memo=memo, resume=pieces.resume)
+    request = Request(lowered, ledger, entries, system, chosen, chain, memo=memo, resume=pieces.resume,
+                      last_compaction=projection.last_compaction(conv.messages))
     mc = plan.cfg.measure
     if (mc.calibrated_figures or plan.exact) and (ledger.media_count or ledger.saved_units or ledger.extra):
         request.estimated = estimate_lowered(conv, plan, memo)
     deadline.check("measure")
     if plan.hashes:
-        request.digests = prefix.digests(lowered, chain, conv.messages, plan.fmt)
+        request.digests = prefix.digests(lowered, chain, conv.messages, plan.fmt, request.last_compaction)
         if plan.previous is not None:
             request.change = prefix.compare(plan.previous, request.digests)
     return request

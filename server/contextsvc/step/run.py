@@ -95,7 +95,7 @@ def finish(conv: m.Conversation, request: Request, plan: Plan, memo: Memo | None
     written into the body. before: conv's messages as they were before this step changed some
     (the payload guard), one for one."""
     fig = figures(conv, request, plan, exact_counters, memo, before, deadline)
-    dec = decide(conv.messages, fig, plan)
+    dec = decide(conv.messages, fig, plan, request.last_compaction)
     mdl, cfg = plan.model, plan.cfg
     max_out = window.max_output(mdl, cfg)
     configured = plan.configured_output_tokens or max_out
