@@ -172,6 +172,18 @@ def test_a_session_grown_a_message_at_a_time_resumes_its_earlier_steps_lowering(
     assert sum(k > 0 for k in resumed_from) >= len(resumed_from) // 2, resumed_from
 
 
+def _growing_sessions(provider: str, memo: Memo):
+    """(model, system, conversation) of each step of each case of provider's corpus, the session
+    grown a message at a time, converted through memo."""
+    for case in _CASES[provider]:
+        full = case.request
+        mdl = conversion.model(full.model)
+        system = conversion.system(full.system)
+        conv = conversion.conversation(full.conversation, memo=memo)
+        for n in range(1, len(conv.messages) + 1):
+            yield mdl, system, m.Conversation(conv.messages[:n], session_id=conv.session_id)
+
+
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_the_prefix_hashing_resumes_after_the_earlier_steps_elements(provider):
     """With the prefix digests asked (Assemble), a step hashes only the message elements it adds
@@ -190,24 +202,18 @@ def test_the_prefix_hashing_resumes_after_the_earlier_steps_elements(provider):
 
     prefix._text = counting
     try:
-        for case in _CASES[provider]:
-            full = case.request
-            mdl = conversion.model(full.model)
-            system = conversion.system(full.system)
-            conv = conversion.conversation(full.conversation, memo=memo)
-            for n in range(1, len(conv.messages) + 1):
-                grown = m.Conversation(conv.messages[:n], session_id=conv.session_id)
-                counting.n = 0
-                try:
-                    got = request.build(grown, plan(mdl, system=system, hashes=True), memo)
-                except request.BadInput:
-                    continue
-                hashed.append((counting.n, sum(got.prefix_chain.counts)))
-                want = request.build(grown, plan(mdl, system=system, hashes=True))
-                assert got.prefix_chain == want.prefix_chain
-                assert [(b.kind, b.index, b.prefix_bytes, b.prefix_sha256) for b in got.breakpoints] == \
-                    [(b.kind, b.index, b.prefix_bytes, b.prefix_sha256) for b in want.breakpoints]
-                assert prefix.encode(got.digests, 64) == prefix.encode(want.digests, 64)
+        for mdl, system, grown in _growing_sessions(provider, memo):
+            counting.n = 0
+            try:
+                got = request.build(grown, plan(mdl, system=system, hashes=True), memo)
+            except request.BadInput:
+                continue
+            hashed.append((counting.n, sum(got.prefix_chain.counts)))
+            want = request.build(grown, plan(mdl, system=system, hashes=True))
+            assert got.prefix_chain == want.prefix_chain
+            assert [(b.kind, b.index, b.prefix_bytes, b.prefix_sha256) for b in got.breakpoints] == \
+                [(b.kind, b.index, b.prefix_bytes, b.prefix_sha256) for b in want.breakpoints]
+            assert prefix.encode(got.digests, 64) == prefix.encode(want.digests, 64)
     finally:
         prefix._text = original
     # steps hashed a few elements, not their whole history (Bedrock's media cases are lowered
@@ -235,20 +241,14 @@ def test_the_body_copies_the_elements_its_earlier_step_encoded(provider):
 
     request.Request._list_pieces = counting
     try:
-        for case in _CASES[provider]:
-            full = case.request
-            mdl = conversion.model(full.model)
-            system = conversion.system(full.system)
-            conv = conversion.conversation(full.conversation, memo=memo)
-            for n in range(1, len(conv.messages) + 1):
-                grown = m.Conversation(conv.messages[:n], session_id=conv.session_id)
-                try:
-                    got = request.build(grown, plan(mdl, system=system, hashes=True), memo).body_json()
-                except request.BadInput:
-                    continue
-                assert got == request.build(grown, plan(mdl, system=system, hashes=True)).body_json(), n
-                # and again: the same step twice (a retry) copies its own list
-                assert request.build(grown, plan(mdl, system=system, hashes=True), memo).body_json() == got
+        for mdl, system, grown in _growing_sessions(provider, memo):
+            try:
+                got = request.build(grown, plan(mdl, system=system, hashes=True), memo).body_json()
+            except request.BadInput:
+                continue
+            assert got == request.build(grown, plan(mdl, system=system, hashes=True)).body_json()
+            # and again: the same step twice (a retry) copies its own list
+            assert request.build(grown, plan(mdl, system=system, hashes=True), memo).body_json() == got
     finally:
         request.Request._list_pieces = original
     assert encoded, "no step copied an earlier step's elements"
@@ -290,18 +290,12 @@ def test_the_head_stretch_adds_to_its_earlier_steps_sum(provider):
 
     figures.native.sum_profiles, figures._head_profile = counting, recording
     try:
-        for case in _CASES[provider]:
-            full = case.request
-            mdl = conversion.model(full.model)
-            system = conversion.system(full.system)
-            conv = conversion.conversation(full.conversation, memo=memo)
-            for n in range(1, len(conv.messages) + 1):
-                grown = m.Conversation(conv.messages[:n], session_id=conv.session_id)
-                try:
-                    got = step.run(grown, plan(mdl, system=system, hashes=True), memo=memo).measurement
-                except request.BadInput:
-                    continue
-                assert got == step.run(grown, plan(mdl, system=system, hashes=True)).measurement, n
+        for mdl, system, grown in _growing_sessions(provider, memo):
+            try:
+                got = step.run(grown, plan(mdl, system=system, hashes=True), memo=memo).measurement
+            except request.BadInput:
+                continue
+            assert got == step.run(grown, plan(mdl, system=system, hashes=True)).measurement
     finally:
         figures.native.sum_profiles, figures._head_profile = original, head_profile
     assert added, "no step started from an earlier step's sum"
