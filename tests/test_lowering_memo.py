@@ -17,7 +17,7 @@ from helpers.server import start_server
 from contextsvc import conversation as m
 from contextsvc.rpc import conversion
 from contextsvc.lowering.registry import PROVIDERS
-from contextsvc.memo import LOWERED, PREFIX, Memo
+from contextsvc.memo import BODY, LOWERED, PREFIX, Memo
 from contextsvc.step import request
 from helpers.steps import plan
 from contextsvc.v1 import context_pb2 as pb
@@ -252,6 +252,10 @@ def test_the_body_copies_the_elements_its_earlier_step_encoded(provider):
     finally:
         request.Request._list_pieces = original
     assert encoded, "no step copied an earlier step's elements"
+    # each step's entry took the place of the one it copied from: the entries left are the last
+    # of each case's session, and those a compaction or a first message left behind
+    kept = sum(key[0] == BODY for key in memo._items)
+    assert kept <= 2 * len(_CASES[provider]), kept
     if provider != m.BEDROCK:  # its media cases are lowered whole, without the memo
         assert sum(k <= 6 for k, total in encoded if total > 12) >= sum(total > 12 for _, total in encoded) // 2, \
             encoded
@@ -282,9 +286,10 @@ def test_the_head_stretch_adds_to_its_earlier_steps_sum(provider):
     head_profile = figures._head_profile
 
     def recording(profiles, at, resume, memo_):
+        earlier = memo_ is not None and resume is not None and memo_.get((figures.PROFILES, resume.kept_key))
         counting.n = 0
         out = head_profile(profiles, at, resume, memo_)
-        if memo_ is not None and resume is not None and memo_.get((figures.PROFILES, resume.kept_key)) is not None:
+        if earlier:
             added.append((counting.n, at))
         return out
 
@@ -299,5 +304,7 @@ def test_the_head_stretch_adds_to_its_earlier_steps_sum(provider):
     finally:
         figures.native.sum_profiles, figures._head_profile = original, head_profile
     assert added, "no step started from an earlier step's sum"
+    # each step's entry took the place of the one it started from
+    assert sum(key[0] == figures.PROFILES for key in memo._items) <= 2 * len(_CASES[provider])
     if provider != m.BEDROCK:  # its media cases are lowered whole, without the memo
         assert sum(k <= 8 for k, at in added if at > 12) >= sum(at > 12 for _, at in added) // 2, added

@@ -60,11 +60,12 @@ PREFIX = "prefix"
 CHAIN = "chain"
 # (BODY, PREFIX key) -> the UTF-8 bytes of the element list of the body Assemble built from
 # those messages, with the element texts they were encoded from (step.request.Request.body_json):
-# the next step copies the elements whose text is the very same object rather than encoding them
+# the next step copies the elements whose text is the very same object rather than encoding them,
+# and its own entry takes this one's place (Memo.supersede)
 BODY = "body"
 # (PROFILES, PREFIX key) -> the text profiles of the message elements of the request a step
 # built from those messages, and their sum (step.figures): the next step adds only the profiles
-# that are not the very same ones
+# that are not the very same ones, and its own entry takes this one's place (Memo.supersede)
 PROFILES = "profiles"
 # (VALIDATED, conversation.Lineage.digest) -> the message ids and part ids of a conversation
 # whose checks passed (validate): the step that continues it checks only its new messages
@@ -255,8 +256,14 @@ class Memo:
 
     def replace(self, key, value, size: int) -> None:
         """put_charged, in place of what key held (a session's newer step)."""
+        self.supersede(key, key, value, size)
+
+    def supersede(self, old, key, value, size: int) -> None:
+        """put_charged under key, dropping what old held: a session's step whose entry serves only
+        the step after it (BODY, PROFILES), which keeps its own, would otherwise stay until the
+        LRU reached it, a megabyte at every step of a megabyte session."""
         with self._lock:
-            item = self._items.pop(key, None)
+            item = self._items.pop(old, None)
             if item is not None:
                 self._bytes -= item[1]
         self.put_charged(key, value, size)

@@ -276,7 +276,8 @@ def _head_profile(profiles: list, at: int, resume, memo: Memo | None) -> tuple:
     head = native.sum_profiles(profiles[k:at], total)
     if memo is not None and resume is not None and resume.key is not None:
         kept = _Profiles(profiles, native.sum_profiles(profiles[at:], head))
-        memo.put_charged((PROFILES, resume.key), kept, sys.getsizeof(profiles) + _PROFILE_BYTES)
+        memo.supersede((PROFILES, resume.kept_key), (PROFILES, resume.key), kept,
+                       sys.getsizeof(profiles) + _PROFILE_BYTES)
     return head
 
 

@@ -180,7 +180,7 @@ class Request:
         if self.memo is None or self.resume is None or self.resume.key is None:
             return
         kept = _ListBytes(body, origin, list(map(_FIRST, map(_SECOND, self._entries(elements)))), texts)
-        self.memo.put_charged((BODY, self.resume.key), kept, kept.charge())
+        self.memo.supersede((BODY, self.resume.kept_key), (BODY, self.resume.key), kept, kept.charge())
 
 
 def array_parts(texts: list, opening="[", comma=",", closing="]") -> list:
