@@ -179,7 +179,11 @@ class Request:
         from, where the first starts in body and each one's UTF-8 length (their entries')."""
         if self.memo is None or self.resume is None or self.resume.key is None:
             return
-        kept = _ListBytes(body, origin, list(map(_FIRST, map(_SECOND, self._entries(elements)))), texts)
+        lengths = list(map(_FIRST, map(_SECOND, self._entries(elements))))
+        end = origin + sum(lengths) + len(lengths) - 1  # where the list's closing bracket is
+        if body[end:end + 1] != b"]":  # lengths that do not add up are never trusted with offsets
+            return
+        kept = _ListBytes(body, origin, lengths, texts)
         self.memo.supersede((BODY, self.resume.kept_key), (BODY, self.resume.key), kept, kept.charge())
 
 
