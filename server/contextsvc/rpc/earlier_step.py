@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..memo import CONVERTED, RESUME_WITHIN, Memo
+from ..native import WIRE_I32, WIRE_I64, WIRE_LEN, WIRE_VARINT
 from ..v1 import context_pb2 as pb
 
 _MESSAGES = pb.Conversation.MESSAGES_FIELD_NUMBER
 # the steps kept under one key, newest first: sessions without a session id that start with the
 # same message (a fleet running one task) each keep their own last step
 STEPS_PER_KEY = 8
-_LEN = 2  # the wire type of length-delimited fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,13 +84,13 @@ def _fields(data: bytes, pos: int, end: int):
         start = pos
         tag, pos = _varint(data, pos)
         number, wire = tag >> 3, tag & 7
-        if wire == 0:
+        if wire == WIRE_VARINT:
             _, after = _varint(data, pos)
-        elif wire == _LEN:
+        elif wire == WIRE_LEN:
             n, pos = _varint(data, pos)
             after = pos + n
-        elif wire == 1 or wire == 5:
-            after = pos + (8 if wire == 1 else 4)
+        elif wire == WIRE_I64 or wire == WIRE_I32:
+            after = pos + (8 if wire == WIRE_I64 else 4)
         else:
             raise ValueError("a group")
         yield number, wire, start, pos, after
@@ -107,12 +107,12 @@ def locate(wire: bytes, at: int, session_id: str) -> Optional[Located]:
         start, end = 0, len(wire)
         if at:
             found = [(value, after) for number, kind, _, value, after in _fields(wire, 0, len(wire))
-                     if number == at and kind == _LEN]
+                     if number == at and kind == WIRE_LEN]
             if len(found) != 1:
                 return None
             start, end = found[0]
         for number, kind, origin, _, after in _fields(wire, start, end):
-            if number == _MESSAGES and kind == _LEN:
+            if number == _MESSAGES and kind == WIRE_LEN:
                 first = hashlib.sha256(memoryview(wire)[origin:after]).digest()
                 return Located(origin, end, (CONVERTED, session_id, first))
     except (ValueError, IndexError):
