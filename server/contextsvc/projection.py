@@ -42,9 +42,9 @@ def finished_pair(projected: list) -> int:
     return 0
 
 
-def _may_cut_backwards(messages: list) -> list:
-    """Indices of the messages that may be compaction points (Message.may_cut), last first:
-    searched in C, since most histories hold none or few."""
+def compaction_points(messages: list) -> list:
+    """Indices of the messages that may be compaction points (Message.may_cut: a marker, or a
+    summary), last first: searched in C, since most histories hold none or few."""
     last = len(messages) - 1
     return [last - k for k in positions(list(map(_MAY_CUT, reversed(messages))), True)]
 
@@ -55,7 +55,7 @@ _MAY_CUT = operator.attrgetter("may_cut")
 def last_compaction(messages: list) -> int:
     """Stored index of the last completed compaction's summary, or -1: what was stored after it
     is what the conversation has done since (the kept tail is stored before the marker)."""
-    for i in _may_cut_backwards(messages):
+    for i in compaction_points(messages):
         msg = messages[i]
         if msg.role == m.USER and msg.compaction() is not None:
             s = _completed_summary_for(messages, i)
@@ -75,7 +75,7 @@ def project(messages: list) -> list:
     tail_start_id the order is [compaction user, summary, kept tail, later messages]. A manual
     summary (a finished summary whose parent is a plain user message) cuts history there too.
     """
-    for i in _may_cut_backwards(messages):
+    for i in compaction_points(messages):
         msg = messages[i]
         if msg.role == m.USER and msg.compaction() is not None:
             s = _completed_summary_for(messages, i)

@@ -4,20 +4,16 @@ it stay (the model is still working on them)."""
 from __future__ import annotations
 
 import dataclasses
-import itertools
-import operator
 
 from .. import conversation as m, projection
 from ..lowering.neutral import attachment_note
 
-_MAY_CUT = operator.attrgetter("may_cut")
-
 
 def strip(messages: list) -> tuple:
     """Media before the last user message with a real part become notes, once a summary exists."""
-    # a summary may cut history (Message.may_cut): only those are looked at, picked in C
-    if not any(x.role == m.ASSISTANT and x.summary and x.finished
-               for x in itertools.compress(messages, map(_MAY_CUT, messages))):
+    # a summary is a compaction point: only those are looked at
+    if not any(messages[i].role == m.ASSISTANT and messages[i].summary and messages[i].finished
+               for i in projection.compaction_points(messages)):
         return messages, 0
     cut = projection.last_index(messages, lambda x: x.role == m.USER and any(
         not (isinstance(p.content, m.Text) and p.content.synthetic) for p in x.parts))
