@@ -25,6 +25,19 @@ class Resume:
     key: tuple | None
     elements: int
 
+    def earlier(self, memo: Memo | None, kind: str):
+        """What the session's previous step kept of kind (BODY, PROFILES) for this one, or None."""
+        return memo.get((kind, self.kept_key)) if memo is not None and self.kept_key is not None else None
+
+    def keeps(self, memo: Memo | None) -> bool:
+        """Whether what this step keeps for the next (keep) has a key."""
+        return memo is not None and self.key is not None
+
+    def keep(self, memo: Memo, kind: str, value, size: int) -> None:
+        """Keeps value of kind for the session's next step, in place of the previous step's
+        (Memo.supersede): each serves only the step after it."""
+        memo.supersede((kind, self.kept_key), (kind, self.key), value, size)
+
 
 @dataclass(slots=True)
 class Chain:

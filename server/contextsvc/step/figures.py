@@ -261,12 +261,10 @@ def _head_profile(profiles: list, at: int, resume, memo: Memo | None) -> tuple:
     their sum (PROFILES, under the lowering's PREFIX keys): the elements whose profile is the
     very same tuple are taken as summed there, and only the others are added (a sum of a
     thousand profiles reads memory scattered over the whole memo); the sum is kept for the next."""
-    earlier = memo.get((PROFILES, resume.kept_key)) \
-        if memo is not None and resume is not None and resume.kept_key is not None else None
-    total = _ZERO if earlier is None else earlier.total
-    k = 0 if earlier is None else min(len(earlier.profiles), at)
+    earlier = resume.earlier(memo, PROFILES) if resume is not None else None
+    total, k = _ZERO, 0
     if earlier is not None:
-        before = earlier.profiles
+        before, total, k = earlier.profiles, earlier.total, min(len(earlier.profiles), at)
         changed = positions(list(map(operator.is_, profiles[:k], before)), False)
         # what the earlier sum holds that this head does not: elements past k, and the changed
         drop = before[k:] + [before[i] for i in changed]
@@ -274,10 +272,9 @@ def _head_profile(profiles: list, at: int, resume, memo: Memo | None) -> tuple:
             total = _difference(total, native.sum_profiles(drop, _ZERO))
         total = native.sum_profiles([profiles[i] for i in changed], total)
     head = native.sum_profiles(profiles[k:at], total)
-    if memo is not None and resume is not None and resume.key is not None:
-        kept = _Profiles(profiles, native.sum_profiles(profiles[at:], head))
-        memo.supersede((PROFILES, resume.kept_key), (PROFILES, resume.key), kept,
-                       sys.getsizeof(profiles) + _PROFILE_BYTES)
+    if resume is not None and resume.keeps(memo):
+        resume.keep(memo, PROFILES, _Profiles(profiles, native.sum_profiles(profiles[at:], head)),
+                    sys.getsizeof(profiles) + _PROFILE_BYTES)
     return head
 
 

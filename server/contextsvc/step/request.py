@@ -156,8 +156,7 @@ class Request:
         elements whose text is the very object an earlier step of the session encoded into its
         body (BODY) are views of that body, a run of them one piece with its commas, rather than
         encoded again: most of a step's history."""
-        earlier = self.memo.get((BODY, self.resume.kept_key)) \
-            if self.memo is not None and self.resume is not None and self.resume.kept_key is not None else None
+        earlier = self.resume.earlier(self.memo, BODY) if self.resume is not None else None
         if earlier is None:
             return list(map(str.encode, texts))
         k = min(len(texts), len(earlier.texts))
@@ -177,14 +176,14 @@ class Request:
     def _keep_list(self, body: bytes, elements: list, texts: list, origin: int) -> None:
         """Keeps body's element list for the session's next step (BODY): the texts it was encoded
         from, where the first starts in body and each one's UTF-8 length (their entries')."""
-        if self.memo is None or self.resume is None or self.resume.key is None:
+        if self.resume is None or not self.resume.keeps(self.memo):
             return
         lengths = list(map(_FIRST, map(_SECOND, self._entries(elements))))
         end = origin + sum(lengths) + len(lengths) - 1  # where the list's closing bracket is
         if body[end:end + 1] != b"]":  # lengths that do not add up are never trusted with offsets
             return
         kept = _ListBytes(body, origin, lengths, texts)
-        self.memo.supersede((BODY, self.resume.kept_key), (BODY, self.resume.key), kept, kept.charge())
+        self.resume.keep(self.memo, BODY, kept, kept.charge())
 
 
 def array_parts(texts: list, opening="[", comma=",", closing="]") -> list:
