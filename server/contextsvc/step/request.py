@@ -70,6 +70,10 @@ class Request:
         assert len(elements) == n_system + len(low.messages) and (not low.messages or elements[n_system] is low.messages[0])
         return system + self.message_entries
 
+    def utf8_lengths(self, elements: list) -> list:
+        """UTF-8 bytes of each element's JSON (the body's messages, system, or both)."""
+        return list(map(_FIRST, map(_SECOND, self._entries(elements))))
+
     def units(self, elements: list) -> list:
         """UTF-16 units of each element (the body's messages, system, or both), media and opaque
         values counted as placeholders."""
@@ -92,7 +96,7 @@ class Request:
             for parent, key, items in held:
                 parent[key] = items
         if self._lists_bytes is None:
-            self._lists_bytes = sum(sum(map(_FIRST, map(_SECOND, self._entries(items)))) + len(items) - 1
+            self._lists_bytes = sum(sum(self.utf8_lengths(items)) + len(items) - 1
                                     for _, _, items in held if items)
         return total + self._lists_bytes
 
@@ -178,7 +182,7 @@ class Request:
         from, where the first starts in body and each one's UTF-8 length (their entries')."""
         if self.resume is None or not self.resume.keeps(self.memo):
             return
-        lengths = list(map(_FIRST, map(_SECOND, self._entries(elements))))
+        lengths = self.utf8_lengths(elements)
         end = origin + sum(lengths) + len(lengths) - 1  # where the list's closing bracket is
         if body[end:end + 1] != b"]":  # lengths that do not add up are never trusted with offsets
             return
