@@ -8,7 +8,7 @@ import json
 import operator
 from dataclasses import dataclass
 
-from . import projection, native
+from . import native
 from .deadline import NO_DEADLINE, Deadline
 from .memo import CHAIN, Memo
 from .lowering.registry import FORMATS
@@ -224,10 +224,10 @@ def choice_digest(body: dict, fmt) -> bytes:
     return _short(json.dumps(body.get(fmt.tool_choice_key), sort_keys=True).encode())
 
 
-def digests(lowered, chain: Chain, messages: list, fmt, last: int | None = None) -> Digests:
+def digests(lowered, chain: Chain, messages: list, fmt, last: int) -> Digests:
     """The digests of a built body: chain is prefix_hashes' result (taken before the markers
     were placed), messages the conversation the body was built from, fmt its WireFormat; last:
-    projection.last_compaction(messages), when known."""
+    projection.last_compaction(messages)."""
     n_tools, n_system, _ = chain.counts  # Bedrock's system cachePoint block came later
     counts = list(map(_COMPACTED_OUTPUTS, messages))
     pruned = [0] * (n_tools + n_system)
@@ -236,8 +236,6 @@ def digests(lowered, chain: Chain, messages: list, fmt, last: int | None = None)
         pruned += [sum(compacted.get(mid, 0) for mid in ids) for ids in lowered.sources]
     else:
         pruned += [0] * len(lowered.sources)
-    if last is None:
-        last = projection.last_compaction(messages)
     return Digests((n_tools, n_system, len(lowered.sources)),
                    chain.short, pruned,
                    _short(messages[last].id.encode()) if last >= 0 else bytes(DIGEST_BYTES),

@@ -35,12 +35,12 @@ class Decision:
     provider: provider_management.Outlook  # what the provider's own management does to the request
 
 
-def backward_overflow_source(messages: list, last_compaction: int | None = None) -> Optional[m.Message]:
+def backward_overflow_source(messages: list, last_compaction: int) -> Optional[m.Message]:
     """The newest finished assistant stored after the last completed compaction, unless it is a
     summary (a summary's usage is the summarizer's input, the old history: never ours). The kept
     tail is stored before the compaction marker, so its pre-compaction usage is never read.
-    last_compaction: projection.last_compaction(messages), when known."""
-    start = (projection.last_compaction(messages) if last_compaction is None else last_compaction) + 1
+    last_compaction: projection.last_compaction(messages)."""
+    start = last_compaction + 1
     for msg in reversed(messages[start:]):
         if msg.role == m.ASSISTANT and msg.finished:
             return None if msg.summary else msg
@@ -57,7 +57,7 @@ def mid_tool_round_trip(messages: list) -> bool:
     )
 
 
-def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int | None = None) -> Decision:
+def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> Decision:
     mdl, settings, cfg = plan.model, plan.compaction, plan.cfg
     lim = plan.limit
     context_known = mdl.limits.context > 0

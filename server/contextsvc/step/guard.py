@@ -99,12 +99,10 @@ def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadl
     return ids, shrunk
 
 
-def pruned_before(keys: list, memo: Memo | None) -> bool:
+def pruned_before(keys: list, memo: Memo) -> bool:
     """Whether the guard's prune marked parts of a conversation, or of its first messages, at an
     earlier step (keys: guard_keys of it; their GUARD entry is kept): the body is then most
     likely over the guard again."""
-    if memo is None:
-        return False
     _, found = memo.longest(keys)
     return found is not None and bool(found.part_ids)
 
