@@ -71,7 +71,7 @@ def in_process(wires: list) -> dict:
     timed_stages(spent)
     per_stage = collections.defaultdict(list)
 
-    parse = conversion.parser(pb.MeasureRequest)  # the server's: the message with its bytes
+    parse = conversion.parser(pb.MeasureRequest, svc.memo)  # the server's: the message with its bytes
 
     def measure(wire: bytes) -> None:
         t = time.perf_counter()

@@ -126,10 +126,8 @@ def test_converting_the_new_messages_checks_the_deadline_whatever_the_cache_hold
 
 
 def _field(number: int, payload: bytes) -> bytes:
-    """A length-delimited field (numbers and lengths below 128 take one byte; larger lengths two)."""
-    n = len(payload)
-    length = bytes([n]) if n < 128 else bytes([n & 0x7F | 0x80, n >> 7])
-    return bytes([number << 3 | 2]) + length + payload
+    """A length-delimited field (numbers below 16)."""
+    return bytes([number << 3 | 2]) + _varint(len(payload)) + payload
 
 
 def _reordered(msg) -> bytes:
@@ -310,3 +308,83 @@ def test_a_request_of_a_great_many_fields_takes_the_general_way():
         assert got == conversion.request_conversation(req, wire=wire) and got.lineage is None
     del req.tools[1:]  # a few entries: located
     assert earlier_step.locate(req.SerializeToString(), 1, "s") is not None
+
+
+def test_the_parse_leaves_out_the_messages_of_the_earlier_step():
+    """The server's parse (conversion.parser with the memo) finds the session's earlier step in
+    the request's bytes and parses only what follows its messages: every conversion and answer
+    equals a whole parse without the memo, and an error in a new message names its place in the
+    whole conversation. A request it cannot stand for exactly is parsed whole: an earlier step
+    whose messages had another field between them, a session id written after the messages
+    (the key read before them is not the session's), bytes that do not parse (the whole parse's
+    own error)."""
+    from google.protobuf.message import DecodeError
+
+    from contextsvc import config
+    from contextsvc.errors import BadInput
+    from contextsvc.rpc import servicer
+    from contextsvc.rpc.message_keys import PREFIX_FROM_MESSAGES
+
+    base = workload.measure_request(200_000)
+    n = PREFIX_FROM_MESSAGES + 6
+    assert len(base.conversation.messages) > n + 12
+    with_memo = servicer.ContextService(config.Config())
+    without = servicer.ContextService(dataclasses.replace(config.Config(), server=dataclasses.replace(
+        config.Config().server, memo_bytes=0)))
+    parse = conversion.parser(pb.MeasureRequest, with_memo.memo)
+
+    def step(wire: bytes, left_out: int):
+        got = parse(wire)
+        whole = pb.MeasureRequest.FromString(wire)
+        assert (got.resumed.found.kept if got.resumed is not None else 0) == left_out
+        assert len(got.message.conversation.messages) == len(whole.conversation.messages) - left_out
+        assert with_memo.Measure(got, None) == without.Measure(whole, None)
+        return got
+
+    def request(session: str, k: int) -> pb.MeasureRequest:
+        r = pb.MeasureRequest()
+        r.CopyFrom(base)
+        del r.conversation.messages[k:]
+        r.conversation.session_id = session
+        return r
+
+    step(request("s1", n).SerializeToString(), 0)  # the first step: parsed whole
+    for k in range(n + 1, n + 4):  # each parses only the message it adds
+        step(request("s1", k).SerializeToString(), k - 1)
+
+    # a new message refused: the same error, naming its index in the whole conversation
+    bad = request("s1", n + 4)
+    bad.conversation.messages[-1].role = 77
+    with pytest.raises(BadInput) as got:
+        with_memo.Measure(parse(bad.SerializeToString()), None)
+    with pytest.raises(BadInput) as plain:
+        without.Measure(bad, None)
+    assert f"conversation.messages[{n + 3}].role" in str(got.value) == str(plain.value)
+    # bytes that do not parse: the whole parse's error
+    cut = request("s1", n + 4).SerializeToString()[:-3]
+    with pytest.raises(DecodeError) as got:
+        parse(cut)
+    with pytest.raises(DecodeError) as plain:
+        pb.MeasureRequest.FromString(cut)
+    assert str(got.value) == str(plain.value)
+
+    # a session id written after the messages: the key read before them ("") finds the step of
+    # a conversation without one; the parse's session id differs, so the request is parsed whole
+    step(request("", n).SerializeToString(), 0)
+    r = request("s2", n + 1)
+    rest = pb.MeasureRequest()
+    rest.CopyFrom(r)
+    rest.ClearField("conversation")
+    late = b"".join(_field(2, x.SerializeToString()) for x in r.conversation.messages) + _field(1, b"s2")
+    wire = _field(1, late) + rest.SerializeToString()
+    assert pb.MeasureRequest.FromString(wire) == r
+    assert step(wire, 0).message.conversation.session_id == "s2"
+    # an earlier step with another field between its messages: its next step is parsed whole
+    messages = [x.SerializeToString() for x in request("s3", n).conversation.messages]
+    gap = _field(1, b"s3") + b"".join(_field(2, x) for x in messages[:3]) + b"\x18\x01" + \
+        b"".join(_field(2, x) for x in messages[3:])  # field 3 (unknown), varint 1
+    wire = _field(1, gap) + rest.SerializeToString()
+    step(wire, 0)
+    grown = request("s3", n + 1).conversation.messages[-1].SerializeToString()
+    wire = _field(1, gap + _field(2, grown)) + rest.SerializeToString()
+    step(wire, 0)

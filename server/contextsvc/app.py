@@ -65,7 +65,7 @@ def start_line(cfg: Config, port: int, metrics_port: int | None, tokens: int) ->
 def service_handler(settings: CallSettings, servicer: ContextService) -> grpc.GenericRpcHandler:
     """Every ContextService method, each through calls.unary_handler."""
     return grpc.method_handlers_generic_handler(SERVICE_NAME, {
-        m.name: unary_handler(settings, m.name, conversion.parser(getattr(pb, m.input_type.name)),
+        m.name: unary_handler(settings, m.name, conversion.parser(getattr(pb, m.input_type.name), servicer.memo),
                               getattr(servicer, m.name))
         for m in SERVICE.methods})
 

@@ -190,22 +190,30 @@ _PART_BUILDERS = {
 
 
 def conversation(c, path: str = "conversation", memo: Memo | None = None, max_json_depth: int = JSON_DEPTH,
-                 deadline: Deadline = NO_DEADLINE, wire: bytes | None = None, at: int = 0) -> m.Conversation:
+                 deadline: Deadline = NO_DEADLINE, wire: bytes | None = None, at: int = 0,
+                 resumed: earlier_step.Resumed | None = None) -> m.Conversation:
     """wire: the bytes c was parsed from, c itself (at=0) or a request holding it at field `at`
     (c serialized when not given). Each message's key is the digest of its bytes in wire
     (message_keys); with the memo, a message seen before is taken from it without being touched
     (never converted, re-serialized or re-validated), and the messages of the session's earlier
-    step this one starts with (earlier_step) are not even scanned or hashed. Only messages that
-    converted cleanly are kept, so a refused message is refused every time. Field paths are
-    built only when something is wrong: this runs for every message. Every message carries its
-    key (Message.digest)."""
+    step this one starts with (earlier_step) are not even scanned or hashed. resumed: that step,
+    found when the request was parsed, c then holding only the messages after its (parser). Only
+    messages that converted cleanly are kept, so a refused message is refused every time. Field
+    paths are built only when something is wrong: this runs for every message. Every message
+    carries its key (Message.digest)."""
     if wire is None:
         wire, at = c.SerializeToString(), 0
-    n = len(c.messages)
-    where = earlier_step.locate(wire, at, c.session_id) if memo is not None and n >= PREFIX_FROM_MESSAGES else None
-    found = earlier_step.find(memo, wire, where) if where is not None else None
+    left_out = resumed.found.kept if resumed is not None else 0  # the first messages c does not hold
+    n = left_out + len(c.messages)
+    if resumed is not None:
+        where, found = resumed.where, resumed.found
+    else:
+        where = earlier_step.locate(wire, at, c.session_id) if memo is not None and n >= PREFIX_FROM_MESSAGES \
+            else None
+        found = earlier_step.find(memo, wire, where) if where is not None else None
     if found is None:
         start, spans, messages, kept_keys, kept_ends = 0, message_spans(wire, at), [], (), ()
+        contiguous = where is not None
     else:
         start, earlier = found.kept, found.converted
         offset = where.origin + earlier.ends[start - 1]
@@ -213,6 +221,9 @@ def conversation(c, path: str = "conversation", memo: Memo | None = None, max_js
         spans = [(offset + a, offset + b) for a, b in message_spans(wire[offset:where.end])]
         messages, kept_keys, kept_ends = list(earlier.messages[:start]), earlier.keys[:start], earlier.ends[:start]
         memo.touch_held(kept_keys, start, n)  # the entries it holds stay in use
+        contiguous = earlier.contiguous
+    if contiguous:  # the region holds the messages alone
+        contiguous = earlier_step.back_to_back(spans, where.origin + (kept_ends[-1] if kept_ends else 0))
     if start + len(spans) != n:  # the scanner and the parser disagree: never key a message wrongly
         raise RuntimeError(f"the wire scanner found {start + len(spans)} messages where the parser found {n}")
     keys, sizes = message_keys(wire, spans)
@@ -223,7 +234,7 @@ def conversation(c, path: str = "conversation", memo: Memo | None = None, max_js
         if messages[i] is None:
             deadline.tick(converted, "conversion")  # counted over the misses: hits may fall on every check
             converted += 1
-            core = messages[i] = _message(c.messages[i], i, path, max_json_depth, deadline)
+            core = messages[i] = _message(c.messages[i - left_out], i, path, max_json_depth, deadline)
             core.digest = keys[i - start]  # every per-message entry of the memo keys on it
             if memo is not None:
                 memo.put((MESSAGE, core.digest), core, sizes[i - start])
@@ -233,7 +244,7 @@ def conversation(c, path: str = "conversation", memo: Memo | None = None, max_js
         if start < n or not whole:  # kept for the session's next step
             ends = kept_ends + tuple(e - where.origin for _, e in spans)
             token = earlier_step.keep(memo, wire, where, ends, messages,
-                                      kept_keys + tuple((MESSAGE, k) for k in keys), found).token
+                                      kept_keys + tuple((MESSAGE, k) for k in keys), found, contiguous).token
         else:
             token = found.converted.token  # the same conversation again
         out.lineage = m.Lineage(start if whole else 0, found.converted.token if whole else b"", token)
@@ -273,26 +284,53 @@ def _message(msg, i: int, path: str, depth: int, deadline: Deadline) -> m.Messag
 
 
 def request_conversation(request, memo: Memo | None = None, max_json_depth: int = JSON_DEPTH,
-                         deadline: Deadline = NO_DEADLINE, wire: bytes | None = None) -> m.Conversation:
-    """The conversation of a request; wire is the request's bytes (conversation)."""
+                         deadline: Deadline = NO_DEADLINE, wire: bytes | None = None,
+                         resumed: earlier_step.Resumed | None = None) -> m.Conversation:
+    """The conversation of a request; wire is the request's bytes, resumed what its parse left
+    out (conversation)."""
     at = request.DESCRIPTOR.fields_by_name["conversation"].number if wire is not None else 0
     return conversation(request.conversation, memo=memo, max_json_depth=max_json_depth, deadline=deadline,
-                        wire=wire, at=at)
+                        wire=wire, at=at, resumed=resumed)
 
 
 class Received(NamedTuple):
     """A request and the bytes it was parsed from: each message's memo key is the digest of its
-    own bytes in them (message_keys)."""
+    own bytes in them (message_keys). resumed: the earlier step whose messages the parse left
+    out of message's conversation (parser)."""
     message: object
     wire: bytes
+    resumed: earlier_step.Resumed | None = None
 
 
-def parser(message_type):
+def parser(message_type, memo: Memo | None = None):
     """calls.py's parse function for a method taking message_type: a Received when the request
-    carries a conversation, the bare message otherwise."""
+    carries a conversation, the bare message otherwise. With the memo, a request continuing an
+    earlier step of its session is parsed without that step's messages (earlier_step.skeleton),
+    when the session id the skeleton was found by is the parse's and the conversation is one the
+    memo resumes (PREFIX_FROM_MESSAGES); any other is parsed whole, so every refusal is the
+    whole parse's."""
     if "conversation" not in message_type.DESCRIPTOR.fields_by_name:
         return message_type.FromString
-    return lambda data: Received(message_type.FromString(data), data)
+    if memo is None:
+        return lambda data: Received(message_type.FromString(data), data)
+    at = message_type.DESCRIPTOR.fields_by_name["conversation"].number
+
+    def parse(data: bytes) -> Received:
+        skeleton = earlier_step.skeleton(memo, data, at)
+        if skeleton is not None:
+            rest, resumed = skeleton
+            try:
+                message = message_type.FromString(rest)
+            except Exception:  # noqa: BLE001 - the whole parse below refuses it with its own error
+                message = None
+            if message is not None:
+                c = message.conversation
+                if c.session_id == resumed.where.session_id and \
+                        resumed.found.kept + len(c.messages) >= PREFIX_FROM_MESSAGES:
+                    return Received(message, data, resumed)
+        return Received(message_type.FromString(data), data)
+
+    return parse
 
 
 def received(request) -> Received:
@@ -310,11 +348,12 @@ def session_id(c, limit: int, path: str = "conversation.session_id") -> None:
 
 
 def shared_fields(request, memo: Memo | None = None, max_json_depth: int = JSON_DEPTH,
-                  deadline: Deadline = NO_DEADLINE, wire: bytes | None = None) -> dict:
+                  deadline: Deadline = NO_DEADLINE, wire: bytes | None = None,
+                  resumed: earlier_step.Resumed | None = None) -> dict:
     """The core fields of Measure, Compact and Assemble requests, which share these five; wire is
-    the request's bytes (conversation)."""
+    the request's bytes, resumed what its parse left out (conversation)."""
     return {
-        "conversation": request_conversation(request, memo, max_json_depth, deadline, wire),
+        "conversation": request_conversation(request, memo, max_json_depth, deadline, wire, resumed),
         "model": model(request.model),
         "tools": tools(request.tools, max_json_depth=max_json_depth, memo=memo),
         "system": system(request.system),
@@ -434,13 +473,14 @@ def editor(e) -> assemble.Editor:
 # refused for the same one.
 
 def step_input(request, max_session_id_bytes: int, memo: Memo | None = None, max_json_depth: int = JSON_DEPTH,
-               deadline: Deadline = NO_DEADLINE, wire: bytes | None = None) -> assemble.AssembleInput:
+               deadline: Deadline = NO_DEADLINE, wire: bytes | None = None,
+               resumed: earlier_step.Resumed | None = None) -> assemble.AssembleInput:
     """The step a Measure or Assemble request describes: both take the same per-step fields;
-    wire is the request's bytes (conversation)."""
+    wire is the request's bytes, resumed what its parse left out (conversation)."""
     require(request, "conversation", "model")
     session_id(request.conversation, max_session_id_bytes)
     return assemble.AssembleInput(
-        **shared_fields(request, memo, max_json_depth, deadline, wire),
+        **shared_fields(request, memo, max_json_depth, deadline, wire, resumed),
         editor=editor(request.editor) if request.HasField("editor") else None,
         step=request.step,
         max_steps=request.max_steps,
@@ -455,11 +495,11 @@ def step_input(request, max_session_id_bytes: int, memo: Memo | None = None, max
 
 def compact_input(request, max_session_id_bytes: int, memo: Memo | None = None,
                   max_json_depth: int = JSON_DEPTH, deadline: Deadline = NO_DEADLINE,
-                  wire: bytes | None = None) -> compact.CompactInput:
+                  wire: bytes | None = None, resumed: earlier_step.Resumed | None = None) -> compact.CompactInput:
     require(request, "conversation", "model")
     session_id(request.conversation, max_session_id_bytes)
     return compact.CompactInput(
-        **shared_fields(request, memo, max_json_depth, deadline, wire),
+        **shared_fields(request, memo, max_json_depth, deadline, wire, resumed),
         overflow=request.overflow,
         auto=request.auto,
         attempts=request.attempts,

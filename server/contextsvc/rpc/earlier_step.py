@@ -6,8 +6,14 @@ sessions may share that key: each keeps its last step, STEPS_PER_KEY at most); t
 of the session compares its own bytes with them (one memcmp, no hash of the history), and
 converts, hashes and scans only what follows the longest earlier prefix it starts with. Equal
 bytes parse to equal messages, so the kept conversion stands; different bytes are a miss, never
-a wrong answer. The request was parsed whole first (the transport's parse): its bytes are valid
-protobuf.
+a wrong answer.
+
+The transport's parse leaves those messages out (skeleton): it finds the earlier step in the
+request's bytes before parsing them, and parses the request without the messages that step
+converted, so a step of a megabyte history parses what it adds. The bytes left out are equal to
+bytes that parsed before, as whole message entries, so the request parses; a request the
+skeleton cannot stand for exactly (its session id not the one its key was read with) is parsed
+whole. Otherwise the request was parsed whole first: its bytes are valid protobuf.
 """
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ from ..native import WIRE_I32, WIRE_I64, WIRE_LEN, WIRE_VARINT
 from ..v1 import context_pb2 as pb
 
 _MESSAGES = pb.Conversation.MESSAGES_FIELD_NUMBER
+_SESSION_ID = pb.Conversation.SESSION_ID_FIELD_NUMBER
 # the steps kept under one key, newest first: sessions without a session id that start with the
 # same message (a fleet running one task) each keep their own last step
 STEPS_PER_KEY = 8
@@ -37,6 +44,9 @@ class Converted:
     keys: tuple  # the memo's MESSAGE key of each (touched while the step is continued)
     token: bytes  # names this conversation for what later stages keep (conversation.Lineage)
     size: int  # what it holds: the request's bytes, and its tuples
+    # its messages are written back to back from the first: region holds nothing else (no entry
+    # of another field between them), so a request may be parsed without them (skeleton)
+    contiguous: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +55,9 @@ class Located:
     origin: int  # the start of its first message's entry
     end: int  # the end of the conversation
     key: tuple  # memo.CONVERTED key: the session and the bytes of the first message
+    start: int = 0  # the start of the conversation's value
+    length_at: int = -1  # where the conversation's length is written; -1: the bytes are the conversation
+    session_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,25 +112,78 @@ def _fields(data: bytes, pos: int, end: int):
         raise ValueError("too many entries")
 
 
-def locate(wire: bytes, at: int, session_id: str) -> Optional[Located]:
+def locate(wire: bytes, at: int, session_id: str | None = None) -> Optional[Located]:
     """Where the conversation of a request lies in wire (at: its field number; 0: wire is the
     conversation), or None when it is written in a way this does not follow (the conversation
-    in several pieces, no message), which the general way handles."""
+    in several pieces, no message), which the general way handles. session_id: the parsed
+    conversation's; None: the last one written before its first message (how encoders write
+    it), which the caller checks against the parse."""
     try:
-        start, end = 0, len(wire)
+        start, end, length_at = 0, len(wire), -1
         if at:
-            found = [(value, after) for number, kind, _, value, after in _fields(wire, 0, len(wire))
+            found = [(entry, value, after) for number, kind, entry, value, after in _fields(wire, 0, len(wire))
                      if number == at and kind == WIRE_LEN]
             if len(found) != 1:
                 return None
-            start, end = found[0]
-        for number, kind, origin, _, after in _fields(wire, start, end):
+            entry, start, end = found[0]
+            length_at = _varint(wire, entry)[1]
+        written = ""
+        for number, kind, origin, value, after in _fields(wire, start, end):
             if number == _MESSAGES and kind == WIRE_LEN:
                 first = hashlib.sha256(memoryview(wire)[origin:after]).digest()
-                return Located(origin, end, (CONVERTED, session_id, first))
-    except (ValueError, IndexError):
+                sid = written if session_id is None else session_id
+                return Located(origin, end, (CONVERTED, sid, first), start, length_at, sid)
+            if number == _SESSION_ID and kind == WIRE_LEN and session_id is None:
+                written = bytes(wire[value:after]).decode()
+    except (ValueError, IndexError):  # UnicodeDecodeError is a ValueError: the parse refuses it
         return None
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """The earlier step whose messages a request was parsed without (skeleton)."""
+    where: Located
+    found: Found
+
+
+def skeleton(memo: Memo, wire: bytes, at: int) -> Optional[tuple[bytes, Resumed]]:
+    """(the bytes of the request wire without the messages of the earlier step its conversation
+    (field at) continues, that step), or None when there is none, or its messages were not
+    written alone back to back. The session id its key was read with is the caller's to check
+    against the parse of those bytes: they hold every session id entry wire holds."""
+    where = locate(wire, at)
+    if where is None or where.length_at < 0:
+        return None
+    found = find(memo, wire, where)
+    if found is None or not found.converted.contiguous:
+        return None
+    cut = found.converted.ends[found.kept - 1]  # the bytes of the messages left out
+    view = memoryview(wire)
+    rest = b"".join((view[:where.length_at], _encoded_varint(where.end - where.start - cut),
+                     view[where.start:where.origin], view[where.origin + cut:]))
+    return rest, Resumed(where, found)
+
+
+def back_to_back(spans: list, first: int) -> bool:
+    """Whether the message entries whose values are wire[a:b] for (a, b) in spans are written one
+    after the other from first, nothing between them: each a one-byte tag and its length in the
+    fewest bytes, as encoders write them (any other way reads as a gap: a miss)."""
+    at = first
+    for a, b in spans:
+        if a - 1 - ((b - a).bit_length() + 6) // 7 - (a == b) != at:
+            return False
+        at = b
+    return True
+
+
+def _encoded_varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
 
 def find(memo: Memo, wire: bytes, where: Located) -> Optional[Found]:
@@ -143,10 +209,10 @@ def find(memo: Memo, wire: bytes, where: Located) -> Optional[Found]:
 
 
 def keep(memo: Memo, wire: bytes, where: Located, ends: tuple, messages: list, keys: tuple,
-         found: Optional[Found]) -> Converted:
+         found: Optional[Found], contiguous: bool) -> Converted:
     """Keeps this step's conversion for the next, in place of the step it continues (others
     under the same key stay, up to STEPS_PER_KEY): ends are where each message ends, from
-    where.origin. Its token is the digest of its bytes, chained from the earlier step's when it
+    where.origin; contiguous: each message starts where the one before it ends. Its token is the digest of its bytes, chained from the earlier step's when it
     continues all of that step (so only the new bytes are hashed): equal tokens, equal bytes."""
     region = memoryview(wire)[where.origin:where.origin + ends[-1]]
     if found is not None and found.whole:
@@ -154,7 +220,7 @@ def keep(memo: Memo, wire: bytes, where: Located, ends: tuple, messages: list, k
     else:
         token = hashlib.sha256(region).digest()
     size = len(wire) + sys.getsizeof(ends) + 2 * sys.getsizeof(keys)  # the messages' tuple is as long as keys
-    value = Converted(region, ends, tuple(messages), keys, token, size)
+    value = Converted(region, ends, tuple(messages), keys, token, size, contiguous)
     replaced = found.converted if found is not None else None
     others = memo.get_many([where.key], counted=False)[0] or ()
     steps = (value,) + tuple(step for step in others if step is not replaced)[:STEPS_PER_KEY - 1]

@@ -1,7 +1,8 @@
 """The gRPC servicer: protobuf -> core types -> core call -> protobuf. Nothing else.
 
 A method whose request carries a conversation takes it with the bytes it came in
-(conversion.Received, from conversion.parser) or, called directly, as a message.
+(conversion.Received, from conversion.parser with the servicer's memo) or, called directly, as a
+message.
 
 Checks and conversions are conversion's; errors raised by either are mapped to statuses by
 calls.py (statuses.py's table).
@@ -43,11 +44,17 @@ class ContextService(pb_grpc.ContextServiceServicer):
         self._memo = Memo(cfg.server.memo_bytes) if cfg.server.memo_bytes else None
         self._summarizer = compact.make_summarizer(cfg, self._memo)
 
+    @property
+    def memo(self) -> Memo | None:
+        """What earlier calls computed, shared by every method (None when server.memo_bytes is 0):
+        the transport's parse reads it too (conversion.parser)."""
+        return self._memo
+
     def Measure(self, request: pb.MeasureRequest | conversion.Received, context) -> pb.MeasureResponse:
         deadline = _deadline(context)
-        request, wire = conversion.received(request)
+        request, wire, resumed = conversion.received(request)
         inp = conversion.step_input(request, self._cfg.server.max_session_id_bytes, self._memo,
-                                    self._json_depth, deadline, wire)
+                                    self._json_depth, deadline, wire, resumed)
         r = assemble.run(inp, self._cfg, serialize=False, hashes=request.want_cache_state,
                           exact_counters=self._exact, deadline=deadline, memo=self._memo)
         if self._metrics is not None:
@@ -57,9 +64,9 @@ class ContextService(pb_grpc.ContextServiceServicer):
 
     def Prune(self, request: pb.PruneRequest | conversion.Received, context) -> pb.PruneResponse:
         deadline = _deadline(context)
-        request, wire = conversion.received(request)
+        request, wire, resumed = conversion.received(request)
         reason, mdl = conversion.prune_input(request, self._cfg.server.max_session_id_bytes)
-        conv = conversion.request_conversation(request, self._memo, self._json_depth, deadline, wire)
+        conv = conversion.request_conversation(request, self._memo, self._json_depth, deadline, wire, resumed)
         r = prune.prune(conv, reason, conversion.compaction_settings(request.compaction), self._cfg, model=mdl,
                         memo=self._memo, deadline=deadline)
         if self._metrics is not None:
@@ -68,9 +75,9 @@ class ContextService(pb_grpc.ContextServiceServicer):
 
     def Compact(self, request: pb.CompactRequest | conversion.Received, context) -> pb.CompactResponse:
         deadline = _deadline(context)
-        request, wire = conversion.received(request)
+        request, wire, resumed = conversion.received(request)
         inp = conversion.compact_input(request, self._cfg.server.max_session_id_bytes, self._memo,
-                                       self._json_depth, deadline, wire)
+                                       self._json_depth, deadline, wire, resumed)
         r = compact.compact(inp, self._cfg, self._summarizer, deadline, memo=self._memo)
         if self._metrics is not None:
             self._metrics.record_compaction(r.outcome, r.backend, r.fell_back, r.retention)
@@ -78,9 +85,9 @@ class ContextService(pb_grpc.ContextServiceServicer):
 
     def Assemble(self, request: pb.AssembleRequest | conversion.Received, context) -> pb.AssembleResponse:
         deadline = _deadline(context)
-        request, wire = conversion.received(request)
+        request, wire, resumed = conversion.received(request)
         inp = conversion.step_input(request, self._cfg.server.max_session_id_bytes, self._memo,
-                                    self._json_depth, deadline, wire)
+                                    self._json_depth, deadline, wire, resumed)
         r = assemble.assemble(inp, self._cfg, exact_counters=self._exact, deadline=deadline, memo=self._memo)
         if self._metrics is not None:
             m = r.measurement
