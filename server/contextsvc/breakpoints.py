@@ -45,9 +45,17 @@ class Policy:
     ttl: str = TTL_DEFAULT
 
 
+def _last_user(roles: list) -> int:
+    """The index of the last "user" element, or -1, looked for from the end: a history is a
+    thousand elements, and its last user message is near the end."""
+    for i in range(len(roles) - 1, -1, -1):
+        if roles[i] == "user":
+            return i
+    return -1
+
+
 def _segment(lowered, index: int) -> str:
-    last_user = max((i for i, r in enumerate(lowered.roles) if r == "user"), default=-1)
-    return "tail" if index >= last_user else "history"
+    return "tail" if index >= _last_user(lowered.roles) else "history"
 
 
 def takes_auto_markers(provider: str, model_id: str, marker_models=MARKER_MODELS) -> bool:
@@ -147,8 +155,8 @@ def _auto(lowered, provider: str, tools: list, ttl: str) -> list:
         # lookback (20 blocks on Anthropic), and every step would be written again in full.
         # Then the last system block (its entry survives a compaction, which rewrites the
         # messages) and the last tool (it survives a change of the system prompt).
-        users = [i for i, r in enumerate(lowered.roles) if r == "user"]
-        out = [Breakpoint("message", users[-1], "tail", ttl)] if users else []
+        last_user = _last_user(lowered.roles)
+        out = [Breakpoint("message", last_user, "tail", ttl)] if last_user >= 0 else []
         if n_sys:
             out.append(Breakpoint("system", n_sys - 1, "system", ttl))
         if tools:

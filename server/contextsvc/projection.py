@@ -52,10 +52,11 @@ def compaction_points(messages: list) -> list:
 _MAY_CUT = operator.attrgetter("may_cut")
 
 
-def last_compaction(messages: list) -> int:
+def last_compaction(messages: list, points: list | None = None) -> int:
     """Stored index of the last completed compaction's summary, or -1: what was stored after it
-    is what the conversation has done since (the kept tail is stored before the marker)."""
-    for i in compaction_points(messages):
+    is what the conversation has done since (the kept tail is stored before the marker).
+    points: compaction_points(messages), when the caller has them."""
+    for i in compaction_points(messages) if points is None else points:
         msg = messages[i]
         if msg.role == m.USER and msg.compaction() is not None:
             s = _completed_summary_for(messages, i)
@@ -68,14 +69,15 @@ def last_compaction(messages: list) -> int:
     return -1
 
 
-def project(messages: list) -> list:
+def project(messages: list, points: list | None = None) -> list:
     """The messages to send, in send order.
 
     The last compaction point whose summary finished cuts history there. With a
     tail_start_id the order is [compaction user, summary, kept tail, later messages]. A manual
     summary (a finished summary whose parent is a plain user message) cuts history there too.
+    points: compaction_points(messages), when the caller has them.
     """
-    for i in compaction_points(messages):
+    for i in compaction_points(messages) if points is None else points:
         msg = messages[i]
         if msg.role == m.USER and msg.compaction() is not None:
             s = _completed_summary_for(messages, i)

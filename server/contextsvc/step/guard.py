@@ -35,17 +35,18 @@ class Guard:
 
 
 def payload_guard(conv: m.Conversation, over: bool, plan: Plan, memo: Memo | None = None,
-                  deadline: Deadline = NO_DEADLINE, keys: list | None = None) -> Guard:
+                  deadline: Deadline = NO_DEADLINE, keys: list | None = None, points: list | None = None) -> Guard:
     """The payload guard, one step of every RPC that sizes a body (Measure, Assemble): a body
     over REQUEST_PRUNE_BYTES (over) runs the payload-limit prune (parts marked compacted at
     plan.now_ms, default now) and strips historical media; Guard.conversation is then what to build
     instead. A body still over is sent anyway (the caller says so). memo: the prune's
     per-message validation and scans, as the Prune RPC keeps them, and the guard's own entries;
-    keys: guard_keys(conv), when the step has them already."""
+    keys: guard_keys(conv), and points: projection.compaction_points(conv.messages), when the
+    step has them already (the prune's marks move no compaction point)."""
     if not over:
         return Guard()
     pruned, shrunk = _pruned(conv, plan, memo, deadline, keys)
-    messages, stripped = media_strip.strip(shrunk)
+    messages, stripped = media_strip.strip(shrunk, points)
     if not (pruned or stripped):
         return Guard(tripped=True)
     return Guard(True, list(pruned), stripped, dataclasses.replace(conv, messages=messages))

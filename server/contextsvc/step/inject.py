@@ -53,14 +53,15 @@ def _written_by_person(msg: m.Message) -> bool:
     return any(not (isinstance(p.content, m.Text) and (p.content.synthetic or p.content.ignored)) for p in msg.parts)
 
 
-def inject(messages: list, turn: Turn, now: Optional[dt.datetime] = None) -> Injected:
+def inject(messages: list, turn: Turn, now: Optional[dt.datetime] = None, points: list | None = None) -> Injected:
     """The messages to send with this turn's injections, what was injected, the environment block
-    used and the parts the client stores."""
+    used and the parts the client stores. points: projection.compaction_points(messages), when
+    the caller has them (the injected messages have the same: no injection is one)."""
     messages = list(messages)
     injected, block, persist = [], "", []
     # Injections go to the last user message in *send* order: after a compaction that kept a
     # tail, the compaction marker moves to the head, so the original order would pick it.
-    sent = projection.project(messages)
+    sent = projection.project(messages, points)
     last_user = projection.last_index(sent, lambda x: x.role == m.USER and x.compaction() is None)
     # looked for from the end, where it almost always is
     u = next(i for i in range(len(messages) - 1, -1, -1) if messages[i] is sent[last_user]) if last_user >= 0 else -1

@@ -9,15 +9,17 @@ from .. import conversation as m, projection
 from ..lowering.neutral import attachment_note
 
 
-def strip(messages: list) -> tuple:
-    """Media before the last user message with a real part become notes, once a summary exists."""
+def strip(messages: list, points: list | None = None) -> tuple:
+    """Media before the last user message with a real part become notes, once a summary exists.
+    points: projection.compaction_points(messages), when the caller has them."""
+    if points is None:
+        points = projection.compaction_points(messages)
     # a summary is a compaction point: only those are looked at
-    if not any(messages[i].role == m.ASSISTANT and messages[i].summary and messages[i].finished
-               for i in projection.compaction_points(messages)):
+    if not any(messages[i].role == m.ASSISTANT and messages[i].summary and messages[i].finished for i in points):
         return messages, 0
     cut = projection.last_index(messages, lambda x: x.role == m.USER and any(
         not (isinstance(p.content, m.Text) and p.content.synthetic) for p in x.parts))
-    sent = {x.id for x in projection.project(messages)}  # what is not sent needs no stripping
+    sent = {x.id for x in projection.project(messages, points)}  # what is not sent needs no stripping
     stripped, out = 0, []
     for i, msg in enumerate(messages):
         if i >= cut or msg.id not in sent:

@@ -42,14 +42,15 @@ class Pieces:
 
 
 def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
-                  deadline: Deadline = NO_DEADLINE) -> Pieces:
+                  deadline: Deadline = NO_DEADLINE, points: list | None = None) -> Pieces:
     """The lowered request (the history as sent: projection.project) and its media ledger. With
     the memo, each message's lowering is taken from it when seen before (by Message.digest), with
     the element_entry of each element it holds (Pieces.entries). deadline: counted per part and
-    per element (Deadline.count)."""
+    per element (Deadline.count). points: projection.compaction_points(conv.messages), when the
+    caller has them."""
     mdl, tools, system = plan.model, plan.tools, plan.system
     prompt_dir, placeholders, tools_disabled = plan.cfg.assemble.prompt_dir, plan.placeholders, plan.tools_disabled
-    projected = projection.project(conv.messages)
+    projected = projection.project(conv.messages, points)
     if memo is not None and _memoizable(projected, mdl.provider):
         lowered, ledger, resume, entries = _lower_memoized(projected, memo, conv, mdl, tools, system, prompt_dir,
                                                            placeholders, tools_disabled, deadline)

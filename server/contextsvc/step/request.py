@@ -256,14 +256,17 @@ def place(lowered: Lowered, ledger: MediaLedger, provider: str, chosen: list, me
 
 
 def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
-          deadline: Deadline = NO_DEADLINE) -> Request:
+          deadline: Deadline = NO_DEADLINE, points: list | None = None) -> Request:
     """Lowers the request (step.pieces) and places its cache breakpoints (the auto policy unless
     hinted); with plan.hashes, also the prefix digest at every element (a serialization pass)
     and, with plan.previous, what changed since. deadline: checked between stages and every
-    CHECK_EVERY elements of the loops here."""
+    CHECK_EVERY elements of the loops here. points: projection.compaction_points(conv.messages),
+    when the caller has them."""
     mdl = plan.model
     deadline.check("lowering")
-    pieces = lower_request(conv, plan, memo, deadline)
+    if points is None:
+        points = projection.compaction_points(conv.messages)
+    pieces = lower_request(conv, plan, memo, deadline, points)
     lowered, ledger = pieces.lowered, pieces.ledger
     lowered.body.update(provider_management.body_fields(plan.management, plan.fmt, plan.tools)[0])
     if not lowered.messages:  # every provider refuses a request without a message
@@ -288,10 +291,10 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
         entries[i] = [hashed.get(id(e)), json_lengths(e), None]
     system = {id(e): [hashed.get(id(e)), json_lengths(e), None] for e in lowered.system}
     request = Request(lowered, ledger, entries, system, chosen, chain, memo=memo, resume=pieces.resume,
-                      last_compaction=projection.last_compaction(conv.messages))
+                      last_compaction=projection.last_compaction(conv.messages, points))
     mc = plan.cfg.measure
     if (mc.calibrated_figures or plan.exact) and (ledger.media_count or ledger.saved_units or ledger.extra):
-        request.estimated = estimate_lowered(conv, plan, memo)
+        request.estimated = estimate_lowered(conv, plan, memo, points)
     deadline.check("measure")
     if plan.hashes:
         request.digests = prefix.digests(lowered, chain, conv.messages, plan.fmt, request.last_compaction)
@@ -318,9 +321,11 @@ def estimate_text(conv: m.Conversation, plan: Plan, memo: Memo | None = None) ->
     return text
 
 
-def estimate_lowered(conv: m.Conversation, plan: Plan, memo: Memo | None = None) -> Lowered:
-    """The lowered request whose elements estimate_text serializes (media as placeholders)."""
-    pieces = lower_request(conv, dataclasses.replace(plan, placeholders=True), memo)
+def estimate_lowered(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
+                     points: list | None = None) -> Lowered:
+    """The lowered request whose elements estimate_text serializes (media as placeholders);
+    points: projection.compaction_points(conv.messages), when the caller has them."""
+    pieces = lower_request(conv, dataclasses.replace(plan, placeholders=True), memo, points=points)
     place(pieces.lowered, pieces.ledger, plan.model.provider, _choose(pieces.lowered, plan, conv), pieces.shared)
     return pieces.lowered
 

@@ -10,7 +10,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import conversation as m, validate, window
+from .. import conversation as m, projection, validate, window
 from ..deadline import NO_DEADLINE, Deadline
 from ..errors import BadInput
 from ..memo import Memo
@@ -48,27 +48,30 @@ def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Mem
     checked between stages and inside the per-element loops (errors.DeadlineExceeded)."""
     if not checked:
         check(conv, plan, memo, deadline)
-    injected = inject(conv.messages, turn, now) if turn is not None else Injected(conv.messages, [], "")
+    # found once for every stage that reads them (a pass over a thousand messages each): the
+    # step's own edits (injections, the guard's marks and media notes) add, move or drop none
+    points = projection.compaction_points(conv.messages)
+    injected = inject(conv.messages, turn, now, points) if turn is not None else Injected(conv.messages, [], "")
     sent = dataclasses.replace(conv, messages=injected.messages)
     # a history the guard pruned at an earlier step is sized before its body is hashed: the
     # guard most likely replaces it, and it is hashed only if it is sent after all
     keys = guard_keys(sent, plan) if plan.hashes and memo is not None else None
     hashed = not (keys is not None and pruned_before(keys, memo))
-    request = build(sent, plan if hashed else dataclasses.replace(plan, hashes=False), memo, deadline)
+    request = build(sent, plan if hashed else dataclasses.replace(plan, hashes=False), memo, deadline, points)
     over, measurement = _over_guard(request, plan), None
     if not (hashed or over):
-        request, hashed = build(sent, plan, memo, deadline), True
+        request, hashed = build(sent, plan, memo, deadline, points), True
     if over is None:  # within a few bytes of the guard: the output budget decides
         measurement = finish(sent, request, plan, memo, exact_counters, deadline)
         over = measurement.body_bytes > plan.cfg.assemble.request_prune_bytes
-    guard = payload_guard(sent, over, plan, memo, deadline, keys)
+    guard = payload_guard(sent, over, plan, memo, deadline, keys, points)
     if guard.conversation is not None:
         # the messages as they were before the guard changed some: the baseline is rebased on those
-        request = build(guard.conversation, plan, memo, deadline)
+        request = build(guard.conversation, plan, memo, deadline, points)
         measurement = finish(guard.conversation, request, plan, memo, exact_counters, deadline, sent.messages)
     elif measurement is None:
         if not hashed:
-            request = build(sent, plan, memo, deadline)
+            request = build(sent, plan, memo, deadline, points)
         measurement = finish(sent, request, plan, memo, exact_counters, deadline)
     return Step(measurement, request, guard, injected)
 

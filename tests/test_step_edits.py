@@ -1,0 +1,64 @@
+"""A step's own edits move no compaction point (step.run finds them once for every stage): the
+per-turn injections, the payload guard's prune marks and its media notes leave every compaction
+marker and summary where it was, on the corpus's sessions of every provider (compactions,
+manual summaries, media, tool outputs of every state)."""
+from __future__ import annotations
+
+import datetime as dt
+
+from helpers import corpus
+from helpers.convo import assistant, text, tool, user
+from contextsvc import conversation as m, projection, prune
+from contextsvc.rpc import conversion
+from contextsvc.step import media_strip
+from contextsvc.step.environment import Editor
+from contextsvc.step.inject import Turn, inject
+from contextsvc.v1 import context_pb2 as pb
+
+
+def _edited(messages: list) -> dict:
+    """Each of the step's edits of messages, as the step makes them."""
+    turn = Turn(Editor(current_time="2026-12-05T10:00:00+00:00", working_directory="/repo"), step=4, max_steps=4,
+                plan_reminder="finish the plan")
+    injected = inject(messages, turn, dt.datetime(2026, 12, 5, tzinfo=dt.timezone.utc)).messages
+    outputs = [p.id for x in messages for p in x.parts if isinstance(p.content, m.Tool)]
+    pruned = prune.apply(m.Conversation(messages=injected), outputs, 1_000).messages
+    stripped, _ = media_strip.strip(pruned)
+    return {"injected": injected, "pruned": pruned, "stripped": stripped}
+
+
+def _summarized_with_media() -> pb.Conversation:
+    """A manual summary, after it a user message with an image and a tool output with one: the
+    guard strips both (media before the last typed message, once a summary exists)."""
+    image = pb.FilePart(mime="image/png", filename="a.png", data=corpus.PNG)
+    shot = tool("t1", "c1", "screenshot", {})
+    shot.tool.state.attachments.append(image)
+    return pb.Conversation(session_id="s", messages=[
+        user("u1", text("p1", "fix the parser")),
+        assistant("a1", text("p2", "done")),
+        user("u2", text("p3", "summarize"), pb.Part(id="p4", file=image)),
+        assistant("a2", text("p5", "Summary: the parser is fixed."), summary=True, parent_id="u2"),
+        user("u3", text("p6", "take a screenshot")),
+        assistant("a3", shot),
+        user("u4", text("p7", "and now?")),
+    ])
+
+
+def test_the_steps_edits_move_no_compaction_point():
+    seen = {"points": 0, "appended": 0, "pruned": 0, "stripped": 0}
+    sessions = [conversion.conversation(_summarized_with_media())]
+    sessions += [conversion.request_conversation(case.request)
+                 for provider in corpus.PROVIDER_ENUM for case in corpus.cases(provider, 12)]
+    for conv in sessions:
+        messages = conv.messages
+        points = projection.compaction_points(messages)
+        edited = _edited(messages)
+        for name, after in edited.items():
+            assert projection.compaction_points(after) == points, (conv.messages[0].id, name)
+            assert projection.project(after, points) == projection.project(after), (conv.messages[0].id, name)
+            assert projection.last_compaction(after, points) == projection.last_compaction(after)
+        seen["points"] += bool(points)
+        seen["appended"] += len(edited["injected"]) > len(messages)
+        seen["pruned"] += any(a is not b for a, b in zip(edited["pruned"], edited["injected"]))
+        seen["stripped"] += any(a is not b for a, b in zip(edited["stripped"], edited["pruned"]))
+    assert all(seen.values()), seen  # sessions with compaction points, and each edit changed some
