@@ -108,10 +108,9 @@ def digests(wire: bytes, spans: list) -> list:
     return [blake2b(view[start:end], digest_size=MESSAGE_DIGEST_BYTES).digest() for start, end in spans]
 
 
-def message_prefix_keys(messages: list, kind: str, settings) -> list:
-    """(k, (kind, digest of the first k messages' digests, settings)), longest first
-    (prefix_digests), as far as every message has a digest: the keys of what a step keeps of a
-    conversation's first messages for the session's next step."""
+def message_prefix_digests(messages: list) -> list:
+    """(k, digest of the first k messages' digests), longest first (prefix_digests), as far as
+    every message has a digest: what message_prefix_keys are made of, the same for every kind."""
     kept = list(map(_DIGEST, messages))
     if b"" in kept:
         del kept[kept.index(b""):]
@@ -120,7 +119,17 @@ def message_prefix_keys(messages: list, kind: str, settings) -> list:
     size = MESSAGE_DIGEST_BYTES
     ends = (range(size, len(joined) + 1, size) if len(joined) == size * len(kept)
             else list(itertools.accumulate(map(len, kept))))
-    return [(k, (kind, key, settings)) for k, key in prefix_digests(joined, ends, kind.encode())]
+    return prefix_digests(joined, ends, b"messages")
+
+
+def message_prefix_keys(messages: list, kind: str, settings, digests: list | None = None) -> list:
+    """(k, (kind, digest of the first k messages' digests, settings)), longest first, as far as
+    every message has a digest: the keys of what a step keeps of a conversation's first messages
+    for the session's next step. digests: message_prefix_digests(messages), when the caller has
+    them (a step reads the keys of two kinds of its messages: a pass over a thousand saved)."""
+    if digests is None:
+        digests = message_prefix_digests(messages)
+    return [(k, (kind, key, settings)) for k, key in digests]
 
 
 _DIGEST = operator.attrgetter("digest")

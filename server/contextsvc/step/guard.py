@@ -108,10 +108,12 @@ def pruned_before(keys: list, memo: Memo) -> bool:
     return found is not None and bool(found.part_ids)
 
 
-def guard_keys(conv: m.Conversation, plan: Plan) -> list:
-    """The GUARD keys of conv's first messages, longest first (memo.message_prefix_keys)."""
+def guard_keys(conv: m.Conversation, plan: Plan, digests: list | None = None) -> list:
+    """The GUARD keys of conv's first messages, longest first (memo.message_prefix_keys; digests:
+    memo.message_prefix_digests(conv.messages), when the step has them)."""
     g = prune.gates(plan.compaction, plan.cfg, plan.model)
-    return message_prefix_keys(conv.messages, GUARD, (g, prune.enabled(prune.PAYLOAD_LIMIT, plan.compaction, plan.cfg)))
+    return message_prefix_keys(conv.messages, GUARD, (g, prune.enabled(prune.PAYLOAD_LIMIT, plan.compaction, plan.cfg)),
+                               digests)
 
 
 def _prune(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadline) -> tuple:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import operator
 import sys
 from dataclasses import dataclass
 from typing import Optional
@@ -42,18 +43,21 @@ class Pieces:
 
 
 def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
-                  deadline: Deadline = NO_DEADLINE, points: list | None = None) -> Pieces:
+                  deadline: Deadline = NO_DEADLINE, points: list | None = None,
+                  digests: list | None = None) -> Pieces:
     """The lowered request (the history as sent: projection.project) and its media ledger. With
     the memo, each message's lowering is taken from it when seen before (by Message.digest), with
     the element_entry of each element it holds (Pieces.entries). deadline: counted per part and
-    per element (Deadline.count). points: projection.compaction_points(conv.messages), when the
-    caller has them."""
+    per element (Deadline.count). points: projection.compaction_points(conv.messages), and
+    digests: memo.message_prefix_digests(conv.messages), when the caller has them."""
     mdl, tools, system = plan.model, plan.tools, plan.system
     prompt_dir, placeholders, tools_disabled = plan.cfg.assemble.prompt_dir, plan.placeholders, plan.tools_disabled
     projected = projection.project(conv.messages, points)
     if memo is not None and _memoizable(projected, mdl.provider):
+        if digests is not None and not _same(projected, conv.messages):  # history was cut
+            digests = None
         lowered, ledger, resume, entries = _lower_memoized(projected, memo, conv, mdl, tools, system, prompt_dir,
-                                                           placeholders, tools_disabled, deadline)
+                                                           placeholders, tools_disabled, deadline, digests)
         return Pieces(lowered, ledger, True, resume, entries)
     messages = to_model_messages(projected, mdl, deadline)
     ledger = MediaLedger(placeholders=placeholders)
@@ -72,6 +76,11 @@ def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     if plan.fmt.trims_final_text:
         trim_final_text(lowered.messages, lowered.roles, plan.fmt.merged_key)
     return Pieces(lowered, ledger, False)
+
+
+def _same(a: list, b: list) -> bool:
+    """Whether two lists hold the very same objects, compared in C."""
+    return len(a) == len(b) and all(map(operator.is_, a, b))
 
 
 def _memoizable(messages: list, provider: str) -> bool:
@@ -194,7 +203,7 @@ def _merged_charge(found: list, entries: list) -> int:
 
 def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, tools: list,
                     system: m.SystemPrompt, prompt_dir: str, placeholders: bool, tools_disabled: bool,
-                    deadline: Deadline) -> tuple[Lowered, MediaLedger, Resume, list]:
+                    deadline: Deadline, digests: list | None) -> tuple[Lowered, MediaLedger, Resume, list]:
     """lower_request from memoized pieces: each message lowered alone (or taken from the memo),
     consecutive elements of one role joined where the format joins them, then the lead user
     message; the same body as lowering the whole request at once. The elements put together
@@ -206,7 +215,7 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
                     messages=[], tools=tools, max_output=0, ledger=ledger, session_id=conv.session_id,
                     tools_disabled=tools_disabled)
     joined = FORMATS[mdl.provider].merged_key
-    candidates = message_prefix_keys(projected, PREFIX, settings)
+    candidates = message_prefix_keys(projected, PREFIX, settings, digests)
     start, kept = memo.longest(candidates)
     if kept is None:
         prefix = _Prefix([], [], [], [], [], [], [], [])

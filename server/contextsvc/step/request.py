@@ -256,17 +256,17 @@ def place(lowered: Lowered, ledger: MediaLedger, provider: str, chosen: list, me
 
 
 def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
-          deadline: Deadline = NO_DEADLINE, points: list | None = None) -> Request:
+          deadline: Deadline = NO_DEADLINE, points: list | None = None, digests: list | None = None) -> Request:
     """Lowers the request (step.pieces) and places its cache breakpoints (the auto policy unless
     hinted); with plan.hashes, also the prefix digest at every element (a serialization pass)
     and, with plan.previous, what changed since. deadline: checked between stages and every
     CHECK_EVERY elements of the loops here. points: projection.compaction_points(conv.messages),
-    when the caller has them."""
+    and digests: memo.message_prefix_digests(conv.messages), when the caller has them."""
     mdl = plan.model
     deadline.check("lowering")
     if points is None:
         points = projection.compaction_points(conv.messages)
-    pieces = lower_request(conv, plan, memo, deadline, points)
+    pieces = lower_request(conv, plan, memo, deadline, points, digests)
     lowered, ledger = pieces.lowered, pieces.ledger
     lowered.body.update(provider_management.body_fields(plan.management, plan.fmt, plan.tools)[0])
     if not lowered.messages:  # every provider refuses a request without a message

@@ -13,7 +13,7 @@ from typing import Optional
 from .. import conversation as m, projection, validate, window
 from ..deadline import NO_DEADLINE, Deadline
 from ..errors import BadInput
-from ..memo import Memo
+from ..memo import Memo, message_prefix_digests
 from .decision import decide
 from .figures import figures
 from .guard import Guard, guard_keys, payload_guard, pruned_before
@@ -55,12 +55,15 @@ def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Mem
     sent = dataclasses.replace(conv, messages=injected.messages)
     # a history the guard pruned at an earlier step is sized before its body is hashed: the
     # guard most likely replaces it, and it is hashed only if it is sent after all
-    keys = guard_keys(sent, plan) if plan.hashes and memo is not None else None
+    # (the lowering's keys are made of the same digests of its first messages as the guard's)
+    digests = message_prefix_digests(sent.messages) if plan.hashes and memo is not None else None
+    keys = guard_keys(sent, plan, digests) if digests is not None else None
     hashed = not (keys is not None and pruned_before(keys, memo))
-    request = build(sent, plan if hashed else dataclasses.replace(plan, hashes=False), memo, deadline, points)
+    request = build(sent, plan if hashed else dataclasses.replace(plan, hashes=False), memo, deadline, points,
+                    digests)
     over, measurement = _over_guard(request, plan), None
     if not (hashed or over):
-        request, hashed = build(sent, plan, memo, deadline, points), True
+        request, hashed = build(sent, plan, memo, deadline, points, digests), True
     if over is None:  # within a few bytes of the guard: the output budget decides
         measurement = finish(sent, request, plan, memo, exact_counters, deadline)
         over = measurement.body_bytes > plan.cfg.assemble.request_prune_bytes
@@ -71,7 +74,7 @@ def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Mem
         measurement = finish(guard.conversation, request, plan, memo, exact_counters, deadline, sent.messages)
     elif measurement is None:
         if not hashed:
-            request = build(sent, plan, memo, deadline, points)
+            request = build(sent, plan, memo, deadline, points, digests)
         measurement = finish(sent, request, plan, memo, exact_counters, deadline)
     return Step(measurement, request, guard, injected)
 
