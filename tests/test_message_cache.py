@@ -388,3 +388,40 @@ def test_the_parse_leaves_out_the_messages_of_the_earlier_step():
     grown = request("s3", n + 1).conversation.messages[-1].SerializeToString()
     wire = _field(1, gap + _field(2, grown)) + rest.SerializeToString()
     step(wire, 0)
+
+
+def test_the_conversion_scans_only_the_messages_a_step_adds():
+    """What a step's scans read of every message (conversation.Scanned: the messages that may cut
+    history, the latest compaction of a tool output) comes with the conversion, from the
+    session's earlier step for the messages it kept: equal at every step to a scan of the whole
+    conversation, whether a step adds messages, resumes before an edited one, or comes alone."""
+    from helpers.convo import assistant, text, tool, user
+    from contextsvc import conversation as m, projection
+    from contextsvc.rpc.message_keys import PREFIX_FROM_MESSAGES
+
+    def step_messages(k: int) -> list:
+        pid = f"k{k}"
+        if k % 7 == 3:  # a compaction: marker, then its summary
+            return [user(f"u{k}", pb.Part(id=pid, compaction=pb.CompactionPart(auto=True))),
+                    assistant(f"a{k}", text(pid + "s", "Summary."), summary=True, parent_id=f"u{k}")]
+        compacted = 1_000 + k if k % 3 == 0 else 0  # a tool output the client stored as pruned
+        return [user(f"u{k}", text(pid, f"go on {k}")),
+                assistant(f"a{k}", tool(pid + "t", f"c{k}", "read", {"path": "x"}, "out " * 50, compacted=compacted))]
+
+    cache = Memo(64 * 1024 * 1024)
+    msgs = []
+    for k in range(PREFIX_FROM_MESSAGES + 10):
+        msgs += step_messages(k)
+        convs = [pb.Conversation(session_id="s", messages=msgs)]
+        if k % 5 == 4:  # the last message edited: the step resumes before it
+            edited = pb.Conversation(session_id="s", messages=msgs)
+            edited.messages[-2].parts[0].text.text = "edited"
+            convs.append(edited)
+        for c in convs:
+            for memo in (cache, None):
+                got = conversion.conversation(c, memo=memo)
+                whole = m.NOTHING_SCANNED.extended(0, got.messages)
+                assert got.scanned == whole
+                assert got.scanned.points == projection.compaction_points(got.messages)
+                assert got.scanned.last_compacted_ms == max(x.last_compacted_ms() for x in got.messages)
+    assert got.scanned.cuts and got.scanned.last_compacted_ms > 0

@@ -5,6 +5,9 @@ short strings so the core reads like the design doc.
 """
 from __future__ import annotations
 
+import bisect
+import itertools
+import operator
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
@@ -238,13 +241,47 @@ class Lineage:
     digest: bytes  # names this one
 
 
+@dataclass(frozen=True, slots=True)
+class Scanned:
+    """What a step's scans read of every message of a conversation, worked out with its
+    conversion (rpc.conversion), where a session's next step reads only the messages it adds:
+    a step then makes no pass over a thousand messages for them (step.run)."""
+    cuts: tuple  # the indices of the messages that may cut history (Message.may_cut), ascending
+    # per message: the latest time_compacted_ms of a tool output of it or of a message before it
+    compacted: tuple
+
+    @property
+    def points(self) -> list:
+        """projection.compaction_points of the messages: the cuts, last first."""
+        return list(reversed(self.cuts))
+
+    @property
+    def last_compacted_ms(self) -> int:
+        """The latest time_compacted_ms of any tool output, 0 when none is compacted."""
+        return self.compacted[-1] if self.compacted else 0
+
+    def extended(self, kept: int, messages: list) -> "Scanned":
+        """The scans of messages whose first `kept` are these (read here: the others only)."""
+        cuts = self.cuts[:bisect.bisect_left(self.cuts, kept)] + tuple(
+            itertools.compress(range(kept, len(messages)), map(_MAY_CUT, messages[kept:])))
+        latest = self.compacted[kept - 1] if kept else 0
+        compacted = self.compacted[:kept] + tuple(
+            itertools.accumulate(map(_LAST_COMPACTED, messages[kept:]), max, initial=latest))[1:]
+        return Scanned(cuts, compacted)
+
+
+_MAY_CUT, _LAST_COMPACTED = operator.attrgetter("may_cut"), operator.attrgetter("_last_compacted")
+NOTHING_SCANNED = Scanned((), ())
+
+
 @dataclass(slots=True)
 class Conversation:
     messages: list  # list[Message], in send order; ids unique
     session_id: str = ""
-    # set by conversion, for the messages as they came off the wire; not an init field, so a
+    # set by conversion, for the messages as they came off the wire; not init fields, so a
     # copy with other messages (dataclasses.replace) has none
     lineage: Optional[Lineage] = field(default=None, init=False, repr=False, compare=False)
+    scanned: Optional[Scanned] = field(default=None, init=False, repr=False, compare=False)
 
 
 @dataclass(slots=True)

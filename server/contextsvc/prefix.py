@@ -225,12 +225,13 @@ def choice_digest(body: dict, fmt) -> bytes:
     return _short(json.dumps(body.get(fmt.tool_choice_key), sort_keys=True).encode())
 
 
-def digests(lowered, chain: Chain, messages: list, fmt, last: int) -> Digests:
+def digests(lowered, chain: Chain, messages: list, fmt, last: int, compacted: bool | None = None) -> Digests:
     """The digests of a built body: chain is prefix_hashes' result (taken before the markers
     were placed), messages the conversation the body was built from, fmt its WireFormat; last:
-    projection.last_compaction(messages)."""
+    projection.last_compaction(messages); compacted: whether a tool output of messages is
+    compacted, when known (conversation.Scanned)."""
     n_tools, n_system, _ = chain.counts  # Bedrock's system cachePoint block came later
-    counts = list(map(_COMPACTED_OUTPUTS, messages))
+    counts = list(map(_COMPACTED_OUTPUTS, messages)) if compacted is not False else ()
     pruned = [0] * (n_tools + n_system)
     if any(counts):
         # each element's sum over the messages it holds, in C: the guard's prune marks outputs in

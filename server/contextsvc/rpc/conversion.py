@@ -239,12 +239,13 @@ def conversation(c, path: str = "conversation", memo: Memo | None = None, max_js
             if memo is not None:
                 memo.put((MESSAGE, core.digest), core, sizes[i - start])
     out = m.Conversation(messages=messages, session_id=c.session_id)
+    out.scanned = (found.converted.scanned if found is not None else m.NOTHING_SCANNED).extended(start, messages)
     if where is not None:
         whole = found is not None and found.whole
         if start < n or not whole:  # kept for the session's next step
             ends = kept_ends + tuple(e - where.origin for _, e in spans)
-            token = earlier_step.keep(memo, wire, where, ends, messages,
-                                      kept_keys + tuple((MESSAGE, k) for k in keys), found, contiguous).token
+            token = earlier_step.keep(memo, wire, where, ends, messages, kept_keys + tuple((MESSAGE, k) for k in keys),
+                                      found, contiguous, out.scanned).token
         else:
             token = found.converted.token  # the same conversation again
         out.lineage = m.Lineage(start if whole else 0, found.converted.token if whole else b"", token)

@@ -22,6 +22,7 @@ import sys
 from dataclasses import dataclass
 from typing import Optional
 
+from ..conversation import NOTHING_SCANNED, Scanned
 from ..memo import CONVERTED, RESUME_WITHIN, Memo
 from ..native import WIRE_I32, WIRE_I64, WIRE_LEN, WIRE_VARINT
 from ..v1 import context_pb2 as pb
@@ -47,6 +48,7 @@ class Converted:
     # its messages are written back to back from the first: region holds nothing else (no entry
     # of another field between them), so a request may be parsed without them (skeleton)
     contiguous: bool = False
+    scanned: Scanned = NOTHING_SCANNED  # what the steps' scans read of its messages
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +211,7 @@ def find(memo: Memo, wire: bytes, where: Located) -> Optional[Found]:
 
 
 def keep(memo: Memo, wire: bytes, where: Located, ends: tuple, messages: list, keys: tuple,
-         found: Optional[Found], contiguous: bool) -> Converted:
+         found: Optional[Found], contiguous: bool, scanned: Scanned) -> Converted:
     """Keeps this step's conversion for the next, in place of the step it continues (others
     under the same key stay, up to STEPS_PER_KEY): ends are where each message ends, from
     where.origin; contiguous: each message starts where the one before it ends. Its token is the digest of its bytes, chained from the earlier step's when it
@@ -219,8 +221,9 @@ def keep(memo: Memo, wire: bytes, where: Located, ends: tuple, messages: list, k
         token = hashlib.sha256(found.converted.token + region[found.converted.ends[-1]:]).digest()
     else:
         token = hashlib.sha256(region).digest()
-    size = len(wire) + sys.getsizeof(ends) + 2 * sys.getsizeof(keys)  # the messages' tuple is as long as keys
-    value = Converted(region, ends, tuple(messages), keys, token, size, contiguous)
+    # the messages' tuple and the scans' per-message one are as long as keys
+    size = len(wire) + sys.getsizeof(ends) + 3 * sys.getsizeof(keys) + sys.getsizeof(scanned.cuts)
+    value = Converted(region, ends, tuple(messages), keys, token, size, contiguous, scanned)
     replaced = found.converted if found is not None else None
     others = memo.get_many([where.key], counted=False)[0] or ()
     steps = (value,) + tuple(step for step in others if step is not replaced)[:STEPS_PER_KEY - 1]

@@ -35,14 +35,18 @@ def baseline(messages: list) -> Optional[m.Message]:
     return msg
 
 
-def as_counted(messages: list, base: m.Message, before: list | None) -> list:
+def as_counted(messages: list, base: m.Message, before: list | None, latest: int | None = None) -> list:
     """(message as sent now, message as the provider counted it) of every message before base
     that changed since base was answered. before: the messages as they were before this step
     changed some of them (the payload guard), one for one with messages; None when it changed
-    none. The messages to look at are picked in C: a step's history is a thousand messages, of
-    which few or none changed (the guard's copies are hundreds)."""
-    end = _position(messages, base)
+    none. latest: the latest time a tool output of messages was compacted, when known
+    (conversation.Scanned): none since base was answered, and there is nothing to look for.
+    The messages to look at are picked in C: a step's history is a thousand messages, of which
+    few or none changed (the guard's copies are hundreds)."""
     since = base.time_completed_ms
+    if before is None and latest is not None and latest <= since:
+        return []
+    end = _position(messages, base)
     head = messages[:end]
     was = head if before is None else before[:end]
     compacted = list(map(since.__lt__, map(_LAST_COMPACTED, was)))  # counted whole, sent compacted

@@ -112,7 +112,8 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
     out.stretches["estimate"] = (normalized, tail, overhead, rewrite)
     base = baseline(conv.messages)
     if base is not None:
-        _rebase(out, as_counted(conv.messages, base, before), plan, exact_counters, memo)
+        latest = conv.scanned.last_compacted_ms if conv.scanned is not None else None
+        _rebase(out, as_counted(conv.messages, base, before, latest), plan, exact_counters, memo)
     anchor = out.decision_anchor
     if anchor is not None:
         # what was pruned before the anchor since was counted whole: compare with the prefix as counted

@@ -48,11 +48,15 @@ def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Mem
     checked between stages and inside the per-element loops (errors.DeadlineExceeded)."""
     if not checked:
         check(conv, plan, memo, deadline)
-    # found once for every stage that reads them (a pass over a thousand messages each): the
-    # step's own edits (injections, the guard's marks and media notes) add, move or drop none
-    points = projection.compaction_points(conv.messages)
+    # found once for every stage that reads them (a pass over a thousand messages each), or by
+    # the conversion: the step's own edits (injections, the guard's marks and media notes) add,
+    # move or drop none
+    scanned = conv.scanned
+    points = scanned.points if scanned is not None else projection.compaction_points(conv.messages)
     injected = inject(conv.messages, turn, now, points) if turn is not None else Injected(conv.messages, [], "")
     sent = dataclasses.replace(conv, messages=injected.messages)
+    if scanned is not None:  # injections compact nothing: only a message they add is read
+        sent.scanned = scanned.extended(len(conv.messages), sent.messages)
     # a history the guard pruned at an earlier step is sized before its body is hashed: the
     # guard most likely replaces it, and it is hashed only if it is sent after all
     # (the lowering's keys are made of the same digests of its first messages as the guard's)
