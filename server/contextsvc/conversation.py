@@ -11,6 +11,8 @@ import operator
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
+from .memo import MESSAGE_DIGEST_BYTES, joined_digests
+
 USER = "user"
 ASSISTANT = "assistant"
 
@@ -249,6 +251,9 @@ class Scanned:
     cuts: tuple  # the indices of the messages that may cut history (Message.may_cut), ascending
     # per message: the latest time_compacted_ms of a tool output of it or of a message before it
     compacted: tuple
+    # memo.joined_digests of the messages (what the memo's prefix keys are made of), None when
+    # a digest is not MESSAGE_DIGEST_BYTES long
+    digests: Optional[bytes]
 
     @property
     def points(self) -> list:
@@ -267,11 +272,15 @@ class Scanned:
         latest = self.compacted[kept - 1] if kept else 0
         compacted = self.compacted[:kept] + tuple(
             itertools.accumulate(map(_LAST_COMPACTED, messages[kept:]), max, initial=latest))[1:]
-        return Scanned(cuts, compacted)
+        digests = self.digests
+        if digests is not None and len(digests) >= MESSAGE_DIGEST_BYTES * kept:  # the kept all have one
+            new = joined_digests(messages[kept:])
+            digests = None if new is None else digests[:MESSAGE_DIGEST_BYTES * kept] + new
+        return Scanned(cuts, compacted, digests)
 
 
 _MAY_CUT, _LAST_COMPACTED = operator.attrgetter("may_cut"), operator.attrgetter("_last_compacted")
-NOTHING_SCANNED = Scanned((), ())
+NOTHING_SCANNED = Scanned((), (), b"")
 
 
 @dataclass(slots=True)

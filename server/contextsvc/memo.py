@@ -108,18 +108,33 @@ def digests(wire: bytes, spans: list) -> list:
     return [blake2b(view[start:end], digest_size=MESSAGE_DIGEST_BYTES).digest() for start, end in spans]
 
 
-def message_prefix_digests(messages: list) -> list:
-    """(k, digest of the first k messages' digests), longest first (prefix_digests), as far as
-    every message has a digest: what message_prefix_keys are made of, the same for every kind."""
+def joined_digests(messages: list) -> bytes | None:
+    """The digests of messages joined, as far as every message has one; None unless each is
+    MESSAGE_DIGEST_BYTES long (as every digest made here is)."""
     kept = list(map(_DIGEST, messages))
     if b"" in kept:
         del kept[kept.index(b""):]
     joined = b"".join(kept)
+    return joined if len(joined) == MESSAGE_DIGEST_BYTES * len(kept) else None
+
+
+def message_prefix_digests(messages: list, joined: bytes | None = None) -> list:
+    """(k, digest of the first k messages' digests), longest first (prefix_digests), as far as
+    every message has a digest: what message_prefix_keys are made of, the same for every kind.
+    joined: joined_digests(messages), when the caller has it (conversation.Scanned)."""
+    if joined is None:
+        joined = joined_digests(messages)
+    if joined is None:  # digests of other lengths (not made here): their ends are read one by one
+        kept = list(map(_DIGEST, messages))
+        if b"" in kept:
+            del kept[kept.index(b""):]
+        return prefix_digests(b"".join(kept), list(itertools.accumulate(map(len, kept))), _MESSAGES_DOMAIN)
     # every digest is MESSAGE_DIGEST_BYTES long: the ends need no pass over the lengths
     size = MESSAGE_DIGEST_BYTES
-    ends = (range(size, len(joined) + 1, size) if len(joined) == size * len(kept)
-            else list(itertools.accumulate(map(len, kept))))
-    return prefix_digests(joined, ends, b"messages")
+    return prefix_digests(joined, range(size, len(joined) + 1, size), _MESSAGES_DOMAIN)
+
+
+_MESSAGES_DOMAIN = b"messages"
 
 
 def message_prefix_keys(messages: list, kind: str, settings, digests: list | None = None) -> list:

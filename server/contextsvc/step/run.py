@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import operator
 from dataclasses import dataclass
 from typing import Optional
 
@@ -14,6 +15,7 @@ from .. import conversation as m, projection, validate, window
 from ..deadline import NO_DEADLINE, Deadline
 from ..errors import BadInput
 from ..memo import Memo, message_prefix_digests
+from ..positions import positions
 from .decision import decide
 from .figures import figures
 from .guard import Guard, guard_keys, payload_guard, pruned_before
@@ -48,20 +50,24 @@ def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Mem
     checked between stages and inside the per-element loops (errors.DeadlineExceeded)."""
     if not checked:
         check(conv, plan, memo, deadline)
-    # found once for every stage that reads them (a pass over a thousand messages each), or by
-    # the conversion: the step's own edits (injections, the guard's marks and media notes) add,
-    # move or drop none
+    # what the stages read of every message (a pass over a thousand each), found once: by the
+    # conversion when conv came off the wire (conversation.Scanned), read again here only for
+    # the messages the injections changed or added. The guard's edits (prune marks, media notes)
+    # move no compaction point either, so its build takes the same points.
     scanned = conv.scanned
     points = scanned.points if scanned is not None else projection.compaction_points(conv.messages)
     injected = inject(conv.messages, turn, now, points) if turn is not None else Injected(conv.messages, [], "")
     sent = dataclasses.replace(conv, messages=injected.messages)
-    if scanned is not None:  # injections compact nothing: only a message they add is read
-        sent.scanned = scanned.extended(len(conv.messages), sent.messages)
+    if scanned is not None:
+        sent.scanned = scanned.extended(_first_changed(sent.messages, conv.messages), sent.messages)
+        points = sent.scanned.points
+    # what the lowering's keys and the guard's are made of: the digests of the first messages
+    digests = None
+    if memo is not None:
+        digests = message_prefix_digests(sent.messages, sent.scanned.digests if scanned is not None else None)
     # a history the guard pruned at an earlier step is sized before its body is hashed: the
     # guard most likely replaces it, and it is hashed only if it is sent after all
-    # (the lowering's keys are made of the same digests of its first messages as the guard's)
-    digests = message_prefix_digests(sent.messages) if plan.hashes and memo is not None else None
-    keys = guard_keys(sent, plan, digests) if digests is not None else None
+    keys = guard_keys(sent, plan, digests) if plan.hashes and digests is not None else None
     hashed = not (keys is not None and pruned_before(keys, memo))
     request = build(sent, plan if hashed else dataclasses.replace(plan, hashes=False), memo, deadline, points,
                     digests)
@@ -81,6 +87,12 @@ def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Mem
             request = build(sent, plan, memo, deadline, points, digests)
         measurement = finish(sent, request, plan, memo, exact_counters, deadline)
     return Step(measurement, request, guard, injected)
+
+
+def _first_changed(now: list, was: list) -> int:
+    """The index of the first item of now that is not the very one of was, compared in C."""
+    changed = positions(list(map(operator.is_, now, was)), False)
+    return changed[0] if changed else min(len(now), len(was))
 
 
 def _over_guard(request: Request, plan: Plan) -> bool | None:
