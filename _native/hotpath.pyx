@@ -944,4 +944,44 @@ def json_profile(value):
         PyMem_Free(s)
 
 
+cdef extern from "Python.h":
+    Py_ssize_t cs_sizeof "(Py_ssize_t)_PySys_GetSizeOf" (object o) except -1
+
+
+def resident_size(obj, fields):
+    """_native_py.resident_size: the same walk, each step in C but the attribute values of
+    objects other than str, list, tuple, dict, int, float, bytes, bool and None."""
+    cdef Py_ssize_t size = 0
+    cdef list stack = [obj]
+    cdef object x, t
+    cdef long long v
+    cdef int overflow
+    while stack:
+        x = stack.pop()
+        t = type(x)
+        if t is str:
+            if cs_unicode_length(x):
+                size += cs_sizeof(x)
+        elif t is list or t is tuple:
+            size += cs_sizeof(x)
+            stack.extend(x)
+        elif t is dict:
+            size += cs_sizeof(x)
+            stack.extend((<dict>x).keys())
+            stack.extend((<dict>x).values())
+        elif t is int:
+            overflow = 0
+            v = cs_as_longlong(<PyObject *>x, &overflow)
+            if overflow or v < -5 or v > 256:
+                size += cs_sizeof(x)
+        elif x is None or t is bool:
+            pass
+        elif t is bytes or t is float:
+            size += cs_sizeof(x)
+        else:
+            size += cs_sizeof(x)
+            stack.extend(fields(t)(x))
+    return size
+
+
 include "wirescan.pxi"

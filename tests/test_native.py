@@ -8,6 +8,7 @@ importable unless CONTEXTSVC_NO_EXTENSIONS=1: a missing build fails here, it is 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import enum
 import json
 import math
@@ -255,7 +256,7 @@ def test_same_api(impl):
              "select_tail", "MAX_JSON_DEPTH", "text_profile", "TEXT_CLASSES", "PROFILE_BLOCK",
              "CJK_COUNTS", "json_profile", "number_text", "json_text", "has_float", "WIRE_DEPTH",
              "WIRE_VARINT", "WIRE_I64", "WIRE_LEN", "WIRE_I32", "WIRE_PLAIN", "WIRE_STRING", "WIRE_MESSAGE",
-             "wire_schema", "message_spans", "sum_profiles"}
+             "wire_schema", "message_spans", "sum_profiles", "resident_size"}
     assert names <= set(dir(impl))
     assert set(impl.__all__) == names
 
@@ -1032,3 +1033,59 @@ def test_json_profile_errors_as_every_json_walk(impl):
         impl.json_profile({"a": [object()]})
     with pytest.raises(TypeError):
         impl.json_profile({(1, 2): "tuple key"})
+
+
+# resident_size (the memo's charge of an entry): objects of every kind the memo holds, walked
+@dataclasses.dataclass(slots=True)
+class _Slotted:
+    a: object
+    b: object = None
+
+
+def _slotted_values(t):
+    assert t is _Slotted
+    return lambda x: (x.a, x.b)
+
+
+_RESIDENT_LEAVES = (st.none() | st.booleans() | st.integers(min_value=-10, max_value=300)
+                    | st.integers(min_value=-(2 ** 80), max_value=2 ** 80) | st.floats(allow_nan=False)
+                    | st.text(max_size=20) | st.binary(max_size=20))
+_RESIDENT_TREES = st.recursive(_RESIDENT_LEAVES, lambda inner: (
+    st.lists(inner, max_size=5) | st.lists(inner, max_size=5).map(tuple)
+    | st.dictionaries(st.text(max_size=5), inner, max_size=5)
+    | st.tuples(inner, inner).map(lambda ab: _Slotted(*ab))), max_leaves=40)
+
+
+def _resident_reference(x) -> int:
+    """sys.getsizeof of every object reached, recursively; the objects every value shares free."""
+    if x is None or isinstance(x, bool) or (type(x) is int and -5 <= x <= 256) or x == "":
+        return 0
+    size = sys.getsizeof(x)
+    if isinstance(x, (list, tuple)):
+        size += sum(map(_resident_reference, x))
+    elif isinstance(x, dict):
+        size += sum(_resident_reference(k) + _resident_reference(v) for k, v in x.items())
+    elif isinstance(x, _Slotted):
+        size += _resident_reference(x.a) + _resident_reference(x.b)
+    return size
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(_RESIDENT_TREES)
+def test_resident_size_is_the_reference(impl, tree):
+    assert impl.resident_size(tree, _slotted_values) == _resident_reference(tree)
+
+
+def test_resident_size_walks_what_the_memo_holds(impl):
+    """A converted message and its lowering, as the memo charges them: both implementations agree."""
+    from contextsvc import memo
+    from contextsvc.rpc import conversion
+    from contextsvc.step import pieces
+    from helpers import convo
+    from helpers.steps import plan
+
+    conv = conversion.conversation(convo.small_conversation())
+    piece = pieces.message_piece(conv.messages[1], plan(conversion.model(convo.model())))
+    for value in (conv.messages[1], piece, (memo.PREFIX, b"d" * 16, ("anthropic", "m", False))):
+        expected = _native_py.resident_size(value, memo._values_of)
+        assert impl.resident_size(value, memo._values_of) == expected > 0

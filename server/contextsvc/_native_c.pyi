@@ -1,6 +1,6 @@
 """Types of the compiled hot path (_native/hotpath.pyx): the API of its Python twin,
 _native_py.py (see there what each function does), plus the string-kernel switches."""
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -29,6 +29,7 @@ __all__ = [
     "WIRE_MESSAGE",
     "wire_schema",
     "message_spans",
+    "resident_size",
 ]
 
 MAX_JSON_DEPTH: int
@@ -60,6 +61,7 @@ def sum_profiles(profiles: list[tuple[int, tuple[int, ...], tuple[int, ...], tup
                  ) -> tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]: ...
 def wire_schema(types: Sequence[dict[int, tuple[int, int, int]]], spans_field: int) -> tuple: ...
 def message_spans(data: bytes | bytearray | memoryview, schema: tuple, at: int = 0) -> list[tuple[int, int]]: ...
+def resident_size(obj: object, fields: Callable[[type], Callable[[object], tuple]]) -> int: ...
 
 # The string kernel sets (AVX2, SSE2, portable): for tests and benchmarks.
 def _kernels() -> list[str]: ...

@@ -23,6 +23,7 @@ import json.encoder
 import operator
 import re
 import secrets
+import sys
 from importlib import resources
 
 from ._wire_py import (WIRE_DEPTH, WIRE_I32, WIRE_I64, WIRE_LEN, WIRE_MESSAGE, WIRE_PLAIN, WIRE_STRING,
@@ -55,6 +56,7 @@ __all__ = [
     "WIRE_MESSAGE",
     "wire_schema",
     "message_spans",
+    "resident_size",
 ]
 
 # Containers nested deeper than this raise ValueError (the compiled module imports it from here).
@@ -627,3 +629,37 @@ def json_profile(value) -> tuple:
     a walk of value instead."""
     json_lengths(value)  # the same depth bound and type errors as every JSON walk here
     return text_profile(json_text(value))
+
+
+def resident_size(obj, fields) -> int:
+    """Bytes the Python objects reachable from obj take: sys.getsizeof of each, walking lists,
+    tuples and dicts (keys and values), and any other object through fields(type(x))(x), the
+    tuple of its attribute values; without recursion. None, booleans, the small ints (-5..256)
+    and the empty string are shared by everything and free. Objects reached twice are counted
+    twice (memo.resident_size's values are trees)."""
+    size = 0
+    stack = [obj]
+    while stack:
+        x = stack.pop()
+        t = type(x)
+        if t is str:
+            if x:
+                size += sys.getsizeof(x)
+        elif t is list or t is tuple:
+            size += sys.getsizeof(x)
+            stack.extend(x)
+        elif t is dict:
+            size += sys.getsizeof(x)
+            stack.extend(x.keys())
+            stack.extend(x.values())
+        elif t is int:
+            if not -5 <= x <= 256:
+                size += sys.getsizeof(x)
+        elif x is None or t is bool:
+            pass
+        elif t is bytes or t is float:
+            size += sys.getsizeof(x)
+        else:
+            size += sys.getsizeof(x)
+            stack.extend(fields(t)(x))
+    return size

@@ -22,9 +22,10 @@ from __future__ import annotations
 import hashlib
 import itertools
 import operator
-import sys
 from collections import OrderedDict, deque
 from threading import Lock
+
+from . import native
 
 # What one entry costs besides its key and value: the (value, size) tuple (56 bytes) and its
 # int (28), and the OrderedDict's hash slot, index and link node (about 100, amortized over the
@@ -162,39 +163,19 @@ def pruned_digest(message_digest: bytes, part_ids) -> bytes:
 
 def resident_size(obj) -> int:
     """Bytes the Python objects reachable from obj take: sys.getsizeof of each, walking
-    dataclasses with slots, lists, tuples and dicts without recursion. Objects every message
-    shares (None, booleans, small ints, the empty string) are free; a converted message is a
-    tree, so nothing else is counted twice (and a shared constant counted twice only errs high)."""
-    size = 0
-    stack = [obj]
-    pop, extend, getsizeof = stack.pop, stack.extend, sys.getsizeof
-    while stack:
-        x = pop()
-        t = type(x)
-        if t is str:
-            if x:
-                size += getsizeof(x)
-        elif t is list or t is tuple:
-            size += getsizeof(x)
-            extend(x)
-        elif t is dict:
-            size += getsizeof(x)
-            extend(x.keys())
-            extend(x.values())
-        elif t is int:
-            if not -5 <= x <= 256:
-                size += getsizeof(x)
-        elif x is None or t is bool:
-            pass
-        elif t is bytes or t is float:
-            size += getsizeof(x)
-        else:
-            size += getsizeof(x)
-            fields = _FIELDS.get(t)
-            if fields is None:
-                fields = _FIELDS[t] = _fields_of(t)
-            extend(fields(x))
-    return size
+    dataclasses with slots, lists, tuples and dicts without recursion (native.resident_size: a
+    step puts a dozen entries). Objects every message shares (None, booleans, small ints, the
+    empty string) are free; a converted message is a tree, so nothing else is counted twice
+    (and a shared constant counted twice only errs high)."""
+    return native.resident_size(obj, _values_of)
+
+
+def _values_of(t):
+    """The function giving the attribute values of an object of type t that resident_size walks."""
+    fields = _FIELDS.get(t)
+    if fields is None:
+        fields = _FIELDS[t] = _fields_of(t)
+    return fields
 
 
 _FIELDS: dict = {}  # type -> a function giving the tuple of its attribute values

@@ -78,3 +78,4 @@ text_profile = _impl.text_profile
 json_profile = _impl.json_profile
 sum_profiles = _impl.sum_profiles
 message_spans = _impl.message_spans
+resident_size = _impl.resident_size
