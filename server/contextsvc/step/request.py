@@ -56,6 +56,7 @@ class Request:
     # the stored index of the last completed compaction's summary in the conversation it was built
     # from (projection.last_compaction), or -1: found once for every stage that reads it
     last_compaction: int = -1
+    _message_lengths: list | None = None  # utf8_lengths of the message elements, once read
 
     def _entries(self, elements: list) -> list:
         """The entries of a list of the body's elements: its messages, its system, or (Chat
@@ -71,8 +72,14 @@ class Request:
         return system + self.message_entries
 
     def utf8_lengths(self, elements: list) -> list:
-        """UTF-8 bytes of each element's JSON (the body's messages, system, or both)."""
-        return list(map(_FIRST, map(_SECOND, self._entries(elements))))
+        """UTF-8 bytes of each element's JSON (the body's messages, system, or both); the
+        messages' read once per build (the body's size and Assemble's BODY entry read them), a
+        list the caller leaves as it is."""
+        if elements is not self.lowered.messages:
+            return list(map(_FIRST, map(_SECOND, self._entries(elements))))
+        if self._message_lengths is None:
+            self._message_lengths = list(map(_FIRST, map(_SECOND, self.message_entries)))
+        return self._message_lengths
 
     def units(self, elements: list) -> list:
         """UTF-16 units of each element (the body's messages, system, or both), media and opaque
