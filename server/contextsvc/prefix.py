@@ -225,21 +225,23 @@ def choice_digest(body: dict, fmt) -> bytes:
     return _short(json.dumps(body.get(fmt.tool_choice_key), sort_keys=True).encode())
 
 
-def digests(lowered, chain: Chain, messages: list, fmt, last: int, compacted: bool | None = None) -> Digests:
+def digests(lowered, chain: Chain, messages: list, fmt, last: int, element_pruned: list | None = None) -> Digests:
     """The digests of a built body: chain is prefix_hashes' result (taken before the markers
     were placed), messages the conversation the body was built from, fmt its WireFormat; last:
-    projection.last_compaction(messages); compacted: whether a tool output of messages is
-    compacted, when known (conversation.Scanned)."""
+    projection.last_compaction(messages); element_pruned: each message element's compacted
+    tool outputs (its messages' Message.compacted_outputs summed), when the lowering put them
+    together (step.pieces.Pieces.pruned)."""
     n_tools, n_system, _ = chain.counts  # Bedrock's system cachePoint block came later
-    counts = list(map(_COMPACTED_OUTPUTS, messages)) if compacted is not False else ()
     pruned = [0] * (n_tools + n_system)
-    if any(counts):
-        # each element's sum over the messages it holds, in C: the guard's prune marks outputs in
-        # hundreds of a thousand messages at every step
-        by_id = collections.defaultdict(int, zip(map(_ID, messages), counts)).__getitem__
-        pruned += map(sum, map(map, itertools.repeat(by_id), lowered.sources))
+    if element_pruned is not None:
+        pruned += element_pruned
     else:
-        pruned += [0] * len(lowered.sources)
+        counts = list(map(_COMPACTED_OUTPUTS, messages))
+        if any(counts):  # each element's sum over the messages it holds, in C
+            by_id = collections.defaultdict(int, zip(map(_ID, messages), counts)).__getitem__
+            pruned += map(sum, map(map, itertools.repeat(by_id), lowered.sources))
+        else:
+            pruned += [0] * len(lowered.sources)
     return Digests((n_tools, n_system, len(lowered.sources)),
                    chain.short, pruned,
                    _short(messages[last].id.encode()) if last >= 0 else bytes(DIGEST_BYTES),

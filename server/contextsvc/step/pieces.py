@@ -40,6 +40,9 @@ class Pieces:
     # with the memo: the element_entry of each element of lowered.messages the memo holds, None
     # for the others
     entries: Optional[list] = None
+    # with the memo: of each element of lowered.messages, the compacted tool outputs of the
+    # messages it holds (Message.compacted_outputs summed over its sources: the cache state's)
+    pruned: Optional[list] = None
 
 
 def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
@@ -56,9 +59,10 @@ def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     if memo is not None and _memoizable(projected, mdl.provider):
         if digests is not None and not _same(projected, conv.messages):  # history was cut
             digests = None
-        lowered, ledger, resume, entries = _lower_memoized(projected, memo, conv, mdl, tools, system, prompt_dir,
-                                                           placeholders, tools_disabled, deadline, digests)
-        return Pieces(lowered, ledger, True, resume, entries)
+        lowered, ledger, resume, entries, pruned = _lower_memoized(projected, memo, conv, mdl, tools, system,
+                                                                   prompt_dir, placeholders, tools_disabled, deadline,
+                                                                   digests)
+        return Pieces(lowered, ledger, True, resume, entries, pruned)
     messages = to_model_messages(projected, mdl, deadline)
     ledger = MediaLedger(placeholders=placeholders)
     lowered = lower(
@@ -176,6 +180,7 @@ class _Prefix:
     found: list  # per element: its piece's element_entry when it is one piece's element as it stands
     entries: list  # per element: its element_entry when the memo keeps one (found, or MERGED)
     piece_keys: list  # per message: its LOWERED key
+    pruned: list  # per element: the compacted tool outputs of its messages (Pieces.pruned)
     media_count: int = 0
     extra: int = 0
     saved_units: int = 0
@@ -184,13 +189,14 @@ class _Prefix:
     def copy(self) -> "_Prefix":
         return _Prefix(list(self.elements), list(self.roles), list(self.sources), list(self.keys),
                        list(self.saved), list(self.found), list(self.entries), list(self.piece_keys),
-                       self.media_count, self.extra, self.saved_units, self.merged)
+                       list(self.pruned), self.media_count, self.extra, self.saved_units, self.merged)
 
     def charge(self) -> int:
         """What it holds beyond the memo's other entries: its lists, and the elements it merged
         itself."""
         lists = sum(sys.getsizeof(x) for x in (self.elements, self.roles, self.sources, self.keys,
-                                               self.saved, self.found, self.entries, self.piece_keys))
+                                               self.saved, self.found, self.entries, self.piece_keys,
+                                               self.pruned))
         last = _merged_charge(self.found[-1:], self.entries[-1:])
         return lists + 64 * len(self.sources) + self.merged + last
 
@@ -203,7 +209,7 @@ def _merged_charge(found: list, entries: list) -> int:
 
 def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, tools: list,
                     system: m.SystemPrompt, prompt_dir: str, placeholders: bool, tools_disabled: bool,
-                    deadline: Deadline, digests: list | None) -> tuple[Lowered, MediaLedger, Resume, list]:
+                    deadline: Deadline, digests: list | None) -> tuple[Lowered, MediaLedger, Resume, list, list]:
     """lower_request from memoized pieces: each message lowered alone (or taken from the memo),
     consecutive elements of one role joined where the format joins them, then the lead user
     message; the same body as lowering the whole request at once. The elements put together
@@ -218,13 +224,13 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
     candidates = message_prefix_keys(projected, PREFIX, settings, digests)
     start, kept = memo.longest(candidates)
     if kept is None:
-        prefix = _Prefix([], [], [], [], [], [], [], [])
+        prefix = _Prefix([], [], [], [], [], [], [], [], [])
     else:
         prefix = kept.copy()  # the kept one is shared: never changed
         memo.touch_held(kept.piece_keys, start, len(projected))  # their elements are the prefix's: kept while used
     resolved_up_to = max(0, len(prefix.elements) - 1)  # the last element may merge with what follows
-    elements, roles, sources, keys, saved, found = (prefix.elements, prefix.roles, prefix.sources, prefix.keys,
-                                                    prefix.saved, prefix.found)
+    elements, roles, sources, keys, saved, found, pruned = (prefix.elements, prefix.roles, prefix.sources,
+                                                            prefix.keys, prefix.saved, prefix.found, prefix.pruned)
     piece_keys = [_piece_key(msg, mdl, placeholders) for msg in projected[start:]]
     prefix.piece_keys += piece_keys
     for msg, pkey, piece in zip(projected[start:], piece_keys, memo.get_many(piece_keys)):
@@ -243,6 +249,7 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
                 last = elements[-1] = dict(elements[-1])
                 last[joined] = last[joined] + element[joined]
                 sources[-1] = sources[-1] + [msg.id]
+                pruned[-1] += msg.compacted_outputs
                 keys[-1] = keys[-1] + (key,) if keys[-1] is not None and key is not None else None
                 found[-1] = None
                 saved[-1] += units
@@ -250,6 +257,7 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
             elements.append(element)
             roles.append(role)
             sources.append([msg.id])
+            pruned.append(msg.compacted_outputs)
             keys.append((key,) if key is not None else None)
             found.append(texts[j])
             saved.append(units)
@@ -282,6 +290,7 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
         found.insert(0, None)
         saved.insert(0, 0)
         entries.insert(0, None)
+        pruned.insert(0, 0)
     if FORMATS[mdl.provider].trims_final_text and roles and roles[-1] == "assistant":
         elements[-1] = dict(elements[-1])  # the memo's element stays as it is
         if trim_final_text(elements, roles, joined):
@@ -291,7 +300,7 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
     _attach(lowered, elements)
     lowered.roles[:] = roles
     lowered.sources[:] = sources
-    return lowered, ledger, resume, entries
+    return lowered, ledger, resume, entries, pruned
 
 
 def _where(elements: list, values: list):

@@ -304,8 +304,8 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
         request.estimated = estimate_lowered(conv, plan, memo, points)
     deadline.check("measure")
     if plan.hashes:
-        compacted = conv.scanned.last_compacted_ms > 0 if conv.scanned is not None else None
-        request.digests = prefix.digests(lowered, chain, conv.messages, plan.fmt, request.last_compaction, compacted)
+        request.digests = prefix.digests(lowered, chain, conv.messages, plan.fmt, request.last_compaction,
+                                         pieces.pruned)
         if plan.previous is not None:
             request.change = prefix.compare(plan.previous, request.digests)
     return request
