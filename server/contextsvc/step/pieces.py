@@ -13,6 +13,7 @@ import copy
 import itertools
 import operator
 import sys
+from array import array
 from dataclasses import dataclass
 from typing import Optional
 
@@ -43,6 +44,9 @@ class Pieces:
     # with the memo: of each element of lowered.messages, the compacted tool outputs of the
     # messages it holds (Message.compacted_outputs summed over its sources: the cache state's)
     pruned: Optional[list] = None
+    # with the memo: the UTF-8 length of each entry of `entries`, -1 where there is none (an
+    # array: the body's size sums it in C, without reading a thousand entries)
+    lengths: Optional[array] = None
 
 
 def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
@@ -59,10 +63,9 @@ def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     if memo is not None and _memoizable(projected, mdl.provider):
         if digests is not None and not _same(projected, conv.messages):  # history was cut
             digests = None
-        lowered, ledger, resume, entries, pruned = _lower_memoized(projected, memo, conv, mdl, tools, system,
-                                                                   prompt_dir, placeholders, tools_disabled, deadline,
-                                                                   digests)
-        return Pieces(lowered, ledger, True, resume, entries, pruned)
+        lowered, ledger, resume, prefix = _lower_memoized(projected, memo, conv, mdl, tools, system, prompt_dir,
+                                                          placeholders, tools_disabled, deadline, digests)
+        return Pieces(lowered, ledger, True, resume, prefix.entries, prefix.pruned, prefix.lengths)
     messages = to_model_messages(projected, mdl, deadline)
     ledger = MediaLedger(placeholders=placeholders)
     lowered = lower(
@@ -166,6 +169,9 @@ def _lead(provider: str, memo: Memo) -> dict:
     return copy.deepcopy(lead)
 
 
+_LENGTH = "q"  # the array type of the elements' lengths
+
+
 @dataclass(slots=True)
 class _Prefix:
     """The message elements of the first messages of a request, put together (merged where the
@@ -181,6 +187,7 @@ class _Prefix:
     entries: list  # per element: its element_entry when the memo keeps one (found, or MERGED)
     piece_keys: list  # per message: its LOWERED key
     pruned: list  # per element: the compacted tool outputs of its messages (Pieces.pruned)
+    lengths: array  # per element: its entry's UTF-8 length, -1 without one (Pieces.lengths)
     media_count: int = 0
     extra: int = 0
     saved_units: int = 0
@@ -189,14 +196,15 @@ class _Prefix:
     def copy(self) -> "_Prefix":
         return _Prefix(list(self.elements), list(self.roles), list(self.sources), list(self.keys),
                        list(self.saved), list(self.found), list(self.entries), list(self.piece_keys),
-                       list(self.pruned), self.media_count, self.extra, self.saved_units, self.merged)
+                       list(self.pruned), array(_LENGTH, self.lengths), self.media_count, self.extra,
+                       self.saved_units, self.merged)
 
     def charge(self) -> int:
         """What it holds beyond the memo's other entries: its lists, and the elements it merged
         itself."""
         lists = sum(sys.getsizeof(x) for x in (self.elements, self.roles, self.sources, self.keys,
                                                self.saved, self.found, self.entries, self.piece_keys,
-                                               self.pruned))
+                                               self.pruned, self.lengths))
         last = _merged_charge(self.found[-1:], self.entries[-1:])
         return lists + 64 * len(self.sources) + self.merged + last
 
@@ -209,7 +217,7 @@ def _merged_charge(found: list, entries: list) -> int:
 
 def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, tools: list,
                     system: m.SystemPrompt, prompt_dir: str, placeholders: bool, tools_disabled: bool,
-                    deadline: Deadline, digests: list | None) -> tuple[Lowered, MediaLedger, Resume, list, list]:
+                    deadline: Deadline, digests: list | None) -> tuple[Lowered, MediaLedger, Resume, "_Prefix"]:
     """lower_request from memoized pieces: each message lowered alone (or taken from the memo),
     consecutive elements of one role joined where the format joins them, then the lead user
     message; the same body as lowering the whole request at once. The elements put together
@@ -224,7 +232,7 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
     candidates = message_prefix_keys(projected, PREFIX, settings, digests)
     start, kept = memo.longest(candidates)
     if kept is None:
-        prefix = _Prefix([], [], [], [], [], [], [], [], [])
+        prefix = _Prefix([], [], [], [], [], [], [], [], [], array(_LENGTH))
     else:
         prefix = kept.copy()  # the kept one is shared: never changed
         memo.touch_held(kept.piece_keys, start, len(projected))  # their elements are the prefix's: kept while used
@@ -263,8 +271,8 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
             saved.append(units)
     # each element's entry (the merged ones' kept as MERGED entries), then the state kept for
     # the session's next step
-    entries = prefix.entries
-    del entries[resolved_up_to:]
+    entries, lengths = prefix.entries, prefix.lengths
+    del entries[resolved_up_to:], lengths[resolved_up_to:]
     for e, text, key in zip(elements[resolved_up_to:], found[resolved_up_to:], keys[resolved_up_to:]):
         if text is None and key is not None:
             ekey = (MERGED, settings, key)
@@ -273,6 +281,7 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
                 text = element_entry(e)
                 memo.put(ekey, text)
         entries.append(text)
+        lengths.append(text[1][0] if text is not None else -1)
     prefix.merged += _merged_charge(found[resolved_up_to:-1], entries[resolved_up_to:-1])
     whole = candidates[0][1] if candidates and candidates[0][0] == len(projected) else None
     if whole is not None and start < len(projected):
@@ -291,16 +300,18 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
         saved.insert(0, 0)
         entries.insert(0, None)
         pruned.insert(0, 0)
+        lengths.insert(0, -1)
     if FORMATS[mdl.provider].trims_final_text and roles and roles[-1] == "assistant":
         elements[-1] = dict(elements[-1])  # the memo's element stays as it is
         if trim_final_text(elements, roles, joined):
             found[-1] = keys[-1] = entries[-1] = None
+            lengths[-1] = -1
     if any(saved):
         ledger.saved_by.update(_where(elements, saved))
     _attach(lowered, elements)
     lowered.roles[:] = roles
     lowered.sources[:] = sources
-    return lowered, ledger, resume, entries, pruned
+    return lowered, ledger, resume, prefix
 
 
 def _where(elements: list, values: list):

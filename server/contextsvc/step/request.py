@@ -11,6 +11,7 @@ import itertools
 import operator
 import secrets
 import sys
+from array import array
 from dataclasses import dataclass
 
 from .. import breakpoints, conversation as m, native, prefix, projection, provider_management
@@ -56,7 +57,9 @@ class Request:
     # the stored index of the last completed compaction's summary in the conversation it was built
     # from (projection.last_compaction), or -1: found once for every stage that reads it
     last_compaction: int = -1
-    _message_lengths: list | None = None  # utf8_lengths of the message elements, once read
+    # utf8_lengths of the message elements, once read (or put together by the lowering with its
+    # entries: an array)
+    _message_lengths: list | array | None = None
 
     def _entries(self, elements: list) -> list:
         """The entries of a list of the body's elements: its messages, its system, or (Chat
@@ -71,10 +74,10 @@ class Request:
         assert len(elements) == n_system + len(low.messages) and (not low.messages or elements[n_system] is low.messages[0])
         return system + self.message_entries
 
-    def utf8_lengths(self, elements: list) -> list:
+    def utf8_lengths(self, elements: list) -> list | array:
         """UTF-8 bytes of each element's JSON (the body's messages, system, or both); the
         messages' read once per build (the body's size and Assemble's BODY entry read them), a
-        list the caller leaves as it is."""
+        list or array the caller leaves as it is."""
         if elements is not self.lowered.messages:
             return list(map(_FIRST, map(_SECOND, self._entries(elements))))
         if self._message_lengths is None:
@@ -193,7 +196,7 @@ class Request:
         end = origin + sum(lengths) + len(lengths) - 1  # where the list's closing bracket is
         if body[end:end + 1] != b"]":  # lengths that do not add up are never trusted with offsets
             return
-        kept = _ListBytes(body, origin, lengths, texts)
+        kept = _ListBytes(body, origin, lengths if isinstance(lengths, array) else array("q", lengths), texts)
         self.resume.keep(self.memo, BODY, kept, kept.charge())
 
 
@@ -221,14 +224,12 @@ class _ListBytes:
     str objects they were encoded from."""
     body: bytes
     origin: int
-    lengths: list
+    lengths: array
     texts: list
 
     def charge(self) -> int:
-        # the texts are the memo's own entries' (or this step's): only the lists are charged, the
-        # lengths as small ints (shared below 257, 32 bytes each above)
-        return sys.getsizeof(self.body) + sys.getsizeof(self.lengths) + 32 * len(self.lengths) + \
-            sys.getsizeof(self.texts)
+        # the texts are the memo's own entries' (or this step's): only the containers are charged
+        return sys.getsizeof(self.body) + sys.getsizeof(self.lengths) + sys.getsizeof(self.texts)
 
 
 # marks where body_json splices each element list into the serialized skeleton
@@ -291,14 +292,16 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     for b in chosen:
         if b.kind == "message":
             entries[b.index] = None  # a marker changed it (or a copy with the marker replaced it)
-    json_lengths = native.json_lengths
+    json_lengths, lengths = native.json_lengths, pieces.lengths
     for n, i in enumerate(positions(entries, None)):
         deadline.tick(n, "sizing the body")
         e = lowered.messages[i]
         entries[i] = [hashed.get(id(e)), json_lengths(e), None]
+        if lengths is not None:
+            lengths[i] = entries[i][1][0]
     system = {id(e): [hashed.get(id(e)), json_lengths(e), None] for e in lowered.system}
     request = Request(lowered, ledger, entries, system, chosen, chain, memo=memo, resume=pieces.resume,
-                      last_compaction=projection.last_compaction(conv.messages, points))
+                      last_compaction=projection.last_compaction(conv.messages, points), _message_lengths=lengths)
     mc = plan.cfg.measure
     if (mc.calibrated_figures or plan.exact) and (ledger.media_count or ledger.saved_units or ledger.extra):
         request.estimated = estimate_lowered(conv, plan, memo, points)
