@@ -60,6 +60,7 @@ class Request:
     # utf8_lengths of the message elements, once read (or put together by the lowering with its
     # entries: an array)
     _message_lengths: list | array | None = None
+    _message_units: array | None = None  # the UTF-16 units of the message elements, from the lowering
 
     def _entries(self, elements: list) -> list:
         """The entries of a list of the body's elements: its messages, its system, or (Chat
@@ -84,14 +85,16 @@ class Request:
             self._message_lengths = list(map(_FIRST, map(_SECOND, self.message_entries)))
         return self._message_lengths
 
-    def units(self, elements: list) -> list:
+    def units(self, elements: list) -> array:
         """UTF-16 units of each element (the body's messages, system, or both), media and opaque
-        values counted as placeholders."""
+        values counted as placeholders; an array the caller leaves as it is."""
         saved = self.ledger.saved_by
+        if not saved and elements is self.lowered.messages and self._message_units is not None:
+            return self._message_units
         units = list(map(_SECOND, map(_SECOND, self._entries(elements))))
         if saved:
             units = [u - saved.get(id(e), 0) for u, e in zip(units, elements)]
-        return units
+        return array("q", units)
 
     def body_bytes(self) -> int:
         """Exact UTF-8 size of the body JSON, reusing the per-element walk."""
@@ -292,16 +295,17 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     for b in chosen:
         if b.kind == "message":
             entries[b.index] = None  # a marker changed it (or a copy with the marker replaced it)
-    json_lengths, lengths = native.json_lengths, pieces.lengths
+    json_lengths, lengths, units = native.json_lengths, pieces.lengths, pieces.units
     for n, i in enumerate(positions(entries, None)):
         deadline.tick(n, "sizing the body")
         e = lowered.messages[i]
         entries[i] = [hashed.get(id(e)), json_lengths(e), None]
         if lengths is not None:
-            lengths[i] = entries[i][1][0]
+            lengths[i], units[i] = entries[i][1]
     system = {id(e): [hashed.get(id(e)), json_lengths(e), None] for e in lowered.system}
     request = Request(lowered, ledger, entries, system, chosen, chain, memo=memo, resume=pieces.resume,
-                      last_compaction=projection.last_compaction(conv.messages, points), _message_lengths=lengths)
+                      last_compaction=projection.last_compaction(conv.messages, points), _message_lengths=lengths,
+                      _message_units=units)
     mc = plan.cfg.measure
     if (mc.calibrated_figures or plan.exact) and (ledger.media_count or ledger.saved_units or ledger.extra):
         request.estimated = estimate_lowered(conv, plan, memo, points)
