@@ -44,11 +44,13 @@ class Pieces:
     # with the memo: of each element of lowered.messages, the compacted tool outputs of the
     # messages it holds (Message.compacted_outputs summed over its sources: the cache state's)
     pruned: Optional[list] = None
-    # with the memo: the UTF-8 length and the UTF-16 units of each entry of `entries`, -1 where
-    # there is none (arrays: the body's size and the figures sum them in C, without reading a
-    # thousand entries)
+    # with the memo: the columns of `entries` (the JSON text, UTF-8 length, UTF-16 units and text
+    # profile of each, None or -1 where there is none): a build reads them without reading a
+    # thousand entries scattered through the memo (the lengths as arrays, summed in C)
+    texts: Optional[list] = None
     lengths: Optional[array] = None
     units: Optional[array] = None
+    profiles: Optional[list] = None
 
 
 def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
@@ -67,7 +69,8 @@ def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
             digests = None
         lowered, ledger, resume, prefix = _lower_memoized(projected, memo, conv, mdl, tools, system, prompt_dir,
                                                           placeholders, tools_disabled, deadline, digests)
-        return Pieces(lowered, ledger, True, resume, prefix.entries, prefix.pruned, prefix.lengths, prefix.units)
+        return Pieces(lowered, ledger, True, resume, prefix.entries, prefix.pruned, prefix.texts, prefix.lengths,
+                      prefix.units, prefix.profiles)
     messages = to_model_messages(projected, mdl, deadline)
     ledger = MediaLedger(placeholders=placeholders)
     lowered = lower(
@@ -189,8 +192,12 @@ class _Prefix:
     entries: list  # per element: its element_entry when the memo keeps one (found, or MERGED)
     piece_keys: list  # per message: its LOWERED key
     pruned: list  # per element: the compacted tool outputs of its messages (Pieces.pruned)
-    lengths: array  # per element: its entry's UTF-8 length, -1 without one (Pieces.lengths)
-    units: array  # per element: its entry's UTF-16 units, -1 without one (Pieces.units)
+    # per element: its entry's JSON text, UTF-8 length, UTF-16 units and text profile, None or -1
+    # without one (Pieces.texts, .lengths, .units, .profiles)
+    texts: list
+    lengths: array
+    units: array
+    profiles: list
     media_count: int = 0
     extra: int = 0
     saved_units: int = 0
@@ -199,15 +206,17 @@ class _Prefix:
     def copy(self) -> "_Prefix":
         return _Prefix(list(self.elements), list(self.roles), list(self.sources), list(self.keys),
                        list(self.saved), list(self.found), list(self.entries), list(self.piece_keys),
-                       list(self.pruned), array(_LENGTH, self.lengths), array(_LENGTH, self.units),
-                       self.media_count, self.extra, self.saved_units, self.merged)
+                       list(self.pruned), list(self.texts), array(_LENGTH, self.lengths),
+                       array(_LENGTH, self.units), list(self.profiles), self.media_count, self.extra,
+                       self.saved_units, self.merged)
 
     def charge(self) -> int:
         """What it holds beyond the memo's other entries: its lists, and the elements it merged
         itself."""
         lists = sum(sys.getsizeof(x) for x in (self.elements, self.roles, self.sources, self.keys,
                                                self.saved, self.found, self.entries, self.piece_keys,
-                                               self.pruned, self.lengths, self.units))
+                                               self.pruned, self.texts, self.lengths, self.units,
+                                               self.profiles))
         last = _merged_charge(self.found[-1:], self.entries[-1:])
         return lists + 64 * len(self.sources) + self.merged + last
 
@@ -235,7 +244,7 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
     candidates = message_prefix_keys(projected, PREFIX, settings, digests)
     start, kept = memo.longest(candidates)
     if kept is None:
-        prefix = _Prefix([], [], [], [], [], [], [], [], [], array(_LENGTH), array(_LENGTH))
+        prefix = _Prefix([], [], [], [], [], [], [], [], [], [], array(_LENGTH), array(_LENGTH), [])
     else:
         prefix = kept.copy()  # the kept one is shared: never changed
         memo.touch_held(kept.piece_keys, start, len(projected))  # their elements are the prefix's: kept while used
@@ -274,8 +283,10 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
             saved.append(units)
     # each element's entry (the merged ones' kept as MERGED entries), then the state kept for
     # the session's next step
-    entries, lengths, units = prefix.entries, prefix.lengths, prefix.units
-    del entries[resolved_up_to:], lengths[resolved_up_to:], units[resolved_up_to:]
+    entries, texts, lengths, units, profiles = prefix.entries, prefix.texts, prefix.lengths, prefix.units, \
+        prefix.profiles
+    for column in (entries, texts, lengths, units, profiles):
+        del column[resolved_up_to:]
     for e, text, key in zip(elements[resolved_up_to:], found[resolved_up_to:], keys[resolved_up_to:]):
         if text is None and key is not None:
             ekey = (MERGED, settings, key)
@@ -284,8 +295,16 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
                 text = element_entry(e)
                 memo.put(ekey, text)
         entries.append(text)
-        lengths.append(text[1][0] if text is not None else -1)
-        units.append(text[1][1] if text is not None else -1)
+        if text is None:
+            texts.append(None)
+            lengths.append(-1)
+            units.append(-1)
+            profiles.append(None)
+        else:
+            texts.append(text[0])
+            lengths.append(text[1][0])
+            units.append(text[1][1])
+            profiles.append(text[2])
     prefix.merged += _merged_charge(found[resolved_up_to:-1], entries[resolved_up_to:-1])
     whole = candidates[0][1] if candidates and candidates[0][0] == len(projected) else None
     if whole is not None and start < len(projected):
@@ -304,12 +323,14 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
         saved.insert(0, 0)
         entries.insert(0, None)
         pruned.insert(0, 0)
+        for column in (texts, profiles):
+            column.insert(0, None)
         lengths.insert(0, -1)
         units.insert(0, -1)
     if FORMATS[mdl.provider].trims_final_text and roles and roles[-1] == "assistant":
         elements[-1] = dict(elements[-1])  # the memo's element stays as it is
         if trim_final_text(elements, roles, joined):
-            found[-1] = keys[-1] = entries[-1] = None
+            found[-1] = keys[-1] = entries[-1] = texts[-1] = profiles[-1] = None
             lengths[-1] = units[-1] = -1
     if any(saved):
         ledger.saved_by.update(_where(elements, saved))

@@ -57,10 +57,12 @@ class Request:
     # the stored index of the last completed compaction's summary in the conversation it was built
     # from (projection.last_compaction), or -1: found once for every stage that reads it
     last_compaction: int = -1
-    # utf8_lengths of the message elements, once read (or put together by the lowering with its
-    # entries: an array)
+    # columns of message_entries: the lowering's (step.pieces.Pieces: their texts and profiles
+    # filled in here as they are made), or the UTF-8 lengths once read
+    _message_texts: list | None = None
     _message_lengths: list | array | None = None
-    _message_units: array | None = None  # the UTF-16 units of the message elements, from the lowering
+    _message_units: array | None = None
+    _message_profiles: list | None = None
 
     def _entries(self, elements: list) -> list:
         """The entries of a list of the body's elements: its messages, its system, or (Chat
@@ -115,22 +117,26 @@ class Request:
 
     def texts(self, elements: list) -> list:
         """The JSON text of each element (the body's messages, system, or both), serialized once
-        per build."""
+        per build; a list the caller leaves as it is."""
         entries = self._entries(elements)
-        out = list(map(_FIRST, entries))
+        messages = elements is self.lowered.messages and self._message_texts is not None
+        out = self._message_texts if messages else list(map(_FIRST, entries))
         for i in positions(out, None):
             out[i] = entries[i][0] = native.json_text(elements[i])  # a list of this build's
         return out
 
     def profiles(self, elements: list) -> list:
         """native.text_profile of each element's text (the body's messages, system, or both):
-        the memo's where it holds the element."""
+        the memo's where it holds the element; a list the caller leaves as it is."""
         entries = self._entries(elements)
-        out = list(map(_THIRD, entries))
+        messages = elements is self.lowered.messages and self._message_profiles is not None
+        out = self._message_profiles if messages else list(map(_THIRD, entries))
         for i in positions(out, None):
             entry = entries[i]  # a list of this build's
             if entry[0] is None:
                 entry[0] = native.json_text(elements[i])
+                if messages:
+                    self._message_texts[i] = entry[0]
             out[i] = entry[2] = native.text_profile(entry[0])
         return out
 
@@ -295,17 +301,18 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     for b in chosen:
         if b.kind == "message":
             entries[b.index] = None  # a marker changed it (or a copy with the marker replaced it)
-    json_lengths, lengths, units = native.json_lengths, pieces.lengths, pieces.units
+    json_lengths, columns = native.json_lengths, pieces.lengths is not None
     for n, i in enumerate(positions(entries, None)):
         deadline.tick(n, "sizing the body")
         e = lowered.messages[i]
         entries[i] = [hashed.get(id(e)), json_lengths(e), None]
-        if lengths is not None:
-            lengths[i], units[i] = entries[i][1]
+        if columns:
+            pieces.texts[i], (pieces.lengths[i], pieces.units[i]), pieces.profiles[i] = entries[i]
     system = {id(e): [hashed.get(id(e)), json_lengths(e), None] for e in lowered.system}
     request = Request(lowered, ledger, entries, system, chosen, chain, memo=memo, resume=pieces.resume,
-                      last_compaction=projection.last_compaction(conv.messages, points), _message_lengths=lengths,
-                      _message_units=units)
+                      last_compaction=projection.last_compaction(conv.messages, points), _message_texts=pieces.texts,
+                      _message_lengths=pieces.lengths, _message_units=pieces.units,
+                      _message_profiles=pieces.profiles)
     mc = plan.cfg.measure
     if (mc.calibrated_figures or plan.exact) and (ledger.media_count or ledger.saved_units or ledger.extra):
         request.estimated = estimate_lowered(conv, plan, memo, points)
