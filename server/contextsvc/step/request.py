@@ -63,6 +63,9 @@ class Request:
     _message_lengths: list | array | None = None
     _message_units: array | None = None
     _message_profiles: list | None = None
+    # with the columns: the message elements this build made an entry for (the only ones whose
+    # text or profile may be missing)
+    _made: list | None = None
 
     def _entries(self, elements: list) -> list:
         """The entries of a list of the body's elements: its messages, its system, or (Chat
@@ -121,9 +124,16 @@ class Request:
         entries = self._entries(elements)
         messages = elements is self.lowered.messages and self._message_texts is not None
         out = self._message_texts if messages else list(map(_FIRST, entries))
-        for i in positions(out, None):
+        for i in self._missing(out, messages):
             out[i] = entries[i][0] = native.json_text(elements[i])  # a list of this build's
         return out
+
+    def _missing(self, column: list, messages: bool) -> list:
+        """The positions of None in a column of the entries: among those this build made, for
+        the message elements' columns."""
+        if not messages:
+            return positions(column, None)
+        return [i for i in self._made if column[i] is None]
 
     def profiles(self, elements: list) -> list:
         """native.text_profile of each element's text (the body's messages, system, or both):
@@ -131,7 +141,7 @@ class Request:
         entries = self._entries(elements)
         messages = elements is self.lowered.messages and self._message_profiles is not None
         out = self._message_profiles if messages else list(map(_THIRD, entries))
-        for i in positions(out, None):
+        for i in self._missing(out, messages):
             entry = entries[i]  # a list of this build's
             if entry[0] is None:
                 entry[0] = native.json_text(elements[i])
@@ -298,11 +308,16 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
         if plan.hashes else None
     for element in place(lowered, ledger, mdl.provider, chosen, pieces.shared):
         hashed.pop(id(element), None)  # a marker changed it
+    columns = pieces.lengths is not None
     for b in chosen:
         if b.kind == "message":
             entries[b.index] = None  # a marker changed it (or a copy with the marker replaced it)
-    json_lengths, columns = native.json_lengths, pieces.lengths is not None
-    for n, i in enumerate(positions(entries, None)):
+            if columns:
+                pieces.lengths[b.index] = -1
+    # the elements without an entry: found among the lengths (ints, in C) rather than the entries
+    made = positions(pieces.lengths, -1) if columns else positions(entries, None)
+    json_lengths = native.json_lengths
+    for n, i in enumerate(made):
         deadline.tick(n, "sizing the body")
         e = lowered.messages[i]
         entries[i] = [hashed.get(id(e)), json_lengths(e), None]
@@ -312,7 +327,7 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     request = Request(lowered, ledger, entries, system, chosen, chain, memo=memo, resume=pieces.resume,
                       last_compaction=projection.last_compaction(conv.messages, points), _message_texts=pieces.texts,
                       _message_lengths=pieces.lengths, _message_units=pieces.units,
-                      _message_profiles=pieces.profiles)
+                      _message_profiles=pieces.profiles, _made=made if columns else None)
     mc = plan.cfg.measure
     if (mc.calibrated_figures or plan.exact) and (ledger.media_count or ledger.saved_units or ledger.extra):
         request.estimated = estimate_lowered(conv, plan, memo, points)
