@@ -68,3 +68,28 @@ def test_the_steps_edits_move_no_compaction_point():
         seen["pruned"] += any(a is not b for a, b in zip(edited["pruned"], edited["injected"]))
         seen["stripped"] += any(a is not b for a, b in zip(edited["stripped"], edited["pruned"]))
     assert all(seen.values()), seen  # sessions with compaction points, and each edit changed some
+
+
+def test_the_rebase_reads_the_conversions_latest_compaction_for_what_it_says():
+    """The baseline's rebase (step.baseline.as_counted) told the latest compaction of the messages
+    as they were (conversation.Scanned) pairs the same messages as without it: none when nothing
+    was compacted since the baseline's answer, the guard's copies alone over the guard."""
+    from contextsvc.step.baseline import as_counted, baseline
+
+    seen = {"nothing since": 0, "compacted since": 0, "over the guard": 0}
+    sessions = [conversion.conversation(_summarized_with_media())]
+    sessions += [conversion.request_conversation(case.request)
+                 for provider in corpus.PROVIDER_ENUM for case in corpus.cases(provider, 12)]
+    for conv in sessions:
+        messages = conv.messages
+        base = baseline(messages)
+        if base is None:
+            continue
+        outputs = [p.id for x in messages for p in x.parts if isinstance(p.content, m.Tool)]
+        pruned = prune.apply(m.Conversation(messages=messages), outputs, base.time_completed_ms + 1).messages
+        latest = m.NOTHING_SCANNED.extended(0, messages).last_compacted_ms
+        for now, before in ((messages, None), (pruned, messages)):
+            assert as_counted(now, base, before, latest) == as_counted(now, base, before, None)
+        seen["compacted since" if latest > base.time_completed_ms else "nothing since"] += 1
+        seen["over the guard"] += bool(as_counted(pruned, base, messages, latest))
+    assert all(seen.values()), seen

@@ -39,16 +39,21 @@ def as_counted(messages: list, base: m.Message, before: list | None, latest: int
     """(message as sent now, message as the provider counted it) of every message before base
     that changed since base was answered. before: the messages as they were before this step
     changed some of them (the payload guard), one for one with messages; None when it changed
-    none. latest: the latest time a tool output of messages was compacted, when known
-    (conversation.Scanned): none since base was answered, and there is nothing to look for.
-    The messages to look at are picked in C: a step's history is a thousand messages, of which
-    few or none changed (the guard's copies are hundreds)."""
+    none. latest: the latest time a tool output of the messages as they were (before, else
+    messages) was compacted, when known (conversation.Scanned): none since base was answered,
+    and none of them is looked at for one. The messages to look at are picked in C: a step's
+    history is a thousand messages, of which few or none changed (the guard's copies are
+    hundreds)."""
     since = base.time_completed_ms
-    if before is None and latest is not None and latest <= since:
+    none_since = latest is not None and latest <= since
+    if before is None and none_since:
         return []
     end = _position(messages, base)
     head = messages[:end]
     was = head if before is None else before[:end]
+    if none_since:  # the copies this step made are all that changed
+        picked = list(map(operator.is_not, was, head))
+        return list(zip(itertools.compress(head, picked), itertools.compress(was, picked)))
     compacted = list(map(since.__lt__, map(_LAST_COMPACTED, was)))  # counted whole, sent compacted
     picked = compacted if before is None else list(map(operator.or_, compacted, map(operator.is_not, was, head)))
     then = list(itertools.compress(was, picked))

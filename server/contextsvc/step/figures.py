@@ -76,10 +76,10 @@ def rewrite_from(request: Request) -> Optional[int]:
 
 
 def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=None, memo: Memo | None = None,
-            before: list | None = None, deadline: Deadline = NO_DEADLINE) -> Figures:
-    """Every figure of the request. before: the messages as they were before this step changed
-    some of them (the payload guard), one for one with conv's, for the baseline's rebase; memo:
-    the changed messages' lowering."""
+            before: m.Conversation | None = None, deadline: Deadline = NO_DEADLINE) -> Figures:
+    """Every figure of the request. before: conv as it was before this step changed some of its
+    messages (the payload guard), one message for one, for the baseline's rebase; memo: the
+    changed messages' lowering."""
     factor = plan.cfg.measure.factor
     low = request.lowered
     since = rewrite_from(request)
@@ -112,8 +112,10 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
     out.stretches["estimate"] = (normalized, tail, overhead, rewrite)
     base = baseline(conv.messages)
     if base is not None:
-        latest = conv.scanned.last_compacted_ms if conv.scanned is not None else None
-        _rebase(out, as_counted(conv.messages, base, before, latest), plan, exact_counters, memo)
+        was = before if before is not None else conv  # as the provider may have counted it
+        latest = was.scanned.last_compacted_ms if was.scanned is not None else None
+        _rebase(out, as_counted(conv.messages, base, before.messages if before is not None else None, latest),
+                plan, exact_counters, memo)
     anchor = out.decision_anchor
     if anchor is not None:
         # what was pruned before the anchor since was counted whole: compare with the prefix as counted

@@ -56,7 +56,8 @@ def payload_guard(conv: m.Conversation, over: bool, plan: Plan, memo: Memo | Non
 class _Found:
     """What the guard's prune found for a conversation's first messages (the GUARD entry)."""
     part_ids: tuple
-    ids_size: int  # resident_size(part_ids), worked out once for the entries that share them
+    wanted: frozenset  # the same ids, looked up in (each new message's parts)
+    ids_size: int  # what part_ids and wanted hold, worked out once for the entries that share them
     changed: tuple  # the positions of the messages the prune's marks change
     copies: tuple  # the copy the marks make of each of those
     kept: tuple  # the GUARDED keys of those copies: kept in the memo while this entry serves them
@@ -74,7 +75,7 @@ def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadl
     msgs = conv.messages
     if memo is None:
         ids = _prune(conv, plan, memo, deadline)
-        return ids, _apply(msgs, ids, now_ms, memo, deadline)[0] if ids else msgs
+        return ids, _apply(msgs, frozenset(ids), now_ms, memo, deadline)[0] if ids else msgs
     g = prune.gates(plan.compaction, plan.cfg, plan.model)
     candidates = guard_keys(conv, plan) if keys is None else keys
     k, found = memo.longest(candidates)
@@ -83,9 +84,11 @@ def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadl
         memo.touch_held(found.kept, k, len(msgs))  # the copies it serves
     else:  # pruned afresh
         ids = _prune(conv, plan, memo, deadline)
-        k, found = 0, _Found(ids, resident_size(ids), (), (), ())
+        wanted = frozenset(ids)
+        k, found = 0, _Found(ids, wanted, resident_size(ids) + sys.getsizeof(wanted), (), (), ())
     ids = found.part_ids
-    newer, keys = _apply(msgs[k:], ids, now_ms, memo, deadline) if ids else (msgs[k:], [None] * (len(msgs) - k))
+    newer, keys = _apply(msgs[k:], found.wanted, now_ms, memo, deadline) if ids else \
+        (msgs[k:], [None] * (len(msgs) - k))
     shrunk = msgs[:k]
     list(map(shrunk.__setitem__, found.changed, found.copies))  # in C: hundreds of copies a step
     shrunk += newer
@@ -93,7 +96,7 @@ def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadl
         n, key = candidates[0]  # the longest kept: what the session's next step resumes from
         if n == len(msgs) or prune.passed_over(msgs[n:], g, memo):
             added = [j for j in range(k, n) if newer[j - k] is not msgs[j]]
-            entry = _Found(ids, found.ids_size, found.changed + tuple(added),
+            entry = _Found(ids, found.wanted, found.ids_size, found.changed + tuple(added),
                            found.copies + tuple(newer[j - k] for j in added),
                            found.kept + tuple(x for x in keys[:n - k] if x is not None))
             memo.put_charged(key, entry, entry.charge())
@@ -122,14 +125,14 @@ def _prune(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadli
                              deadline=deadline).part_ids)
 
 
-def _apply(messages: list, part_ids, now_ms: int, memo: Memo | None, deadline: Deadline) -> tuple:
-    """(prune.apply's messages, the GUARDED key of each copy, None where none), each copy it makes
-    given the digest memo.pruned_digest derives from its original's, so the memo still serves it
-    from one step to the next (a message media stripping then changes is a new copy, with none).
-    With the memo, a copy made before is taken from it: the copies differ only in when their
-    parts were marked, and a step reads only whether they are (the baseline's rebase reads the
-    message as it was before the guard)."""
-    wanted = set(part_ids)
+def _apply(messages: list, wanted: frozenset, now_ms: int, memo: Memo | None, deadline: Deadline) -> tuple:
+    """(prune.apply's messages with the parts wanted marked, the GUARDED key of each copy, None
+    where none), each copy it makes given the digest memo.pruned_digest derives from its
+    original's, so the memo still serves it from one step to the next (a message media
+    stripping then changes is a new copy, with none). With the memo, a copy made before is
+    taken from it: the copies differ only in when their parts were marked, and a step reads
+    only whether they are (the baseline's rebase reads the message as it was before the
+    guard)."""
     marked = [[p.id for p in msg.parts if p.id in wanted] for msg in messages]
     keys = [(GUARDED, pruned_digest(msg.digest, ids)) if ids and msg.digest else None
             for msg, ids in zip(messages, marked)]
@@ -138,7 +141,7 @@ def _apply(messages: list, part_ids, now_ms: int, memo: Memo | None, deadline: D
         if not ids:
             found[i] = msg  # none of its parts is marked: prune.apply shares it
     missing = [msg for msg, copy in zip(messages, found) if copy is None]
-    made = iter(prune.apply(m.Conversation(messages=missing), part_ids, now_ms, deadline).messages
+    made = iter(prune.apply(m.Conversation(messages=missing), wanted, now_ms, deadline).messages
                 if missing else ())
     out = []
     for msg, key, copy in zip(messages, keys, found):

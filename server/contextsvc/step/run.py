@@ -81,7 +81,7 @@ def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Mem
     if guard.conversation is not None:
         # the messages as they were before the guard changed some: the baseline is rebased on those
         request = build(guard.conversation, plan, memo, deadline, points)
-        measurement = finish(guard.conversation, request, plan, memo, exact_counters, deadline, sent.messages)
+        measurement = finish(guard.conversation, request, plan, memo, exact_counters, deadline, sent)
     elif measurement is None:
         if not hashed:
             request = build(sent, plan, memo, deadline, points, digests)
@@ -112,10 +112,10 @@ def _over_guard(request: Request, plan: Plan) -> bool | None:
 
 
 def finish(conv: m.Conversation, request: Request, plan: Plan, memo: Memo | None = None, exact_counters=None,
-           deadline: Deadline = NO_DEADLINE, before: list | None = None) -> Measurement:
+           deadline: Deadline = NO_DEADLINE, before: m.Conversation | None = None) -> Measurement:
     """The Measurement of a built request: its figures, the decision, and the output budget
-    written into the body. before: conv's messages as they were before this step changed some
-    (the payload guard), one for one."""
+    written into the body. before: conv as it was before this step changed some of its messages
+    (the payload guard), one message for one."""
     fig = figures(conv, request, plan, exact_counters, memo, before, deadline)
     dec = decide(conv.messages, fig, plan, request.last_compaction)
     mdl, cfg = plan.model, plan.cfg
