@@ -254,7 +254,8 @@ _COMPACTED_OUTPUTS, _ID = operator.attrgetter("compacted_outputs"), operator.att
 _ONE_BYTE = [bytes([n]) for n in range(0x80)]  # most counts in a state are small
 
 
-def _varint(n: int) -> bytes:
+def varint_bytes(n: int) -> bytes:
+    """n (not negative) as a protobuf varint: the cache state's counts, and a length on the wire."""
     if n < 0x80:
         return _ONE_BYTE[n]
     out = bytearray()
@@ -280,12 +281,12 @@ def encode(d: Digests, max_groups: int) -> bytes:
     out = bytearray(_MAGIC)
     out.append(STATE_VERSION)
     for v in (*d.counts, group):
-        out += _varint(v)
+        out += varint_bytes(v)
     out += d.compaction
     out += d.choice
     out += b"".join(ends)
     # a count under 0x80 is its own one-byte varint, and most are 0: bytes() encodes them in C
-    out += bytes(pruned) if max(pruned, default=0) < 0x80 else b"".join(map(_varint, pruned))
+    out += bytes(pruned) if max(pruned, default=0) < 0x80 else b"".join(map(varint_bytes, pruned))
     out += hashlib.sha256(out).digest()[:_CHECK_BYTES]
     return bytes(out)
 

@@ -24,6 +24,7 @@ from typing import Optional
 
 from ..conversation import NOTHING_SCANNED, Scanned
 from ..memo import CONVERTED, RESUME_WITHIN, Memo
+from ..prefix import varint_bytes
 from ..native import WIRE_I32, WIRE_I64, WIRE_LEN, WIRE_VARINT
 from ..v1 import context_pb2 as pb
 
@@ -162,7 +163,7 @@ def skeleton(memo: Memo, wire: bytes, at: int) -> Optional[tuple[bytes, Resumed]
         return None
     cut = found.converted.ends[found.kept - 1]  # the bytes of the messages left out
     view = memoryview(wire)
-    rest = b"".join((view[:where.length_at], _encoded_varint(where.end - where.start - cut),
+    rest = b"".join((view[:where.length_at], varint_bytes(where.end - where.start - cut),
                      view[where.start:where.origin], view[where.origin + cut:]))
     return rest, Resumed(where, found)
 
@@ -173,19 +174,10 @@ def back_to_back(spans: list, first: int) -> bool:
     fewest bytes, as encoders write them (any other way reads as a gap: a miss)."""
     at = first
     for a, b in spans:
-        if a - 1 - ((b - a).bit_length() + 6) // 7 - (a == b) != at:
+        if a - 1 - len(varint_bytes(b - a)) != at:  # the entry's tag and length end where its value starts
             return False
         at = b
     return True
-
-
-def _encoded_varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def find(memo: Memo, wire: bytes, where: Located) -> Optional[Found]:
