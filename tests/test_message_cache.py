@@ -310,19 +310,20 @@ def test_a_request_of_a_great_many_fields_takes_the_general_way():
     assert earlier_step.locate(req.SerializeToString(), 1, "s") is not None
 
 
-def test_the_parse_leaves_out_the_messages_of_the_earlier_step():
+def test_the_parse_leaves_out_the_messages_of_the_earlier_step(monkeypatch):
     """The server's parse (conversion.parser with the memo) finds the session's earlier step in
     the request's bytes and parses only what follows its messages: every conversion and answer
     equals a whole parse without the memo, and an error in a new message names its place in the
     whole conversation. A request it cannot stand for exactly is parsed whole: an earlier step
     whose messages had another field between them, a session id written after the messages
     (the key read before them is not the session's), bytes that do not parse (the whole parse's
-    own error)."""
+    own error); and so is one under SKELETON_FROM_BYTES (these requests are, until the bound is
+    lowered)."""
     from google.protobuf.message import DecodeError
 
     from contextsvc import config
     from contextsvc.errors import BadInput
-    from contextsvc.rpc import servicer
+    from contextsvc.rpc import earlier_step, servicer
     from contextsvc.rpc.message_keys import PREFIX_FROM_MESSAGES
 
     base = workload.measure_request(200_000)
@@ -349,7 +350,11 @@ def test_the_parse_leaves_out_the_messages_of_the_earlier_step():
         return r
 
     step(request("s1", n).SerializeToString(), 0)  # the first step: parsed whole
-    for k in range(n + 1, n + 4):  # each parses only the message it adds
+    small = request("s1", n + 1).SerializeToString()
+    assert len(small) < earlier_step.SKELETON_FROM_BYTES
+    step(small, 0)  # small enough to parse whole
+    monkeypatch.setattr(earlier_step, "SKELETON_FROM_BYTES", 0)
+    for k in range(n + 2, n + 4):  # each parses only the message it adds
         step(request("s1", k).SerializeToString(), k - 1)
 
     # a new message refused: the same error, naming its index in the whole conversation

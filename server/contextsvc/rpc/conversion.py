@@ -307,9 +307,9 @@ def parser(message_type, memo: Memo | None = None):
     """calls.py's parse function for a method taking message_type: a Received when the request
     carries a conversation, the bare message otherwise. With the memo, a request continuing an
     earlier step of its session is parsed without that step's messages (earlier_step.skeleton),
-    when the session id the skeleton was found by is the parse's and the conversation is one the
-    memo resumes (PREFIX_FROM_MESSAGES); any other is parsed whole, so every refusal is the
-    whole parse's."""
+    when it is large enough for that to pay (SKELETON_FROM_BYTES), the session id the skeleton
+    was found by is the parse's and the conversation is one the memo resumes
+    (PREFIX_FROM_MESSAGES); any other is parsed whole, so every refusal is the whole parse's."""
     if "conversation" not in message_type.DESCRIPTOR.fields_by_name:
         return message_type.FromString
     if memo is None:
@@ -317,7 +317,7 @@ def parser(message_type, memo: Memo | None = None):
     at = message_type.DESCRIPTOR.fields_by_name["conversation"].number
 
     def parse(data: bytes) -> Received:
-        skeleton = earlier_step.skeleton(memo, data, at)
+        skeleton = earlier_step.skeleton(memo, data, at) if len(data) >= earlier_step.SKELETON_FROM_BYTES else None
         if skeleton is not None:
             rest, resumed = skeleton
             try:
