@@ -24,6 +24,7 @@ from ..lowering.lowered import Lowered, open_with_user, trim_final_text
 from ..lowering.neutral import MMessage, MText
 from ..lowering.registry import FORMATS
 from ..memo import LEAD, LOWERED, MERGED, PREFIX, Memo, message_prefix_keys
+from ..positions import positions
 from ..prefix import Resume
 from .plan import Plan
 
@@ -38,19 +39,75 @@ class Pieces:
     shared: bool
     # what the prefix hashing may resume from and keep (prefix.prefix_hashes), with the memo
     resume: Optional[Resume] = None
-    # with the memo: the element_entry of each element of lowered.messages the memo holds, None
-    # for the others
-    entries: Optional[list] = None
+    # with the memo: the entry of each element of lowered.messages the memo holds, and its
+    # columns (Columns)
+    columns: Optional["Columns"] = None
     # with the memo: of each element of lowered.messages, the compacted tool outputs of the
     # messages it holds (Message.compacted_outputs summed over its sources: the cache state's)
     pruned: Optional[list] = None
-    # with the memo: the columns of `entries` (the JSON text, UTF-8 length, UTF-16 units and text
-    # profile of each, None or -1 where there is none): a build reads them without reading a
-    # thousand entries scattered through the memo (the lengths as arrays, summed in C)
-    texts: Optional[list] = None
-    lengths: Optional[array] = None
-    units: Optional[array] = None
-    profiles: Optional[list] = None
+
+
+_LENGTH = "q"  # the array type of the elements' lengths
+
+
+@dataclass(slots=True)
+class Columns:
+    """The entries of a list of elements (element_entry, a tuple, or a build's list of the same
+    three), None for an element without one yet, and their columns: each one's JSON text, UTF-8
+    length, UTF-16 units and text profile, None or -1 without one. A build reads the columns
+    without reading a thousand entries scattered through the memo (the lengths as arrays,
+    summed in C); -1 among the lengths marks the elements without an entry."""
+    entries: list
+    texts: list
+    lengths: array
+    units: array
+    profiles: list
+
+    @classmethod
+    def empty(cls) -> "Columns":
+        return cls([], [], array(_LENGTH), array(_LENGTH), [])
+
+    def copy(self) -> "Columns":
+        return Columns(list(self.entries), list(self.texts), array(_LENGTH, self.lengths),
+                       array(_LENGTH, self.units), list(self.profiles))
+
+    def sizes(self) -> int:
+        """sys.getsizeof of its lists and arrays (the entries are charged where they are kept)."""
+        return sum(map(sys.getsizeof, (self.entries, self.texts, self.lengths, self.units, self.profiles)))
+
+    def truncate(self, n: int) -> None:
+        for column in (self.entries, self.texts, self.lengths, self.units, self.profiles):
+            del column[n:]
+
+    def append(self, entry) -> None:
+        self.entries.append(entry)
+        self.lengths.append(-1)
+        self.units.append(-1)
+        self.texts.append(None)
+        self.profiles.append(None)
+        if entry is not None:
+            self.set(len(self.entries) - 1, entry)
+
+    def insert_missing(self, i: int) -> None:
+        """An element without an entry, put in at i."""
+        self.entries.insert(i, None)
+        self.texts.insert(i, None)
+        self.lengths.insert(i, -1)
+        self.units.insert(i, -1)
+        self.profiles.insert(i, None)
+
+    def set(self, i: int, entry) -> None:
+        """Element i's entry (None: it has none, until its build makes one)."""
+        self.entries[i] = entry
+        if entry is None:
+            self.texts[i] = self.profiles[i] = None
+            self.lengths[i] = self.units[i] = -1
+        else:
+            self.texts[i], (self.lengths[i], self.units[i]), self.profiles[i] = entry
+
+    def missing(self) -> list:
+        """The positions of the elements without an entry (searched among the lengths, in C)."""
+        return positions(self.lengths, -1)
 
 
 def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
@@ -58,7 +115,7 @@ def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
                   digests: list | None = None) -> Pieces:
     """The lowered request (the history as sent: projection.project) and its media ledger. With
     the memo, each message's lowering is taken from it when seen before (by Message.digest), with
-    the element_entry of each element it holds (Pieces.entries). deadline: counted per part and
+    the element_entry of each element it holds (Pieces.columns). deadline: counted per part and
     per element (Deadline.count). points: projection.compaction_points(conv.messages), and
     digests: memo.message_prefix_digests(conv.messages), when the caller has them."""
     mdl, tools, system = plan.model, plan.tools, plan.system
@@ -69,8 +126,7 @@ def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
             digests = None
         lowered, ledger, resume, prefix = _lower_memoized(projected, memo, conv, mdl, tools, system, prompt_dir,
                                                           placeholders, tools_disabled, deadline, digests)
-        return Pieces(lowered, ledger, True, resume, prefix.entries, prefix.pruned, prefix.texts, prefix.lengths,
-                      prefix.units, prefix.profiles)
+        return Pieces(lowered, ledger, True, resume, prefix.columns, prefix.pruned)
     messages = to_model_messages(projected, mdl, deadline)
     ledger = MediaLedger(placeholders=placeholders)
     lowered = lower(
@@ -174,9 +230,6 @@ def _lead(provider: str, memo: Memo) -> dict:
     return copy.deepcopy(lead)
 
 
-_LENGTH = "q"  # the array type of the elements' lengths
-
-
 @dataclass(slots=True)
 class _Prefix:
     """The message elements of the first messages of a request, put together (merged where the
@@ -189,15 +242,9 @@ class _Prefix:
     keys: list  # per element: the (digest, index) of each piece element in it, None when unkeyed
     saved: list
     found: list  # per element: its piece's element_entry when it is one piece's element as it stands
-    entries: list  # per element: its element_entry when the memo keeps one (found, or MERGED)
+    columns: Columns  # per element: its element_entry when the memo keeps one (found, or MERGED)
     piece_keys: list  # per message: its LOWERED key
     pruned: list  # per element: the compacted tool outputs of its messages (Pieces.pruned)
-    # per element: its entry's JSON text, UTF-8 length, UTF-16 units and text profile, None or -1
-    # without one (Pieces.texts, .lengths, .units, .profiles)
-    texts: list
-    lengths: array
-    units: array
-    profiles: list
     media_count: int = 0
     extra: int = 0
     saved_units: int = 0
@@ -205,19 +252,16 @@ class _Prefix:
 
     def copy(self) -> "_Prefix":
         return _Prefix(list(self.elements), list(self.roles), list(self.sources), list(self.keys),
-                       list(self.saved), list(self.found), list(self.entries), list(self.piece_keys),
-                       list(self.pruned), list(self.texts), array(_LENGTH, self.lengths),
-                       array(_LENGTH, self.units), list(self.profiles), self.media_count, self.extra,
-                       self.saved_units, self.merged)
+                       list(self.saved), list(self.found), self.columns.copy(), list(self.piece_keys),
+                       list(self.pruned), self.media_count, self.extra, self.saved_units, self.merged)
 
     def charge(self) -> int:
         """What it holds beyond the memo's other entries: its lists, and the elements it merged
         itself."""
         lists = sum(sys.getsizeof(x) for x in (self.elements, self.roles, self.sources, self.keys,
-                                               self.saved, self.found, self.entries, self.piece_keys,
-                                               self.pruned, self.texts, self.lengths, self.units,
-                                               self.profiles))
-        last = _merged_charge(self.found[-1:], self.entries[-1:])
+                                               self.saved, self.found, self.piece_keys, self.pruned))
+        lists += self.columns.sizes()
+        last = _merged_charge(self.found[-1:], self.columns.entries[-1:])
         return lists + 64 * len(self.sources) + self.merged + last
 
 
@@ -244,7 +288,7 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
     candidates = message_prefix_keys(projected, PREFIX, settings, digests)
     start, kept = memo.longest(candidates)
     if kept is None:
-        prefix = _Prefix([], [], [], [], [], [], [], [], [], [], array(_LENGTH), array(_LENGTH), [])
+        prefix = _Prefix([], [], [], [], [], [], Columns.empty(), [], [])
     else:
         prefix = kept.copy()  # the kept one is shared: never changed
         memo.touch_held(kept.piece_keys, start, len(projected))  # their elements are the prefix's: kept while used
@@ -283,10 +327,8 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
             saved.append(units)
     # each element's entry (the merged ones' kept as MERGED entries), then the state kept for
     # the session's next step
-    entries, texts, lengths, units, profiles = prefix.entries, prefix.texts, prefix.lengths, prefix.units, \
-        prefix.profiles
-    for column in (entries, texts, lengths, units, profiles):
-        del column[resolved_up_to:]
+    columns = prefix.columns
+    columns.truncate(resolved_up_to)
     for e, text, key in zip(elements[resolved_up_to:], found[resolved_up_to:], keys[resolved_up_to:]):
         if text is None and key is not None:
             ekey = (MERGED, settings, key)
@@ -294,18 +336,8 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
             if text is None:
                 text = element_entry(e)
                 memo.put(ekey, text)
-        entries.append(text)
-        if text is None:
-            texts.append(None)
-            lengths.append(-1)
-            units.append(-1)
-            profiles.append(None)
-        else:
-            texts.append(text[0])
-            lengths.append(text[1][0])
-            units.append(text[1][1])
-            profiles.append(text[2])
-    prefix.merged += _merged_charge(found[resolved_up_to:-1], entries[resolved_up_to:-1])
+        columns.append(text)
+    prefix.merged += _merged_charge(found[resolved_up_to:-1], columns.entries[resolved_up_to:-1])
     whole = candidates[0][1] if candidates and candidates[0][0] == len(projected) else None
     if whole is not None and start < len(projected):
         memo.put_charged(whole, prefix.copy(), prefix.charge())
@@ -321,17 +353,13 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
         keys.insert(0, None)
         found.insert(0, None)
         saved.insert(0, 0)
-        entries.insert(0, None)
+        columns.insert_missing(0)
         pruned.insert(0, 0)
-        for column in (texts, profiles):
-            column.insert(0, None)
-        lengths.insert(0, -1)
-        units.insert(0, -1)
     if FORMATS[mdl.provider].trims_final_text and roles and roles[-1] == "assistant":
         elements[-1] = dict(elements[-1])  # the memo's element stays as it is
         if trim_final_text(elements, roles, joined):
-            found[-1] = keys[-1] = entries[-1] = texts[-1] = profiles[-1] = None
-            lengths[-1] = units[-1] = -1
+            found[-1] = keys[-1] = None
+            columns.set(len(elements) - 1, None)
     if any(saved):
         ledger.saved_by.update(_where(elements, saved))
     _attach(lowered, elements)

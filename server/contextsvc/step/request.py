@@ -21,7 +21,7 @@ from ..lowering import MediaLedger
 from ..lowering.lowered import Lowered
 from ..memo import BODY, Memo
 from ..positions import positions
-from .pieces import lower_request
+from .pieces import Columns, lower_request
 from .plan import Plan
 
 
@@ -57,15 +57,13 @@ class Request:
     # the stored index of the last completed compaction's summary in the conversation it was built
     # from (projection.last_compaction), or -1: found once for every stage that reads it
     last_compaction: int = -1
-    # columns of message_entries: the lowering's (step.pieces.Pieces: their texts and profiles
-    # filled in here as they are made), or the UTF-8 lengths once read
-    _message_texts: list | None = None
-    _message_lengths: list | array | None = None
-    _message_units: array | None = None
-    _message_profiles: list | None = None
+    # with the memo: message_entries with their columns, the lowering's (step.pieces.Columns: the
+    # texts and profiles of the entries this build made are filled in as they are made)
+    columns: Columns | None = None
     # with the columns: the message elements this build made an entry for (the only ones whose
     # text or profile may be missing)
     _made: list | None = None
+    _message_lengths: list | None = None  # without the columns: utf8_lengths of the messages, once read
 
     def _entries(self, elements: list) -> list:
         """The entries of a list of the body's elements: its messages, its system, or (Chat
@@ -86,6 +84,8 @@ class Request:
         list or array the caller leaves as it is."""
         if elements is not self.lowered.messages:
             return list(map(_FIRST, map(_SECOND, self._entries(elements))))
+        if self.columns is not None:
+            return self.columns.lengths
         if self._message_lengths is None:
             self._message_lengths = list(map(_FIRST, map(_SECOND, self.message_entries)))
         return self._message_lengths
@@ -94,8 +94,8 @@ class Request:
         """UTF-16 units of each element (the body's messages, system, or both), media and opaque
         values counted as placeholders; an array the caller leaves as it is."""
         saved = self.ledger.saved_by
-        if not saved and elements is self.lowered.messages and self._message_units is not None:
-            return self._message_units
+        if not saved and elements is self.lowered.messages and self.columns is not None:
+            return self.columns.units
         units = list(map(_SECOND, map(_SECOND, self._entries(elements))))
         if saved:
             units = [u - saved.get(id(e), 0) for u, e in zip(units, elements)]
@@ -122,8 +122,8 @@ class Request:
         """The JSON text of each element (the body's messages, system, or both), serialized once
         per build; a list the caller leaves as it is."""
         entries = self._entries(elements)
-        messages = elements is self.lowered.messages and self._message_texts is not None
-        out = self._message_texts if messages else list(map(_FIRST, entries))
+        messages = elements is self.lowered.messages and self.columns is not None
+        out = self.columns.texts if messages else list(map(_FIRST, entries))
         for i in self._missing(out, messages):
             out[i] = entries[i][0] = native.json_text(elements[i])  # a list of this build's
         return out
@@ -139,14 +139,14 @@ class Request:
         """native.text_profile of each element's text (the body's messages, system, or both):
         the memo's where it holds the element; a list the caller leaves as it is."""
         entries = self._entries(elements)
-        messages = elements is self.lowered.messages and self._message_profiles is not None
-        out = self._message_profiles if messages else list(map(_THIRD, entries))
+        messages = elements is self.lowered.messages and self.columns is not None
+        out = self.columns.profiles if messages else list(map(_THIRD, entries))
         for i in self._missing(out, messages):
             entry = entries[i]  # a list of this build's
             if entry[0] is None:
                 entry[0] = native.json_text(elements[i])
                 if messages:
-                    self._message_texts[i] = entry[0]
+                    self.columns.texts[i] = entry[0]
             out[i] = entry[2] = native.text_profile(entry[0])
         return out
 
@@ -302,32 +302,33 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     deadline.check("lowering")
     chosen = _choose(lowered, plan, conv)
     # the memo's entries of the message elements, None for the others (measured below)
-    entries = pieces.entries if pieces.entries is not None else [None] * len(lowered.messages)
+    columns = pieces.columns
+    entries = columns.entries if columns is not None else [None] * len(lowered.messages)
     hashed = {}  # id(element) -> JSON text the prefix hashing made, of elements without an entry
     chain = prefix.prefix_hashes(lowered, mdl.provider, chosen, entries, hashed, deadline, memo, pieces.resume) \
         if plan.hashes else None
     for element in place(lowered, ledger, mdl.provider, chosen, pieces.shared):
         hashed.pop(id(element), None)  # a marker changed it
-    columns = pieces.lengths is not None
     for b in chosen:
-        if b.kind == "message":
-            entries[b.index] = None  # a marker changed it (or a copy with the marker replaced it)
-            if columns:
-                pieces.lengths[b.index] = -1
-    # the elements without an entry: found among the lengths (ints, in C) rather than the entries
-    made = positions(pieces.lengths, -1) if columns else positions(entries, None)
+        if b.kind == "message":  # a marker changed it (or a copy with the marker replaced it)
+            if columns is not None:
+                columns.set(b.index, None)
+            else:
+                entries[b.index] = None
+    made = columns.missing() if columns is not None else positions(entries, None)
     json_lengths = native.json_lengths
     for n, i in enumerate(made):
         deadline.tick(n, "sizing the body")
         e = lowered.messages[i]
-        entries[i] = [hashed.get(id(e)), json_lengths(e), None]
-        if columns:
-            pieces.texts[i], (pieces.lengths[i], pieces.units[i]), pieces.profiles[i] = entries[i]
+        entry = [hashed.get(id(e)), json_lengths(e), None]
+        if columns is not None:
+            columns.set(i, entry)
+        else:
+            entries[i] = entry
     system = {id(e): [hashed.get(id(e)), json_lengths(e), None] for e in lowered.system}
     request = Request(lowered, ledger, entries, system, chosen, chain, memo=memo, resume=pieces.resume,
-                      last_compaction=projection.last_compaction(conv.messages, points), _message_texts=pieces.texts,
-                      _message_lengths=pieces.lengths, _message_units=pieces.units,
-                      _message_profiles=pieces.profiles, _made=made if columns else None)
+                      last_compaction=projection.last_compaction(conv.messages, points), columns=columns,
+                      _made=made if columns is not None else None)
     mc = plan.cfg.measure
     if (mc.calibrated_figures or plan.exact) and (ledger.media_count or ledger.saved_units or ledger.extra):
         request.estimated = estimate_lowered(conv, plan, memo, points)
