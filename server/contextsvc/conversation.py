@@ -195,7 +195,8 @@ class Message:
     # a message built in the core. Not an init field, so a dataclasses.replace copy (a changed
     # message) starts with b"": the memo's per-message entries (memo.py) are keyed by it and
     # never see a stale one. One exception, set on purpose: a copy the payload guard pruned
-    # carries memo.pruned_digest of its original's (step.guard).
+    # carries memo.pruned_digest of its original's (step.guard). Either way MESSAGE_DIGEST_BYTES
+    # long: the memo's prefix keys read a conversation's digests joined, at that stride.
     digest: bytes = field(default=b"", init=False, repr=False, compare=False)
     # what every step's scans read of its parts, worked out when it is made: parts are never
     # changed in place (a changed message is a dataclasses.replace copy, made again)
@@ -251,9 +252,7 @@ class Scanned:
     cuts: tuple  # the indices of the messages that may cut history (Message.may_cut), ascending
     # per message: the latest time_compacted_ms of a tool output of it or of a message before it
     compacted: tuple
-    # memo.joined_digests of the messages (what the memo's prefix keys are made of), None when
-    # a digest is not MESSAGE_DIGEST_BYTES long
-    digests: Optional[bytes]
+    digests: bytes  # memo.joined_digests of the messages: what the memo's prefix keys are made of
 
     @property
     def points(self) -> list:
@@ -273,9 +272,8 @@ class Scanned:
         compacted = self.compacted[:kept] + tuple(
             itertools.accumulate(map(_LAST_COMPACTED, messages[kept:]), max, initial=latest))[1:]
         digests = self.digests
-        if digests is not None and len(digests) >= MESSAGE_DIGEST_BYTES * kept:  # the kept all have one
-            new = joined_digests(messages[kept:])
-            digests = None if new is None else digests[:MESSAGE_DIGEST_BYTES * kept] + new
+        if len(digests) >= MESSAGE_DIGEST_BYTES * kept:  # the kept all have one: so may the others
+            digests = digests[:MESSAGE_DIGEST_BYTES * kept] + joined_digests(messages[kept:])
         return Scanned(cuts, compacted, digests)
 
 

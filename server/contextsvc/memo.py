@@ -20,7 +20,6 @@ kind a caller of `each` gives), so kinds never collide.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import operator
 from collections import OrderedDict, deque
 from threading import Lock
@@ -109,14 +108,13 @@ def digests(wire: bytes, spans: list) -> list:
     return [blake2b(view[start:end], digest_size=MESSAGE_DIGEST_BYTES).digest() for start, end in spans]
 
 
-def joined_digests(messages: list) -> bytes | None:
-    """The digests of messages joined, as far as every message has one; None unless each is
-    MESSAGE_DIGEST_BYTES long (as every digest made here is)."""
+def joined_digests(messages: list) -> bytes:
+    """The digests of messages joined, as far as every message has one (Message.digest: each
+    MESSAGE_DIGEST_BYTES long, or b"")."""
     kept = list(map(_DIGEST, messages))
     if b"" in kept:
         del kept[kept.index(b""):]
-    joined = b"".join(kept)
-    return joined if len(joined) == MESSAGE_DIGEST_BYTES * len(kept) else None
+    return b"".join(kept)
 
 
 def message_prefix_digests(messages: list, joined: bytes | None = None) -> list:
@@ -125,13 +123,7 @@ def message_prefix_digests(messages: list, joined: bytes | None = None) -> list:
     joined: joined_digests(messages), when the caller has it (conversation.Scanned)."""
     if joined is None:
         joined = joined_digests(messages)
-    if joined is None:  # digests of other lengths (not made here): their ends are read one by one
-        kept = list(map(_DIGEST, messages))
-        if b"" in kept:
-            del kept[kept.index(b""):]
-        return prefix_digests(b"".join(kept), list(itertools.accumulate(map(len, kept))), _MESSAGES_DOMAIN)
-    # every digest is MESSAGE_DIGEST_BYTES long: the ends need no pass over the lengths
-    size = MESSAGE_DIGEST_BYTES
+    size = MESSAGE_DIGEST_BYTES  # every digest's: the ends need no pass over the lengths
     return prefix_digests(joined, range(size, len(joined) + 1, size), _MESSAGES_DOMAIN)
 
 
