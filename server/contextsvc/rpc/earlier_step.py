@@ -209,8 +209,10 @@ def keep(memo: Memo, wire: bytes, where: Located, ends: tuple, messages: list, k
          found: Optional[Found], contiguous: bool, scanned: Scanned) -> Converted:
     """Keeps this step's conversion for the next, in place of the step it continues (others
     under the same key stay, up to STEPS_PER_KEY): ends are where each message ends, from
-    where.origin; contiguous: each message starts where the one before it ends. Its token is the digest of its bytes, chained from the earlier step's when it
-    continues all of that step (so only the new bytes are hashed): equal tokens, equal bytes."""
+    where.origin; contiguous: each message starts where the one before it ends; scanned: its
+    messages' scans. Its token is the digest of its bytes, chained from the earlier step's when
+    it continues all of that step (so only the new bytes are hashed): equal tokens, equal
+    bytes."""
     region = memoryview(wire)[where.origin:where.origin + ends[-1]]
     if found is not None and found.whole:
         token = hashlib.sha256(found.converted.token + region[found.converted.ends[-1]:]).digest()
