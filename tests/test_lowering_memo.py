@@ -219,6 +219,13 @@ def test_the_prefix_hashing_resumes_after_the_earlier_steps_elements(provider):
     # steps hashed a few elements, not their whole history (Bedrock's media cases are lowered
     # whole, without the memo: most of its long ones)
     assert any(k < total for k, total in hashed), hashed
+    # each step's entries took the place of those it resumed from (the hashing's and the
+    # lowering's): the ones left are the last of each case's session, and those a compaction or
+    # a first message left behind (the lowering's, twice where the estimate lowers its own
+    # request with media as placeholders)
+    for kind, per_case in ((prefix.CHAIN, 2), (PREFIX, 3)):
+        kept = sum(key[0] == kind for key in memo._items)
+        assert 0 < kept <= per_case * len(_CASES[provider]), (kind, kept, len(hashed))
     if provider != m.BEDROCK:
         assert sum(k <= 6 for k, total in hashed if total > 12) >= sum(total > 12 for _, total in hashed) // 2, hashed
 

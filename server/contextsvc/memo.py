@@ -45,7 +45,8 @@ SCHEMA = "schema"  # (SCHEMA, JSON text, depth limit) -> a tool's input schema p
 TOOLS = "tools"
 # (GUARD, digest of the first k messages' digests, gates) -> what the payload guard's prune found
 # for those messages and the copies it marked (step.guard): the same conversation again, or one
-# grown by messages the prune passes over, is not pruned again
+# grown by messages the prune passes over, is not pruned again; the session's next step's entry
+# takes this one's place
 GUARD = "guard"
 # (GUARDED, pruned_digest) -> the copy of a message the payload guard's prune marked (step.guard)
 GUARDED = "guarded"
@@ -54,9 +55,11 @@ GUARDED = "guarded"
 REBASED = "rebased"
 # (PREFIX, digest of the first k messages' digests, settings) -> the elements lowered from them,
 # put together (step.pieces): the next step of the session, which resends them, starts after
+# them, and its own entry takes this one's place (Memo.supersede)
 PREFIX = "prefix"
 # (CHAIN, digest of the tools and system, PREFIX key) -> the prefix hashing after those messages'
-# elements (prefix.prefix_hashes): the next step of the session hashes only what it adds
+# elements (prefix.prefix_hashes): the next step of the session hashes only what it adds, and
+# its own entry takes this one's place
 CHAIN = "chain"
 # (BODY, PREFIX key) -> the UTF-8 bytes of the element list of the body Assemble built from
 # those messages, with the element texts they were encoded from (step.request.Request.body_json):
@@ -68,7 +71,8 @@ BODY = "body"
 # that are not the very same ones, and its own entry takes this one's place (Memo.supersede)
 PROFILES = "profiles"
 # (VALIDATED, conversation.Lineage.digest) -> the message ids and part ids of a conversation
-# whose checks passed (validate): the step that continues it checks only its new messages
+# whose checks passed (validate): the step that continues it checks only its new messages, and
+# its own entry takes this one's place
 VALIDATED = "validated"
 
 
@@ -257,8 +261,9 @@ class Memo:
 
     def supersede(self, old, key, value, size: int) -> None:
         """put_charged under key, dropping what old held: a session's step whose entry serves only
-        the step after it (BODY, PROFILES), which keeps its own, would otherwise stay until the
-        LRU reached it, a megabyte at every step of a megabyte session."""
+        the step after it (PREFIX, CHAIN, GUARD, VALIDATED, BODY, PROFILES), which keeps its own,
+        would otherwise stay until the LRU reached it, a megabyte at every step of a megabyte
+        session, crowding out every other entry."""
         with self._lock:
             item = self._items.pop(old, None)
             if item is not None:

@@ -90,7 +90,7 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, entries: list | Non
             short.append(out[-1][:DIGEST_BYTES])
             _mark(wanted.get((kind, i)), size, h.hexdigest)
     head, head_size = h.digest(), size
-    messages, sizes, start = lowered.messages, [], 0
+    messages, sizes, start, found = lowered.messages, [], 0, None
     if memo is not None and resume is not None and resume.kept_key is not None:
         found = memo.get((CHAIN, head, resume.kept_key))
         if found is not None and len(found.digests) == resume.kept <= len(messages):
@@ -117,8 +117,11 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, entries: list | Non
             kept = h.copy()
     if kept is not None:
         at = len(out) - len(messages)
-        memo.put_charged((CHAIN, head, resume.key), _Hashed(kept, tuple(out[at:at + keep]), tuple(short[at:at + keep]),
-                                                            tuple(sizes[:keep])), keep * _HASHED_PER_ELEMENT)
+        kept = _Hashed(kept, tuple(out[at:at + keep]), tuple(short[at:at + keep]), tuple(sizes[:keep]))
+    elif start and keep == start:  # what it resumed from is all it keeps
+        kept = found
+    if kept is not None:  # in place of the one it resumed from: each serves the session's next step
+        memo.supersede((CHAIN, head, resume.kept_key), (CHAIN, head, resume.key), kept, keep * _HASHED_PER_ELEMENT)
     return Chain((len(tools), len(lowered.system), len(messages)), out, short)
 
 

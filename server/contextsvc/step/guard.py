@@ -79,8 +79,10 @@ def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadl
     g = prune.gates(plan.compaction, plan.cfg, plan.model)
     candidates = guard_keys(conv, plan) if keys is None else keys
     k, found = memo.longest(candidates)
+    # the GUARD key of the session's earlier step's entry: this step's takes its place
+    earlier = next(key for n, key in candidates if n == k) if found is not None else None
     if found is not None and (k == len(msgs) or prune.passed_over(msgs[k:], g, memo)):
-        memo.touch([key for n, key in candidates if n == k])
+        memo.touch([earlier])
         memo.touch_held(found.kept, k, len(msgs))  # the copies it serves
     else:  # pruned afresh
         ids = _prune(conv, plan, memo, deadline)
@@ -99,7 +101,7 @@ def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadl
             entry = _Found(ids, found.wanted, found.ids_size, found.changed + tuple(added),
                            found.copies + tuple(newer[j - k] for j in added),
                            found.kept + tuple(x for x in keys[:n - k] if x is not None))
-            memo.put_charged(key, entry, entry.charge())
+            memo.supersede(earlier, key, entry, entry.charge())  # each serves the session's next step
     return ids, shrunk
 
 

@@ -339,11 +339,15 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
         columns.append(text)
     prefix.merged += _merged_charge(found[resolved_up_to:-1], columns.entries[resolved_up_to:-1])
     whole = candidates[0][1] if candidates and candidates[0][0] == len(projected) else None
+    earlier = dict(candidates).get(start) if kept is not None else None  # the entry this step resumed
     if whole is not None and start < len(projected):
-        memo.put_charged(whole, prefix.copy(), prefix.charge())
+        # in place of the entry it resumed: each serves the session's next step (a step looks for
+        # one RESUME_WITHIN messages back), and they would otherwise pile up until the LRU reached
+        # them, each charged its history's elements, crowding out every other entry
+        memo.supersede(earlier, whole, prefix.copy(), prefix.charge())
     lead = 1 if roles and roles[0] != "user" else 0
     # the kept elements but the last stand as they were, and so will these for the next step
-    resume = Resume(dict(candidates).get(start) if resolved_up_to else None, lead + resolved_up_to,
+    resume = Resume(earlier if resolved_up_to else None, lead + resolved_up_to,
                     whole, lead + max(0, len(elements) - 1))
     ledger.media_count += prefix.media_count
     ledger.extra += prefix.extra
