@@ -172,6 +172,33 @@ def test_a_session_grown_a_message_at_a_time_resumes_its_earlier_steps_lowering(
     assert sum(k > 0 for k in resumed_from) >= len(resumed_from) // 2, resumed_from
 
 
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_session_resent_from_an_earlier_step_answers_the_same(provider):
+    """A session's step keeps its entries in place of the ones it resumed from (PREFIX, CHAIN,
+    BODY): a client that goes back two steps and on from there (a regenerated answer) finds
+    none of those and builds the body, its digests and its figures afresh from the messages'
+    entries, the same as without the memo, and its next step resumes from it."""
+    from contextsvc import prefix, step
+
+    memo, resent = Memo(1 << 30), 0
+    for mdl, system, grown in _growing_sessions(provider, memo):
+        if len(grown.messages) < 3:
+            continue
+        for n in (len(grown.messages), len(grown.messages) - 2, len(grown.messages) - 1):
+            conv = m.Conversation(grown.messages[:n], session_id=grown.session_id)
+            p = plan(mdl, system=system, hashes=True)
+            try:
+                got = step.run(conv, p, memo=memo)
+            except request.BadInput:
+                continue
+            want = step.run(conv, p)
+            assert got.measurement == want.measurement
+            assert got.request.body_json() == want.request.body_json()
+            assert prefix.encode(got.request.digests, 64) == prefix.encode(want.request.digests, 64)
+            resent += 1
+    assert resent > len(_CASES[provider])
+
+
 def _growing_sessions(provider: str, memo: Memo):
     """(model, system, conversation) of each step of each case of provider's corpus, the session
     grown a message at a time, converted through memo."""

@@ -71,8 +71,7 @@ BODY = "body"
 # that are not the very same ones, and its own entry takes this one's place (Memo.supersede)
 PROFILES = "profiles"
 # (VALIDATED, conversation.Lineage.digest) -> the message ids and part ids of a conversation
-# whose checks passed (validate): the step that continues it checks only its new messages, and
-# its own entry takes this one's place
+# whose checks passed (validate): the step that continues it checks only its new messages
 VALIDATED = "validated"
 
 
@@ -261,9 +260,11 @@ class Memo:
 
     def supersede(self, old, key, value, size: int) -> None:
         """put_charged under key, dropping what old held: a session's step whose entry serves only
-        the step after it (PREFIX, CHAIN, GUARD, VALIDATED, BODY, PROFILES), which keeps its own,
-        would otherwise stay until the LRU reached it, a megabyte at every step of a megabyte
-        session, crowding out every other entry."""
+        the step after it (PREFIX, CHAIN, GUARD, BODY, PROFILES), which keeps its own, would
+        otherwise stay until the LRU reached it, a megabyte at every step of a megabyte session,
+        crowding out every other entry. A client going back to an earlier step (a regenerated
+        answer) then builds that step afresh from the messages' own entries. VALIDATED is not
+        kept so: the conversion resumes from any of a session's last steps (rpc.earlier_step)."""
         with self._lock:
             item = self._items.pop(old, None)
             if item is not None:

@@ -57,13 +57,11 @@ class _Ids:
     """The message and part ids of a conversation whose checks passed (memo.VALIDATED): its own
     beyond the earlier step it continues (below), which holds the rest. Sets are never changed
     once kept; a chain FLATTEN_AFTER deep is put together into one, so a step copies no set of
-    the whole history (one in FLATTEN_AFTER does). Its entry takes the place of below's, so it
-    is charged the sets of the whole chain."""
+    the whole history (one in FLATTEN_AFTER does)."""
     ids: set
     part_ids: set
     below: Optional["_Ids"]
     depth: int
-    size: int  # sys.getsizeof of the chain's sets (the id strings are the messages' own)
 
     def holds(self, message_id: str, part_ids: tuple) -> bool:
         """Whether message_id or one of part_ids is one of its ids."""
@@ -108,12 +106,9 @@ def _known_good(conv: m.Conversation, memo, deadline: Deadline = NO_DEADLINE) ->
         if below is not None and below.depth >= FLATTEN_AFTER:
             flat_ids, flat_parts = below.flat()
             ids, part_ids, below = flat_ids | ids, flat_parts | part_ids, None
-        size = sys.getsizeof(ids) + sys.getsizeof(part_ids)
-        kept = _Ids(ids, part_ids, below, below.depth + 1 if below is not None else 0,
-                    size + below.size if below is not None else size)
-        # in place of the earlier step's: each serves the session's next step
-        memo.supersede((VALIDATED, lineage.kept_digest) if lineage.kept else None, (VALIDATED, lineage.digest),
-                       kept, kept.size)
+        kept = _Ids(ids, part_ids, below, below.depth + 1 if below is not None else 0)
+        # the id strings are the messages' own
+        memo.put_charged((VALIDATED, lineage.digest), kept, sys.getsizeof(ids) + sys.getsizeof(part_ids))
     return True
 
 
