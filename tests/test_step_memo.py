@@ -236,11 +236,17 @@ def test_the_payload_guard_prunes_a_conversation_once(monkeypatch):
     assert calls == {"prune": 1, "apply": 1, "figures": 7}
 
 
-def test_the_same_tools_are_converted_once():
-    """The same tools at every step are converted once: a hit gives the definitions the miss made
-    (in a list of the caller's own) and the same Measure and Assemble as without the memo; a
-    changed schema is a miss, answered as without the memo; a bad schema is refused every time."""
+def test_the_same_tools_are_converted_once(monkeypatch):
+    """The same tools at every step are converted once, and serialized and profiled for the
+    figures once: a hit gives the definitions the miss made (in a list of the caller's own) and
+    the same Measure and Assemble as without the memo; a changed schema is a miss, answered as
+    without the memo; a bad schema is refused every time."""
     from contextsvc.rpc import conversion
+    step_figures = importlib.import_module("contextsvc.step.figures")
+
+    serialized = []  # the tool lists the figures of the servicer with the memo serialized
+    real = step_figures.tool_schema_list
+    monkeypatch.setattr(step_figures, "tool_schema_list", lambda tools: serialized.append(tools) or real(tools))
 
     tools = [pb.ToolDefinition(name=n, description=f"{n} a file",
                                input_schema_json='{"type":"object","properties":{"path":{"type":"string"}}}')
@@ -255,8 +261,12 @@ def test_the_same_tools_are_converted_once():
                              tools=tools)
     measure = pb.MeasureRequest(conversation=req.conversation, model=req.model, tools=req.tools)
     for _ in range(2):
-        _same(with_memo.Assemble(req, None), without.Assemble(req, None))
-        _same(with_memo.Measure(measure, None), without.Measure(measure, None))
+        answers = [with_memo.Assemble(req, None), with_memo.Measure(measure, None)]
+        n = len(serialized)
+        _same(answers[0], without.Assemble(req, None))
+        _same(answers[1], without.Measure(measure, None))
+        del serialized[n:]  # the servicer's without the memo
+    assert len(serialized) == 1, serialized
     before = with_memo.Measure(measure, None).tools
     for r in (req, measure):
         r.tools[1].input_schema_json = '{"type":"object","properties":{"path":{"type":"string"},"text":{"type":"string"}}}'
@@ -264,6 +274,7 @@ def test_the_same_tools_are_converted_once():
     _same(changed, without.Measure(measure, None))
     _same(with_memo.Assemble(req, None), without.Assemble(req, None))
     assert changed.tools > before
+    assert len(serialized) == 1 + 1 + 2  # the changed list, and twice without the memo
     measure.tools[0].input_schema_json = '{"type":"object"'
     for _ in range(2):
         with pytest.raises(Exception, match=r"tools\[0\]\.input_schema_json"):

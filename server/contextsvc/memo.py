@@ -43,6 +43,10 @@ SCHEMA = "schema"  # (SCHEMA, JSON text, depth limit) -> a tool's input schema p
 # (TOOLS, each tool's (name, description, schema text), depth limit) -> the tool definitions
 # converted (rpc.conversion)
 TOOLS = "tools"
+# (TOOL_TEXT, id of each tool definition) -> the definitions, the JSON text the figures count them
+# as and its calibrated figures (step.figures): the same definitions at every step, as TOOLS
+# keeps them, are serialized and profiled once
+TOOL_TEXT = "tool text"
 # (GUARD, digest of the first k messages' digests, gates) -> what the payload guard's prune found
 # for those messages and the copies it marked (step.guard): the same conversation again, or one
 # grown by messages the prune passes over, is not pruned again; the session's next step's entry

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # each is a constant: hashed by identity in the caches below
 class IdRule:
     valid: re.Pattern  # a whole id in the allowed alphabet
     invalid: re.Pattern  # one character outside it

@@ -17,7 +17,7 @@ from typing import Optional
 from .. import conversation as m, encodings, native, projection, tokens
 from ..deadline import NO_DEADLINE, Deadline
 from ..lowering.media import MEDIA_PLACEHOLDER
-from ..memo import PROFILES, Memo
+from ..memo import PROFILES, TOOL_TEXT, Memo
 from ..positions import positions
 from .baseline import as_counted, baseline, changed_key, changed_pieces
 from .plan import Plan
@@ -86,8 +86,8 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
     system_units = request.units(low.system)
     message_units = request.units(low.messages)
     estimate = tokens.estimate_units(tokens.json_array_units(system_units + message_units))
-    tools_text = native.json_text(tool_schema_list(plan.tools)) if plan.tools else ""
-    tool_tokens = native.estimate_tokens(native.utf16_len(tools_text)) if tools_text else 0
+    tool_text = _tool_text(plan.tools, memo)
+    tool_tokens = native.estimate_tokens(native.utf16_len(tool_text.text)) if tool_text.text else 0
     last_assistant = projection.last_index(low.roles, lambda r: r == "assistant")
     tail_messages = message_units[last_assistant + 1:]
     tail = 0
@@ -108,7 +108,7 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
     out = Figures(estimate, tool_tokens, tail, overhead, normalized, raw, extra, rewrite, bool(tail_messages),
                   request.ledger.media_count, (0, tokens.CALIBRATED), (0, tokens.CALIBRATED), 0.0, "", None,
                   {}, {}, 0, 0)
-    _calibrated_and_exact(out, conv, request, plan, exact_counters, last_assistant, since, tools_text, deadline, memo)
+    _calibrated_and_exact(out, conv, request, plan, exact_counters, last_assistant, since, tool_text, deadline, memo)
     out.stretches["estimate"] = (normalized, tail, overhead, rewrite)
     base = baseline(conv.messages)
     if base is not None:
@@ -297,6 +297,28 @@ _ZERO = native.text_profile("")  # the profile of nothing: a sum's start
 _PROFILE_BYTES = sys.getsizeof(_ZERO) + sum(sys.getsizeof(x) for x in _ZERO[1:]) + 32 * sum(len(x) for x in _ZERO[1:])
 
 
+@dataclass(frozen=True, slots=True)
+class _ToolText:
+    """What the figures read of a list of tool definitions (the TOOL_TEXT entry)."""
+    tools: tuple  # the very definitions: held, so no other object takes their ids while kept
+    text: str  # the JSON of tool_schema_list(tools)
+    calibrated: tuple  # _calibrated_text(text)
+
+
+def _tool_text(tools: list, memo: Memo | None) -> _ToolText:
+    """The tools' _ToolText; with the memo, kept for the same definitions (the very objects,
+    which rpc.conversion hands every step of a session while TOOLS keeps them)."""
+    key = (TOOL_TEXT, tuple(map(id, tools))) if memo is not None else None
+    kept = memo.get(key) if key is not None else None
+    if kept is not None and all(map(operator.is_, kept.tools, tools)):
+        return kept
+    text = native.json_text(tool_schema_list(tools)) if tools else ""
+    kept = _ToolText(tuple(tools), text, _calibrated_text(text))
+    if key is not None:
+        memo.put_charged(key, kept, sys.getsizeof(text) + sys.getsizeof(kept.tools) + 200)
+    return kept
+
+
 def _calibrated_text(text: str) -> tuple:
     """(calibrated, calibrated with the per-class decision margins) of text, unrounded, from one
     native.text_profile."""
@@ -311,7 +333,7 @@ def _media_in(element_texts) -> int:
 
 
 def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, plan: Plan, exact_counters,
-                          last_assistant: int, rewrite_from, tools_text: str, deadline: Deadline,
+                          last_assistant: int, rewrite_from, tool_text: _ToolText, deadline: Deadline,
                           memo: Memo | None = None) -> None:
     """The calibrated, self-calibrated and (when asked) exact figures, summed over the same
     stretches as the reference agent's (tail after the last assistant element, overhead = system
@@ -321,7 +343,7 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
     mc = plan.cfg.measure
     has_tail = out.has_tail
     needs_text = mc.calibrated_figures or plan.exact
-    texts = _estimated(request, tools_text) if needs_text else _Estimated([], [], "")
+    texts = _estimated(request, tool_text.text) if needs_text else _Estimated([], [], "")
     deadline.check("figures")
     n_sys = len(texts.system)
     tail_from = n_sys + last_assistant + 1  # element index where the tail starts
@@ -350,7 +372,7 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
     cuts = [0, n_sys, n_sys + max(at, 0), tail_from, len(elements)]
     if mc.calibrated_figures:
         pairs = [stretch_pair(profiles[a:b]) if k != 1 or head is None else _summed_pair(head, b - a)
-                 for k, (a, b) in enumerate(zip(cuts, cuts[1:]))] + [_calibrated_text(texts.tools)]
+                 for k, (a, b) in enumerate(zip(cuts, cuts[1:]))] + [tool_text.calibrated]
     else:
         pairs = [(0.0, 0.0)] * 5
     (system_cal, head_cal, middle_cal, tail_cal, tools_cal), margined = zip(*pairs)
