@@ -15,7 +15,7 @@ import tracemalloc
 
 import pytest
 
-from contextsvc import config, memo, conversation as m
+from contextsvc import config, memo, native, conversation as m
 from contextsvc.rpc import servicer
 from contextsvc_client import apply_compaction
 from contextsvc.compact import run as compact_run
@@ -247,6 +247,15 @@ def test_the_same_tools_are_converted_once(monkeypatch):
     serialized = []  # the tool lists the figures of the servicer with the memo serialized
     real = step_figures.tool_schema_list
     monkeypatch.setattr(step_figures, "tool_schema_list", lambda tools: serialized.append(tools) or real(tools))
+    encoded = []  # what was serialized holding tool definitions as the body writes them
+    json_text = native.json_text
+
+    def counting(value):
+        if isinstance(value, dict) and ("input_schema" in value or isinstance(value.get("tools"), list)):
+            encoded.append(value)
+        return json_text(value)
+
+    monkeypatch.setattr(native, "json_text", counting)
 
     tools = [pb.ToolDefinition(name=n, description=f"{n} a file",
                                input_schema_json='{"type":"object","properties":{"path":{"type":"string"}}}')
@@ -262,11 +271,14 @@ def test_the_same_tools_are_converted_once(monkeypatch):
     measure = pb.MeasureRequest(conversation=req.conversation, model=req.model, tools=req.tools)
     for _ in range(2):
         answers = [with_memo.Assemble(req, None), with_memo.Measure(measure, None)]
-        n = len(serialized)
+        n, k = len(serialized), len(encoded)
         _same(answers[0], without.Assemble(req, None))
         _same(answers[1], without.Measure(measure, None))
-        del serialized[n:]  # the servicer's without the memo
+        del serialized[n:], encoded[k:]  # the servicer's without the memo
     assert len(serialized) == 1, serialized
+    # each definition once for the body and its prefix digests (TOOL_JSON), and the last one
+    # again with its cache marker at each Assemble: never the whole list
+    assert [e.get("name", "the body") for e in encoded] == ["read", "edit", "edit", "edit"], encoded
     before = with_memo.Measure(measure, None).tools
     for r in (req, measure):
         r.tools[1].input_schema_json = '{"type":"object","properties":{"path":{"type":"string"},"text":{"type":"string"}}}'

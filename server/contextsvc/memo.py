@@ -47,6 +47,10 @@ TOOLS = "tools"
 # as and its calibrated figures (step.figures): the same definitions at every step, as TOOLS
 # keeps them, are serialized and profiled once
 TOOL_TEXT = "tool text"
+# (TOOL_JSON, provider, model id, tools disabled, id of each tool definition) -> the definitions,
+# and the JSON text and UTF-8 length of each element of the body's tool list they lower to, before
+# any marker (step.request): the prefix hashing, the body and its size read them, not the schemas
+TOOL_JSON = "tool json"
 # (GUARD, digest of the first k messages' digests, gates) -> what the payload guard's prune found
 # for those messages and the copies it marked (step.guard): the same conversation again, or one
 # grown by messages the prune passes over, is not pruned again; the session's next step's entry

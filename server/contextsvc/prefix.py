@@ -60,7 +60,7 @@ class _Hashed:
 
 def prefix_hashes(lowered, provider: str, breakpoints: list, entries: list | None = None,
                   made: dict | None = None, deadline: Deadline = NO_DEADLINE, memo: Memo | None = None,
-                  resume: Resume | None = None) -> Chain:
+                  resume: Resume | None = None, tool_json: dict | None = None) -> Chain:
     """Fills prefix_bytes/prefix_sha256: the canonical JSON of the elements the cache covers,
     in prefix order (tools, then system, then messages), up to and including each marked one.
     Returns the prefix digest at every element: the next request of the session checks its old
@@ -73,6 +73,7 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, entries: list | Non
     resume, the message elements
     an earlier step of the session hashed after the same tools and system are not hashed again
     (CHAIN, under the digest of tools and system and the PREFIX key of those messages).
+    tool_json: id(element) -> (JSON text, UTF-8 bytes) of tool definitions the memo keeps.
     """
     body = lowered.body
     tools = FORMATS[provider].tool_list(body)
@@ -83,7 +84,12 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, entries: list | Non
     out, short, size = [], [], 0
     for kind, elements in (("tools", tools), ("system", lowered.system)):
         for i, element in enumerate(elements):
-            chunk = (native.json_text(element) if kind == "tools" else _text(element, None, made)).encode()
+            if kind == "system":
+                text = _text(element, None, made)
+            else:
+                kept = tool_json.get(id(element)) if tool_json else None
+                text = kept[0] if kept is not None else native.json_text(element)
+            chunk = text.encode()
             h.update(chunk)
             size += len(chunk)
             out.append(h.digest())

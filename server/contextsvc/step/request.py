@@ -19,7 +19,8 @@ from ..deadline import NO_DEADLINE, Deadline
 from ..errors import BadInput
 from ..lowering import MediaLedger
 from ..lowering.lowered import Lowered
-from ..memo import BODY, Memo
+from ..lowering.registry import FORMATS
+from ..memo import BODY, TOOL_JSON, Memo
 from ..positions import positions
 from .pieces import Columns, lower_request
 from .plan import Plan
@@ -54,6 +55,10 @@ class Request:
     # one's goes (BODY): the PREFIX keys of the lowering's Resume, with the memo holding them
     memo: Memo | None = None
     resume: prefix.Resume | None = None
+    # id(element) -> (JSON text, UTF-8 bytes) of each element of the body's tool list as the memo
+    # keeps it (_tool_json), those a marker changed left out; and (dict, key) of that list
+    tool_json: dict = dataclasses.field(default_factory=dict)
+    tools_at: tuple = ()
     # the stored index of the last completed compaction's summary in the conversation it was built
     # from (projection.last_compaction), or -1: found once for every stage that reads it
     last_compaction: int = -1
@@ -105,7 +110,7 @@ class Request:
         """Exact UTF-8 size of the body JSON, reusing the per-element walk."""
         body = self.lowered.body
         held = []
-        for parent, key in self.lowered.lists:
+        for parent, key in self._held_lists():
             held.append((parent, key, parent[key]))
             parent[key] = []
         try:
@@ -114,9 +119,23 @@ class Request:
             for parent, key, items in held:
                 parent[key] = items
         if self._lists_bytes is None:
-            self._lists_bytes = sum(sum(self.utf8_lengths(items)) + len(items) - 1
-                                    for _, _, items in held if items)
+            tools = self.tools_at[0][self.tools_at[1]] if self.tools_at else None
+            self._lists_bytes = sum(sum(self._tool_lengths(items) if items is tools else self.utf8_lengths(items))
+                                    + len(items) - 1 for _, _, items in held if items)
         return total + self._lists_bytes
+
+    def _held_lists(self) -> list:
+        """(dict, key) of the element lists the body's size and JSON are put together from: the
+        lowering's lists, then the tool list when the memo keeps its elements' JSON (tool_json)."""
+        return [*self.lowered.lists, self.tools_at] if self.tools_at else self.lowered.lists
+
+    def _tool_texts(self, tools: list) -> list:
+        kept = self.tool_json
+        return [kept[id(e)][0] if id(e) in kept else native.json_text(e) for e in tools]
+
+    def _tool_lengths(self, tools: list) -> list:
+        kept = self.tool_json
+        return [kept[id(e)][1] if id(e) in kept else native.json_lengths(e)[0] for e in tools]
 
     def texts(self, elements: list) -> list:
         """The JSON text of each element (the body's messages, system, or both), serialized once
@@ -157,7 +176,7 @@ class Request:
         character would make a joined text four bytes a character to copy and encode."""
         body = self.lowered.body
         held = []
-        for n, (parent, key) in enumerate(self.lowered.lists):
+        for n, (parent, key) in enumerate(self._held_lists()):
             held.append((parent, key, parent[key]))
             parent[key] = f"\x00{_SPLICE_TAG}{n}"  # no other string of the skeleton holds a NUL + tag
         try:
@@ -166,12 +185,13 @@ class Request:
             for parent, key, items in held:
                 parent[key] = items
         markers = [native.json_text(f"\x00{_SPLICE_TAG}{n}") for n in range(len(held))]
-        longest = max(range(len(held)), key=lambda n: len(held[n][2]), default=-1)  # the history's
+        n_lists = len(self.lowered.lists)  # the tool list, held after them, is no history
+        longest = max(range(n_lists), key=lambda n: len(held[n][2]), default=-1)  # the history's
         pieces, done, history = [], 0, None
         for start, n in sorted((skeleton.index(marker), n) for n, marker in enumerate(markers)):
             pieces.append(skeleton[done:start].encode())
             items = held[n][2]
-            texts = self.texts(items)
+            texts = self.texts(items) if n < n_lists else self._tool_texts(items)
             if n == longest:
                 history = (items, texts, sum(map(len, pieces)) + 1)  # ..., where its first element starts
                 pieces += array_parts(self._list_pieces(texts), b"[", b",", b"]")
@@ -305,11 +325,14 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     columns = pieces.columns
     entries = columns.entries if columns is not None else [None] * len(lowered.messages)
     hashed = {}  # id(element) -> JSON text the prefix hashing made, of elements without an entry
-    chain = prefix.prefix_hashes(lowered, mdl.provider, chosen, entries, hashed, deadline, memo, pieces.resume) \
-        if plan.hashes else None
+    tool_json, tools_at = _tool_json(lowered, plan, memo)
+    chain = prefix.prefix_hashes(lowered, mdl.provider, chosen, entries, hashed, deadline, memo, pieces.resume,
+                                 tool_json) if plan.hashes else None
     for element in place(lowered, ledger, mdl.provider, chosen, pieces.shared):
         hashed.pop(id(element), None)  # a marker changed it
     for b in chosen:
+        if b.kind == "tools" and tool_json:  # a marker changed it, or follows it (Bedrock's own block)
+            tool_json.pop(id(tools_at[0][tools_at[1]][b.index]), None)
         if b.kind == "message":  # a marker changed it (or a copy with the marker replaced it)
             if columns is not None:
                 columns.set(b.index, None)
@@ -328,7 +351,7 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     system = {id(e): [hashed.get(id(e)), json_lengths(e), None] for e in lowered.system}
     request = Request(lowered, ledger, entries, system, chosen, chain, memo=memo, resume=pieces.resume,
                       last_compaction=projection.last_compaction(conv.messages, points), columns=columns,
-                      _made=made if columns is not None else None)
+                      _made=made if columns is not None else None, tool_json=tool_json, tools_at=tools_at)
     mc = plan.cfg.measure
     if (mc.calibrated_figures or plan.exact) and (ledger.media_count or ledger.saved_units or ledger.extra):
         request.estimated = estimate_lowered(conv, plan, memo, points)
@@ -339,6 +362,35 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
         if plan.previous is not None:
             request.change = prefix.compare(plan.previous, request.digests)
     return request
+
+
+@dataclass(frozen=True, slots=True)
+class _ToolJson:
+    """The TOOL_JSON entry."""
+    definitions: tuple  # the very definitions: held, so no other object takes their ids while kept
+    json: tuple  # (JSON text, UTF-8 bytes) of each element of the body's tool list, before markers
+
+
+def _tool_json(lowered: Lowered, plan: Plan, memo: Memo | None) -> tuple[dict, tuple]:
+    """({id(element): (JSON text, UTF-8 bytes)} of the body's tool list, (dict, key) of that list)
+    before the markers are placed, from the memo for the same definitions (the very objects, which
+    rpc.conversion hands every step of a session while TOOLS keeps them), lowered for the same
+    provider and model, disabled or not; ({}, ()) without the memo or tools."""
+    if memo is None or not plan.tools:
+        return {}, ()
+    body = lowered.body
+    tools = FORMATS[plan.model.provider].tool_list(body)
+    at = next(((parent, key) for parent in (body, *(v for v in body.values() if isinstance(v, dict)))  # Bedrock's
+               for key, value in parent.items() if value is tools), None)  # toolConfig.tools
+    if at is None or not tools:
+        return {}, ()
+    key = (TOOL_JSON, plan.model.provider, plan.model.id, plan.tools_disabled, tuple(map(id, plan.tools)))
+    kept = memo.get(key)
+    if kept is None or len(kept.json) != len(tools) or not all(map(operator.is_, kept.definitions, plan.tools)):
+        json = tuple((native.json_text(e), native.json_lengths(e)[0]) for e in tools)
+        kept = _ToolJson(tuple(plan.tools), json)
+        memo.put_charged(key, kept, sum(sys.getsizeof(t) + 100 for t, _ in json) + sys.getsizeof(kept.definitions))
+    return dict(zip(map(id, tools), kept.json)), at
 
 
 def _choose(lowered: Lowered, plan: Plan, conv: m.Conversation) -> list:
