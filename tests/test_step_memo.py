@@ -8,6 +8,7 @@ charged its real size.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib
 import random
 import sys
@@ -237,8 +238,8 @@ def test_the_payload_guard_prunes_a_conversation_once(monkeypatch):
 
 
 def test_the_same_tools_are_converted_once(monkeypatch):
-    """The same tools at every step are converted once, and serialized and profiled for the
-    figures once: a hit gives the definitions the miss made (in a list of the caller's own) and
+    """The same tools at every step are converted once, serialized for the body and profiled
+    for the figures once, and hashed for the prefix digests once: a hit gives the definitions the miss made (in a list of the caller's own) and
     the same Measure and Assemble as without the memo; a changed schema is a miss, answered as
     without the memo; a bad schema is refused every time."""
     from contextsvc.rpc import conversion
@@ -256,6 +257,21 @@ def test_the_same_tools_are_converted_once(monkeypatch):
         return json_text(value)
 
     monkeypatch.setattr(native, "json_text", counting)
+    from contextsvc import prefix
+    heads = []  # the tool and system bytes the prefix hashing hashed from the start
+
+    class Hashing:  # the hashing of a body's first elements, counted (its copies are not)
+        def __init__(self, data=b""):
+            self.h = hashlib.sha256(data)
+
+        def update(self, chunk):
+            heads.append(len(chunk))
+            self.h.update(chunk)
+
+        def __getattr__(self, name):
+            return getattr(self.h, name)
+
+    monkeypatch.setattr(prefix, "hashlib", type("Hashlib", (), {"sha256": Hashing}))
 
     tools = [pb.ToolDefinition(name=n, description=f"{n} a file",
                                input_schema_json='{"type":"object","properties":{"path":{"type":"string"}}}')
@@ -269,13 +285,17 @@ def test_the_same_tools_are_converted_once(monkeypatch):
     req = pb.AssembleRequest(conversation=pb.Conversation(messages=[user("u1", text("p1", "hi"))]), model=model(),
                              tools=tools)
     measure = pb.MeasureRequest(conversation=req.conversation, model=req.model, tools=req.tools)
+    hashed_heads = []
     for _ in range(2):
+        h = len(heads)
         answers = [with_memo.Assemble(req, None), with_memo.Measure(measure, None)]
+        hashed_heads.append(len(heads) - h)
         n, k = len(serialized), len(encoded)
         _same(answers[0], without.Assemble(req, None))
         _same(answers[1], without.Measure(measure, None))
         del serialized[n:], encoded[k:]  # the servicer's without the memo
     assert len(serialized) == 1, serialized
+    assert hashed_heads == [2, 0], hashed_heads  # the two tools, at the first step only (HEAD)
     # each definition once for the body and its prefix digests (TOOL_JSON), and the last one
     # again with its cache marker at each Assemble: never the whole list
     assert [e.get("name", "the body") for e in encoded] == ["read", "edit", "edit", "edit"], encoded

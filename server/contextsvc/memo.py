@@ -65,6 +65,9 @@ REBASED = "rebased"
 # put together (step.pieces): the next step of the session, which resends them, starts after
 # them, and its own entry takes this one's place (Memo.supersede)
 PREFIX = "prefix"
+# (HEAD, JSON text of each tool and system element) -> the prefix hashing of those elements
+# (prefix.prefix_hashes): the same tools and system at every step are hashed once
+HEAD = "head"
 # (CHAIN, digest of the tools and system, PREFIX key) -> the prefix hashing after those messages'
 # elements (prefix.prefix_hashes): the next step of the session hashes only what it adds, and
 # its own entry takes this one's place

@@ -7,11 +7,12 @@ import hashlib
 import itertools
 import json
 import operator
+import sys
 from dataclasses import dataclass
 
 from . import native
 from .deadline import NO_DEADLINE, Deadline
-from .memo import CHAIN, Memo
+from .memo import CHAIN, HEAD, Memo
 from .lowering.registry import FORMATS
 
 
@@ -80,22 +81,14 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, entries: list | Non
     wanted = {}
     for b in breakpoints:
         wanted.setdefault((b.kind, b.index), []).append(b)
-    h = hashlib.sha256()
-    out, short, size = [], [], 0
-    for kind, elements in (("tools", tools), ("system", lowered.system)):
-        for i, element in enumerate(elements):
-            if kind == "system":
-                text = _text(element, None, made)
-            else:
-                kept = tool_json.get(id(element)) if tool_json else None
-                text = kept[0] if kept is not None else native.json_text(element)
-            chunk = text.encode()
-            h.update(chunk)
-            size += len(chunk)
-            out.append(h.digest())
-            short.append(out[-1][:DIGEST_BYTES])
-            _mark(wanted.get((kind, i)), size, h.hexdigest)
-    head, head_size = h.digest(), size
+    texts = [_tool_text(element, tool_json) for element in tools] + [_text(e, None, made) for e in lowered.system]
+    hashed = _head(texts, memo)
+    h, out, short = hashed.state.copy(), list(hashed.digests), list(hashed.short)
+    heads = [("tools", i) for i in range(len(tools))] + [("system", i) for i in range(len(lowered.system))]
+    for j, at in enumerate(heads):
+        _mark(wanted.get(at), hashed.sizes[j], out[j].hex)
+    head, head_size = h.digest(), hashed.sizes[-1] if texts else 0
+    size = head_size
     messages, sizes, start, found = lowered.messages, [], 0, None
     if memo is not None and resume is not None and resume.kept_key is not None:
         found = memo.get((CHAIN, head, resume.kept_key))
@@ -134,6 +127,34 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, entries: list | Non
 # what CHAIN keeps per element: a 32-byte digest (65 bytes as a Python object), its first
 # DIGEST_BYTES (41), a size (32) and three tuple slots
 _HASHED_PER_ELEMENT = 65 + 41 + 32 + 24
+
+
+def _tool_text(element, tool_json: dict | None) -> str:
+    """A tool definition's JSON text: the memo's (tool_json), or serialized."""
+    kept = tool_json.get(id(element)) if tool_json else None
+    return kept[0] if kept is not None else native.json_text(element)
+
+
+def _head(texts: list, memo: Memo | None) -> _Hashed:
+    """The hashing of the tool and system elements whose JSON texts these are, the same at every
+    step of a session as a rule: with the memo, kept under the texts themselves (HEAD; the tools'
+    are the memo's own objects, TOOL_JSON, whose hashes Python keeps)."""
+    key = (HEAD, tuple(texts)) if memo is not None else None
+    kept = memo.get(key) if key is not None else None
+    if kept is not None:
+        return kept
+    h = hashlib.sha256()
+    digests, sizes, size = [], [], 0
+    for text in texts:
+        chunk = text.encode()
+        h.update(chunk)
+        size += len(chunk)
+        digests.append(h.digest())
+        sizes.append(size)
+    kept = _Hashed(h, tuple(digests), tuple(d[:DIGEST_BYTES] for d in digests), tuple(sizes))
+    if key is not None:
+        memo.put_charged(key, kept, sum(map(sys.getsizeof, texts)) + len(texts) * _HASHED_PER_ELEMENT)
+    return kept
 
 
 def _text(element, entry, made: dict | None) -> str:
