@@ -8,6 +8,7 @@ charged its real size.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import hashlib
 import importlib
 import random
@@ -137,6 +138,30 @@ def test_memory_stays_within_the_bound(size):
     assert held <= bound + 256 * 1024, (held, mm.size_bytes, len(mm))
     assert mm.size_bytes >= 0.5 * held  # the charge is not far below reality either
     assert 0 < len(mm) < len(msgs)  # the oldest went first
+
+
+def test_what_is_kept_for_objects_serves_those_very_objects():
+    """Memo.for_objects: the same objects and settings are a hit; equal objects that are not
+    the same, other settings, or objects in another order are computed afresh; and while kept the
+    entry holds the objects, so their ids stay theirs."""
+    mm = memo.Memo(1 << 20)
+    a, b = [{"name": "read"}, {"name": "edit"}], [{"name": "read"}, {"name": "edit"}]
+    calls = []
+
+    def compute(objects):
+        return lambda: (calls.append(objects) or len(calls), 64)
+
+    assert mm.for_objects("k", a, (), compute(a)) == 1
+    assert mm.for_objects("k", a, (), compute(a)) == 1  # kept
+    assert mm.for_objects("k", b, (), compute(b)) == 2  # equal, not the same
+    assert mm.for_objects("k", a, ("other",), compute(a)) == 3
+    assert mm.for_objects("k", a[::-1], (), compute(a[::-1])) == 4
+    ids = [id(x) for x in a]
+    del a
+    gc.collect()
+    held, _ = mm.get(("k", (), tuple(ids)))
+    assert [id(x) for x in held] == ids and held == ({"name": "read"}, {"name": "edit"})
+    assert len(calls) == 4
 
 
 def test_least_recently_used_go_first():

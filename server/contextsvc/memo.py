@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import operator
+import sys
 from collections import OrderedDict, deque
 from threading import Lock
 
@@ -43,13 +44,12 @@ SCHEMA = "schema"  # (SCHEMA, JSON text, depth limit) -> a tool's input schema p
 # (TOOLS, each tool's (name, description, schema text), depth limit) -> the tool definitions
 # converted (rpc.conversion)
 TOOLS = "tools"
-# (TOOL_TEXT, id of each tool definition) -> the definitions, the JSON text the figures count them
-# as and its calibrated figures (step.figures): the same definitions at every step, as TOOLS
-# keeps them, are serialized and profiled once
+# (TOOL_TEXT, (), id of each tool definition) -> the JSON text the figures count the definitions
+# as and its calibrated figures (step.figures; Memo.for_objects): serialized and profiled once
 TOOL_TEXT = "tool text"
-# (TOOL_JSON, provider, model id, tools disabled, id of each tool definition) -> the definitions,
-# and the JSON text and UTF-8 length of each element of the body's tool list they lower to, before
-# any marker (step.request): the prefix hashing, the body and its size read them, not the schemas
+# (TOOL_JSON, (provider, model id, tools disabled), id of each tool definition) -> the JSON text and
+# UTF-8 length of each element of the body's tool list they lower to, before any marker
+# (step.request; Memo.for_objects): the prefix hashing, the body and its size read them
 TOOL_JSON = "tool json"
 # (GUARD, digest of the first k messages' digests, gates) -> what the payload guard's prune found
 # for those messages and the copies it marked (step.guard): the same conversation again, or one
@@ -155,6 +155,7 @@ def message_prefix_keys(messages: list, kind: str, settings, digests: list | Non
 
 
 _DIGEST = operator.attrgetter("digest")
+_sizeof = sys.getsizeof
 
 
 def pruned_digest(message_digest: bytes, part_ids) -> bytes:
@@ -252,6 +253,20 @@ class Memo:
             if value is not None:
                 return k, value
         return 0, None
+
+    def for_objects(self, kind: str, objects: list, settings: tuple, compute):
+        """compute() -> (value, charged bytes), kept for these very objects and settings (a
+        session's tool definitions: the same objects at every step while TOOLS keeps them).
+        Keyed by their ids, and holding them: while the entry is kept no other object can have
+        one of those ids, so a hit is for the very objects."""
+        key = (kind, settings, tuple(map(id, objects)))
+        kept = self.get(key)
+        if kept is not None:
+            return kept[1]
+        value, size = compute()
+        held = tuple(objects)
+        self.put_charged(key, (held, value), size + _sizeof(held))
+        return value
 
     def put(self, key, value, wire_size: int = 0) -> None:
         """Charged the key's and the value's real size; wire_size, when known, skips what cannot

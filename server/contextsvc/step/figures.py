@@ -300,23 +300,17 @@ _PROFILE_BYTES = sys.getsizeof(_ZERO) + sum(sys.getsizeof(x) for x in _ZERO[1:])
 @dataclass(frozen=True, slots=True)
 class _ToolText:
     """What the figures read of a list of tool definitions (the TOOL_TEXT entry)."""
-    tools: tuple  # the very definitions: held, so no other object takes their ids while kept
     text: str  # the JSON of tool_schema_list(tools)
     calibrated: tuple  # _calibrated_text(text)
 
 
 def _tool_text(tools: list, memo: Memo | None) -> _ToolText:
-    """The tools' _ToolText; with the memo, kept for the same definitions (the very objects,
-    which rpc.conversion hands every step of a session while TOOLS keeps them)."""
-    key = (TOOL_TEXT, tuple(map(id, tools))) if memo is not None else None
-    kept = memo.get(key) if key is not None else None
-    if kept is not None and all(map(operator.is_, kept.tools, tools)):
-        return kept
-    text = native.json_text(tool_schema_list(tools)) if tools else ""
-    kept = _ToolText(tuple(tools), text, _calibrated_text(text))
-    if key is not None:
-        memo.put_charged(key, kept, sys.getsizeof(text) + sys.getsizeof(kept.tools) + 200)
-    return kept
+    """The tools' _ToolText; with the memo, kept for the same definitions (Memo.for_objects)."""
+    def compute() -> tuple:
+        text = native.json_text(tool_schema_list(tools)) if tools else ""
+        return _ToolText(text, _calibrated_text(text)), sys.getsizeof(text) + 200
+
+    return memo.for_objects(TOOL_TEXT, tools, (), compute) if memo is not None else compute()[0]
 
 
 def _calibrated_text(text: str) -> tuple:

@@ -364,18 +364,10 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     return request
 
 
-@dataclass(frozen=True, slots=True)
-class _ToolJson:
-    """The TOOL_JSON entry."""
-    definitions: tuple  # the very definitions: held, so no other object takes their ids while kept
-    json: tuple  # (JSON text, UTF-8 bytes) of each element of the body's tool list, before markers
-
-
 def _tool_json(lowered: Lowered, plan: Plan, memo: Memo | None) -> tuple[dict, tuple]:
     """({id(element): (JSON text, UTF-8 bytes)} of the body's tool list, (dict, key) of that list)
-    before the markers are placed, from the memo for the same definitions (the very objects, which
-    rpc.conversion hands every step of a session while TOOLS keeps them), lowered for the same
-    provider and model, disabled or not; ({}, ()) without the memo or tools."""
+    before the markers are placed, from the memo for the same definitions lowered for the same
+    provider and model, disabled or not (Memo.for_objects); ({}, ()) without the memo or tools."""
     if memo is None or not plan.tools:
         return {}, ()
     body = lowered.body
@@ -384,13 +376,15 @@ def _tool_json(lowered: Lowered, plan: Plan, memo: Memo | None) -> tuple[dict, t
                for key, value in parent.items() if value is tools), None)  # toolConfig.tools
     if at is None or not tools:
         return {}, ()
-    key = (TOOL_JSON, plan.model.provider, plan.model.id, plan.tools_disabled, tuple(map(id, plan.tools)))
-    kept = memo.get(key)
-    if kept is None or len(kept.json) != len(tools) or not all(map(operator.is_, kept.definitions, plan.tools)):
+
+    def compute() -> tuple:
         json = tuple((native.json_text(e), native.json_lengths(e)[0]) for e in tools)
-        kept = _ToolJson(tuple(plan.tools), json)
-        memo.put_charged(key, kept, sum(sys.getsizeof(t) + 100 for t, _ in json) + sys.getsizeof(kept.definitions))
-    return dict(zip(map(id, tools), kept.json)), at
+        return json, sum(sys.getsizeof(text) + 100 for text, _ in json)
+
+    json = memo.for_objects(TOOL_JSON, plan.tools, (plan.model.provider, plan.model.id, plan.tools_disabled), compute)
+    if len(json) != len(tools):  # never, as the lowering goes: the same definitions, the same list
+        json = compute()[0]
+    return dict(zip(map(id, tools), json)), at
 
 
 def _choose(lowered: Lowered, plan: Plan, conv: m.Conversation) -> list:
