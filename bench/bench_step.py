@@ -15,7 +15,10 @@ compiled module in place, as in a worktree of this one): the loopback bench runs
 per tree, alternating, --pairs times (the order flips each pair, so a drift of the machine falls
 on both), and prints each tree's median of medians and, per RPC and size, the median of the
 pairs' ratios with their range.
-Usage: python bench/bench_step.py [--steps 40] [--config memo_off.toml] [--against DIR [--pairs 5]]
+--agent-tools gives every conversation an agent's 30 tools and 20 KB system prompt instead of one
+tool and two lines.
+Usage: python bench/bench_step.py [--steps 40] [--config memo_off.toml] [--agent-tools]
+                                  [--against DIR [--pairs 5]]
 """
 from __future__ import annotations
 
@@ -47,6 +50,16 @@ GUARD_TEXT = 1_000_000
 SIZES = ("10 KB", "1 MB", "1.2 MB guard")
 GUARDED_RPCS = ("Measure", "Assemble")  # the RPCs that run the payload guard
 TREE = Path(__file__).resolve().parents[1]
+
+
+def request_of(text_bytes: int, agent_tools: bool = False) -> pb.MeasureRequest:
+    """workload.measure_request, with an agent's tool set and system prompt when asked."""
+    r = workload.measure_request(text_bytes)
+    if agent_tools:
+        del r.tools[:]
+        r.tools.extend(workload.agent_tools())
+        r.system.CopyFrom(workload.agent_system())
+    return r
 
 
 def grown(base: pb.MeasureRequest, steps: int) -> list:
@@ -193,6 +206,8 @@ def run_tree(tree: Path, args) -> dict:
     """This script's loopback bench in a subprocess whose contextsvc (and server) is tree's."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join((str(tree / "server"), str(tree / "clients" / "python"))))
     cmd = [sys.executable, __file__, "--steps", str(args.steps), "--loopback-json"]
+    if args.agent_tools:
+        cmd.append("--agent-tools")
     if args.config:
         cmd += ["--config", args.config]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -229,14 +244,15 @@ def main():
     ap.add_argument("--config", default="")
     ap.add_argument("--against", default="", help="another checkout to compare with, in interleaved pairs")
     ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--agent-tools", action="store_true",
+                    help="30 tools of 1.3 KB schemas and a 20 KB system prompt (workload.agent_tools), not one tool")
     ap.add_argument("--loopback-json", action="store_true", help=argparse.SUPPRESS)  # one side of --against
     args = ap.parse_args()
     if args.against:
         compare(args)
         return
-    big = grown(workload.measure_request(BIG_TEXT), args.steps)
-    small = grown(workload.measure_request(SMALL_TEXT), args.steps * 5)
-    guarded = grown(workload.measure_request(GUARD_TEXT), args.steps)
+    big, small, guarded = (grown(request_of(size, args.agent_tools), steps) for size, steps in
+                           ((BIG_TEXT, args.steps), (SMALL_TEXT, args.steps * 5), (GUARD_TEXT, args.steps)))
     if args.loopback_json:
         medians, _, _ = loopback(small, big, guarded, args.config, show=lambda line: None)
         print(json.dumps(medians))

@@ -15,6 +15,26 @@ def _prose(rng, n):
     return " ".join(rng.choice(_WORDS) for _ in range(n))
 
 
+def agent_tools(n: int = 30) -> list:
+    """n tool definitions the size a coding agent sends (with MCP servers, 30 or more): each a
+    described object of 8 parameters, about 1.3 KB of schema."""
+    tools = []
+    for i in range(n):
+        schema = {"type": "object", "required": ["p0"], "properties": {
+            f"p{j}": {"type": "string", "description": f"parameter {j} of tool {i}: " + "the detail " * 8}
+            for j in range(8)}}
+        tools.append(pb.ToolDefinition(name=f"tool_{i}", description=f"Tool {i} reads, edits or runs things. " * 6,
+                                       input_schema_json=json.dumps(schema)))
+    return tools
+
+
+def agent_system(target_bytes: int = 20_000) -> pb.SystemPrompt:
+    """A system prompt the size a coding agent sends (instructions, rules, environment)."""
+    rules = "Keep the change small, run the tests after every edit, and say what you changed. "
+    return pb.SystemPrompt(soul="You are a coding agent working in a repository. " + rules * (target_bytes // len(rules)),
+                           agent_prompt="Be precise.")
+
+
 def conversation(target_bytes: int, seed: int = 7) -> pb.Conversation:
     """User/assistant turns with text, tool calls and outputs until about target_bytes of text."""
     rng = random.Random(seed)

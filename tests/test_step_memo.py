@@ -332,6 +332,10 @@ def test_the_same_tools_are_converted_once(monkeypatch):
     _same(with_memo.Assemble(req, None), without.Assemble(req, None))
     assert changed.tools > before
     assert len(serialized) == 1 + 1 + 2  # the changed list, and twice without the memo
+    measure.tools[1].name = "read"  # valid definitions, twice the same name: refused every time
+    for _ in range(2):
+        with pytest.raises(Exception, match=r"tools\[1\]\.name.*defined twice"):
+            with_memo.Measure(measure, None)
     measure.tools[0].input_schema_json = '{"type":"object"'
     for _ in range(2):
         with pytest.raises(Exception, match=r"tools\[0\]\.input_schema_json"):

@@ -51,6 +51,9 @@ TOOL_TEXT = "tool text"
 # UTF-8 length of each element of the body's tool list they lower to, before any marker
 # (step.request; Memo.for_objects): the prefix hashing, the body and its size read them
 TOOL_JSON = "tool json"
+# (VALID_TOOLS, (provider,), id of each tool definition) -> the definitions passed validate.tools
+# for that provider's names (Memo.for_objects)
+VALID_TOOLS = "valid tools"
 # (GUARD, digest of the first k messages' digests, gates) -> what the payload guard's prune found
 # for those messages and the copies it marked (step.guard): the same conversation again, or one
 # grown by messages the prune passes over, is not pruned again; the session's next step's entry

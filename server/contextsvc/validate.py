@@ -12,7 +12,7 @@ from .errors import BadInput
 from .deadline import NO_DEADLINE, Deadline, ticking
 from .lowering.registry import FORMATS
 from .lowering.tool_ids import wire_name
-from .memo import VALIDATED, each
+from .memo import VALID_TOOLS, VALIDATED, each
 
 # The largest token figure a request may carry: 2^53 - 1 (JSON's exact integers). Usage figures
 # and limits are summed (a usage's parts, reported + tail + overhead, output + reserved), and
@@ -174,7 +174,11 @@ def request(conv: m.Conversation, mdl: m.Model, tool_defs: list, settings: m.Com
     """The checks every conversation-carrying request shares."""
     conversation(conv, memo=memo, deadline=deadline)
     model(mdl)
-    tools(tool_defs, fmt=FORMATS.get(mdl.provider))
+    fmt = FORMATS.get(mdl.provider)
+    if memo is None or not tool_defs:
+        tools(tool_defs, fmt=fmt)
+    else:  # checked once for the same definitions (a refused list is kept by nothing: refused every time)
+        memo.for_objects(VALID_TOOLS, tool_defs, (mdl.provider,), lambda: (tools(tool_defs, fmt=fmt), 0))
     compaction_settings(settings)
 
 
