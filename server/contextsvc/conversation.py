@@ -270,14 +270,17 @@ class Scanned:
             itertools.compress(range(kept, len(messages)), map(_MAY_CUT, messages[kept:])))
         latest = self.compacted[kept - 1] if kept else 0
         compacted = self.compacted[:kept] + tuple(
-            itertools.accumulate(map(_LAST_COMPACTED, messages[kept:]), max, initial=latest))[1:]
+            itertools.accumulate(map(LAST_COMPACTED_MS, messages[kept:]), max, initial=latest))[1:]
         digests = self.digests
         if len(digests) >= MESSAGE_DIGEST_BYTES * kept:  # the kept all have one: so may the others
             digests = digests[:MESSAGE_DIGEST_BYTES * kept] + joined_digests(messages[kept:])
         return Scanned(cuts, compacted, digests)
 
 
-_MAY_CUT, _LAST_COMPACTED = operator.attrgetter("may_cut"), operator.attrgetter("_last_compacted")
+_MAY_CUT = operator.attrgetter("may_cut")
+# each message's last_compacted_ms(), read in C (a history is a thousand messages): the one reader
+# of the field outside its class, for Scanned and the baseline (step.baseline)
+LAST_COMPACTED_MS = operator.attrgetter("_last_compacted")
 NOTHING_SCANNED = Scanned((), (), b"")
 
 

@@ -54,7 +54,7 @@ def as_counted(messages: list, base: m.Message, before: list | None, latest: int
     if none_since:  # the copies this step made are all that changed
         picked = list(map(operator.is_not, was, head))
         return list(zip(itertools.compress(head, picked), itertools.compress(was, picked)))
-    compacted = list(map(since.__lt__, map(_LAST_COMPACTED, was)))  # counted whole, sent compacted
+    compacted = list(map(since.__lt__, map(m.LAST_COMPACTED_MS, was)))  # counted whole, sent compacted
     picked = compacted if before is None else list(map(operator.or_, compacted, map(operator.is_not, was, head)))
     then = list(itertools.compress(was, picked))
     for i in positions(list(itertools.compress(compacted, picked)), True):
@@ -62,7 +62,7 @@ def as_counted(messages: list, base: m.Message, before: list | None, latest: int
     return list(zip(itertools.compress(head, picked), then))
 
 
-_LAST_COMPACTED, _DIGEST = operator.attrgetter("_last_compacted"), operator.attrgetter("digest")
+_DIGEST = operator.attrgetter("digest")
 
 
 def _position(messages: list, msg: m.Message) -> int:
