@@ -77,7 +77,7 @@ def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadl
         ids = _prune(conv, plan, memo, deadline)
         return ids, _apply(msgs, frozenset(ids), now_ms, memo, deadline)[0] if ids else msgs
     g = prune.gates(plan.compaction, plan.cfg, plan.model)
-    candidates = guard_keys(conv, plan) if keys is None else keys
+    candidates = guard_keys(conv, plan, gates=g) if keys is None else keys
     k, found = memo.longest(candidates)
     # the GUARD key of the session's earlier step's entry: this step's takes its place
     earlier = next(key for n, key in candidates if n == k) if found is not None else None
@@ -113,10 +113,12 @@ def pruned_before(keys: list, memo: Memo) -> bool:
     return found is not None and bool(found.part_ids)
 
 
-def guard_keys(conv: m.Conversation, plan: Plan, digests: list | None = None) -> list:
+def guard_keys(conv: m.Conversation, plan: Plan, digests: list | None = None,
+               gates: prune.Gates | None = None) -> list:
     """The GUARD keys of conv's first messages, longest first (memo.message_prefix_keys; digests:
-    memo.message_prefix_digests(conv.messages), when the step has them)."""
-    g = prune.gates(plan.compaction, plan.cfg, plan.model)
+    memo.message_prefix_digests(conv.messages), and gates: prune.gates of the plan, when the
+    caller has them)."""
+    g = prune.gates(plan.compaction, plan.cfg, plan.model) if gates is None else gates
     return message_prefix_keys(conv.messages, GUARD, (g, prune.enabled(prune.PAYLOAD_LIMIT, plan.compaction, plan.cfg)),
                                digests)
 
