@@ -5,7 +5,6 @@ Request, so the bytes Measure reports are the bytes Assemble emits.
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import itertools
 import operator
@@ -286,6 +285,17 @@ def _replace_element(lowered: Lowered, index: int, element) -> None:
     return old
 
 
+def _copied(value):
+    """A copy of a JSON value whose dicts and lists are all its own (a marker goes in one of
+    them); the rest is immutable and shared. copy.deepcopy's memo of what it copied costs
+    several times more, for trees that share nothing."""
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return (list if isinstance(value, list) else tuple)(map(_copied, value))
+    return value
+
+
 def place(lowered: Lowered, ledger: MediaLedger, provider: str, chosen: list, memoized: bool) -> list:
     """breakpoints.place; with memoized elements (shared with the memo and other requests, never
     to be changed), each message element a marker goes on is first replaced by a copy."""
@@ -294,7 +304,7 @@ def place(lowered: Lowered, ledger: MediaLedger, provider: str, chosen: list, me
             if b.kind != "message":
                 continue
             old = lowered.messages[b.index]
-            new = copy.deepcopy(old)
+            new = _copied(old)
             _replace_element(lowered, b.index, new)
             units = ledger.saved_by.pop(id(old), 0)
             if units:
