@@ -49,3 +49,14 @@ def trim_final_text(wire: list, roles: list, key: str) -> bool:
         return False
     wire[-1][key] = blocks[:last] + ([{**blocks[last], "text": text}] if text else []) + blocks[last + 1:]
     return True
+
+
+def copied(value):
+    """A copy of a JSON value whose dicts and lists are all its own (a marker goes in one of
+    them); the rest is immutable and shared. copy.deepcopy's memo of what it copied costs
+    several times more, for trees that share nothing."""
+    if isinstance(value, dict):
+        return {k: copied(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return (list if isinstance(value, list) else tuple)(map(copied, value))
+    return value

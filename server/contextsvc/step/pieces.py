@@ -9,7 +9,6 @@ final assistant text's trailing whitespace (lowered.trim_final_text).
 """
 from __future__ import annotations
 
-import copy
 import itertools
 import operator
 import sys
@@ -20,7 +19,7 @@ from typing import Optional
 from .. import conversation as m, native, projection, system_prompt
 from ..deadline import NO_DEADLINE, Deadline
 from ..lowering import MediaLedger, lower, to_model_messages
-from ..lowering.lowered import Lowered, open_with_user, trim_final_text
+from ..lowering.lowered import Lowered, copied, open_with_user, trim_final_text
 from ..lowering.neutral import MMessage, MText
 from ..lowering.registry import FORMATS
 from ..memo import LEAD, LOWERED, MERGED, PREFIX, Memo, message_prefix_keys
@@ -227,7 +226,7 @@ def _lead(provider: str, memo: Memo) -> dict:
         assert low.sources[0] == [], "a body starting with the model's turn opens with the lead"
         lead = low.messages[0]
         memo.put(key, lead)
-    return copy.deepcopy(lead)
+    return copied(lead)
 
 
 @dataclass(slots=True)

@@ -17,7 +17,7 @@ from .. import breakpoints, conversation as m, native, prefix, projection, provi
 from ..deadline import NO_DEADLINE, Deadline
 from ..errors import BadInput
 from ..lowering import MediaLedger
-from ..lowering.lowered import Lowered
+from ..lowering.lowered import Lowered, copied
 from ..lowering.registry import FORMATS
 from ..memo import BODY, TOOL_JSON, Memo
 from ..positions import positions
@@ -285,17 +285,6 @@ def _replace_element(lowered: Lowered, index: int, element) -> None:
     return old
 
 
-def _copied(value):
-    """A copy of a JSON value whose dicts and lists are all its own (a marker goes in one of
-    them); the rest is immutable and shared. copy.deepcopy's memo of what it copied costs
-    several times more, for trees that share nothing."""
-    if isinstance(value, dict):
-        return {k: _copied(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return (list if isinstance(value, list) else tuple)(map(_copied, value))
-    return value
-
-
 def place(lowered: Lowered, ledger: MediaLedger, provider: str, chosen: list, memoized: bool) -> list:
     """breakpoints.place; with memoized elements (shared with the memo and other requests, never
     to be changed), each message element a marker goes on is first replaced by a copy."""
@@ -304,7 +293,7 @@ def place(lowered: Lowered, ledger: MediaLedger, provider: str, chosen: list, me
             if b.kind != "message":
                 continue
             old = lowered.messages[b.index]
-            new = _copied(old)
+            new = copied(old)
             _replace_element(lowered, b.index, new)
             units = ledger.saved_by.pop(id(old), 0)
             if units:
