@@ -158,7 +158,6 @@ def message_prefix_keys(messages: list, kind: str, settings, digests: list | Non
 
 
 _DIGEST = operator.attrgetter("digest")
-_sizeof = sys.getsizeof
 
 
 def pruned_digest(message_digest: bytes, part_ids) -> bytes:
@@ -268,7 +267,7 @@ class Memo:
             return kept[1]
         value, size = compute()
         held = tuple(objects)
-        self.put_charged(key, (held, value), size + _sizeof(held))
+        self.put_charged(key, (held, value), size + sys.getsizeof(held))
         return value
 
     def put(self, key, value, wire_size: int = 0) -> None:
