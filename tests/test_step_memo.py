@@ -342,6 +342,52 @@ def test_the_same_tools_are_converted_once(monkeypatch):
             with_memo.Measure(measure, None)
 
 
+def test_a_system_elements_shape_is_equal_exactly_when_its_json_is():
+    """SYSTEM's key (step.request._shape): key order and each scalar's type count (true is not
+    1, "1" is not 1); what it does not cover (floats, deep nesting) has no shape, and is not kept."""
+    shape = importlib.import_module("contextsvc.step.request")._shape
+    cases = [{"type": "text", "text": "a"}, {"text": "a", "type": "text"}, {"a": True}, {"a": 1}, {"a": None},
+             {"a": "1"}, {"a": [1]}, {"a": [[1]]}, {"a": [1, 1]}, {"a": {"b": 1}}, {"a": {"b": True}}, {"a": {}},
+             {"a": []}, {"type": "text", "text": "a", "cache_control": {"type": "ephemeral"}}]
+    for x in cases:
+        for y in cases:
+            assert (shape(x) == shape(y)) == (native.json_text(x) == native.json_text(y)), (x, y)
+    assert shape({"a": 1.5}) is None and shape({"a": [[[[[["deep"]]]]]]}) is None
+
+
+def test_the_same_system_prompt_is_measured_once(monkeypatch):
+    """A system prompt of many kilobytes, the same at every step: its element is serialized,
+    sized and profiled once while the memo keeps it (SYSTEM), with every answer as without the
+    memo; a changed prompt is measured afresh."""
+    profiled = []  # the system prompt's texts the servicer with the memo profiled
+    real = native.text_profile
+
+    def counting(text):
+        if "Keep the change small" in text:
+            profiled.append(len(text))
+        return real(text)
+
+    monkeypatch.setattr(native, "text_profile", counting)
+    with_memo, without = servicer.ContextService(config.Config()), servicer.ContextService(_memo_off())
+    rules = "Keep the change small, run the tests after every edit, and say what you changed. " * 200
+    msgs = [user("u0", text("u0p", "Fix the parser."))]
+    for n in range(4):
+        msgs += [assistant(f"a{n}", text(f"a{n}t", f"Step {n}.")), user(f"u{n + 1}", text(f"u{n + 1}p", "go on"))]
+        r = pb.MeasureRequest(conversation=pb.Conversation(session_id="s", messages=msgs), model=model(),
+                              system=pb.SystemPrompt(soul=rules))
+        answers = [with_memo.Measure(r, None), with_memo.Assemble(_assemble(r), None)]
+        n_profiled = len(profiled)
+        _same(answers[0], without.Measure(r, None))
+        _same(answers[1], without.Assemble(_assemble(r), None))
+        del profiled[n_profiled:]  # the servicer's without the memo
+    assert len(profiled) == 1, profiled
+    changed = pb.MeasureRequest(conversation=pb.Conversation(session_id="s", messages=msgs), model=model(),
+                                system=pb.SystemPrompt(soul=rules + "Be brief."))
+    answer = with_memo.Measure(changed, None)
+    assert len(profiled) == 2
+    _same(answer, without.Measure(changed, None))
+
+
 def _pruned_history():
     """A history over _small_guard's guard whose outputs the prune marks (with model(context=16_000))."""
     msgs = [user("u0", text("u0p", "Fix the parser."))]

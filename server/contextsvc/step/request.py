@@ -19,7 +19,7 @@ from ..errors import BadInput
 from ..lowering import MediaLedger
 from ..lowering.lowered import Lowered, copied
 from ..lowering.registry import FORMATS
-from ..memo import BODY, TOOL_JSON, Memo
+from ..memo import BODY, SYSTEM, TOOL_JSON, Memo
 from ..positions import positions
 from .pieces import Columns, lower_request
 from .plan import Plan
@@ -347,7 +347,7 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
             columns.set(i, entry)
         else:
             entries[i] = entry
-    system = {id(e): [hashed.get(id(e)), json_lengths(e), None] for e in lowered.system}
+    system = {id(e): _system_entry(e, hashed, memo) for e in lowered.system}
     request = Request(lowered, ledger, entries, system, chosen, chain, memo=memo, resume=pieces.resume,
                       last_compaction=projection.last_compaction(conv.messages, points), columns=columns,
                       _made=made if columns is not None else None, tool_json=tool_json, tools_at=tools_at)
@@ -361,6 +361,40 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
         if plan.previous is not None:
             request.change = prefix.compare(plan.previous, request.digests)
     return request
+
+
+def _system_entry(element: dict, hashed: dict, memo: Memo | None) -> list:
+    """A system element's entry (a list of this build's; see Request): with the memo, whole and
+    kept (SYSTEM) under the element's shape (_shape: a system prompt of many kilobytes, the same
+    at every step, its marker included); else its lengths, the rest left for when it is asked."""
+    shape = _shape(element) if memo is not None else None
+    if shape is None:
+        return [hashed.get(id(element)), native.json_lengths(element), None]
+    key = (SYSTEM, shape)
+    kept = memo.get(key)
+    if kept is None:
+        text = hashed.get(id(element)) or native.json_text(element)
+        kept = (text, native.json_lengths(element), native.text_profile(text))
+        memo.put(key, kept)
+    return list(kept)
+
+
+def _shape(value, depth: int = 0):
+    """A hashable value equal for two JSON values exactly when their JSON texts are equal (keys
+    in their order, each scalar with its type: true is not 1), for the few small dicts and lists
+    of a system element; None for anything else."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return (kind, value)
+    if depth > 4:
+        return None
+    if kind is dict or kind is list:
+        parts = tuple(_shape(v, depth + 1) for v in value.values()) if kind is dict else \
+            tuple(_shape(v, depth + 1) for v in value)
+        if None in parts:
+            return None
+        return (kind, tuple(value) if kind is dict else len(value), parts)
+    return None
 
 
 def _tool_json(lowered: Lowered, plan: Plan, memo: Memo | None) -> tuple[dict, tuple]:
