@@ -68,8 +68,9 @@ REBASED = "rebased"
 # put together (step.pieces): the next step of the session, which resends them, starts after
 # them, and its own entry takes this one's place (Memo.supersede)
 PREFIX = "prefix"
-# (SYSTEM, the (key, string) items of a system element) -> its element_entry: JSON text, lengths
-# and text profile (step.request): the same system prompt at every step is measured once
+# (SYSTEM, the shape of a system element: keys in order, values with their types) -> its
+# element_entry: JSON text, lengths and text profile (step.request._system_entry): the same
+# system prompt at every step is measured once
 SYSTEM = "system"
 # (HEAD, JSON text of each tool and system element) -> the prefix hashing of those elements
 # (prefix.prefix_hashes): the same tools and system at every step are hashed once

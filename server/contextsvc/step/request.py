@@ -21,7 +21,7 @@ from ..lowering.lowered import Lowered, copied
 from ..lowering.registry import FORMATS
 from ..memo import BODY, SYSTEM, TOOL_JSON, Memo
 from ..positions import positions
-from .pieces import Columns, lower_request
+from .pieces import Columns, element_entry, lower_request
 from .plan import Plan
 
 
@@ -373,8 +373,7 @@ def _system_entry(element: dict, hashed: dict, memo: Memo | None) -> list:
     key = (SYSTEM, shape)
     kept = memo.get(key)
     if kept is None:
-        text = hashed.get(id(element)) or native.json_text(element)
-        kept = (text, native.json_lengths(element), native.text_profile(text))
+        kept = element_entry(element)
         memo.put(key, kept)
     return list(kept)
 
