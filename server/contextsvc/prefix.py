@@ -81,7 +81,7 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, entries: list | Non
     wanted = {}
     for b in breakpoints:
         wanted.setdefault((b.kind, b.index), []).append(b)
-    texts = [_tool_text(element, tool_json) for element in tools] + [_text(e, None, made) for e in lowered.system]
+    texts = [tool_text(element, tool_json) for element in tools] + [_text(e, None, made) for e in lowered.system]
     hashed = _head(texts, memo)
     h, out, short = hashed.state.copy(), list(hashed.digests), list(hashed.short)
     heads = [("tools", i) for i in range(len(tools))] + [("system", i) for i in range(len(lowered.system))]
@@ -129,8 +129,9 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, entries: list | Non
 _HASHED_PER_ELEMENT = 65 + 41 + 32 + 24
 
 
-def _tool_text(element, tool_json: dict | None) -> str:
-    """A tool definition's JSON text: the memo's (tool_json), or serialized."""
+def tool_text(element, tool_json: dict | None) -> str:
+    """A tool definition's JSON text: the memo's (tool_json: id(element) -> (JSON text, UTF-8
+    bytes), step.request), or serialized."""
     kept = tool_json.get(id(element)) if tool_json else None
     return kept[0] if kept is not None else native.json_text(element)
 

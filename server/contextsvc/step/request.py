@@ -129,8 +129,7 @@ class Request:
         return [*self.lowered.lists, self.tools_at] if self.tools_at else self.lowered.lists
 
     def _tool_texts(self, tools: list) -> list:
-        kept = self.tool_json
-        return [kept[id(e)][0] if id(e) in kept else native.json_text(e) for e in tools]
+        return [prefix.tool_text(e, self.tool_json) for e in tools]
 
     def _tool_lengths(self, tools: list) -> list:
         kept = self.tool_json
