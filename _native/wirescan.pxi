@@ -1,4 +1,4 @@
-# Protobuf wire-format scanner (included by hotpath.pyx): message_spans, as specified by
+# Protobuf wire-format scanner (included by hotpath.pyx): message_spans and wire_entries, as specified by
 # contextsvc._wire_py (what is refused and why is told there). The schema is wire_schema's
 # (table, width, spans_field); the table is checked once per call so that no index it holds
 # reads outside it.
@@ -228,3 +228,31 @@ def message_spans(data, schema, Py_ssize_t at=0):
         else:
             pos = _skip(s.data, after, end, number, wire_type, _wire_depth)
     return spans
+
+
+def wire_entries(data, Py_ssize_t start, Py_ssize_t end, uint64_t until=0, Py_ssize_t limit=0):
+    cdef const uint8_t[::1] view = data
+    cdef const uint8_t *d
+    cdef list out = []
+    cdef Py_ssize_t pos = start, after, value, entry_end
+    cdef uint64_t number = 0
+    cdef int wire_type = 0
+    if not 0 <= start <= end <= view.shape[0]:
+        raise ValueError(f"wire_entries: no bytes [{start}:{end}] in {view.shape[0]}")
+    if start == end:
+        return out
+    d = &view[0]
+    while pos < end:
+        if limit and len(out) == limit:
+            _corrupt(f"more than {limit} fields", pos)
+        after = _field_tag(d, pos, end, &number, &wire_type)
+        if wire_type == _W_LEN:
+            entry_end = _length(d, after, end, &value)
+        else:
+            value = after
+            entry_end = _skip(d, after, end, number, wire_type, _wire_depth)
+        out.append((number, wire_type, pos, value, entry_end))
+        pos = entry_end
+        if until and number == until:
+            break
+    return out

@@ -256,7 +256,7 @@ def test_same_api(impl):
              "select_tail", "MAX_JSON_DEPTH", "text_profile", "TEXT_CLASSES", "PROFILE_BLOCK",
              "CJK_COUNTS", "json_profile", "number_text", "json_text", "has_float", "WIRE_DEPTH",
              "WIRE_VARINT", "WIRE_I64", "WIRE_LEN", "WIRE_I32", "WIRE_PLAIN", "WIRE_STRING", "WIRE_MESSAGE",
-             "wire_schema", "message_spans", "sum_profiles", "resident_size"}
+             "wire_schema", "message_spans", "wire_entries", "sum_profiles", "resident_size"}
     assert names <= set(dir(impl))
     assert set(impl.__all__) == names
 

@@ -1,5 +1,5 @@
-"""The wire scanner (native.message_spans): the compiled module and its Python twin against each
-other and against the protobuf runtime's own parser, on hostile bytes.
+"""The wire scanner (native.message_spans, native.wire_entries): the compiled module and its
+Python twin against each other and against the protobuf runtime's own parser, on hostile bytes.
 
 The property, for any bytes: both twins refuse them (ValueError) exactly when
 `Conversation.FromString` does, and otherwise give the same spans, whose bytes parse to the very
@@ -7,14 +7,18 @@ messages FromString gives, whatever unknown fields, groups or odd encodings surr
 Inputs are wire-format token streams drawn at random (any field number including 0, any wire type
 including 6 and 7, overlong and truncated varints, lengths that lie, groups closed, mismatched or
 never closed, nested messages built of the same), valid conversations with such fields spliced
-in, and random byte edits of both.
+in, and random byte edits of both. wire_entries is held the same way to the parse of a message with
+neither string nor message fields (google.protobuf.Timestamp: two numbers, fields 1 and 2; any
+other field is unknown to it, as wire_entries reads every field).
 """
 from __future__ import annotations
 
 import os
 
 import pytest
+from google.protobuf import timestamp_pb2
 from google.protobuf.message import DecodeError
+from google.protobuf.unknown_fields import UnknownFieldSet
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from contextsvc import _native_py
@@ -178,6 +182,86 @@ def test_a_request_holding_the_conversation(parts):
         else:
             data += tag(99, 0) + varint(len(payload))
     check(bytes(data), lambda b: pb.MeasureRequest.FromString(b).conversation, at=CONVERSATION)
+
+
+def entries_outcome(module, data: bytes, start: int, end: int, until: int = 0, limit: int = 0):
+    try:
+        return module.wire_entries(data, start, end, until, limit)
+    except ValueError:
+        return ValueError
+
+
+@FUZZ
+@given(data=hostile)
+def test_entries_and_refusals_are_the_parser_s(data):
+    """Every field of the bytes, read as unknown ones: refused exactly when the parser refuses
+    them; otherwise one entry per field the parser found, in order, with its number, wire type and
+    (length-delimited) value, the entries tiling the bytes."""
+    got = [entries_outcome(m, data, 0, len(data)) for m in twins()]
+    assert all(g == got[0] for g in got), got
+    try:
+        parsed = timestamp_pb2.Timestamp.FromString(data)
+    except DecodeError:
+        assert got[0] is ValueError, "the parser refused bytes wire_entries accepted"
+        return
+    assert got[0] is not ValueError, "wire_entries refused bytes the parser accepted"
+    ends = [0] + [e[4] for e in got[0]]
+    assert [e[2] for e in got[0]] == ends[:-1] and ends[-1] == len(data)
+    unknown = list(UnknownFieldSet(parsed))
+    others = [e for e in got[0] if (e[0], e[1]) not in ((1, 0), (2, 0))]  # not Timestamp's own
+    assert [(e[0], e[1]) for e in others] == [(f.field_number, f.wire_type) for f in unknown]
+    for (number, wire_type, entry, value, end), f in zip(others, unknown):
+        if wire_type == 2:
+            assert data[value:end] == f.data
+        elif wire_type == 0:
+            assert sum((b & 0x7F) << 7 * i for i, b in enumerate(data[value:end])) & (2**64 - 1) == f.data
+        elif wire_type in (1, 5):
+            assert end - value == (8 if wire_type == 1 else 4)
+
+
+@FUZZ
+@given(data=hostile, cut=st.tuples(st.integers(0, 60), st.integers(0, 60)), until=st.integers(0, 5),
+       limit=st.integers(0, 4))
+def test_entries_of_a_stretch_up_to_a_field(data, cut, until, limit):
+    """A stretch of the bytes (bounds outside them refused), read up to the first field `until`,
+    at most `limit` fields: the twins agree, and what they read is the start of the whole read's."""
+    start, end = min(cut), max(cut)
+    got = [entries_outcome(m, data, start, end, until, limit) for m in twins()]
+    assert all(g == got[0] for g in got), got
+    if end > len(data):
+        assert got[0] is ValueError
+        return
+    whole = entries_outcome(_native_py, data, start, end)
+    if got[0] is ValueError:  # refused before `until`, or more than limit fields before it
+        assert whole is ValueError or limit and len(whole) > limit
+        return
+    numbers = [e[0] for e in got[0]]
+    ends = [start] + [e[4] for e in got[0]]
+    assert [e[2] for e in got[0]] == ends[:-1]  # from start, one after the other
+    assert until not in numbers[:-1]
+    assert ends[-1] == end or numbers[-1] == until  # to the end, or stopped at `until`
+    if whole is not ValueError:  # bytes past `until` are not read: they may be anything
+        assert got[0] == whole[:len(got[0])]
+    assert not limit or len(got[0]) <= limit
+
+
+def test_entries_of_a_real_request():
+    """A Measure request's fields, and its conversation's read up to its first message."""
+    import workload
+
+    request = workload.measure_request(20_000)
+    data = request.SerializeToString()
+    top = request.DESCRIPTOR.fields_by_name
+    for module in twins():
+        fields = module.wire_entries(data, 0, len(data))
+        assert [e[0] for e in fields] == [f.number for f, value in request.ListFields()
+                                          for _ in (value if f.is_repeated else [value])]
+        _, _, _, start, end = next(e for e in fields if e[0] == top["conversation"].number)
+        assert data[start:end] == request.conversation.SerializeToString()
+        head = module.wire_entries(data, start, end, pb.Conversation.MESSAGES_FIELD_NUMBER)
+        assert data[head[-1][3]:head[-1][4]] == request.conversation.messages[0].SerializeToString()
+        with pytest.raises(ValueError):
+            module.wire_entries(data, 0, len(data), 0, len(fields) - 1)
 
 
 # ---- cases -----------------------------------------------------------------------------------

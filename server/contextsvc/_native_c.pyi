@@ -29,6 +29,7 @@ __all__ = [
     "WIRE_MESSAGE",
     "wire_schema",
     "message_spans",
+    "wire_entries",
     "resident_size",
 ]
 
@@ -61,6 +62,8 @@ def sum_profiles(profiles: list[tuple[int, tuple[int, ...], tuple[int, ...], tup
                  ) -> tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]: ...
 def wire_schema(types: Sequence[dict[int, tuple[int, int, int]]], spans_field: int) -> tuple: ...
 def message_spans(data: bytes | bytearray | memoryview, schema: tuple, at: int = 0) -> list[tuple[int, int]]: ...
+def wire_entries(data: bytes | bytearray | memoryview, start: int, end: int, until: int = 0,
+                 limit: int = 0) -> list[tuple[int, int, int, int, int]]: ...
 def resident_size(obj: object, fields: Callable[[type], Callable[[object], tuple]]) -> int: ...
 
 # The string kernel sets (AVX2, SSE2, portable): for tests and benchmarks.

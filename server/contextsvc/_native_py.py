@@ -27,7 +27,7 @@ import sys
 from importlib import resources
 
 from ._wire_py import (WIRE_DEPTH, WIRE_I32, WIRE_I64, WIRE_LEN, WIRE_MESSAGE, WIRE_PLAIN, WIRE_STRING,
-                       WIRE_VARINT, message_spans, wire_schema)
+                       WIRE_VARINT, message_spans, wire_entries, wire_schema)
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -56,6 +56,7 @@ __all__ = [
     "WIRE_MESSAGE",
     "wire_schema",
     "message_spans",
+    "wire_entries",
     "resident_size",
 ]
 

@@ -14,6 +14,10 @@ protobuf runtime's parser (upb, which `FromString` runs) refuses:
 A known field sent with another wire type is an unknown field, as upb reads it. The scanner knows
 the message types from a schema (wire_schema): plain data, so the core never imports the
 generated stubs; rpc/ builds it from their descriptors.
+
+`wire_entries` lists the fields of a message as unknown ones (where each entry and its value lie),
+reading none of them inside: how the transport finds a request's conversation and the entries
+around it without parsing it.
 """
 from __future__ import annotations
 
@@ -64,6 +68,35 @@ def message_spans(data, schema: tuple, at: int = 0) -> list:
     else:
         scan.message(0, len(data), 0, WIRE_DEPTH, True)
     return spans
+
+
+def wire_entries(data, start: int, end: int, until: int = 0, limit: int = 0) -> list:
+    """[(field number, wire type, entry start, value start, entry end)] of each field of the
+    message in data[start:end], in order, nothing inside a value read (a group's fields only to
+    find its end); a length-delimited value starts after its length, a group's after its tag.
+    Stops after the first field numbered `until` (0: reads to the end), so a request's fields are
+    read up to its conversation without its messages. ValueError where message_spans would refuse
+    these fields as unknown ones, on bounds outside data, and when there would be more than `limit`
+    fields (0: no limit): the caller's bound on what it reads."""
+    data = data if isinstance(data, bytes) else bytes(data)
+    if not 0 <= start <= end <= len(data):
+        raise ValueError(f"wire_entries: no bytes [{start}:{end}] in {len(data)}")
+    scan = _Scan(data, _NO_SCHEMA, [])
+    out, pos = [], start
+    while pos < end:
+        if limit and len(out) == limit:
+            raise _corrupt(f"more than {limit} fields", pos)
+        number, wire_type, after = scan.field_tag(pos, end)
+        value = scan.length(after, end)[0] if wire_type == WIRE_LEN else after
+        entry_end = scan.value(after, end, number, wire_type, WIRE_DEPTH)
+        out.append((number, wire_type, pos, value, entry_end))
+        pos = entry_end
+        if until and number == until:
+            break
+    return out
+
+
+_NO_SCHEMA = (b"", 0, 0)  # wire_entries reads every field as an unknown one
 
 
 def _corrupt(what: str, pos: int) -> ValueError:

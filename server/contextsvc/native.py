@@ -78,4 +78,5 @@ text_profile = _impl.text_profile
 json_profile = _impl.json_profile
 sum_profiles = _impl.sum_profiles
 message_spans = _impl.message_spans
+wire_entries = _impl.wire_entries
 resident_size = _impl.resident_size

@@ -25,7 +25,7 @@ from typing import Optional
 from ..conversation import NOTHING_SCANNED, Scanned
 from ..memo import CONVERTED, RESUME_WITHIN, Memo
 from ..prefix import varint_bytes
-from ..native import WIRE_I32, WIRE_I64, WIRE_LEN, WIRE_VARINT
+from ..native import WIRE_LEN, wire_entries
 from ..v1 import context_pb2 as pb
 
 _MESSAGES = pb.Conversation.MESSAGES_FIELD_NUMBER
@@ -87,35 +87,9 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
             raise ValueError("overlong varint")
 
 
-# entries of a request read before the conversation is located: a request of a great many
-# small fields (each read here in Python) takes the general way instead (the compiled scanner)
+# fields of a request read before the conversation is located: a request of a great many small
+# fields takes the general way instead (the parse; the compiled scanner reads the conversation)
 MAX_ENTRIES = 4096
-
-
-def _fields(data: bytes, pos: int, end: int):
-    """(field number, wire type, start of the entry, start of the value, end of the entry) of
-    each entry in data[pos:end]; a length-delimited value starts after its length. Raises
-    ValueError on a wire type it does not skip (groups), and past MAX_ENTRIES entries: the
-    caller then takes the general way."""
-    for _ in range(MAX_ENTRIES):
-        if pos >= end:
-            return
-        start = pos
-        tag, pos = _varint(data, pos)
-        number, wire = tag >> 3, tag & 7
-        if wire == WIRE_VARINT:
-            _, after = _varint(data, pos)
-        elif wire == WIRE_LEN:
-            n, pos = _varint(data, pos)
-            after = pos + n
-        elif wire == WIRE_I64 or wire == WIRE_I32:
-            after = pos + (8 if wire == WIRE_I64 else 4)
-        else:
-            raise ValueError("a group")
-        yield number, wire, start, pos, after
-        pos = after
-    if pos < end:
-        raise ValueError("too many entries")
 
 
 def locate(wire: bytes, at: int, session_id: str | None = None) -> Optional[Located]:
@@ -127,14 +101,14 @@ def locate(wire: bytes, at: int, session_id: str | None = None) -> Optional[Loca
     try:
         start, end, length_at = 0, len(wire), -1
         if at:
-            found = [(entry, value, after) for number, kind, entry, value, after in _fields(wire, 0, len(wire))
-                     if number == at and kind == WIRE_LEN]
+            found = [(entry, value, after) for number, kind, entry, value, after
+                     in wire_entries(wire, 0, len(wire), 0, MAX_ENTRIES) if number == at and kind == WIRE_LEN]
             if len(found) != 1:
                 return None
             entry, start, end = found[0]
             length_at = _varint(wire, entry)[1]
         written = ""
-        for number, kind, origin, value, after in _fields(wire, start, end):
+        for number, kind, origin, value, after in wire_entries(wire, start, end, _MESSAGES, MAX_ENTRIES):
             if number == _MESSAGES and kind == WIRE_LEN:
                 first = hashlib.sha256(memoryview(wire)[origin:after]).digest()
                 sid = written if session_id is None else session_id
