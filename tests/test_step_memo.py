@@ -342,6 +342,44 @@ def test_the_same_tools_are_converted_once(monkeypatch):
             with_memo.Measure(measure, None)
 
 
+def test_the_tools_are_known_by_their_bytes():
+    """With the request's bytes, the tool definitions are kept under the bytes of their entries:
+    the same bytes are a hit (the very definitions), the same definitions written otherwise a miss
+    that converts them again, equal; entries not written back to back are known by their strings."""
+    from contextsvc.rpc import conversion
+
+    tools = [pb.ToolDefinition(name=n, description=f"{n} a file", input_schema_json='{"type":"object"}')
+             for n in ("read", "edit")]
+    request = pb.MeasureRequest(model=model(), tools=tools)
+    wire = request.SerializeToString()
+    keep = memo.Memo(1 << 20)
+    first = conversion.tools(request.tools, memo=keep, wire=wire)
+    again = conversion.tools(pb.MeasureRequest.FromString(wire).tools, memo=keep, wire=bytes(wire))
+    assert all(a is b for a, b in zip(first, again)) and first == conversion.tools(tools)
+
+    def entry(tool: pb.ToolDefinition, reverse: bool = False) -> bytes:
+        fields = [(1, tool.name), (2, tool.description), (3, tool.input_schema_json)]
+        body = b"".join(bytes([n << 3 | 2, len(v.encode())]) + v.encode() for n, v in fields[::-1 if reverse else 1])
+        return bytes([3 << 3 | 2, len(body)]) + body
+
+    model_entry = pb.MeasureRequest(model=model()).SerializeToString()
+    assert b"".join(map(entry, tools)) in wire  # entry() writes them as the encoder does
+    reordered = model_entry + b"".join(entry(t, reverse=True) for t in tools)  # the same definitions
+    apart = entry(tools[0]) + model_entry + entry(tools[1])  # a field between the two entries
+    for data in (reordered, apart):
+        parsed = pb.MeasureRequest.FromString(data)
+        assert list(parsed.tools) == tools
+        got = conversion.tools(parsed.tools, memo=keep, wire=data)
+        assert got == first and not any(a is b for a, b in zip(got, first))
+    # the strings' key, as entries apart are known by: a hit for the same strings
+    assert all(a is b for a, b in zip(conversion.tools(pb.MeasureRequest.FromString(apart).tools, memo=keep,
+                                                       wire=apart),
+                                      conversion.tools(request.tools, memo=keep)))
+    request.tools[1].input_schema_json = '{"type":"object","properties":{}}'
+    changed = conversion.tools(request.tools, memo=keep, wire=request.SerializeToString())
+    assert changed[1].input_schema == {"type": "object", "properties": {}} and changed[0] == first[0]
+
+
 def test_a_system_elements_shape_is_equal_exactly_when_its_json_is():
     """SYSTEM's key (step.request._shape): key order and each scalar's type count (true is not
     1, "1" is not 1); what it does not cover (floats, deep nesting) has no shape, and is not kept."""

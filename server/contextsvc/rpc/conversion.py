@@ -11,7 +11,7 @@ import json
 import math
 from typing import NamedTuple
 
-from .. import assemble, compact, truncation
+from .. import assemble, compact, native, truncation
 from .. import conversation as m
 from ..config import ServerConfig
 from ..errors import BadInput
@@ -356,7 +356,7 @@ def shared_fields(request, memo: Memo | None = None, max_json_depth: int = JSON_
     return {
         "conversation": request_conversation(request, memo, max_json_depth, deadline, wire, resumed),
         "model": model(request.model),
-        "tools": tools(request.tools, max_json_depth=max_json_depth, memo=memo),
+        "tools": tools(request.tools, max_json_depth=max_json_depth, memo=memo, wire=wire),
         "system": system(request.system),
         "compaction": compaction_settings(request.compaction),
     }
@@ -376,19 +376,44 @@ def model(x, path: str = "model") -> m.Model:
     )
 
 
-def tools(xs, path: str = "tools", max_json_depth: int = JSON_DEPTH, memo: Memo | None = None) -> list:
+def tools(xs, path: str = "tools", max_json_depth: int = JSON_DEPTH, memo: Memo | None = None,
+          wire: bytes | None = None) -> list:
     """The tool definitions; with the memo, the same tools (an agent sends them at every step)
     are converted once while the memo keeps them, and a tool's input schema is parsed once,
     keyed by its text, when others change. Only tools that converted cleanly are kept, so a
-    refused schema is refused every time."""
+    refused schema is refused every time. With the request's bytes (wire), the tools are known
+    by the bytes of their entries (_tool_entries): equal bytes parse to equal definitions, and
+    one hash of them costs less than reading every definition's strings out of the message."""
     if memo is None or not xs:
         return _tools(xs, path, max_json_depth, None)
-    key = (TOOLS, tuple((t.name, t.description, t.input_schema_json) for t in xs), max_json_depth)
+    written = _tool_entries(wire, len(xs)) if wire is not None else None
+    if written is not None:
+        key, size = (TOOLS, written, max_json_depth), len(written)
+    else:
+        strings = tuple((t.name, t.description, t.input_schema_json) for t in xs)
+        key, size = (TOOLS, strings, max_json_depth), sum(len(a) + len(b) + len(c) for a, b, c in strings)
     found = memo.get(key)
     if found is None:
         found = tuple(_tools(xs, path, max_json_depth, memo))
-        memo.put(key, found, sum(len(a) + len(b) + len(c) for a, b, c in key[1]))
+        memo.put(key, found, size)
     return list(found)  # the caller's own list: the definitions are shared, never changed
+
+
+_TOOLS_FIELD = pb.MeasureRequest.TOOLS_FIELD_NUMBER  # the same in every request with tools
+
+
+def _tool_entries(wire: bytes, count: int) -> bytes | None:
+    """The bytes of a request's `count` tool entries when they are written back to back, as
+    encoders write a repeated field; None when they are not, or the request's fields are not
+    read here (the parse has accepted them; a miss only costs the strings' key)."""
+    try:
+        entries = [e for e in native.wire_entries(wire, 0, len(wire), 0, earlier_step.MAX_ENTRIES)
+                   if e[0] == _TOOLS_FIELD]
+    except ValueError:
+        return None
+    if len(entries) != count or any(a[4] != b[2] for a, b in zip(entries, entries[1:])):
+        return None
+    return bytes(wire[entries[0][2]:entries[-1][4]])
 
 
 def _tools(xs, path: str, max_json_depth: int, memo: Memo | None) -> list:
