@@ -66,7 +66,7 @@ def service_handler(settings: CallSettings, servicer: ContextService) -> grpc.Ge
     """Every ContextService method, each through calls.unary_handler."""
     return grpc.method_handlers_generic_handler(SERVICE_NAME, {
         m.name: unary_handler(settings, m.name, conversion.parser(getattr(pb, m.input_type.name), servicer.memo),
-                              getattr(servicer, m.name))
+                              servicer.serialized(m.name))
         for m in SERVICE.methods})
 
 

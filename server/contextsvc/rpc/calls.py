@@ -127,7 +127,7 @@ async def _read_request(context, method: str, wait: float) -> bytes:
 
 
 def unary_handler(settings: CallSettings, method: str, parse: Callable[[bytes], object],
-                  work: Callable[[object, CallView], object]) -> grpc.RpcMethodHandler:
+                  work: Callable[[object, CallView], bytes]) -> grpc.RpcMethodHandler:
     """The handler of one unary method. Registered as a client stream (the bytes on the wire are
     the same: one message each way) so that the call starts before its request has arrived."""
     metrics = None if settings.metrics is None else settings.metrics.method(method)
@@ -189,9 +189,9 @@ async def _answer(settings: CallSettings, method: str, parse, work, context,
 
 
 async def _run(settings: CallSettings, method: str, parse, work, data: bytes, view: CallView) -> bytes:
-    """work(parse(data), view) serialized, on the executor (parsing a large request would hold
-    the event loop), in an admission slot held until the thread is done with it (a caller who
-    leaves does not stop the thread: admission counts it as abandoned)."""
+    """work(parse(data), view), the response's bytes, on the executor (parsing a large request
+    would hold the event loop), in an admission slot held until the thread is done with it (a
+    caller who leaves does not stop the thread: admission counts it as abandoned)."""
     admission = settings.admission
     ticket = admission.enter_call(method, view.is_active)
     max_response = settings.max_response_bytes
@@ -206,7 +206,7 @@ async def _run(settings: CallSettings, method: str, parse, work, data: bytes, vi
             except (DecodeError, ValueError, RuntimeError) as e:
                 return (grpc.StatusCode.INVALID_ARGUMENT,
                         f"request: not a valid {method} request message ({e})"), b""
-            out = work(request, view).SerializeToString()
+            out = work(request, view)
         except Exception as e:  # noqa: BLE001 - the core's errors by their status, any other INTERNAL
             status = status_for(e)
             if status is None:

@@ -18,6 +18,7 @@ from ..errors import BadInput
 from ..deadline import NO_DEADLINE, Deadline
 from ..lowering import registry
 from ..memo import MESSAGE, SCHEMA, TOOLS, Memo
+from ..prefix import varint_bytes
 from ..v1 import context_pb2 as pb
 from . import earlier_step
 from .message_keys import PREFIX_FROM_MESSAGES, message_keys, message_spans
@@ -725,10 +726,23 @@ def measure_response(r: assemble.Assembled) -> pb.MeasureResponse:
                               cache_report=cache_report(r.report))
 
 
-def assemble_response(r: assemble.Assembled) -> pb.AssembleResponse:
+def assemble_wire(r: assemble.Assembled) -> bytes:
+    """assemble_response(r).SerializeToString(), the body copied once. The body is field 1, which
+    the encoder writes first: its entry, then the other fields' serialization, are the same
+    bytes (an empty body has no entry)."""
+    rest = assemble_response(r, with_body=False).SerializeToString()
+    if not r.body:
+        return rest
+    return b"".join((_BODY_KEY, varint_bytes(len(r.body)), r.body, rest))
+
+
+_BODY_KEY = varint_bytes(pb.AssembleResponse.BODY_FIELD_NUMBER << 3 | native.WIRE_LEN)  # the body entry's tag
+
+
+def assemble_response(r: assemble.Assembled, with_body: bool = True) -> pb.AssembleResponse:
     measured = r.measurement
     return pb.AssembleResponse(
-        body=r.body,
+        body=r.body if with_body else b"",
         body_bytes=measured.body_bytes,
         estimate=token_count(measured.estimate),
         breakpoints=[pb.Breakpoint(location=b.location, segment=b.segment, prefix_bytes=b.prefix_bytes,

@@ -9,6 +9,8 @@ calls.py (statuses.py's table).
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from .. import assemble, compact, prune, truncation
 from ..count_endpoints import CountEndpoints
 from . import conversion
@@ -83,7 +85,19 @@ class ContextService(pb_grpc.ContextServiceServicer):
             self._metrics.record_compaction(r.outcome, r.backend, r.fell_back, r.retention)
         return conversion.compact_response(r)
 
+    def serialized(self, method: str) -> Callable[[object, object], bytes]:
+        """The transport's call of a method: its response's bytes. Assemble's body, as large as
+        its history, is copied once, into those bytes (conversion.assemble_wire), rather than
+        into the response message and out of it again."""
+        if method == "Assemble":
+            return lambda request, context: conversion.assemble_wire(self._assemble(request, context))
+        call = getattr(self, method)
+        return lambda request, context: call(request, context).SerializeToString()
+
     def Assemble(self, request: pb.AssembleRequest | conversion.Received, context) -> pb.AssembleResponse:
+        return conversion.assemble_response(self._assemble(request, context))
+
+    def _assemble(self, request: pb.AssembleRequest | conversion.Received, context) -> assemble.Assembled:
         deadline = _deadline(context)
         request, wire, resumed = conversion.received(request)
         inp = conversion.step_input(request, self._cfg.server.max_session_id_bytes, self._memo,
@@ -94,7 +108,7 @@ class ContextService(pb_grpc.ContextServiceServicer):
             self._metrics.record_measure(inp.model.provider, m.overflow or m.should_compact)
             self._metrics.record_assemble(inp.model.provider, len(r.breakpoints), r.report, r.guard_tripped,
                                           r.over_payload_limit, inp.previous_cache_state)
-        return conversion.assemble_response(r)
+        return r
 
     def TruncateToolOutput(self, request: pb.TruncateToolOutputRequest, context):
         settings = self._cfg.truncation
