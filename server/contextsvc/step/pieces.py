@@ -13,7 +13,7 @@ import itertools
 import operator
 import sys
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from .. import conversation as m, native, projection, system_prompt
@@ -339,26 +339,36 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
     prefix.merged += _merged_charge(found[resolved_up_to:-1], columns.entries[resolved_up_to:-1])
     whole = candidates[0][1] if candidates and candidates[0][0] == len(projected) else None
     earlier = dict(candidates).get(start) if kept is not None else None  # the entry this step resumed
+    leads = bool(roles) and roles[0] != "user"  # a lead user message goes first
+    trims = FORMATS[mdl.provider].trims_final_text and bool(roles) and roles[-1] == "assistant"
     if whole is not None and start < len(projected):
         # in place of the entry it resumed: each serves the session's next step (a step looks for
         # one RESUME_WITHIN messages back), and they would otherwise pile up until the LRU reached
         # them, each charged its history's elements, crowding out every other entry
-        memo.supersede(earlier, whole, prefix.copy(), prefix.charge())
-    lead = 1 if roles and roles[0] != "user" else 0
+        memo.supersede(earlier, whole, prefix, prefix.charge())
+        # the memo's from here on, never to change: the build goes on with copies of what it
+        # changes, the columns (the request fills in its markers' and new elements' entries),
+        # and everything else too for a lead message or a trimmed final text
+        prefix = prefix.copy() if leads or trims else replace(prefix, columns=prefix.columns.copy())
+        elements, roles, sources, keys, saved, found, pruned = (prefix.elements, prefix.roles, prefix.sources,
+                                                                prefix.keys, prefix.saved, prefix.found,
+                                                                prefix.pruned)
+        columns = prefix.columns
+    lead = 1 if leads else 0
     # the kept elements but the last stand as they were, and so will these for the next step
     resume = Resume(earlier if resolved_up_to else None, lead + resolved_up_to,
                     whole, lead + max(0, len(elements) - 1))
     ledger.media_count += prefix.media_count
     ledger.extra += prefix.extra
     ledger.saved_units += prefix.saved_units
-    if roles and roles[0] != "user":
+    if leads:
         open_with_user(elements, roles, sources, _lead(mdl.provider, memo))
         keys.insert(0, None)
         found.insert(0, None)
         saved.insert(0, 0)
         columns.insert_missing(0)
         pruned.insert(0, 0)
-    if FORMATS[mdl.provider].trims_final_text and roles and roles[-1] == "assistant":
+    if trims:
         elements[-1] = dict(elements[-1])  # the memo's element stays as it is
         if trim_final_text(elements, roles, joined):
             found[-1] = keys[-1] = None
