@@ -13,7 +13,7 @@ import itertools
 import operator
 import sys
 from array import array
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Optional
 
 from .. import conversation as m, native, projection, system_prompt
@@ -254,6 +254,13 @@ class _Prefix:
                        list(self.saved), list(self.found), self.columns.copy(), list(self.piece_keys),
                        list(self.pruned), self.media_count, self.extra, self.saved_units, self.merged)
 
+    def own_columns(self) -> "_Prefix":
+        """The same but for a copy of its columns, the one part a build changes once the memo
+        keeps the prefix."""
+        return _Prefix(self.elements, self.roles, self.sources, self.keys, self.saved, self.found,
+                       self.columns.copy(), self.piece_keys, self.pruned, self.media_count, self.extra,
+                       self.saved_units, self.merged)
+
     def charge(self) -> int:
         """What it holds beyond the memo's other entries: its lists, and the elements it merged
         itself."""
@@ -349,7 +356,7 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
         # the memo's from here on, never to change: the build goes on with copies of what it
         # changes, the columns (the request fills in its markers' and new elements' entries),
         # and everything else too for a lead message or a trimmed final text
-        prefix = prefix.copy() if leads or trims else replace(prefix, columns=prefix.columns.copy())
+        prefix = prefix.copy() if leads or trims else prefix.own_columns()
         elements, roles, sources, keys, saved, found, pruned = (prefix.elements, prefix.roles, prefix.sources,
                                                                 prefix.keys, prefix.saved, prefix.found,
                                                                 prefix.pruned)
