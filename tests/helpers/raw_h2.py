@@ -19,10 +19,13 @@ def grpc_frame(message: bytes) -> bytes:
     return b"\x00" + struct.pack(">I", len(message)) + message
 
 
+SOCKET_TIMEOUT = 0.2  # seconds a send, or a read of pump, waits
+
+
 class RawH2:
     def __init__(self, port: int, window: int = 65535, auto_window: bool = True):
         self.sock = socket.create_connection(("127.0.0.1", port))
-        self.sock.settimeout(0.2)
+        self.sock.settimeout(SOCKET_TIMEOUT)
         self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
         self.conn.local_settings = h2.settings.Settings(
             client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window})
@@ -78,16 +81,21 @@ class RawH2:
         self.flush()
 
     def pump(self, seconds: float) -> None:
-        """Reads and answers frames for about seconds."""
+        """Reads and answers frames for about seconds (each read waits at most what is left of
+        them: a read waiting its socket's whole timeout would make a short pump last 0.2 s)."""
         end = time.monotonic() + seconds
         while time.monotonic() < end and not self.closed:
             try:
+                self.sock.settimeout(min(SOCKET_TIMEOUT, max(end - time.monotonic(), 0.0005)))
                 data = self.sock.recv(1 << 20)
             except socket.timeout:
                 continue
             except OSError:
                 self.closed = True
                 return
+            finally:
+                if not self.closed:
+                    self.sock.settimeout(SOCKET_TIMEOUT)  # what sends wait for
             if not data:
                 self.closed = True
                 return
