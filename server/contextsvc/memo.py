@@ -41,8 +41,9 @@ LOWERED = "lowered"  # (LOWERED, digest, settings) -> what the message lowers to
 MERGED = "merged"  # (MERGED, settings, piece keys) -> JSON text and lengths of a merged element
 LEAD = "lead"  # (LEAD, provider) -> the lead user message a format opens with (step.pieces)
 SCHEMA = "schema"  # (SCHEMA, JSON text, depth limit) -> a tool's input schema parsed (rpc.conversion)
-# (TOOLS, each tool's (name, description, schema text), depth limit) -> the tool definitions
-# converted (rpc.conversion)
+# (TOOLS, the bytes of the request's tool entries, or each tool's (name, description, schema
+# text) when they are not written back to back, depth limit) -> the tool definitions converted
+# (rpc.conversion.tools)
 TOOLS = "tools"
 # (TOOL_TEXT, (), id of each tool definition) -> the JSON text the figures count the definitions
 # as and its calibrated figures (step.figures; Memo.for_objects): serialized and profiled once
