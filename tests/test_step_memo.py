@@ -526,6 +526,51 @@ def test_a_history_the_guard_pruned_before_is_hashed_once(monkeypatch):
     assert calls == {"with": [2, 1, 1, 1, 1], "without": [2, 2, 2, 1, 1]}
 
 
+@pytest.mark.parametrize("provider", [v for v in pb.Provider.values() if v != pb.PROVIDER_UNSPECIFIED])
+def test_a_history_the_guard_pruned_before_is_sized_from_the_guard_s_body(provider, monkeypatch):
+    """A step over the guard whose prune the memo gives again builds only the guard's body: the
+    whole body's bytes are the guard's plus Guard.freed, exactly those of the whole body built
+    without the memo (at any output budget), for every wire format. Every answer equals a
+    servicer's without the memo."""
+    step_run = importlib.import_module("contextsvc.step.run")  # the package exports its function run
+    from contextsvc.step import request as step_request
+
+    built, guarded = [], []
+    build, guard = step_run.build, step_run.payload_guard
+    monkeypatch.setattr(step_run, "build", lambda conv, plan, *a, **k: built.append((conv, plan)) or
+                        build(conv, plan, *a, **k))
+    monkeypatch.setattr(step_run, "payload_guard", lambda conv, *a, **k: guarded.append((conv, guard(conv, *a, **k)))
+                        or guarded[-1][1])
+
+    def body_bytes(conv, plan, output):
+        request = build(conv, plan)  # no memo: the whole request lowered at once
+        request.lowered.set_max_output(output)
+        return request.body_bytes()
+
+    with_memo, without = servicer.ContextService(_small_guard()), servicer.ContextService(_small_guard(0))
+    mdl = model(provider=provider, context=16_000)
+    msgs, sized = _pruned_history(), 0
+    for n in range(6):
+        msgs += [assistant(f"s{n}", text(f"s{n}t", f"Step {n}: next file."), usage=pb.Usage(input=9_000 + n, output=50)),
+                 user(f"s{n}u", text(f"s{n}v", "ok"))]
+        r = pb.MeasureRequest(conversation=pb.Conversation(session_id="s", messages=msgs), model=mdl)
+        for call, ask in ((servicer.ContextService.Measure, r), (servicer.ContextService.Assemble, _assemble(r))):
+            built.clear(), guarded.clear()
+            answer = call(with_memo, ask, None)
+            (sent, g), = guarded
+            assert g.tripped and g.pruned_part_ids
+            if g.freed is None:  # pruned afresh: the whole body was built first, as ever
+                assert [conv for conv, _ in built] == [sent, g.conversation]
+                continue
+            sized += 1
+            (conv, plan), = built  # the guard's body alone
+            assert conv is g.conversation
+            for output in (0, 4_096, 64_000):
+                assert body_bytes(conv, plan, output) + g.freed == body_bytes(sent, plan, output)
+            _same(answer, call(without, ask, None))
+    assert sized >= 8  # each step but the first, both calls (Bedrock's media-free history included)
+
+
 def test_a_tool_schema_is_parsed_once(monkeypatch):
     """The same tools at every step: each input schema is parsed once while the memo keeps it,
     a bad one refused every time, and the body the same as without the memo."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from .. import conversation as m, prune
 from ..deadline import NO_DEADLINE, Deadline
 from ..memo import GUARD, GUARDED, Memo, message_prefix_keys, pruned_digest, resident_size
-from . import media_strip
+from . import media_strip, pieces
 from .plan import Plan
 
 
@@ -32,6 +32,10 @@ class Guard:
     pruned_part_ids: list = field(default_factory=list)  # the payload-limit prune's parts
     media_stripped: int = 0  # historical media turned into attachment notes
     conversation: m.Conversation | None = None  # what is sent instead, when anything changed
+    # the bytes the prune's marks take off the body (those of the marked messages lowered alone,
+    # as marked and as they were), when the memo's entry for an earlier step gave the prune:
+    # None when it was run afresh, or media were stripped too
+    freed: int | None = None
 
 
 def payload_guard(conv: m.Conversation, over: bool, plan: Plan, memo: Memo | None = None,
@@ -45,11 +49,12 @@ def payload_guard(conv: m.Conversation, over: bool, plan: Plan, memo: Memo | Non
     step has them already (the prune's marks move no compaction point)."""
     if not over:
         return Guard()
-    pruned, shrunk = _pruned(conv, plan, memo, deadline, keys)
+    pruned, shrunk, freed = _pruned(conv, plan, memo, deadline, keys, lowering_alone(plan, conv.messages, points))
     messages, stripped = media_strip.strip(shrunk, points)
     if not (pruned or stripped):
         return Guard(tripped=True)
-    return Guard(True, list(pruned), stripped, dataclasses.replace(conv, messages=messages))
+    return Guard(True, list(pruned), stripped, dataclasses.replace(conv, messages=messages),
+                 None if stripped else freed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,27 +66,35 @@ class _Found:
     changed: tuple  # the positions of the messages the prune's marks change
     copies: tuple  # the copy the marks make of each of those
     kept: tuple  # the GUARDED keys of those copies: kept in the memo while this entry serves them
+    # per lowering (lowering_alone): the bytes the copies take off the body, worked out at the first
+    # step that reads them (_freed)
+    freed: dict = field(default_factory=dict)
 
     def charge(self) -> int:
         """What it holds beyond the memo's other entries (the copies are GUARDED entries)."""
-        return sys.getsizeof(self.changed) + sys.getsizeof(self.copies) + sys.getsizeof(self.kept) + self.ids_size
+        return (sys.getsizeof(self.changed) + sys.getsizeof(self.copies) + sys.getsizeof(self.kept) + self.ids_size
+                + sys.getsizeof(self.freed) + 64 * len(self.freed))
 
 
-def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadline, keys: list | None) -> tuple:
-    """(the payload-limit prune's part ids, conv's messages with those parts marked), from the
-    memo when these messages, or all but newest ones the prune passes over, were pruned under
-    the same gates before (prune reads nothing else: the step checked the request)."""
+def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadline, keys: list | None,
+            lowering: tuple | None = None) -> tuple:
+    """(the payload-limit prune's part ids, conv's messages with those parts marked, the bytes
+    the marks take off the body or None), from the memo when these messages, or all but newest
+    ones the prune passes over, were pruned under the same gates before (prune reads nothing
+    else: the step checked the request); the bytes are known only then, for lowering
+    (lowering_alone)."""
     now_ms = plan.now_ms or time.time_ns() // 1_000_000
     msgs = conv.messages
     if memo is None:
         ids = _prune(conv, plan, memo, deadline)
-        return ids, _apply(msgs, frozenset(ids), now_ms, memo, deadline)[0] if ids else msgs
+        return ids, _apply(msgs, frozenset(ids), now_ms, memo, deadline)[0] if ids else msgs, None
     g = prune.gates(plan.compaction, plan.cfg, plan.model)
     candidates = guard_keys(conv, plan, gates=g) if keys is None else keys
     k, found = memo.longest(candidates)
     # the GUARD key of the session's earlier step's entry: this step's takes its place
     earlier = next(key for n, key in candidates if n == k) if found is not None else None
-    if found is not None and (k == len(msgs) or prune.passed_over(msgs[k:], g, memo)):
+    served = found is not None and (k == len(msgs) or prune.passed_over(msgs[k:], g, memo))
+    if served:
         memo.touch([earlier])
         memo.touch_held(found.kept, k, len(msgs))  # the copies it serves
     else:  # pruned afresh
@@ -94,15 +107,49 @@ def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadl
     shrunk = msgs[:k]
     list(map(shrunk.__setitem__, found.changed, found.copies))  # in C: hundreds of copies a step
     shrunk += newer
+    freed = None
+    lowering = lowering if served else None
+    if lowering is not None:
+        was = found.freed.get(lowering)
+        if was is None:
+            was = found.freed[lowering] = _freed(msgs, found.changed, found.copies, plan, memo)
     if k < len(msgs) and candidates:
         n, key = candidates[0]  # the longest kept: what the session's next step resumes from
         if n == len(msgs) or prune.passed_over(msgs[n:], g, memo):
             added = [j for j in range(k, n) if newer[j - k] is not msgs[j]]
+            copies = tuple(newer[j - k] for j in added)
             entry = _Found(ids, found.wanted, found.ids_size, found.changed + tuple(added),
-                           found.copies + tuple(newer[j - k] for j in added),
-                           found.kept + tuple(x for x in keys[:n - k] if x is not None))
+                           found.copies + copies, found.kept + tuple(x for x in keys[:n - k] if x is not None))
+            if lowering is not None:
+                entry.freed[lowering] = was + _freed(msgs, added, copies, plan, memo)
             memo.supersede(earlier, key, entry, entry.charge())  # each serves the session's next step
-    return ids, shrunk
+    if lowering is not None:
+        changed = [j for j in range(k, len(msgs)) if newer[j - k] is not msgs[j]]
+        freed = was + _freed(msgs, changed, [newer[j - k] for j in changed], plan, memo)
+    return ids, shrunk, freed
+
+
+def lowering_alone(plan: Plan, msgs: list, points: list | None) -> tuple | None:
+    """What the bytes a message lowers to depend on (the LOWERED key's settings), when every
+    message is sent (no compaction point: points, projection.compaction_points(msgs)) and each
+    one's lowering alone is its share of the body (pieces.memoizable); None otherwise."""
+    mdl = plan.model
+    if points is None or points or not pieces.memoizable(msgs, mdl.provider):
+        return None
+    return mdl.provider, mdl.id, plan.placeholders
+
+
+def _freed(msgs: list, changed, copies, plan: Plan, memo: Memo) -> int:
+    """The bytes the copies take off the body in place of msgs at the positions changed: the
+    body is its messages' elements, each lowered alone (step.pieces, whose memo entries the
+    build reads next), joined where the format joins them, so a message's share of its bytes is
+    its elements' JSON."""
+    return sum(_lowered_bytes(msgs[j], plan, memo) - _lowered_bytes(copy, plan, memo)
+               for j, copy in zip(changed, copies))
+
+
+def _lowered_bytes(msg: m.Message, plan: Plan, memo: Memo) -> int:
+    return sum(lengths[0] for _, lengths, _ in pieces.message_piece(msg, plan, memo).texts)
 
 
 def pruned_before(keys: list, memo: Memo) -> bool:

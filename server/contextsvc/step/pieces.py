@@ -120,7 +120,7 @@ def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     mdl, tools, system = plan.model, plan.tools, plan.system
     prompt_dir, placeholders, tools_disabled = plan.cfg.assemble.prompt_dir, plan.placeholders, plan.tools_disabled
     projected = projection.project(conv.messages, points)
-    if memo is not None and _memoizable(projected, mdl.provider):
+    if memo is not None and memoizable(projected, mdl.provider):
         if digests is not None and not _same(projected, conv.messages):  # history was cut
             digests = None
         lowered, ledger, resume, prefix = _lower_memoized(projected, memo, conv, mdl, tools, system, prompt_dir,
@@ -150,7 +150,7 @@ def _same(a: list, b: list) -> bool:
     return len(a) == len(b) and all(map(operator.is_, a, b))
 
 
-def _memoizable(messages: list, provider: str) -> bool:
+def memoizable(messages: list, provider: str) -> bool:
     """Whether each message lowers alone as it does in the whole request. Not so for media on
     Bedrock: its document names are made distinct across the request."""
     if provider != m.BEDROCK:

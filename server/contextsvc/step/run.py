@@ -18,11 +18,18 @@ from ..memo import Memo, message_prefix_digests
 from ..positions import positions
 from .decision import decide
 from .figures import figures
-from .guard import Guard, guard_keys, payload_guard, pruned_before
+from .guard import Guard, guard_keys, lowering_alone, payload_guard, pruned_before
 from .inject import Injected, Turn, inject
 from .measurement import Measurement, gather
 from .plan import Plan
 from .request import Request, build
+
+
+# How far the whole body's bytes, sized from the guard's (Guard.freed), may be from the bytes of
+# the whole body built: the two bodies are their messages' elements, joined the same way, and
+# differ only where the guard's copies do, but for the cache markers (the same places in both,
+# unless a copy could not carry one); a whole body within this of the guard is built, as ever.
+FREED_SLACK_BYTES = 1024
 
 
 @dataclass(slots=True)
@@ -65,10 +72,16 @@ def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Mem
     digests = None
     if memo is not None:
         digests = message_prefix_digests(sent.messages, sent.scanned.digests if scanned is not None else None)
-    # a history the guard pruned at an earlier step is sized before its body is hashed: the
-    # guard most likely replaces it, and it is hashed only if it is sent after all
-    keys = guard_keys(sent, plan, digests) if plan.hashes and digests is not None else None
-    hashed = not (keys is not None and pruned_before(keys, memo))
+    # a history the guard pruned at an earlier step is most likely over it again: the guard's
+    # body is built first, the whole one sized from it (_guarded_again); one built after all is
+    # hashed only if it is sent
+    keys = guard_keys(sent, plan, digests) if digests is not None else None
+    again = keys is not None and pruned_before(keys, memo)
+    if again:
+        step = _guarded_again(sent, plan, memo, exact_counters, deadline, keys, points, injected)
+        if step is not None:
+            return step
+    hashed = not (again and plan.hashes)
     request = build(sent, plan if hashed else dataclasses.replace(plan, hashes=False), memo, deadline, points,
                     digests)
     over, measurement = _over_guard(request, plan), None
@@ -86,6 +99,26 @@ def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Mem
         if not hashed:
             request = build(sent, plan, memo, deadline, points, digests)
         measurement = finish(sent, request, plan, memo, exact_counters, deadline)
+    return Step(measurement, request, guard, injected)
+
+
+def _guarded_again(sent: m.Conversation, plan: Plan, memo: Memo, exact_counters, deadline: Deadline, keys: list,
+                   points: list, injected: Injected) -> Step | None:
+    """The step of a history the guard pruned at an earlier step, when the guard's memo entry
+    gives the prune again (Guard.freed: the bytes its marks take off): the guard's body is built
+    first, and the whole body, which it replaces, is sized from it without being built. None
+    when that cannot tell the whole body over the guard: the step then builds it first, as any
+    other does."""
+    if lowering_alone(plan, sent.messages, points) is None:  # the guard could not tell its freed bytes
+        return None
+    guard = payload_guard(sent, True, plan, memo, deadline, keys, points)
+    if guard.conversation is None or guard.freed is None:
+        return None
+    request = build(guard.conversation, plan, memo, deadline, points)
+    request.lowered.set_max_output(0)
+    if request.body_bytes() + guard.freed <= plan.cfg.assemble.request_prune_bytes + FREED_SLACK_BYTES:
+        return None
+    measurement = finish(guard.conversation, request, plan, memo, exact_counters, deadline, sent)
     return Step(measurement, request, guard, injected)
 
 
