@@ -10,7 +10,8 @@ copies it marked are kept under the digest of the conversation's messages and th
 nor copies again, and nor does one
 grown by messages the prune passes over (prune.passed_over: a client that does not store the
 guard's marks resends the same history grown by a step, over the guard every time): only the
-new messages are read."""
+new messages are read. The entry keeps the bytes its marks take off the body too (Guard.freed):
+such a step sizes the body the guard replaces without building it (step.run)."""
 from __future__ import annotations
 
 import dataclasses
@@ -33,8 +34,9 @@ class Guard:
     media_stripped: int = 0  # historical media turned into attachment notes
     conversation: m.Conversation | None = None  # what is sent instead, when anything changed
     # the bytes the prune's marks take off the body (those of the marked messages lowered alone,
-    # as marked and as they were), when the memo's entry for an earlier step gave the prune:
-    # None when it was run afresh, or media were stripped too
+    # as marked and as they were), when the memo's entry for an earlier step gave the prune and
+    # each message's lowering alone is its share of the body (lowering_alone); None otherwise,
+    # and when media were stripped too
     freed: int | None = None
 
 
@@ -110,9 +112,9 @@ def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadl
     freed = None
     lowering = lowering if served else None
     if lowering is not None:
-        was = found.freed.get(lowering)
-        if was is None:
-            was = found.freed[lowering] = _freed(msgs, found.changed, found.copies, plan, memo)
+        kept_freed = found.freed.get(lowering)
+        if kept_freed is None:
+            kept_freed = found.freed[lowering] = _freed(msgs, found.changed, found.copies, plan, memo)
     if k < len(msgs) and candidates:
         n, key = candidates[0]  # the longest kept: what the session's next step resumes from
         if n == len(msgs) or prune.passed_over(msgs[n:], g, memo):
@@ -121,11 +123,11 @@ def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadl
             entry = _Found(ids, found.wanted, found.ids_size, found.changed + tuple(added),
                            found.copies + copies, found.kept + tuple(x for x in keys[:n - k] if x is not None))
             if lowering is not None:
-                entry.freed[lowering] = was + _freed(msgs, added, copies, plan, memo)
+                entry.freed[lowering] = kept_freed + _freed(msgs, added, copies, plan, memo)
             memo.supersede(earlier, key, entry, entry.charge())  # each serves the session's next step
     if lowering is not None:
         changed = [j for j in range(k, len(msgs)) if newer[j - k] is not msgs[j]]
-        freed = was + _freed(msgs, changed, [newer[j - k] for j in changed], plan, memo)
+        freed = kept_freed + _freed(msgs, changed, [newer[j - k] for j in changed], plan, memo)
     return ids, shrunk, freed
 
 
