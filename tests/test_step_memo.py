@@ -533,7 +533,6 @@ def test_a_history_the_guard_pruned_before_is_sized_from_the_guard_s_body(provid
     without the memo (at any output budget), for every wire format. Every answer equals a
     servicer's without the memo."""
     step_run = importlib.import_module("contextsvc.step.run")  # the package exports its function run
-    from contextsvc.step import request as step_request
 
     built, guarded = [], []
     build, guard = step_run.build, step_run.payload_guard
