@@ -528,10 +528,10 @@ def test_a_history_the_guard_pruned_before_is_hashed_once(monkeypatch):
 
 @pytest.mark.parametrize("provider", [v for v in pb.Provider.values() if v != pb.PROVIDER_UNSPECIFIED])
 def test_a_history_the_guard_pruned_before_is_sized_from_the_guard_s_body(provider, monkeypatch):
-    """A step over the guard whose prune the memo gives again builds only the guard's body: the
-    whole body's bytes are the guard's plus Guard.freed, exactly those of the whole body built
-    without the memo (at any output budget), for every wire format. Every answer equals a
-    servicer's without the memo."""
+    """A step over the guard whose prune the memo gives again builds only the guard's body, its
+    prefix keys from the guard's entry: the whole body's bytes are the guard's plus Guard.freed,
+    exactly those of the whole body built without the memo (at any output budget), for every wire
+    format. Every answer equals a servicer's without the memo."""
     step_run = importlib.import_module("contextsvc.step.run")  # the package exports its function run
 
     built, guarded = [], []
@@ -564,6 +564,8 @@ def test_a_history_the_guard_pruned_before_is_sized_from_the_guard_s_body(provid
             sized += 1
             (conv, plan), = built  # the guard's body alone
             assert conv is g.conversation
+            # its prefix keys made of what the guard's entry kept, as they would be made afresh
+            assert g.digests == memo.message_prefix_digests(conv.messages)
             for output in (0, 4_096, 64_000):
                 assert body_bytes(conv, plan, output) + g.freed == body_bytes(sent, plan, output)
             _same(answer, call(without, ask, None))

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 
 from .. import conversation as m, prune
 from ..deadline import NO_DEADLINE, Deadline
-from ..memo import GUARD, GUARDED, Memo, message_prefix_keys, pruned_digest, resident_size
+from ..memo import (GUARD, GUARDED, MESSAGE_DIGEST_BYTES, Memo, joined_digests, message_prefix_digests,
+                    message_prefix_keys, pruned_digest, resident_size)
 from . import media_strip, pieces
 from .plan import Plan
 
@@ -38,6 +39,9 @@ class Guard:
     # each message's lowering alone is its share of the body (lowering_alone); None otherwise,
     # and when media were stripped too
     freed: int | None = None
+    # memo.message_prefix_digests(conversation.messages), when the memo's entry kept what they
+    # are made of; None otherwise
+    digests: list | None = None
 
 
 def payload_guard(conv: m.Conversation, over: bool, plan: Plan, memo: Memo | None = None,
@@ -51,12 +55,15 @@ def payload_guard(conv: m.Conversation, over: bool, plan: Plan, memo: Memo | Non
     step has them already (the prune's marks move no compaction point)."""
     if not over:
         return Guard()
-    pruned, shrunk, freed = _pruned(conv, plan, memo, deadline, keys, lowering_alone(plan, conv.messages, points))
+    pruned, shrunk, freed, joined = _pruned(conv, plan, memo, deadline, keys,
+                                            lowering_alone(plan, conv.messages, points))
     messages, stripped = media_strip.strip(shrunk, points)
     if not (pruned or stripped):
         return Guard(tripped=True)
-    return Guard(True, list(pruned), stripped, dataclasses.replace(conv, messages=messages),
-                 None if stripped else freed)
+    if stripped:
+        freed = joined = None
+    return Guard(True, list(pruned), stripped, dataclasses.replace(conv, messages=messages), freed,
+                 None if joined is None else message_prefix_digests(messages, joined))
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +75,9 @@ class _Found:
     changed: tuple  # the positions of the messages the prune's marks change
     copies: tuple  # the copy the marks make of each of those
     kept: tuple  # the GUARDED keys of those copies: kept in the memo while this entry serves them
+    # memo.joined_digests of the messages with the copies in place: what the prefix keys of the
+    # guard's conversation are made of (Guard.digests)
+    joined: bytes = b""
     # per lowering (lowering_alone): the bytes the copies take off the body, worked out at the first
     # step that reads them (_freed)
     freed: dict = field(default_factory=dict)
@@ -75,21 +85,21 @@ class _Found:
     def charge(self) -> int:
         """What it holds beyond the memo's other entries (the copies are GUARDED entries)."""
         return (sys.getsizeof(self.changed) + sys.getsizeof(self.copies) + sys.getsizeof(self.kept) + self.ids_size
-                + sys.getsizeof(self.freed) + 64 * len(self.freed))
+                + sys.getsizeof(self.joined) + sys.getsizeof(self.freed) + 64 * len(self.freed))
 
 
 def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadline, keys: list | None,
             lowering: tuple | None = None) -> tuple:
     """(the payload-limit prune's part ids, conv's messages with those parts marked, the bytes
-    the marks take off the body or None), from the memo when these messages, or all but newest
-    ones the prune passes over, were pruned under the same gates before (prune reads nothing
-    else: the step checked the request); the bytes are known only then, for lowering
-    (lowering_alone)."""
+    the marks take off the body or None, memo.joined_digests of the marked messages or None),
+    from the memo when these messages, or all but newest ones the prune passes over, were pruned
+    under the same gates before (prune reads nothing else: the step checked the request); the
+    bytes are known only then, for lowering (lowering_alone)."""
     now_ms = plan.now_ms or time.time_ns() // 1_000_000
     msgs = conv.messages
     if memo is None:
         ids = _prune(conv, plan, memo, deadline)
-        return ids, _apply(msgs, frozenset(ids), now_ms, memo, deadline)[0] if ids else msgs, None
+        return ids, _apply(msgs, frozenset(ids), now_ms, memo, deadline)[0] if ids else msgs, None, None
     g = prune.gates(plan.compaction, plan.cfg, plan.model)
     candidates = guard_keys(conv, plan, gates=g) if keys is None else keys
     k, found = memo.longest(candidates)
@@ -109,6 +119,8 @@ def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadl
     shrunk = msgs[:k]
     list(map(shrunk.__setitem__, found.changed, found.copies))  # in C: hundreds of copies a step
     shrunk += newer
+    # the kept digests go on only as far as every message has one
+    joined = found.joined + joined_digests(newer) if len(found.joined) == MESSAGE_DIGEST_BYTES * k else found.joined
     freed = None
     lowering = lowering if served else None
     if lowering is not None:
@@ -121,14 +133,15 @@ def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadl
             added = [j for j in range(k, n) if newer[j - k] is not msgs[j]]
             copies = tuple(newer[j - k] for j in added)
             entry = _Found(ids, found.wanted, found.ids_size, found.changed + tuple(added),
-                           found.copies + copies, found.kept + tuple(x for x in keys[:n - k] if x is not None))
+                           found.copies + copies, found.kept + tuple(x for x in keys[:n - k] if x is not None),
+                           joined[:MESSAGE_DIGEST_BYTES * n])
             if lowering is not None:
                 entry.freed[lowering] = kept_freed + _freed(msgs, added, copies, plan, memo)
             memo.supersede(earlier, key, entry, entry.charge())  # each serves the session's next step
     if lowering is not None:
         changed = [j for j in range(k, len(msgs)) if newer[j - k] is not msgs[j]]
         freed = kept_freed + _freed(msgs, changed, [newer[j - k] for j in changed], plan, memo)
-    return ids, shrunk, freed
+    return ids, shrunk, freed, joined
 
 
 def lowering_alone(plan: Plan, msgs: list, points: list | None) -> tuple | None:

@@ -93,7 +93,7 @@ def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Mem
     guard = payload_guard(sent, over, plan, memo, deadline, keys, points)
     if guard.conversation is not None:
         # the messages as they were before the guard changed some: the baseline is rebased on those
-        request = build(guard.conversation, plan, memo, deadline, points)
+        request = build(guard.conversation, plan, memo, deadline, points, guard.digests)
         measurement = finish(guard.conversation, request, plan, memo, exact_counters, deadline, sent)
     elif measurement is None:
         if not hashed:
@@ -114,7 +114,7 @@ def _guarded_again(sent: m.Conversation, plan: Plan, memo: Memo, exact_counters,
     guard = payload_guard(sent, True, plan, memo, deadline, keys, points)
     if guard.conversation is None or guard.freed is None:
         return None
-    request = build(guard.conversation, plan, memo, deadline, points)
+    request = build(guard.conversation, plan, memo, deadline, points, guard.digests)
     request.lowered.set_max_output(0)
     if request.body_bytes() + guard.freed <= plan.cfg.assemble.request_prune_bytes + FREED_SLACK_BYTES:
         return None
