@@ -529,13 +529,17 @@ def test_a_history_the_guard_pruned_before_is_hashed_once(monkeypatch):
 @pytest.mark.parametrize("provider", [v for v in pb.Provider.values() if v != pb.PROVIDER_UNSPECIFIED])
 def test_a_history_the_guard_pruned_before_is_sized_from_the_guard_s_body(provider, monkeypatch):
     """A step over the guard whose prune the memo gives again builds only the guard's body, its
-    prefix keys from the guard's entry: the whole body's bytes are the guard's plus Guard.freed,
-    exactly those of the whole body built without the memo (at any output budget), for every wire
-    format. Every answer equals a servicer's without the memo."""
+    prefix keys and the baseline's rebase keyed from the guard's entry: the whole body's bytes are
+    the guard's plus Guard.freed, exactly those of the whole body built without the memo (at any
+    output budget), for every wire format. Every answer equals a servicer's without the memo."""
     step_run = importlib.import_module("contextsvc.step.run")  # the package exports its function run
+    step_figures = importlib.import_module("contextsvc.step.figures")
+    from contextsvc.step import baseline as step_baseline
 
-    built, guarded = [], []
+    built, guarded, counted = [], [], []
     build, guard = step_run.build, step_run.payload_guard
+    as_counted = step_baseline.as_counted
+    monkeypatch.setattr(step_figures, "as_counted", lambda *a: counted.append(1) or as_counted(*a))
     monkeypatch.setattr(step_run, "build", lambda conv, plan, *a, **k: built.append((conv, plan)) or
                         build(conv, plan, *a, **k))
     monkeypatch.setattr(step_run, "payload_guard", lambda conv, *a, **k: guarded.append((conv, guard(conv, *a, **k)))
@@ -554,7 +558,7 @@ def test_a_history_the_guard_pruned_before_is_sized_from_the_guard_s_body(provid
                  user(f"s{n}u", text(f"s{n}v", "ok"))]
         r = pb.MeasureRequest(conversation=pb.Conversation(session_id="s", messages=msgs), model=mdl)
         for call, ask in ((servicer.ContextService.Measure, r), (servicer.ContextService.Assemble, _assemble(r))):
-            built.clear(), guarded.clear()
+            built.clear(), guarded.clear(), counted.clear()
             answer = call(with_memo, ask, None)
             (sent, g), = guarded
             assert g.tripped and g.pruned_part_ids
@@ -566,6 +570,14 @@ def test_a_history_the_guard_pruned_before_is_sized_from_the_guard_s_body(provid
             assert conv is g.conversation
             # its prefix keys made of what the guard's entry kept, as they would be made afresh
             assert g.digests == memo.message_prefix_digests(conv.messages)
+            # and the baseline's rebase keyed as from the changed messages, which are not read
+            base = step_baseline.baseline(conv.messages)
+            latest = sent.scanned.last_compacted_ms
+            pairs = as_counted(conv.messages, base, sent.messages, latest)
+            assert len(pairs) == len(g.pruned_part_ids)  # one output marked in each
+            assert step_baseline.known_key(conv.messages, base, g.pairs, latest, plan) == \
+                step_baseline.changed_key(pairs, plan)
+            assert counted == []
             for output in (0, 4_096, 64_000):
                 assert body_bytes(conv, plan, output) + g.freed == body_bytes(sent, plan, output)
             _same(answer, call(without, ask, None))

@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import itertools
 import operator
+from dataclasses import dataclass
 from typing import Optional
 
 from .. import conversation as m, projection
@@ -99,11 +100,41 @@ def changed_pieces(pairs: list, plan: Plan, memo: Memo | None) -> tuple:
 
 def changed_key(pairs: list, plan: Plan) -> tuple | None:
     """The memo's key of the figures of these changed messages now minus as counted (REBASED):
-    the digest of each one's digests now and as counted, and the settings those figures read;
-    None when a message has no digest."""
+    the digest of each one's digests now and as counted (pairs_hash), and the settings those
+    figures read; None when a message has no digest."""
     digests = list(map(_DIGEST, itertools.chain.from_iterable(pairs)))  # in C: the guard's pairs are hundreds
     if not all(digests):
         return None
+    h = pairs_hash()
+    h.update(b"".join(digests))
+    return _rebased_key(h.digest(), plan)
+
+
+def pairs_hash():
+    """The hash of changed_key's digest, fed each pair's digests (now, then) in the pairs' order:
+    one who makes the pairs one by one (the payload guard's copies) can feed it as they come."""
+    return hashlib.blake2b(digest_size=16, person=b"rebased")
+
+
+def _rebased_key(digest: bytes, plan: Plan) -> tuple:
     mc = plan.cfg.measure
-    return (REBASED, hashlib.blake2b(b"".join(digests), digest_size=16, person=b"rebased").digest(),
-            plan.model.provider, plan.model.id, mc.factor, mc.calibrated_figures, mc.measured_margins)
+    return REBASED, digest, plan.model.provider, plan.model.id, mc.factor, mc.calibrated_figures, mc.measured_margins
+
+
+@dataclass(frozen=True, slots=True)
+class KnownPairs:
+    """What a step knows of the messages it changed itself (the payload guard's copies, each
+    with its original as `before`): the pairs_hash digest of their pairs, the position of the
+    last."""
+    digest: bytes
+    last: int
+
+
+def known_key(messages: list, base: m.Message, known: KnownPairs | None, latest: int | None,
+              plan: Plan) -> tuple | None:
+    """changed_key of as_counted(messages, base, before, latest), not made from the pairs, when
+    they are known's: no tool output of before was compacted since base was answered (latest),
+    so the messages that changed are the step's own, all before base. None otherwise."""
+    if known is None or latest is None or latest > base.time_completed_ms or known.last >= _position(messages, base):
+        return None
+    return _rebased_key(known.digest, plan)

@@ -19,7 +19,7 @@ from ..deadline import NO_DEADLINE, Deadline
 from ..lowering.media import MEDIA_PLACEHOLDER
 from ..memo import PROFILES, TOOL_TEXT, Memo
 from ..positions import positions
-from .baseline import as_counted, baseline, changed_key, changed_pieces
+from .baseline import KnownPairs, as_counted, baseline, changed_key, changed_pieces, known_key
 from .plan import Plan
 from .request import Request, array_text, tool_schema_list
 
@@ -76,10 +76,11 @@ def rewrite_from(request: Request) -> Optional[int]:
 
 
 def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=None, memo: Memo | None = None,
-            before: m.Conversation | None = None, deadline: Deadline = NO_DEADLINE) -> Figures:
+            before: m.Conversation | None = None, deadline: Deadline = NO_DEADLINE,
+            known: KnownPairs | None = None) -> Figures:
     """Every figure of the request. before: conv as it was before this step changed some of its
-    messages (the payload guard), one message for one, for the baseline's rebase; memo: the
-    changed messages' lowering."""
+    messages (the payload guard), one message for one, for the baseline's rebase, and known:
+    what the step knows of those changes (Guard.pairs); memo: the changed messages' lowering."""
     factor = plan.cfg.measure.factor
     low = request.lowered
     since = rewrite_from(request)
@@ -114,8 +115,10 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
     if base is not None:
         was = before if before is not None else conv  # as the provider may have counted it
         latest = was.scanned.last_compacted_ms if was.scanned is not None else None
-        _rebase(out, as_counted(conv.messages, base, before.messages if before is not None else None, latest),
-                plan, exact_counters, memo)
+        key = known_key(conv.messages, base, known, latest, plan) \
+            if before is not None and memo is not None and out.exact is None else None
+        _rebase(out, lambda: as_counted(conv.messages, base, before.messages if before is not None else None, latest),
+                plan, exact_counters, memo, key)
     anchor = out.decision_anchor
     if anchor is not None:
         # what was pruned before the anchor since was counted whole: compare with the prefix as counted
@@ -132,16 +135,21 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
     return out
 
 
-def _rebase(out: Figures, pairs: list, plan: Plan, exact_counters, memo: Memo | None) -> None:
-    """The figures of the changed messages now minus as counted, per method (step.baseline);
-    with the memo, kept for the same changed messages (REBASED: the payload guard's marks on a
-    history it prunes again at every step change the same messages each time)."""
-    if not pairs:
-        return
+def _rebase(out: Figures, pairs_of, plan: Plan, exact_counters, memo: Memo | None, key: tuple | None = None) -> None:
+    """The figures of the changed messages (pairs_of(): step.baseline.as_counted's pairs) now
+    minus as counted, per method; with the memo, kept for the same changed messages (REBASED: the
+    payload guard's marks on a history it prunes again at every step change the same messages
+    each time). key: the pairs' changed_key, when the step knows it without making the pairs
+    (baseline.known_key): a history of a thousand messages is then not read for them."""
     mc = plan.cfg.measure
-    key = changed_key(pairs, plan) if memo is not None and out.exact is None else None
     change = memo.get(key) if key is not None else None
     exact = None
+    if change is None:
+        pairs = pairs_of()
+        if not pairs:
+            return
+        key = changed_key(pairs, plan) if memo is not None and out.exact is None else None
+        change = memo.get(key) if key is not None else None
     if change is None:
         now, now_media, then, then_media = changed_pieces(pairs, plan, memo)
 

@@ -24,6 +24,7 @@ from ..deadline import NO_DEADLINE, Deadline
 from ..memo import (GUARD, GUARDED, MESSAGE_DIGEST_BYTES, Memo, joined_digests, message_prefix_digests,
                     message_prefix_keys, pruned_digest, resident_size)
 from . import media_strip, pieces
+from .baseline import KnownPairs, pairs_hash
 from .plan import Plan
 
 
@@ -42,6 +43,9 @@ class Guard:
     # memo.message_prefix_digests(conversation.messages), when the memo's entry kept what they
     # are made of; None otherwise
     digests: list | None = None
+    # the changed messages (conversation's, against the request's), as the baseline's rebase
+    # keys them (baseline.known_key), when the memo's entry kept what they are made of
+    pairs: KnownPairs | None = None
 
 
 def payload_guard(conv: m.Conversation, over: bool, plan: Plan, memo: Memo | None = None,
@@ -55,15 +59,15 @@ def payload_guard(conv: m.Conversation, over: bool, plan: Plan, memo: Memo | Non
     step has them already (the prune's marks move no compaction point)."""
     if not over:
         return Guard()
-    pruned, shrunk, freed, joined = _pruned(conv, plan, memo, deadline, keys,
-                                            lowering_alone(plan, conv.messages, points))
-    messages, stripped = media_strip.strip(shrunk, points)
-    if not (pruned or stripped):
+    marked = _pruned(conv, plan, memo, deadline, keys, lowering_alone(plan, conv.messages, points))
+    messages, stripped = media_strip.strip(marked.messages, points)
+    if not (marked.part_ids or stripped):
         return Guard(tripped=True)
-    if stripped:
-        freed = joined = None
-    return Guard(True, list(pruned), stripped, dataclasses.replace(conv, messages=messages), freed,
-                 None if joined is None else message_prefix_digests(messages, joined))
+    sent = dataclasses.replace(conv, messages=messages)
+    if stripped:  # copies of the guard's own, which the memo kept nothing of
+        return Guard(True, list(marked.part_ids), stripped, sent)
+    return Guard(True, list(marked.part_ids), stripped, sent, marked.freed,
+                 None if marked.joined is None else message_prefix_digests(messages, marked.joined), marked.pairs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,25 +85,40 @@ class _Found:
     # per lowering (lowering_alone): the bytes the copies take off the body, worked out at the first
     # step that reads them (_freed)
     freed: dict = field(default_factory=dict)
+    # baseline.pairs_hash fed the (copy, original) digests of changed, in order (None when one
+    # has none): the rebase's key of the changes (Guard.pairs)
+    pairs: object = None
 
     def charge(self) -> int:
         """What it holds beyond the memo's other entries (the copies are GUARDED entries)."""
         return (sys.getsizeof(self.changed) + sys.getsizeof(self.copies) + sys.getsizeof(self.kept) + self.ids_size
-                + sys.getsizeof(self.joined) + sys.getsizeof(self.freed) + 64 * len(self.freed))
+                + sys.getsizeof(self.joined) + sys.getsizeof(self.freed) + 64 * len(self.freed)
+                + sys.getsizeof(self.pairs))
+
+
+@dataclass(slots=True)
+class _Marked:
+    """What the guard's prune did to a conversation's messages."""
+    part_ids: tuple  # the payload-limit prune's part ids
+    messages: list  # the messages with those parts marked
+    # when the memo gave the prune (served), what it kept beside it, else None: the bytes the marks
+    # take off the body (for lowering_alone's lowering, when it has one), memo.joined_digests of
+    # the messages, and what the baseline's rebase keys the changed messages by
+    freed: int | None = None
+    joined: bytes | None = None
+    pairs: KnownPairs | None = None
 
 
 def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadline, keys: list | None,
-            lowering: tuple | None = None) -> tuple:
-    """(the payload-limit prune's part ids, conv's messages with those parts marked, the bytes
-    the marks take off the body or None, memo.joined_digests of the marked messages or None),
-    from the memo when these messages, or all but newest ones the prune passes over, were pruned
-    under the same gates before (prune reads nothing else: the step checked the request); the
-    bytes are known only then, for lowering (lowering_alone)."""
+            lowering: tuple | None = None) -> _Marked:
+    """The payload-limit prune's marks on conv's messages, from the memo when these messages, or
+    all but newest ones the prune passes over, were pruned under the same gates before (prune
+    reads nothing else: the step checked the request)."""
     now_ms = plan.now_ms or time.time_ns() // 1_000_000
     msgs = conv.messages
     if memo is None:
         ids = _prune(conv, plan, memo, deadline)
-        return ids, _apply(msgs, frozenset(ids), now_ms, memo, deadline)[0] if ids else msgs, None, None
+        return _Marked(ids, _apply(msgs, frozenset(ids), now_ms, memo, deadline)[0] if ids else msgs)
     g = prune.gates(plan.compaction, plan.cfg, plan.model)
     candidates = guard_keys(conv, plan, gates=g) if keys is None else keys
     k, found = memo.longest(candidates)
@@ -112,16 +131,16 @@ def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadl
     else:  # pruned afresh
         ids = _prune(conv, plan, memo, deadline)
         wanted = frozenset(ids)
-        k, found = 0, _Found(ids, wanted, resident_size(ids) + sys.getsizeof(wanted), (), (), ())
+        k, found = 0, _Found(ids, wanted, resident_size(ids) + sys.getsizeof(wanted), (), (), (), pairs=pairs_hash())
     ids = found.part_ids
     newer, keys = _apply(msgs[k:], found.wanted, now_ms, memo, deadline) if ids else \
         (msgs[k:], [None] * (len(msgs) - k))
     shrunk = msgs[:k]
     list(map(shrunk.__setitem__, found.changed, found.copies))  # in C: hundreds of copies a step
     shrunk += newer
+    changed = [j for j in range(k, len(msgs)) if newer[j - k] is not msgs[j]]  # the marks' new copies
     # the kept digests go on only as far as every message has one
     joined = found.joined + joined_digests(newer) if len(found.joined) == MESSAGE_DIGEST_BYTES * k else found.joined
-    freed = None
     lowering = lowering if served else None
     if lowering is not None:
         kept_freed = found.freed.get(lowering)
@@ -130,18 +149,35 @@ def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadl
     if k < len(msgs) and candidates:
         n, key = candidates[0]  # the longest kept: what the session's next step resumes from
         if n == len(msgs) or prune.passed_over(msgs[n:], g, memo):
-            added = [j for j in range(k, n) if newer[j - k] is not msgs[j]]
+            added = [j for j in changed if j < n]
             copies = tuple(newer[j - k] for j in added)
             entry = _Found(ids, found.wanted, found.ids_size, found.changed + tuple(added),
                            found.copies + copies, found.kept + tuple(x for x in keys[:n - k] if x is not None),
-                           joined[:MESSAGE_DIGEST_BYTES * n])
+                           joined[:MESSAGE_DIGEST_BYTES * n], pairs=_fed(found.pairs, msgs, added, copies))
             if lowering is not None:
                 entry.freed[lowering] = kept_freed + _freed(msgs, added, copies, plan, memo)
             memo.supersede(earlier, key, entry, entry.charge())  # each serves the session's next step
-    if lowering is not None:
-        changed = [j for j in range(k, len(msgs)) if newer[j - k] is not msgs[j]]
-        freed = kept_freed + _freed(msgs, changed, [newer[j - k] for j in changed], plan, memo)
-    return ids, shrunk, freed, joined
+    if not served:
+        return _Marked(ids, shrunk)
+    copies = [newer[j - k] for j in changed]
+    fed = _fed(found.pairs, msgs, changed, copies)
+    last = changed[-1] if changed else found.changed[-1] if found.changed else -1
+    return _Marked(ids, shrunk, kept_freed + _freed(msgs, changed, copies, plan, memo) if lowering is not None else None,
+                   joined, KnownPairs(fed.digest(), last) if fed is not None and last >= 0 else None)
+
+
+def _fed(pairs, msgs: list, changed: list, copies) -> object | None:
+    """A copy of pairs (a baseline.pairs_hash) fed each copy's digest and its original's, in
+    order: the rebase's key of the changes so far; None when a message has no digest (or pairs
+    is None)."""
+    if pairs is None:
+        return None
+    digests = [d for j, copy in zip(changed, copies) for d in (copy.digest, msgs[j].digest)]
+    if not all(digests):
+        return None
+    pairs = pairs.copy()
+    pairs.update(b"".join(digests))
+    return pairs
 
 
 def lowering_alone(plan: Plan, msgs: list, points: list | None) -> tuple | None:

@@ -18,6 +18,7 @@ from ..memo import Memo, message_prefix_digests
 from ..positions import positions
 from .decision import decide
 from .figures import figures
+from .baseline import KnownPairs
 from .guard import Guard, guard_keys, lowering_alone, payload_guard, pruned_before
 from .inject import Injected, Turn, inject
 from .measurement import Measurement, gather
@@ -94,7 +95,7 @@ def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Mem
     if guard.conversation is not None:
         # the messages as they were before the guard changed some: the baseline is rebased on those
         request = build(guard.conversation, plan, memo, deadline, points, guard.digests)
-        measurement = finish(guard.conversation, request, plan, memo, exact_counters, deadline, sent)
+        measurement = finish(guard.conversation, request, plan, memo, exact_counters, deadline, sent, guard.pairs)
     elif measurement is None:
         if not hashed:
             request = build(sent, plan, memo, deadline, points, digests)
@@ -118,7 +119,7 @@ def _guarded_again(sent: m.Conversation, plan: Plan, memo: Memo, exact_counters,
     request.lowered.set_max_output(0)
     if request.body_bytes() + guard.freed <= plan.cfg.assemble.request_prune_bytes + FREED_SLACK_BYTES:
         return None
-    measurement = finish(guard.conversation, request, plan, memo, exact_counters, deadline, sent)
+    measurement = finish(guard.conversation, request, plan, memo, exact_counters, deadline, sent, guard.pairs)
     return Step(measurement, request, guard, injected)
 
 
@@ -145,11 +146,13 @@ def _over_guard(request: Request, plan: Plan) -> bool | None:
 
 
 def finish(conv: m.Conversation, request: Request, plan: Plan, memo: Memo | None = None, exact_counters=None,
-           deadline: Deadline = NO_DEADLINE, before: m.Conversation | None = None) -> Measurement:
+           deadline: Deadline = NO_DEADLINE, before: m.Conversation | None = None,
+           known: KnownPairs | None = None) -> Measurement:
     """The Measurement of a built request: its figures, the decision, and the output budget
     written into the body. before: conv as it was before this step changed some of its messages
-    (the payload guard), one message for one."""
-    fig = figures(conv, request, plan, exact_counters, memo, before, deadline)
+    (the payload guard), one message for one, and known: what the guard knows of those changes
+    (Guard.pairs)."""
+    fig = figures(conv, request, plan, exact_counters, memo, before, deadline, known)
     dec = decide(conv.messages, fig, plan, request.last_compaction)
     mdl, cfg = plan.model, plan.cfg
     max_out = window.max_output(mdl, cfg)
