@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from .. import conversation as m, prune
 from ..deadline import NO_DEADLINE, Deadline
-from ..memo import (GUARD, GUARDED, MESSAGE_DIGEST_BYTES, Memo, joined_digests, message_prefix_digests,
+from ..memo import (GUARD, GUARDED, MESSAGE_DIGEST_BYTES, OVER_GUARD, Memo, joined_digests, message_prefix_digests,
                     message_prefix_keys, pruned_digest, resident_size)
 from . import media_strip, pieces
 from .baseline import KnownPairs, pairs_hash
@@ -59,6 +59,8 @@ def payload_guard(conv: m.Conversation, over: bool, plan: Plan, memo: Memo | Non
     step has them already (the prune's marks move no compaction point)."""
     if not over:
         return Guard()
+    if memo is not None and conv.session_id:
+        memo.put((OVER_GUARD, conv.session_id), True)
     marked = _pruned(conv, plan, memo, deadline, keys, lowering_alone(plan, conv.messages, points))
     messages, stripped = media_strip.strip(marked.messages, points)
     if not (marked.part_ids or stripped):
@@ -201,6 +203,13 @@ def _freed(msgs: list, changed, copies, plan: Plan, memo: Memo) -> int:
 
 def _lowered_bytes(msg: m.Message, plan: Plan, memo: Memo) -> int:
     return sum(lengths[0] for _, lengths, _ in pieces.message_piece(msg, plan, memo).texts)
+
+
+def over_before(conv: m.Conversation, memo: Memo) -> bool:
+    """Whether a step of conv's session was over the guard, as far as the memo keeps it (OVER_GUARD;
+    not for a conversation without a session id): what tells a step to look for the guard's
+    entry (pruned_before) when nothing else asks for its keys."""
+    return bool(conv.session_id) and memo.get_many([(OVER_GUARD, conv.session_id)], counted=False)[0] is not None
 
 
 def pruned_before(keys: list, memo: Memo) -> bool:

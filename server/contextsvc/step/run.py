@@ -19,7 +19,7 @@ from ..positions import positions
 from .decision import decide
 from .figures import figures
 from .baseline import KnownPairs
-from .guard import Guard, guard_keys, lowering_alone, payload_guard, pruned_before
+from .guard import Guard, guard_keys, lowering_alone, over_before, payload_guard, pruned_before
 from .inject import Injected, Turn, inject
 from .measurement import Measurement, gather
 from .plan import Plan
@@ -75,8 +75,10 @@ def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Mem
         digests = message_prefix_digests(sent.messages, sent.scanned.digests if scanned is not None else None)
     # a history the guard pruned at an earlier step is most likely over it again: the guard's
     # body is built first, the whole one sized from it (_guarded_again); one built after all is
-    # hashed only if it is sent
-    keys = guard_keys(sent, plan, digests) if digests is not None else None
+    # hashed only if it is sent. Its keys are looked for when the body is to be hashed, or the
+    # session was over the guard before (a Measure of a history under it does not pay for them).
+    keys = guard_keys(sent, plan, digests) if digests is not None and (plan.hashes or over_before(sent, memo)) \
+        else None
     again = keys is not None and pruned_before(keys, memo)
     if again:
         step = _guarded_again(sent, plan, memo, exact_counters, deadline, keys, points, injected)
