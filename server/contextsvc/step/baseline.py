@@ -132,9 +132,10 @@ class KnownPairs:
 
 def known_key(messages: list, base: m.Message, known: KnownPairs | None, latest: int | None,
               plan: Plan) -> tuple | None:
-    """changed_key of as_counted(messages, base, before, latest), not made from the pairs, when
-    they are known's: no tool output of before was compacted since base was answered (latest),
-    so the messages that changed are the step's own, all before base. None otherwise."""
+    """changed_key of as_counted(messages, base, before, latest) without making the pairs, when
+    they are the ones known stands for: no tool output of before was compacted since base was
+    answered (latest), so the messages that changed are the step's own, and all of them come
+    before base. None otherwise."""
     if known is None or latest is None or latest > base.time_completed_ms or known.last >= _position(messages, base):
         return None
     return _rebased_key(known.digest, plan)

@@ -1,7 +1,9 @@
 """One step of an agent loop, as Measure and Assemble both see it (docs/design.md "A step through
 the modules"): check -> inject -> pieces and request -> figures -> decision -> payload guard.
 When the guard changes what is sent, the pass from pieces on runs once more for it, so every
-figure is of the body that is sent; a body the guard replaces is given no figures.
+figure is of the body that is sent; a body the guard replaces is given no figures. A history the
+guard pruned at an earlier step goes to the guard first, and the body it replaces is sized from
+the guard's rather than built (_guarded_again).
 """
 from __future__ import annotations
 
