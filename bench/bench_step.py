@@ -6,9 +6,10 @@ does not store them); and in-process Measure of the ~1 MB one. Each call
 sends the conversation grown by one more step (an assistant answer and a user message), so no
 whole-response cache can win. Both Compact calls summarize a head; Prune frees 427 parts of the
 ~1 MB one and finds nothing to prune in the ~10 KB one (its cost there is the scan).
-Also the floor: parsing, hashing and the compiled byte count of the same request; and the
+Also the floor: parsing, hashing and the compiled byte count of the same request; the
 transport's: a trivial grpc.aio echo service answering the same requests with responses of
-Measure's and Assemble's sizes.
+Measure's and Assemble's sizes; and, in process, the steps over the guard beside the same steps
+with the guard raised above them.
 
 --against DIR compares this tree with another checkout (DIR/server with its generated stubs and
 compiled module in place, as in a worktree of this one): the loopback bench runs in a subprocess
@@ -23,6 +24,7 @@ Usage: python bench/bench_step.py [--steps 40] [--config memo_off.toml] [--agent
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
@@ -178,6 +180,36 @@ def floor(big, body, config_path):
           f"{sha:.2f} ms, byte count of the body {size:.2f} ms")
 
 
+def guard_in_process(guarded, config_path) -> None:
+    """In process, Measure and Assemble of the steps over the payload guard beside the same steps
+    with the guard raised above them ("a step over the guard costs no more than one under it"):
+    two servicers, each with its own memo, alternating step by step, parse to response bytes."""
+    from contextsvc import config
+    from contextsvc.allocator import return_large_blocks
+    from contextsvc.rpc import conversion, servicer
+
+    return_large_blocks()  # the serving process's allocator policy (cli.serve)
+    cfg = config.load(config_path) if config_path else config.Config()
+    raised = dataclasses.replace(cfg, assemble=dataclasses.replace(cfg.assemble, request_prune_bytes=1 << 30))
+    out = []
+    for name, make in (("Measure", lambda r: r), ("Assemble", assemble_of)):
+        wires = [make(r).SerializeToString() for r in guarded]
+        sides = []
+        for c in (cfg, raised):
+            svc = servicer.ContextService(c)
+            sides.append((conversion.parser(type(make(guarded[0])), svc.memo), svc.serialized(name)))
+        times = ([], [])
+        for i, wire in enumerate(wires):
+            for side, (parse, call) in enumerate(sides):
+                t = time.perf_counter()
+                call(parse(wire), None)
+                if i:  # the first: the history seen once, as the session's earlier steps would have
+                    times[side].append((time.perf_counter() - t) * 1000)
+        over, under = (statistics.median(x) for x in times)
+        out.append(f"{name} {over:.2f} ms, the guard raised {under:.2f} ms ({over / under:.2f}x)")
+    print("in-process p50 over the guard: " + "; ".join(out))
+
+
 def transport_floor(small, big, guarded, measure_response: int, body: bytes) -> None:
     """What the transport alone costs at these sizes: bench/echo_server.py (a trivial grpc.aio
     service built as ours is) answering the same requests over loopback with a response of
@@ -261,7 +293,8 @@ def main():
     print(f"hot path {native.IMPLEMENTATION}")
     _, body, measured = loopback(small, big, guarded, args.config)
     transport_floor(small, big, guarded, measured, body)
-    floor(big, body, args.config)  # last: it sets the server's allocator policy for this process
+    floor(big, body, args.config)  # after the loopback: it sets the server's allocator policy for this process
+    guard_in_process(guarded, args.config)
 
 
 if __name__ == "__main__":
