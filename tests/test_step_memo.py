@@ -584,6 +584,25 @@ def test_a_history_the_guard_pruned_before_is_sized_from_the_guard_s_body(provid
     assert sized >= 8  # each step but the first, both calls (Bedrock's media-free history included)
 
 
+def test_the_guard_s_freed_bytes_count_the_caller_s_deadline(monkeypatch):
+    """The first step a guard's entry serves reads every copy the entry keeps for the bytes it
+    frees: the caller's deadline is counted per copy, as the build's loops count it."""
+    from contextsvc.deadline import Deadline
+
+    counted, real = [], Deadline.count
+    monkeypatch.setattr(Deadline, "count", lambda self, what: counted.append(what) or real(self, what))
+    svc = servicer.ContextService(_small_guard())
+    msgs = _pruned_history()
+    for n in range(2):
+        msgs += [assistant(f"s{n}", text(f"s{n}t", "Next.")), user(f"s{n}u", text(f"s{n}v", "ok"))]
+        r = pb.MeasureRequest(conversation=pb.Conversation(session_id="s", messages=msgs), model=model(context=16_000))
+        counted.clear()
+        svc.Measure(r, _Context())
+        freed_at = counted.count("payload guard")
+    marked = svc.Assemble(_assemble(r), None).pruned_part_ids  # one output in each message it marks
+    assert freed_at == len(marked) > 0
+
+
 def test_a_measure_looks_for_the_guard_s_entry_once_its_session_was_over_the_guard(monkeypatch):
     """Measure looks for the guard's entry (its keys are a pass over the history's digests and a
     dozen lookups) only for a session a step of which was over the guard: not at every step of a
