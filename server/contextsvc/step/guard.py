@@ -144,28 +144,34 @@ def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadl
     # the kept digests go on only as far as every message has one
     joined = found.joined + joined_digests(newer) if len(found.joined) == MESSAGE_DIGEST_BYTES * k else found.joined
     lowering = lowering if served else None
+    copies = tuple(newer[j - k] for j in changed)
+    fed, freed = _fed(found.pairs, msgs, changed, copies), None  # the rebase's key and freed bytes of all the copies
     if lowering is not None:
         kept_freed = found.freed.get(lowering)
         if kept_freed is None:
             kept_freed = found.freed[lowering] = _freed(msgs, found.changed, found.copies, plan, memo, deadline)
+        freed = kept_freed + _freed(msgs, changed, copies, plan, memo, deadline)
     if k < len(msgs) and candidates:
         n, key = candidates[0]  # the longest kept: what the session's next step resumes from
         if n == len(msgs) or prune.passed_over(msgs[n:], g, memo):
             added = [j for j in changed if j < n]
-            copies = tuple(newer[j - k] for j in added)
+            entry_fed, entry_freed = fed, freed
+            if len(added) < len(changed):  # copies past the entry's messages: its own figures
+                entry_fed = _fed(found.pairs, msgs, added, copies[:len(added)])
+                if lowering is not None:
+                    entry_freed = kept_freed + _freed(msgs, added, copies[:len(added)], plan, memo, deadline)
             entry = _Found(ids, found.wanted, found.ids_size, found.changed + tuple(added),
-                           found.copies + copies, found.kept + tuple(x for x in keys[:n - k] if x is not None),
-                           joined[:MESSAGE_DIGEST_BYTES * n], pairs=_fed(found.pairs, msgs, added, copies))
-            if lowering is not None:
-                entry.freed[lowering] = kept_freed + _freed(msgs, added, copies, plan, memo, deadline)
+                           found.copies + copies[:len(added)],
+                           found.kept + tuple(x for x in keys[:n - k] if x is not None),
+                           joined[:MESSAGE_DIGEST_BYTES * n], pairs=entry_fed)
+            if entry_freed is not None:
+                entry.freed[lowering] = entry_freed
             memo.supersede(earlier, key, entry, entry.charge())  # each serves the session's next step
     if not served:
         return _Marked(ids, shrunk)
-    copies = [newer[j - k] for j in changed]
-    fed = _fed(found.pairs, msgs, changed, copies)
     last = changed[-1] if changed else found.changed[-1] if found.changed else -1
-    return _Marked(ids, shrunk, kept_freed + _freed(msgs, changed, copies, plan, memo, deadline) if lowering is not None else None,
-                   joined, KnownPairs(fed.digest(), last) if fed is not None and last >= 0 else None)
+    return _Marked(ids, shrunk, freed, joined,
+                   KnownPairs(fed.digest(), last) if fed is not None and last >= 0 else None)
 
 
 def _fed(pairs, msgs: list, changed: list, copies) -> object | None:
