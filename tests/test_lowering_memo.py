@@ -342,3 +342,38 @@ def test_the_head_stretch_adds_to_its_earlier_steps_sum(provider):
     assert sum(key[0] == figures.PROFILES for key in memo._items) <= 2 * len(_CASES[provider])
     if provider != m.BEDROCK:  # its media cases are lowered whole, without the memo
         assert sum(k <= 8 for k, at in added if at > 12) >= sum(at > 12 for _, at in added) // 2, added
+
+
+@pytest.mark.parametrize("where", ["file", "attachment"])
+def test_bedrock_media_anywhere_is_lowered_with_the_whole_request(where):
+    """Bedrock names each document distinctly across the request, so a message with media does
+    not lower alone as it does in the whole body: with the memo (its entries made by earlier
+    steps, where each document was the only one), the body still names the second "report" PDF
+    "report (2)", as the build without the memo does, whether the PDF is a file part or a tool
+    output's attachment (Message.has_media)."""
+    mdl = m.Model(id="anthropic.claude-sonnet-4-5", provider=m.BEDROCK)
+    pdf = m.File(mime="application/pdf", filename="report.pdf", data=b"%PDF-1.4 report")
+
+    def turn(k: int) -> list:
+        text = m.Part(f"u{k}t", m.Text(f"read the report, take {k}"))
+        if where == "file":
+            return [m.Message(f"u{k}", m.USER, [text, m.Part(f"u{k}f", pdf)])]
+        ask = m.Message(f"u{k}", m.USER, [text])
+        call = m.Message(f"a{k}", m.ASSISTANT, [m.Part(f"a{k}c", m.Tool(
+            call_id=f"call_{k}", tool="read", status=m.COMPLETED, input={"path": "report.pdf"}, output="attached",
+            attachments=[pdf]))], time_completed_ms=1)
+        return [ask, call]
+
+    def conv(msgs):
+        return conversion.conversation(pb.Conversation(messages=[conversion.message_to_pb(x) for x in msgs]), memo=cache)
+
+    memo, cache = Memo(1 << 30), Memo(1 << 30)
+    first, second = turn(1), turn(2)
+    assert any(msg.has_media for msg in first)
+    # each turn stepped alone first: the memo holds each message's lowering with its PDF the only one
+    for msgs in (first, second):
+        request.build(conv(msgs), plan(mdl), memo)
+    both = conv(first + second + [m.Message("u3", m.USER, [m.Part("u3t", m.Text("go on"))])])
+    got = request.build(both, plan(mdl), memo).body_json()
+    assert got == request.build(both, plan(mdl)).body_json()
+    assert b'"name":"report"' in got and b'"name":"report (2)"' in got

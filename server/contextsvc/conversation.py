@@ -207,17 +207,25 @@ class Message:
     # whether it may be a compaction point (a marker, or a summary): projection's scans look at
     # no other message
     may_cut: bool = field(default=False, init=False, repr=False, compare=False)
+    # whether it carries media (a media file, or a tool output's media attachment): what decides
+    # whether it lowers alone as in the whole request (step.pieces.memoizable)
+    has_media: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        compaction, compacted, outputs = None, 0, 0
+        compaction, compacted, outputs, media = None, 0, 0, False
         for part in self.parts:
             c = part.content
             if isinstance(c, Compaction):
                 compaction = compaction or c
-            elif isinstance(c, Tool) and c.time_compacted_ms > 0:
-                compacted = max(compacted, c.time_compacted_ms)
-                outputs += 1
+            elif isinstance(c, Tool):
+                if c.time_compacted_ms > 0:
+                    compacted = max(compacted, c.time_compacted_ms)
+                    outputs += 1
+                media = media or any(a.is_media for a in c.attachments)
+            elif isinstance(c, File):
+                media = media or c.is_media
         self._compaction, self._last_compacted, self.compacted_outputs = compaction, compacted, outputs
+        self.has_media = media
         self.may_cut = (compaction is not None and self.role == USER) or (self.summary and self.role == ASSISTANT)
 
     @property
