@@ -12,6 +12,7 @@ import pytest
 from helpers import convo
 from helpers.server import start_server
 from contextsvc import prefix
+from contextsvc.errors import BadInput
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
 from helpers.rpc import SYSTEM, TOOLS
@@ -226,3 +227,17 @@ def test_report_and_metric_agree_with_a_byte_comparison_of_consecutive_bodies(pr
                    if k[0] == "contextsvc_prefix_breaks_total")
     finally:
         s.stop(grace=1)
+
+
+@pytest.mark.parametrize("varints,why", [
+    (b"\x81", "is truncated"),  # a count whose continuation byte never comes
+    (b"\x80" * 10 + b"\x01", "has an overlong number"),  # a count over 64 bits
+])
+def test_a_cache_state_with_a_broken_count_is_refused_naming_the_field(varints, why):
+    """A state whose check bytes are right (anyone can compute them) but whose counts cannot be
+    read: BadInput naming the field and why, never an IndexError or a number read past the end."""
+    body = prefix._MAGIC + bytes([prefix.STATE_VERSION]) + varints
+    raw = body + hashlib.sha256(body).digest()[:prefix._CHECK_BYTES]
+    with pytest.raises(BadInput) as e:
+        prefix.decode(raw)
+    assert e.value.field == prefix.STATE_FIELD and why in str(e.value), e.value

@@ -299,6 +299,21 @@ def varint_bytes(n: int) -> bytes:
             return bytes(out)
 
 
+def read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """(the protobuf varint at data[pos:], where it ends); IndexError past the end of data,
+    ValueError when it runs over 64 bits."""
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("overlong varint")
+
+
 def encode(d: Digests, max_groups: int) -> bytes:
     """cache_state: at most max_groups digests, so a very long session groups its elements (the
     report's index is then the first element of the group that changed)."""
@@ -334,15 +349,13 @@ class _Reader:
         return chunk
 
     def varint(self) -> int:
-        value = shift = 0
-        while True:
-            byte = self.take(1)[0]
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-            if shift > 63:
-                raise _bad("has an overlong number")
+        try:
+            value, self.at = read_varint(self.data, self.at)
+        except IndexError:
+            raise _bad("is truncated") from None
+        except ValueError:
+            raise _bad("has an overlong number") from None
+        return value
 
 
 def _bad(why: str):

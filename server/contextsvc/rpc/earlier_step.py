@@ -24,7 +24,7 @@ from typing import Optional
 
 from ..conversation import NOTHING_SCANNED, Scanned
 from ..memo import CONVERTED, RESUME_WITHIN, Memo
-from ..prefix import varint_bytes
+from ..prefix import read_varint, varint_bytes
 from ..native import WIRE_LEN, wire_entries
 from ..v1 import context_pb2 as pb
 
@@ -74,19 +74,6 @@ class Found:
     whole: bool  # kept is all of that step's messages
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("overlong varint")
-
-
 # fields of a request read before the conversation is located: a request of a great many small
 # fields takes the general way instead (the parse; the compiled scanner reads the conversation)
 MAX_ENTRIES = 4096
@@ -106,7 +93,7 @@ def locate(wire: bytes, at: int, session_id: str | None = None) -> Optional[Loca
             if len(found) != 1:
                 return None
             entry, start, end = found[0]
-            length_at = _varint(wire, entry)[1]
+            length_at = read_varint(wire, entry)[1]
         written = ""
         for number, kind, origin, value, after in wire_entries(wire, start, end, _MESSAGES, MAX_ENTRIES):
             if number == _MESSAGES and kind == WIRE_LEN:

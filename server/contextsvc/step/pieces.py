@@ -244,17 +244,13 @@ class _Prefix:
     saved_units: int = 0
     merged: int = 0  # _merged_charge of its elements but the last (which may merge further)
 
-    def copy(self) -> "_Prefix":
-        return _Prefix(list(self.elements), list(self.roles), list(self.sources), list(self.keys),
-                       list(self.saved), list(self.found), self.columns.copy(), list(self.piece_keys),
-                       list(self.pruned), self.media_count, self.extra, self.saved_units, self.merged)
-
-    def own_columns(self) -> "_Prefix":
-        """The same but for a copy of its columns, the one part a build changes once the memo
-        keeps the prefix."""
-        return _Prefix(self.elements, self.roles, self.sources, self.keys, self.saved, self.found,
-                       self.columns.copy(), self.piece_keys, self.pruned, self.media_count, self.extra,
-                       self.saved_units, self.merged)
+    def copy(self, lists: bool = True) -> "_Prefix":
+        """A copy with its own columns (the one part a build changes once the memo keeps the
+        prefix) and, with lists, its own other lists (shared without)."""
+        own = list if lists else _shared
+        return _Prefix(own(self.elements), own(self.roles), own(self.sources), own(self.keys), own(self.saved),
+                       own(self.found), self.columns.copy(), own(self.piece_keys), own(self.pruned),
+                       self.media_count, self.extra, self.saved_units, self.merged)
 
     def charge(self) -> int:
         """What it holds beyond the memo's other entries: its lists, and the elements it merged
@@ -264,6 +260,10 @@ class _Prefix:
         lists += self.columns.sizes()
         last = _merged_charge(self.found[-1:], self.columns.entries[-1:])
         return lists + 64 * len(self.sources) + self.merged + last
+
+
+def _shared(x):
+    return x
 
 
 def _merged_charge(found: list, entries: list) -> int:
@@ -351,7 +351,7 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
         # the memo's from here on, never to change: the build goes on with copies of what it
         # changes, the columns (the request fills in its markers' and new elements' entries),
         # and everything else too for a lead message or a trimmed final text
-        prefix = prefix.copy() if leads or trims else prefix.own_columns()
+        prefix = prefix.copy(lists=leads or trims)
         elements, roles, sources, keys, saved, found, pruned = (prefix.elements, prefix.roles, prefix.sources,
                                                                 prefix.keys, prefix.saved, prefix.found,
                                                                 prefix.pruned)
