@@ -605,15 +605,18 @@ def test_the_guard_s_freed_bytes_count_the_caller_s_deadline(monkeypatch):
 
 def test_a_measure_looks_for_the_guard_s_entry_once_its_session_was_over_the_guard(monkeypatch):
     """Measure looks for the guard's entry (its keys are a pass over the history's digests and a
-    dozen lookups) only for a session a step of which was over the guard: not at every step of a
-    session under it. Assemble, which hashes its body, looks at every step."""
+    dozen lookups) only for a conversation a step of which was over the guard: not at every step
+    of one under it, even one sharing the session id of one over it, and with or without a
+    session id. Assemble, which hashes its body, looks at every step."""
     step_run = importlib.import_module("contextsvc.step.run")  # the package exports its function run
     looked = []
     guard_keys = step_run.guard_keys
     monkeypatch.setattr(step_run, "guard_keys", lambda *a, **k: looked.append(1) or guard_keys(*a, **k))
     svc = servicer.ContextService(_small_guard())
     mdl = model(context=16_000)
-    for session, msgs in (("under", [user("u0", text("u0p", "Fix the parser."))]), ("over", _pruned_history())):
+    under = [user("u0", text("u0p", "Fix the lexer."))]  # its first message is not _pruned_history's
+    for session, msgs, over in (("under", under, False), ("over", _pruned_history(), True),
+                                ("over", under, False), ("", _pruned_history(), True)):
         r = pb.MeasureRequest(conversation=pb.Conversation(session_id=session, messages=msgs), model=mdl)
         for n in range(3):
             r.conversation.messages.extend([assistant(f"s{n}", text(f"s{n}t", "Next.")), user(f"s{n}u", text(f"s{n}v", "ok"))])
@@ -621,7 +624,7 @@ def test_a_measure_looks_for_the_guard_s_entry_once_its_session_was_over_the_gua
             svc.Measure(r, None)
             measured = len(looked)
             svc.Assemble(_assemble(r), None)
-            assert (measured, len(looked) - measured) == ((0 if session == "under" or n == 0 else 1), 1)
+            assert (measured, len(looked) - measured) == ((1 if over and n > 0 else 0), 1), (session, over, n)
 
 
 def test_a_tool_schema_is_parsed_once(monkeypatch):

@@ -62,8 +62,9 @@ VALID_TOOLS = "valid tools"
 GUARD = "guard"
 # (GUARDED, pruned_digest) -> the copy of a message the payload guard's prune marked (step.guard)
 GUARDED = "guarded"
-# (OVER_GUARD, session id) -> True: a step of the session was over the payload guard (step.guard):
-# the session's next Measure looks for its GUARD entry first (step.run)
+# (OVER_GUARD, session id, digest of the first message) -> True: a step of the conversation was
+# over the payload guard (step.guard): its next Measure looks for its GUARD entry first (step.run).
+# Its first message tells apart conversations that share a session id, and names one without
 OVER_GUARD = "over guard"
 # (REBASED, digest of the changed messages' digests now and as counted, settings) -> the change
 # their figures make to the baseline's (step.baseline, step.figures)

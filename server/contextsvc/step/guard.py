@@ -59,8 +59,9 @@ def payload_guard(conv: m.Conversation, over: bool, plan: Plan, memo: Memo | Non
     step has them already (the prune's marks move no compaction point)."""
     if not over:
         return Guard()
-    if memo is not None and conv.session_id:
-        memo.put((OVER_GUARD, conv.session_id), True)
+    hint = _over_guard_key(conv) if memo is not None else None
+    if hint is not None:
+        memo.put(hint, True)
     marked = _pruned(conv, plan, memo, deadline, keys, lowering_alone(plan, conv.messages, points))
     messages, stripped = media_strip.strip(marked.messages, points)
     if not (marked.part_ids or stripped):
@@ -216,10 +217,17 @@ def _lowered_bytes(msg: m.Message, plan: Plan, memo: Memo) -> int:
 
 
 def over_before(conv: m.Conversation, memo: Memo) -> bool:
-    """Whether a step of conv's session was over the guard, as far as the memo keeps it (OVER_GUARD;
-    not for a conversation without a session id): what tells a step to look for the guard's
+    """Whether a step of conv (its session, as far as its first message tells) was over the
+    guard, as far as the memo keeps it (OVER_GUARD): what tells a step to look for the guard's
     entry (pruned_before) when nothing else asks for its keys."""
-    return bool(conv.session_id) and memo.get_many([(OVER_GUARD, conv.session_id)], counted=False)[0] is not None
+    key = _over_guard_key(conv)
+    return key is not None and memo.get_many([key], counted=False)[0] is not None
+
+
+def _over_guard_key(conv: m.Conversation) -> tuple | None:
+    """conv's OVER_GUARD key; None when its first message has no digest (not off the wire)."""
+    first = conv.messages[0].digest if conv.messages else b""
+    return (OVER_GUARD, conv.session_id, first) if first else None
 
 
 def pruned_before(keys: list, memo: Memo) -> bool:
