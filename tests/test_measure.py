@@ -158,6 +158,28 @@ def test_forward_projection_uses_the_baseline_or_normalized():
     assert not run(trailing, model_).has_baseline
 
 
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_an_answer_sent_as_nothing_is_no_baseline(provider):
+    """The last answer is whitespace only, sent as nothing: the elements after the last
+    assistant element then hold the tool output the provider counted in that answer's usage, so
+    reported + tail would count it twice and compact a request that fits. The whole request's
+    figure decides instead; the same answer with words in it is the baseline as ever."""
+    model_ = mdl(12_000, 0, 4_000, provider=provider, id="gpt-4o")  # limit 8,000
+    output = "def handle(request):\n    return ROUTES[request.path](request)\n" * 300  # ~19 KB, ~5K tokens
+    for answer, anchored in (("\n \n", False), ("Done.", True)):
+        conv = m.Conversation([
+            msg(1, m.USER, txt("a", "Read the router.")),
+            finished(2, txt("b", "Reading."), tool_part("t", "call_1", output), usage=m.Usage(input=200, output=40)),
+            finished(3, txt("c", answer), usage=m.Usage(input=4_800, output=20)),  # counted the output once
+            msg(4, m.USER, txt("d", "Go on.")),
+        ])
+        r = run(conv, model_)
+        assert r.reported == 4_820 and r.has_baseline == anchored, (answer, r)
+        assert r.decision[0] < r.limit == 8_000 and not r.should_compact, (answer, r)
+        if not anchored:
+            assert r.projected == r.decision[0]
+
+
 def test_mid_tool_round_trip_compacts_when_the_next_request_would_not_fit():
     # Compact keeps a tool call with its result, so a round trip in progress is no reason to
     # send a request over the window (the reference suppresses the check here)

@@ -24,7 +24,7 @@ class Decision:
     figure: str  # the method's name in config (measure.compaction_figure), as applied
     reported: int  # the baseline's reported usage; 0 without one
     rebased: int  # reported, rebased on what changed before the baseline since (step.baseline)
-    has_baseline: bool
+    has_baseline: bool  # the projection starts from reported (Figures.tail_follows_baseline)
     overflow: bool  # backward-looking: the last answer's real usage reached the limit
     projected: int
     projected_calibrated: int
@@ -66,10 +66,13 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
     # the provider's count of the request as sent: what it cleared itself (provider_managed) was
     # sent, and our figures of the request count it
     reported = base.usage.count_as_sent() if base is not None else 0
+    # a projection adds the tail to that count only where the tail is what came after it: a
+    # baseline sent as nothing has no place in the body, so the whole request's figure stands
+    anchored = base is not None and fig.tail_follows_baseline
 
     def projected_by(method: str) -> int:
         total, tail, overhead = fig.projections[method]
-        if base is None:
+        if not anchored:
             return total
         return max(0, reported + fig.rebase_projections.get(method, 0)) + tail + overhead
 
@@ -85,8 +88,8 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
     # the window. Mid tool round-trip included. The reported usage stands only for what the
     # provider counted: what was pruned or stripped before it since is taken out (rebased).
     projected = total
-    rebased = max(0, reported + rebase) if base is not None else 0
-    if base is not None:
+    rebased = max(0, reported + rebase) if anchored else 0
+    if anchored:
         projected = max(projected, rebased + tail + overhead)
     # backward-looking: the last answer's real usage reached the limit; rebased the same way
     # when it is the baseline's, so a prune that frees enough clears this check too. What the
@@ -100,7 +103,7 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
     outlook = provider_management.outlook(plan.management, messages, projected, lim, plan.usable,
                                           should and not overflow)
     should = should and not outlook.relied_on
-    return Decision(total, tail, overhead, method, rewrite, figure, reported, rebased, base is not None, overflow,
+    return Decision(total, tail, overhead, method, rewrite, figure, reported, rebased, anchored, overflow,
                     projected, projected_by("calibrated"), projected_by("self-calibrated"),
                     projected_by("exact") if fig.exact is not None else 0, mid_tool_round_trip(messages),
                     should, outlook)

@@ -56,6 +56,10 @@ class Figures:
     rebase_stretches: dict = dataclasses.field(default_factory=dict)
     media_rebase: int = 0
     exact_tokenizer: Optional[encodings.ExactTokenizer] = None  # what the exact figures counted with
+    # the baseline's message is in the last assistant element sent: the tail is what follows the
+    # provider's count. Not so for one sent as nothing (a whitespace-only answer): the elements
+    # after the last one sent then hold what it counted too (step.decision)
+    tail_follows_baseline: bool = False
     # the anchor's reported input over the decision figure of the prefix as it counted it; 0 = none
     decision_factor: float = 0.0
     decision_anchor: Optional[m.Message] = None  # the assistant whose reported input it is
@@ -112,6 +116,7 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
     _calibrated_and_exact(out, conv, request, plan, exact_counters, last_assistant, since, tool_text, deadline, memo)
     out.stretches["estimate"] = (normalized, tail, overhead, rewrite)
     base = baseline(conv.messages)
+    out.tail_follows_baseline = base is not None and last_assistant >= 0 and base.id in low.sources[last_assistant]
     if base is not None:
         was = before if before is not None else conv  # as the provider may have counted it
         latest = was.scanned.last_compacted_ms if was.scanned is not None else None
