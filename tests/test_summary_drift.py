@@ -141,6 +141,24 @@ def test_acknowledgements_are_not_goals_constraints_or_steps():
     assert s["in_progress"][0] == "Working on: fix the lint too"
 
 
+def test_a_message_sent_mid_run_is_summarized_as_the_person_wrote_it():
+    """A user message sent while the loop ran is stored wrapped in the service's reminder
+    (step.reminders.wrap_mid_run): the summary takes its goal, asks and constraints from the
+    person's words, never a "<system-reminder>" line; the same as the message unwrapped."""
+    from contextsvc.step.reminders import wrap_mid_run
+
+    head = [_user("u1", "Add type hints to src/app/lexer.py and make mypy pass."),
+            _assistant("a1", _bash("pytest -k lexer", output="3 passed"))]
+    for said in ("Also: keep the line length at 100 (ruff), not 88.",
+                 "Then port src/app/parser.py to the new token stream."):
+        wrapped, changed = wrap_mid_run(_user("u2", said))
+        assert changed and "<system-reminder>" in wrapped.parts[0].content.text
+        tail = [_assistant("a3", _bash("mypy src/app"))]
+        got = template.parse(offline.summarize(head + [wrapped] + tail))
+        assert got == template.parse(offline.summarize(head + [_user("u2", said)] + tail)), said
+        assert not any("system-reminder" in x for section in got.values() for x in section), got
+
+
 def test_retention_reports_superseded_items_still_current_and_empty_sections():
     msgs = [_user("u1", "Start the worker in src/worker/main.py"),
             _assistant("a1", _bash("python -m worker", m.ERROR, error=TRACEBACK)),

@@ -37,6 +37,12 @@ def _wrapped(text: str) -> bool:
     return text.startswith(_MID_RUN_OPEN) and text.endswith(_MID_RUN_CLOSE)
 
 
+def unwrapped(text: str) -> str:
+    """The person's own words of a text wrap_mid_run wrapped (any other as it is): what a reader
+    of the history (the offline summary) takes from it."""
+    return text[len(_MID_RUN_OPEN):-len(_MID_RUN_CLOSE)] if _wrapped(text) else text
+
+
 def wrap_mid_run(msg: m.Message) -> tuple:
     """(the message with its texts wrapped, the parts that changed, to be stored).
 

@@ -21,6 +21,7 @@ from ... import conversation as m
 from ...config import SummarizerConfig
 from ...deadline import NO_DEADLINE, Deadline
 from ...memo import each
+from ...step.reminders import unwrapped
 from .. import template
 from . import supersede as sup
 
@@ -336,7 +337,9 @@ class _Acc:
 
 
 def _text_of(msg: m.Message, *, synthetic: bool) -> str:
-    return "\n".join(p.content.text for p in msg.parts
+    """Its texts joined; a user message sent mid-run as the person wrote it (the service's wrapping
+    is no goal, ask or constraint of theirs)."""
+    return "\n".join(unwrapped(p.content.text) for p in msg.parts
                      if isinstance(p.content, m.Text) and not p.content.ignored
                      and (synthetic or not p.content.synthetic) and p.content.text)
 
