@@ -159,6 +159,31 @@ def test_a_message_sent_mid_run_is_summarized_as_the_person_wrote_it():
         assert not any("system-reminder" in x for section in got.values() for x in section), got
 
 
+def test_a_call_that_did_something_is_done_with_what_it_made():
+    """A completed call of another tool (an MCP server's create_issue) is a Done item naming the
+    tool, its inputs and what its answer names (the issue's number and address), so a later model
+    does not open the issue again; a call that only looks (get_, list_, search_) or keeps the
+    agent's own todo list is no Done item; nor is a failed one."""
+    import json
+
+    created = json.dumps({"id": 2000000041, "number": 41, "title": "parse_list recursion", "state": "open",
+                          "html_url": "https://github.com/acme/app/issues/41", "user": {"login": "bot"}}, indent=2)
+    msgs = [_user("u1", "Open a GitHub issue in acme/app about the parser recursion bug."),
+            _assistant("a1", m.Tool("c1", "mcp__github__create_issue", m.COMPLETED,
+                                    {"owner": "acme", "repo": "app", "title": "parse_list recursion", "labels": ["bug"]},
+                                    output=created)),
+            _assistant("a2", m.Tool("c2", "mcp__github__list_issues", m.COMPLETED, {"repo": "app"}, output="[]"),
+                       m.Tool("c3", "todowrite", m.COMPLETED, {"todos": [{"content": "triage"}]}, output="ok"),
+                       m.Tool("c4", "deploy", m.COMPLETED, {"env": "staging"}, output="Deployed build 7 to staging\nok"),
+                       m.Tool("c5", "mcp__github__close_issue", m.ERROR, {"number": 40}, error="403 Forbidden"))]
+    for s in (template.parse(offline.summarize(msgs)), _rolled(msgs[:2], msgs[2:])):
+        done = s["done"]
+        assert any("`mcp__github__create_issue`" in x and "title=parse_list recursion" in x and "number=41" in x
+                   and "https://github.com/acme/app/issues/41" in x for x in done), done
+        assert any(x.startswith("Called `deploy` (env=staging): Deployed build 7 to staging") for x in done), done
+        assert not any(k in x for x in done for k in ("list_issues", "todowrite", "close_issue")), done
+
+
 def test_retention_reports_superseded_items_still_current_and_empty_sections():
     msgs = [_user("u1", "Start the worker in src/worker/main.py"),
             _assistant("a1", _bash("python -m worker", m.ERROR, error=TRACEBACK)),

@@ -51,6 +51,15 @@ SHELL_TOOLS = ("bash", "shell", "sh", "run", "exec", "execute", "terminal", "com
 PATH_KEYS = ("path", "file_path", "filePath", "filename", "file", "paths", "files", "target_file",
              "source", "destination", "directory", "dir", "cwd")
 COMMAND_KEYS = ("command", "cmd", "script", "commands")
+# a tool whose name starts so only looks (an MCP server's get_issue, list_pulls, search_code)
+LOOK_PREFIXES = ("read", "get", "list", "search", "fetch", "query", "find", "describe", "show", "view", "lookup")
+# the agent's own bookkeeping (its todo list): no work done on the person's behalf
+BOOKKEEPING_PREFIXES = ("todo",)
+# what names the thing a call made or changed, in a JSON object it answers with (an issue's
+# number and address, a resource's id): the Done item says them, so the next model knows it exists
+OUTCOME_KEYS = ("number", "id", "key", "name", "html_url", "url", "status", "state")
+MAX_CALL_FIELDS = 3  # of a call's input, and of its outcome
+MAX_CALL_VALUE = 80  # characters of each
 
 ERROR_LINE = re.compile(r"(?:Error|Exception|Traceback|\bfailed\b|\bFAILED\b|\bfatal\b)")
 CONSTRAINT = re.compile(
@@ -182,9 +191,38 @@ def _kind(tool: str) -> str:
         return "shell"
     if base in EDIT_TOOLS or any(base.startswith(x) for x in ("edit", "write", "patch")):
         return "edit"
-    if base in READ_TOOLS or base.startswith("read"):
+    if base in READ_TOOLS or base.startswith(LOOK_PREFIXES):
         return "read"
+    if base.startswith(BOOKKEEPING_PREFIXES):
+        return "bookkeeping"
     return "other"
+
+
+def _called(tool: m.Tool) -> str:
+    """A Done item for a completed call of another tool (an MCP server's create_issue, a
+    deploy): the tool, its scalar inputs and what its answer names, so the summary says what
+    the call did and a later model does not do it again."""
+    def scalars(d: dict, keys) -> list:
+        out = []
+        for k in keys:
+            v = d.get(k)
+            if isinstance(v, (str, int, float)) and not isinstance(v, bool) and str(v).strip():
+                out.append(f"{k}={' '.join(str(v).split())[:MAX_CALL_VALUE]}")
+            if len(out) == MAX_CALL_FIELDS:
+                break
+        return out
+
+    inputs = scalars(tool.input, list(tool.input)) if isinstance(tool.input, dict) else []
+    try:
+        answer = json.loads(tool.output) if tool.output.lstrip().startswith("{") else None
+    except ValueError:
+        answer = None
+    outcome = scalars(answer, OUTCOME_KEYS) if isinstance(answer, dict) else []
+    if not outcome and answer is None:
+        line = sup.headline(tool.output)
+        outcome = [line[:MAX_CALL_VALUE]] if line else []
+    said = f"Called `{tool.tool}`" + (f" ({', '.join(inputs)})" if inputs else "")
+    return said + (f": {', '.join(outcome)}" if outcome else "")
 
 
 EDIT_TEXT_KEYS = ("new_string", "new_str", "new", "content", "contents", "text", "replacement",
@@ -439,6 +477,8 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
                 verb = "Read" if kind == "read" else f"`{t.tool}`"
                 out.append(("step", _clip(f"{verb} {', '.join(f'`{p}`' for p in paths)}".rstrip(), limits),
                             touched, (), ""))
+                if kind == "other":
+                    out.append(("acc", "done", _clip(_called(t), limits)))
         elif t.status == m.ERROR:
             error = t.error or "error"
             bullet = _clip(f"{subject} failed: {sup.headline(error)}", limits)
