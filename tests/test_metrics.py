@@ -139,15 +139,17 @@ def test_calls_in_flight_count_from_their_start_until_they_are_over(fresh):
 
     server, stub = fresh
     key = ("contextsvc_rpcs_in_flight", (("method", "Measure"),))
+    # a call is over for the gauge once the server has sent its status (its done callback), which
+    # may run a moment after the client has its answer: read until then (bounded)
     stub.Measure(convo.measure_request(), timeout=10)
-    assert scrape(server.metrics_port)[key] == 0
+    assert wait_for(lambda: scrape(server.metrics_port)[key] == 0, 5), scrape(server.metrics_port)[key]
     client = RawH2(server.port)
     try:
         waiting = [client.open("/contextsvc.v1.ContextService/Measure", None, end=False) for _ in range(3)]
         client.pump(0.2)
         assert wait_for(lambda: scrape(server.metrics_port)[key] == 3, 5), scrape(server.metrics_port)[key]
         stub.Measure(convo.measure_request(), timeout=10)  # answered beside them, and over
-        assert scrape(server.metrics_port)[key] == 3
+        assert wait_for(lambda: scrape(server.metrics_port)[key] == 3, 5), scrape(server.metrics_port)[key]
         client.reset(waiting[0])
         assert wait_for(lambda: (client.pump(0.05), scrape(server.metrics_port)[key])[1] == 2, 5)
     finally:
