@@ -352,6 +352,28 @@ def test_self_calibrated_figure_decides_on_the_corrected_projection():
     assert calibrated.should_compact and "+tokenizer:claude(anchored x1." in calibrated.decision[1]
 
 
+def test_a_count_that_held_media_bounds_the_text_factor_by_the_prior():
+    """The provider's count of a prefix with a screenshot in it holds the screenshot's cost, which
+    our text figure of the prefix does not: the ratio is no text factor. The decision then takes at
+    most the family's prior (claude: 1.35) for the text, and its fixed cost per media item as
+    ever; the same count of a prefix of text alone anchors above the prior."""
+    import re
+
+    ours = run(anchored(1), window(10_000_000), tools=TOOLS).calibrated[0]
+    counted = int(ours * 0.9 * 1.8)  # 1.8x our calibrated figure of the prefix
+    text_only, with_media = anchored(counted), anchored(counted)
+    first = with_media.messages[0]
+    with_media.messages[0] = m.Message(first.id, m.USER, first.parts + [
+        m.Part("shot", m.File("image/png", "screen.png", data=b"\x89PNG" * 500))])
+    plain, held = (run(c, window(10_000_000), tools=TOOLS) for c in (text_only, with_media))
+    factor = float(re.search(r"anchored x([0-9.]+) on msg_0020\)", plain.decision[1]).group(1))
+    assert factor > 1.35, plain.decision[1]
+    assert "(anchored x1.3500 on msg_0020, 1 media counted: at most x1.35)" in held.decision[1], held.decision[1]
+    # the text's share of the decision figure is the prior's, not the ratio's
+    text_of = lambda r: r.decision[0] - 2048 * r.media_count  # noqa: E731
+    assert held.media_count == 1 and text_of(held) < text_of(plain) / factor * 1.36
+
+
 # ---- over the wire ------------------------------------------------------------------------------
 
 def test_measure_rpc_reports_every_figure_with_its_method(stub):

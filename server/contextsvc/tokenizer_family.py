@@ -43,11 +43,13 @@ class Family:
     name: str  # a family of PRIORS, or the offline encoding that counts for the model
     prior: Fraction  # the decision figure's factor before any reported usage
 
-    def method(self, anchored: float = 0.0, anchor_id: str = "") -> str:
+    def method(self, anchored: float = 0.0, anchor_id: str = "", media: int = 0) -> str:
         """The decision method's tokenizer term: "+tokenizer:claude(prior x1.35)", or anchored
-        on the provider's count of an earlier prefix."""
+        on the provider's count of an earlier prefix (media: items that count held, which bound
+        the factor by the prior)."""
         if anchored:
-            return f"+tokenizer:{self.name}(anchored x{anchored:.4f} on {anchor_id})"
+            held = f", {media} media counted: at most x{float(self.prior):g}" if media else ""
+            return f"+tokenizer:{self.name}(anchored x{anchored:.4f} on {anchor_id}{held})"
         return self._prior_method
 
     @functools.cached_property

@@ -165,8 +165,9 @@ def _tokenizer_factor(figure: str, fig: Figures, plan: Plan) -> tuple:
     added since (the tail) its count over our calibrated figure of it (fig.new_text_factor), so
     the tail's own classes' margins stay on top of the provider's scale (a prefix whose margins
     are larger than the tail's would otherwise scale the tail below what the provider counts);
-    before, the family's prior for both. Neither for the reference's estimate, for the model's
-    own exact count, nor for the self-calibrated figure once it is scaled already."""
+    before, the family's prior for both, which also bounds both when the provider's count held
+    media. Neither for the reference's estimate, for the model's own exact count, nor for the
+    self-calibrated figure once it is scaled already."""
     fam = tokenizer_family.for_model(plan.model.id, plan.model.provider, plan.cfg.measure.exact_encoding)
     if figure == "estimate" or (figure == "exact" and fig.exact_tokenizer.native):
         return 1, 1, ""
@@ -174,5 +175,12 @@ def _tokenizer_factor(figure: str, fig: Figures, plan: Plan) -> tuple:
         return 1, 1, ""
     if fig.decision_factor:
         anchored = max(1.0, fig.decision_factor)
-        return anchored, max(anchored, fig.new_text_factor), fam.method(anchored, fig.decision_anchor.id)
+        tail = max(anchored, fig.new_text_factor)
+        if fig.media_prefix:
+            # the provider's count holds the media's cost too, which the text it is divided by does
+            # not (a screenshot in a short prefix made it 1.73x): the text's factor is at most the
+            # family's bound, the same as before any usage (media keep their own cost per item)
+            bound = max(1.0, float(fam.prior))
+            anchored, tail = min(anchored, bound), min(tail, bound)
+        return anchored, tail, fam.method(anchored, fig.decision_anchor.id, fig.media_prefix)
     return fam.prior, fam.prior, fam.method()

@@ -60,6 +60,9 @@ class Figures:
     # provider's count. Not so for one sent as nothing (a whitespace-only answer): the elements
     # after the last one sent then hold what it counted too (step.decision)
     tail_follows_baseline: bool = False
+    # media items in the prefix the anchor's reported input counted: that count holds what they
+    # cost, which our text figures of the prefix do not (step.decision._tokenizer_factor)
+    media_prefix: int = 0
     # the anchor's reported input over the decision figure of the prefix as it counted it; 0 = none
     decision_factor: float = 0.0
     decision_anchor: Optional[m.Message] = None  # the assistant whose reported input it is
@@ -396,6 +399,10 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
 
     # self-calibrated: the provider's own count of a prefix over ours gives this model's factor
     factor, anchor_id = 0.0, ""
+    if anchor is not None and request.ledger.media_count:
+        after = n_sys + max(at, 0)  # the anchor's own elements on
+        out.media_prefix = request.ledger.media_count - _media_in(
+            element_json[after:] if element_json else map(native.json_text, elements[after:]))
     if anchor is not None and mc.calibrated_figures:
         ours = system_cal + head_cal + tools_cal
         if ours >= mc.self_calibration_min_tokens:
