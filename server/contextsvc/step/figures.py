@@ -399,10 +399,6 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
 
     # self-calibrated: the provider's own count of a prefix over ours gives this model's factor
     factor, anchor_id = 0.0, ""
-    if anchor is not None and request.ledger.media_count:
-        after = n_sys + max(at, 0)  # the anchor's own elements on
-        out.media_prefix = request.ledger.media_count - _media_in(
-            element_json[after:] if element_json else map(native.json_text, elements[after:]))
     if anchor is not None and mc.calibrated_figures:
         ours = system_cal + head_cal + tools_cal
         if ours >= mc.self_calibration_min_tokens:
@@ -462,6 +458,8 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
             media_tail = media_from(tail_from)
         if rewrite_from is not None:
             media_rewrite = request.ledger.media_count if rewrite_from < 0 else media_from(rewrite_from)
+        if anchor is not None:  # in the prefix the anchor's count held: before its own elements
+            out.media_prefix = request.ledger.media_count - media_from(n_sys + max(at, 0))
     out.calibrated = (cal_total, tokens.CALIBRATED)
     out.self_calibrated = self_cal
     out.factor, out.anchor_id, out.exact = factor, anchor_id, exact
