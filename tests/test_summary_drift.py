@@ -174,7 +174,8 @@ def test_a_call_that_did_something_is_done_with_what_it_made():
                                     output=created)),
             _assistant("a2", m.Tool("c2", "mcp__github__list_issues", m.COMPLETED, {"repo": "app"}, output="[]"),
                        m.Tool("c3", "todowrite", m.COMPLETED, {"todos": [{"content": "triage"}]}, output="ok"),
-                       m.Tool("c4", "deploy", m.COMPLETED, {"env": "staging"}, output="Deployed build 7 to staging\nok"),
+                       m.Tool("c4", "deploy", m.COMPLETED, {"env": "staging"},  # its first line, not its error's
+                              output="Deployed build 7 to staging\nwarning: error: 502 once, retried"),
                        m.Tool("c5", "mcp__github__close_issue", m.ERROR, {"number": 40}, error="403 Forbidden"))]
     for s in (template.parse(offline.summarize(msgs)), _rolled(msgs[:2], msgs[2:])):
         done = s["done"]

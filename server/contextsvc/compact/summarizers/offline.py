@@ -218,8 +218,8 @@ def _called(tool: m.Tool) -> str:
     except ValueError:
         answer = None
     outcome = scalars(answer, OUTCOME_KEYS) if isinstance(answer, dict) else []
-    if not outcome and answer is None:
-        line = sup.headline(tool.output)
+    if not outcome and answer is None:  # its first line (sup.headline picks what failed: this one succeeded)
+        line = next((x.strip() for x in tool.output.splitlines() if x.strip()), "")
         outcome = [line[:MAX_CALL_VALUE]] if line else []
     said = f"Called `{tool.tool}`" + (f" ({', '.join(inputs)})" if inputs else "")
     return said + (f": {', '.join(outcome)}" if outcome else "")
