@@ -210,9 +210,11 @@ class Message:
     # whether it carries media (a media file, or a tool output's media attachment): what decides
     # whether it lowers alone as in the whole request (step.pieces.memoizable)
     has_media: bool = field(default=False, init=False, repr=False, compare=False)
+    # the call ids of its tool parts, in order: what Scanned reads for the ids used again
+    call_ids: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        compaction, compacted, outputs, media = None, 0, 0, False
+        compaction, compacted, outputs, media, calls = None, 0, 0, False, []
         for part in self.parts:
             c = part.content
             if isinstance(c, Compaction):
@@ -222,10 +224,12 @@ class Message:
                     compacted = max(compacted, c.time_compacted_ms)
                     outputs += 1
                 media = media or any(a.is_media for a in c.attachments)
+                calls.append(c.call_id)
             elif isinstance(c, File):
                 media = media or c.is_media
         self._compaction, self._last_compacted, self.compacted_outputs = compaction, compacted, outputs
         self.has_media = media
+        self.call_ids = tuple(calls)
         self.may_cut = (compaction is not None and self.role == USER) or (self.summary and self.role == ASSISTANT)
 
     @property
@@ -261,6 +265,10 @@ class Scanned:
     # per message: the latest time_compacted_ms of a tool output of it or of a message before it
     compacted: tuple
     digests: bytes  # memo.joined_digests of the messages: what the memo's prefix keys are made of
+    # call id -> the index of the first message with a tool part of that id, and the indices
+    # (ascending) of the messages with a tool part whose id an earlier part used (step.call_ids)
+    first_calls: dict
+    repeats: tuple
 
     @property
     def points(self) -> list:
@@ -282,14 +290,51 @@ class Scanned:
         digests = self.digests
         if len(digests) >= MESSAGE_DIGEST_BYTES * kept:  # the kept all have one: so may the others
             digests = digests[:MESSAGE_DIGEST_BYTES * kept] + joined_digests(messages[kept:])
-        return Scanned(cuts, compacted, digests)
+        first, repeats = self.first_calls, self.repeats
+        if kept < len(self.compacted):  # some scanned messages are gone: their ids with them
+            # the ids are in the order first used: theirs are the last (an inject changes the last)
+            gone = sum(1 for _ in itertools.takewhile(kept.__le__, reversed(first.values())))
+            if gone:
+                first = dict(itertools.islice(first.items(), len(first) - gone))
+            repeats = repeats[:bisect.bisect_left(repeats, kept)]
+        first, repeats = repeated_calls(messages, kept, first, repeats)
+        return Scanned(cuts, compacted, digests, first, repeats)
+
+    def renamed(self, at: tuple, messages: list) -> "Scanned":
+        """The scans of messages, which are this one's but for copies at `at` whose tool parts
+        carry call ids of their own (step.call_ids): the copies' digests, and no id used again
+        (first_calls stay the ids as the client wrote them)."""
+        size, digests = MESSAGE_DIGEST_BYTES, bytearray(self.digests)
+        for i in at:
+            if (i + 1) * size > len(digests):
+                break
+            digests[i * size:(i + 1) * size] = messages[i].digest
+        return Scanned(self.cuts, self.compacted, bytes(digests), self.first_calls, ())
+
+
+def repeated_calls(messages: list, start: int = 0, first: dict | None = None, repeats: tuple = ()) -> tuple:
+    """(Scanned.first_calls, Scanned.repeats) of messages, those of messages[:start] being first
+    and repeats (not changed: a new dict when messages[start:] add an id)."""
+    first = {} if first is None else first
+    added = None
+    for i in itertools.compress(range(start, len(messages)), map(_CALL_IDS, messages[start:])):
+        seen = first if added is None else added
+        ids = messages[i].call_ids
+        if len(set(ids)) < len(ids) or not seen.keys().isdisjoint(ids):
+            repeats += (i,)
+        if added is None:
+            added = dict(first)
+        for call in ids:
+            added.setdefault(call, i)
+    return (first if added is None else added), repeats
 
 
 _MAY_CUT = operator.attrgetter("may_cut")
+_CALL_IDS = operator.attrgetter("call_ids")
 # each message's last_compacted_ms(), read in C (a history is a thousand messages): the one reader
 # of the field outside its class, for Scanned and the baseline (step.baseline)
 LAST_COMPACTED_MS = operator.attrgetter("_last_compacted")
-NOTHING_SCANNED = Scanned((), (), b"")
+NOTHING_SCANNED = Scanned((), (), b"", {}, ())
 
 
 @dataclass(slots=True)

@@ -45,6 +45,9 @@ SCHEMA = "schema"  # (SCHEMA, JSON text, depth limit) -> a tool's input schema p
 # text) when they are not written back to back, depth limit) -> the tool definitions converted
 # (rpc.conversion.tools)
 TOOLS = "tools"
+# (CALLS, digest, places) -> a copy of the message whose tool parts at those places (among its
+# tool parts) carry call ids of their own: their ids were used before (step.call_ids)
+CALLS = "calls"
 # (TOOL_TEXT, (), id of each tool definition) -> the JSON text the figures count the definitions
 # as and its calibrated figures (step.figures; Memo.for_objects): serialized and profiled once
 TOOL_TEXT = "tool text"
@@ -177,6 +180,13 @@ def pruned_digest(message_digest: bytes, part_ids) -> bytes:
     ids = "\x00".join(part_ids)
     return hashlib.blake2b(message_digest + ids.encode("utf-8", "surrogatepass"), digest_size=MESSAGE_DIGEST_BYTES,
                            person=b"pruned").digest()
+
+
+def renamed_digest(message_digest: bytes, places: tuple) -> bytes:
+    """The digest of a copy of a message whose tool parts at places carry call ids of their own
+    (step.call_ids): a function of the original and the places, as the copy is."""
+    return hashlib.blake2b(message_digest + ",".join(map(str, places)).encode(), digest_size=MESSAGE_DIGEST_BYTES,
+                           person=b"calls").digest()
 
 
 def resident_size(obj) -> int:

@@ -180,7 +180,8 @@ def keep(memo: Memo, wire: bytes, where: Located, ends: tuple, messages: list, k
     else:
         token = hashlib.sha256(region).digest()
     # the messages' tuple and the scans' per-message one are as long as keys
-    size = len(wire) + sys.getsizeof(ends) + 3 * sys.getsizeof(keys) + sys.getsizeof(scanned.cuts)
+    size = len(wire) + sys.getsizeof(ends) + 3 * sys.getsizeof(keys) + sys.getsizeof(scanned.cuts) + \
+        sys.getsizeof(scanned.first_calls)
     value = Converted(region, ends, tuple(messages), keys, token, size, contiguous, scanned)
     replaced = found.converted if found is not None else None
     others = memo.get_many([where.key], counted=False)[0] or ()

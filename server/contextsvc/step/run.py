@@ -21,6 +21,7 @@ from ..positions import positions
 from .decision import decide
 from .figures import figures
 from .baseline import KnownPairs
+from .call_ids import own_ids
 from .guard import Guard, guard_keys, lowering_alone, over_before, payload_guard, pruned_before
 from .inject import Injected, Turn, inject
 from .measurement import Measurement, gather
@@ -71,6 +72,13 @@ def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Mem
     if scanned is not None:
         sent.scanned = scanned.extended(_first_changed(sent.messages, conv.messages), sent.messages)
         points = sent.scanned.points
+    # a call id used again gets one of its own (an inject adds no tool part: the ids it read stand)
+    first_calls, repeats = (sent.scanned.first_calls, sent.scanned.repeats) if scanned is not None \
+        else m.repeated_calls(sent.messages)
+    if repeats:
+        sent.messages = own_ids(sent.messages, first_calls, repeats, memo)
+        if scanned is not None:
+            sent.scanned = sent.scanned.renamed(repeats, sent.messages)
     # what the lowering's keys and the guard's are made of: the digests of the first messages
     digests = None
     if memo is not None:
