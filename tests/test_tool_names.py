@@ -117,3 +117,28 @@ def test_a_name_equal_to_another_ones_mapped_form_is_invalid_argument(stub, prov
         assemble(stub, provider, ["github.create_issue", mapped])
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert e.value.details().startswith("tools[1].name:"), e.value.details()
+
+
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+def test_a_request_without_tools_whose_history_holds_calls_is_accepted(stub, provider):
+    """A step without tools (a title, plan mode, every MCP server gone) after tool calls: every
+    provider refuses calls in the history of a request that defines no tool, so the body defines
+    one that stands for them, with the provider's "no tool use" choice where it has one, and
+    the figures count it; a history without calls gets no tool."""
+    with_calls = assemble(stub, provider, [], ["read"])
+    body = json.loads(with_calls.body)
+    assert judge_for(provider)(body) == []
+    defined, called = names_in(provider, body)
+    assert defined == ["_noop"] and called == ["read"]
+    if provider != "bedrock":  # Converse has no "none" choice: the definition alone
+        choice = body["toolConfig"] if provider == "gemini" else body["tool_choice"]
+        assert choice in ("none", {"type": "none"}, {"functionCallingConfig": {"mode": "NONE"}})
+    assert with_calls.figures.tools > 0
+    assert not with_calls.tool_names  # its name is every provider's as it is
+    measured = stub.Measure(pb.MeasureRequest(conversation=pb.Conversation(session_id="s-names", messages=[
+        convo.user("u1", convo.text("u1-p", "File the bug, then look up the docs")), calls("a0", ["read"])]),
+        model=convo.model(provider=PROVIDERS[provider]), step=2), timeout=10)
+    assert measured.tools == with_calls.figures.tools and measured.body_bytes == len(with_calls.body)
+    without = json.loads(assemble(stub, provider, []).body)
+    assert judge_for(provider)(without) == []
+    assert "tools" not in without and "toolConfig" not in without

@@ -1,6 +1,7 @@
 """The plan of one step: every setting the stages read, fixed before the first stage runs."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
@@ -8,6 +9,16 @@ from .. import breakpoints, conversation as m, encodings, prefix, provider_manag
 from ..config import Config
 from ..lowering.registry import FORMATS
 from ..lowering.wire_format import WireFormat
+
+
+# The tool a request that defines none is sent with when its history holds tool calls (a step
+# without tools: a title, plan mode, every MCP server gone): every provider refuses calls in the
+# history of a request without a tool definition (Anthropic: "requests which include tool_use or
+# tool_result blocks must define tools"; Bedrock's toolConfig; the OpenAI formats and Gemini
+# alike). It defines this one, and the provider's "no tool use" choice says none is called.
+HISTORY_TOOL = m.ToolDefinition(
+    "_noop", "Stands for the tools of earlier calls; the request has no tool to call. Never call it.",
+    {"type": "object", "properties": {}})
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +53,13 @@ class Plan:
     def management(self) -> Optional[provider_management.Management]:
         """The provider's own context management the request asks for (None: ours alone)."""
         return provider_management.of(self.model, self.fmt, self.compaction, self.cfg, self.tools, self.limit)
+
+    def for_history(self, holds_calls: bool) -> "Plan":
+        """The plan for a history that holds tool calls or not: HISTORY_TOOL defined, none to be
+        called, when it does and the request defines no tool."""
+        if self.tools or not holds_calls:
+            return self
+        return dataclasses.replace(self, tools=[HISTORY_TOOL], tools_disabled=True)
 
     @classmethod
     def of(cls, model: m.Model, tools: list, system: m.SystemPrompt, compaction: m.CompactionSettings,

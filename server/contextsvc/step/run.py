@@ -79,6 +79,7 @@ def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Mem
         sent.messages = own_ids(sent.messages, first_calls, repeats, memo)
         if scanned is not None:
             sent.scanned = sent.scanned.renamed(repeats, sent.messages)
+    plan = plan.for_history(bool(first_calls))
     # what the lowering's keys and the guard's are made of: the digests of the first messages
     digests = None
     if memo is not None:
