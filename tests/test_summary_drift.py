@@ -209,3 +209,83 @@ def test_drift_benchmark_meets_the_targets_after_six_compactions():
     assert all(v == result["sessions"] for v in result["in_progress"]), table
     for sid in range(3):  # at most one superseded item stated as current, in every session
         assert drift.run_session(sid, 7, seed=5)[-1]["superseded_current"] <= 1, sid
+
+
+def _edit(cid, path, old, new):
+    return m.Tool(cid, "edit", m.COMPLETED, {"file_path": path, "old_string": old, "new_string": new},
+                  output=f"Edited {path}")
+
+
+def test_a_run_that_deletes_a_file_does_the_ask_naming_it_and_done_no_longer_lists_it_as_edited():
+    first = [_user("u1", "Add a scratch helper in src/gw/bucket_tmp.py"),
+             _assistant("a1", _edit("c1", "src/gw/bucket_tmp.py", "", "# scratch")),
+             _user("u2", "Change of plan: delete the scratch file src/gw/bucket_tmp.py and update `src/gw/app.py`")]
+    assert any("bucket_tmp" in x for x in template.parse(offline.summarize(first))["next_steps"])
+    later = [_assistant("a2", _bash("rm src/gw/bucket_tmp.py", output=""))]
+    for s in (_rolled(first, later), template.parse(offline.summarize(first + later))):
+        open_items = s["next_steps"] + [x for x in s["in_progress"] if x.startswith(offline.WORKING)]
+        assert open_items == ["update `src/gw/app.py`"], s  # not done
+        assert "Deleted `src/gw/bucket_tmp.py`" in s["done"]
+        assert not any(x.startswith("Edited: ") and "bucket_tmp" in x for x in s["done"]), s["done"]
+    # written again, it exists again
+    s = _rolled(first, later + [_assistant("a3", _edit("c2", "src/gw/bucket_tmp.py", "", "# again"))])
+    assert any(x.startswith("Edited: ") and "bucket_tmp" in x for x in s["done"])
+
+
+def test_a_failing_run_is_blocked_until_the_same_run_is_clean_which_does_the_ask_naming_its_program():
+    lint = "src/gw/ratelimit.py:41:80: E501 line too long (88 > 79 characters)"
+    first = [_user("u1", "Update CHANGELOG.md with the limiter, then check flake8."),
+             _assistant("a1", _edit("c1", "CHANGELOG.md", "", "- limiter")),
+             _assistant("a2", _bash("flake8 src/gw", output=lint))]  # completed, with a lint failure
+    s = template.parse(offline.summarize(first))
+    assert s["blocked"] == [f"`flake8 src/gw` failed: {lint}"] and lint in s["critical"]
+    assert any("check flake8" in x for x in s["next_steps"] + s["in_progress"])
+    again = template.parse(offline.summarize(first + [_assistant("a9", _bash("flake8 src/gw", output=lint))]))
+    assert again["blocked"] == s["blocked"] and not any("ran clean" in x for x in again["done"])  # failed again
+    later = [_assistant("a3", _edit("c2", "src/gw/ratelimit.py", "x" * 88, "x")),
+             _assistant("a4", _bash("flake8 src/gw", output=""))]
+    for s in (_rolled(first, later), template.parse(offline.summarize(first + later))):
+        assert s["blocked"] == [] and s["next_steps"] == [], s
+        assert "`flake8 src/gw` ran clean after failing" in s["done"]
+        assert lint in s["critical"]  # the evidence stays; Done says it is over
+    tests = [_user("u1", "Run pytest on src/gw"),
+             _assistant("a1", _bash("pytest -q", output="E       AssertionError: expected 429\n1 failed")),
+             _assistant("a2", _bash("python -m pytest -q", output="==== 5 passed in 0.42s ===="))]
+    s = template.parse(offline.summarize(tests))
+    assert "`pytest -q` failed: E       AssertionError: expected 429" in s["blocked"]  # another command
+    assert s["next_steps"] == [] and not any(x.startswith("Working on") for x in s["in_progress"])
+    s = template.parse(offline.summarize(tests + [_assistant("a3", _bash("pytest -q", output="5 passed"))]))
+    assert s["blocked"] == [] and "`pytest -q` ran clean after failing: 5 passed" in s["done"]
+    # a program named like a verb of asking does no ask
+    s = template.parse(offline.summarize([_user("u1", "Make the limit configurable in src/gw/config.py"),
+                                          _assistant("a1", _bash("make build", output="done"))]))
+    assert any("Make the limit configurable" in x for x in s["next_steps"] + s["in_progress"])
+
+
+def test_an_edit_that_writes_what_an_ask_names_does_it_unless_the_ask_names_another_file():
+    msgs = [_user("u1", "Expose the current value on the admin endpoint /admin/limits, "
+                        "and add RATE_LIMIT_RPS to docs/configuration.md"),
+            _assistant("a1", _edit("c1", "src/gw/admin.py", "routes = [",
+                                   'routes = [("/admin/limits", limits),\n    RATE_LIMIT_RPS,'))]
+    s = template.parse(offline.summarize(msgs))
+    open_items = s["next_steps"] + s["in_progress"]
+    assert not any("/admin/limits" in x for x in open_items), open_items
+    assert any("docs/configuration.md" in x for x in open_items), open_items
+
+
+def test_relevant_files_keep_the_files_written_before_those_only_read():
+    msgs = [_user("u1", "Rate-limit the gateway"),
+            _assistant("a1", _edit("c1", "src/gw/server.py", "a", "b"), _edit("c2", "src/gw/middleware.py", "a", "b"))]
+    msgs += [_assistant(f"r{k}", m.Tool(f"r{k}", "read", m.COMPLETED, {"path": f"docs/page_{k}.md"}, output="x"))
+             for k in range(offline.DEFAULT_LIMITS.max_items + 3)]
+    files = "\n".join(template.parse(offline.summarize(msgs))["files"])
+    assert "`src/gw/server.py`: edited" in files and "`src/gw/middleware.py`: edited" in files
+    assert "docs/page_0.md" not in files and f"docs/page_{offline.DEFAULT_LIMITS.max_items + 2}.md" in files
+
+
+def test_an_intention_is_no_decision_unless_it_says_what_was_chosen():
+    s = template.parse(offline.summarize([
+        _user("u1", "Rate-limit src/gw/server.py"),
+        _assistant("a1", "I'll look at the request handler first."),
+        _assistant("a2", "I'll use a sliding window rather than a token bucket.")]))
+    assert s["decisions"] == ["I'll use a sliding window rather than a token bucket."]

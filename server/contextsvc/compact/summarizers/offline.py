@@ -66,9 +66,12 @@ CONSTRAINT = re.compile(
     r"\b(?:must|never|always|don'?t|do not|should(?:n'?t)?|prefer|avoid|only|without|keep|make sure|"
     r"required?|no more than|at most|at least)\b", re.IGNORECASE)
 DECISION = re.compile(
-    r"\b(?:I'll|I will|we'll|we will|decided|decide to|instead|going to|let's|chose|choose|"
-    r"switch(?:ed)? to|use [^ ]+ (?:because|since)|because|the fix is|the cause is|root cause)\b",
-    re.IGNORECASE)
+    r"\b(?:decided|decide to|instead|chose|choose|switch(?:ed)? to|use [^ ]+ (?:because|since)|because|"
+    r"the fix is|the cause is|root cause|decision)\b", re.IGNORECASE)
+# what the assistant means to do is a decision when it says what it chose: "I'll use X", "let's go
+# with Y"; "I'll look at the handler first" is a step, not a decision
+INTENT = re.compile(r"\b(?:I'll|I will|we'll|we will|going to|let's)\b", re.IGNORECASE)
+CHOICE = re.compile(r"\b(?:use|using|rather|over|prefer|go with|pick|opt for|keep|default)\b", re.IGNORECASE)
 NEXT = re.compile(r"\b(?:next|then I|TODO|remaining|still need|left to|afterwards|after that|"
                   r"follow[- ]up|later)\b", re.IGNORECASE)
 _EXT = r"(?:py|pyi|pyx|js|jsx|ts|tsx|mjs|cjs|go|rs|java|kt|c|cc|cpp|h|hpp|cs|rb|php|swift|md|rst|txt|" \
@@ -76,6 +79,7 @@ _EXT = r"(?:py|pyi|pyx|js|jsx|ts|tsx|mjs|cjs|go|rs|java|kt|c|cc|cpp|h|hpp|cs|rb|
        r"gradle|mk|cmake|tf|vue|svelte|ipynb)"
 PATH = re.compile(  # a whole token that is a path: has a slash, or ends in a known extension
     r"(?:\.{1,2}/|/|~/)?(?:[\w.-]+/)+[\w.-]*\w|[\w-]+(?:\.[\w-]+)*\." + _EXT)
+FILE = re.compile(r"(?:\.{1,2}/|/|~/)?(?:[\w.-]+/)*[\w-]+(?:\.[\w-]+)*\." + _EXT)  # a path with a file's extension
 TOKEN_SPLIT = re.compile(r"[\s`'\"(),;<>\[\]{}|=]+")
 CAMEL = re.compile(r"\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b|\b[a-z]+[a-z0-9]*(?:[A-Z][a-z0-9]*)+\b")
 SNAKE = re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+\b")
@@ -182,6 +186,26 @@ def _command(inp) -> str:
                 if parts:
                     return " && ".join(parts) if key == "commands" else " ".join(parts)
     return ""
+
+
+# what runs the program a command is about: "python -m pytest", "npx eslint", "sudo make"
+LAUNCHERS = ("sudo", "env", "time", "nice", "npx", "uvx", "bunx", "pnpx", "exec")
+ASK_WORDS = re.compile(r"[\w.+-]+")
+
+
+def _program(cmd: str) -> str:
+    """The program a command runs (its first segment's), by its base name: what an ask that
+    names it ("check flake8", "run mypy") is done by, once it runs clean. "" for a program whose
+    name is a verb of asking ("make", "test", "find"): it names no ask."""
+    words = sup.command_words(re.split(r"\s*(?:&&|\|\||;|\|)\s*", cmd.strip(), maxsplit=1)[0])
+    while words and (words[0] in LAUNCHERS or "=" in words[0]):
+        words = words[1:]
+    if len(words) >= 3 and words[0].rsplit("/", 1)[-1].startswith("python") and words[1] == "-m":
+        words = words[2:]
+    elif len(words) >= 2 and words[0] in ("uv", "poetry", "pipenv", "pdm", "hatch") and words[1] == "run":
+        words = words[2:]
+    name = words[0].rsplit("/", 1)[-1].lower() if words else ""
+    return "" if len(name) < 3 or name in ASK_VERBS else name
 
 
 def _kind(tool: str) -> str:
@@ -315,10 +339,19 @@ class _Asks:
         named = {a for k in keys for a in asking.get(k, ()) if a not in done}
         return [a for a in self.keys if a in named] if len(named) > 1 else list(named)
 
-    def step(self, desc: str, touched: set, done: set = frozenset(), command: str = "") -> None:
+    def step(self, desc: str, touched: set, done: set = frozenset(), command: str = "", program: str = "",
+             wrote: tuple = ()) -> None:
+        """A step: touched, the keys it names; done, the keys it did; command, the command it ran,
+        program its program when it ran clean; wrote, the names an edit wrote (an ask naming one
+        and no file, or a file touched, is done)."""
         self.last_step = desc
         self.steps_after_latest += 1
-        did = self._named(done) + [a for a in self.keys if command and a not in self.done and command in a]
+        did = self._named(done) + [a for a in self.keys if a not in self.done and (
+            (command and command in a) or (program and program in ASK_WORDS.findall(a.lower())))]
+        for a in self._named(set(wrote)):
+            files = {k for k in self.keys[a] if FILE.fullmatch(k)}
+            if not files or files & touched:
+                did.append(a)
         for a in did:
             self.done.add(a)
         named = self._named(touched)
@@ -430,7 +463,7 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
             continue
         said = _clip(s, limits)
         out.append(("said", said, tuple(_keys(said)), says_done))
-        if DECISION.search(s) or sup.REVERSAL.search(s):
+        if DECISION.search(s) or sup.REVERSAL.search(s) or (INTENT.search(s) and CHOICE.search(s)):
             if sup.REVERSAL.search(s):
                 out.append(("reversal", said))
             out.append(("acc", "decisions", said))
@@ -459,24 +492,34 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
             names = edit_identifiers(t.input)
             out.append(("identifiers", tuple(names), (False,) * len(names)))
         if t.status == m.COMPLETED:
-            out.append(("succeeded", key, subject))
+            errors = sup.error_lines(t.output) if cmd else []
+            last = next((x.strip() for x in reversed(t.output.splitlines()) if x.strip()), "")
+            if not errors:  # a run that printed a failure failed (below)
+                out.append(("succeeded", key, subject, _clip(last, limits)))
             moves = sup.moves_in_command(cmd) if cmd else sup.moves_in_tool(t.tool, t.input)
             for old, new in moves:
                 out.append(("moved", old, new))
             if cmd:
                 ran = _clip(f"Ran `{cmd}`", limits)
                 out.append(("ran", cmd) if "`" not in cmd else ("acc", "done", ran))
-                out.append(("step", ran, touched, (), cmd))
-                for ln in sup.error_lines(t.output):
+                # a run that removed or renamed a path does what asks naming it asked ("delete the
+                # scratch file src/tmp.py"); one that ran clean, asks naming its program ("check flake8")
+                gone = {o for o, _ in moves}
+                out.append(("step", ran, touched, tuple(gone | {o.rsplit("/", 1)[-1] for o in gone}), cmd,
+                            "" if errors else _program(cmd), ()))
+                for ln in errors:
                     out.append(("acc", "critical", _clip(ln, limits)))
+                if errors:  # a test or lint run that failed: its failure stands until it runs clean
+                    out.append(("failed", key, _clip(f"{subject} failed: {sup.headline(t.output)}", limits)))
             elif kind == "edit":
                 out.append(("edited", tuple(p for p in paths if p not in {o for o, _ in moves})))
+                # what it wrote does asks naming it ("expose /admin/limits" by the edit adding that route)
                 out.append(("step", _clip(f"Edited {', '.join(f'`{p}`' for p in paths)}", limits), touched,
-                            touched, ""))
+                            touched, "", "", tuple(names)))
             else:
                 verb = "Read" if kind == "read" else f"`{t.tool}`"
                 out.append(("step", _clip(f"{verb} {', '.join(f'`{p}`' for p in paths)}".rstrip(), limits),
-                            touched, (), ""))
+                            touched, (), "", "", ()))
                 if kind == "other":
                     out.append(("acc", "done", _clip(_called(t), limits)))
         elif t.status == m.ERROR:
@@ -485,11 +528,11 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
             out.append(("failed", key, bullet))
             for ln in sup.error_lines(error) or [sup.headline(error)]:
                 out.append(("acc", "critical", _clip(ln, limits)))
-            out.append(("step", bullet, touched, (), ""))
+            out.append(("step", bullet, touched, (), "", "", ()))
         else:
             bullet = _clip(f"{subject} was interrupted", limits)
             out.append(("acc", "in_progress", bullet))
-            out.append(("step", bullet, touched, (), ""))
+            out.append(("step", bullet, touched, (), "", "", ()))
     return tuple(out)
 
 
@@ -513,9 +556,23 @@ def _names_path(bullet: str, path: str) -> bool:
 
 
 def drop_stale(sections: dict, stale: list) -> dict:
-    """sections without the items stale says are superseded (Done and Critical Context keep
-    theirs: they record what happened)."""
-    return {k: [x for x in v if not _stale_in(x, stale, k)] for k, v in sections.items()}
+    """sections without the items stale says are superseded (Done keeps its record of what
+    happened, but for the files since deleted or renamed away in its Edited bullets: the next
+    model would take them for files that exist)."""
+    out = {k: [x for x in v if not _stale_in(x, stale, k)] for k, v in sections.items()}
+    gone = {s.probe for s in stale if "files" in s.sections}
+    if gone and "done" in out:
+        out["done"] = [_without_names(x, EDITED, gone) for x in out["done"]]
+        out["done"] = [x for x in out["done"] if x]
+    return out
+
+
+def _without_names(bullet: str, prefix: str, names: set) -> str:
+    """A packed bullet (_packed) without names; "" when none is left; any other bullet as it is."""
+    if not bullet.startswith(prefix):
+        return bullet
+    kept = [n for n in CODE_SPAN.findall(bullet[len(prefix):]) if n not in names]
+    return prefix + ", ".join(f"`{n}`" for n in kept) if kept else ""
 
 
 BLOCKED_BULLET = re.compile(r"^(?P<subject>`[^`]+`(?: on `[^`]+`)?) failed: ")
@@ -586,7 +643,7 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
             if kind == "acc":
                 acc.add(fact[1], fact[2])
             elif kind == "step":
-                asks.step(fact[1], set(fact[2]), set(fact[3]), command=fact[4])
+                asks.step(fact[1], set(fact[2]), set(fact[3]), *fact[4:])
             elif kind == "file":
                 files.setdefault(fact[1], {})[fact[2]] = None
             elif kind == "identifiers":
@@ -611,12 +668,17 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
                     subject = fact[2]
                     stale.append(Stale(subject[1:-1] if subject.count("`") == 2 else subject, ("blocked",)))
                     asks.done_by(bullet)
+                    # Critical Context keeps what it failed with (the evidence); Done says it is over
+                    acc.add("done", _clip(f"{subject} ran clean after failing" + (f": {fact[3]}" if fact[3] else ""),
+                                          limits))
             elif kind == "failed":
                 failed[fact[1]] = fact[2]
                 carried.discard(fact[1])
                 stale[:] = [s for s in stale if not (s.sections == ("blocked",) and s.probe == fact[1])]
             elif kind == "edited":
                 edited.extend(fact[1])
+                # a path written again exists again
+                stale[:] = [s for s in stale if not (s.sections == ("files",) and s.probe in fact[1])]
             elif kind == "ran":
                 ran.append(fact[1])
             elif kind == "moved":
@@ -699,6 +761,7 @@ def _repack(key: str, items: list, limits: OfflineLimits) -> list:
 
 FILE_BULLET = re.compile(r"^`(?P<path>[^`]+)`: (?P<roles>.*)$")
 MENTIONED = "mentioned"
+WRITTEN = re.compile(r": (?:.*, )?(?:edited|renamed|attached)(?:,|$)")  # a file the session wrote or was given
 
 
 def _files(items: list) -> list:
@@ -727,8 +790,10 @@ def _bounded(key: str, items: list, limits: OfflineLimits) -> list:
         return items[-limits.max_items * CRITICAL_FACTOR:]
     if key == "files":
         items = _files(items)
-        while len(items) > limits.max_items:
-            drop = next((i for i, x in enumerate(items) if x.endswith(f": {MENTIONED}")), 0)
+        while len(items) > limits.max_items:  # oldest first: named only, then not written, then any
+            drop = next((i for i, x in enumerate(items) if x.endswith(f": {MENTIONED}")), None)
+            if drop is None:
+                drop = next((i for i, x in enumerate(items) if not WRITTEN.search(x)), 0)
             items = items[:drop] + items[drop + 1:]
         return items
     return items[-limits.max_items:]

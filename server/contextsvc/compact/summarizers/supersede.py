@@ -172,7 +172,8 @@ RENAME_KEYS = (("source", "destination"), ("old_path", "new_path"), ("from", "to
 DELETE_TOOLS = ("delete", "remove", "rm", "delete_file", "remove_file")
 
 
-def _words(cmd: str) -> list:
+def command_words(cmd: str) -> list:
+    """A command's words, as the shell splits them (on whitespace when it cannot)."""
     try:
         return shlex.split(cmd)
     except ValueError:
@@ -183,7 +184,7 @@ def moves_in_command(cmd: str) -> list:
     """[(old path, new path or "" when deleted)] of `mv`, `git mv`, `rm`, `git rm` in a command."""
     out = []
     for part in re.split(r"\s*(?:&&|\|\||;)\s*", cmd):
-        words = _words(part)
+        words = command_words(part)
         if words[:1] == ["git"]:
             words = words[1:]
         if not words or words[0] not in ("mv", "rm"):
