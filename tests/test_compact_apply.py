@@ -1,7 +1,8 @@
 """Property: apply any CompactResponse, then Measure: the decision figure equals tokens_after.
 
 For generated conversations (UUID ids, tool outputs of many sizes, screenshots, a second
-compaction on top of a first), windows and settings, over a real server: Compact, apply its edits
+compaction on top of a first, call ids numbered afresh at every step as some agents do, no tool
+definitions though the history holds calls), windows and settings, over a real server: Compact, apply its edits
 with contextsvc_client.apply_compaction (with and without dropping the omittable messages), and
 Measure the result with the same model, tools, system and settings. decision.tokens must equal
 tokens_after, and under_limit must be true exactly when tokens_after < limit.
@@ -29,6 +30,7 @@ def conversations(draw):
     ids = iter(draw(st.lists(st.uuids(), min_size=400, max_size=400, unique=True)))
     nid = lambda: str(next(ids))  # noqa: E731
     messages = []
+    reuse = draw(st.booleans())  # call_0, call_1, ... at every step (step.call_ids writes them apart)
     for t in range(draw(st.integers(1, 6))):
         parts = [pb.Part(id=nid(), text=pb.TextPart(text=f"Turn {t}: fix src/mod_{t}.py " + draw(st.sampled_from(WORDS))))]
         if draw(st.booleans()) and draw(st.booleans()):
@@ -36,12 +38,13 @@ def conversations(draw):
         messages.append(pb.Message(id=nid(), role=pb.ROLE_USER, parts=parts))
         for _ in range(draw(st.integers(0, 5))):
             tools = []
-            for _ in range(draw(st.integers(0, 3))):
+            for k in range(draw(st.integers(0, 3))):
                 size = draw(st.integers(0, 40_000))
                 line = draw(st.sampled_from(WORDS))
                 out = (line + "\n") * (size // (len(line) + 1))
                 atts = [pb.FilePart(mime="image/png", filename="shot.png", data=PNG)] if draw(st.integers(0, 9)) == 0 else []
-                tools.append(pb.Part(id=nid(), tool=pb.ToolPart(call_id=f"call_{nid()[:8]}", tool="bash", state=pb.ToolState(
+                call_id = f"call_{k}" if reuse else f"call_{nid()[:8]}"
+                tools.append(pb.Part(id=nid(), tool=pb.ToolPart(call_id=call_id, tool="bash", state=pb.ToolState(
                     status=pb.TOOL_STATUS_COMPLETED, input_json='{"command": "pytest"}', output=out, attachments=atts))))
             reported = draw(st.integers(0, 120_000))
             messages.append(pb.Message(
@@ -63,13 +66,13 @@ def _settings(draw_tail, draw_preserve, draw_threshold):
     return s
 
 
-def _check(stub, messages, model, comp, overflow, auto, attempts, drop):
+def _check(stub, messages, model, comp, overflow, auto, attempts, drop, tools=TOOLS):
     r = stub.Compact(pb.CompactRequest(conversation=pb.Conversation(session_id="prop", messages=messages),
-                                       model=model, tools=TOOLS, system=SYSTEM, compaction=comp,
+                                       model=model, tools=tools, system=SYSTEM, compaction=comp,
                                        overflow=overflow, auto=auto, attempts=attempts), timeout=30)
     after = apply_compaction(messages, r, drop_omittable=drop)
     m = stub.Measure(pb.MeasureRequest(conversation=pb.Conversation(session_id="prop", messages=after),
-                                       model=model, tools=TOOLS, system=SYSTEM, compaction=comp), timeout=30)
+                                       model=model, tools=tools, system=SYSTEM, compaction=comp), timeout=30)
     outcome = pb.CompactOutcome.Name(r.outcome)
     event(f"{outcome}, overflow={overflow}, {'edits' if r.edits else 'no edits'}")
     assert m.decision.tokens == r.tokens_after, (outcome, r.tokens_before, r.tokens_after, m.decision.tokens,
@@ -91,14 +94,14 @@ def _check(stub, messages, model, comp, overflow, auto, attempts, drop):
        preserve=st.one_of(st.none(), st.integers(0, 20_000)),
        threshold=st.one_of(st.none(), st.floats(20, 100)),
        overflow=st.booleans(), auto=st.booleans(), attempts=st.integers(0, 3), drop=st.booleans(),
-       more=st.integers(0, 4))
+       more=st.integers(0, 4), tools=st.sampled_from([TOOLS, []]))
 def test_measure_after_applying_equals_tokens_after(stub, convo, window, provider, tail, preserve, threshold,
-                                                     overflow, auto, attempts, drop, more):
+                                                     overflow, auto, attempts, drop, more, tools):
     messages, nid = convo
     model = pb.Model(id="claude-sonnet-4-5" if provider != pb.PROVIDER_OPENAI else "gpt-4o", provider=provider,
                      limits=pb.ModelLimits(context=window[0], output=window[1]))
     comp = _settings(tail, preserve, threshold)
-    r, after = _check(stub, messages, model, comp, overflow, auto, attempts, drop)
+    r, after = _check(stub, messages, model, comp, overflow, auto, attempts, drop, tools)
     if not r.edits:
         return
     # a second compaction over the first: the conversation grows by a few steps, then compacts again
@@ -108,7 +111,7 @@ def test_measure_after_applying_equals_tokens_after(stub, convo, window, provide
                                 usage=pb.Usage(input=1000 * (i + 1), output=10), parts=[
                                     pb.Part(id=nid(), tool=pb.ToolPart(call_id=f"c_{nid()[:8]}", tool="bash", state=pb.ToolState(
                                         status=pb.TOOL_STATUS_COMPLETED, input_json="{}", output="log line\n" * 3000)))]))
-    _check(stub, after, model, comp, False, True, 0, drop)
+    _check(stub, after, model, comp, False, True, 0, drop, tools)
 
 
 EDITOR = pb.EditorContext(current_time="2026-12-04T10:00:00+00:00", working_directory="/work/app",

@@ -14,9 +14,10 @@ call is written and the cached prefix stays.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import sys
 
-from .. import conversation as m
+from .. import conversation as m, projection
 from ..memo import CALLS, Memo, renamed_digest
 
 # Between the parts of a written-again id: outside every provider's id alphabet, so the id is
@@ -24,23 +25,45 @@ from ..memo import CALLS, Memo, renamed_digest
 _JOIN = "\x00"
 
 
-def own_ids(messages: list, first_calls: dict, repeats: tuple, memo: Memo | None = None) -> list:
-    """messages, each of those at repeats replaced by a copy whose tool parts with a call id used
-    before carry ids of their own (first_calls and repeats: conversation.Scanned's). With the
-    memo, a copy is made once (CALLS)."""
+def own_ids(messages: list, repeats: tuple, points: list, memo: Memo | None = None) -> tuple:
+    """(messages with a copy in place of each message sent whose tool parts reuse a call id an
+    earlier part sent used, those parts carrying ids of their own; the indices of the copies).
+    repeats: conversation.Scanned.repeats (the messages reusing an id of any earlier message: a
+    superset); points: projection.compaction_points. Only what is sent counts (projection.project):
+    a kept tail is written alike whether or not the client still stores what was compacted before
+    it, so Compact's tokens_after is the next step's figure. With the memo, a copy is made once
+    (CALLS)."""
+    maybe = {id(messages[i]) for i in repeats}
+    seen, copies = set(), {}
+    for msg in filter(_CALL_IDS, projection.project(messages, points)):
+        if id(msg) in maybe:
+            places = _used_again(msg.call_ids, seen)
+            if places:
+                copies[id(msg)] = _copy(msg, places, memo)
+        seen.update(msg.call_ids)
+    if not copies:
+        return messages, ()
+    at = tuple(i for i in repeats if id(messages[i]) in copies)
     out = list(messages)
-    for i in repeats:
-        msg = messages[i]
-        out[i] = _copy(msg, _used_again(msg.call_ids, first_calls, i), memo)
-    return out
+    for i in at:
+        out[i] = copies[id(messages[i])]
+    return out, at
 
 
-def _used_again(call_ids: tuple, first_calls: dict, i: int) -> tuple:
-    """The places, among the tool parts of message i, of those whose id an earlier message used
-    (first_calls), or an earlier part of this one."""
+def holds_calls(messages: list, points: list) -> bool:
+    """Whether what is sent of messages holds a tool call (projection.project)."""
+    return any(map(_CALL_IDS, projection.project(messages, points)))
+
+
+_CALL_IDS = operator.attrgetter("call_ids")
+
+
+def _used_again(call_ids: tuple, seen: set) -> tuple:
+    """The places, among a message's tool parts, of those whose id an earlier message used (seen)
+    or an earlier part of this one."""
     places, own = [], set()
     for k, call in enumerate(call_ids):
-        if first_calls[call] < i or call in own:
+        if call in seen or call in own:
             places.append(k)
         own.add(call)
     return tuple(places)

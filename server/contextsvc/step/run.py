@@ -21,7 +21,7 @@ from ..positions import positions
 from .decision import decide
 from .figures import figures
 from .baseline import KnownPairs
-from .call_ids import own_ids
+from .call_ids import holds_calls, own_ids
 from .guard import Guard, guard_keys, lowering_alone, over_before, payload_guard, pruned_before
 from .inject import Injected, Turn, inject
 from .measurement import Measurement, gather
@@ -76,10 +76,11 @@ def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Mem
     first_calls, repeats = (sent.scanned.first_calls, sent.scanned.repeats) if scanned is not None \
         else m.repeated_calls(sent.messages)
     if repeats:
-        sent.messages = own_ids(sent.messages, first_calls, repeats, memo)
-        if scanned is not None:
-            sent.scanned = sent.scanned.renamed(repeats, sent.messages)
-    plan = plan.for_history(bool(first_calls))
+        sent.messages, renamed = own_ids(sent.messages, repeats, points, memo)
+        if renamed and scanned is not None:
+            sent.scanned = sent.scanned.renamed(renamed, sent.messages)
+    if first_calls and not plan.tools:
+        plan = plan.for_history(holds_calls(sent.messages, points))
     # what the lowering's keys and the guard's are made of: the digests of the first messages
     digests = None
     if memo is not None:
