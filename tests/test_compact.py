@@ -452,6 +452,37 @@ def test_kept_tail_keeps_the_file_just_read_cut_to_the_budget():
     assert r.tokens_after == after.decision[0]
 
 
+def test_kept_tail_keeps_parallel_reads_each_cut_to_the_budget():
+    # the last step read two files at once (parallel calls), together far over the budget: the
+    # step is kept with both outputs cut to the same length, rather than nothing kept verbatim
+    mdl = m.Model("claude-sonnet-4-5", m.ANTHROPIC, m.ModelLimits(32_000, 0, 4_096))
+    c = Conv().user("Refactor the request handlers in src/ and keep the tests green.")
+    for k in range(3):
+        c.assistant(f"Reading src/mod_{k}.py.", read(f"src/mod_{k}.py", handlers(f"small_{k}", 40)))
+    views, urls = handlers("view", 600), "# src/urls.py\n" + handlers("route", 300)
+    c.assistant("Reading both.", read("src/views.py", views), read("src/urls.py", urls))
+    last = c.messages[-1]
+    budget = head_tail.budget(window.usable(mdl, NO, CFG), NO, CFG)
+    r = run(c.conv(), model_=mdl, auto=True)
+    assert r.outcome == "compacted" and r.under_limit
+    assert r.tail_start_id == last.id and last.id not in r.summarized_ids
+    cuts = {e.part_id: e.output for e in r.edits if isinstance(e, edits.ReplaceToolOutput)}
+    assert sorted(cuts) == [f"{last.id}-1", f"{last.id}-2"]
+    # each is its file's head and tail, cut to one length
+    kept_chars = set()
+    for pid, full in ((f"{last.id}-1", views), (f"{last.id}-2", urls)):
+        head, sep, rest = cuts[pid].partition("\n[Tool output truncated for compaction: omitted ")
+        tail = rest.partition(" chars]\n")[2]
+        assert sep and cuts[pid] == serialize.clip(full, len(head) + len(tail))
+        kept_chars.add(len(head) + len(tail))
+    assert len(kept_chars) == 1 and 0 < kept_chars.pop() < len(urls)
+    stored = edits.apply(c.messages, r.edits)
+    kept = next(x for x in stored if x.id == last.id)
+    assert budget - 100 < head_tail.message_size(kept, mdl) <= budget
+    after = cmod._measure(m.Conversation(stored, "s1"), cmod.CompactInput(c.conv(), mdl), CFG)
+    assert r.tokens_after == after.decision[0]
+
+
 def test_kept_tail_cut_only_when_nothing_of_the_turn_fits():
     mdl = m.Model("claude-sonnet-4-5", m.ANTHROPIC, m.ModelLimits(32_000, 0, 4_096))
     c = Conv().user("Read the views.").assistant(read("src/views.py", handlers("view", 600)))

@@ -4,7 +4,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Optional
 
 from .. import conversation as m, native
 from ..config import Config
@@ -22,7 +21,7 @@ class Selection:
     tail_start_id: str  # "" when nothing is kept
     budget: int  # token budget the tail was selected under
     sizes: list  # estimate of each input message (no pre-flight factor)
-    cut: Optional[ReplaceToolOutput] = None  # the kept tail's newest tool output, cut to the budget
+    cuts: tuple = ()  # ReplaceToolOutput of the kept tail's newest tool outputs, cut to the budget
 
 
 def starts_turn(msg: m.Message) -> bool:
@@ -73,41 +72,46 @@ def select(messages: list, mdl: m.Model, usable: int, settings: m.CompactionSett
         sz = [0] * first + sizes(messages[first:], mdl, memo, deadline)
     kept = native.select_tail(starts, sz, turns, b) if messages else -1
     if kept < 0 and turns > 0 and starts and len(messages) - 1 > starts[-1]:
-        # Nothing of the current turn fits: its newest message is kept anyway with its newest
-        # tool output cut to the budget, or the model would read that file again.
+        # Nothing of the current turn fits: its newest message is kept anyway with its tool
+        # outputs cut to the budget (parallel calls: each to the same length), or the model would
+        # read those files again.
         last = messages[-1]
-        cut = cut_newest_output(last, mdl, b)
-        if cut is not None:
-            return Selection(list(messages[:-1]), [last], last.id, b, sz, cut)
+        cuts = cut_outputs(last, mdl, b)
+        if cuts:
+            return Selection(list(messages[:-1]), [last], last.id, b, sz, cuts)
     if kept <= 0:
         return Selection(list(messages), [], "", b, sz)
     return Selection(list(messages[:kept]), list(messages[kept:]), messages[kept].id, b, sz)
 
 
-def newest_output(msg: m.Message) -> Optional[m.Part]:
-    """The message's newest completed tool part whose output is still sent."""
+def sent_outputs(msg: m.Message) -> list:
+    """The message's completed tool parts whose outputs are still sent, in order."""
     if msg.role != m.ASSISTANT:
-        return None
-    return next((p for p in reversed(msg.parts) if isinstance(p.content, m.Tool)
-                 and p.content.status == m.COMPLETED and not p.content.compacted and p.content.output), None)
+        return []
+    return [p for p in msg.parts if isinstance(p.content, m.Tool) and p.content.status == m.COMPLETED
+            and not p.content.compacted and p.content.output]
 
 
-def cut_newest_output(msg: m.Message, mdl: m.Model, budget_: int) -> Optional[ReplaceToolOutput]:
-    """The newest tool output of msg cut (serialize.clip) to the most characters with which the
-    message's size is within budget_; None when msg has none, or is over budget_ even with it cut
-    to nothing."""
-    part = newest_output(msg)
-    if part is None:
-        return None
+def cut_outputs(msg: m.Message, mdl: m.Model, budget_: int) -> tuple:
+    """ReplaceToolOutput of the tool outputs of msg cut (serialize.clip) to the most characters
+    each with which the message's size is within budget_ (an output no longer than that stays
+    whole: one output is cut alone, parallel ones each keep their head and tail); () when msg has
+    none, or is over budget_ even with them cut to nothing."""
+    parts = sent_outputs(msg)
+    if not parts:
+        return ()
+
+    def cut(chars: int) -> list:
+        return [ReplaceToolOutput(p.id, clip(p.content.output, chars)) for p in parts
+                if len(p.content.output) > chars]
 
     def fits(chars: int) -> bool:
-        cut = apply([msg], [ReplaceToolOutput(part.id, clip(part.content.output, chars))])[0]
-        return message_size(cut, mdl) <= budget_
+        return message_size(apply([msg], cut(chars))[0], mdl) <= budget_
 
     if not fits(0):
-        return None
-    lo, hi = 0, len(part.content.output)  # fits(lo); the whole output does not fit
+        return ()
+    lo, hi = 0, max(len(p.content.output) for p in parts)  # fits(lo); the whole outputs do not fit
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return ReplaceToolOutput(part.id, clip(part.content.output, lo))
+    return tuple(cut(lo))

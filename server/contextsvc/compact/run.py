@@ -164,7 +164,7 @@ class _Plan:
     head: list
     tail: list
     replay: Optional[m.Message]  # the user message to replay after the summary, if any
-    cut: Optional[ed.ReplaceToolOutput] = None  # the tail's newest tool output cut to the budget
+    cuts: tuple = ()  # ReplaceToolOutput of the tail's newest tool outputs cut to the budget
 
 
 def _plan(projected: list, stored: list, overflow: bool, mdl: m.Model, use: int,
@@ -172,7 +172,7 @@ def _plan(projected: list, stored: list, overflow: bool, mdl: m.Model, use: int,
           deadline: Deadline = NO_DEADLINE) -> _Plan:
     """Head and tail, with the turn in progress never dropped: it is summarized or kept."""
     floor = _earliest_tail(projected, stored)
-    kept, cut = len(projected), None
+    kept, cuts = len(projected), ()
     if keep_tail:
         # the finished compaction pair the projection starts with is hidden (as upstream): it is
         # never a turn to keep, and a history that is one turn since then is summarized whole
@@ -181,12 +181,12 @@ def _plan(projected: list, stored: list, overflow: bool, mdl: m.Model, use: int,
         if selection.tail_start_id:
             kept = max(hidden + len(selection.head), floor)
             # the cut message is the last one: it is kept unless the previous tail reaches past it
-            cut = selection.cut if kept < len(projected) else None
+            cuts = selection.cuts if kept < len(projected) else ()
     head, tail = projected[:kept], projected[kept:]
     r = _replay_index(projected) if overflow else -1
     # a user message kept verbatim in the tail is not replayed: it would be sent twice
     replay = projected[r] if 0 <= r < kept else None
-    return _Plan(head, tail, replay, cut)
+    return _Plan(head, tail, replay, cuts)
 
 
 def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline = NO_DEADLINE,
@@ -344,6 +344,5 @@ def _edits(inp: CompactInput, plan: _Plan, marker: Optional[m.Message], marker_i
         edits.append(ed.InsertMessage(summary_id, replay))
     elif replay is None and inp.auto:
         edits.append(ed.InsertMessage(summary_id, _continue_prompt(next_id, now_ms)))
-    if plan.cut is not None:
-        edits.append(plan.cut)
+    edits.extend(plan.cuts)
     return edits
