@@ -51,9 +51,16 @@ def gemini_counts(monkeypatch):
 
 
 def measure_request(conv=None, model=None, tools=True, **kw):
+    """tools=False: no tools, no system prompt, and a history without tool calls (one with calls
+    is sent with a tool standing for them), so the body is its messages alone."""
     extra = dict(tools=TOOLS, system=SYSTEM) if tools else {}
-    return pb.MeasureRequest(conversation=conv or convo.small_conversation(), model=model or convo.model(),
-                             exact=True, **extra, **kw)
+    conv = conv or convo.small_conversation()
+    if not tools:
+        for msg in conv.messages:
+            kept = [p for p in msg.parts if not p.HasField("tool")]
+            del msg.parts[:]
+            msg.parts.extend(kept)
+    return pb.MeasureRequest(conversation=conv, model=model or convo.model(), exact=True, **extra, **kw)
 
 
 def counts(fake, suffix):
