@@ -86,6 +86,41 @@ def test_payload_guard_trips_by_outcome(fresh):
     assert s[("contextsvc_payload_guard_trips_total", (("outcome", "still-over"),))] == 1
 
 
+def test_the_guard_s_prune_and_the_post_compaction_prune_count_as_prune_runs(fresh):
+    """Prune runs and tokens freed by reason (SPEC §8) count every prune: the Prune RPC's, the
+    payload guard's in Assemble (payload-limit) and Compact's own (post-compaction), each with
+    the figures its own RPC would answer."""
+    from helpers.rpc import big_conversation_with_summary, request
+
+    server, stub = fresh
+    conv = big_conversation_with_summary()
+    a = stub.Assemble(request(conv), timeout=30)
+    assert a.guard_tripped and a.pruned_part_ids
+    s = scrape(server.metrics_port)
+    runs = s[("contextsvc_prune_runs_total", (("outcome", "acted"), ("reason", "payload-limit")))]
+    freed = s[("contextsvc_prune_tokens_freed_total", (("reason", "payload-limit"),))]
+    alone = stub.Prune(pb.PruneRequest(conversation=conv, model=request(conv).model,
+                                       reason=pb.PRUNE_REASON_PAYLOAD_LIMIT), timeout=30)
+    assert list(alone.part_ids) == list(a.pruned_part_ids) and (runs, freed) == (1, alone.tokens_freed)
+    stub.Measure(pb.MeasureRequest(conversation=conv, model=request(conv).model), timeout=30)  # no body sent
+    over = convo.small_conversation()
+    over.messages[2].parts[0].text.text = "z" * 2_000_000  # nothing to prune: a run that did nothing
+    stub.Assemble(request(over), timeout=30)
+    s = scrape(server.metrics_port)
+    assert s[("contextsvc_prune_runs_total", (("outcome", "acted"), ("reason", "payload-limit")))] == 2  # with the RPC's
+    assert s[("contextsvc_prune_runs_total", (("outcome", "noop"), ("reason", "payload-limit")))] == 1
+    # a kept tail of eight turns holds outputs the post-compaction prune marks, one that keeps little none
+    for tail, outcome in ((pb.CompactionSettings(preserve_recent_tokens=200_000, tail_turns=8), "acted"),
+                          (pb.CompactionSettings(), "noop")):
+        c = stub.Compact(pb.CompactRequest(conversation=conv, model=request(conv).model, auto=True, compaction=tail),
+                         timeout=30)
+        assert c.outcome == pb.COMPACT_OUTCOME_COMPACTED and bool(c.pruned_part_ids) == (outcome == "acted")
+    s = scrape(server.metrics_port)
+    assert s[("contextsvc_prune_runs_total", (("outcome", "acted"), ("reason", "post-compaction")))] == 1
+    assert s[("contextsvc_prune_runs_total", (("outcome", "noop"), ("reason", "post-compaction")))] == 1
+    assert s[("contextsvc_prune_tokens_freed_total", (("reason", "post-compaction"),))] == 5 * 25_000  # 5 outputs
+
+
 def test_a_prefix_break_counts_once_per_body_sent_however_often_a_step_assembles(fresh):
     """The README's loop: a step that prunes, then compacts, assembles three times against the
     state of the body sent last; the provider sees one change of its cached prefix."""

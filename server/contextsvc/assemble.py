@@ -70,6 +70,7 @@ class Assembled:
     persist: list = field(default_factory=list)  # list[Persist]: parts the client stores
     tool_names: dict = field(default_factory=dict)  # tool name in the body -> the request's, where they differ
     headers: dict = field(default_factory=dict)  # HTTP headers the body must be sent with
+    tokens_pruned: int = 0  # the payload guard's prune: its estimate of the outputs it marked
 
 
 def assemble(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None,
@@ -121,6 +122,7 @@ def run(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None, *, s
         persist=s.injected.persist,
         tool_names=name_map(plan.fmt, (t.name for t in inp.tools)),
         headers=provider_management.body_fields(plan.management, plan.fmt, plan.tools)[1],
+        tokens_pruned=guard.tokens_pruned,
     )
 
 

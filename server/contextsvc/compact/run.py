@@ -51,6 +51,7 @@ class CompactResult:
     summary: Optional[m.Message] = None
     continue_message: Optional[m.Message] = None
     pruned_part_ids: list = field(default_factory=list)
+    post_prune: Optional[prune.PruneResult] = None  # the post-compaction prune, when a summary was made
     under_limit: bool = False
     tokens_before: int = 0
     tokens_after: int = 0
@@ -288,6 +289,7 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
     result.summary = new[summary_id]
     result.continue_message = new.get(next_id)
     result.pruned_part_ids = list(pr.part_ids) if pr.acted else []
+    result.post_prune = pr
     result.under_limit = under
     result.tokens_after = tokens_after
     result.backend = backend

@@ -83,6 +83,9 @@ class ContextService(pb_grpc.ContextServiceServicer):
         r = compact.compact(inp, self._cfg, self._summarizer, deadline, memo=self._memo)
         if self._metrics is not None:
             self._metrics.record_compaction(r.outcome, r.backend, r.fell_back, r.retention)
+            if r.post_prune is not None:
+                p = r.post_prune
+                self._metrics.record_prune(p.reason, p.acted, p.tokens_freed)
         return conversion.compact_response(r)
 
     def serialized(self, method: str) -> Callable[[object, object], bytes]:
@@ -108,6 +111,8 @@ class ContextService(pb_grpc.ContextServiceServicer):
             self._metrics.record_measure(inp.model.provider, m.overflow or m.should_compact)
             self._metrics.record_assemble(inp.model.provider, len(r.breakpoints), r.report, r.guard_tripped,
                                           r.over_payload_limit, inp.previous_cache_state)
+            if r.guard_tripped:  # the guard's payload-limit prune ran
+                self._metrics.record_prune(prune.PAYLOAD_LIMIT, bool(r.pruned_part_ids), r.tokens_pruned)
         return r
 
     def TruncateToolOutput(self, request: pb.TruncateToolOutputRequest, context):

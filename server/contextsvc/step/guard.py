@@ -33,6 +33,7 @@ class Guard:
     """What the payload guard did to a request (docs/design.md §6, "Payload guard")."""
     tripped: bool = False  # the body as first built exceeded REQUEST_PRUNE_BYTES
     pruned_part_ids: list = field(default_factory=list)  # the payload-limit prune's parts
+    tokens_pruned: int = 0  # the prune's estimate of their outputs (prune.PruneResult.tokens_freed)
     media_stripped: int = 0  # historical media turned into attachment notes
     conversation: m.Conversation | None = None  # what is sent instead, when anything changed
     # the bytes the prune's marks take off the body (those of the marked messages lowered alone,
@@ -68,8 +69,8 @@ def payload_guard(conv: m.Conversation, over: bool, plan: Plan, memo: Memo | Non
         return Guard(tripped=True)
     sent = dataclasses.replace(conv, messages=messages)
     if stripped:  # copies of the guard's own, which the memo kept nothing of
-        return Guard(True, list(marked.part_ids), stripped, sent)
-    return Guard(True, list(marked.part_ids), stripped, sent, marked.freed,
+        return Guard(True, list(marked.part_ids), marked.tokens, stripped, sent)
+    return Guard(True, list(marked.part_ids), marked.tokens, stripped, sent, marked.freed,
                  None if marked.joined is None else message_prefix_digests(messages, marked.joined), marked.pairs)
 
 
@@ -77,6 +78,7 @@ def payload_guard(conv: m.Conversation, over: bool, plan: Plan, memo: Memo | Non
 class _Found:
     """What the guard's prune found for a conversation's first messages (the GUARD entry)."""
     part_ids: tuple
+    tokens: int  # the prune's estimate of their outputs
     wanted: frozenset  # the same ids, looked up in (each new message's parts)
     ids_size: int  # what part_ids and wanted hold, worked out once for the entries that share them
     changed: tuple  # the positions of the messages the prune's marks change
@@ -103,6 +105,7 @@ class _Found:
 class _Marked:
     """What the guard's prune did to a conversation's messages."""
     part_ids: tuple  # the payload-limit prune's part ids
+    tokens: int  # the prune's estimate of their outputs
     messages: list  # the messages with those parts marked
     # when the memo gave the prune (served), what it kept beside it, else None: the bytes the marks
     # take off the body (for lowering_alone's lowering, when it has one), memo.joined_digests of
@@ -120,8 +123,8 @@ def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadl
     now_ms = plan.now_ms or time.time_ns() // 1_000_000
     msgs = conv.messages
     if memo is None:
-        ids = _prune(conv, plan, memo, deadline)
-        return _Marked(ids, _apply(msgs, frozenset(ids), now_ms, memo, deadline)[0] if ids else msgs)
+        ids, tokens = _prune(conv, plan, memo, deadline)
+        return _Marked(ids, tokens, _apply(msgs, frozenset(ids), now_ms, memo, deadline)[0] if ids else msgs)
     g = prune.gates(plan.compaction, plan.cfg, plan.model)
     candidates = guard_keys(conv, plan, gates=g) if keys is None else keys
     k, found = memo.longest(candidates)
@@ -132,9 +135,10 @@ def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadl
         memo.touch([earlier])
         memo.touch_held(found.kept, k, len(msgs))  # the copies it serves
     else:  # pruned afresh
-        ids = _prune(conv, plan, memo, deadline)
+        ids, tokens = _prune(conv, plan, memo, deadline)
         wanted = frozenset(ids)
-        k, found = 0, _Found(ids, wanted, resident_size(ids) + sys.getsizeof(wanted), (), (), (), pairs=pairs_hash())
+        k, found = 0, _Found(ids, tokens, wanted, resident_size(ids) + sys.getsizeof(wanted), (), (), (),
+                             pairs=pairs_hash())
     ids = found.part_ids
     newer, keys = _apply(msgs[k:], found.wanted, now_ms, memo, deadline) if ids else \
         (msgs[k:], [None] * (len(msgs) - k))
@@ -161,7 +165,7 @@ def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadl
                 entry_fed = _fed(found.pairs, msgs, added, copies[:len(added)])
                 if lowering is not None:
                     entry_freed = kept_freed + _freed(msgs, added, copies[:len(added)], plan, memo, deadline)
-            entry = _Found(ids, found.wanted, found.ids_size, found.changed + tuple(added),
+            entry = _Found(ids, found.tokens, found.wanted, found.ids_size, found.changed + tuple(added),
                            found.copies + copies[:len(added)],
                            found.kept + tuple(x for x in keys[:n - k] if x is not None),
                            joined[:MESSAGE_DIGEST_BYTES * n], pairs=entry_fed)
@@ -169,9 +173,9 @@ def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadl
                 entry.freed[lowering] = entry_freed
             memo.supersede(earlier, key, entry, entry.charge())  # each serves the session's next step
     if not served:
-        return _Marked(ids, shrunk)
+        return _Marked(ids, found.tokens, shrunk)
     last = changed[-1] if changed else found.changed[-1] if found.changed else -1
-    return _Marked(ids, shrunk, freed, joined,
+    return _Marked(ids, found.tokens, shrunk, freed, joined,
                    KnownPairs(fed.digest(), last) if fed is not None and last >= 0 else None)
 
 
@@ -249,9 +253,10 @@ def guard_keys(conv: m.Conversation, plan: Plan, digests: list | None = None,
 
 
 def _prune(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadline) -> tuple:
-    """The payload-limit prune's part ids for conv."""
-    return tuple(prune.prune(conv, prune.PAYLOAD_LIMIT, plan.compaction, plan.cfg, model=plan.model, memo=memo,
-                             deadline=deadline).part_ids)
+    """(the payload-limit prune's part ids for conv, its estimate of their outputs)."""
+    r = prune.prune(conv, prune.PAYLOAD_LIMIT, plan.compaction, plan.cfg, model=plan.model, memo=memo,
+                    deadline=deadline)
+    return tuple(r.part_ids), r.tokens_freed if r.part_ids else 0
 
 
 def _apply(messages: list, wanted: frozenset, now_ms: int, memo: Memo | None, deadline: Deadline) -> tuple:
