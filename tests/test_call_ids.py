@@ -116,3 +116,39 @@ def test_the_ids_used_again_are_found_step_by_step_as_by_a_whole_pass():
                     expected.append(i)
                 seen |= set(msg.call_ids)
             assert list(repeats) == expected
+
+
+def _assemble_ids(stub, provider, messages):
+    request = pb.AssembleRequest(conversation=pb.Conversation(session_id=f"odd-{provider}", messages=messages),
+                                 model=convo.model(provider=PROVIDERS[provider]), tools=TOOLS)
+    a = stub.Assemble(request, timeout=10)
+    body = json.loads(a.body)
+    assert judge_for(provider)(body) == []
+    return a, calls_and_results(provider, body)
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai", "openai-responses"])
+def test_ids_stay_apart_for_odd_shapes(stub, memo_off, provider):
+    """A client's id spelled like an id written again (it holds the joining NUL), and a summary
+    holding a call whose id the kept tail (stored before it, sent after it) also uses: the body's
+    ids are still all different, call and result agree, and the memo changes nothing."""
+    lookalike = [convo.user("u0", convo.text("u0p", "go")),
+                 convo.assistant("a1", convo.tool("a1t0", "x", "read", {"k": 1}, "one")),
+                 convo.user("u1", convo.text("u1p", "more")),
+                 convo.assistant("a2", convo.tool("a2t0", "x", "read", {"k": 2}, "two")),
+                 convo.user("u2", convo.text("u2p", "more")),
+                 convo.assistant("a3", convo.tool("a3t0", "x\x00a2\x000", "read", {"k": 3}, "three")),
+                 convo.user("u3", convo.text("u3p", "more"))]
+    summary_call = [convo.user("u0", convo.text("u0p", "go")),
+                    convo.assistant("t1", convo.tool("t1t", "x", "read", {"k": 1}, "tail output")),
+                    pb.Message(id="m1", role=pb.ROLE_USER, parts=[pb.Part(id="m1c", compaction=pb.CompactionPart(
+                        auto=True, tail_start_id="t1"))]),
+                    convo.assistant("s1", convo.text("s1p", "summary so far"), convo.tool("s1t", "x", "read", {}, "x"),
+                                    summary=True, parent_id="m1"),
+                    convo.user("u1", convo.text("u1p", "continue"))]
+    with grpc.insecure_channel(f"127.0.0.1:{memo_off.port}") as off_channel:
+        off = pb_grpc.ContextServiceStub(off_channel)
+        for messages, calls in ((lookalike, 3), (summary_call, 2)):
+            a, (called, answered) = _assemble_ids(stub, provider, messages)
+            assert len(called) == len(set(called)) == calls and answered == called, called
+            assert a == _assemble_ids(off, provider, messages)[0]

@@ -289,3 +289,21 @@ def test_an_intention_is_no_decision_unless_it_says_what_was_chosen():
         _assistant("a1", "I'll look at the request handler first."),
         _assistant("a2", "I'll use a sliding window rather than a token bucket.")]))
     assert s["decisions"] == ["I'll use a sliding window rather than a token bucket."]
+
+
+def test_a_run_that_failed_does_no_ask_and_only_test_or_lint_failures_block():
+    failing = [_user("u1", "Update the rate limiter in src/limits.py and make `pytest -q` pass"),
+               _assistant("a1", _bash("pytest -q", output="FAILED tests/test_api.py::test_limit - AssertionError"))]
+    s = template.parse(offline.summarize(failing))
+    assert "make `pytest -q` pass" in s["next_steps"] + [x.removeprefix(offline.WORKING) for x in s["in_progress"]]
+    assert s["blocked"] == ["`pytest -q` failed: FAILED tests/test_api.py::test_limit - AssertionError"]
+    s = template.parse(offline.summarize(failing + [_assistant("a2", _bash("pytest -q", output="12 passed"))]))
+    assert "make `pytest -q` pass" not in s["next_steps"] and s["blocked"] == []
+    # a search whose output quotes an error is no failure; a clean run of a program an ask names
+    # does only an ask to run or check it
+    s = template.parse(offline.summarize([
+        _user("u1", "Find where we log the upload failures in src/, and fix the docker build"),
+        _assistant("a1", _bash('grep -rn "Error:" src/', output='src/upload.py:41: log.warning("Error: upload failed")')),
+        _assistant("a2", _bash("docker ps", output="CONTAINER ID   IMAGE"))]))
+    assert s["blocked"] == []
+    assert "fix the docker build" in s["next_steps"] + [x.removeprefix(offline.WORKING) for x in s["in_progress"]]

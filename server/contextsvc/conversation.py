@@ -308,6 +308,9 @@ class Scanned:
         for i in at:
             if (i + 1) * size > len(digests):
                 break
+            if not messages[i].digest:  # the joined digests go as far as every message has one
+                del digests[i * size:]
+                break
             digests[i * size:(i + 1) * size] = messages[i].digest
         return Scanned(self.cuts, self.compacted, bytes(digests), self.first_calls, ())
 

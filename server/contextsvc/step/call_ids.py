@@ -18,6 +18,7 @@ import operator
 import sys
 
 from .. import conversation as m, projection
+from ..deadline import NO_DEADLINE, Deadline
 from ..memo import CALLS, Memo, renamed_digest
 
 # Between the parts of a written-again id: outside every provider's id alphabet, so the id is
@@ -25,25 +26,26 @@ from ..memo import CALLS, Memo, renamed_digest
 _JOIN = "\x00"
 
 
-def own_ids(messages: list, repeats: tuple, points: list, memo: Memo | None = None) -> tuple:
+def own_ids(messages: list, points: list, memo: Memo | None = None, deadline: Deadline = NO_DEADLINE) -> tuple:
     """(messages with a copy in place of each message sent whose tool parts reuse a call id an
-    earlier part sent used, those parts carrying ids of their own; the indices of the copies).
-    repeats: conversation.Scanned.repeats (the messages reusing an id of any earlier message: a
-    superset); points: projection.compaction_points. Only what is sent counts (projection.project):
-    a kept tail is written alike whether or not the client still stores what was compacted before
-    it, so Compact's tokens_after is the next step's figure. With the memo, a copy is made once
-    (CALLS)."""
-    maybe = {id(messages[i]) for i in repeats}
+    earlier part sent used, those parts carrying ids of their own; the indices of the copies),
+    for a conversation some of whose call ids are used more than once (conversation.Scanned.repeats).
+    points: projection.compaction_points. Only what is sent counts, in send order
+    (projection.project): a kept tail is written alike whether or not the client still stores what
+    was compacted before it, so Compact's tokens_after is the next step's figure. With the memo, a
+    copy is made once (CALLS)."""
+    sent = list(filter(_CALL_IDS, projection.project(messages, points)))
+    taken = {call for msg in sent for call in msg.call_ids}  # no id written again may be one of these
     seen, copies = set(), {}
-    for msg in filter(_CALL_IDS, projection.project(messages, points)):
-        if id(msg) in maybe:
-            places = _used_again(msg.call_ids, seen)
-            if places:
-                copies[id(msg)] = _copy(msg, places, memo)
+    for msg in sent:
+        deadline.count("call ids")
+        places = _used_again(msg.call_ids, seen)
+        if places:
+            copies[id(msg)] = _copy(msg, places, taken, memo, deadline)
         seen.update(msg.call_ids)
     if not copies:
         return messages, ()
-    at = tuple(i for i in repeats if id(messages[i]) in copies)
+    at = tuple(i for i, x in enumerate(messages) if id(x) in copies)
     out = list(messages)
     for i in at:
         out[i] = copies[id(messages[i])]
@@ -69,25 +71,37 @@ def _used_again(call_ids: tuple, seen: set) -> tuple:
     return tuple(places)
 
 
-def _copy(msg: m.Message, places: tuple, memo: Memo | None) -> m.Message:
-    key = (CALLS, msg.digest, places) if memo is not None and msg.digest else None
+def _copy(msg: m.Message, places: tuple, taken: set, memo: Memo | None, deadline: Deadline) -> m.Message:
+    """A copy of msg whose tool parts at places (among its tool parts) carry ids of their own,
+    none of them in taken (the ids sent, and those written again before), which they join."""
+    renamed, k, own = frozenset(places), 0, {}
+    for j, part in enumerate(msg.parts):
+        deadline.count("call ids")
+        if isinstance(part.content, m.Tool):
+            if k in renamed:
+                own[j] = f"{part.content.call_id}{_JOIN}{msg.id}{_JOIN}{j}"
+            k += 1
+    # an id holding the joining character can be one of them: then one is lengthened until it
+    # is no other (such a copy is the request's own, not kept)
+    clash = not taken.isdisjoint(own.values()) or len(set(own.values())) < len(own)
+    for j in own if clash else ():
+        while own[j] in taken:
+            own[j] += _JOIN
+        taken.add(own[j])
+    taken.update(own.values())
+    key = (CALLS, msg.digest, places) if memo is not None and msg.digest and not clash else None
     if key is not None:
         kept = memo.get(key)
         if kept is not None:
             return kept
-    parts, k, charged = [], 0, 0
-    for j, part in enumerate(msg.parts):
-        c = part.content
-        if isinstance(c, m.Tool):
-            if k in places:
-                own = f"{c.call_id}{_JOIN}{msg.id}{_JOIN}{j}"
-                part = m.Part(part.id, dataclasses.replace(c, call_id=own))
-                charged += sys.getsizeof(part) + sys.getsizeof(part.content) + sys.getsizeof(own)
-            k += 1
-        parts.append(part)
+    parts, charged = list(msg.parts), 0
+    for j, call_id in own.items():
+        part = parts[j] = m.Part(parts[j].id, dataclasses.replace(parts[j].content, call_id=call_id))
+        charged += sys.getsizeof(part) + sys.getsizeof(part.content) + sys.getsizeof(call_id)
     copy = dataclasses.replace(msg, parts=parts)
     if msg.digest:
-        copy.digest = renamed_digest(msg.digest, places)  # lowers as no other message does
+        # lowers as no other message does (a clash's copy: its ids depend on others: none)
+        copy.digest = renamed_digest(msg.digest, places) if not clash else b""
     if key is not None:
         memo.put_charged(key, copy, charged + sys.getsizeof(copy) + sys.getsizeof(parts))
     return copy

@@ -76,7 +76,7 @@ def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Mem
     first_calls, repeats = (sent.scanned.first_calls, sent.scanned.repeats) if scanned is not None \
         else m.repeated_calls(sent.messages)
     if repeats:
-        sent.messages, renamed = own_ids(sent.messages, repeats, points, memo)
+        sent.messages, renamed = own_ids(sent.messages, points, memo, deadline)
         if renamed and scanned is not None:
             sent.scanned = sent.scanned.renamed(renamed, sent.messages)
     if first_calls and not plan.tools:

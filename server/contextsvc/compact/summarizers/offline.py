@@ -193,6 +193,16 @@ LAUNCHERS = ("sudo", "env", "time", "nice", "npx", "uvx", "bunx", "pnpx", "exec"
 ASK_WORDS = re.compile(r"[\w.+-]+")
 
 
+RUN_ASKS = ("run", "rerun", "check", "lint", "test", "format", "build", "execute", "verify")
+
+
+def _runs(ask: str, program: str) -> bool:
+    """The ask asks to run or check with program ("check flake8", "run mypy on src"), not to
+    change something it names ("fix the docker build")."""
+    words = ASK_WORDS.findall(ask.lower())
+    return bool(words) and words[0] in RUN_ASKS and program in words
+
+
 def _program(cmd: str) -> str:
     """The program a command runs (its first segment's), by its base name: what an ask that
     names it ("check flake8", "run mypy") is done by, once it runs clean. "" for a program whose
@@ -347,7 +357,7 @@ class _Asks:
         self.last_step = desc
         self.steps_after_latest += 1
         did = self._named(done) + [a for a in self.keys if a not in self.done and (
-            (command and command in a) or (program and program in ASK_WORDS.findall(a.lower())))]
+            (command and command in a) or (program and _runs(a, program)))]
         for a in self._named(set(wrote)):
             files = {k for k in self.keys[a] if FILE.fullmatch(k)}
             if not files or files & touched:
@@ -493,9 +503,10 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
             out.append(("identifiers", tuple(names), (False,) * len(names)))
         if t.status == m.COMPLETED:
             errors = sup.error_lines(t.output) if cmd else []
+            failing = [x for x in errors if sup.TEST_LINE.match(x) or sup.LINT.match(x)]
             last = next((x.strip() for x in reversed(t.output.splitlines()) if x.strip()), "")
-            if not errors:  # a run that printed a failure failed (below)
-                out.append(("succeeded", key, subject, _clip(last, limits)))
+            if not failing:  # a test or lint run that printed a failure failed (below)
+                out.append(("succeeded", key, subject, None if errors else _clip(last, limits)))
             moves = sup.moves_in_command(cmd) if cmd else sup.moves_in_tool(t.tool, t.input)
             for old, new in moves:
                 out.append(("moved", old, new))
@@ -504,12 +515,12 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
                 out.append(("ran", cmd) if "`" not in cmd else ("acc", "done", ran))
                 # a run that removed or renamed a path does what asks naming it asked ("delete the
                 # scratch file src/tmp.py"); one that ran clean, asks naming its program ("check flake8")
-                gone = {o for o, _ in moves}
-                out.append(("step", ran, touched, tuple(gone | {o.rsplit("/", 1)[-1] for o in gone}), cmd,
-                            "" if errors else _program(cmd), ()))
+                gone = {o for o, _ in moves} if not failing else set()
+                out.append(("step", ran, touched, tuple(gone | {o.rsplit("/", 1)[-1] for o in gone}),
+                            "" if failing else cmd, "" if errors else _program(cmd), ()))
                 for ln in errors:
                     out.append(("acc", "critical", _clip(ln, limits)))
-                if errors:  # a test or lint run that failed: its failure stands until it runs clean
+                if failing:  # a test or lint run that failed: its failure stands until it runs clean
                     out.append(("failed", key, _clip(f"{subject} failed: {sup.headline(t.output)}", limits)))
             elif kind == "edit":
                 out.append(("edited", tuple(p for p in paths if p not in {o for o, _ in moves})))
@@ -669,8 +680,8 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
                     stale.append(Stale(subject[1:-1] if subject.count("`") == 2 else subject, ("blocked",)))
                     asks.done_by(bullet)
                     # Critical Context keeps what it failed with (the evidence); Done says it is over
-                    acc.add("done", _clip(f"{subject} ran clean after failing" + (f": {fact[3]}" if fact[3] else ""),
-                                          limits))
+                    said = "completed after failing" if fact[3] is None else "ran clean after failing"
+                    acc.add("done", _clip(f"{subject} {said}" + (f": {fact[3]}" if fact[3] else ""), limits))
             elif kind == "failed":
                 failed[fact[1]] = fact[2]
                 carried.discard(fact[1])
@@ -790,11 +801,12 @@ def _bounded(key: str, items: list, limits: OfflineLimits) -> list:
         return items[-limits.max_items * CRITICAL_FACTOR:]
     if key == "files":
         items = _files(items)
-        while len(items) > limits.max_items:  # oldest first: named only, then not written, then any
-            drop = next((i for i, x in enumerate(items) if x.endswith(f": {MENTIONED}")), None)
-            if drop is None:
-                drop = next((i for i, x in enumerate(items) if not WRITTEN.search(x)), 0)
-            items = items[:drop] + items[drop + 1:]
+        over = len(items) - limits.max_items
+        if over > 0:  # oldest first: named only, then not written, then any
+            order = sorted(range(len(items)), key=lambda i: (
+                0 if items[i].endswith(f": {MENTIONED}") else 1 if not WRITTEN.search(items[i]) else 2, i))
+            dropped = set(order[:over])
+            items = [x for i, x in enumerate(items) if i not in dropped]
         return items
     return items[-limits.max_items:]
 
