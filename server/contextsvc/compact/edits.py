@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -44,7 +45,7 @@ Edit = Union[InsertMessage, SetTailStart, MarkCompacted, ReplaceToolOutput]
 def apply(messages: list, edits: list) -> list:
     """A new message list with the edits applied in order; the input is left untouched."""
     out = list(messages)
-    for edit in edits:
+    for k, edit in enumerate(edits):
         if isinstance(edit, InsertMessage):
             at = _index(out, edit.after_id)
             out.insert(at + 1, edit.message)
@@ -55,7 +56,10 @@ def apply(messages: list, edits: list) -> list:
                      if isinstance(p.content, m.Compaction) else p for p in msg.parts]
             out[at] = dataclasses.replace(msg, parts=parts)
         elif isinstance(edit, ReplaceToolOutput):
-            out = _replace_output(out, edit.part_id, edit.output)
+            if k and isinstance(edits[k - 1], ReplaceToolOutput):
+                continue  # applied with the first of its run
+            run = itertools.takewhile(lambda e: isinstance(e, ReplaceToolOutput), edits[k:])
+            out = _replace_outputs(out, {e.part_id: e.output for e in run})
         else:
             out = _mark(out, set(edit.part_ids), edit.time_compacted_ms)
     return out
@@ -81,13 +85,19 @@ def _mark(messages: list, wanted: set, now_ms: int) -> list:
     return out
 
 
-def _replace_output(messages: list, part_id: str, output: str) -> list:
+def _replace_outputs(messages: list, outputs: dict) -> list:
+    """messages with the parts of outputs' ids holding those outputs, in one pass (the parallel
+    calls of a kept tail's newest message are cut together)."""
+    out, left = list(messages), set(outputs)
     for i, msg in enumerate(messages):
-        if any(p.id == part_id for p in msg.parts):
-            parts = [m.Part(p.id, dataclasses.replace(p.content, output=output)) if p.id == part_id else p
-                     for p in msg.parts]
-            return messages[:i] + [dataclasses.replace(msg, parts=parts)] + messages[i + 1:]
-    raise KeyError(f"no part {part_id!r} to edit")
+        if left and not left.isdisjoint(p.id for p in msg.parts):
+            out[i] = dataclasses.replace(msg, parts=[
+                m.Part(p.id, dataclasses.replace(p.content, output=outputs[p.id])) if p.id in outputs else p
+                for p in msg.parts])
+            left.difference_update(p.id for p in msg.parts)
+    if left:
+        raise KeyError(f"no part {sorted(left)[0]!r} to edit")
+    return out
 
 
 class IdMaker:

@@ -76,7 +76,7 @@ def select(messages: list, mdl: m.Model, usable: int, settings: m.CompactionSett
         # outputs cut to the budget (parallel calls: each to the same length), or the model would
         # read those files again.
         last = messages[-1]
-        cuts = cut_outputs(last, mdl, b)
+        cuts = cut_outputs(last, mdl, b, deadline)
         if cuts:
             return Selection(list(messages[:-1]), [last], last.id, b, sz, cuts)
     if kept <= 0:
@@ -92,7 +92,7 @@ def sent_outputs(msg: m.Message) -> list:
             and not p.content.compacted and p.content.output]
 
 
-def cut_outputs(msg: m.Message, mdl: m.Model, budget_: int) -> tuple:
+def cut_outputs(msg: m.Message, mdl: m.Model, budget_: int, deadline: Deadline = NO_DEADLINE) -> tuple:
     """ReplaceToolOutput of the tool outputs of msg cut (serialize.clip) to the most characters
     each with which the message's size is within budget_ (an output no longer than that stays
     whole: one output is cut alone, parallel ones each keep their head and tail); () when msg has
@@ -106,7 +106,7 @@ def cut_outputs(msg: m.Message, mdl: m.Model, budget_: int) -> tuple:
                 if len(p.content.output) > chars]
 
     def fits(chars: int) -> bool:
-        return message_size(apply([msg], cut(chars))[0], mdl) <= budget_
+        return message_size(apply([msg], cut(chars))[0], mdl, deadline) <= budget_
 
     if not fits(0):
         return ()
