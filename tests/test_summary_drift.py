@@ -291,7 +291,7 @@ def test_an_intention_is_no_decision_unless_it_says_what_was_chosen():
     assert s["decisions"] == ["I'll use a sliding window rather than a token bucket."]
 
 
-def test_a_run_that_failed_does_no_ask_and_only_test_or_lint_failures_block():
+def test_a_run_that_failed_does_no_ask_and_blocks_unless_it_only_showed_text():
     failing = [_user("u1", "Update the rate limiter in src/limits.py and make `pytest -q` pass"),
                _assistant("a1", _bash("pytest -q", output="FAILED tests/test_api.py::test_limit - AssertionError"))]
     s = template.parse(offline.summarize(failing))
@@ -299,11 +299,17 @@ def test_a_run_that_failed_does_no_ask_and_only_test_or_lint_failures_block():
     assert s["blocked"] == ["`pytest -q` failed: FAILED tests/test_api.py::test_limit - AssertionError"]
     s = template.parse(offline.summarize(failing + [_assistant("a2", _bash("pytest -q", output="12 passed"))]))
     assert "make `pytest -q` pass" not in s["next_steps"] and s["blocked"] == []
-    # a search whose output quotes an error is no failure; a clean run of a program an ask names
-    # does only an ask to run or check it
+    # a build that printed its errors failed, and blocks until it builds
+    s = template.parse(offline.summarize([_user("u1", "Get `cargo build` working again"),
+                                          _assistant("a1", _bash("cargo build", output="error[E0308]: mismatched types"))]))
+    assert s["blocked"] == ["`cargo build` failed: error[E0308]: mismatched types"]
+    assert "Get `cargo build` working again" in s["next_steps"] + [x.removeprefix(offline.WORKING) for x in s["in_progress"]]
+    # a search or a log whose output quotes an error is no failure; a clean run of a program an
+    # ask names does only an ask to run or check it
     s = template.parse(offline.summarize([
         _user("u1", "Find where we log the upload failures in src/, and fix the docker build"),
         _assistant("a1", _bash('grep -rn "Error:" src/', output='src/upload.py:41: log.warning("Error: upload failed")')),
-        _assistant("a2", _bash("docker ps", output="CONTAINER ID   IMAGE"))]))
+        _assistant("a2", _bash("tail -n 50 logs/app.log", output=TRACEBACK)),
+        _assistant("a3", _bash("docker ps", output="CONTAINER ID   IMAGE"))]))
     assert s["blocked"] == []
     assert "fix the docker build" in s["next_steps"] + [x.removeprefix(offline.WORKING) for x in s["in_progress"]]

@@ -203,10 +203,9 @@ def _runs(ask: str, program: str) -> bool:
     return bool(words) and words[0] in RUN_ASKS and program in words
 
 
-def _program(cmd: str) -> str:
-    """The program a command runs (its first segment's), by its base name: what an ask that
-    names it ("check flake8", "run mypy") is done by, once it runs clean. "" for a program whose
-    name is a verb of asking ("make", "test", "find"): it names no ask."""
+def _program_words(cmd: str) -> list:
+    """The words of the program a command runs (its first segment's), from the program's base
+    name on: "python -m pytest -q" -> ["pytest", "-q"]."""
     words = sup.command_words(re.split(r"\s*(?:&&|\|\||;|\|)\s*", cmd.strip(), maxsplit=1)[0])
     while words and (words[0] in LAUNCHERS or "=" in words[0]):
         words = words[1:]
@@ -214,8 +213,27 @@ def _program(cmd: str) -> str:
         words = words[2:]
     elif len(words) >= 2 and words[0] in ("uv", "poetry", "pipenv", "pdm", "hatch") and words[1] == "run":
         words = words[2:]
-    name = words[0].rsplit("/", 1)[-1].lower() if words else ""
+    return [words[0].rsplit("/", 1)[-1].lower(), *words[1:]] if words else []
+
+
+def _program(cmd: str) -> str:
+    """The program a command runs, by its base name: what an ask that names it ("check flake8",
+    "run mypy") is done by, once it runs clean. "" for a program whose name is a verb of asking
+    ("make", "test", "find"): it names no ask."""
+    words = _program_words(cmd)
+    name = words[0] if words else ""
     return "" if len(name) < 3 or name in ASK_VERBS else name
+
+
+# commands that show text (a search, a file, a log): the errors their output quotes are not theirs
+LOOKING = frozenset(("grep", "egrep", "rg", "ag", "ack", "cat", "less", "more", "head", "tail", "find", "fd",
+                     "ls", "tree", "wc", "jq", "zcat", "zgrep", "bat", "sed", "awk", "journalctl", "kubectl"))
+GIT_LOOKING = frozenset(("grep", "log", "show", "diff", "status", "blame"))
+
+
+def _looks(cmd: str) -> bool:
+    words = _program_words(cmd)
+    return bool(words) and (words[0] in LOOKING or (words[0] == "git" and len(words) > 1 and words[1] in GIT_LOOKING))
 
 
 def _kind(tool: str) -> str:
@@ -503,9 +521,9 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
             out.append(("identifiers", tuple(names), (False,) * len(names)))
         if t.status == m.COMPLETED:
             errors = sup.error_lines(t.output) if cmd else []
-            failing = [x for x in errors if sup.TEST_LINE.match(x) or sup.LINT.match(x)]
+            failing = errors if errors and not _looks(cmd) else []
             last = next((x.strip() for x in reversed(t.output.splitlines()) if x.strip()), "")
-            if not failing:  # a test or lint run that printed a failure failed (below)
+            if not failing:  # a run that printed its failure failed (below)
                 out.append(("succeeded", key, subject, None if errors else _clip(last, limits)))
             moves = sup.moves_in_command(cmd) if cmd else sup.moves_in_tool(t.tool, t.input)
             for old, new in moves:
@@ -520,7 +538,7 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
                             "" if failing else cmd, "" if errors else _program(cmd), ()))
                 for ln in errors:
                     out.append(("acc", "critical", _clip(ln, limits)))
-                if failing:  # a test or lint run that failed: its failure stands until it runs clean
+                if failing:  # a run that printed its failure failed: it stands until the run is clean
                     out.append(("failed", key, _clip(f"{subject} failed: {sup.headline(t.output)}", limits)))
             elif kind == "edit":
                 out.append(("edited", tuple(p for p in paths if p not in {o for o, _ in moves})))
