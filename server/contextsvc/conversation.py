@@ -319,17 +319,17 @@ def repeated_calls(messages: list, start: int = 0, first: dict | None = None, re
     """(Scanned.first_calls, Scanned.repeats) of messages, those of messages[:start] being first
     and repeats (not changed: a new dict when messages[start:] add an id)."""
     first = {} if first is None else first
-    added = None
+    added, more = None, []
     for i in itertools.compress(range(start, len(messages)), map(_CALL_IDS, messages[start:])):
         seen = first if added is None else added
         ids = messages[i].call_ids
         if len(set(ids)) < len(ids) or not seen.keys().isdisjoint(ids):
-            repeats += (i,)
+            more.append(i)
         if added is None:
             added = dict(first)
         for call in ids:
             added.setdefault(call, i)
-    return (first if added is None else added), repeats
+    return (first if added is None else added), (repeats + tuple(more) if more else repeats)
 
 
 _MAY_CUT = operator.attrgetter("may_cut")
