@@ -191,8 +191,6 @@ def _command(inp) -> str:
 # what runs the program a command is about: "python -m pytest", "npx eslint", "sudo make"
 LAUNCHERS = ("sudo", "env", "time", "nice", "npx", "uvx", "bunx", "pnpx", "exec")
 ASK_WORDS = re.compile(r"[\w.+-]+")
-
-
 RUN_ASKS = ("run", "rerun", "check", "lint", "test", "format", "build", "execute", "verify")
 
 
@@ -206,7 +204,7 @@ def _runs(ask: str, program: str) -> bool:
 def _program_words(cmd: str) -> list:
     """The words of the program a command runs (its first segment's), from the program's base
     name on: "python -m pytest -q" -> ["pytest", "-q"]."""
-    words = sup.command_words(re.split(r"\s*(?:&&|\|\||;|\|)\s*", cmd.strip(), maxsplit=1)[0])
+    words = sup.command_words(sup.segments(cmd.strip())[0])
     while words and (words[0] in LAUNCHERS or "=" in words[0]):
         words = words[1:]
     if len(words) >= 3 and words[0].rsplit("/", 1)[-1].startswith("python") and words[1] == "-m":

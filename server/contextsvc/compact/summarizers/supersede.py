@@ -172,6 +172,14 @@ RENAME_KEYS = (("source", "destination"), ("old_path", "new_path"), ("from", "to
 DELETE_TOOLS = ("delete", "remove", "rm", "delete_file", "remove_file")
 
 
+SEGMENT = re.compile(r"\s*(?:&&|\|\||;)\s*")  # between the commands of a command line
+
+
+def segments(cmd: str) -> list:
+    """The commands of a command line, split at `&&`, `||` and `;`."""
+    return SEGMENT.split(cmd)
+
+
 def command_words(cmd: str) -> list:
     """A command's words, as the shell splits them (on whitespace when it cannot)."""
     try:
@@ -183,7 +191,7 @@ def command_words(cmd: str) -> list:
 def moves_in_command(cmd: str) -> list:
     """[(old path, new path or "" when deleted)] of `mv`, `git mv`, `rm`, `git rm` in a command."""
     out = []
-    for part in re.split(r"\s*(?:&&|\|\||;)\s*", cmd):
+    for part in segments(cmd):
         words = command_words(part)
         if words[:1] == ["git"]:
             words = words[1:]
