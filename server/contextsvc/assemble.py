@@ -121,7 +121,7 @@ def run(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None, *, s
         report=_report(previous, request, result) if previous is not None else None,
         persist=s.injected.persist,
         tool_names=name_map(plan.fmt, (t.name for t in inp.tools)),
-        headers=provider_management.body_fields(plan.management, plan.fmt, plan.tools)[1],
+        headers=provider_management.body_fields(s.plan.management, plan.fmt, s.plan.tools)[1],
         tokens_pruned=guard.tokens_pruned,
     )
 

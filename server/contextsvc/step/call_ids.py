@@ -4,12 +4,12 @@ own.
 
 Some agents number their calls afresh at every turn (`call_0`, `call_1`, ...), and every provider
 that writes ids refuses a request in which two calls share one (Anthropic: "tool_use ids must be
-unique"; the OpenAI formats alike). The first part with an id keeps it. A later one is written as
-the id of its call id, its message's id and its place in the message, joined by a character no
-provider takes, so lowering.tool_ids writes it in the provider's alphabet with a hash of the
-whole: its call and its result still agree (one part holds both), it differs from every other
-id, and it depends on the messages before it alone, so a new step never changes how an earlier
-call is written and the cached prefix stays.
+unique"; the OpenAI formats alike). The first part sent with an id keeps it. A later one is
+written as the id of its call id, its message's id and its place in the message, joined by a
+character no provider takes, so lowering.tool_ids writes it in the provider's alphabet with a hash
+of the whole: its call and its result still agree (one part holds both), it differs from every
+other id, and it depends on the messages sent before it alone, so a new step never changes how an
+earlier call is written and the cached prefix stays.
 """
 from __future__ import annotations
 

@@ -42,6 +42,7 @@ class Step:
     request: Request  # what is sent (after the payload guard)
     guard: Guard
     injected: Injected
+    plan: Plan  # the plan the body was built with (Plan.for_history: its tools may stand for earlier calls)
 
 
 def check(conv: m.Conversation, plan: Plan, memo: Memo | None = None, deadline: Deadline = NO_DEADLINE) -> None:
@@ -114,7 +115,7 @@ def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Mem
         if not hashed:
             request = build(sent, plan, memo, deadline, points, digests)
         measurement = finish(sent, request, plan, memo, exact_counters, deadline)
-    return Step(measurement, request, guard, injected)
+    return Step(measurement, request, guard, injected, plan)
 
 
 def _guarded_again(sent: m.Conversation, plan: Plan, memo: Memo, exact_counters, deadline: Deadline, keys: list,
@@ -134,7 +135,7 @@ def _guarded_again(sent: m.Conversation, plan: Plan, memo: Memo, exact_counters,
     if request.body_bytes() + guard.freed <= plan.cfg.assemble.request_prune_bytes + FREED_SLACK_BYTES:
         return None
     measurement = finish(guard.conversation, request, plan, memo, exact_counters, deadline, sent, guard.pairs)
-    return Step(measurement, request, guard, injected)
+    return Step(measurement, request, guard, injected, plan)
 
 
 def _first_changed(now: list, was: list) -> int:
