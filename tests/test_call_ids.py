@@ -21,8 +21,7 @@ from helpers import convo
 from helpers.server import start_server
 from judges import judge_for
 
-PROVIDERS = {name[len("PROVIDER_"):].lower().replace("_", "-"): value
-             for name, value in pb.Provider.items() if value != pb.PROVIDER_UNSPECIFIED}
+PROVIDERS = convo.PROVIDERS
 TOOLS = [pb.ToolDefinition(name=n, description=f"the {n} tool", input_schema_json='{"type":"object"}')
          for n in ("read", "bash")]
 

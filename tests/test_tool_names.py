@@ -20,8 +20,7 @@ from judges import judge_for
 
 LONG = ("acme-internal.browser_take_screenshot_of_the_current_page_" * 2)[:100]
 MCP = ["github.create_issue", "context7.resolve-library-id", LONG]
-PROVIDERS = {name[len("PROVIDER_"):].lower().replace("_", "-"): value
-             for name, value in pb.Provider.items() if value != pb.PROVIDER_UNSPECIFIED}
+PROVIDERS = convo.PROVIDERS
 # The formats whose names are ^[a-zA-Z0-9_-]{1,64}$: every MCP name above is mapped there.
 WORD_NAMES = ("anthropic", "openai", "openai-compatible", "openrouter", "alibaba", "copilot", "bedrock",
               "openai-responses")

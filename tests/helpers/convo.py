@@ -6,6 +6,11 @@ import json
 from contextsvc.v1 import context_pb2 as pb
 
 
+# every provider, by the name its judge (judges.judge_for) and lowering.registry give it -> its enum
+PROVIDERS = {name[len("PROVIDER_"):].lower().replace("_", "-"): value
+             for name, value in pb.Provider.items() if value != pb.PROVIDER_UNSPECIFIED}
+
+
 def text(pid, s, **kw):
     return pb.Part(id=pid, text=pb.TextPart(text=s, **kw))
 
