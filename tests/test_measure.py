@@ -389,6 +389,16 @@ def test_a_prune_that_frees_enough_clears_should_compact():
     assert r.reported == r0.reported  # the provider's count, as reported
 
 
+def test_a_prune_that_frees_enough_gives_the_output_budget_back():
+    """The output budget reads the provider's count as the decision does, rebased: right after a
+    prune the last answer's usage still counts the outputs the prune took out, and the budget cut to
+    what that left would cap the next answer far below what the window has free."""
+    model_, _, after = _pruned_session()
+    r = run(after, model_)
+    assert 32_000 - r.reported - CFG.measure.output_headroom < 4_000  # what the stale count leaves
+    assert r.output_tokens == 4_000  # the model's own cap: the pruned request leaves far more free
+
+
 def test_a_prune_made_before_the_answer_is_not_taken_out_again():
     """Outputs compacted before the baseline answer was produced were sent as placeholders then:
     the provider's count already excludes them, and the projection stands as reported."""

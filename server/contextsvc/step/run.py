@@ -172,7 +172,9 @@ def finish(conv: m.Conversation, request: Request, plan: Plan, memo: Memo | None
     mdl, cfg = plan.model, plan.cfg
     max_out = window.max_output(mdl, cfg)
     configured = plan.configured_output_tokens or max_out
-    out_tokens = window.output_budget(mdl, configured, dec.reported, fig.normalized, fig.media_count, cfg)
+    # the provider's count stands for what it counted: after a prune, without what the prune took out
+    counted = dec.rebased if dec.has_baseline else dec.reported
+    out_tokens = window.output_budget(mdl, configured, counted, fig.normalized, fig.media_count, cfg)
     request.lowered.set_max_output(out_tokens)
     measurement = gather(request.body_bytes(), fig, dec, plan.usable, plan.limit, max_out, out_tokens)
     endpoints = exact_counters.endpoints if exact_counters is not None else None
