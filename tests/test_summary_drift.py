@@ -247,7 +247,8 @@ def test_a_failing_run_is_blocked_until_the_same_run_is_clean_which_does_the_ask
     for s in (_rolled(first, later), template.parse(offline.summarize(first + later))):
         assert s["blocked"] == [] and s["next_steps"] == [], s
         assert "`flake8 src/gw` ran clean after failing" in s["done"]
-        assert lint in s["critical"]  # the evidence stays; Done says it is over
+        # the evidence stays, marked as over, as Done says
+        assert lint + offline.FIXED in s["critical"] and lint not in s["critical"]
     tests = [_user("u1", "Run pytest on src/gw"),
              _assistant("a1", _bash("pytest -q", output="E       AssertionError: expected 429\n1 failed")),
              _assistant("a2", _bash("python -m pytest -q", output="==== 5 passed in 0.42s ===="))]
@@ -313,3 +314,75 @@ def test_a_run_that_failed_does_no_ask_and_blocks_unless_it_only_showed_text():
         _assistant("a3", _bash("docker ps", output="CONTAINER ID   IMAGE"))]))
     assert s["blocked"] == []
     assert "fix the docker build" in s["next_steps"] + [x.removeprefix(offline.WORKING) for x in s["in_progress"]]
+
+
+def _tool(cid, tool, inp, output="", status=m.COMPLETED, error=""):
+    return m.Tool(cid, tool, status, inp, output=output, error=error)
+
+
+def test_a_turn_s_closing_report_stays_in_done_and_does_the_asks_it_speaks_of():
+    pagination = "Done: GET /tasks takes limit (default 50, max 200) and offset; 6 tests pass."
+    turns = [_user("u0", "Build a task API with CRUD on /tasks."),
+             _assistant("a0", "Done: the task API serves CRUD on /tasks."),
+             _user("u1", "Add pagination to GET /tasks: limit and offset query params, default 50, max 200."),
+             _assistant("a1", _edit("c1", "app/routes.py", "def list_tasks():", "def list_tasks(limit=50):")),
+             _assistant("a2", _bash("pytest -q", output="6 passed")),
+             _assistant("a3", pagination),
+             _user("u2", "Open a GitHub issue about alembic migrations, and check the CI config."),
+             _assistant("a4", _tool("c2", "mcp__github__create_issue", {"title": "alembic"}, '{"number": 42}'),
+                        _tool("c3", "read", {"file_path": ".github/workflows/ci.yml"}, "jobs:\n  test: {}")),
+             _assistant("a5", "Done: issue #42 opened; CI already runs a postgres:16 service."),
+             _user("u3", "Rename the field done to completed everywhere."),
+             _assistant("a6", _edit("c4", "app/models.py", "done", "completed")),
+             _user("u4", "Add a search endpoint on /tasks/search.")]
+    s = template.parse(offline.summarize(turns))
+    assert not any("pagination" in g for g in s["goal"])  # its request left the goals kept
+    assert pagination in s["done"]  # what the turn did outlives it
+    assert not any("CI config" in x or "GitHub issue" in x for x in s["next_steps"] + s["in_progress"]), s
+    # the turn under way at the cut ends in the next head: its carried asks are done by its report
+    first = [_user("u1", "Switch to postgres instead of sqlite (psycopg 3). Also delete the seed_tmp script."),
+             _assistant("a1", _edit("c1", "app/db.py", "sqlite3", "psycopg"))]
+    s = template.parse(offline.summarize(first))
+    assert any("postgres" in x or "seed_tmp" in x for x in s["next_steps"] + s["in_progress"])
+    later = [_assistant("a2", _bash("rm scripts/seed_tmp.py", output="")),
+             _assistant("a3", "Done: the app now runs on postgres."),
+             _user("u2", "Add a search endpoint on /tasks/search.")]
+    s = _rolled(first, later)
+    assert not any("postgres" in x or "seed_tmp" in x for x in s["next_steps"] + s["in_progress"]), s
+    assert "Done: the app now runs on postgres." in s["done"]
+    # a report that speaks of something else does no ask
+    s = template.parse(offline.summarize([_user("u1", "Add a search endpoint on /tasks/search."),
+                                          _assistant("a1", "Done: the README typo is gone.")]))
+    assert any("search endpoint" in x for x in s["next_steps"] + s["in_progress"])
+
+
+def test_a_failure_spelled_otherwise_is_cleared_by_the_run_that_corrects_it():
+    error = "Error: No such command 'initdb'."
+    first = [_user("u1", "Create the database schema."),
+             _assistant("a1", _bash("flask --app app initdb", m.ERROR, error=error))]
+    s = template.parse(offline.summarize(first))
+    assert s["blocked"] == [f"`flask --app app initdb` failed: {error}"] and error in s["critical"]
+    later = [_assistant("a2", _bash("flask --app app init-db", output="Initialized the database."))]
+    for s in (_rolled(first, later), template.parse(offline.summarize(first + later))):
+        assert s["blocked"] == [], s
+        assert error + offline.FIXED in s["critical"] and error not in s["critical"]
+    # it fails again: blocked again, its line no longer marked
+    again = later + [_assistant("a3", _bash("flask --app app initdb", m.ERROR, error=error))]
+    for s in (_rolled(first + later, again[1:]), template.parse(offline.summarize(first + again))):
+        assert s["blocked"] == [f"`flask --app app initdb` failed: {error}"], s
+        assert error in s["critical"] and error + offline.FIXED not in s["critical"]
+    # another command's failure stays
+    s = template.parse(offline.summarize(first + [_assistant("a2", _bash("flask --app app run", output="ok"))]))
+    assert s["blocked"] and error in s["critical"]
+
+
+def test_a_deleted_file_named_later_by_its_base_name_is_no_relevant_file():
+    first = [_user("u1", "Add a seed script, then remove it once the data is in."),
+             _assistant("a1", _tool("c1", "write", {"file_path": "scripts/seed_tmp.py", "content": "seed()"}, "ok")),
+             _assistant("a2", _bash("rm scripts/seed_tmp.py", output="")),
+             _assistant("a3", _tool("c2", "grep", {"pattern": "seed", "path": "."}, "no matches"))]
+    later = [_assistant("a4", "Removed seed_tmp.py as asked; nothing imports scripts/seed_tmp.py.")]
+    for s in (_rolled(first, later), template.parse(offline.summarize(first + later))):
+        assert not any("seed_tmp" in x for x in s["files"]), s["files"]
+        assert not any(x.startswith("`.`") for x in s["files"])  # the search's "here" names no file
+        assert "Deleted `scripts/seed_tmp.py`" in s["done"]

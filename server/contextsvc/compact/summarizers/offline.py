@@ -123,6 +123,7 @@ NOT_YET = re.compile(r"\b(?:I'll|I will|will|going to|let me|let's|need to|still
 SHORT_ASIDE = 6  # words: a user message this short that names nothing is no goal
 WORKING = "Working on: "  # In Progress: the request being worked on
 LAST_STEP = "Last step: "  # In Progress: the last step taken
+FIXED = " (since fixed)"  # Critical Context: an error line of a failure a later run of the same call cleared
 
 
 def identifiers(text: str) -> list:
@@ -174,8 +175,23 @@ def _paths(inp) -> list:
     out = []
     for key in PATH_KEYS:
         if key in inp:
-            out.extend(s for s in _strings(inp[key]) if s and "\n" not in s)
+            out.extend(s for s in _strings(inp[key]) if s and "\n" not in s and s.strip("./"))
     return out
+
+
+def _call_key(cmd: str) -> str:
+    """What makes two runs the same call: the command without case, spaces or punctuation, so a
+    run that corrects its spelling (`flask initdb` -> `flask init-db`) clears the failure it fixes."""
+    return NOT_WORD.sub("", cmd).lower()
+
+
+NOT_WORD = re.compile(r"[\W_]+")
+
+
+def _stems(paths) -> set:
+    """The names of files without their extension: "delete the seed_tmp script" names seed_tmp.py."""
+    return {n.rsplit(".", 1)[0] for p in paths if FILE.fullmatch(p) for n in (p.rsplit("/", 1)[-1],)
+            if len(n.rsplit(".", 1)[0]) >= 3}
 
 
 def _command(inp) -> str:
@@ -395,6 +411,14 @@ class _Asks:
         else:
             self.step(sentence, keys)
 
+    def closed_by(self, closing: str, asks: list) -> None:
+        """The turn ended on closing, a sentence saying what was done: the turn's asks it speaks of
+        (one topic word or acronym shared: it is the turn's own report) are done."""
+        said = _report_words(closing)
+        for a in asks:
+            if a not in self.done and _report_words(a) & said:
+                self.done.add(a)
+
     def done_by(self, evidence: str) -> None:
         """Asks with nothing to tie them (no path, identifier or code span) that evidence (a
         sentence saying something is done, a blocker resolved) is about are done."""
@@ -431,6 +455,14 @@ class _Acc:
 
     def get(self, key: str) -> list:
         return list(self.items[key])
+
+
+def _report_words(text: str) -> set:
+    """The topic words of text and its acronyms ("check the CI config": ci, config)."""
+    return sup.topic(text).keys() | {w.lower() for w in ACRONYM.findall(text)}
+
+
+ACRONYM = re.compile(r"\b[A-Z]{2}\b")
 
 
 def _text_of(msg: m.Message, *, synthetic: bool) -> str:
@@ -488,7 +520,8 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
             out.append(("announced", _clip(s, limits)))  # a step the assistant announced: open until done
             continue
         said = _clip(s, limits)
-        out.append(("said", said, tuple(_keys(said)), says_done))
+        said_keys = _keys(said)
+        out.append(("said", said, tuple(said_keys | _stems(said_keys)), says_done))
         if DECISION.search(s) or sup.REVERSAL.search(s) or (INTENT.search(s) and CHOICE.search(s)):
             if sup.REVERSAL.search(s):
                 out.append(("reversal", said))
@@ -511,8 +544,10 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
             out.append(("file", path, role))
         cmd = _command(t.input) if kind == "shell" else ""
         # a failure is the same call's: the same command, else the same tool and input
-        key = cmd or (t.tool, json.dumps(t.input, sort_keys=True, default=str))
-        touched = tuple(set(paths) | {p.rsplit("/", 1)[-1] for p in paths} | (_keys(cmd) if cmd else set()))
+        key = _call_key(cmd) if cmd else (t.tool, json.dumps(t.input, sort_keys=True, default=str))
+        cmd_keys = _keys(cmd) if cmd else set()
+        touched = set(paths) | {p.rsplit("/", 1)[-1] for p in paths} | cmd_keys
+        touched = tuple(touched | _stems(touched))
         subject = f"`{cmd}`" if cmd else (f"`{t.tool}` on `{paths[0]}`" if paths else f"`{t.tool}`")
         if kind == "edit":
             names = edit_identifiers(t.input)
@@ -532,10 +567,11 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
                 # a run that removed or renamed a path does what asks naming it asked ("delete the
                 # scratch file src/tmp.py"); one that ran clean, asks naming its program ("check flake8")
                 gone = {o for o, _ in moves} if not failing else set()
-                out.append(("step", ran, touched, tuple(gone | {o.rsplit("/", 1)[-1] for o in gone}),
+                gone |= {o.rsplit("/", 1)[-1] for o in gone}
+                out.append(("step", ran, touched, tuple(gone | _stems(gone)),
                             "" if failing else cmd, "" if errors else _program(cmd), ()))
-                for ln in errors:
-                    out.append(("acc", "critical", _clip(ln, limits)))
+                for ln in errors:  # a failure's lines are its own: they are marked when it is fixed
+                    out.append(("error", key, _clip(ln, limits)) if failing else ("acc", "critical", _clip(ln, limits)))
                 if failing:  # a run that printed its failure failed: it stands until the run is clean
                     out.append(("failed", key, _clip(f"{subject} failed: {sup.headline(t.output)}", limits)))
             elif kind == "edit":
@@ -554,7 +590,7 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
             bullet = _clip(f"{subject} failed: {sup.headline(error)}", limits)
             out.append(("failed", key, bullet))
             for ln in sup.error_lines(error) or [sup.headline(error)]:
-                out.append(("acc", "critical", _clip(ln, limits)))
+                out.append(("error", key, _clip(ln, limits)))
             out.append(("step", bullet, touched, (), "", "", ()))
         else:
             bullet = _clip(f"{subject} was interrupted", limits)
@@ -574,7 +610,8 @@ class Stale:
 
 def _stale_in(item: str, stale: list, key: str) -> bool:
     return any(key in s.sections and (item == s.probe or _names_path(item, s.probe) if key == "files"
-                                      else s.probe in item) for s in stale)
+                                      else item == s.probe if key == "critical" else s.probe in item)
+               for s in stale)
 
 
 def _names_path(bullet: str, path: str) -> bool:
@@ -602,6 +639,7 @@ def _without_names(bullet: str, prefix: str, names: set) -> str:
     return prefix + ", ".join(f"`{n}`" for n in kept) if kept else ""
 
 
+GONE_BULLET = re.compile(r"^(?:Deleted `(?P<path>[^`]+)`|Renamed `(?P<old>[^`]+)` to `[^`]+`)$")
 BLOCKED_BULLET = re.compile(r"^(?P<subject>`[^`]+`(?: on `[^`]+`)?) failed: ")
 
 
@@ -640,19 +678,26 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
             asks.last_step = item[len(LAST_STEP):]
     for item in previous.get("next_steps", []):
         asks.add(item)
+    turn = list(asks.keys)  # the asks of the turn under way, until a request in these messages
     stale = []
+    for item in previous.get("done", []):  # what the previous summary saw deleted or renamed away
+        mt = GONE_BULLET.match(item)
+        if mt:
+            stale.append(Stale(mt["path"] or mt["old"], ("files",)))
     goals = []
     files = {}  # path -> set of roles ("read", "edited", ...) in first-seen order
     failed = {}  # command (or tool and input) -> bullet, removed when the same call later succeeds
+    errors = {}  # the same key -> the error lines it failed with (Critical Context)
     carried = set()  # failures of the previous summary: merge keeps their bullets unless resolved
     for item in previous.get("blocked", []):
         mt = BLOCKED_BULLET.match(item)
         if mt and mt["subject"].count("`") == 2:
-            failed[mt["subject"][1:-1]] = item
-            carried.add(mt["subject"][1:-1])
+            failed[_call_key(mt["subject"][1:-1])] = item
+            carried.add(_call_key(mt["subject"][1:-1]))
     constraints = list(previous.get("constraints", []))
     decisions = list(previous.get("decisions", []))
     last_user_answered = True
+    closing = ""  # the assistant's latest sentence saying what it did, if no step came after it
     mentioned, names = [], []  # paths and identifiers in prose
     edited = []  # paths a completed edit wrote, packed into few Done bullets
     ran = []  # commands that completed, packed likewise
@@ -663,6 +708,13 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
         stale.append(Stale(old, (key,)))
         acc.add("done", _clip(f"Superseded: {old} (now: {new})", limits))
 
+    def close_turn() -> None:
+        """A turn ended on the assistant's report: Done keeps it (the turn's result outlives its
+        request in Goal), and the asks it speaks of are done."""
+        if closing and sup.topic(closing):
+            acc.add("done", closing)
+            asks.closed_by(closing, turn)
+
     for message_facts in each(memo, "offline", messages, settings, facts):
         for fact in message_facts:
             deadline.count("compact")
@@ -671,6 +723,7 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
                 acc.add(fact[1], fact[2])
             elif kind == "step":
                 asks.step(fact[1], set(fact[2]), set(fact[3]), *fact[4:])
+                closing = ""
             elif kind == "file":
                 files.setdefault(fact[1], {})[fact[2]] = None
             elif kind == "identifiers":
@@ -682,26 +735,50 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
                 asks.said_with(fact[1], set(fact[2]), fact[3])
                 if fact[3]:
                     asks.done_by(fact[1])
+                    closing = fact[1]
             elif kind == "announced":
                 asks.add(fact[1])
             elif kind == "goal":
+                close_turn()
+                closing = ""
                 if fact[1]:
                     goals.append(fact[1])
                 last_user_answered = False
                 asks.ask(list(fact[2]))
+                turn = asks.latest
             elif kind == "succeeded":
                 if fact[1] in failed:  # the blocker is gone; Done has the run; steps it held are done
                     bullet = failed.pop(fact[1])
                     subject = fact[2]
                     stale.append(Stale(subject[1:-1] if subject.count("`") == 2 else subject, ("blocked",)))
+                    stale.append(Stale(bullet, ("blocked",)))  # the failure's own words, if spelled otherwise
                     asks.done_by(bullet)
                     # Critical Context keeps what it failed with (the evidence); Done says it is over
                     said = "completed after failing" if fact[3] is None else "ran clean after failing"
                     acc.add("done", _clip(f"{subject} {said}" + (f": {fact[3]}" if fact[3] else ""), limits))
+                    # its error lines stay as evidence, marked: read alone they say it still fails
+                    lines = errors.pop(fact[1], [])
+                    if fact[1] in carried:  # failed before this head: its line is the Blocked bullet's
+                        lines.append(bullet.split(" failed: ", 1)[-1])
+                    still = {x for k in failed for x in errors.get(k, ())}
+                    for line in dict.fromkeys(lines):
+                        if line not in still:
+                            acc.items["critical"].pop(line, None)
+                            stale[:] = [s for s in stale if not (s.sections == ("critical",) and s.probe == line + FIXED)]
+                            stale.append(Stale(line, ("critical",)))
+                            acc.add("critical", line + FIXED)
+            elif kind == "error":
+                line = fact[2]
+                errors.setdefault(fact[1], []).append(line)
+                acc.items["critical"].pop(line + FIXED, None)  # it fails again
+                stale[:] = [s for s in stale if not (s.sections == ("critical",) and s.probe == line)]
+                stale.append(Stale(line + FIXED, ("critical",)))
+                acc.add("critical", line)
             elif kind == "failed":
                 failed[fact[1]] = fact[2]
                 carried.discard(fact[1])
-                stale[:] = [s for s in stale if not (s.sections == ("blocked",) and s.probe == fact[1])]
+                stale[:] = [s for s in stale if not (s.sections == ("blocked",) and (
+                    s.probe == fact[2] or isinstance(fact[1], str) and _call_key(s.probe) == fact[1]))]
             elif kind == "edited":
                 edited.extend(fact[1])
                 # a path written again exists again
@@ -733,6 +810,7 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
                 decisions.append(fact[1])
             if kind == "acc" and fact[1] == "decisions" and fact[2] not in decisions:
                 decisions.append(fact[2])
+    close_turn()  # the head ends on the assistant's report
     for key, bullet in failed.items():
         if key not in carried:
             acc.add("blocked", bullet)
@@ -753,8 +831,8 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
     # the session's goal (its first request) stays; then the most recent requests
     for goal in ([*goals[:1], *goals[1:][-(limits.max_goals - 1):]] if limits.max_goals > 1 else goals[-1:]):
         acc.add("goal", goal)
-    for path in mentioned:
-        if not any(s.probe == path and s.sections == ("files",) for s in stale):
+    for path in mentioned:  # a path named in prose, unless deleted or renamed away (by its base name too)
+        if not any(s.sections == ("files",) and (s.probe == path or s.probe.endswith("/" + path)) for s in stale):
             files.setdefault(path, {})["mentioned"] = None
     for path, roles in files.items():
         acc.add("files", f"`{path}`: {', '.join(roles)}")
