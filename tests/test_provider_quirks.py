@@ -59,6 +59,18 @@ def test_gemini_drops_reasoning_without_signature(stub):
     assert b["contents"][1]["parts"] == [{"text": "Done."}]
 
 
+def test_gemini_marks_a_failed_call_s_response_as_its_error(stub):
+    """Gemini reads a functionResponse's "error" key as the call's failure (as Anthropic reads
+    is_error and Bedrock status "error"); any other response is the call's output."""
+    failed = pb.Part(id="t2", tool=pb.ToolPart(call_id="call_2", tool="bash", state=pb.ToolState(
+        status=pb.TOOL_STATUS_ERROR, input_json='{"command": "make"}', error="make: *** No rule to make target")))
+    b = body(stub, turn(convo.tool("t1", "call_1", "read", {"path": "a.py"}, "x = 1\n"), failed),
+             pb.PROVIDER_GEMINI)
+    responses = [p["functionResponse"]["response"] for c in b["contents"] for p in c["parts"] if "functionResponse" in p]
+    assert responses == [{"name": "read", "content": "x = 1\n"},
+                         {"name": "bash", "error": "make: *** No rule to make target"}]
+
+
 def test_anthropic_rejects_a_1h_breakpoint_after_a_5m_one(stub):
     import grpc
     import pytest

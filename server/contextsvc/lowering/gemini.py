@@ -94,7 +94,10 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
                 parts.append({"functionCall": {"name": wire_name(FORMAT, c.name), "args": c.input}})
             elif isinstance(c, MToolResult):
                 name = wire_name(FORMAT, c.name)
-                parts.append({"functionResponse": {"name": name, "response": {"name": name, "content": c.text}}})
+                # Gemini reads the key "error" as the call's failure (Anthropic's is_error, Bedrock's
+                # status); any other response is the call's output
+                key = "error" if c.is_error else "content"
+                parts.append({"functionResponse": {"name": name, "response": {"name": name, key: c.text}}})
                 moved.extend(c.media)  # function responses carry text: media follows as parts
             if signature and parts:
                 parts[-1]["thoughtSignature"] = ledger.opaque(signature)
