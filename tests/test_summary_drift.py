@@ -386,3 +386,12 @@ def test_a_deleted_file_named_later_by_its_base_name_is_no_relevant_file():
         assert not any("seed_tmp" in x for x in s["files"]), s["files"]
         assert not any(x.startswith("`.`") for x in s["files"])  # the search's "here" names no file
         assert "Deleted `scripts/seed_tmp.py`" in s["done"]
+
+
+def test_a_pair_of_words_with_a_slash_is_no_file():
+    s = template.parse(offline.summarize([
+        _user("u1", "Add limit/offset paging to src/gw and note it in docs/paging (see /work/app)."),
+        _assistant("a1", _edit("c1", "src/gw/routes.py", "def list_tasks():", "def list_tasks(limit=50):"))]))
+    files = [x.split("`")[1] for x in s["files"]]
+    assert "limit/offset" not in files and "docs/paging" not in files  # nothing under them was touched
+    assert {"src/gw", "src/gw/routes.py", "/work/app"} <= set(files), files

@@ -643,6 +643,16 @@ GONE_BULLET = re.compile(r"^(?:Deleted `(?P<path>[^`]+)`|Renamed `(?P<old>[^`]+)
 BLOCKED_BULLET = re.compile(r"^(?P<subject>`[^`]+`(?: on `[^`]+`)?) failed: ")
 
 
+def _names_a_file(path: str, touched: tuple) -> bool:
+    """A path in prose names a file or directory, not a pair of words ("limit/offset", "and/or"):
+    it has a file's extension, is absolute or relative to here or home, or a file a tool touched
+    is under it."""
+    if FILE.fullmatch(path) or path.startswith(("/", "./", "../", "~/")):
+        return True
+    under = path.rstrip("/") + "/"
+    return any(p.startswith(under) for p in touched)
+
+
 def _under_way(messages: list) -> bool:
     """The agent was mid-turn when the history was cut: the last message is the assistant's and
     ends on a tool call, or a call is still pending or running."""
@@ -831,8 +841,10 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
     # the session's goal (its first request) stays; then the most recent requests
     for goal in ([*goals[:1], *goals[1:][-(limits.max_goals - 1):]] if limits.max_goals > 1 else goals[-1:]):
         acc.add("goal", goal)
+    touched = tuple(files)
     for path in mentioned:  # a path named in prose, unless deleted or renamed away (by its base name too)
-        if not any(s.sections == ("files",) and (s.probe == path or s.probe.endswith("/" + path)) for s in stale):
+        if not any(s.sections == ("files",) and (s.probe == path or s.probe.endswith("/" + path)) for s in stale) \
+                and _names_a_file(path, touched):
             files.setdefault(path, {})["mentioned"] = None
     for path, roles in files.items():
         acc.add("files", f"`{path}`: {', '.join(roles)}")
