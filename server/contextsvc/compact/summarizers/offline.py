@@ -698,6 +698,8 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
     files = {}  # path -> set of roles ("read", "edited", ...) in first-seen order
     failed = {}  # command (or tool and input) -> bullet, removed when the same call later succeeds
     errors = {}  # the same key -> the error lines it failed with (Critical Context)
+    failing = {}  # error line -> how many failures not resolved yet printed it
+    marked = {}  # error line -> whether it is marked fixed now (the other form is stale)
     carried = set()  # failures of the previous summary: merge keeps their bullets unless resolved
     for item in previous.get("blocked", []):
         mt = BLOCKED_BULLET.match(item)
@@ -768,21 +770,21 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
                     acc.add("done", _clip(f"{subject} {said}" + (f": {fact[3]}" if fact[3] else ""), limits))
                     # its error lines stay as evidence, marked: read alone they say it still fails
                     lines = errors.pop(fact[1], [])
+                    for line in lines:
+                        failing[line] -= 1
                     if fact[1] in carried:  # failed before this head: its line is the Blocked bullet's
                         lines.append(bullet.split(" failed: ", 1)[-1])
-                    still = {x for k in failed for x in errors.get(k, ())}
                     for line in dict.fromkeys(lines):
-                        if line not in still:
+                        if not failing.get(line):  # no other failure still printing it
+                            marked[line] = True
                             acc.items["critical"].pop(line, None)
-                            stale[:] = [s for s in stale if not (s.sections == ("critical",) and s.probe == line + FIXED)]
-                            stale.append(Stale(line, ("critical",)))
                             acc.add("critical", line + FIXED)
             elif kind == "error":
                 line = fact[2]
                 errors.setdefault(fact[1], []).append(line)
+                failing[line] = failing.get(line, 0) + 1
+                marked[line] = False
                 acc.items["critical"].pop(line + FIXED, None)  # it fails again
-                stale[:] = [s for s in stale if not (s.sections == ("critical",) and s.probe == line)]
-                stale.append(Stale(line + FIXED, ("critical",)))
                 acc.add("critical", line)
             elif kind == "failed":
                 failed[fact[1]] = fact[2]
@@ -821,6 +823,8 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
             if kind == "acc" and fact[1] == "decisions" and fact[2] not in decisions:
                 decisions.append(fact[2])
     close_turn()  # the head ends on the assistant's report
+    # the form of each error line that is no longer current, in the previous summary's bullets too
+    stale.extend(Stale(line if fixed else line + FIXED, ("critical",)) for line, fixed in marked.items())
     for key, bullet in failed.items():
         if key not in carried:
             acc.add("blocked", bullet)
