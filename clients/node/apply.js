@@ -20,7 +20,7 @@ function oneof(obj, name, members) {
 }
 
 const PART_KINDS = ["text", "reasoning", "file", "tool", "step_start", "step_finish", "compaction", "subtask",
-  "agent", "retry", "snapshot", "patch"];
+  "agent", "retry", "snapshot", "patch", "provider_compaction"];
 
 const partKind = (part) => oneof(part, "kind", PART_KINDS);
 
