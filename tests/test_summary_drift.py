@@ -395,3 +395,26 @@ def test_a_pair_of_words_with_a_slash_is_no_file():
     files = [x.split("`")[1] for x in s["files"]]
     assert "limit/offset" not in files and "docs/paging" not in files  # nothing under them was touched
     assert {"src/gw", "src/gw/routes.py", "/work/app"} <= set(files), files
+
+
+def test_a_turn_s_report_settles_what_the_assistant_announced_before_it():
+    turn = [_user("u1", "Continue with the billing module."),
+            _assistant("a1", "Checking batch next.", _tool("c1", "read", {"file_path": "src/billing/batch.py"}, "x")),
+            _assistant("a2", "Checking rollback next.", _tool("c2", "read", {"file_path": "src/billing/rb.py"}, "y")),
+            _assistant("a3", "Done with this part. Next I'll update the changelog for billing."),
+            _user("u2", "Now the ledger module.")]
+    s = template.parse(offline.summarize(turn))
+    assert not any("Checking" in x for x in s["next_steps"] + s["in_progress"]), s
+    assert any("update the changelog" in x for x in s["next_steps"] + s["in_progress"])  # announced after it
+    # without a report the announcements stay open
+    s = template.parse(offline.summarize(turn[:3] + turn[4:]))
+    assert any("Checking rollback" in x for x in s["next_steps"] + s["in_progress"])
+
+
+def test_a_tool_that_is_no_command_completes_after_failing_without_its_content():
+    s = template.parse(offline.summarize([
+        _user("u1", "Read the config."),
+        _assistant("a1", _tool("c1", "read", {"file_path": "conf/app.yaml"}, status=m.ERROR, error="ENOENT: no such file")),
+        _assistant("a2", _tool("c2", "read", {"file_path": "conf/app.yaml"}, "port: 8080\nreturn self.schema["))]))
+    assert "`read` on `conf/app.yaml` completed after failing" in s["done"], s["done"]
+    assert not any("schema[" in x for x in s["done"])

@@ -557,7 +557,8 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
             failing = errors if errors and not _looks(cmd) else []
             last = next((x.strip() for x in reversed(t.output.splitlines()) if x.strip()), "")
             if not failing:  # a run that printed its failure failed (below)
-                out.append(("succeeded", key, subject, None if errors else _clip(last, limits)))
+                # a command's last line says how it ended; another tool's is only its content
+                out.append(("succeeded", key, subject, None if errors or not cmd else _clip(last, limits)))
             moves = sup.moves_in_command(cmd) if cmd else sup.moves_in_tool(t.tool, t.input)
             for old, new in moves:
                 out.append(("moved", old, new))
@@ -710,6 +711,8 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
     decisions = list(previous.get("decisions", []))
     last_user_answered = True
     closing = ""  # the assistant's latest sentence saying what it did, if no step came after it
+    announced = []  # what the assistant announced in the turn under way
+    reported = []  # ... of it, what it announced before its closing report
     mentioned, names = [], []  # paths and identifiers in prose
     edited = []  # paths a completed edit wrote, packed into few Done bullets
     ran = []  # commands that completed, packed likewise
@@ -726,6 +729,7 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
         if closing and sup.topic(closing):
             acc.add("done", closing)
             asks.closed_by(closing, turn)
+            asks.done.update(reported)  # its own plan for the turn: done, or left, as it reports
 
     for message_facts in each(memo, "offline", messages, settings, facts):
         for fact in message_facts:
@@ -748,11 +752,13 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
                 if fact[3]:
                     asks.done_by(fact[1])
                     closing = fact[1]
+                    reported = list(announced)
             elif kind == "announced":
                 asks.add(fact[1])
+                announced.append(fact[1])
             elif kind == "goal":
                 close_turn()
-                closing = ""
+                closing, announced, reported = "", [], []
                 if fact[1]:
                     goals.append(fact[1])
                 last_user_answered = False
