@@ -390,11 +390,13 @@ def test_a_deleted_file_named_later_by_its_base_name_is_no_relevant_file():
 
 def test_a_pair_of_words_with_a_slash_is_no_file():
     s = template.parse(offline.summarize([
-        _user("u1", "Add limit/offset paging to src/gw and note it in docs/paging (see /work/app)."),
-        _assistant("a1", _edit("c1", "src/gw/routes.py", "def list_tasks():", "def list_tasks(limit=50):"))]))
+        _user("u1", "Add limit/offset paging to gw/core and note it in docs/paging (see /work/app); read/write "
+                    "both, and check deploy/Dockerfile, config/nginx.conf and lib/parser.lua."),
+        _assistant("a1", _edit("c1", "gw/core/routes.py", "def list_tasks():", "def list_tasks(limit=50):"))]))
     files = [x.split("`")[1] for x in s["files"]]
-    assert "limit/offset" not in files and "docs/paging" not in files  # nothing under them was touched
-    assert {"src/gw", "src/gw/routes.py", "/work/app"} <= set(files), files
+    assert "limit/offset" not in files and "read/write" not in files, files
+    assert {"gw/core", "gw/core/routes.py", "docs/paging", "/work/app", "deploy/Dockerfile", "config/nginx.conf",
+            "lib/parser.lua"} <= set(files), files  # a touched file under it, a usual directory, a file's name
 
 
 def test_a_turn_s_report_settles_what_the_assistant_announced_before_it():
@@ -418,3 +420,78 @@ def test_a_tool_that_is_no_command_completes_after_failing_without_its_content()
         _assistant("a2", _tool("c2", "read", {"file_path": "conf/app.yaml"}, "port: 8080\nreturn self.schema["))]))
     assert "`read` on `conf/app.yaml` completed after failing" in s["done"], s["done"]
     assert not any("schema[" in x for x in s["done"])
+
+
+def test_a_report_ticks_off_only_its_own_turn_s_asks_and_is_no_question():
+    earlier = [_user("u1", "Add tests for the parser. Document the parser API in docs/api.md."),
+               _assistant("a1", "Next I'll write the parser docs."),
+               _user("u2", "Fix the crash on empty input in the parser."),
+               _assistant("a2", _edit("c1", "src/parser.py", "x", "y"))]
+    s = _rolled(earlier, [_assistant("a3", "Fixed: the parser no longer crashes on empty input.")])
+    open_ = s["next_steps"] + s["in_progress"]
+    # the turn under way is done; the parser asks of an earlier turn are not, though they share a word
+    assert not any("crash" in x for x in open_), s
+    assert any("Add tests for the parser" in x for x in open_) and any("docs/api.md" in x for x in open_), s
+    # a question saying nothing is done, and a word every request shares, tick nothing off
+    for report in ("Based on the workflow, the deploy job has no retry; shall I add one?",
+                   "Fixed the parser crash; the existing tests pass."):
+        s = template.parse(offline.summarize([
+            _user("u1", "Add a test for the CSV exporter and fix the flaky deploy job."),
+            _assistant("a1", _tool("c1", "read", {"file_path": ".github/workflows/ci.yml"}, "x")),
+            _assistant("a2", report), _user("u2", "Now the docs.")]))
+        assert any("CSV exporter" in x for x in s["next_steps"] + s["in_progress"]), (report, s)
+        assert report not in s["done"] or "?" not in report
+
+
+def test_a_report_after_the_turn_s_tool_calls_in_the_same_message_closes_it():
+    # one assistant message may hold the whole turn (its calls, then its report)
+    s = template.parse(offline.summarize([
+        _user("u1", "Check the CI config."),
+        _assistant("a1", _edit("c1", ".github/workflows/ci.yml", "x", "y"), "Done: the CI config now caches pip."),
+        _user("u2", "Now the docs.")]))
+    assert not any("CI config" in x for x in s["next_steps"] + s["in_progress"]), s
+    assert "Done: the CI config now caches pip." in s["done"]
+
+
+def test_a_file_deleted_then_written_again_stays_relevant_over_later_compactions():
+    heads = [[_user("u1", "Rework the config loading."), _assistant("a1", _bash("rm app/config.py", output=""))],
+             [_assistant("a2", _tool("c1", "write", {"file_path": "app/config.py", "content": "X = 1"}, "ok"))],
+             [_assistant("a3", "Looking at the tests now."), _assistant("a4", _bash("pytest -q", output="3 passed"))]]
+    summary = ""
+    for head in heads:
+        summary = offline.summarize(head, summary)
+    s = template.parse(summary)
+    assert any(x.startswith("`app/config.py`") for x in s["files"]), s["files"]
+    assert any("app/config.py" in x for x in s["done"] if x.startswith(offline.EDITED)), s["done"]
+    # renamed away and back
+    summary = ""
+    for head in ([_user("u1", "Tidy src."), _assistant("a1", _bash("mv src/util.py src/helpers.py", output=""))],
+                 [_assistant("a2", _bash("mv src/helpers.py src/util.py", output=""))],
+                 [_assistant("a3", _bash("pytest -q", output="3 passed"))]):
+        summary = offline.summarize(head, summary)
+    files = template.parse(summary)["files"]
+    assert any(x.startswith("`src/util.py`") for x in files) and not any("helpers.py" in x for x in files), files
+
+
+def test_a_carried_failure_s_line_is_marked_only_when_no_other_failure_prints_it():
+    refused = "ConnectionRefusedError: [Errno 111] Connection refused"
+    first = [_user("u1", "Seed the database and start the worker."),
+             _assistant("a1", _bash("python seed.py", output=f"Traceback (most recent call last):\n{refused}")),
+             _assistant("a2", _bash("python worker.py", output=f"Traceback (most recent call last):\n{refused}"))]
+    s = _rolled(first, [_assistant("a3", _bash("python worker.py", output="started"))])
+    assert any("python seed.py" in x for x in s["blocked"]), s
+    assert refused in s["critical"] and refused + offline.FIXED not in s["critical"], s["critical"]
+    s = _rolled(first, [_assistant("a3", _bash("python worker.py", output="started")),
+                        _assistant("a4", _bash("python seed.py", output="seeded"))])
+    assert s["blocked"] == [] and refused + offline.FIXED in s["critical"] and refused not in s["critical"], s
+
+
+def test_only_a_hyphen_or_underscore_inside_a_word_makes_two_commands_one():
+    for failed, later, same in (("flask --app app initdb", "flask --app app init-db", True),
+                                ("make build_all", "make  buildall", True),
+                                ("python -c 'print(1/0)'", "python -c 'print(10)'", False),
+                                ("git push origin Release", "git push origin release", False)):
+        s = template.parse(offline.summarize([
+            _user("u1", "Get it working."), _assistant("a1", _bash(failed, m.ERROR, error="Error: boom")),
+            _assistant("a2", _bash(later, output="ok"))]))
+        assert (s["blocked"] == []) == same, (failed, later, s["blocked"])

@@ -172,8 +172,9 @@ def finish(conv: m.Conversation, request: Request, plan: Plan, memo: Memo | None
     mdl, cfg = plan.model, plan.cfg
     max_out = window.max_output(mdl, cfg)
     configured = plan.configured_output_tokens or max_out
-    # the provider's count stands for what it counted: after a prune, without what the prune took out
-    counted = dec.rebased if dec.has_baseline else dec.reported
+    # the provider's count stands for what it counted: after a prune (a rebase), without what the
+    # prune took out; the rebase subtracts an estimate, so never below the decision figure then
+    counted = max(dec.rebased, dec.total) if dec.has_baseline and dec.rebased != dec.reported else dec.reported
     out_tokens = window.output_budget(mdl, configured, counted, fig.normalized, fig.media_count, cfg)
     request.lowered.set_max_output(out_tokens)
     measurement = gather(request.body_bytes(), fig, dec, plan.usable, plan.limit, max_out, out_tokens)

@@ -180,12 +180,13 @@ def _paths(inp) -> list:
 
 
 def _call_key(cmd: str) -> str:
-    """What makes two runs the same call: the command without case, spaces or punctuation, so a
-    run that corrects its spelling (`flask initdb` -> `flask init-db`) clears the failure it fixes."""
-    return NOT_WORD.sub("", cmd).lower()
+    """What makes two runs the same call: the command with its spaces collapsed and no hyphen or
+    underscore inside a word, so a run that corrects that spelling (`flask initdb` -> `flask
+    init-db`) clears the failure it fixes; any other difference is another command."""
+    return JOINER.sub("", " ".join(cmd.split()))
 
 
-NOT_WORD = re.compile(r"[\W_]+")
+JOINER = re.compile(r"(?<=[^\W_])[-_](?=[^\W_])")  # a hyphen or underscore between two letters or digits
 
 
 def _stems(paths) -> set:
@@ -413,8 +414,9 @@ class _Asks:
 
     def closed_by(self, closing: str, asks: list) -> None:
         """The turn ended on closing, a sentence saying what was done: the turn's asks it speaks of
-        (one topic word or acronym shared: it is the turn's own report) are done."""
-        said = _report_words(closing)
+        are done (it is the turn's own report, so one topic word or acronym in common is enough,
+        unless it is a word every request of a coding session shares: "test", "bug", ...)."""
+        said = _report_words(closing) - GENERIC_WORDS
         for a in asks:
             if a not in self.done and _report_words(a) & said:
                 self.done.add(a)
@@ -463,6 +465,9 @@ def _report_words(text: str) -> set:
 
 
 ACRONYM = re.compile(r"\b[A-Z]{2}\b")
+# topic words too common in a coding session for one of them to tie a report to an ask
+GENERIC_WORDS = frozenset("""test bug error issue code file function method class module feature part step
+page data value line problem case thing change pass fail failure result output input""".split())
 
 
 def _text_of(msg: m.Message, *, synthetic: bool) -> str:
@@ -515,8 +520,8 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
     if text.strip():
         out.append(("answered",))
     for s in _sentences(text):
-        says_done = bool(DONE_SAID.search(s) and not NOT_YET.search(s))
-        if NEXT.search(s) and not DONE_SAID.search(s):
+        says_done = _says_done(s)
+        if _announces(s):
             out.append(("announced", _clip(s, limits)))  # a step the assistant announced: open until done
             continue
         said = _clip(s, limits)
@@ -546,8 +551,7 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
         # a failure is the same call's: the same command, else the same tool and input
         key = _call_key(cmd) if cmd else (t.tool, json.dumps(t.input, sort_keys=True, default=str))
         cmd_keys = _keys(cmd) if cmd else set()
-        touched = set(paths) | {p.rsplit("/", 1)[-1] for p in paths} | cmd_keys
-        touched = tuple(touched | _stems(touched))
+        touched = tuple(set(paths) | {p.rsplit("/", 1)[-1] for p in paths} | cmd_keys)
         subject = f"`{cmd}`" if cmd else (f"`{t.tool}` on `{paths[0]}`" if paths else f"`{t.tool}`")
         if kind == "edit":
             names = edit_identifiers(t.input)
@@ -597,7 +601,38 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
             bullet = _clip(f"{subject} was interrupted", limits)
             out.append(("acc", "in_progress", bullet))
             out.append(("step", bullet, touched, (), "", "", ()))
+    report = _report(msg, limits)
+    if report:
+        out.append(report)
     return tuple(out)
+
+
+def _report(msg: m.Message, limits: OfflineLimits) -> tuple:
+    """("report", sentence, announced after it) when the message ends on text saying what was
+    done (after its tool calls, if any: one message may hold a whole turn): the last sentence that
+    says so, and the steps its text announces after that sentence; else ()."""
+    last = next((p.content for p in reversed(msg.parts)
+                 if isinstance(p.content, m.Tool) or isinstance(p.content, m.Text) and not p.content.ignored
+                 and p.content.text.strip()), None)
+    if not isinstance(last, m.Text):
+        return ()
+    sentences = _sentences(last.text)
+    for i in range(len(sentences) - 1, -1, -1):
+        if _says_done(sentences[i]):
+            later = tuple(_clip(x, limits) for x in sentences[i + 1:] if _announces(x))
+            return ("report", _clip(sentences[i], limits), later)
+    return ()
+
+
+def _says_done(sentence: str) -> bool:
+    """The assistant says something is done: a past-tense lead or a word like "fixed", nothing
+    like "will" or "next", and no question."""
+    return bool(DONE_SAID.search(sentence) and not NOT_YET.search(sentence)) and not sentence.rstrip().endswith("?")
+
+
+def _announces(sentence: str) -> bool:
+    """The assistant announces a step ("Next I'll update the docs."), saying nothing done."""
+    return bool(NEXT.search(sentence) and not DONE_SAID.search(sentence))
 
 
 @dataclass(frozen=True)
@@ -616,8 +651,13 @@ def _stale_in(item: str, stale: list, key: str) -> bool:
 
 
 def _names_path(bullet: str, path: str) -> bool:
+    return _file_of(bullet) == path
+
+
+def _file_of(bullet: str) -> str:
+    """The path a Relevant Files bullet is about."""
     mt = FILE_BULLET.match(bullet)
-    return (mt["path"] if mt else bullet.split(":", 1)[0].strip("` ")) == path
+    return mt["path"] if mt else bullet.split(":", 1)[0].strip("` ")
 
 
 def drop_stale(sections: dict, stale: list) -> dict:
@@ -646,12 +686,20 @@ BLOCKED_BULLET = re.compile(r"^(?P<subject>`[^`]+`(?: on `[^`]+`)?) failed: ")
 
 def _names_a_file(path: str, touched: tuple) -> bool:
     """A path in prose names a file or directory, not a pair of words ("limit/offset", "and/or"):
-    it has a file's extension, is absolute or relative to here or home, or a file a tool touched
-    is under it."""
-    if FILE.fullmatch(path) or path.startswith(("/", "./", "../", "~/")):
+    its last name has an extension or a capital (`nginx.conf`, `Dockerfile`), it is absolute or
+    relative to here or home, it has three names or more, it starts in a usual directory (`src/`,
+    `docs/`, ...), or a file a tool touched is under it."""
+    names = path.strip("/").split("/")
+    if (path.startswith(("/", "./", "../", "~/")) or len(names) >= 3 or names[0].lower() in USUAL_DIRS
+            or NAMED_FILE.fullmatch(names[-1])):
         return True
     under = path.rstrip("/") + "/"
     return any(p.startswith(under) for p in touched)
+
+
+NAMED_FILE = re.compile(r".*\.[A-Za-z0-9]{1,10}|[A-Z][\w.-]*")
+USUAL_DIRS = frozenset("""src lib libs app apps test tests spec docs doc pkg cmd internal scripts script
+config configs conf deploy bin build dist web api server client include tools .github .ci""".split())
 
 
 def _under_way(messages: list) -> bool:
@@ -689,24 +737,33 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
             asks.last_step = item[len(LAST_STEP):]
     for item in previous.get("next_steps", []):
         asks.add(item)
-    turn = list(asks.keys)  # the asks of the turn under way, until a request in these messages
+    # the turn under way at the cut, until a request in these messages: its request in progress
+    turn = [asks.current] if asks.current else []
     stale = []
+    listed = {_file_of(x) for x in previous.get("files", [])}
     for item in previous.get("done", []):  # what the previous summary saw deleted or renamed away
         mt = GONE_BULLET.match(item)
-        if mt:
+        if mt and (mt["path"] or mt["old"]) not in listed:  # listed: it exists again
             stale.append(Stale(mt["path"] or mt["old"], ("files",)))
     goals = []
     files = {}  # path -> set of roles ("read", "edited", ...) in first-seen order
     failed = {}  # command (or tool and input) -> bullet, removed when the same call later succeeds
     errors = {}  # the same key -> the error lines it failed with (Critical Context)
     failing = {}  # error line -> how many failures not resolved yet printed it
+    resolved = {}  # the same key -> what states its failure as current, once a later run succeeded
     marked = {}  # error line -> whether it is marked fixed now (the other form is stale)
     carried = set()  # failures of the previous summary: merge keeps their bullets unless resolved
+    previous_critical = set(previous.get("critical", []))
     for item in previous.get("blocked", []):
         mt = BLOCKED_BULLET.match(item)
         if mt and mt["subject"].count("`") == 2:
-            failed[_call_key(mt["subject"][1:-1])] = item
-            carried.add(_call_key(mt["subject"][1:-1]))
+            key = _call_key(mt["subject"][1:-1])
+            failed[key] = item
+            carried.add(key)
+            line = item[mt.end():]  # its headline, as Critical Context holds it unless it was cut
+            if line in previous_critical:
+                errors.setdefault(key, []).append(line)
+                failing[line] = failing.get(line, 0) + 1
     constraints = list(previous.get("constraints", []))
     decisions = list(previous.get("decisions", []))
     last_user_answered = True
@@ -751,8 +808,9 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
                 asks.said_with(fact[1], set(fact[2]), fact[3])
                 if fact[3]:
                     asks.done_by(fact[1])
-                    closing = fact[1]
-                    reported = list(announced)
+            elif kind == "report":
+                closing = fact[1]
+                reported = [a for a in announced if a not in fact[2]]
             elif kind == "announced":
                 asks.add(fact[1])
                 announced.append(fact[1])
@@ -768,8 +826,8 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
                 if fact[1] in failed:  # the blocker is gone; Done has the run; steps it held are done
                     bullet = failed.pop(fact[1])
                     subject = fact[2]
-                    stale.append(Stale(subject[1:-1] if subject.count("`") == 2 else subject, ("blocked",)))
-                    stale.append(Stale(bullet, ("blocked",)))  # the failure's own words, if spelled otherwise
+                    # the failure's subject and its own words (a carried one may be spelled otherwise)
+                    resolved[fact[1]] = (subject[1:-1] if subject.count("`") == 2 else subject, bullet)
                     asks.done_by(bullet)
                     # Critical Context keeps what it failed with (the evidence); Done says it is over
                     said = "completed after failing" if fact[3] is None else "ran clean after failing"
@@ -778,8 +836,6 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
                     lines = errors.pop(fact[1], [])
                     for line in lines:
                         failing[line] -= 1
-                    if fact[1] in carried:  # failed before this head: its line is the Blocked bullet's
-                        lines.append(bullet.split(" failed: ", 1)[-1])
                     for line in dict.fromkeys(lines):
                         if not failing.get(line):  # no other failure still printing it
                             marked[line] = True
@@ -795,8 +851,7 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
             elif kind == "failed":
                 failed[fact[1]] = fact[2]
                 carried.discard(fact[1])
-                stale[:] = [s for s in stale if not (s.sections == ("blocked",) and (
-                    s.probe == fact[2] or isinstance(fact[1], str) and _call_key(s.probe) == fact[1]))]
+                resolved.pop(fact[1], None)  # failing again
             elif kind == "edited":
                 edited.extend(fact[1])
                 # a path written again exists again
@@ -829,6 +884,7 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
             if kind == "acc" and fact[1] == "decisions" and fact[2] not in decisions:
                 decisions.append(fact[2])
     close_turn()  # the head ends on the assistant's report
+    stale.extend(Stale(probe, ("blocked",)) for probes in resolved.values() for probe in probes)
     # the form of each error line that is no longer current, in the previous summary's bullets too
     stale.extend(Stale(line if fixed else line + FIXED, ("critical",)) for line, fixed in marked.items())
     for key, bullet in failed.items():
