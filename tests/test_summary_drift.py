@@ -495,3 +495,14 @@ def test_only_a_hyphen_or_underscore_inside_a_word_makes_two_commands_one():
             _user("u1", "Get it working."), _assistant("a1", _bash(failed, m.ERROR, error="Error: boom")),
             _assistant("a2", _bash(later, output="ok"))]))
         assert (s["blocked"] == []) == same, (failed, later, s["blocked"])
+
+
+def test_a_report_in_the_next_head_does_the_carried_asks_its_turn_s_request_states():
+    first = [_user("u1", "Switch to postgres instead of sqlite and add a health check in app/health.py."),
+             _assistant("a1", _tool("c1", "read", {"file_path": "app/health.py"}, "x"))]
+    s = template.parse(offline.summarize(first))
+    assert any("postgres" in x for x in s["next_steps"]) and not any("postgres" in x for x in s["in_progress"]), s
+    s = _rolled(first, [_assistant("a2", _edit("c2", "app/health.py", "x", "y")),
+                        _assistant("a3", "Done: the app now runs on postgres."),
+                        _user("u2", "Now the docs.")])
+    assert not any("postgres" in x for x in s["next_steps"] + s["in_progress"]), s

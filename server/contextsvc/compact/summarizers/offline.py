@@ -737,8 +737,10 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
             asks.last_step = item[len(LAST_STEP):]
     for item in previous.get("next_steps", []):
         asks.add(item)
-    # the turn under way at the cut, until a request in these messages: its request in progress
-    turn = [asks.current] if asks.current else []
+    # the turn under way at the cut, until a request in these messages: its request in progress and
+    # the carried asks its request (the previous Goal's newest) states
+    latest_goal = previous.get("goal", [""])[-1] if previous.get("goal") else ""
+    turn = [a for a in asks.keys if a == asks.current or latest_goal and a in latest_goal]
     stale = []
     listed = {_file_of(x) for x in previous.get("files", [])}
     for item in previous.get("done", []):  # what the previous summary saw deleted or renamed away
