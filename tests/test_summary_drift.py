@@ -506,3 +506,13 @@ def test_a_report_in_the_next_head_does_the_carried_asks_its_turn_s_request_stat
                         _assistant("a3", "Done: the app now runs on postgres."),
                         _user("u2", "Now the docs.")])
     assert not any("postgres" in x for x in s["next_steps"] + s["in_progress"]), s
+
+
+def test_a_report_ties_no_ask_by_the_directories_of_its_paths():
+    s = template.parse(offline.summarize([
+        _user("u1", "Two more things: add a timeout to `fetch_rates` in src/billing/rates.py, and then "
+                    "add pagination to `list_orders` in src/billing/orders.py."),
+        _assistant("a1", _tool("c1", "write", {"filePath": "src/common/helpers_rates.py", "content": "..."}, "ok"),
+                   "Finished: `fetch_rates` now goes through src/common/helpers_rates.py."),
+        _user("u2", "Now the docs.")]))
+    assert any("list_orders" in x for x in s["next_steps"] + s["in_progress"]), s  # "src" ties nothing

@@ -460,8 +460,11 @@ class _Acc:
 
 
 def _report_words(text: str) -> set:
-    """The topic words of text and its acronyms ("check the CI config": ci, config)."""
-    return sup.topic(text).keys() | {w.lower() for w in ACRONYM.findall(text)}
+    """The topic words of text and its acronyms ("check the CI config": ci, config), but for the
+    words of its paths and `code spans`: those tie a step to an ask as keys (_keys), and a path's
+    directories ("src", "app") are shared by asks about other files."""
+    prose = PATH.sub(" ", CODE_SPAN.sub(" ", text))
+    return sup.topic(prose).keys() | {w.lower() for w in ACRONYM.findall(prose)}
 
 
 ACRONYM = re.compile(r"\b[A-Z]{2}\b")
