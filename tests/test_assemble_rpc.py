@@ -300,6 +300,30 @@ def test_measure_sizes_the_guarded_body(stub):
         assert m.estimate == a.estimate and m.output_tokens == a.output_tokens, provider
 
 
+def test_a_request_sets_its_own_payload_guard(stub):
+    """A 1M-token window's body passes the default 1.25 MB at about 40% of the window: the request
+    raises the guard for itself (compaction.request_prune_bytes), Measure and Assemble alike, and
+    a guard lowered below the body trips where the default would not."""
+    conv = big_conversation_with_summary()
+    default = stub.Assemble(request(conv), timeout=30)
+    assert default.guard_tripped and default.pruned_part_ids
+    raised = pb.CompactionSettings(request_prune_bytes=4_000_000)
+    a = stub.Assemble(request(conv, compaction=raised), timeout=30)
+    m = stub.Measure(pb.MeasureRequest(conversation=conv, model=convo.model(), tools=TOOLS, system=SYSTEM,
+                                       compaction=raised), timeout=30)
+    assert not a.guard_tripped and not a.pruned_part_ids and not a.over_payload_limit
+    assert 1_250_000 < a.body_bytes == len(a.body) == m.body_bytes < 4_000_000
+    small = stub.Assemble(request(compaction=pb.CompactionSettings(request_prune_bytes=1_000)), timeout=10)
+    assert small.guard_tripped and small.over_payload_limit  # nothing old to prune: sent anyway, and said so
+    assert not stub.Assemble(request(), timeout=10).guard_tripped
+    for bad in (0, -5):
+        with pytest.raises(grpc.RpcError) as e:
+            stub.Measure(pb.MeasureRequest(conversation=conv, model=convo.model(),
+                                           compaction=pb.CompactionSettings(request_prune_bytes=bad)), timeout=10)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "compaction.request_prune_bytes" in e.value.details()
+
+
 def test_measure_sizes_the_body_still_over(stub):
     conv = convo.small_conversation()
     conv.messages[2].parts[0].text.text = "z" * 2_000_000

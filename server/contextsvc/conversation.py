@@ -428,3 +428,4 @@ class CompactionSettings:
     max_attempts: Optional[int] = None
     prune_settings: PruneSettings = field(default_factory=PruneSettings)
     provider_managed: Optional[bool] = None  # the provider's own context management too (off by default)
+    request_prune_bytes: Optional[int] = None  # the payload guard's threshold (config assemble.request_prune_bytes)

@@ -224,6 +224,8 @@ def compaction_settings(s: m.CompactionSettings, path: str = "compaction") -> No
         v = getattr(s, name)
         if v is not None:
             _tokens(v, f"{path}.{name}")
+    if s.request_prune_bytes is not None and s.request_prune_bytes <= 0:
+        raise BadInput(f"{path}.request_prune_bytes", f"must be a positive byte count, got {s.request_prune_bytes}")
     ps = s.prune_settings
     if ps.protect is not None and ps.protect not in PRUNE_PROTECT_RULES:
         raise BadInput(f"{path}.prune_settings.protect",

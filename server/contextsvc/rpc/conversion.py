@@ -454,7 +454,7 @@ def _optional(msg, *names) -> dict:
 def compaction_settings(c) -> m.CompactionSettings:
     return m.CompactionSettings(
         **_optional(c, "auto", "threshold_percent", "reserved", "prune", "tail_turns",
-                    "preserve_recent_tokens", "max_attempts", "provider_managed"),
+                    "preserve_recent_tokens", "max_attempts", "provider_managed", "request_prune_bytes"),
         prune_settings=prune_settings(c.prune_settings),
     )
 

@@ -50,6 +50,12 @@ class Plan:
         return window.limit(self.model, self.compaction, self.cfg)
 
     @property
+    def guard_bytes(self) -> int:
+        """The payload guard's threshold: the request's, else the config's."""
+        own = self.compaction.request_prune_bytes
+        return own if own is not None else self.cfg.assemble.request_prune_bytes
+
+    @property
     def management(self) -> Optional[provider_management.Management]:
         """The provider's own context management the request asks for (None: ours alone)."""
         return provider_management.of(self.model, self.fmt, self.compaction, self.cfg, self.tools, self.limit)

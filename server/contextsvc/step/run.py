@@ -105,7 +105,7 @@ def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Mem
         request, hashed = build(sent, plan, memo, deadline, points, digests), True
     if over is None:  # within a few bytes of the guard: the output budget decides
         measurement = finish(sent, request, plan, memo, exact_counters, deadline)
-        over = measurement.body_bytes > plan.cfg.assemble.request_prune_bytes
+        over = measurement.body_bytes > plan.guard_bytes
     guard = payload_guard(sent, over, plan, memo, deadline, keys, points)
     if guard.conversation is not None:
         # the messages as they were before the guard changed some: the baseline is rebased on those
@@ -132,7 +132,7 @@ def _guarded_again(sent: m.Conversation, plan: Plan, memo: Memo, exact_counters,
         return None
     request = build(guard.conversation, plan, memo, deadline, points, guard.digests)
     request.lowered.set_max_output(0)
-    if request.body_bytes() + guard.freed <= plan.cfg.assemble.request_prune_bytes + FREED_SLACK_BYTES:
+    if request.body_bytes() + guard.freed <= plan.guard_bytes + FREED_SLACK_BYTES:
         return None
     measurement = finish(guard.conversation, request, plan, memo, exact_counters, deadline, sent, guard.pairs)
     return Step(measurement, request, guard, injected, plan)
@@ -148,7 +148,7 @@ def _over_guard(request: Request, plan: Plan) -> bool | None:
     """Whether the body is over the payload guard whatever output budget its figures give it
     (the budget is written into the body, between 0 and the configured cap): None when the
     budget decides. So a body the guard replaces is never given figures."""
-    limit = plan.cfg.assemble.request_prune_bytes
+    limit = plan.guard_bytes
     low = request.lowered
     low.set_max_output(0)
     if request.body_bytes() > limit:
