@@ -412,14 +412,16 @@ class _Asks:
         else:
             self.step(sentence, keys)
 
-    def closed_by(self, closing: str, asks: list) -> None:
+    def closed_by(self, closing: str, asks: list, settled: list) -> None:
         """The turn ended on closing, a sentence saying what was done: the turn's asks it speaks of
         are done (it is the turn's own report, so one topic word or acronym in common is enough,
-        unless it is a word every request of a coding session shares: "test", "bug", ...)."""
+        unless it is a word every request of a coding session shares: "test", "bug", ...); settled,
+        the steps the assistant announced before it, are taken as done or dropped."""
         said = _report_words(closing) - GENERIC_WORDS
         for a in asks:
             if a not in self.done and _report_words(a) & said:
                 self.done.add(a)
+        self.done.update(settled)
 
     def done_by(self, evidence: str) -> None:
         """Asks with nothing to tie them (no path, identifier or code span) that evidence (a
@@ -742,7 +744,7 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
         asks.add(item)
     # the turn under way at the cut, until a request in these messages: its request in progress and
     # the carried asks its request (the previous Goal's newest) states
-    latest_goal = previous.get("goal", [""])[-1] if previous.get("goal") else ""
+    latest_goal = (previous.get("goal") or [""])[-1]
     turn = [a for a in asks.keys if a == asks.current or latest_goal and a in latest_goal]
     stale = []
     listed = {_file_of(x) for x in previous.get("files", [])}
@@ -790,8 +792,7 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
         request in Goal), and the asks it speaks of are done."""
         if closing and sup.topic(closing):
             acc.add("done", closing)
-            asks.closed_by(closing, turn)
-            asks.done.update(reported)  # its own plan for the turn: done, or left, as it reports
+            asks.closed_by(closing, turn, reported)
 
     for message_facts in each(memo, "offline", messages, settings, facts):
         for fact in message_facts:
