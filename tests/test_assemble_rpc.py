@@ -452,3 +452,64 @@ def test_the_transport_s_response_bytes_are_the_message_s():
     for body in (b"", r.body):
         empty = dataclasses.replace(r, body=body)
         assert conversion.assemble_wire(empty) == conversion.assemble_response(empty).SerializeToString()
+
+
+def _mcp_tools(n: int, extra: str = "") -> list:
+    """n MCP-style tool definitions of about 1 KB each (an agent with a few MCP servers)."""
+    schema = json.dumps({"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]})
+    return [pb.ToolDefinition(name=f"mcp__srv{i // 10}__op_{i}", input_schema_json=schema,
+                              description=f"Operation {i} fetches a record by id and returns its fields. " * 14 + extra)
+            for i in range(n)]
+
+
+def test_tools_the_previous_request_sent_are_not_counted_twice_beside_its_usage(stub):
+    """The reported usage of the last answer holds the tools and system it was sent with. With
+    the cache_state of that request, a projection from it adds only what is new: 40 MCP tools
+    counted twice asked a 32K session to compact at 40% of its window, at nearly every step.
+    Tools changed since are counted again, and without a cache_state the reference's
+    over-count stands; Compact's tokens_before follows the same rule."""
+    mdl = convo.model(context=32_000, output=4_096)
+    tools = _mcp_tools(40)
+    first = [convo.user("m1", convo.text("p1", "Audit src/billing for float and Decimal mixing."))]
+
+    def ask(messages, tools_=tools, state=b""):
+        return stub.Assemble(pb.AssembleRequest(conversation=pb.Conversation(session_id="mcp", messages=messages),
+                                                model=mdl, tools=tools_, system=SYSTEM,
+                                                previous_cache_state=state), timeout=10)
+
+    sent = ask(first)
+    # the provider's count of that body: our decision figure of it, tools and system included
+    usage = pb.Usage(input=sent.figures.decision.tokens, output=60)
+    messages = first + [
+        convo.assistant("m2", convo.text("p2", "Reading the module."),
+                        convo.tool("p3", "c1", "read", {"path": "src/billing/tax.py"}, "def tax(x):\n    return x * 0.2\n"),
+                        usage=usage),
+        convo.user("m3", convo.text("p4", "Go on."))]
+    again = ask(messages, state=sent.cache_state)
+    f = again.figures
+    assert f.has_baseline and f.reported == usage.input + usage.output
+    assert f.decision.tokens < f.limit
+    assert f.overhead > f.limit // 3  # the tools alone are over a third of the window
+    # beside the answer's count, what is new since (a message of a few words), not the tools again
+    assert f.reported <= f.projected < f.reported + f.overhead // 4
+    assert f.projected < f.limit and not f.should_compact
+
+    # no cache_state: the tools may have changed since the count, so they are added again
+    stateless = ask(messages).figures
+    assert stateless.projected > again.figures.projected + f.overhead // 2
+    assert stateless.should_compact
+    # tools changed since the count: added again, whatever the state says
+    changed = ask(messages, _mcp_tools(40, extra="Paginated."), state=sent.cache_state).figures
+    assert changed.projected > again.figures.projected + f.overhead // 2 and changed.should_compact
+
+    def compact(state):
+        return stub.Compact(pb.CompactRequest(conversation=pb.Conversation(session_id="mcp", messages=messages),
+                                              model=mdl, tools=tools, system=SYSTEM, auto=True,
+                                              previous_cache_state=state), timeout=30)
+
+    assert compact(sent.cache_state).tokens_before == f.projected
+    assert compact(b"").tokens_before == stateless.projected
+    with pytest.raises(grpc.RpcError) as e:
+        compact(b"not a state")
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "previous_cache_state" in e.value.details()
+

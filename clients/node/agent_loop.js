@@ -145,7 +145,8 @@ class Session {
   measure() { return this.rpc("Measure", this.base()); }
 
   async compact(overflow, step, before) {
-    const r = await this.rpc("Compact", { ...this.base(), overflow, auto: true, attempts: this.attempts, id_prefix: "cs-" });
+    const r = await this.rpc("Compact", { ...this.base(), overflow, auto: true, attempts: this.attempts, id_prefix: "cs-",
+      previous_cache_state: this.cacheState });  // tokens_before then reads as the step's projected
     this.attempts += 1;
     this.messages = applyCompaction(this.messages, r, { dropOmittable: true });
     this.changed.add("compaction");

@@ -406,6 +406,13 @@ def _segment_of(flat: int, before: tuple, now: tuple) -> tuple:
     return MESSAGES, flat - t - s
 
 
+def head_unchanged(before: State | None, now: Digests | None, change: Change | None) -> bool:
+    """Whether a body's tool definitions and system elements are the previous request's (before:
+    its cache state, None when the client sent none; now: this body's digests, change: compare's
+    answer), so that only its messages differ, or nothing."""
+    return before is not None and now is not None and (change is None or change.segment == MESSAGES)
+
+
 def compare(before: State, now: Digests) -> Change | None:
     """The first element of this body whose cache the previous request's does not serve: the
     first that differs, judged on the prefix digests (equal at element i means every element up

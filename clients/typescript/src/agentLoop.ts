@@ -156,8 +156,9 @@ export class Session {
   }
 
   private async compact(overflow: boolean, step: number, before: Figures | undefined): Promise<CompactResponse> {
-    const r = await this.client.compact({ ...this.base(), overflow, auto: true, attempts: this.attempts, idPrefix: "cs-" },
-      DEADLINES_MS.compact);
+    // with the cache state, tokensBefore reads as the step's projected
+    const r = await this.client.compact({ ...this.base(), overflow, auto: true, attempts: this.attempts, idPrefix: "cs-",
+      previousCacheState: this.cacheState }, DEADLINES_MS.compact);
     this.attempts += 1;
     this.messages = applyCompaction(this.messages, r, { dropOmittable: true });
     this.changed.add("compaction");

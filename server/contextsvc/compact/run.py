@@ -41,6 +41,7 @@ class CompactInput:
     attempts: int = 0  # compactions already made in this agent turn
     now_ms: int = 0  # clock for the new messages and prune marks; 0 = now
     id_prefix: str = ""  # prefix of the ids of the messages Compact creates
+    previous: object = None  # prefix.State of the request the reported usage answered, when given
 
 
 @dataclass(slots=True)
@@ -76,9 +77,12 @@ def check(inp: CompactInput, memo=None, deadline: Deadline = NO_DEADLINE) -> Non
 
 
 def _measure(conv: m.Conversation, inp: CompactInput, cfg: Config,
-             deadline: Deadline = NO_DEADLINE, memo=None) -> step.Measurement:
-    """The step's measurement of conv as Measure would answer it (the decision figure)."""
+             deadline: Deadline = NO_DEADLINE, memo=None, previous=None) -> step.Measurement:
+    """The step's measurement of conv as Measure would answer it (the decision figure); previous:
+    the cache state of the request the reported usage answered, for the projection."""
     plan = step.Plan.of(inp.model, list(inp.tools), inp.system, inp.compaction, cfg)
+    if previous is not None:  # as Assemble measures with it (assemble.run)
+        plan = dataclasses.replace(plan, hashes=True, previous=previous)
     return step.run(conv, plan, memo=memo, deadline=deadline).measurement
 
 
@@ -201,7 +205,7 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
     now_ms = inp.now_ms or time.time_ns() // 1_000_000
     lim = window.limit(mdl, settings, cfg)
     use = window.usable(mdl, settings, cfg)
-    measured = _measure(inp.conversation, inp, cfg, deadline, memo)
+    measured = _measure(inp.conversation, inp, cfg, deadline, memo, inp.previous)
     before = measured.projected
     over = not _under(before, lim, mdl)
     # with no edits the conversation stays as it is: tokens_after is its decision figure

@@ -74,7 +74,7 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
         total, tail, overhead = fig.projections[method]
         if not anchored:
             return total
-        return max(0, reported + fig.rebase_projections.get(method, 0)) + tail + overhead
+        return max(0, reported + fig.rebase_projections.get(method, 0)) + tail + _resent(overhead, fig)
 
     figure = cfg.measure.compaction_figure
     if figure == "exact-where-known":  # Plan.of counted it for every model with its own offline
@@ -90,7 +90,7 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
     projected = total
     rebased = max(0, reported + rebase) if anchored else 0
     if anchored:
-        projected = max(projected, rebased + tail + overhead)
+        projected = max(projected, rebased + tail + _resent(overhead, fig))
     # backward-looking: the last answer's real usage reached the limit; rebased the same way
     # when it is the baseline's, so a prune that frees enough clears this check too. What the
     # window held: without what the provider's own clearing kept out of it
@@ -107,6 +107,14 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
                     projected, projected_by("calibrated"), projected_by("self-calibrated"),
                     projected_by("exact") if fig.exact is not None else 0, mid_tool_round_trip(messages),
                     should, outlook)
+
+
+def _resent(overhead: int, fig: Figures) -> int:
+    """What a projection from the reported usage adds for the tools and system: all of them (the
+    reference's bounded over-count: they may have changed since the provider counted them), or
+    nothing when the previous request's cache state shows them unchanged (the count holds them; 50
+    MCP tools of 11K tokens counted twice asked a 32K session to compact at 40% of its window)."""
+    return 0 if fig.overhead_counted else overhead
 
 
 def _figure(figure: str, stretch: tuple, fig: Figures, plan: Plan) -> tuple:

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import conversation as m, encodings, native, projection, tokens
+from .. import conversation as m, encodings, native, prefix, projection, tokens
 from ..deadline import NO_DEADLINE, Deadline
 from ..lowering.media import MEDIA_PLACEHOLDER
 from ..memo import PROFILES, TOOL_TEXT, Memo
@@ -55,6 +55,10 @@ class Figures:
     rebase_projections: dict = dataclasses.field(default_factory=dict)
     rebase_stretches: dict = dataclasses.field(default_factory=dict)
     media_rebase: int = 0
+    # the tool definitions and system elements are those of the previous request (the cache_state
+    # the client sent back: the body the reported usage answered), so the provider's count holds
+    # them already and a projection from it does not add them again (step.decision)
+    overhead_counted: bool = False
     exact_tokenizer: Optional[encodings.ExactTokenizer] = None  # what the exact figures counted with
     # the baseline's message is in the last assistant element sent: the tail is what follows the
     # provider's count. Not so for one sent as nothing (a whitespace-only answer): the elements
@@ -116,6 +120,7 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
     out = Figures(estimate, tool_tokens, tail, overhead, normalized, raw, extra, rewrite, bool(tail_messages),
                   request.ledger.media_count, (0, tokens.CALIBRATED), (0, tokens.CALIBRATED), 0.0, "", None,
                   {}, {}, 0, 0)
+    out.overhead_counted = prefix.head_unchanged(plan.previous, request.digests, request.change)
     _calibrated_and_exact(out, conv, request, plan, exact_counters, last_assistant, since, tool_text, deadline, memo)
     out.stretches["estimate"] = (normalized, tail, overhead, rewrite)
     base = baseline(conv.messages)
