@@ -103,3 +103,20 @@ def test_openai_data_url_media_costs_its_decoded_size(stub):
     # 18 bytes (5), or 16 with '==' (4), where ignoring the padding said 18
     assert extra("A" * 24 + "AAAA").extra == 6 and extra("A" * 24 + "AA==").extra == 5
     assert extra("A" * 20 + "AAAA").extra == 5 and extra("A" * 20 + "AA==").extra == 4
+
+
+def test_reasoning_of_the_snapshot_an_alias_answered_with_keeps_its_signature(stub):
+    """Anthropic answers a request for claude-sonnet-4-5 as claude-sonnet-4-5-20250929: an agent
+    storing that id replays the turn's thinking signed, as the API requires with tool use; a
+    thought another model signed goes as text, and so does one of another snapshot."""
+    def assistant_content(model_id):
+        messages = turn(reasoning("r1", "check the import first", "sig-abc"), convo.text("p2", "Reading it."))
+        messages[1].model_id = model_id
+        return body(stub, messages, pb.PROVIDER_ANTHROPIC)["messages"][1]["content"]
+
+    signed = {"type": "thinking", "thinking": "check the import first", "signature": "sig-abc"}
+    assert convo.model().id == "claude-sonnet-4-5"
+    for same in ("claude-sonnet-4-5", "claude-sonnet-4-5-20250929", ""):
+        assert assistant_content(same)[0] == signed, same
+    for other in ("claude-opus-4-1", "claude-opus-4-1-20250805", "claude-sonnet-4"):
+        assert assistant_content(other)[0] == {"type": "text", "text": "check the import first"}, other

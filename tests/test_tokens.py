@@ -274,6 +274,11 @@ def test_self_calibration_scales_by_the_providers_own_count_of_the_prefix():
     for conv in (anchored(reported, model_id="gpt-4o"), anchored(reported, summary=True), anchored(ours * 3)):
         assert run(conv, CLAUDE, tools=TOOLS).calibration_factor == 0
     assert run(anchored(reported, model_id=CLAUDE.id), CLAUDE, tools=TOOLS).calibration_factor > 0
+    # the id the provider answered an alias with is the same model (model_ids.same_model); two
+    # snapshots are not
+    assert run(anchored(reported, model_id=CLAUDE.id + "-20250929"), CLAUDE, tools=TOOLS).calibration_factor > 0
+    dated = dataclasses.replace(CLAUDE, id=CLAUDE.id + "-20250929")
+    assert run(anchored(reported, model_id=CLAUDE.id + "-20250514"), dated, tools=TOOLS).calibration_factor == 0
 
 
 # ---- which figure drives compaction ---------------------------------------------------------

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 from .. import conversation as m
 from ..deadline import NO_DEADLINE, Deadline
+from ..model_ids import same_model
 
 COMPACTED_OUTPUT = "[Old tool result content cleared]"
 INTERRUPTED_OUTPUT = "[Tool execution was interrupted]"
@@ -115,7 +116,7 @@ def _signed_elsewhere(msg: m.Message, model) -> bool:
     signatures would not verify there."""
     if model is None:
         return False
-    return bool((msg.model_id and msg.model_id != model.id)
+    return bool((msg.model_id and not same_model(msg.model_id, model.id))
                 or (msg.provider_id and msg.provider_id != model.provider))
 
 

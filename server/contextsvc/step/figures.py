@@ -18,6 +18,7 @@ from .. import conversation as m, encodings, native, prefix, projection, tokens
 from ..deadline import NO_DEADLINE, Deadline
 from ..lowering.media import MEDIA_PLACEHOLDER
 from ..memo import PROFILES, TOOL_TEXT, Memo
+from ..model_ids import same_model
 from ..positions import positions
 from .baseline import KnownPairs, as_counted, baseline, changed_key, changed_pieces, known_key
 from .plan import Plan
@@ -229,7 +230,7 @@ def _anchor(msgs: list, low_sources: list, model_id: str, last_compaction: int) 
     first = None  # message id -> index of its first element, made only when a scan from the end fails
     for msg in reversed(msgs[last_compaction + 1:]):
         if (msg.role == m.ASSISTANT and msg.finished and not msg.summary and msg.usage.input_side() > 0
-                and msg.model_id in ("", model_id)):
+                and (not msg.model_id or same_model(msg.model_id, model_id))):
             if first is None:
                 at = _first_element_from_end(low_sources, msg.id)
                 if at >= 0:
