@@ -59,3 +59,23 @@ def test_ipv6_hosts_are_held_bare_and_bracketed_in_addresses():
         s = config.ServerConfig(host=given)
         assert s.host == "::" and s.address(50051) == "[::]:50051"
     assert config.ServerConfig(host="0.0.0.0").address(9464) == "0.0.0.0:9464"
+
+
+def test_every_toml_block_of_the_readme_is_a_config_the_server_takes():
+    """A reader copies them as they are: each block loads (the Security one used to be refused,
+    its tenants file needing the Redis store it did not set), with the tenants' block uncommented
+    as its comment says."""
+    import re
+    import tomllib
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    blocks = re.findall(r"```toml\n(.*?)```", text, re.S)
+    assert len(blocks) >= 4, "README.md's configuration examples"
+    for block in blocks:
+        config.from_mapping(tomllib.loads(block))
+    security = next(b for b in blocks if "auth_tokens_file" in b)
+    tenants = re.sub(r"^# (auth_tokens_file |\[truncation\]$|backend |redis_url )", r"\1", security, flags=re.M)
+    assert tenants.count("\n# ") < security.count("\n# ")
+    c = config.from_mapping(tomllib.loads(tenants))
+    assert c.server.auth_tokens_file and c.truncation.backend == "redis"

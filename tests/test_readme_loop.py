@@ -27,10 +27,6 @@ from contextsvc.v1 import context_pb2_grpc as pb_grpc
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
-class TurnOver(Exception):
-    """The README's: the turn ends and the person is asked."""
-
-
 def readme_block(pattern: str, what: str) -> str:
     block = re.search(pattern, README.read_text(), re.S)
     assert block, f"README.md has {what}"
@@ -44,7 +40,7 @@ OPENAI_BASE_URL = '"https://api.openai.com/v1"'
 
 def readme_step(post_to_provider):
     """The `step` function of the README's Python loop, with the caller's post_to_provider."""
-    namespace = {"post_to_provider": post_to_provider, "TurnOver": TurnOver}
+    namespace = {"post_to_provider": post_to_provider}
     exec(compile(readme_block(PYTHON_LOOP, "the Python agent loop"), "README.md", "exec"), namespace)
     return namespace["step"]
 
@@ -54,7 +50,7 @@ def readme_responses_agent(base_url: str) -> dict:
     would, the `openai` client pointed at base_url: `step` calls the block's post_to_provider."""
     code = readme_block(RESPONSES_AGENT, "the Python agent on OpenAI Responses")
     assert code.count(OPENAI_BASE_URL) == 1, "the Responses block sets the client's base_url"
-    namespace = {"TurnOver": TurnOver}
+    namespace = {}
     exec(compile(readme_block(PYTHON_LOOP, "the Python agent loop"), "README.md", "exec"), namespace)
     exec(compile(code.replace(OPENAI_BASE_URL, json.dumps(base_url)), "README.md", "exec"), namespace)
     return namespace
@@ -67,6 +63,25 @@ def _post(url: str, body: bytes) -> tuple[int, dict]:
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read() or b"{}")
+
+
+def test_the_readme_python_loop_ends_the_turn_when_the_provider_keeps_refusing(stub):
+    """The block defines what it raises: a provider refusing every body as too long ends the
+    turn with the README's TurnOver, after three overflow compactions, not with a NameError."""
+    refusals = []
+
+    def post_to_provider(body: bytes):
+        refusals.append(body)
+        return types.SimpleNamespace(status=400, out={"error": "prompt is too long"}, tool_calls=[], too_long=True)
+
+    namespace = {"post_to_provider": post_to_provider}
+    exec(compile(readme_block(PYTHON_LOOP, "the Python agent loop"), "README.md", "exec"), namespace)
+    messages = [pb.Message(id="u1", role=pb.ROLE_USER, parts=[
+        pb.Part(id="p1", text=pb.TextPart(text="Fix the failing test in tests/test_app.py"))])]
+    with pytest.raises(namespace["TurnOver"]):
+        namespace["step"](stub, messages, loop.model("anthropic", 32_000), [], loop.SYSTEM,
+                          pb.EditorContext(current_time=loop.CURRENT_TIME), 0, b"")
+    assert len(refusals) == 3
 
 
 @pytest.mark.parametrize("provider", ["anthropic"])
@@ -197,7 +212,6 @@ NODE_CLIENT = Path(__file__).resolve().parent.parent / "clients" / "node"
 NODE_HARNESS = """
 const fs = require("node:fs");
 const { Session, userMessage, SYSTEM } = require(%(client)s + "/agent_loop.js");
-class TurnOver extends Error {}
 const URL_ = process.argv[3];
 async function postToProvider(body) {
   const r = await fetch(URL_, { method: "POST", headers: { "Content-Type": "application/json" }, body });
