@@ -516,3 +516,45 @@ def test_a_report_ties_no_ask_by_the_directories_of_its_paths():
                    "Finished: `fetch_rates` now goes through src/common/helpers_rates.py."),
         _user("u2", "Now the docs.")]))
     assert any("list_orders" in x for x in s["next_steps"] + s["in_progress"]), s  # "src" ties nothing
+
+
+def test_a_bug_s_wrong_value_instead_of_the_right_one_is_no_decision():
+    """ "returns 21.63 instead of 21.64" describes the bug: it is the goal, never a Key Decision,
+    and it reverses nothing the session decided about the same function."""
+    decided = "I'll use Decimal in compute_total because float rounds 19.99 * 1.0825 down."
+    first = [_user("u1", "Fix src/billing/totals.py: compute_total() returns 21.63 instead of 21.64 for a 19.99 item."),
+             _assistant("a1", decided),
+             _user("u2", "The export still prints 3.3000000000000003 instead of 3.30 in compute_total's report.")]
+    for s in (template.parse(offline.summarize(first)), _rolled(first[:2], first[2:])):
+        assert s["decisions"] == [decided], s["decisions"]
+        assert not any("Superseded" in x for x in s["done"])
+    reversal = "Change of plan: use float with round() in compute_total instead of Decimal."
+    s = template.parse(offline.summarize(first + [_user("u3", reversal)]))
+    assert decided not in s["decisions"] and any(x.startswith("Superseded: " + decided) for x in s["done"])
+
+
+def test_a_decision_said_again_replaces_its_earlier_wording_without_superseding_it():
+    """The person switches the cache to Redis, the assistant says so again in its own words: one
+    decision stands, the newest wording, and Done records one change of plan (SQLite's), not the
+    Redis decision superseded by itself."""
+    sqlite = "Decision: store the rate cache in SQLite, because it needs no server."
+    redis = "Change of plan: use Redis instead of SQLite for the rate cache."
+    again = "Decision reversed: the rate cache now uses Redis instead of SQLite."
+    first = [_user("u1", "Add a rate cache to src/rates.py"), _assistant("a1", sqlite), _user("u2", redis),
+             _assistant("a2", again)]
+    for s in (template.parse(offline.summarize(first)), _rolled(first[:3], first[3:])):
+        assert s["decisions"] == [again], s["decisions"]
+        superseded = [x for x in s["done"] if x.startswith("Superseded: ")]
+        assert len(superseded) == 1 and superseded[0].startswith("Superseded: " + sqlite), superseded
+    back = "Actually, switch back to SQLite for the rate cache."
+    s = template.parse(offline.summarize(first + [_user("u3", back)]))
+    assert again not in s["decisions"] and any(x.startswith("Superseded: " + again) for x in s["done"])
+
+
+def test_a_pair_of_words_with_a_capital_is_not_a_file():
+    """ "float/Decimal" is two words; `deploy/Dockerfile` and `docs/LICENSE` name files."""
+    s = template.parse(offline.summarize([
+        _user("u1", "Audit src/billing for float/Decimal mixing and check deploy/Dockerfile and docs/LICENSE too.")]))
+    files = " ".join(s["files"])
+    assert "float/Decimal" not in files
+    assert "deploy/Dockerfile" in files and "docs/LICENSE" in files

@@ -498,7 +498,7 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
         if text.strip() and not sup.is_ack(text):
             sentences = _sentences(text)
             asks = asks_in(text)
-            if asks or not all(CONSTRAINT.search(s) or sup.REVERSAL.search(s) for s in sentences):
+            if asks or not all(CONSTRAINT.search(s) or sup.is_reversal(s) for s in sentences):
                 # the request's first sentence; a message that only sets a constraint is none
                 first = next(line.strip() for line in text.splitlines() if line.strip())
                 # a short aside naming nothing ("fix the lint too") is an ask, not the session's goal
@@ -506,7 +506,7 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
                 out.append(("goal", "" if aside else _clip(_sentences(first)[0], limits),
                             tuple(_clip(a, limits) for a in asks)))
             for s in sentences:
-                if sup.REVERSAL.search(s):  # the person changed the plan: a decision, and it supersedes
+                if sup.is_reversal(s):  # the person changed the plan: a decision, and it supersedes
                     out.append(("reversal", _clip(s, limits)))
                     out.append(("acc", "decisions", _clip(s, limits)))
                 if CONSTRAINT.search(s):
@@ -532,8 +532,8 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
         said = _clip(s, limits)
         said_keys = _keys(said)
         out.append(("said", said, tuple(said_keys | _stems(said_keys)), says_done))
-        if DECISION.search(s) or sup.REVERSAL.search(s) or (INTENT.search(s) and CHOICE.search(s)):
-            if sup.REVERSAL.search(s):
+        if DECISION.search(sup.OBSERVED.sub(" ", s)) or sup.is_reversal(s) or (INTENT.search(s) and CHOICE.search(s)):
+            if sup.is_reversal(s):
                 out.append(("reversal", said))
             out.append(("acc", "decisions", said))
     for line in text.splitlines():
@@ -691,7 +691,7 @@ BLOCKED_BULLET = re.compile(r"^(?P<subject>`[^`]+`(?: on `[^`]+`)?) failed: ")
 
 def _names_a_file(path: str, touched: tuple) -> bool:
     """A path in prose names a file or directory, not a pair of words ("limit/offset", "and/or"):
-    its last name has an extension or a capital (`nginx.conf`, `Dockerfile`), it is absolute or
+    its last name is a file's (`nginx.conf`, `Dockerfile`, `LICENSE`), it is absolute or
     relative to here or home, it has three names or more, it starts in a usual directory (`src/`,
     `docs/`, ...), or a file a tool touched is under it."""
     names = path.strip("/").split("/")
@@ -702,7 +702,9 @@ def _names_a_file(path: str, touched: tuple) -> bool:
     return any(p.startswith(under) for p in touched)
 
 
-NAMED_FILE = re.compile(r".*\.[A-Za-z0-9]{1,10}|[A-Z][\w.-]*")
+# a file's own name: with an extension, or a conventional one without (`Dockerfile`, `README`);
+# a capitalized word alone is not one ("float/Decimal")
+NAMED_FILE = re.compile(r".*\.[A-Za-z0-9]{1,10}|[A-Z]\w*file|[A-Z][A-Z0-9_]+")
 USUAL_DIRS = frozenset("""src lib libs app apps test tests spec docs doc pkg cmd internal scripts script
 config configs conf deploy bin build dist web api server client include tools .github .ci""".split())
 
@@ -882,7 +884,10 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
                 for key, held in (("decisions", decisions), ("constraints", constraints)):
                     for old in [d for d in held if d != fact[1] and sup.reverses(fact[1], d)]:
                         held.remove(old)
-                        supersede(old, key, fact[1])
+                        if sup.restates(fact[1], old):  # the same choice said again: the newer stands
+                            stale.append(Stale(old, (key,)))
+                        else:
+                            supersede(old, key, fact[1])
                         if key == "constraints" and fact[1] not in constraints:  # it is the constraint now
                             constraints.append(fact[1])
                             acc.add("constraints", fact[1])

@@ -18,6 +18,42 @@ REVERSAL = re.compile(
     r"(?:to|back|over)|revert(?:ed|ing)?|roll(?:ed)? back|no longer|not anymore|anymore|rather than|"
     r"scrap(?:ped)?|drop(?:ped)? the|replace[sd]? (?:the|that|this)|abandon(?:ed)?|from now on|going forward|"
     r"^actually)\b", re.IGNORECASE)
+# What something did where something else was expected ("compute_total() returns 21.63 instead of
+# 21.64"): a bug's description compares two values and chooses nothing, its "instead" no reversal.
+OBSERVED = re.compile(
+    r"\b(?:returns?|returned|gives?|gave|prints?|printed|outputs?|yields?|yielded|produces?|produced|"
+    r"raises?|raised|throws?|threw|shows?|showed|displays?|displayed|evaluates? to|got|comes? out|"
+    r"came out)\b(?:[^.;:!?]|[.:](?=\S))*?\binstead of\b", re.IGNORECASE)  # within the sentence: 3.30 is one
+# The choice a decision states: what it uses, switches or moves to, goes with, takes instead.
+CHOSEN = re.compile(
+    r"\b(?:use[sd]?|using|switch(?:ed|ing)?(?: back)? to|go(?:ing)? with|went with|move[sd]? to|"
+    r"migrate[sd]? to|opt(?:ed)? for|pick(?:ed)?)\s+([\w.+#-]+)|([\w.+#-]+)\s+instead of\b", re.IGNORECASE)
+
+
+def is_reversal(text: str) -> bool:
+    """text changes a plan: a reversal's words outside any description of what something did
+    instead of what was expected."""
+    return bool(REVERSAL.search(OBSERVED.sub(" ", text)))
+
+
+NEGATED = re.compile(r"\b(?:no longer|not|never|stop(?:ped)?|anymore)\b|n't\b", re.IGNORECASE)
+
+
+def chosen(text: str) -> frozenset:
+    """The things text says are chosen ("use Redis instead of SQLite": redis), lowercased; none
+    when it negates ("we no longer use SQLite" chooses nothing, it drops SQLite)."""
+    if NEGATED.search(text):
+        return frozenset()
+    return frozenset((a or b).lower() for a, b in CHOSEN.findall(text) if (a or b).lower() not in STOP)
+
+
+def restates(new: str, old: str) -> bool:
+    """new makes the same choice as old ("use Redis instead of SQLite", then "the cache now uses
+    Redis instead of SQLite"): the newer statement stands, the older was not reversed."""
+    a = chosen(new)
+    return bool(a) and a == chosen(old)
+
+
 # Words that carry no topic: grammar, the verbs of asking and reporting, the reversal's own words.
 STOP = frozenset("""
 a an the and or but if of to in on at by for with from into onto over under as is are was were be
@@ -78,7 +114,7 @@ def same_topic(a: str, b: str) -> bool:
 def reverses(new: str, old: str) -> bool:
     """new, a reversal ("change of plan", "instead", "switch to", "revert", "no longer"), is
     about what old said."""
-    return bool(REVERSAL.search(new)) and same_topic(new, old)
+    return is_reversal(new) and same_topic(new, old)
 
 
 def replaces(new: str, old: str) -> bool:
