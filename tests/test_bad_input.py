@@ -72,6 +72,10 @@ CONVERSATION_CASES = [
      "conversation.messages[0].parts[1].kind"),
     ("unknown tool status", lambda r: set_tool(r, status=42), INVALID,
      "conversation.messages[1].parts[1].tool.state.status: unknown value 42"),
+    # Prune, the payload guard and Compact mark a tool part by its id: refused at every call, not
+    # at the first prune of a session (Assemble once failed there, a hundred steps in)
+    ("tool part without id", lambda r: setattr(msgs(r)[1].parts[1], "id", ""), INVALID,
+     "conversation.messages[1].parts[1].id: is required on a tool part"),
     ("tool part without call id", lambda r: setattr(msgs(r)[1].parts[1].tool, "call_id", ""), INVALID,
      "conversation.messages[1].parts[1].tool.call_id"),
     ("tool part without tool name", lambda r: setattr(msgs(r)[1].parts[1].tool, "tool", ""), INVALID,

@@ -145,15 +145,7 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
         return PruneResult(reason=reason, stopped_by=NOTHING_TO_PRUNE, tokens_scanned=total)
     if freed <= g.minimum_tokens:
         return PruneResult(reason=reason, stopped_by=MINIMUM, tokens_scanned=total)
-    stored_index = {id(x): k for k, x in enumerate(conversation.messages)}
-    ids = []
-    for msg, j in chosen:
-        deadline.count("prune")
-        pid = msg.parts[j].id
-        if not pid:
-            raise BadInput(f"conversation.messages[{stored_index[id(msg)]}].parts[{j}].id",
-                           "is required on a tool part that prune marks compacted")
-        ids.append(pid)
+    ids = [msg.parts[j].id for msg, j in chosen]  # every tool part has one (validate)
     return PruneResult(part_ids=ids, tokens_freed=freed, acted=True, reason=reason,
                        tokens_scanned=total)
 

@@ -141,7 +141,10 @@ def _conversation(conv: m.Conversation, path: str = "conversation", deadline: De
                 part_ids[part.id] = (i, j)
             if isinstance(c, m.Tool):
                 pp = None
-                if not c.call_id:
+                if not part.id:  # refused from the first step, not at the first prune a session needs
+                    pp = ("id", "is required on a tool part: Prune, the payload guard and Compact mark it "
+                          "compacted by its id")
+                elif not c.call_id:
                     pp = ("tool.call_id", "is required on a tool part")
                 elif not c.tool:
                     pp = ("tool.tool", "is required (the tool name)")
