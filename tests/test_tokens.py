@@ -343,6 +343,25 @@ def test_exact_where_known_decides_with_the_models_own_count_and_calibrated_else
         == "exact-where-known"
 
 
+def test_new_text_is_scaled_at_least_by_the_family_prior_whatever_the_anchor_gives():
+    """A provider count close to our calibrated figure of the prefix (a prefix of mostly tool
+    definitions, whose calibrated figure reads high, gave 1.03-1.18 where Claude counted prose at
+    1.5x cl100k) scales the text added since by the prior (claude: 1.35), not by that ratio: the
+    projection from the count, which adds that text alone, then never falls below the provider's
+    count of it."""
+    ours = run(anchored(1), CLAUDE, tools=TOOLS).calibrated[0]
+    conv = anchored(ours)  # the provider counts the prefix as we do: a ratio of about 1
+    with_tail = run(conv, CLAUDE, tools=TOOLS)
+    without = run(m.Conversation(conv.messages[:-1]), CLAUDE, tools=TOOLS)
+    assert "anchored x1." in with_tail.decision[1] and "anchored x1." in without.decision[1]
+    low = request.estimate_lowered(conv, plan(CLAUDE, TOOLS, m.SystemPrompt(soul="Be brief.")))
+    margined_tail = stretch_pair([native.json_profile(low.messages[-1])])[1]
+    added = with_tail.decision[0] - without.decision[0]
+    # the anchor's own ratio is 1.12 here; the prior 1.35 (the cache marker moving with the last
+    # message shifts a few tokens of the difference)
+    assert with_tail.calibration_factor < 1.2 and added >= 1.25 * margined_tail, (added, margined_tail)
+
+
 def test_self_calibrated_figure_decides_on_the_corrected_projection():
     ours = run(anchored(1), window(10_000_000), tools=TOOLS).calibrated[0]
     # a provider that counts 1.5x what we estimate of a prefix that is most of the request

@@ -172,7 +172,8 @@ def _tokenizer_factor(figure: str, fig: Figures, plan: Plan) -> tuple:
     (fig.decision_factor), never below 1 (the self-calibration bounds cap it), and for the text
     added since (the tail) its count over our calibrated figure of it (fig.new_text_factor), so
     the tail's own classes' margins stay on top of the provider's scale (a prefix whose margins
-    are larger than the tail's would otherwise scale the tail below what the provider counts);
+    are larger than the tail's would otherwise scale the tail below what the provider counts),
+    and never below the family's prior;
     before, the family's prior for both, which also bounds both when the provider's count held
     media. Neither for the reference's estimate, for the model's own exact count, nor for the
     self-calibrated figure once it is scaled already."""
@@ -183,7 +184,10 @@ def _tokenizer_factor(figure: str, fig: Figures, plan: Plan) -> tuple:
         return 1, 1, ""
     if fig.decision_factor:
         anchored = max(1.0, fig.decision_factor)
-        tail = max(anchored, fig.new_text_factor)
+        # never below the prior for the new text: a prefix of mostly tool definitions, whose
+        # calibrated figure reads high, gave 1.03-1.18 where Claude counted prose at 1.5x cl100k,
+        # and the projection from the reported usage then undercounted what followed it
+        tail = max(anchored, fig.new_text_factor, float(fam.prior))
         if fig.media_prefix:
             # the provider's count holds the media's cost too, which the text it is divided by does
             # not (a screenshot in a short prefix made it 1.73x): the text's factor is at most the
