@@ -78,10 +78,13 @@ def test_the_readme_python_loop_ends_the_turn_when_the_provider_keeps_refusing(s
     exec(compile(readme_block(PYTHON_LOOP, "the Python agent loop"), "README.md", "exec"), namespace)
     messages = [pb.Message(id="u1", role=pb.ROLE_USER, parts=[
         pb.Part(id="p1", text=pb.TextPart(text="Fix the failing test in tests/test_app.py"))])]
-    with pytest.raises(namespace["TurnOver"]):
+    with pytest.raises(namespace["TurnOver"]) as over:
         namespace["step"](stub, messages, loop.model("anthropic", 32_000), [], loop.SYSTEM,
                           pb.EditorContext(current_time=loop.CURRENT_TIME), 0, b"")
     assert len(refusals) == 3
+    # what the caller stores: the overflow compactions applied, not the history before them
+    kept = over.value.messages
+    assert any(x.role == pb.ROLE_ASSISTANT and x.summary for x in kept), [x.id for x in kept]
 
 
 @pytest.mark.parametrize("provider", ["anthropic"])
