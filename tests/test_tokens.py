@@ -362,6 +362,50 @@ def test_new_text_is_scaled_at_least_by_the_family_prior_whatever_the_anchor_giv
     assert with_tail.calibration_factor < 1.2 and added >= 1.25 * margined_tail, (added, margined_tail)
 
 
+def test_new_text_is_scaled_by_the_provider_s_count_of_the_messages_between_its_last_two_answers():
+    """Two answers' reported inputs differ by the provider's count of the messages between them,
+    where tool definitions weigh nothing: that ratio (1.5 here, above the prior 1.35) scales the
+    text added since. A prune since the earlier answer (its count held the pruned output whole,
+    the later one's not) leaves the ratio unread: the prior stands."""
+    def session(pruned_at=0):
+        conv = conversation(20)
+        early = m.Message("msg_0002x", m.ASSISTANT, [m.Part("t2", m.Tool(
+            "c2", "read", m.COMPLETED, {"path": "a.py"}, output="x = 1\n" * 400, time_compacted_ms=pruned_at))],
+            time_completed_ms=1)
+        conv.messages.insert(2, early)
+        for k, x in enumerate(conv.messages):
+            if x.role == m.ASSISTANT:
+                x.time_completed_ms = 10 + k
+        conv.messages[-2] = msg(19, m.USER, "the parser fails on nested input, read src/app/main.py again " * 40)
+        conv.messages.append(msg(99, m.USER, "now fix the parser " * 30))
+        return conv
+
+    conv = session()
+    low = request.estimate_lowered(conv, plan(CLAUDE, TOOLS, m.SystemPrompt(soul="Be brief.")))
+    prev, last = conv.messages[-4], conv.messages[-2]  # the two last answers
+    first_of = lambda mid: next(i for i, ids in enumerate(low.sources) if mid in ids)  # noqa: E731
+    between = stretch_pair([native.json_profile(e) for e in low.messages[first_of(prev.id):first_of(last.id)]])[0]
+    assert between >= 500
+    ours = run(conv, CLAUDE, tools=TOOLS).calibrated[0]
+
+    def counted(c):
+        c.messages[-4].usage = m.Usage(input=int(ours * 0.6), output=20)
+        c.messages[-2].usage = m.Usage(input=int(ours * 0.6 + 1.5 * between), output=20)
+        return c
+
+    margined_tail = stretch_pair([native.json_profile(low.messages[-1])])[1]
+
+    def added(c):
+        without = m.Conversation(c.messages[:-1])
+        return run(c, CLAUDE, tools=TOOLS).decision[0] - run(without, CLAUDE, tools=TOOLS).decision[0]
+
+    full = added(counted(session()))
+    # pruned after the earlier answer (time 10 + its index): the ratio is not read, the prior scales
+    pruned = added(counted(session(pruned_at=10_000)))
+    # (the difference also moves the cache marker: the two scales are compared with each other)
+    assert full / pruned == pytest.approx(1.5 / 1.35, rel=0.03), (full, pruned)
+    assert pruned >= 1.15 * margined_tail, (pruned, margined_tail)
+
 def test_self_calibrated_figure_decides_on_the_corrected_projection():
     ours = run(anchored(1), window(10_000_000), tools=TOOLS).calibrated[0]
     # a provider that counts 1.5x what we estimate of a prefix that is most of the request

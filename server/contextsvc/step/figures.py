@@ -76,6 +76,10 @@ class Figures:
     # the provider's count of that prefix over its calibrated figure: what the text added since
     # (the tail) is scaled by, so its own classes' margins stay on top of the provider's scale
     new_text_factor: float = 0.0
+    # the provider's count of the message elements between its last two answers (the difference
+    # of their reported inputs) over our calibrated figure of them: the same for message text
+    # alone, which tool definitions our calibration may read high do not weigh on; 0 = none
+    between_factor: float = 0.0
 
 
 def rewrite_from(request: Request) -> Optional[int]:
@@ -229,8 +233,7 @@ def _anchor(msgs: list, low_sources: list, model_id: str, last_compaction: int) 
     stored after the last completed compaction (a kept tail's usage counted the history before)."""
     first = None  # message id -> index of its first element, made only when a scan from the end fails
     for msg in reversed(msgs[last_compaction + 1:]):
-        if (msg.role == m.ASSISTANT and msg.finished and not msg.summary and msg.usage.input_side() > 0
-                and (not msg.model_id or same_model(msg.model_id, model_id))):
+        if _counted_by(msg, model_id):
             if first is None:
                 at = _first_element_from_end(low_sources, msg.id)
                 if at >= 0:
@@ -244,11 +247,44 @@ def _anchor(msgs: list, low_sources: list, model_id: str, last_compaction: int) 
     return None, -1
 
 
-def _first_element_from_end(low_sources: list, message_id: str) -> int:
-    """The index of the first element lowered from message_id, looking from the end (a
-    message's elements are adjacent: the scan stops past them), or -1."""
+def _counted_by(msg: m.Message, model_id: str) -> bool:
+    """msg is a finished answer of this model whose reported input counted the request before it."""
+    return (msg.role == m.ASSISTANT and msg.finished and not msg.summary and msg.usage.input_side() > 0
+            and (not msg.model_id or same_model(msg.model_id, model_id)))
+
+
+def _between_factor(msgs: list, low_sources: list, model_id: str, last_compaction: int, anchor: m.Message,
+                    at: int, message_profiles: list, latest_compacted: int, mc) -> float:
+    """The provider's count of the message elements between its answer before the anchor and the
+    anchor (their reported inputs' difference) over our calibrated figure of them, or 0: no such
+    answer, a stretch too short to read, a prune since that answer (its count held the pruned
+    outputs whole, the anchor's did not), or a factor outside the self-calibration bounds."""
+    seen = False
+    for msg in reversed(msgs[last_compaction + 1:]):
+        if msg is anchor:
+            seen = True
+        elif seen and _counted_by(msg, model_id):
+            if latest_compacted > msg.time_completed_ms:
+                return 0.0
+            start = _first_element_from_end(low_sources, msg.id, at)
+            counted = anchor.usage.input_as_sent() - msg.usage.input_as_sent()
+            if start < 0 or counted <= 0:
+                return 0.0
+            ours = stretch_pair(message_profiles[start:at])[0]
+            f = counted / ours if ours >= BETWEEN_MIN_TOKENS else 0.0
+            return f if mc.self_calibration_min_factor <= f <= mc.self_calibration_max_factor else 0.0
+    return 0.0
+
+
+# below this, per-message overhead the provider counts weighs too much on the ratio
+BETWEEN_MIN_TOKENS = 500
+
+
+def _first_element_from_end(low_sources: list, message_id: str, end: int | None = None) -> int:
+    """The index of the first element lowered from message_id, looking from the end (or from
+    before end; a message's elements are adjacent: the scan stops past them), or -1."""
     found = -1
-    for i in range(len(low_sources) - 1, -1, -1):
+    for i in range(len(low_sources) - 1 if end is None else end - 1, -1, -1):
         if message_id in low_sources[i]:
             found = i
         elif found >= 0:
@@ -418,6 +454,12 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
             out.decision_prefix = m_sys + m_head + m_tools if mc.measured_margins else ours * mc.margin
             out.calibrated_prefix = ours
             out.decision_anchor = anchor
+            if built_elements:
+                scanned = conv.scanned
+                latest = scanned.last_compacted_ms if scanned is not None else max(
+                    map(m.LAST_COMPACTED_MS, msgs), default=0)
+                out.between_factor = _between_factor(msgs, low.sources, mdl.id, request.last_compaction, anchor,
+                                                     at, message_profiles, latest, mc)
     if factor:
         self_cal = (tokens.scaled(cal_total, factor), f"{tokens.SELF_CALIBRATED}{factor:.4f}x({anchor_id})")
         out.projections["self-calibrated"] = (self_cal[0], tokens.scaled(cal_tail, factor),
