@@ -405,6 +405,10 @@ def test_new_text_is_scaled_by_the_provider_s_count_of_the_messages_between_its_
     # (the difference also moves the cache marker: the two scales are compared with each other)
     assert full / pruned == pytest.approx(1.5 / 1.35, rel=0.03), (full, pruned)
     assert pruned >= 1.15 * margined_tail, (pruned, margined_tail)
+    # thinking in the stretch (a provider may leave an earlier turn's out of its count): not read
+    thought = counted(session())
+    thought.messages[-4].parts.append(m.Part("r18", m.Reasoning("check how the parser nests input first")))
+    assert added(thought) == pytest.approx(pruned, abs=2)
 
 def test_self_calibrated_figure_decides_on_the_corrected_projection():
     ours = run(anchored(1), window(10_000_000), tools=TOOLS).calibrated[0]

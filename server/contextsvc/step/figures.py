@@ -258,11 +258,15 @@ def _between_factor(msgs: list, low_sources: list, model_id: str, last_compactio
     """The provider's count of the message elements between its answer before the anchor and the
     anchor (their reported inputs' difference) over our calibrated figure of them, or 0: no such
     answer, a stretch too short to read, a prune since that answer (its count held the pruned
-    outputs whole, the anchor's did not), or a factor outside the self-calibration bounds."""
+    outputs whole, the anchor's did not), reasoning in the stretch (a provider may drop an earlier
+    turn's thinking from its count, which our figure holds), or a factor outside the
+    self-calibration bounds."""
     seen = False
     for msg in reversed(msgs[last_compaction + 1:]):
         if msg is anchor:
             seen = True
+        elif seen and any(isinstance(p.content, m.Reasoning) for p in msg.parts):
+            return 0.0
         elif seen and _counted_by(msg, model_id):
             if latest_compacted > msg.time_completed_ms:
                 return 0.0
