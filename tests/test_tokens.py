@@ -343,30 +343,35 @@ def test_exact_where_known_decides_with_the_models_own_count_and_calibrated_else
         == "exact-where-known"
 
 
-def test_new_text_is_scaled_at_least_by_the_family_prior_whatever_the_anchor_gives():
-    """A provider count close to our calibrated figure of the prefix (a prefix of mostly tool
-    definitions, whose calibrated figure reads high, gave 1.03-1.18 where Claude counted prose at
-    1.5x cl100k) scales the text added since by the prior (claude: 1.35), not by that ratio: the
-    projection from the count, which adds that text alone, then never falls below the provider's
-    count of it."""
-    ours = run(anchored(1), CLAUDE, tools=TOOLS).calibrated[0]
-    conv = anchored(ours)  # the provider counts the prefix as we do: a ratio of about 1
-    with_tail = run(conv, CLAUDE, tools=TOOLS)
-    without = run(m.Conversation(conv.messages[:-1]), CLAUDE, tools=TOOLS)
-    assert "anchored x1." in with_tail.decision[1] and "anchored x1." in without.decision[1]
-    low = request.estimate_lowered(conv, plan(CLAUDE, TOOLS, m.SystemPrompt(soul="Be brief.")))
-    margined_tail = stretch_pair([native.json_profile(low.messages[-1])])[1]
-    added = with_tail.decision[0] - without.decision[0]
-    # the anchor's own ratio is 1.12 here; the prior 1.35 (the cache marker moving with the last
-    # message shifts a few tokens of the difference)
-    assert with_tail.calibration_factor < 1.2 and added >= 1.25 * margined_tail, (added, margined_tail)
+MCP_TOOLS = [m.ToolDefinition(f"mcp__srv__op_{i}", "Fetches the record by id and returns its fields with the owner's "
+                                "permissions when the caller may read them. " * 6,
+                               {"type": "object", "properties": {"id": {"type": "string"}}}) for i in range(30)]
+
+
+def test_new_text_is_scaled_at_least_by_the_family_prior_after_a_prefix_of_mostly_tools():
+    """A provider count close to our calibrated figure of a prefix of mostly tool definitions
+    (whose calibrated figure reads high: 1.03-1.18 where Claude counted prose at 1.5x cl100k)
+    scales the text added since by the prior (claude: 1.35), not by that ratio; a prefix of
+    messages speaks for messages, and its ratio scales the new text."""
+    def added(tools):
+        ours = run(anchored(1), CLAUDE, tools=tools).calibrated[0]
+        conv = anchored(ours)  # the provider counts the request as we do: a ratio of about 1
+        with_tail = run(conv, CLAUDE, tools=tools)
+        without = run(m.Conversation(conv.messages[:-1]), CLAUDE, tools=tools)
+        assert "anchored x1." in with_tail.decision[1] and with_tail.calibration_factor < 1.2
+        low = request.estimate_lowered(conv, plan(CLAUDE, tools, m.SystemPrompt(soul="Be brief.")))
+        return (with_tail.decision[0] - without.decision[0]) / stretch_pair([native.json_profile(low.messages[-1])])[1]
+
+    # (the difference also moves the cache marker a little: the scales read a few percent low)
+    assert added(MCP_TOOLS) >= 1.25
+    assert added(TOOLS) < 1.15
 
 
 def test_new_text_is_scaled_by_the_provider_s_count_of_the_messages_between_its_last_two_answers():
     """Two answers' reported inputs differ by the provider's count of the messages between them,
     where tool definitions weigh nothing: that ratio (1.5 here, above the prior 1.35) scales the
     text added since. A prune since the earlier answer (its count held the pruned output whole,
-    the later one's not) leaves the ratio unread: the prior stands."""
+    the later one's not) leaves the ratio unread: the prefix's ratio stands."""
     def session(pruned_at=0):
         conv = conversation(20)
         early = m.Message("msg_0002x", m.ASSISTANT, [m.Part("t2", m.Tool(
@@ -393,8 +398,6 @@ def test_new_text_is_scaled_by_the_provider_s_count_of_the_messages_between_its_
         c.messages[-2].usage = m.Usage(input=int(ours * 0.6 + 1.5 * between), output=20)
         return c
 
-    margined_tail = stretch_pair([native.json_profile(low.messages[-1])])[1]
-
     def added(c):
         without = m.Conversation(c.messages[:-1])
         return run(c, CLAUDE, tools=TOOLS).decision[0] - run(without, CLAUDE, tools=TOOLS).decision[0]
@@ -402,9 +405,9 @@ def test_new_text_is_scaled_by_the_provider_s_count_of_the_messages_between_its_
     full = added(counted(session()))
     # pruned after the earlier answer (time 10 + its index): the ratio is not read, the prior scales
     pruned = added(counted(session(pruned_at=10_000)))
-    # (the difference also moves the cache marker: the two scales are compared with each other)
-    assert full / pruned == pytest.approx(1.5 / 1.35, rel=0.03), (full, pruned)
-    assert pruned >= 1.15 * margined_tail, (pruned, margined_tail)
+    # (the difference also moves the cache marker: the two scales are compared with each other;
+    # unread, the prefix's ratio, about 1 here, scales the tail)
+    assert full / pruned == pytest.approx(1.5, rel=0.08), (full, pruned)
     # thinking in the stretch (a provider may leave an earlier turn's out of its count): not read
     thought = counted(session())
     thought.messages[-4].parts.append(m.Part("r18", m.Reasoning("check how the parser nests input first")))

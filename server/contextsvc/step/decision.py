@@ -185,12 +185,18 @@ def _tokenizer_factor(figure: str, fig: Figures, plan: Plan) -> tuple:
     if fig.decision_factor:
         anchored = max(1.0, fig.decision_factor)
         # the new text: by the provider's count of the messages between its last two answers,
-        # where tool definitions weigh nothing; without one, by its count of the prefix, never
-        # below the prior: a prefix of mostly tool definitions, whose calibrated figure reads
-        # high, gave 1.03-1.18 where Claude counted prose at 1.5x cl100k, and the projection
-        # from the reported usage then undercounted what followed it
-        tail = (max(anchored, fig.between_factor) if fig.between_factor
-                else max(anchored, fig.new_text_factor, float(fam.prior)))
+        # where tool definitions weigh nothing; without one, by its count of the prefix, and
+        # never below the prior when tools and system are much of that prefix: MCP tool
+        # definitions, whose calibrated figure reads high, gave 1.03-1.18 where Claude counted
+        # prose at 1.5x cl100k, and the projection from the reported usage undercounted what
+        # followed it (a prefix of messages speaks for messages: at 1.05 there, the prior
+        # compacted an agent's 32K session 18 times where 11 were due)
+        if fig.between_factor:
+            tail = max(anchored, fig.between_factor)
+        elif fig.overhead_heavy:
+            tail = max(anchored, fig.new_text_factor, float(fam.prior))
+        else:
+            tail = max(anchored, fig.new_text_factor)
         if fig.media_prefix:
             # the provider's count holds the media's cost too, which the text it is divided by does
             # not (a screenshot in a short prefix made it 1.73x): the text's factor is at most the

@@ -80,6 +80,9 @@ class Figures:
     # of their reported inputs) over our calibrated figure of them: the same for message text
     # alone, which tool definitions our calibration may read high do not weigh on; 0 = none
     between_factor: float = 0.0
+    # the tool definitions and system are a third or more of that prefix's calibrated figure: its
+    # ratio then speaks for them as much as for message text (step.decision)
+    overhead_heavy: bool = False
 
 
 def rewrite_from(request: Request) -> Optional[int]:
@@ -282,6 +285,8 @@ def _between_factor(msgs: list, low_sources: list, model_id: str, last_compactio
 
 # below this, per-message overhead the provider counts weighs too much on the ratio
 BETWEEN_MIN_TOKENS = 500
+# a prefix whose tools and system are at least 1 / OVERHEAD_HEAVY of it is overhead-heavy
+OVERHEAD_HEAVY = 3
 
 
 def _first_element_from_end(low_sources: list, message_id: str, end: int | None = None) -> int:
@@ -458,6 +463,7 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
             out.decision_prefix = m_sys + m_head + m_tools if mc.measured_margins else ours * mc.margin
             out.calibrated_prefix = ours
             out.decision_anchor = anchor
+            out.overhead_heavy = (system_cal + tools_cal) * OVERHEAD_HEAVY >= ours
             if built_elements:
                 scanned = conv.scanned
                 latest = scanned.last_compacted_ms if scanned is not None else max(
