@@ -528,6 +528,10 @@ def test_a_bug_s_wrong_value_instead_of_the_right_one_is_no_decision():
     for s in (template.parse(offline.summarize(first)), _rolled(first[:2], first[2:])):
         assert s["decisions"] == [decided], s["decisions"]
         assert not any("Superseded" in x for x in s["done"])
+    # a value a few words from its verb: a choice said after a comma, or after a report, still reverses
+    from contextsvc.compact.summarizers import supersede
+    assert supersede.is_reversal("Since the test still gives errors, switch to Redis instead of SQLite.")
+    assert supersede.is_reversal("The benchmark showed we should use Redis instead of SQLite.")
     reversal = "Change of plan: use float with round() in compute_total instead of Decimal."
     s = template.parse(offline.summarize(first + [_user("u3", reversal)]))
     assert decided not in s["decisions"] and any(x.startswith("Superseded: " + decided) for x in s["done"])

@@ -275,7 +275,8 @@ def _between_factor(msgs: list, low_sources: list, model_id: str, last_compactio
                 return 0.0
             start = _first_element_from_end(low_sources, msg.id, at)
             counted = anchor.usage.input_as_sent() - msg.usage.input_as_sent()
-            if start < 0 or counted <= 0:
+            # an element it shares with an earlier message holds what its own count held already
+            if start < 0 or counted <= 0 or len(low_sources[start]) > 1:
                 return 0.0
             ours = stretch_pair(message_profiles[start:at])[0]
             f = counted / ours if ours >= BETWEEN_MIN_TOKENS else 0.0
