@@ -170,10 +170,12 @@ def _tokenizer_factor(figure: str, fig: Figures, plan: Plan) -> tuple:
     """(factor, factor of the tail, method term) for the model's tokenizer (tokenizer_family):
     once the provider has counted an earlier prefix, its count over our decision figure of it
     (fig.decision_factor), never below 1 (the self-calibration bounds cap it), and for the text
-    added since (the tail) its count over our calibrated figure of it (fig.new_text_factor), so
-    the tail's own classes' margins stay on top of the provider's scale (a prefix whose margins
-    are larger than the tail's would otherwise scale the tail below what the provider counts),
-    and never below the family's prior;
+    added since (the tail) the provider's count of the messages between its last two answers over
+    our calibrated figure of them (fig.between_factor), else its count of the prefix over our
+    calibrated figure of it (fig.new_text_factor), never below the family's prior when tools and
+    system are much of that prefix (fig.overhead_heavy); so the tail's own classes' margins stay
+    on top of the provider's scale (a prefix whose margins are larger than the tail's would
+    otherwise scale the tail below what the provider counts);
     before, the family's prior for both, which also bounds both when the provider's count held
     media. Neither for the reference's estimate, for the model's own exact count, nor for the
     self-calibrated figure once it is scaled already."""

@@ -532,8 +532,9 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
         said = _clip(s, limits)
         said_keys = _keys(said)
         out.append(("said", said, tuple(said_keys | _stems(said_keys)), says_done))
-        if DECISION.search(sup.OBSERVED.sub(" ", s)) or sup.is_reversal(s) or (INTENT.search(s) and CHOICE.search(s)):
-            if sup.is_reversal(s):
+        reversal = sup.is_reversal(s)
+        if reversal or DECISION.search(sup.OBSERVED.sub(" ", s)) or (INTENT.search(s) and CHOICE.search(s)):
+            if reversal:
                 out.append(("reversal", said))
             out.append(("acc", "decisions", said))
     for line in text.splitlines():
