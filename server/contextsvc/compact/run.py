@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .. import conversation as m, projection, prune, step, validate, window
+from .. import conversation as m, prefix, projection, prune, step, validate, window
 from ..config import Config
 from ..errors import BadInput, Unavailable
 from ..deadline import NO_DEADLINE, Deadline
@@ -41,7 +41,7 @@ class CompactInput:
     attempts: int = 0  # compactions already made in this agent turn
     now_ms: int = 0  # clock for the new messages and prune marks; 0 = now
     id_prefix: str = ""  # prefix of the ids of the messages Compact creates
-    previous: object = None  # prefix.State of the request the reported usage answered, when given
+    previous_cache_state: bytes = b""  # Assemble's cache state of the request the reported usage answered
 
 
 @dataclass(slots=True)
@@ -77,12 +77,13 @@ def check(inp: CompactInput, memo=None, deadline: Deadline = NO_DEADLINE) -> Non
 
 
 def _measure(conv: m.Conversation, inp: CompactInput, cfg: Config,
-             deadline: Deadline = NO_DEADLINE, memo=None, previous=None) -> step.Measurement:
-    """The step's measurement of conv as Measure would answer it (the decision figure); previous:
-    the cache state of the request the reported usage answered, for the projection."""
+             deadline: Deadline = NO_DEADLINE, memo=None, previous_cache_state: bytes = b"") -> step.Measurement:
+    """The step's measurement of conv as Measure would answer it (the decision figure);
+    previous_cache_state: Assemble's of the request the reported usage answered, for the
+    projection (BadInput when it is not one)."""
     plan = step.Plan.of(inp.model, list(inp.tools), inp.system, inp.compaction, cfg)
-    if previous is not None:  # as Assemble measures with it (assemble.run)
-        plan = dataclasses.replace(plan, hashes=True, previous=previous)
+    if previous_cache_state:  # as Assemble measures with it (assemble.run)
+        plan = dataclasses.replace(plan, hashes=True, previous=prefix.decode(previous_cache_state))
     return step.run(conv, plan, memo=memo, deadline=deadline).measurement
 
 
@@ -205,7 +206,7 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
     now_ms = inp.now_ms or time.time_ns() // 1_000_000
     lim = window.limit(mdl, settings, cfg)
     use = window.usable(mdl, settings, cfg)
-    measured = _measure(inp.conversation, inp, cfg, deadline, memo, inp.previous)
+    measured = _measure(inp.conversation, inp, cfg, deadline, memo, inp.previous_cache_state)
     before = measured.projected
     over = not _under(before, lim, mdl)
     # with no edits the conversation stays as it is: tokens_after is its decision figure

@@ -11,7 +11,7 @@ import json
 import math
 from typing import NamedTuple
 
-from .. import assemble, compact, native, prefix, truncation
+from .. import assemble, compact, native, truncation
 from .. import conversation as m
 from ..config import ServerConfig
 from ..errors import BadInput
@@ -531,7 +531,7 @@ def compact_input(request, max_session_id_bytes: int, memo: Memo | None = None,
         auto=request.auto,
         attempts=request.attempts,
         id_prefix=request.id_prefix,
-        previous=prefix.decode(request.previous_cache_state) if request.previous_cache_state else None,
+        previous_cache_state=request.previous_cache_state,
     )
 
 
