@@ -467,9 +467,10 @@ def test_tools_the_previous_request_sent_are_not_counted_twice_beside_its_usage(
     the cache_state of that request, a projection from it adds only what is new: 40 MCP tools
     counted twice asked a 32K session to compact at 40% of its window, at nearly every step.
     Tools changed since are counted again, and without a cache_state the reference's
-    over-count stands; Compact's tokens_before follows the same rule."""
+    over-count stands; Compact's tokens_before follows the same rule. (60 tools: half the
+    window, counted twice over it.)"""
     mdl = convo.model(context=32_000, output=4_096)
-    tools = _mcp_tools(40)
+    tools = _mcp_tools(60)
     first = [convo.user("m1", convo.text("p1", "Audit src/billing for float and Decimal mixing."))]
 
     def ask(messages, tools_=tools, state=b""):
@@ -499,7 +500,7 @@ def test_tools_the_previous_request_sent_are_not_counted_twice_beside_its_usage(
     assert stateless.projected > again.figures.projected + f.overhead // 2
     assert stateless.should_compact
     # tools changed since the count: added again, whatever the state says
-    changed = ask(messages, _mcp_tools(40, extra="Paginated."), state=sent.cache_state).figures
+    changed = ask(messages, _mcp_tools(60, extra="Paginated."), state=sent.cache_state).figures
     assert changed.projected > again.figures.projected + f.overhead // 2 and changed.should_compact
 
     def compact(state):

@@ -13,8 +13,10 @@ import pytest
 import tiktoken
 from hypothesis import given, settings, strategies as st
 
-from contextsvc import config, exact_cache, measure, native, conversation as m, tokens
+from contextsvc import config, exact_cache, measure, native, conversation as m, tokenizer_family, tokens
+from contextsvc.memo import Memo
 from contextsvc.step.figures import stretch_pair
+from contextsvc.step.request import tool_schema_list
 from helpers.steps import plan
 from contextsvc.step import request
 from contextsvc.v1 import context_pb2 as pb
@@ -348,9 +350,111 @@ MCP_TOOLS = [m.ToolDefinition(f"mcp__srv__op_{i}", "Fetches the record by id and
                                {"type": "object", "properties": {"id": {"type": "string"}}}) for i in range(30)]
 
 
+def _mcp_server_tools(server: str) -> list:
+    """Four tool definitions as an MCP server lists them: described parameters, enums, nested
+    items, the JSON Schema dialect named."""
+    def tool(name, description, properties, required):
+        return m.ToolDefinition(f"mcp__{server}__{name}", description, {
+            "type": "object", "properties": properties, "required": required, "additionalProperties": False,
+            "$schema": "http://json-schema.org/draft-07/schema#"})
+
+    text = {"type": "string"}
+    return [
+        tool("create_issue", f"Create a new issue in a {server} project.", {
+            "owner": {**text, "description": "Repository owner (user or organization)"},
+            "title": {**text, "description": "Issue title"},
+            "body": {**text, "description": "Issue body content in Markdown"},
+            "labels": {"type": "array", "items": text, "description": "Labels to apply to this issue"},
+            "milestone": {"type": "number", "description": "Milestone number"}}, ["owner", "title"]),
+        tool("search", "Search across the project using its query syntax, e.g. 'addClass in:file language:js'.", {
+            "q": {**text, "description": "Search query"},
+            "order": {"type": "string", "enum": ["asc", "desc"], "description": "Sort order"},
+            "per_page": {"type": "number", "minimum": 1, "maximum": 100, "description": "Results per page (max 100)"}},
+            ["q"]),
+        tool("edit_file", "Make line-based edits to a text file. Each edit replaces exact line sequences with new "
+             "content. Returns a git-style diff showing the changes made.", {
+                 "path": text,
+                 "edits": {"type": "array", "items": {"type": "object", "properties": {
+                     "oldText": {**text, "description": "Text to search for - must match exactly"},
+                     "newText": {**text, "description": "Text to replace with"}}, "required": ["oldText", "newText"]}},
+                 "dryRun": {"type": "boolean", "default": False, "description": "Preview changes as a diff"}},
+             ["path", "edits"]),
+        tool("get_issue_details", "Retrieve issue details for a specific issue id, including the stacktrace and "
+             "error message if available. Either issue_id or issue_url MUST be provided.", {
+                 "issue_id": {**text, "description": "The issue id, e.g. PROJECT-1Z43"},
+                 "issue_url": {**text, "description": "The URL of the issue, e.g. https://example.org/issues/1Z43"}},
+             []),
+    ]
+
+
+MCP_SERVER_TOOLS = [t for s in ("github", "sentry", "linear", "postgres", "figma", "notion", "slack", "k8s", "jira",
+                                "stripe") for t in _mcp_server_tools(s)]
+
+
+@pytest.mark.parametrize("model_id, provider, encoding, prior", [
+    ("claude-sonnet-4-5", m.ANTHROPIC, "cl100k_base", tokenizer_family.PRIORS["claude"]),
+    ("gpt-4o", m.OPENAI, "o200k_base", 1)], ids=["claude", "gpt-4o"])
+def test_tool_definitions_are_counted_exactly_by_the_model_s_tokenizer_or_the_one_its_prior_scales(
+        model_id, provider, encoding, prior):
+    """Forty MCP tool definitions weigh their exact count in the calibrated figure: in the model's
+    own tokenizer where it is offline (o200k for gpt-4o), in cl100k for Claude, whose prior
+    (1.35) scales cl100k. The per-class ratios read this JSON 1.3x cl100k: with the decision
+    margins and the prior, twice what Claude counts (ctok's reconstruction: 1.13x cl100k), and a
+    32K session of 64 tools ended every turn at half its window. Counted once per definitions."""
+    mdl = m.Model(model_id, provider, m.ModelLimits(200_000, 0, 16_000))
+    conv, memo = conversation(6), Memo(64 << 20)
+    n = counters().counter(encoding).count(native.json_text(tool_schema_list(MCP_SERVER_TOOLS)))
+    assert len(MCP_SERVER_TOOLS) == 40 and n > 5000
+
+    def sized(tools):
+        return measure.measure(measure.MeasureInput(conv, mdl, list(tools), m.SystemPrompt(soul="Be brief."),
+                                                    m.CompactionSettings()), CFG, memo=memo)
+
+    with_tools, without = sized(MCP_SERVER_TOOLS), sized(())
+    # (the tools also move the cache marker a little)
+    assert with_tools.calibrated[0] - without.calibrated[0] == pytest.approx(n, abs=12)
+    assert with_tools.decision[0] - without.decision[0] <= n * float(prior) + 40
+    assert sized(MCP_SERVER_TOOLS).calibrated == with_tools.calibrated  # from the memo
+
+
+# One sentence per script, as an agent reads them in files, logs and user messages
+SCRIPTS = {
+    "greek": "Σφάλμα κατά τη σύνδεση με τη βάση δεδομένων: έληξε ο χρόνος αναμονής για το κλείδωμα της γραμμής.",
+    "russian": "Ошибка при подключении к базе данных: превышено время ожидания блокировки строки в таблице.",
+    "arabic": "حدث خطأ أثناء الاتصال بقاعدة البيانات: انتهت مهلة انتظار قفل الصف في جدول المدفوعات.",
+    "hindi": "डेटाबेस से कनेक्ट करते समय त्रुटि: भुगतान तालिका में पंक्ति लॉक के लिए प्रतीक्षा समय समाप्त हो गया।",
+    "thai": "เกิดข้อผิดพลาดขณะเชื่อมต่อกับฐานข้อมูล หมดเวลารอการล็อกแถวในตารางการชำระเงิน",
+    "polish": "Wystąpił błąd podczas łączenia z bazą danych: przekroczono limit czasu oczekiwania na blokadę wiersza.",
+    "turkish": "Veritabanına bağlanırken bir hata oluştu: ödeme tablosundaki satır kilidi için bekleme süresi aşıldı.",
+    "emoji": "Deployed ✅ tests 🧪 passing 🚀 bug 🐛 fixed 🔥 release 📦 shipped 🎉 ",
+}
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+@pytest.mark.parametrize("model_id, provider, prior", [
+    ("gpt-4o", m.OPENAI, 1), ("claude-sonnet-4-5", m.ANTHROPIC, tokenizer_family.PRIORS["claude"])],
+    ids=["gpt-4o", "claude"])
+def test_text_of_other_scripts_is_never_under_its_exact_count(script, model_id, provider, prior):
+    """The ratios are fitted on English and CJK material and read Greek at 0.27x cl100k, Thai at
+    0.17x, Polish at 0.67x: a gpt-4o session was sent a body o200k counted over its window with
+    should_compact false. Such elements count at least their exact count, in the model's own
+    tokenizer (o200k), else in cl100k under the family's prior (Claude counts these scripts at
+    0.73-1.47x cl100k, ctok's reconstruction), in a user message and in a tool output alike."""
+    text = "\n".join(f"{i}. {SCRIPTS[script]}" for i in range(300))
+    conv = m.Conversation([msg(1, m.USER, "Read the log. " + text[:400]), m.Message("msg_0002", m.ASSISTANT, [
+        m.Part("t1", m.Tool("c1", "read", m.COMPLETED, {"path": "app.log"}, output=text))], time_completed_ms=1),
+        msg(3, m.USER, text[:2000])])
+    mdl = m.Model(model_id, provider, m.ModelLimits(1_000_000, 0, 8_000))
+    r = run(conv, mdl, exact_counters=counters(), exact=True)  # exact: the same text in the model's
+    counted = r.exact[0]  # own tokenizer (o200k), or cl100k standing in for Claude's
+    assert r.calibrated[0] >= counted
+    assert r.decision[0] >= counted * float(prior)
+    assert r.decision[0] <= counted * float(prior) * 1.1 + 100  # and not far over it
+
+
 def test_new_text_is_scaled_at_least_by_the_family_prior_after_a_prefix_of_mostly_tools():
     """A provider count close to our calibrated figure of a prefix of mostly tool definitions
-    (whose calibrated figure reads high: 1.03-1.18 where Claude counted prose at 1.5x cl100k)
+    (Claude counts schema JSON nearer cl100k than prose: 1.13-1.24x against 1.35x and more)
     scales the text added since by the prior (claude: 1.35), not by that ratio; a prefix of
     messages speaks for messages, and its ratio scales the new text."""
     def added(tools):

@@ -96,6 +96,9 @@ BODY = "body"
 # built from those messages, and their sum (step.figures): the next step adds only the profiles
 # that are not the very same ones, and its own entry takes this one's place (Memo.supersede)
 PROFILES = "profiles"
+# (SCRIPT, encoding, element JSON) -> what the exact count of an element of mostly non-Latin,
+# non-CJK text adds to its calibrated figure and to its decision figure (step.figures)
+SCRIPT = "script"
 # (VALIDATED, conversation.Lineage.digest) -> the message ids and part ids of a conversation
 # whose checks passed (validate): the step that continues it checks only its new messages
 VALIDATED = "validated"

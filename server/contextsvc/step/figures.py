@@ -8,7 +8,9 @@ the previous request on).
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import itertools
 import operator
 import sys
 from dataclasses import dataclass
@@ -17,7 +19,7 @@ from typing import Optional
 from .. import conversation as m, encodings, native, prefix, projection, tokens
 from ..deadline import NO_DEADLINE, Deadline
 from ..lowering.media import MEDIA_PLACEHOLDER
-from ..memo import PROFILES, TOOL_TEXT, Memo
+from ..memo import PROFILES, SCRIPT, TOOL_TEXT, Memo
 from ..model_ids import same_model
 from ..positions import positions
 from .baseline import KnownPairs, as_counted, baseline, changed_key, changed_pieces, known_key
@@ -106,7 +108,10 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
     system_units = request.units(low.system)
     message_units = request.units(low.messages)
     estimate = tokens.estimate_units(tokens.json_array_units(system_units + message_units))
-    tool_text = _tool_text(plan.tools, memo)
+    mc = plan.cfg.measure
+    counter = (exact_counters or tokens.ExactCounters(mc.exact_encoding)).for_model(plan.model.id)[0] \
+        if mc.calibrated_figures else None
+    tool_text = _tool_text(plan.tools, memo, counter, deadline)
     tool_tokens = native.estimate_tokens(native.utf16_len(tool_text.text)) if tool_text.text else 0
     last_assistant = projection.last_index(low.roles, lambda r: r == "assistant")
     tail_messages = message_units[last_assistant + 1:]
@@ -129,7 +134,8 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
                   request.ledger.media_count, (0, tokens.CALIBRATED), (0, tokens.CALIBRATED), 0.0, "", None,
                   {}, {}, 0, 0)
     out.overhead_counted = prefix.head_unchanged(plan.previous, request.digests, request.change)
-    _calibrated_and_exact(out, conv, request, plan, exact_counters, last_assistant, since, tool_text, deadline, memo)
+    _calibrated_and_exact(out, conv, request, plan, exact_counters, last_assistant, since, tool_text, deadline, memo,
+                          counter)
     out.stretches["estimate"] = (normalized, tail, overhead, rewrite)
     base = baseline(conv.messages)
     out.tail_follows_baseline = base is not None and last_assistant >= 0 and base.id in low.sources[last_assistant]
@@ -369,24 +375,72 @@ _PROFILE_BYTES = sys.getsizeof(_ZERO) + sum(sys.getsizeof(x) for x in _ZERO[1:])
 class _ToolText:
     """What the figures read of a list of tool definitions (the TOOL_TEXT entry)."""
     text: str  # the JSON of tool_schema_list(tools)
-    calibrated: tuple  # _calibrated_text(text)
+    calibrated: tuple  # (figure, decision figure) of text: _tools_counted
 
 
-def _tool_text(tools: list, memo: Memo | None) -> _ToolText:
-    """The tools' _ToolText; with the memo, kept for the same definitions (Memo.for_objects)."""
+def _tool_text(tools: list, memo: Memo | None, counter=None, deadline: Deadline = NO_DEADLINE) -> _ToolText:
+    """The tools' _ToolText, counted by counter (None: no calibrated figures); with the memo,
+    kept for the same definitions and counter (Memo.for_objects)."""
     def compute() -> tuple:
         text = native.json_text(tool_schema_list(tools)) if tools else ""
-        return _ToolText(text, _calibrated_text(text)), sys.getsizeof(text) + 200
+        return _ToolText(text, _tools_counted(text, counter, deadline)), sys.getsizeof(text) + 200
 
-    return memo.for_objects(TOOL_TEXT, tools, (), compute) if memo is not None else compute()[0]
+    if memo is None:
+        return compute()[0]
+    return memo.for_objects(TOOL_TEXT, tools, (counter.encoding_name if counter is not None else "",), compute)
 
 
-def _calibrated_text(text: str) -> tuple:
-    """(calibrated, calibrated with the per-class decision margins) of text, unrounded, from one
-    native.text_profile."""
-    if not text:
+def _tools_counted(text: str, counter, deadline: Deadline) -> tuple:
+    """The calibrated figure of the tool definitions' JSON, and their decision figure: both the
+    exact count of counter's encoding (the model's own offline tokenizer, else the one the
+    family priors scale). A session sends the same definitions at every step, so they are
+    counted once; the per-class ratios, fitted on other material, read schema JSON 1.2-1.3x
+    cl100k, and their margins and a family's prior put 40 MCP tools at twice what Claude counts
+    (tests/test_tokens.py)."""
+    if not text or counter is None:
         return (0.0, 0.0)
-    return tokens.calibrated_pair(native.text_profile(text))
+    n = float(sum(counter.count_parts([text], deadline)))  # its pieces cached also with the memo off
+    return (n, n)
+
+
+def _script_corrections(wide: list, profiles: list, texts_of, counter, memo: Memo | None, deadline: Deadline) -> dict:
+    """{element index: (calibrated, decision figure) its exact count adds} for the elements at
+    least 1% of whose characters are neither ASCII nor CJK (Greek, Cyrillic, Arabic, Hebrew,
+    Devanagari, Thai, accented Latin, emoji: wide, the UTF-8 bytes over the UTF-16 units, less
+    two for each CJK character, tells them from the profile alone). The per-class ratios are
+    fitted on English and CJK material and read such text at 0.2-0.8x cl100k (Greek 0.27x, Hindi
+    0.26x, Thai 0.17x, Polish 0.67x): a gpt-4o session sent a body o200k counted over its window.
+    Each such element counts at least its exact count in counter's encoding (the model's own,
+    else the one the family priors scale; Claude counts these scripts at 0.73-0.98x cl100k and
+    accented Latin and emoji at up to 1.7x, within its priors); never less than its calibrated
+    figures. Kept by the memo per element text."""
+    flagged = []
+    for i in itertools.compress(range(len(wide)), wide):
+        p = profiles[i]
+        cjk = p[3]
+        other = wide[i] - 2 * (cjk[0] + cjk[1] + cjk[2] + cjk[3])
+        if other > 0 and other * SCRIPT_SHARE >= p[0]:
+            flagged.append(i)
+    if not flagged or counter is None:
+        return {}
+    texts = texts_of(flagged)
+    keys = [(SCRIPT, counter.encoding_name, t) for t in texts]
+    found = memo.get_many(keys) if memo is not None else [None] * len(keys)
+    out = {}
+    for i, text, key, kept in zip(flagged, texts, keys, found):
+        if kept is None:
+            n = float(sum(counter.count_parts([text], deadline)))
+            cal, decide = tokens.calibrated_pair(profiles[i])
+            kept = (max(0.0, n - cal), max(0.0, n - decide))
+            if memo is not None:
+                memo.put(key, kept)
+        if kept[0] or kept[1]:
+            out[i] = kept
+    return out
+
+
+# an element whose non-ASCII, non-CJK characters are at least 1 / SCRIPT_SHARE of it is counted
+SCRIPT_SHARE = 100
 
 
 def _media_in(element_texts) -> int:
@@ -396,7 +450,7 @@ def _media_in(element_texts) -> int:
 
 def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, plan: Plan, exact_counters,
                           last_assistant: int, rewrite_from, tool_text: _ToolText, deadline: Deadline,
-                          memo: Memo | None = None) -> None:
+                          memo: Memo | None = None, counter=None) -> None:
     """The calibrated, self-calibrated and (when asked) exact figures, summed over the same
     stretches as the reference agent's (tail after the last assistant element, overhead = system
     + tools), and the rewrite: the elements from rewrite_from on (an index into system +
@@ -423,18 +477,30 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
         deadline.check("figures")
     profiles = []
     head = None  # the head stretch's summed profile, from the session's previous step's (PROFILES)
+    scripts = {}  # element index -> what its exact count adds (_script_corrections)
     if mc.calibrated_figures:
         if built_elements:
             message_profiles = request.profiles(low.messages)
             profiles = request.profiles(low.system) + message_profiles
             head = _head_profile(message_profiles, max(at, 0), request.resume, memo)
+            wide = request.wide(low.system) + request.wide(low.messages)
+            def texts_of(indices):
+                system, messages = request.texts(low.system), request.texts(low.messages)
+                return [system[i] if i < n_sys else messages[i - n_sys] for i in indices]
         else:
             profiles = [native.json_profile(e) for e in elements]
+            wide = [b - u for b, u in map(native.json_lengths, elements)]
+            def texts_of(indices):
+                return [native.json_text(elements[i]) for i in indices]
+        scripts = _script_corrections(wide, profiles, texts_of, counter, memo, deadline)
         deadline.check("figures")
     cuts = [0, n_sys, n_sys + max(at, 0), tail_from, len(elements)]
     if mc.calibrated_figures:
         pairs = [stretch_pair(profiles[a:b]) if k != 1 or head is None else _summed_pair(head, b - a)
                  for k, (a, b) in enumerate(zip(cuts, cuts[1:]))] + [tool_text.calibrated]
+        for i, (c, d) in scripts.items():
+            k = bisect.bisect_right(cuts, i) - 1
+            pairs[k] = (pairs[k][0] + c, pairs[k][1] + d)
     else:
         pairs = [(0.0, 0.0)] * 5
     (system_cal, head_cal, middle_cal, tail_cal, tools_cal), margined = zip(*pairs)
@@ -448,6 +514,9 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
             cal_rewrite, margined_rewrite = cal_total, sum(margined)
         elif rewrite_from < len(elements):
             cal_rewrite, margined_rewrite = stretch_pair(profiles[rewrite_from:])
+            for i, (c, d) in scripts.items():
+                if i >= rewrite_from:
+                    cal_rewrite, margined_rewrite = cal_rewrite + c, margined_rewrite + d
 
     # self-calibrated: the provider's own count of a prefix over ours gives this model's factor
     factor, anchor_id = 0.0, ""
