@@ -120,3 +120,43 @@ def test_reasoning_of_the_snapshot_an_alias_answered_with_keeps_its_signature(st
         assert assistant_content(same)[0] == signed, same
     for other in ("claude-opus-4-1", "claude-opus-4-1-20250805", "claude-sonnet-4"):
         assert assistant_content(other)[0] == {"type": "text", "text": "check the import first"}, other
+
+
+def _tool_loop_compacted(stub, provider):
+    """A tool loop of signed thinking compacted mid-turn, its kept tail one assistant message,
+    the edits applied as the client helper applies them: the summary (an assistant message) and
+    that message are joined into one element."""
+    from contextsvc_client import apply_compaction
+
+    mdl = convo.model(provider=provider, context=32_000, output=4_096)
+    messages = [convo.user("u1", convo.text("u1p", "Refactor app/ to use Postgres."))]
+    for i in range(12):
+        out = "\n".join(f"{n:5}\tdef f{n}_{i}(x): return x * {n}" for n in range(450 if i == 11 else 150))
+        messages.append(convo.assistant(
+            f"a{i}", reasoning(f"a{i}r", f"I need to read file {i} next.", "EqQBCkYIBxgCKkD" + "x" * 40),
+            convo.text(f"a{i}t", f"Reading app/m{i}.py"),
+            convo.tool(f"a{i}x", f"toolu_{i:03d}", "read", {"path": f"app/m{i}.py"}, out),
+            usage=pb.Usage(input=2000 + 1500 * i, output=150), parent_id="u1"))
+    conv = pb.Conversation(session_id="sess-join", messages=messages)
+    r = stub.Compact(pb.CompactRequest(conversation=conv, model=mdl, auto=True), timeout=30)
+    assert r.outcome == pb.COMPACT_OUTCOME_COMPACTED and r.tail_start_id.startswith("a")
+    conv = pb.Conversation(session_id="sess-join", messages=apply_compaction(messages, r, drop_omittable=True))
+    return json.loads(stub.Assemble(pb.AssembleRequest(conversation=conv, model=mdl), timeout=10).body)
+
+
+def test_the_kept_assistant_message_joined_to_the_summary_opens_with_its_thinking(stub):
+    """With extended thinking on, Anthropic refuses a final assistant message of a tool loop
+    that does not open with a thinking block; the summary joined before the kept message made it
+    open with text. Its thinking goes first (Bedrock's reasoningContent too), the rest in order."""
+    b = _tool_loop_compacted(stub, pb.PROVIDER_ANTHROPIC)
+    turns = [x["content"] for x in b["messages"] if x["role"] == "assistant"]
+    assert b["messages"][-1]["content"][0]["type"] == "tool_result"
+    assert all(t[0]["type"] == "thinking" for t in turns)  # the final one's above all
+    joined = turns[0]  # the summary's text, then the kept message's own, after its thinking
+    assert [x["type"] for x in joined] == ["thinking", "text", "text", "tool_use"]
+    assert joined[2]["text"].startswith("Reading app/m") and not joined[1]["text"].startswith("Reading")
+
+    b = _tool_loop_compacted(stub, pb.PROVIDER_BEDROCK)
+    turns = [x["content"] for x in b["messages"] if x["role"] == "assistant"]
+    assert all("reasoningContent" in t[0] for t in turns)
+    assert "text" in turns[0][1] and turns[0][2]["text"].startswith("Reading app/m") and "toolUse" in turns[0][3]

@@ -59,7 +59,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
         if not blocks:
             continue
         if wire and wire[-1]["role"] == role:
-            wire[-1]["content"].extend(blocks)  # the API wants alternating roles
+            wire[-1]["content"][:] = FORMAT.joined(wire[-1]["content"], blocks)  # the API wants alternating roles
             ledger.claim(wire[-1])
             sources[-1].append(msg.source_id)
             continue
@@ -125,6 +125,9 @@ class Anthropic(WireFormat):
         if ttl == TTL_1H:
             value["ttl"] = "1h"
         return "cache_control", value
+
+    def opens_turn(self, block: dict) -> bool:
+        return block.get("type") in _UNMARKABLE
 
     def markable(self, element: dict) -> bool:
         return any(b.get("type") not in _UNMARKABLE for b in element.get("content"))

@@ -130,7 +130,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
         if not blocks:
             continue
         if wire and wire[-1]["role"] == role:
-            wire[-1]["content"].extend(blocks)  # Converse wants alternating roles
+            wire[-1]["content"][:] = FORMAT.joined(wire[-1]["content"], blocks)  # Converse wants alternating roles
             ledger.claim(wire[-1])
             sources[-1].append(msg.source_id)
             continue
@@ -166,6 +166,9 @@ class Bedrock(WireFormat):
     fetched = frozenset()  # bytes or S3 only
     native_auto = True
     system_marker_closes_list = True  # one cachePoint closes the system list
+
+    def opens_turn(self, block: dict) -> bool:
+        return "reasoningContent" in block
 
     def tool_list(self, body: dict) -> list:
         return (body.get("toolConfig") or {}).get("tools", [])

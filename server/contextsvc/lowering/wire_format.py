@@ -63,6 +63,24 @@ class WireFormat:
     system_marker_closes_list: bool = False  # one marker after the last system block stands for all
     longer_ttls_first: bool = False  # a 1h entry after a 5m one is refused
 
+    def opens_turn(self, block: dict) -> bool:
+        """Whether a block is reasoning that must open its message (joined)."""
+        return False
+
+    def joined(self, earlier: list, later: list) -> list:
+        """The blocks of two consecutive messages of one role as one element's (merged_key).
+        The final assistant message of a tool loop must open with its reasoning where the
+        provider checks it (Anthropic and Bedrock, with extended thinking on): later's leading
+        reasoning goes first unless earlier opens with its own. A summary joined to the kept
+        assistant message after it otherwise opened that message with text, and Anthropic
+        refused the body ("a final `assistant` message must start with a thinking block")."""
+        n = 0
+        while n < len(later) and self.opens_turn(later[n]):
+            n += 1
+        if n == 0 or (earlier and self.opens_turn(earlier[0])):
+            return earlier + later
+        return later[:n] + earlier + later[n:]
+
     def tool_list(self, body: dict) -> list:
         """The body's tool definitions, in prefix order (what the prefix digests cover)."""
         return body.get("tools", [])

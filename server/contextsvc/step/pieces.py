@@ -285,7 +285,8 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
     lowered = lower(mdl.provider, model_id=mdl.id, system=system_prompt.blocks(system, mdl, prompt_dir),
                     messages=[], tools=tools, max_output=0, ledger=ledger, session_id=conv.session_id,
                     tools_disabled=tools_disabled)
-    joined = FORMATS[mdl.provider].merged_key
+    fmt = FORMATS[mdl.provider]
+    joined = fmt.merged_key
     candidates = message_prefix_keys(projected, PREFIX, settings, digests)
     start, kept = memo.longest(candidates)
     if kept is None:
@@ -312,7 +313,7 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
             key = (msg.digest, j) if pkey is not None else None
             if joined and elements and elements[-1]["role"] == element["role"]:
                 last = elements[-1] = dict(elements[-1])
-                last[joined] = last[joined] + element[joined]
+                last[joined] = fmt.joined(last[joined], element[joined])
                 sources[-1] = sources[-1] + [msg.id]
                 pruned[-1] += msg.compacted_outputs
                 keys[-1] = keys[-1] + (key,) if keys[-1] is not None and key is not None else None
