@@ -107,6 +107,28 @@ def test_the_exception_line_and_first_frame_of_a_traceback_are_kept():
     assert "Traceback (most recent call last):" not in text
 
 
+def test_the_exception_line_is_kept_whatever_the_exception_s_name_ends_in():
+    """A traceback ends with the exception's line, unindented after its frames: requests'
+    ReadTimeout, SQLAlchemy's NoResultFound, psycopg's UniqueViolation and StopIteration name
+    no Error or Exception, and the summary kept the first frame in their place (and the
+    retention figure did not count the loss). A line after frames that is no exception's stays
+    out."""
+    for last in ["requests.exceptions.ReadTimeout: HTTPSConnectionPool(host='api.stripe.com', port=443): Read timed out.",
+                 "sqlalchemy.exc.NoResultFound: No row was found when one was required",
+                 'psycopg.errors.UniqueViolation: duplicate key value violates unique constraint "invoices_pkey"',
+                 "StopIteration"]:
+        error = ('Traceback (most recent call last):\n  File "src/billing/sync.py", line 88, in push\n'
+                 f"    resp = session.post(url)\n{last}")
+        msgs = [_user("u1", "Sync invoices"), _assistant("a1", _bash("python -m billing.sync", m.ERROR, error=error))]
+        s = template.parse(offline.summarize(msgs))
+        assert s["blocked"] == [f"`python -m billing.sync` failed: {last}"], last
+        assert last in s["critical"] and last in retention.extract(msgs)
+    framed = 'Traceback (most recent call last):\n  File "a.py", line 1, in <module>\n    f()\nthe run was stopped by hand'
+    s = template.parse(offline.summarize([_user("u1", "Run a.py"), _assistant("a1", _bash("python a.py", m.ERROR,
+                                                                                          error=framed))]))
+    assert "the run was stopped by hand" not in s["critical"]
+
+
 def test_linter_codes_with_their_lines_are_kept():
     out = "src/a.py:3:8: F401 [*] `os` imported but unused\nsrc/a.py:40:89: E501 Line too long (97 > 88)\nFound 2 errors."
     for tool in (_bash("ruff check src", m.ERROR, error=out), _bash("ruff check src", output=out)):

@@ -163,6 +163,10 @@ def is_ack(text: str) -> bool:
 EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Fault)"
                        r"(?::.*)?$")
 FRAME = re.compile(r'^File "[^"]+", line \d+')
+# the line a Python traceback ends with, unindented after its frames: the exception's (dotted)
+# name and its message, whatever the name ends in (requests.exceptions.ReadTimeout,
+# sqlalchemy.exc.NoResultFound, StopIteration)
+RAISED = re.compile(r"^[A-Za-z_][\w.]*(?::.*)?$")
 LINT = re.compile(r"^\S+?:\d+(?::\d+)?:?\s+(?:[A-Z]{1,4}\d{2,5}|[a-z]+(?:-[a-z]+)+)\b")
 TEST_LINE = re.compile(r"^(?:E\s{2,}\S|FAILED\s|ERROR\s)")
 PLAIN_ERROR = re.compile(r"^(?:error|fatal|panic)(?:\[\w+\])?:|\b(?:Error|ERROR):\s", re.IGNORECASE)
@@ -173,29 +177,44 @@ def error_lines(text: str, cap: int = 8) -> list:
     """The lines that say what failed, in order, each once: the exception line (a traceback's
     last line) and the first frame's location, linter codes with their lines, test E/FAILED
     lines, error: lines. Never the "Traceback (most recent call last):" header alone."""
-    out, frame_seen = [], False
+    return _error_lines(text, cap)[0]
+
+
+def _error_lines(text: str, cap: int = 8) -> tuple:
+    """(error_lines, the exception lines among them)."""
+    out, raised, frame_seen, in_frames = [], [], False, False
     for raw in text.splitlines():
         line = raw.strip()
         if not line or line == TRACEBACK:
             continue
         if FRAME.match(line):
+            in_frames = True
             if not frame_seen:
                 frame_seen = True
                 out.append(line)
             continue
-        if EXCEPTION.match(line) or LINT.match(line) or TEST_LINE.match(line) or PLAIN_ERROR.search(line):
+        if in_frames and not raw[:1].isspace():  # the first line after the frames and their code
+            in_frames = False
+            if RAISED.match(line):
+                out.append(line)
+                raised.append(line)
+                continue
+        if EXCEPTION.match(line):
+            out.append(line)
+            raised.append(line)
+        elif LINT.match(line) or TEST_LINE.match(line) or PLAIN_ERROR.search(line):
             out.append(line)
     out = list(dict.fromkeys(out))
     if len(out) > cap:  # the first frame and the last lines: the exception is last
         out = out[:1] + out[-(cap - 1):]
-    return out
+    return out, raised
 
 
 def headline(text: str) -> str:
     """The one line that says what failed: the exception line (the last), else the first error
     line, else the first line."""
-    lines = error_lines(text)
-    exc = [x for x in lines if EXCEPTION.match(x)]
+    lines, raised = _error_lines(text)
+    exc = [x for x in lines if x in raised]
     if exc:
         return exc[-1]
     plain = [x for x in lines if not FRAME.match(x)]
