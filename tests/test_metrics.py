@@ -190,3 +190,37 @@ def test_calls_in_flight_count_from_their_start_until_they_are_over(fresh):
     finally:
         client.close()
     assert wait_for(lambda: scrape(server.metrics_port)[key] == 0, 5)
+
+
+def test_a_request_over_the_size_limit_counts_as_resource_exhausted_and_no_series_repeats():
+    """grpc refuses a message over server.max_request_bytes itself: the caller gets
+    RESOURCE_EXHAUSTED, and the service counted it as INVALID_ARGUMENT ("no request message
+    sent"), so a dashboard's errors by code blamed the caller's input. A request with no message
+    at all is still INVALID_ARGUMENT. No series appears twice in a scrape (the size histogram's
+    64 MiB bucket did)."""
+    import urllib.request
+
+    s = start_server(max_request_bytes=64 * 1024)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
+            stub = pb_grpc.ContextServiceStub(ch)
+            big = convo.measure_request()
+            big.conversation.messages[0].parts[0].text.text = "x" * 100_000
+            with pytest.raises(grpc.RpcError) as e:
+                stub.Measure(big, timeout=10)
+            assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            empty = ch.stream_unary("/contextsvc.v1.ContextService/Measure")
+            with pytest.raises(grpc.RpcError) as e:
+                empty(iter(()), timeout=10)
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            stub.Measure(convo.measure_request(), timeout=10)
+        samples = scrape(s.metrics_port)
+        assert samples[("contextsvc_rpcs_total", (("code", "RESOURCE_EXHAUSTED"), ("method", "Measure")))] == 1
+        assert samples[("contextsvc_rpcs_total", (("code", "INVALID_ARGUMENT"), ("method", "Measure")))] == 1
+        assert samples[("contextsvc_rpcs_total", (("code", "OK"), ("method", "Measure")))] == 1
+        with urllib.request.urlopen(f"http://127.0.0.1:{s.metrics_port}/metrics", timeout=5) as r:
+            lines = [x for x in r.read().decode().splitlines() if x and not x.startswith("#")]
+        series = [x.rsplit(" ", 1)[0] for x in lines]
+        assert len(series) == len(set(series)), sorted(x for x in set(series) if series.count(x) > 1)[:3]
+    finally:
+        s.stop(grace=1)

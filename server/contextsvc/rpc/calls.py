@@ -111,7 +111,9 @@ def _bounded(remaining: float | None, bound: float) -> float:
     return bound if remaining is None else max(0.0, min(remaining, bound))
 
 
-async def _read_request(context, method: str, wait: float) -> bytes:
+async def _read_request(context, method: str, wait: float, ended: list) -> bytes:
+    """The request's bytes; ended: the status grpc itself ended the call with, while the read
+    waits on that ending (the call's cancellation, which the caller of this reads as the code)."""
     # context.read(), not the request iterator: grpc's iterator holds the last message it yielded
     # until the cycle collector finds it
     try:
@@ -122,6 +124,12 @@ async def _read_request(context, method: str, wait: float) -> bytes:
                        f"{method}: no request message arrived within {wait:g} s "
                        "(server.request_wait_seconds, or the call's deadline)") from None
     if data is grpc.aio.EOF:
+        # grpc refuses a message over server.max_request_bytes itself (RESOURCE_EXHAUSTED to the
+        # caller) and ends the call: the read sees the end, and the call's cancellation is
+        # pending by now. A caller that sent no message is still there.
+        ended.append(grpc.StatusCode.RESOURCE_EXHAUSTED)
+        await asyncio.sleep(0)
+        ended.clear()
         raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, f"request: no {method} request message sent")
     return data
 
@@ -139,10 +147,11 @@ def unary_handler(settings: CallSettings, method: str, parse: Callable[[bytes], 
         if metrics is not None:
             metrics.started()
             context.add_done_callback(metrics.finished)  # once the status is sent, or the call ended
+        ended = []  # the status grpc ended the call with, when it did (_read_request)
         try:
             # aborted here, once _answer's frame (holding the request) has gone: the abort's
             # exception would otherwise keep it alive with its traceback
-            answer = await _answer(settings, method, parse, work, context, view, metrics)
+            answer = await _answer(settings, method, parse, work, context, view, metrics, ended)
             if isinstance(answer, tuple):
                 code = answer[0]
                 await context.abort(*answer)
@@ -151,8 +160,9 @@ def unary_handler(settings: CallSettings, method: str, parse: Callable[[bytes], 
             # the caller's deadline starts when it sends, ours when its headers arrive: its own
             # cancellation at its deadline reaches us a moment before ours passes
             left = context.time_remaining()
-            code = (grpc.StatusCode.DEADLINE_EXCEEDED if left is not None and left <= DEADLINE_LAG_SECONDS
-                    else grpc.StatusCode.CANCELLED)
+            code = ended[0] if ended else (
+                grpc.StatusCode.DEADLINE_EXCEEDED if left is not None and left <= DEADLINE_LAG_SECONDS
+                else grpc.StatusCode.CANCELLED)
             raise
         finally:
             view.end()
@@ -164,14 +174,14 @@ def unary_handler(settings: CallSettings, method: str, parse: Callable[[bytes], 
 
 
 async def _answer(settings: CallSettings, method: str, parse, work, context,
-                  view: CallView, metrics) -> tuple | bytes:
+                  view: CallView, metrics, ended: list) -> tuple | bytes:
     """Steps 1-5 of the call: the response's bytes, or the (status, details) it is refused with."""
     try:
         if settings.token is not None:
             reason, view.tenant = settings.token.check(context.invocation_metadata())
             if reason:
                 return grpc.StatusCode.UNAUTHENTICATED, reason
-        data = await _read_request(context, method, _bounded(view.time_remaining(), settings.request_wait))
+        data = await _read_request(context, method, _bounded(view.time_remaining(), settings.request_wait), ended)
         if metrics is not None:
             metrics.request(len(data))
         out = await _run(settings, method, parse, work, data, view)
