@@ -96,6 +96,41 @@ def test_a_dead_process_is_replaced_and_its_counts_are_kept(tmp_path):
         assert stop(proc) == 0
 
 
+def in_flight(metrics_port):
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+    return sum(float(v) for v in re.findall(r"^contextsvc_rpcs_in_flight{[^}]*} (\S+)$", text, re.M))
+
+
+def test_the_calls_of_a_killed_process_leave_the_in_flight_gauge(tmp_path):
+    """A serving process killed with calls in flight: its calls are over (their callers got
+    UNAVAILABLE), and the supervisor's /metrics said otherwise for good: the dashboard's calls in
+    flight read 6 for a replica doing nothing."""
+    import threading
+
+    proc, port, metrics_port, _ = launch("--processes", "2", tmp_path=tmp_path)
+    release = threading.Event()
+
+    def never_sent():  # a call whose request has not arrived is in flight
+        release.wait(60)
+        return
+        yield
+
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            call = ch.stream_unary("/contextsvc.v1.ContextService/Measure").future(never_sent(), timeout=60)
+            assert wait_for(lambda: in_flight(metrics_port) == 1, 10)
+            workers = children(proc.pid)
+            for victim in workers:
+                os.kill(victim, signal.SIGKILL)
+            assert wait_for(lambda: (lambda c: len(c) == 2 and not set(c) & set(workers))(children(proc.pid)), 30)
+            assert wait_for(lambda: in_flight(metrics_port) == 0, 10), in_flight(metrics_port)
+            release.set()
+            assert call.exception(30) is not None
+    finally:
+        release.set()
+        assert stop(proc) == 0
+
+
 def test_processes_stop_when_the_supervisor_is_killed(tmp_path):
     # a killed supervisor leaves its metrics directory behind: it goes in the test's own
     proc, port, _, _ = launch("--processes", "2", tmp_path=tmp_path, env={**os.environ, "TMPDIR": str(tmp_path)})

@@ -163,7 +163,8 @@ class Metrics(_Endpoint):
                             ["method", "code"], registry=r)
         self.in_flight = Gauge("contextsvc_rpcs_in_flight",
                                "Calls begun and not yet over (their status sent, or the call ended), "
-                               "by method: what a replica killed now would fail.", ["method"], registry=r)
+                               "by method: what a replica killed now would fail.", ["method"], registry=r,
+                               multiprocess_mode="livesum")  # a killed serving process's calls are over
         self.latency = Histogram("contextsvc_rpc_duration_seconds",
                                  "RPC handling time, by method and status code.",
                                  ["method", "code"], buckets=LATENCY_BUCKETS, registry=r)
