@@ -75,6 +75,31 @@ def test_bad_config_fails_fast_with_a_message(tmp_path):
     assert p.returncode == 2 and "unknown key 'output_token_maxx'" in p.stderr
 
 
+@pytest.mark.parametrize("which", ["port", "metrics-port"])
+def test_a_port_in_use_fails_the_start_with_one_line_naming_the_setting(tmp_path, which):
+    """It was grpc's traceback ("set GRPC_VERBOSITY=debug"), or "[Errno 98] Address already in
+    use" without the port."""
+    import socket
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    try:
+        taken = str(holder.getsockname()[1])
+        ports = ["--port", taken, "--metrics-port", "0"] if which == "port" else ["--port", "0", "--metrics-port", taken]
+        config = tmp_path / "c.toml"
+        config.write_text(f'[truncation]\ndirectory = "{tmp_path / "store"}"\n')
+        r = subprocess.run([sys.executable, "-m", "contextsvc", "serve", *ports, "--config", str(config)],
+                           capture_output=True, text=True, timeout=60)
+    finally:
+        holder.close()
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    setting = "server.port" if which == "port" else "server.metrics_port"
+    assert last.startswith("contextsvc: cannot") and taken in last and setting in last, r.stderr
+    assert "Address already in use" in last
+
+
 def test_config_file_values_take_effect(tmp_path):
     proc, port, _, _ = launch(config_text="[measure]\noutput_token_max = 4096\n", tmp_path=tmp_path)
     try:

@@ -97,7 +97,8 @@ def serve_config(tmp_path, server_toml, env=None):
 
 @pytest.mark.parametrize("case", ["garbage-cert", "garbage-key", "key-of-another-cert", "garbage-ca",
                                   "non-ascii-token", "whitespace-token", "token-with-space",
-                                  "non-ascii-token-env"])
+                                  "non-ascii-token-env", "missing-cert", "missing-key", "missing-ca",
+                                  "missing-token-file"])
 def test_bad_tls_files_and_unsendable_tokens_are_config_errors(tmp_path, pki, case):
     garbage = tmp_path / "garbage.pem"
     garbage.write_bytes(b"-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n")
@@ -112,6 +113,10 @@ def test_bad_tls_files_and_unsendable_tokens_are_config_errors(tmp_path, pki, ca
         "whitespace-token": 'auth_token = "   "',
         "token-with-space": 'auth_token = "two words"',
         "non-ascii-token-env": 'auth_token_env = "CONTEXTSVC_TEST_TOKEN"',
+        "missing-cert": f'tls_cert_file = "{tmp_path / "gone.pem"}"\ntls_key_file = "{key}"',
+        "missing-key": f'tls_cert_file = "{cert}"\ntls_key_file = "{tmp_path / "gone.key"}"',
+        "missing-ca": f'tls_cert_file = "{cert}"\ntls_key_file = "{key}"\ntls_client_ca_file = "{tmp_path / "gone"}"',
+        "missing-token-file": f'auth_token_file = "{tmp_path / "gone"}"',
     }[case]
     if case == "non-ascii-token-env":
         env = dict(os.environ, CONTEXTSVC_TEST_TOKEN="jeton-été")
@@ -120,6 +125,9 @@ def test_bad_tls_files_and_unsendable_tokens_are_config_errors(tmp_path, pki, ca
     assert "Traceback" not in err, err
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("contextsvc: config: [server]"), err
+    if case.startswith("missing-"):  # the setting and the path (it said "[Errno 2] No such file or directory")
+        setting = next(x.split(" = ")[0] for x in toml.splitlines() if "gone" in x)
+        assert f"{setting} {tmp_path}" in lines[0] and "No such file" in lines[0], err
 
 
 # ---- 15. garbage to health and reflection --------------------------------------------------------

@@ -159,9 +159,13 @@ class Server:
         s = self.cfg.server
         creds = self._credentials
         address = s.address(s.port)
-        self.port = self._on_loop(self._bind(address, creds))
+        try:
+            self.port = self._on_loop(self._bind(address, creds))
+        except RuntimeError:  # grpc's "Failed to bind to address"
+            self.port = 0
         if self.port == 0:
-            raise OSError(f"cannot bind gRPC on {address}")
+            raise OSError(f"cannot bind gRPC on {address} (server.port): Address already in use, "
+                          "or not an address of this machine")
         if self.metrics is not None and not self.shared_port:
             self.metrics_port = self.metrics.serve(s.metrics_bind, s.metrics_port, health=self.serving,
                                                    token=self._token if s.metrics_auth else "")

@@ -75,7 +75,11 @@ class _Endpoint:
         if health is not None:
             app = _with_health(app, health)
         self._http = HttpServer(app)
-        return self._http.start(host, port)
+        try:
+            return self._http.start(host, port)
+        except OSError as e:
+            raise OSError(f"cannot serve metrics on {host or '*'}:{port} (server.metrics_port): "
+                          f"{e.strerror or e}") from None
 
     def stop(self) -> None:
         if self._http is not None:

@@ -63,17 +63,17 @@ def _reserve_port(host: str, port: int) -> socket.socket:
     """A bound, not listening, SO_REUSEPORT socket: fixes the port number (port 0 picks one)
     for the serving processes and fails early when another program holds the port."""
     family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-    if port:
-        # a plain bind first: SO_REUSEPORT alone would join another instance's group on the port
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
-            probe.bind(address)
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
+        if port:
+            # a plain bind first: SO_REUSEPORT alone would join another instance's group on the port
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.bind(address)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(address)
-    except OSError:
+    except OSError as e:
         sock.close()
-        raise
+        raise OSError(f"cannot bind gRPC on {host}:{port} (server.port): {e.strerror or e}") from None
     return sock
 
 

@@ -19,17 +19,22 @@ def server_credentials(cfg) -> grpc.ServerCredentials | None:
     """TLS credentials from [server] tls_* paths, or None for plaintext."""
     if not cfg.tls_cert_file:
         return None
+    key = _file("tls_key_file", cfg.tls_key_file, binary=True)
+    cert = _file("tls_cert_file", cfg.tls_cert_file, binary=True)
+    ca = _file("tls_client_ca_file", cfg.tls_client_ca_file, binary=True) if cfg.tls_client_ca_file else None
     _check_pem(cfg)
-    with open(cfg.tls_key_file, "rb") as f:
-        key = f.read()
-    with open(cfg.tls_cert_file, "rb") as f:
-        cert = f.read()
-    ca = None
-    if cfg.tls_client_ca_file:
-        with open(cfg.tls_client_ca_file, "rb") as f:
-            ca = f.read()
     return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca,
                                        require_client_auth=ca is not None)
+
+
+def _file(setting: str, path: str, binary: bool = False):
+    """The contents of a file a [server] setting names; a config error naming both when it
+    cannot be read."""
+    try:
+        with open(path, "rb") if binary else open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        raise ValueError(f"[server] {setting} {path}: {e.strerror or e}") from None
 
 
 def _check_pem(cfg) -> None:
@@ -54,8 +59,7 @@ def bearer_token(cfg) -> str:
     if cfg.auth_token:
         return cfg.auth_token
     if cfg.auth_token_file:
-        with open(cfg.auth_token_file, encoding="utf-8") as f:
-            token = f.read().strip()
+        token = _file("auth_token_file", cfg.auth_token_file).strip()
         if not token:
             raise ValueError(f"[server] auth_token_file {cfg.auth_token_file}: empty")
         return check_token(token, f"[server] auth_token_file {cfg.auth_token_file}")
@@ -73,11 +77,10 @@ def bearer_tokens(cfg) -> tuple[str, ...]:
     listed = []
     if cfg.auth_tokens_file:
         where = f"[server] auth_tokens_file {cfg.auth_tokens_file}"
-        with open(cfg.auth_tokens_file, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                line = line.strip()
-                if line and not line.startswith("#"):
-                    listed.append(check_token(line, f"{where} line {n}"))
+        for n, line in enumerate(_file("auth_tokens_file", cfg.auth_tokens_file).splitlines(), 1):
+            line = line.strip()
+            if line and not line.startswith("#"):
+                listed.append(check_token(line, f"{where} line {n}"))
         if not listed:
             raise ValueError(f"{where}: no token in it")
     return tuple(dict.fromkeys(([single] if single else []) + listed))
