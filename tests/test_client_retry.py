@@ -63,3 +63,29 @@ def test_retries_end_within_the_calls_deadline(closed_port):
         stub.Measure(convo.measure_request(), timeout=1.5)
     assert e.value.code() == grpc.StatusCode.UNAVAILABLE  # the last attempt's answer, not a deadline
     assert 1.0 <= time.monotonic() - start <= 1.5
+
+
+def test_a_request_over_max_request_bytes_is_refused_by_the_channel_and_never_sent():
+    """A proxy ends a request over the server's limit as CANCELLED (HAProxy: RST_STREAM), which
+    is retried: ten uploads of 70 MiB. The channel refuses a request over the policy's bound
+    (the server's default limit) before sending it, RESOURCE_EXHAUSTED, at once."""
+    from helpers.metrics import scrape
+    from helpers.server import start_server
+
+    assert RetryPolicy().max_request_bytes == 64 * 1024 * 1024  # the server's default
+    s = start_server()
+    try:
+        policy = RetryPolicy(max_request_bytes=4096)
+        stub = pb_grpc.ContextServiceStub(retrying_channel(f"127.0.0.1:{s.port}", policy))
+        big = convo.measure_request()
+        big.conversation.messages[0].parts[0].text.text = "x" * 10_000
+        start = time.monotonic()
+        with pytest.raises(grpc.RpcError) as e:
+            stub.Measure(big, timeout=30)
+        assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and time.monotonic() - start < 1
+        assert stub.Measure(convo.measure_request(), timeout=30).body_bytes > 0  # a small one goes
+        counted = scrape(s.metrics_port)
+        assert counted[("contextsvc_rpcs_total", (("code", "OK"), ("method", "Measure")))] == 1
+        assert not [k for k in counted if k[0] == "contextsvc_rpcs_total" and ("code", "OK") not in k[1]]
+    finally:
+        s.stop(grace=1)

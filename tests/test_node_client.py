@@ -38,7 +38,8 @@ def test_node_client_calls_every_rpc_and_checks_answers():
         s.stop(grace=1)
     assert out.returncode == 0, out.stdout + out.stderr
     for rpc in ("Health.Check", "Measure", "Assemble", "Assemble tool names", "Prune", "Compact",
-                "Compact keeps the file just read", "TruncateToolOutput", "ReadTruncated", "error status"):
+                "Compact keeps the file just read", "TruncateToolOutput", "ReadTruncated", "error status",
+                "request over maxRequestBytes"):
         assert rpc in out.stdout
 
 

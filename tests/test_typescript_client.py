@@ -10,6 +10,7 @@ import pytest
 
 from helpers import typescript
 from helpers.restarts import assert_outcomes, calls_across_a_restart, script_calls
+from helpers.server import start_server
 
 
 def test_typescript_client_builds_from_the_proto_with_camel_case_types():
@@ -39,3 +40,17 @@ def test_typescript_client_with_retries_calls_across_a_server_restart(tmp_path, 
         [node, "dist/test/callsOnRequest.js", f"127.0.0.1:{port}", *["--retry"] * retry], typescript.CLIENT,
         typescript.ENV))
     assert_outcomes(outcomes, retry)
+
+
+def test_typescript_client_refuses_a_request_over_max_request_bytes_without_sending_it():
+    """A proxy ends a request over the server's limit as CANCELLED, which the retries sent again
+    (ten times 70 MiB through HAProxy); the channel refuses it first, RESOURCE_EXHAUSTED."""
+    node = typescript.build()
+    s = start_server()
+    try:
+        out = subprocess.run([node, "dist/test/callsOnRequest.js", f"127.0.0.1:{s.port}", "--over-max"],
+                             cwd=typescript.CLIENT, capture_output=True, text=True, timeout=60, env=typescript.ENV)
+    finally:
+        s.stop(grace=1)
+    code, seconds = out.stdout.split()
+    assert code == "RESOURCE_EXHAUSTED" and float(seconds) < 1, out.stdout + out.stderr

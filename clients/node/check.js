@@ -138,6 +138,20 @@ async function main(address) {
     await check("error status", async () => {
       await assert.rejects(client.Measure({ model }), (e) => e.code === status.INVALID_ARGUMENT);
     });
+
+    await check("request over maxRequestBytes", async () => {
+      // refused by the channel, not sent: no retry uploads it again
+      const small = connect(address, { token: process.env.CONTEXTSVC_TOKEN, retry: true, maxRequestBytes: 4096 });
+      try {
+        const big = { model, conversation: { messages: [{ id: "u1", role: "ROLE_USER",
+          parts: [{ id: "p1", text: { text: "x".repeat(10000) } }] }] } };
+        const start = Date.now();
+        await assert.rejects(small.Measure(big), (e) => e.code === status.RESOURCE_EXHAUSTED);
+        assert.ok(Date.now() - start < 1000, "retried");
+      } finally {
+        small.close();
+      }
+    });
   } finally {
     client.close();
   }

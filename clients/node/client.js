@@ -27,6 +27,10 @@ function load(protoDir = process.env.CONTEXTSVC_PROTO_DIR || REPO_PROTO) {
 // waits together: no retry starts that would end after it.
 const RETRYABLE = [grpc.status.UNAVAILABLE, grpc.status.CANCELLED];
 const RETRY_DEFAULTS = { attempts: 10, initialBackoffMs: 100, maxBackoffMs: 2000 };
+// A larger request is refused by the channel itself, RESOURCE_EXHAUSTED, never sent: the server's
+// default server.max_request_bytes (raise both together; options.maxRequestBytes). A proxy in
+// front ends a request over the server's limit as CANCELLED, which would be retried.
+const MAX_REQUEST_BYTES = 64 * 1024 * 1024;
 
 function retryPolicy(retry) {
   return retry ? { ...RETRY_DEFAULTS, ...(retry === true ? {} : retry) } : { ...RETRY_DEFAULTS, attempts: 1 };
@@ -38,16 +42,19 @@ function backoffMs(policy, retry) {
 }
 
 // Every RPC as a promise-returning method, method(request, deadlineMs = options.deadlineMs);
-// options: { token, credentials, deadlineMs (default 30 s), retry } where retry is true (the
-// defaults above) or { attempts, initialBackoffMs, maxBackoffMs }; off unless given.
+// options: { token, credentials, deadlineMs (default 30 s), retry, maxRequestBytes } where retry
+// is true (the defaults above) or { attempts, initialBackoffMs, maxBackoffMs }; off unless given.
 function connect(address, options = {}) {
   const pkg = load();
   const credentials = options.credentials || grpc.credentials.createInsecure();
   const policy = retryPolicy(options.retry);
   // the channel reconnects as often as calls retry (grpc's own backoff grows to 120 s, and a call
   // made while the channel waits to reconnect fails at once)
-  const channelOptions = options.retry ? { "grpc.initial_reconnect_backoff_ms": policy.initialBackoffMs,
-    "grpc.max_reconnect_backoff_ms": policy.maxBackoffMs } : {};
+  const channelOptions = {
+    "grpc.max_send_message_length": options.maxRequestBytes || MAX_REQUEST_BYTES,
+    ...(options.retry ? { "grpc.initial_reconnect_backoff_ms": policy.initialBackoffMs,
+      "grpc.max_reconnect_backoff_ms": policy.maxBackoffMs } : {}),
+  };
   const service = new pkg.contextsvc.v1.ContextService(address, credentials, channelOptions);
   const health = new pkg.grpc.health.v1.Health(address, credentials, channelOptions);
   const deadlineMs = options.deadlineMs || 30000;

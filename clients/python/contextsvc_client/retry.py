@@ -8,7 +8,9 @@ caller never cancels a call this retries (it holds no call object until the retr
 so CANCELLED here is that drop. Either way nothing was done, or (TruncateToolOutput only) an
 output was stored whose id never reached the caller and which expires with the store's
 retention. Every other code is returned at once: DEADLINE_EXCEEDED is the call's own time
-running out, RESOURCE_EXHAUSTED also means a request too large to ever be taken.
+running out, RESOURCE_EXHAUSTED also means a request too large to ever be taken. A request over
+RetryPolicy.max_request_bytes is refused by the channel before it is sent (a proxy answers one
+over the server's limit CANCELLED, which is retried).
 
     stub = pb_grpc.ContextServiceStub(retrying_channel("127.0.0.1:50051"))
     r = stub.Measure(request, timeout=5)  # up to 5 s in all, retries included
@@ -38,6 +40,10 @@ class RetryPolicy:
     attempts: int = 10
     initial_backoff: float = 0.1
     max_backoff: float = 2.0
+    # a larger request is refused by the channel itself, RESOURCE_EXHAUSTED, never sent: the
+    # server's default server.max_request_bytes (raise both together). A proxy in front ends a
+    # request over the server's limit as CANCELLED, which would be retried, uploaded each time.
+    max_request_bytes: int = 64 * 1024 * 1024
 
     def backoff(self, retry: int) -> float:
         """Seconds to wait before retry number `retry` (1 for the first)."""
@@ -45,9 +51,11 @@ class RetryPolicy:
         return random.uniform(ceiling / 2, ceiling)
 
     def channel_options(self) -> list[tuple[str, int]]:
-        """A channel's reconnect backoff on the same schedule as the retries."""
+        """A channel's reconnect backoff on the same schedule as the retries, and its bound on
+        what it sends."""
         return [("grpc.initial_reconnect_backoff_ms", int(self.initial_backoff * 1000)),
-                ("grpc.max_reconnect_backoff_ms", int(self.max_backoff * 1000))]
+                ("grpc.max_reconnect_backoff_ms", int(self.max_backoff * 1000)),
+                ("grpc.max_send_message_length", self.max_request_bytes)]
 
 
 class _CallDetails(collections.namedtuple(

@@ -15,7 +15,13 @@ export interface ConnectOptions {
   deadlineMs?: number;              // default deadline of a call (30 s)
   channelOptions?: ChannelOptions;
   retry?: boolean | Partial<RetryOptions>; // off unless given; true: RETRY_DEFAULTS
+  maxRequestBytes?: number;         // default MAX_REQUEST_BYTES
 }
+
+// A larger request is refused by the channel itself, RESOURCE_EXHAUSTED, never sent: the server's
+// default server.max_request_bytes (raise both together). A proxy in front ends a request over the
+// server's limit as CANCELLED, which would be retried.
+export const MAX_REQUEST_BYTES = 64 * 1024 * 1024;
 
 // Retries (README, "Retries"): a call answered UNAVAILABLE (a server stopping, or not there) or
 // CANCELLED (grpc dropping a call that reached a server in the instant its listener closed; these
@@ -65,7 +71,8 @@ export function connect(address: string, options: ConnectOptions = {}): ContextS
   const reconnect: ChannelOptions = options.retry ? { "grpc.initial_reconnect_backoff_ms": policy.initialBackoffMs,
     "grpc.max_reconnect_backoff_ms": policy.maxBackoffMs } : {};
   const stub = new ContextServiceClient(address, options.credentials ?? grpcCredentials.createInsecure(),
-    { ...reconnect, ...options.channelOptions });
+    { "grpc.max_send_message_length": options.maxRequestBytes ?? MAX_REQUEST_BYTES, ...reconnect,
+      ...options.channelOptions });
   const defaultDeadlineMs = options.deadlineMs ?? 30_000;
 
   function rpc<Req, Res>(type: MessageType<Req>, method: (request: Req, metadata: Metadata,

@@ -1,6 +1,7 @@
 // One measure() per line read from stdin, its outcome written as a line: the status code name
 // (OK when answered) and the call's seconds. Usage: node dist/test/callsOnRequest.js HOST:PORT
-// [--retry] (the client's retries on, with their defaults). Ends when stdin closes.
+// [--retry] (the client's retries on, with their defaults). Ends when stdin closes. With
+// --over-max, one measure() of a request over maxRequestBytes instead.
 import readline from "node:readline";
 import { ServiceError, status } from "@grpc/grpc-js";
 import { connect } from "../src/client";
@@ -12,6 +13,17 @@ const request = {
 };
 
 async function main() {
+  if (process.argv.includes("--over-max")) {
+    // a request over maxRequestBytes: refused by the channel, RESOURCE_EXHAUSTED, not sent again
+    const small = connect(process.argv[2], { retry: true, maxRequestBytes: 4096 });
+    const big = { ...request, conversation: { messages: [{ ...request.conversation.messages[0],
+      parts: [{ id: "p1", text: { text: "x".repeat(10_000) } }] }] } };
+    const start = performance.now();
+    const code = await small.measure(big, 20_000).then(() => "OK", (err: ServiceError) => status[err.code]);
+    process.stdout.write(`${code} ${(performance.now() - start) / 1000}\n`);
+    small.close();
+    return;
+  }
   const client = connect(process.argv[2], { retry: process.argv.includes("--retry") });
   for await (const _ of readline.createInterface({ input: process.stdin })) {
     const start = performance.now();
