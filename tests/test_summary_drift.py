@@ -584,3 +584,32 @@ def test_a_pair_of_words_with_a_capital_is_not_a_file():
     files = " ".join(s["files"])
     assert "float/Decimal" not in files
     assert "deploy/Dockerfile" in files and "docs/LICENSE" in files
+
+
+def test_a_request_a_later_reversal_changes_stays_and_says_so():
+    """"Add JWT auth ... and pagination" stayed a live Goal and Next Step after "session cookies
+    instead of JWT", next to the Key Decision that dropped JWT: the model was told both. It stays
+    (it asks for pagination too), saying what changed it, in the summary and rolled forward."""
+    ask = "Add JWT auth to all write endpoints, and pagination to GET /api/v1/tasks with limit/offset"
+    reversal = "We decided JWT is overkill: use server-side session cookies instead of JWT for auth."
+    first = [_user("u1", ask + "."), _assistant("a1", "Adding JWT auth now.")]
+    later = [_user("u2", reversal), _assistant("a2", "Auth now uses session cookies.")]
+    note = f"(changed since: {reversal})"
+    for s in (template.parse(offline.summarize(first + later)), _rolled(first, later)):
+        live = [x for x in s["goal"] + s["next_steps"] if "JWT auth" in x]
+        assert live and all(x.startswith(ask) and x.endswith(note) for x in live), s
+        assert reversal in s["decisions"]
+    # a request the same message makes is not changed by its own reversal
+    s = template.parse(offline.summarize([_user("u1", "Change of plan: use cookies instead of JWT and update `src/auth.py`")]))
+    assert not any("changed since" in x for x in s["goal"] + s["next_steps"] + s["in_progress"]), s
+
+
+def test_a_decision_said_again_in_other_words_is_not_superseded_by_itself():
+    """"Actually use Postgres, not SQLite." then "Switching to Postgres.": the same choice (its
+    "not" drops SQLite, not Postgres), so Done did not record it as superseded by its restatement."""
+    s = template.parse(offline.summarize([
+        _user("u1", "Store tasks in SQLite."), _assistant("a1", "I'll use SQLite through SQLAlchemy."),
+        _user("u2", "Actually use Postgres, not SQLite."), _assistant("a2", "Switching to Postgres.")]))
+    assert not any(x.startswith("Superseded: Actually use Postgres") for x in s["done"]), s["done"]
+    assert any("SQLite through SQLAlchemy" in x and x.startswith("Superseded:") for x in s["done"]), s["done"]
+    assert any("Postgres" in x for x in s["decisions"])

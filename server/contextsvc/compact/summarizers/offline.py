@@ -645,9 +645,12 @@ def _announces(sentence: str) -> bool:
 class Stale:
     """An earlier item the history superseded: probe is the text that, found in one of sections,
     states it as current (a command under Blocked, a path under Relevant Files, a decision, a
-    constraint or a step verbatim)."""
+    constraint or a step verbatim). changed_by: a later reversal that changes part of it (a
+    request for JWT auth and pagination, then "session cookies instead of JWT"): the item stays,
+    saying so, rather than go (drop_stale)."""
     probe: str
     sections: tuple
+    changed_by: str = ""
 
 
 def _stale_in(item: str, stale: list, key: str) -> bool:
@@ -670,12 +673,28 @@ def drop_stale(sections: dict, stale: list) -> dict:
     """sections without the items stale says are superseded (Done keeps its record of what
     happened, but for the files since deleted or renamed away in its Edited bullets: the next
     model would take them for files that exist)."""
+    changed = [s for s in stale if s.changed_by]
+    if changed:
+        stale = [s for s in stale if not s.changed_by]
+        sections = {k: [_changed(x, changed, k) for x in v] for k, v in sections.items()}
     out = {k: [x for x in v if not _stale_in(x, stale, k)] for k, v in sections.items()}
     gone = {s.probe for s in stale if "files" in s.sections}
     if gone and "done" in out:
         out["done"] = [_without_names(x, EDITED, gone) for x in out["done"]]
         out["done"] = [x for x in out["done"] if x]
     return out
+
+
+CHANGED = " (changed since: {})"
+
+
+def _changed(item: str, changed: list, key: str) -> str:
+    """item, saying which later reversals change it, when it is one they change."""
+    for s in changed:
+        note = CHANGED.format(s.changed_by)
+        if key in s.sections and s.probe in item and note not in item:
+            item += note
+    return item
 
 
 def _without_names(bullet: str, prefix: str, names: set) -> str:
@@ -756,6 +775,7 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
         if mt and (mt["path"] or mt["old"]) not in listed:  # listed: it exists again
             stale.append(Stale(mt["path"] or mt["old"], ("files",)))
     goals = []
+    previous_goals = list(previous.get("goal", []))
     files = {}  # path -> set of roles ("read", "edited", ...) in first-seen order
     failed = {}  # command (or tool and input) -> bullet, removed when the same call later succeeds
     errors = {}  # the same key -> the error lines it failed with (Critical Context)
@@ -882,6 +902,11 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
                 constraints.append(fact[1])
                 acc.add("constraints", fact[1])
             elif kind == "reversal":
+                # a request stated before it that it changes stays, saying so: it may ask more (one
+                # of its own words is not changed by it)
+                for item in [*previous_goals, *goals, *(a for a in asks.keys if a not in asks.done)]:
+                    if item not in fact[1] and sup.reverses(fact[1], item) and not sup.restates(fact[1], item):
+                        stale.append(Stale(item, ("goal", "next_steps", "in_progress"), changed_by=fact[1]))
                 for key, held in (("decisions", decisions), ("constraints", constraints)):
                     for old in [d for d in held if d != fact[1] and sup.reverses(fact[1], d)]:
                         held.remove(old)
@@ -1035,8 +1060,8 @@ def summarize(messages: list, previous: str = "", limits: OfflineLimits = DEFAUL
     merged = drop_stale(merge(before, sections, limits), stale)
     # the previous Next Steps and request in progress went through extract, which ticked off
     # what these messages did: its answer replaces them
-    merged["in_progress"] = sections["in_progress"]
-    merged["next_steps"] = sections["next_steps"]
+    fresh = drop_stale({"in_progress": sections["in_progress"], "next_steps": sections["next_steps"]}, stale)
+    merged.update(fresh)
     return template.render(merged)
 
 

@@ -42,11 +42,19 @@ NEGATED = re.compile(r"\b(?:no longer|not|never|stop(?:ped)?|anymore)\b|n't\b", 
 
 
 def chosen(text: str) -> frozenset:
-    """The things text says are chosen ("use Redis instead of SQLite": redis), lowercased; none
-    when it negates ("we no longer use SQLite" chooses nothing, it drops SQLite)."""
-    if NEGATED.search(text):
-        return frozenset()
-    return frozenset((a or b).lower() for a, b in CHOSEN.findall(text) if (a or b).lower() not in STOP)
+    """The things text says are chosen ("use Redis instead of SQLite": redis), lowercased; not
+    one a negation before it in its clause drops ("we no longer use SQLite" chooses nothing),
+    while one after it drops another ("use Postgres, not SQLite" chooses postgres)."""
+    out = set()
+    for mt in CHOSEN.finditer(text):
+        clause = re.split(r"[,.;:!?]", text[max(0, mt.start() - NEGATION_REACH):mt.start()])[-1]
+        word = (mt.group(1) or mt.group(2)).lower().rstrip(".-")  # a sentence's full stop is none of it
+        if word not in STOP and not NEGATED.search(clause):
+            out.add(word)
+    return frozenset(out)
+
+
+NEGATION_REACH = 24  # characters before a choice a negation of it is looked for ("will no longer be")
 
 
 def restates(new: str, old: str) -> bool:
