@@ -60,6 +60,35 @@ def test_calls_that_never_send_their_request_hold_no_worker(tmp_path):
         assert stop(proc) == 0
 
 
+def test_one_client_s_calls_that_never_send_their_request_do_not_refuse_other_clients(tmp_path):
+    """A client (127.0.0.2) opens 180 calls, Measure and health checks, that send their headers
+    and never a message, over two connections: past the transport's bound (max_pending_rpcs 128
+    here, 1,024 by default) grpc refused every other caller, health checks included, and an idle
+    health check was held until its connection closed. Its calls past max_waiting_calls_per_client
+    are refused at once, RESOURCE_EXHAUSTED; the others end DEADLINE_EXCEEDED after
+    request_wait_seconds, health checks too; another client (127.0.0.1) is answered throughout."""
+    proc, port, _, _ = launch(server_toml="request_wait_seconds = 3.0\nmax_pending_rpcs = 128\n"
+                                          "max_waiting_calls_per_client = 32", tmp_path=tmp_path)
+    attackers = [RawH2(port, source="127.0.0.2") for _ in range(2)]
+    try:
+        with Probe(port, proc.pid) as probe:
+            streams = [(a, a.open(f"{SERVICE}/Measure" if k % 2 else "/grpc.health.v1.Health/Check", end=False))
+                       for a in attackers for k in range(90)]
+            deadline = time.monotonic() + 8
+            while time.monotonic() < deadline and any(sid not in a.status for a, sid in streams):
+                for a in attackers:
+                    a.pump(0.1)
+        print(f"\n{probe.report('180 idle calls of another client')}")
+        honest(probe)
+        codes = [a.status.get(sid) for a, sid in streams]
+        assert codes.count("8") == 180 - 32, codes  # RESOURCE_EXHAUSTED, at once
+        assert codes.count("4") == 32, codes  # DEADLINE_EXCEEDED after request_wait_seconds
+    finally:
+        for a in attackers:
+            a.close()
+        assert stop(proc) == 0
+
+
 def stored_output(port: int, mb: int) -> str:
     """The id of a stored tool output of about mb MB (lines of 1 KB)."""
     text = "\n".join(f"{i:08d} " + "x" * 1015 for i in range(mb * 1024))

@@ -17,7 +17,7 @@ from .config import Config
 from .metrics import Metrics
 from .rpc.admission import Admission
 from .rpc import conversion
-from .rpc.calls import CallSettings, UnsentBytes, unary_handler
+from .rpc.calls import CallSettings, UnsentBytes, WaitingCalls, unary_handler
 from .rpc.health import SERVING, Health
 from .rpc.security import TokenCheck, bearer_token, bearer_tokens, server_credentials
 from .rpc.servicer import ContextService
@@ -106,12 +106,15 @@ class Server:
         self._loop_thread = threading.Thread(target=self._loop.run_forever, name="grpc-loop", daemon=True)
         self._loop_thread.start()
         check = TokenCheck(tokens) if tokens else None
+        waiting = WaitingCalls(s.max_waiting_calls_per_client)
         settings = CallSettings(self._admission, self._executor, m, check, s.max_response_bytes,
-                                UnsentBytes(s.max_unsent_bytes), s.request_wait_seconds, s.send_wait_seconds)
+                                UnsentBytes(s.max_unsent_bytes), s.request_wait_seconds, s.send_wait_seconds,
+                                waiting)
         names = (SERVICE_NAME, HEALTH_SERVICE) + ((REFLECTION_SERVICE,) if s.reflection else ())
         self._health = Health(self._loop, s.max_watch_streams, s.stream_idle_seconds)
         self._standard = StandardServices(self._health, self._admission, s.stream_idle_seconds, names,
-                                          s.reflection, serving_names=("", SERVICE_NAME), token=check)
+                                          s.reflection, serving_names=("", SERVICE_NAME), token=check,
+                                          request_wait=s.request_wait_seconds, waiting=waiting)
         handlers = [service_handler(settings, ContextService(cfg, m, self.store))] + self._standard.handlers()
         self._grpc = self._on_loop(self._make_transport(handlers))
 

@@ -61,6 +61,11 @@ class ServerConfig:
     # request or for their client to read the response count); beyond it grpc itself answers
     # RESOURCE_EXHAUSTED, so a flood of connections never queues without bound. 0 = no bound.
     max_pending_rpcs: int = 1024
+    # calls of one client (its address) waiting for their request message at once; one more is
+    # refused RESOURCE_EXHAUSTED at once, so that one client's idle calls (headers sent, no body)
+    # never fill max_pending_rpcs for every other caller and the health checks. Behind a proxy
+    # every caller is its address: raise it there. Keep it well below max_pending_rpcs. 0 = no bound.
+    max_waiting_calls_per_client: int = 256
     # HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS: calls one connection may have open at once
     max_streams_per_connection: int = 100
     # a call whose request message has not arrived this long after it opened is ended
@@ -135,6 +140,8 @@ class ServerConfig:
         if self.max_concurrent_rpcs and self.max_concurrent_rpcs >= self.workers:
             raise ValueError(f"[server] max_concurrent_rpcs ({self.max_concurrent_rpcs}) must be below "
                              f"workers ({self.workers}): the spare threads take work callers abandoned")
+        if self.max_waiting_calls_per_client < 0:
+            raise ValueError("[server] max_waiting_calls_per_client must be 0 (no bound) or more")
         for name in ("max_streams_per_connection", "request_wait_seconds", "send_wait_seconds",
                      "max_connection_age_seconds", "connection_age_grace_seconds"):
             if getattr(self, name) <= 0:

@@ -23,8 +23,9 @@ SOCKET_TIMEOUT = 0.2  # seconds a send, or a read of pump, waits
 
 
 class RawH2:
-    def __init__(self, port: int, window: int = 65535, auto_window: bool = True):
-        self.sock = socket.create_connection(("127.0.0.1", port))
+    def __init__(self, port: int, window: int = 65535, auto_window: bool = True, source: str | None = None):
+        """source: the loopback address to connect from (another client than 127.0.0.1's)."""
+        self.sock = socket.create_connection(("127.0.0.1", port), source_address=(source, 0) if source else None)
         self.sock.settimeout(SOCKET_TIMEOUT)
         self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
         self.conn.local_settings = h2.settings.Settings(

@@ -82,11 +82,40 @@ class UnsentBytes:
             self.held -= n
 
 
+class WaitingCalls:
+    """Calls waiting for their request message, per client address (the peer's host), bounded by
+    limit (0: none). Used on the transport's event loop only: no lock."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._by_client: dict = {}
+
+    def enter(self, client: str) -> bool:
+        n = self._by_client.get(client, 0)
+        if self.limit and n >= self.limit:
+            return False
+        self._by_client[client] = n + 1
+        return True
+
+    def leave(self, client: str) -> None:
+        n = self._by_client[client] - 1
+        if n:
+            self._by_client[client] = n
+        else:
+            del self._by_client[client]
+
+
+def client_of(peer: str) -> str:
+    """The address part of grpc's peer string ("ipv4:10.0.0.7:53412" -> "ipv4:10.0.0.7")."""
+    return peer.rsplit(":", 1)[0] if peer.startswith(("ipv4:", "ipv6:")) else peer
+
+
 class CallSettings:
     """What every call of the service shares: limits, the executor, metrics, the token."""
 
     def __init__(self, admission: Admission, executor: Executor, metrics, token: TokenCheck | None,
-                 max_response_bytes: int, unsent: UnsentBytes, request_wait: float, send_wait: float):
+                 max_response_bytes: int, unsent: UnsentBytes, request_wait: float, send_wait: float,
+                 waiting: WaitingCalls | None = None):
         # the limits are the server's config (config.ServerConfig says what each is for)
         self.admission = admission
         self.executor = executor
@@ -96,9 +125,10 @@ class CallSettings:
         self.unsent = unsent
         self.request_wait = request_wait
         self.send_wait = send_wait
+        self.waiting = waiting or WaitingCalls(0)
 
 
-class _Refused(Exception):
+class Refused(Exception):
     """Ends the call with this status (raised inside the handler, turned into an abort once)."""
 
     def __init__(self, code: grpc.StatusCode, details: str):
@@ -111,6 +141,22 @@ def _bounded(remaining: float | None, bound: float) -> float:
     return bound if remaining is None else max(0.0, min(remaining, bound))
 
 
+async def receive(context, method: str, wait: float, waiting: WaitingCalls, ended: list) -> bytes:
+    """The call's one request message (_read_request), once its client (the peer's address) has
+    fewer than waiting.limit calls waiting for theirs: one client's calls that never send their
+    request (headers alone, a thousand streams) would otherwise fill the transport's bound
+    (server.max_pending_rpcs) and every other caller and health check be refused."""
+    client = client_of(context.peer())
+    if not waiting.enter(client):
+        raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                      f"{waiting.limit} calls of this client ({client}) are waiting for their request message "
+                      "(server.max_waiting_calls_per_client): send each call's request as it opens")
+    try:
+        return await _read_request(context, method, wait, ended)
+    finally:
+        waiting.leave(client)
+
+
 async def _read_request(context, method: str, wait: float, ended: list) -> bytes:
     """The request's bytes; ended: the status grpc itself ended the call with, while the read
     waits on that ending (the call's cancellation, which the caller of this reads as the code)."""
@@ -120,7 +166,7 @@ async def _read_request(context, method: str, wait: float, ended: list) -> bytes
         async with asyncio.timeout(wait):  # no task of its own per call, as wait_for would make
             data = await context.read()
     except TimeoutError:
-        raise _Refused(grpc.StatusCode.DEADLINE_EXCEEDED,
+        raise Refused(grpc.StatusCode.DEADLINE_EXCEEDED,
                        f"{method}: no request message arrived within {wait:g} s "
                        "(server.request_wait_seconds, or the call's deadline)") from None
     if data is grpc.aio.EOF:
@@ -130,7 +176,7 @@ async def _read_request(context, method: str, wait: float, ended: list) -> bytes
         ended.append(grpc.StatusCode.RESOURCE_EXHAUSTED)
         await asyncio.sleep(0)
         ended.clear()
-        raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, f"request: no {method} request message sent")
+        raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"request: no {method} request message sent")
     return data
 
 
@@ -181,14 +227,15 @@ async def _answer(settings: CallSettings, method: str, parse, work, context,
             reason, view.tenant = settings.token.check(context.invocation_metadata())
             if reason:
                 return grpc.StatusCode.UNAUTHENTICATED, reason
-        data = await _read_request(context, method, _bounded(view.time_remaining(), settings.request_wait), ended)
+        data = await receive(context, method, _bounded(view.time_remaining(), settings.request_wait),
+                             settings.waiting, ended)
         if metrics is not None:
             metrics.request(len(data))
         out = await _run(settings, method, parse, work, data, view)
         del data
         _hold(settings, method, context, len(out))
         return out
-    except _Refused as e:
+    except Refused as e:
         return e.code, e.details
     except Exception as e:  # noqa: BLE001 - the core's errors by their status, any other INTERNAL
         status = status_for(e)
@@ -241,7 +288,7 @@ async def _run(settings: CallSettings, method: str, parse, work, data: bytes, vi
             admission.leave(ticket)
         raise
     if refusal is not None:
-        raise _Refused(*refusal)
+        raise Refused(*refusal)
     return out
 
 

@@ -18,6 +18,7 @@ from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from .admission import Admission
+from .calls import Refused, WaitingCalls, receive
 from .security import TokenCheck
 from ..errors import BadInput, Exhausted, Unavailable
 from .health import NOT_SERVING, SERVING, Health, check_service_name
@@ -61,8 +62,11 @@ class StandardServices:
     """Health (its state in `health`: set(), enter_graceful_shutdown()) and reflection."""
 
     def __init__(self, health: Health, admission: Admission, idle_seconds: float, service_names,
-                 reflection_on: bool, serving_names=("",), token: TokenCheck | None = None):
+                 reflection_on: bool, serving_names=("",), token: TokenCheck | None = None,
+                 request_wait: float = 10.0, waiting: WaitingCalls | None = None):
         self.health = health
+        self._request_wait = request_wait  # server.request_wait_seconds
+        self._waiting = waiting or WaitingCalls(0)  # the service's, shared
         self._admission = admission
         self._idle = idle_seconds
         self._serving_names = set(serving_names)
@@ -70,11 +74,14 @@ class StandardServices:
         self._reflection = reflection.aio.ReflectionServicer(service_names) if reflection_on else None
 
     def handlers(self) -> list:
+        # registered as client streams (one message each way on the wire, as unary calls) so the
+        # request is read here: grpc's unary handler waits for it without end, and a thousand
+        # calls that never send one filled the transport's bound for good
         out = [grpc.method_handlers_generic_handler(HEALTH_SERVICE, {
-            "Check": grpc.unary_unary_rpc_method_handler(
-                self._check, request_deserializer=identity, response_serializer=_serialize),
-            "Watch": grpc.unary_stream_rpc_method_handler(
-                self._watch, request_deserializer=identity, response_serializer=_serialize),
+            "Check": grpc.stream_unary_rpc_method_handler(
+                self._check_call, request_deserializer=identity, response_serializer=_serialize),
+            "Watch": grpc.stream_stream_rpc_method_handler(
+                self._watch_call, request_deserializer=identity, response_serializer=_serialize),
         })]
         if self._reflection is not None:
             out.append(grpc.method_handlers_generic_handler(REFLECTION_SERVICE, {
@@ -84,6 +91,26 @@ class StandardServices:
         return out
 
     # -- health ------------------------------------------------------------------------------------
+
+    async def _request(self, context, method: str) -> bytes | None:
+        """The call's request message, as the service's calls read theirs (calls.receive);
+        None once the call is ended with the refusal."""
+        left = context.time_remaining()
+        wait = self._request_wait if left is None else max(0.0, min(left, self._request_wait))
+        try:
+            return await receive(context, method, wait, self._waiting, [])
+        except Refused as e:
+            refusal = (e.code, e.details)
+        await context.abort(*refusal)
+        return None
+
+    async def _check_call(self, _requests, context):
+        data = await self._request(context, "Check")
+        return await self._check(data, context)
+
+    async def _watch_call(self, _requests, context):
+        data = await self._request(context, "Watch")
+        await self._watch(data, context)
 
     async def _check(self, data, context):
         try:
