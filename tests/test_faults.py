@@ -74,6 +74,29 @@ def test_short_deadline_ends_a_hanging_compact_and_frees_its_worker(api, fallbac
         s.stop(grace=1)
 
 
+def test_compacts_their_callers_cancel_stop_waiting_on_a_hanging_summarizer(api):
+    """Three Compacts with no deadline wait on a summarizer that holds every request 60 s; their
+    callers cancel. The exchanges end within a moment, so their threads are free: they waited out
+    the whole timeout, and 19 such calls had the server refuse every call (and report
+    NOT_SERVING) for a minute."""
+    api.mode = "hang"
+    s = summarizer_server(api, max_concurrent_rpcs=3, workers=4)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
+            stub = pb_grpc.ContextServiceStub(ch)
+            calls = [stub.Compact.future(compact_request()) for _ in range(3)]
+            assert wait_for(lambda: len(api.requests) == 3)
+            for c in calls:
+                c.cancel()
+            assert wait_for(lambda: measure_ok(stub), seconds=5)  # the three threads are free
+            status = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5).status
+            assert status == health_pb2.HealthCheckResponse.SERVING
+            assert len(api.requests) == 3  # no retry for callers who are gone
+    finally:
+        api.release.set()
+        s.stop(grace=1)
+
+
 def big_session(turns=3000):
     """A long session: each turn a request, a failing test run and a decision."""
     msgs = []

@@ -171,7 +171,7 @@ class CountEndpoints:
         timeout = self.timeout if left is None else min(self.timeout, left / 2)
         if timeout < MIN_TIMEOUT:
             raise _Failed("no time left before the caller's deadline")
-        exchange = http_exchange.Exchange(timeout, REPLY_BYTES)
+        exchange = http_exchange.Exchange(timeout, REPLY_BYTES, abandoned=deadline.expired)  # ended when the caller goes
         try:
             with exchange:
                 return endpoint.send(request, model_id, timeout)

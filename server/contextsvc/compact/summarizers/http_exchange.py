@@ -17,33 +17,50 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
+from typing import Callable
 
 from . import reply_cap
 
 _current = threading.local()
+ABANDONED_POLL_SECONDS = 0.25  # how soon an exchange ends after its caller has gone
 
 
 class Exchange:
     """`with Exchange(seconds, max_bytes) as ex:` around one request; ex.expired tells whether
-    its time ran out, ex.refused why its reply was refused ("" when it was not)."""
+    its time ran out (or abandoned() said its caller has gone), ex.refused why its reply was
+    refused ("" when it was not)."""
 
-    def __init__(self, seconds: float, max_bytes: int):
+    def __init__(self, seconds: float, max_bytes: int, abandoned: Callable[[], bool] | None = None):
         self.expired = False
         self.refused = ""
         self.max_bytes = max_bytes
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
-        self._timer = threading.Timer(max(0.0, seconds), self._expire)
-        self._timer.daemon = True
+        self._over = threading.Event()
+        self._watch = threading.Thread(target=self._watch_time, args=(time.monotonic() + max(0.0, seconds), abandoned),
+                                       name="summary-exchange", daemon=True)
 
     def __enter__(self) -> "Exchange":
         _current.exchange = self
-        self._timer.start()
+        self._watch.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._timer.cancel()
+        self._over.set()
         _current.exchange = None
+
+    def _watch_time(self, end: float, abandoned) -> None:
+        """Ends the exchange at end, or once abandoned() (polled every ABANDONED_POLL_SECONDS):
+        a caller who cancelled a Compact left its thread waiting on a hung summarizer for the
+        whole timeout, and 19 such calls had the server refuse everyone for a minute."""
+        while True:
+            left = end - time.monotonic()
+            if left <= 0 or (abandoned is not None and abandoned()):
+                self._expire()
+                return
+            if self._over.wait(min(left, ABANDONED_POLL_SECONDS) if abandoned is not None else left):
+                return
 
     def add(self, sock: socket.socket) -> None:
         with self._lock:

@@ -95,7 +95,8 @@ class ModelSummarizer:
         if timeout <= 0:
             raise Unavailable(f"{who}: no time left before the caller's deadline")
         cap = reply_cap.cap_bytes(max_tokens, sc.reply_bytes_per_token, sc.reply_min_bytes)
-        exchange = http_exchange.Exchange(timeout, cap)  # the whole exchange, not each read
+        # the whole exchange, not each read; ended too when the caller goes
+        exchange = http_exchange.Exchange(timeout, cap, abandoned=deadline.expired)
         try:
             with exchange:
                 response = self.send(self.client(), timeout, user_text, max_tokens)
