@@ -18,7 +18,8 @@ import grpc
 import pytest
 
 from contextsvc import config
-from contextsvc.compact.summarizers import make_summarizer
+from contextsvc.compact import template
+from contextsvc.compact.summarizers import make_summarizer, offline
 from contextsvc.compact.summarizers.job import SummaryJob
 from contextsvc.deadline import Deadline
 from contextsvc.errors import Unavailable
@@ -97,7 +98,7 @@ def test_the_cap_follows_the_output_asked_for(model_api):
     model_api.mode = "5MB"
     _, _, refused = summarize(model_api, max_tokens=2048)
     _, _, accepted = summarize(model_api, max_tokens=400_000)
-    assert isinstance(refused, Unavailable) and accepted == "a" * (5 << 20)
+    assert isinstance(refused, Unavailable) and accepted == SUMMARY + "\n" + "a" * ((5 << 20) - len(SUMMARY) - 1)
 
 
 @pytest.mark.parametrize("mode", OVERSIZE)
@@ -145,3 +146,26 @@ def test_a_serving_process_stays_small_under_a_hostile_summarizer(model_api, mod
     finally:
         model_api.release.set()
         stop(proc)
+
+
+def test_a_summary_is_taken_in_the_template_or_refused(model_api):
+    """A model's summary with the template's facts under headings of its own level and case
+    ("# Goal", "# Key decisions:") is stored with the template's headings, the sections it left
+    out empty, so the next compaction's offline merge reads its facts; stored as it was, the merge
+    read it as empty and lost them. One that ignores the template is refused (UNAVAILABLE, or the
+    offline summary with fallback_to_offline)."""
+    model_api.summary_text = ("# Goal\n- Migrate billing to Postgres 16 (BILL-4242)\n\n# Constraints and preferences:\n"
+                              "- Use pgloader\n\n# Key decisions\n- Keep db/migrate/0042_billing.sql\n\n"
+                              "# Next steps\n1. Run the migration\n\n# Critical context\n- (none)\n")
+    _, _, taken = summarize(model_api)
+    assert isinstance(taken, str), taken
+    assert template.missing_sections(taken) == []
+    sections = template.parse(taken)
+    assert sections["goal"] == ["Migrate billing to Postgres 16 (BILL-4242)"]
+    assert sections["constraints"] == ["Use pgloader"] and sections["decisions"] == ["Keep db/migrate/0042_billing.sql"]
+    rolled = template.parse(offline.summarize([], taken))  # the next compaction, offline, keeps them
+    assert rolled["goal"] == sections["goal"] and rolled["decisions"] == sections["decisions"]
+
+    model_api.summary_text = "The user wants to migrate billing to Postgres. We chose pgloader."
+    _, _, refused = summarize(model_api)
+    assert isinstance(refused, Unavailable) and "not in the template" in str(refused), refused

@@ -58,7 +58,7 @@ def answer(api, handler, body):
     if handler.path.split("?")[0] == COUNT_PATH:
         handler.wfile.write(response(200, {"input_tokens": count(body)}))
         return
-    handler.wfile.write(response(200, api.reply(body, SUMMARY)))
+    handler.wfile.write(response(200, api.reply(body, api.summary_text)))
 
 
 def count(body) -> int:
@@ -129,15 +129,18 @@ def endless(api, handler, body):
 
 
 def well_formed(size: int):
-    """A well-formed reply whose text is `size` bytes, streamed in blocks (never held whole)."""
+    """A well-formed reply whose text is `size` bytes, the template (SUMMARY) and a line of "a"s
+    to that size, streamed in blocks (never held whole)."""
     def mode(api, handler, body):
         head, tail = (x.encode() for x in json.dumps(api.reply(body, _MARK)).split(_MARK))
+        head += json.dumps(SUMMARY + "\n")[1:-1].encode()  # the text's start, escaped in the JSON string
+        pad = size - len(SUMMARY) - 1
         handler.wfile.write(f"HTTP/1.0 200 OK\r\ncontent-type: application/json\r\n"
-                            f"content-length: {len(head) + size + len(tail)}\r\n\r\n".encode() + head)
+                            f"content-length: {len(head) + pad + len(tail)}\r\n\r\n".encode() + head)
         block = b"a" * BLOCK
-        for _ in range(size // BLOCK):
+        for _ in range(pad // BLOCK):
             handler.wfile.write(block)
-        handler.wfile.write(block[:size % BLOCK] + tail)
+        handler.wfile.write(block[:pad % BLOCK] + tail)
     return mode
 
 
@@ -189,6 +192,7 @@ class FakeMessagesAPI:
     def __init__(self, mode="ok", raw_body=b""):
         self.mode = mode
         self.raw_body = raw_body
+        self.summary_text = SUMMARY  # what "ok" answers
         self.requests = []
         self.release = threading.Event()
         api = self

@@ -148,6 +148,39 @@ def parse(text: str) -> dict:
     return out
 
 
+def _heading_name(line: str) -> str:
+    """A heading line's words, as conformed compares them: "# Key decisions:" -> "key decisions"."""
+    return " ".join(re.sub(r"[^a-z ]+", " ", line.strip().lstrip("#").replace("&", " and ").lower()).split())
+
+
+_BY_NAME = {_heading_name(h): h for h in HEADINGS}
+# a model's summary naming fewer of the template's sections than this is not in the template
+MIN_SECTIONS = len(HEADINGS) // 2
+
+
+def conformed(text: str) -> str:
+    """A model's summary in the template: each heading that names a template section (any level,
+    any case, "and" for "&", a trailing colon) written as the template writes it, and the
+    sections it leaves out added empty at the end. ValueError when it names fewer than
+    MIN_SECTIONS of them: stored as it was, the next compaction's merge read it as empty and lost
+    every fact in it."""
+    lines = text.splitlines()
+    found = set()
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("#"):
+            heading = _BY_NAME.get(_heading_name(line))
+            if heading is not None:
+                lines[i] = heading
+                found.add(heading)
+    if len(found) < MIN_SECTIONS:
+        raise ValueError(f"the summary is not in the template: it has {len(found)} of its {len(HEADINGS)} "
+                         f"headings ({', '.join(HEADINGS)})")
+    for heading, key in SECTIONS:
+        if heading not in found:
+            lines += ["", heading] + ([f"- {EMPTY}"] if key else [])
+    return "\n".join(lines)
+
+
 def missing_sections(text: str) -> list:
     """Template headings absent from text, in template order."""
     lines = {x.strip() for x in text.splitlines()}

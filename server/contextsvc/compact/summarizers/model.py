@@ -125,7 +125,10 @@ class ModelSummarizer:
             raise Unavailable(f"{who}: {exc}") from exc
         except ValueError as exc:  # a 200 whose body is not JSON (a proxy's error page)
             raise Unavailable(f"{who}: the response was not valid JSON ({exc})") from exc
-        return self.reply_text(response)
+        try:
+            return template.conformed(self.reply_text(response))
+        except ValueError as exc:
+            raise Unavailable(f"{who}: {exc}") from exc
 
 
 class _Retryable(Exception):
