@@ -602,6 +602,13 @@ def test_a_request_a_later_reversal_changes_stays_and_says_so():
     # a request the same message makes is not changed by its own reversal
     s = template.parse(offline.summarize([_user("u1", "Change of plan: use cookies instead of JWT and update `src/auth.py`")]))
     assert not any("changed since" in x for x in s["goal"] + s["next_steps"] + s["in_progress"]), s
+    # a later reversal of something the request does not name leaves it (and its note) as it is,
+    # rolled forward as often as it may be: one note, the latest that names what it drops
+    s = _rolled(first + later, [_user("u3", "Release notes for the tasks API v2, please."),
+                                _user("u4", "Revert the tasks endpoints to plain JSON instead of msgpack.")])
+    live = [x for x in s["goal"] + s["next_steps"] if "JWT auth" in x]
+    assert live and all(x.count("changed since") == 1 and x.endswith(note) for x in live), s
+    assert not any("changed since" in x for x in s["goal"] + s["next_steps"] if "Release notes" in x), s
 
 
 def test_a_decision_said_again_in_other_words_is_not_superseded_by_itself():

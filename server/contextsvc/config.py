@@ -63,8 +63,9 @@ class ServerConfig:
     max_pending_rpcs: int = 1024
     # calls of one client (its address) waiting for their request message at once; one more is
     # refused RESOURCE_EXHAUSTED at once, so that one client's idle calls (headers sent, no body)
-    # never fill max_pending_rpcs for every other caller and the health checks. Behind a proxy
-    # every caller is its address: raise it there. Keep it well below max_pending_rpcs. 0 = no bound.
+    # never fill max_pending_rpcs for every other caller and the health checks. Behind a proxy,
+    # or over a Unix socket, every caller is one address: raise it there. Keep it well below
+    # max_pending_rpcs. 0 = no bound.
     max_waiting_calls_per_client: int = 256
     # HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS: calls one connection may have open at once
     max_streams_per_connection: int = 100

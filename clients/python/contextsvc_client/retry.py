@@ -94,8 +94,9 @@ def retrying(channel: grpc.Channel, policy: RetryPolicy = RetryPolicy()) -> grpc
 def retrying_channel(address: str, policy: RetryPolicy = RetryPolicy(),
                      credentials: grpc.ChannelCredentials | None = None, options=()) -> grpc.Channel:
     """A channel to address (insecure without credentials) that reconnects and retries as policy
-    says; options are further channel options."""
-    options = [*policy.channel_options(), *options]
+    says; options are further channel options, and win over the policy's (grpc takes a key's
+    first value)."""
+    options = [*options, *policy.channel_options()]
     channel = (grpc.secure_channel(address, credentials, options) if credentials
                else grpc.insecure_channel(address, options))
     return retrying(channel, policy)

@@ -134,9 +134,12 @@ def parse(text: str) -> dict:
     by_heading = {h: k for h, k in SECTIONS}
     out = {k: [] for k in KEYS}
     key = None
+    fenced = False  # inside a ``` block: a "# comment" there is the block's, not a heading
     for line in text.splitlines():
         stripped = line.strip()
-        if stripped.startswith("#"):
+        if stripped.startswith("```"):
+            fenced = not fenced
+        elif stripped.startswith("#") and not fenced:
             key = by_heading.get(stripped)
             continue
         if key is None or not stripped:
@@ -166,8 +169,11 @@ def conformed(text: str) -> str:
     every fact in it."""
     lines = text.splitlines()
     found = set()
+    fenced = False  # inside a ``` block: a "# comment" there is code, not a heading
     for i, line in enumerate(lines):
-        if line.lstrip().startswith("#"):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.lstrip().startswith("#"):
             heading = _BY_NAME.get(_heading_name(line))
             if heading is not None:
                 lines[i] = heading

@@ -141,7 +141,7 @@ def _bounded(remaining: float | None, bound: float) -> float:
     return bound if remaining is None else max(0.0, min(remaining, bound))
 
 
-async def receive(context, method: str, wait: float, waiting: WaitingCalls, ended: list) -> bytes:
+async def receive(context, method: str, wait: float, waiting: WaitingCalls) -> bytes:
     """The call's one request message (_read_request), once its client (the peer's address) has
     fewer than waiting.limit calls waiting for theirs: one client's calls that never send their
     request (headers alone, a thousand streams) would otherwise fill the transport's bound
@@ -152,14 +152,12 @@ async def receive(context, method: str, wait: float, waiting: WaitingCalls, ende
                       f"{waiting.limit} calls of this client ({client}) are waiting for their request message "
                       "(server.max_waiting_calls_per_client): send each call's request as it opens")
     try:
-        return await _read_request(context, method, wait, ended)
+        return await _read_request(context, method, wait)
     finally:
         waiting.leave(client)
 
 
-async def _read_request(context, method: str, wait: float, ended: list) -> bytes:
-    """The request's bytes; ended: the status grpc itself ended the call with, while the read
-    waits on that ending (the call's cancellation, which the caller of this reads as the code)."""
+async def _read_request(context, method: str, wait: float) -> bytes:
     # context.read(), not the request iterator: grpc's iterator holds the last message it yielded
     # until the cycle collector finds it
     try:
@@ -170,12 +168,11 @@ async def _read_request(context, method: str, wait: float, ended: list) -> bytes
                        f"{method}: no request message arrived within {wait:g} s "
                        "(server.request_wait_seconds, or the call's deadline)") from None
     if data is grpc.aio.EOF:
-        # grpc refuses a message over server.max_request_bytes itself (RESOURCE_EXHAUSTED to the
-        # caller) and ends the call: the read sees the end, and the call's cancellation is
-        # pending by now. A caller that sent no message is still there.
-        ended.append(grpc.StatusCode.RESOURCE_EXHAUSTED)
+        # A call grpc ended before its message arrived sees the end too: one whose message is
+        # over server.max_request_bytes (refused RESOURCE_EXHAUSTED to its caller by grpc
+        # itself), or one its caller cancelled. Its cancellation is pending by now, and it ends
+        # as cancelled (the two cannot be told apart here), not as a caller that sent no message.
         await asyncio.sleep(0)
-        ended.clear()
         raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"request: no {method} request message sent")
     return data
 
@@ -193,11 +190,10 @@ def unary_handler(settings: CallSettings, method: str, parse: Callable[[bytes], 
         if metrics is not None:
             metrics.started()
             context.add_done_callback(metrics.finished)  # once the status is sent, or the call ended
-        ended = []  # the status grpc ended the call with, when it did (_read_request)
         try:
             # aborted here, once _answer's frame (holding the request) has gone: the abort's
             # exception would otherwise keep it alive with its traceback
-            answer = await _answer(settings, method, parse, work, context, view, metrics, ended)
+            answer = await _answer(settings, method, parse, work, context, view, metrics)
             if isinstance(answer, tuple):
                 code = answer[0]
                 await context.abort(*answer)
@@ -206,9 +202,8 @@ def unary_handler(settings: CallSettings, method: str, parse: Callable[[bytes], 
             # the caller's deadline starts when it sends, ours when its headers arrive: its own
             # cancellation at its deadline reaches us a moment before ours passes
             left = context.time_remaining()
-            code = ended[0] if ended else (
-                grpc.StatusCode.DEADLINE_EXCEEDED if left is not None and left <= DEADLINE_LAG_SECONDS
-                else grpc.StatusCode.CANCELLED)
+            code = (grpc.StatusCode.DEADLINE_EXCEEDED if left is not None and left <= DEADLINE_LAG_SECONDS
+                    else grpc.StatusCode.CANCELLED)
             raise
         finally:
             view.end()
@@ -220,7 +215,7 @@ def unary_handler(settings: CallSettings, method: str, parse: Callable[[bytes], 
 
 
 async def _answer(settings: CallSettings, method: str, parse, work, context,
-                  view: CallView, metrics, ended: list) -> tuple | bytes:
+                  view: CallView, metrics) -> tuple | bytes:
     """Steps 1-5 of the call: the response's bytes, or the (status, details) it is refused with."""
     try:
         if settings.token is not None:
@@ -228,7 +223,7 @@ async def _answer(settings: CallSettings, method: str, parse, work, context,
             if reason:
                 return grpc.StatusCode.UNAUTHENTICATED, reason
         data = await receive(context, method, _bounded(view.time_remaining(), settings.request_wait),
-                             settings.waiting, ended)
+                             settings.waiting)
         if metrics is not None:
             metrics.request(len(data))
         out = await _run(settings, method, parse, work, data, view)

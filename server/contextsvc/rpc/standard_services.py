@@ -98,7 +98,7 @@ class StandardServices:
         left = context.time_remaining()
         wait = self._request_wait if left is None else max(0.0, min(left, self._request_wait))
         try:
-            return await receive(context, method, wait, self._waiting, [])
+            return await receive(context, method, wait, self._waiting)
         except Refused as e:
             refusal = (e.code, e.details)
         await context.abort(*refusal)

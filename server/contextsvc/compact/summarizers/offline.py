@@ -686,14 +686,15 @@ def drop_stale(sections: dict, stale: list) -> dict:
 
 
 CHANGED = " (changed since: {})"
+CHANGED_NOTE = re.compile(r" \(changed since: .*\)$")
 
 
 def _changed(item: str, changed: list, key: str) -> str:
-    """item, saying which later reversals change it, when it is one they change."""
+    """item, saying which later reversal changes it, when it is one one changes: the latest,
+    in place of an earlier one's note (a goal carried over many compactions says it once)."""
     for s in changed:
-        note = CHANGED.format(s.changed_by)
-        if key in s.sections and s.probe in item and note not in item:
-            item += note
+        if key in s.sections and s.probe in item:
+            item = CHANGED_NOTE.sub("", item) + CHANGED.format(s.changed_by)
     return item
 
 
@@ -902,10 +903,13 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
                 constraints.append(fact[1])
                 acc.add("constraints", fact[1])
             elif kind == "reversal":
-                # a request stated before it that it changes stays, saying so: it may ask more (one
-                # of its own words is not changed by it)
-                for item in [*previous_goals, *goals, *(a for a in asks.keys if a not in asks.done)]:
-                    if item not in fact[1] and sup.reverses(fact[1], item) and not sup.restates(fact[1], item):
+                # a request stated before it that names what it drops stays, saying so: it may ask
+                # for more ("JWT auth and pagination", then "cookies instead of JWT"); one of its
+                # own words is not changed by it
+                gone = sup.dropped(fact[1])
+                for item in [*previous_goals, *goals, *(a for a in asks.keys if a not in asks.done)] if gone else ():
+                    own = CHANGED_NOTE.sub("", item)
+                    if own not in fact[1] and gone & {w.lower() for w in sup.WORD.findall(own)}:
                         stale.append(Stale(item, ("goal", "next_steps", "in_progress"), changed_by=fact[1]))
                 for key, held in (("decisions", decisions), ("constraints", constraints)):
                     for old in [d for d in held if d != fact[1] and sup.reverses(fact[1], d)]:

@@ -57,6 +57,23 @@ def chosen(text: str) -> frozenset:
 NEGATION_REACH = 24  # characters before a choice a negation of it is looked for ("will no longer be")
 
 
+# What a reversal drops: "instead of X", "rather than X", "use Y, not X", "no longer use X",
+# "drop X", "stop using X" (the first word after them that names something, STOP words skipped)
+DROPPED = re.compile(
+    r"(?:\binstead of|\brather than|,\s*not|\bno longer (?:use|using|need|want)|\bstop using|"
+    r"\b(?:drop|scrap|abandon|remove)(?:s|ped|ed|ping|ing)?)\s+((?:[\w.+#/-]+\s+){0,2}[\w.+#/-]+)", re.IGNORECASE)
+
+
+def dropped(text: str) -> frozenset:
+    """The things a reversal drops ("session cookies instead of JWT": jwt), lowercased."""
+    out = set()
+    for phrase in DROPPED.findall(text):
+        word = next((w for w in (x.lower().rstrip(".-") for x in phrase.split()) if w and w not in STOP), None)
+        if word:
+            out.add(word)
+    return frozenset(out)
+
+
 def restates(new: str, old: str) -> bool:
     """new makes the same choice as old ("use Redis instead of SQLite", then "the cache now uses
     Redis instead of SQLite"): the newer statement stands, the older was not reversed."""
