@@ -84,6 +84,12 @@ def test_a_request_over_max_request_bytes_is_refused_by_the_channel_and_never_se
             stub.Measure(big, timeout=30)
         assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and time.monotonic() - start < 1
         assert stub.Measure(convo.measure_request(), timeout=30).body_bytes > 0  # a small one goes
+        # the caller's own channel option wins over the policy's (grpc takes a key's first value)
+        own = pb_grpc.ContextServiceStub(retrying_channel(f"127.0.0.1:{s.port}", options=[
+            ("grpc.max_send_message_length", 4096)]))
+        with pytest.raises(grpc.RpcError) as e:
+            own.Measure(big, timeout=30)
+        assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         counted = scrape(s.metrics_port)
         assert counted[("contextsvc_rpcs_total", (("code", "OK"), ("method", "Measure")))] == 1
         assert not [k for k in counted if k[0] == "contextsvc_rpcs_total" and ("code", "OK") not in k[1]]

@@ -166,6 +166,13 @@ def test_a_summary_is_taken_in_the_template_or_refused(model_api):
     rolled = template.parse(offline.summarize([], taken))  # the next compaction, offline, keeps them
     assert rolled["goal"] == sections["goal"] and rolled["decisions"] == sections["decisions"]
 
+    # a "# comment" in a fenced block is the block's: not rewritten, its lines kept in their section
+    block = "- Rewrote deploy.sh:\n```bash\n# Blocked until the lock is gone\nwhile [ -e /tmp/l ]; do sleep 1; done\n```"
+    model_api.summary_text = SUMMARY.replace("### Done\n- (none)", "### Done\n" + block)
+    _, _, taken = summarize(model_api)
+    assert block in taken and "### Blocked until" not in taken, taken
+    assert "while [ -e /tmp/l ]; do sleep 1; done" in template.parse(taken)["done"]
+
     model_api.summary_text = "The user wants to migrate billing to Postgres. We chose pgloader."
     _, _, refused = summarize(model_api)
     assert isinstance(refused, Unavailable) and "not in the template" in str(refused), refused
