@@ -176,3 +176,19 @@ def test_a_summary_is_taken_in_the_template_or_refused(model_api):
     model_api.summary_text = "The user wants to migrate billing to Postgres. We chose pgloader."
     _, _, refused = summarize(model_api)
     assert isinstance(refused, Unavailable) and "not in the template" in str(refused), refused
+
+
+def test_a_rate_limit_s_retry_after_is_waited_or_given_up_on(model_api):
+    """A 429's retry-after is honoured: the retries wait at least that long (they came 0.5 s
+    apart whatever the backend asked), and one asking for longer than an attempt may take
+    (summarizer.timeout_seconds, 30 s here) is given up at once, saying so."""
+    model_api.mode, model_api.retry_after = "429", "0.8"
+    seconds, _, result = summarize(model_api)
+    assert isinstance(result, Unavailable) and "HTTP 429" in str(result), result
+    assert len(model_api.requests) == 3 and seconds >= 1.6  # two retries, each 0.8 s after the last
+
+    model_api.requests.clear()
+    model_api.retry_after = "45"
+    seconds, _, result = summarize(model_api)
+    assert isinstance(result, Unavailable) and "asks to retry after 45 s" in str(result), result
+    assert len(model_api.requests) == 1 and seconds < 5

@@ -154,6 +154,8 @@ MODES = {
     "garbage": lambda api, handler, body: handler.wfile.write(response(200, b"<html>502 upstream went away</html>")),
     "500": lambda api, handler, body: handler.wfile.write(api.error(500, "api_error", "boom")),
     "401": lambda api, handler, body: handler.wfile.write(api.error(401, "authentication_error", "invalid x-api-key")),
+    "429": lambda api, handler, body: handler.wfile.write(api.error(  # retry-after: api.retry_after seconds
+        429, "rate_limit_error", "rate limited", headers=f"retry-after: {api.retry_after}\r\n")),
     "too-long": too_long,
     "refusal": lambda api, handler, body: handler.wfile.write(response(200, api.refusal(body))),
     "gzip": lambda api, handler, body: handler.wfile.write(response(
@@ -186,13 +188,14 @@ class FakeMessagesAPI:
                 "usage": {"input_tokens": 100, "output_tokens": 0}}
 
     @staticmethod
-    def error(status: int, kind: str, message: str) -> bytes:
-        return response(status, {"type": "error", "error": {"type": kind, "message": message}})
+    def error(status: int, kind: str, message: str, headers: str = "") -> bytes:
+        return response(status, {"type": "error", "error": {"type": kind, "message": message}}, headers)
 
     def __init__(self, mode="ok", raw_body=b""):
         self.mode = mode
         self.raw_body = raw_body
         self.summary_text = SUMMARY  # what "ok" answers
+        self.retry_after = "1"  # what "429" asks
         self.requests = []
         self.release = threading.Event()
         api = self

@@ -22,9 +22,9 @@ class FakeChatCompletionsAPI(FakeMessagesAPI):
                                           "refusal": "I'm sorry, I can't help with that."}, "stop")
 
     @staticmethod
-    def error(status: int, kind: str, message: str) -> bytes:
+    def error(status: int, kind: str, message: str, headers: str = "") -> bytes:
         code = "context_length_exceeded" if "context length" in message else None
-        return response(status, {"error": {"message": message, "type": kind, "param": None, "code": code}})
+        return response(status, {"error": {"message": message, "type": kind, "param": None, "code": code}}, headers)
 
 
 def _completion(request_body, message: dict, finish_reason: str) -> dict:

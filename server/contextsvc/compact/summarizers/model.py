@@ -73,6 +73,10 @@ class ModelSummarizer:
             except _Retryable as exc:
                 attempt += 1
                 pause = self.cfg.retry_pause_seconds * 2 ** (attempt - 1)
+                if exc.after is not None:  # the backend's own retry-after: never sooner
+                    if exc.after > self.cfg.timeout_seconds:  # longer than an attempt may take
+                        raise Unavailable(f"{exc.error} (it asks to retry after {exc.after:g} s)") from exc.__cause__
+                    pause = max(pause, exc.after)
                 left = self._left(deadline)
                 if attempt > self.cfg.max_retries or (left is not None and left <= pause):
                     raise exc.error from exc.__cause__
@@ -119,7 +123,7 @@ class ModelSummarizer:
                 raise ContextTooLong(f"{who}: request too long: {detail}") from exc
             error = Unavailable(f"{who}: HTTP {exc.status_code}: {detail}")
             if exc.status_code in (408, 409, 429) or exc.status_code >= 500:
-                raise _Retryable(error) from exc
+                raise _Retryable(error, _retry_after(exc.response.headers)) from exc
             raise error from exc
         except getattr(sdk, self.sdk_error) as exc:
             raise Unavailable(f"{who}: {exc}") from exc
@@ -135,9 +139,25 @@ class _Retryable(Exception):
     """A failure worth another attempt (timeout, connection, 408/409/429/5xx): wraps the error
     raised once the attempts or the deadline run out."""
 
-    def __init__(self, error: Unavailable):
+    def __init__(self, error: Unavailable, after: float | None = None):
         super().__init__(str(error))
         self.error = error
+        self.after = after  # seconds the backend asked to wait (retry-after), None when it did not
+
+
+def _retry_after(headers) -> float | None:
+    """The wait a 429 or 5xx asks for: retry-after-ms, else retry-after in seconds (an HTTP date
+    is not read); None when neither is there or readable."""
+    for name, scale in (("retry-after-ms", 1e-3), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is not None:
+            try:
+                seconds = float(value) * scale
+            except ValueError:
+                continue
+            if seconds >= 0:
+                return seconds
+    return None
 
 
 def field(x, name: str):
