@@ -109,9 +109,10 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
     message_units = request.units(low.messages)
     estimate = tokens.estimate_units(tokens.json_array_units(system_units + message_units))
     mc = plan.cfg.measure
-    counter = (exact_counters or tokens.ExactCounters(mc.exact_encoding)).for_model(plan.model.id)[0] \
-        if mc.calibrated_figures else None
-    tool_text = _tool_text(plan.tools, memo, counter, deadline)
+    # (the model's exact counter, encodings.ExactTokenizer): its own offline tokenizer, else the
+    # proxy; the tools and other scripts are counted with it, and the exact figures when asked
+    model_counter = (exact_counters or tokens.ExactCounters(mc.exact_encoding)).for_model(plan.model.id)
+    tool_text = _tool_text(plan.tools, memo, model_counter[0] if mc.calibrated_figures else None, deadline)
     tool_tokens = native.estimate_tokens(native.utf16_len(tool_text.text)) if tool_text.text else 0
     last_assistant = projection.last_index(low.roles, lambda r: r == "assistant")
     tail_messages = message_units[last_assistant + 1:]
@@ -134,8 +135,7 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
                   request.ledger.media_count, (0, tokens.CALIBRATED), (0, tokens.CALIBRATED), 0.0, "", None,
                   {}, {}, 0, 0)
     out.overhead_counted = prefix.head_unchanged(plan.previous, request.digests, request.change)
-    _calibrated_and_exact(out, conv, request, plan, exact_counters, last_assistant, since, tool_text, deadline, memo,
-                          counter)
+    _calibrated_and_exact(out, conv, request, plan, model_counter, last_assistant, since, tool_text, deadline, memo)
     out.stretches["estimate"] = (normalized, tail, overhead, rewrite)
     base = baseline(conv.messages)
     out.tail_follows_baseline = base is not None and last_assistant >= 0 and base.id in low.sources[last_assistant]
@@ -145,7 +145,7 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
         key = known_key(conv.messages, base, known, latest, plan) \
             if before is not None and memo is not None and out.exact is None else None
         _rebase(out, lambda: as_counted(conv.messages, base, before.messages if before is not None else None, latest),
-                plan, exact_counters, memo, key)
+                plan, model_counter[0], memo, key)
     anchor = out.decision_anchor
     if anchor is not None:
         # what was pruned before the anchor since was counted whole: compare with the prefix as counted
@@ -162,7 +162,7 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
     return out
 
 
-def _rebase(out: Figures, pairs_of, plan: Plan, exact_counters, memo: Memo | None, key: tuple | None = None) -> None:
+def _rebase(out: Figures, pairs_of, plan: Plan, counter, memo: Memo | None, key: tuple | None = None) -> None:
     """The figures of the changed messages (pairs_of(): step.baseline.as_counted's pairs) now
     minus as counted, per method; with the memo, kept for the same changed messages (REBASED: the
     payload guard's marks on a history it prunes again at every step change the same messages
@@ -195,7 +195,6 @@ def _rebase(out: Figures, pairs_of, plan: Plan, exact_counters, memo: Memo | Non
         if key is not None:
             memo.put(key, change)
         if out.exact is not None:
-            counter, _ = (exact_counters or tokens.ExactCounters(mc.exact_encoding)).for_model(plan.model.id)
             exact = counter.count(array_text([text for text, _, _ in now])) - counter.count(
                 array_text([text for text, _, _ in then]))
     estimated, cal, decide, out.media_rebase = change
@@ -399,8 +398,13 @@ def _tools_counted(text: str, counter, deadline: Deadline) -> tuple:
     (tests/test_tokens.py)."""
     if not text or counter is None:
         return (0.0, 0.0)
-    n = float(sum(counter.count_parts([text], deadline)))  # its pieces cached also with the memo off
+    n = _counted(text, counter, deadline)
     return (n, n)
+
+
+def _counted(text: str, counter, deadline: Deadline) -> float:
+    """The exact count of text, its pieces cached by the counter (also with the memo off)."""
+    return float(sum(counter.count_parts([text], deadline)))
 
 
 def _script_corrections(wide: list, profiles: list, texts_of, counter, memo: Memo | None, deadline: Deadline) -> dict:
@@ -421,7 +425,7 @@ def _script_corrections(wide: list, profiles: list, texts_of, counter, memo: Mem
         other = wide[i] - 2 * (cjk[0] + cjk[1] + cjk[2] + cjk[3])
         if other > 0 and other * SCRIPT_SHARE >= p[0]:
             flagged.append(i)
-    if not flagged or counter is None:
+    if not flagged:
         return {}
     texts = texts_of(flagged)
     keys = [(SCRIPT, counter.encoding_name, t) for t in texts]
@@ -429,7 +433,7 @@ def _script_corrections(wide: list, profiles: list, texts_of, counter, memo: Mem
     out = {}
     for i, text, key, kept in zip(flagged, texts, keys, found):
         if kept is None:
-            n = float(sum(counter.count_parts([text], deadline)))
+            n = _counted(text, counter, deadline)
             cal, decide = tokens.calibrated_pair(profiles[i])
             kept = (max(0.0, n - cal), max(0.0, n - decide))
             if memo is not None:
@@ -448,9 +452,9 @@ def _media_in(element_texts) -> int:
     return sum(t.count(placeholder) for t in element_texts)
 
 
-def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, plan: Plan, exact_counters,
+def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, plan: Plan, model_counter: tuple,
                           last_assistant: int, rewrite_from, tool_text: _ToolText, deadline: Deadline,
-                          memo: Memo | None = None, counter=None) -> None:
+                          memo: Memo | None = None) -> None:
     """The calibrated, self-calibrated and (when asked) exact figures, summed over the same
     stretches as the reference agent's (tail after the last assistant element, overhead = system
     + tools), and the rewrite: the elements from rewrite_from on (an index into system +
@@ -492,7 +496,7 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
             wide = [b - u for b, u in map(native.json_lengths, elements)]
             def texts_of(indices):
                 return [native.json_text(elements[i]) for i in indices]
-        scripts = _script_corrections(wide, profiles, texts_of, counter, memo, deadline)
+        scripts = _script_corrections(wide, profiles, texts_of, model_counter[0], memo, deadline)
         deadline.check("figures")
     cuts = [0, n_sys, n_sys + max(at, 0), tail_from, len(elements)]
     if mc.calibrated_figures:
@@ -550,7 +554,7 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
 
     exact = None
     if plan.exact:
-        counter, tok = (exact_counters or tokens.ExactCounters(mc.exact_encoding)).for_model(mdl.id)
+        counter, tok = model_counter
         counts, method = counter.count_parts_with_method(_join_parts(element_json, texts), deadline)
         exact = (sum(counts), tok.name(method))
         out.exact_tokenizer = tok
