@@ -141,11 +141,13 @@ def _bounded(remaining: float | None, bound: float) -> float:
     return bound if remaining is None else max(0.0, min(remaining, bound))
 
 
-async def receive(context, method: str, wait: float, waiting: WaitingCalls) -> bytes:
-    """The call's one request message (_read_request), once its client (the peer's address) has
-    fewer than waiting.limit calls waiting for theirs: one client's calls that never send their
-    request (headers alone, a thousand streams) would otherwise fill the transport's bound
+async def receive(context, method: str, request_wait: float, waiting: WaitingCalls) -> bytes:
+    """The call's one request message (_read_request), within request_wait seconds
+    (server.request_wait_seconds) or the call's deadline, once its client (the peer's address)
+    has fewer than waiting.limit calls waiting for theirs: one client's calls that never send
+    their request (headers alone, a thousand streams) would otherwise fill the transport's bound
     (server.max_pending_rpcs) and every other caller and health check be refused."""
+    wait = _bounded(context.time_remaining(), request_wait)
     client = client_of(context.peer())
     if not waiting.enter(client):
         raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -222,8 +224,7 @@ async def _answer(settings: CallSettings, method: str, parse, work, context,
             reason, view.tenant = settings.token.check(context.invocation_metadata())
             if reason:
                 return grpc.StatusCode.UNAUTHENTICATED, reason
-        data = await receive(context, method, _bounded(view.time_remaining(), settings.request_wait),
-                             settings.waiting)
+        data = await receive(context, method, settings.request_wait, settings.waiting)
         if metrics is not None:
             metrics.request(len(data))
         out = await _run(settings, method, parse, work, data, view)

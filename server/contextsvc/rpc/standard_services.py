@@ -95,10 +95,8 @@ class StandardServices:
     async def _request(self, context, method: str) -> bytes | None:
         """The call's request message, as the service's calls read theirs (calls.receive);
         None once the call is ended with the refusal."""
-        left = context.time_remaining()
-        wait = self._request_wait if left is None else max(0.0, min(left, self._request_wait))
         try:
-            return await receive(context, method, wait, self._waiting)
+            return await receive(context, method, self._request_wait, self._waiting)
         except Refused as e:
             refusal = (e.code, e.details)
         await context.abort(*refusal)
