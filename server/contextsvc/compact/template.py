@@ -134,12 +134,11 @@ def parse(text: str) -> dict:
     by_heading = {h: k for h, k in SECTIONS}
     out = {k: [] for k in KEYS}
     key = None
-    fenced = False  # inside a ``` block: a "# comment" there is the block's, not a heading
-    for line in text.splitlines():
+    lines = text.splitlines()
+    headings = set(_heading_lines(lines))
+    for i, line in enumerate(lines):
         stripped = line.strip()
-        if stripped.startswith("```"):
-            fenced = not fenced
-        elif stripped.startswith("#") and not fenced:
+        if i in headings:
             key = by_heading.get(stripped)
             continue
         if key is None or not stripped:
@@ -149,6 +148,18 @@ def parse(text: str) -> dict:
         if item and item != EMPTY:
             out[key].append(item)
     return out
+
+
+def _heading_lines(lines: list):
+    """The indices of the lines that may be headings: starting with "#", outside ``` blocks (a
+    "# comment" there is the block's)."""
+    fenced = False
+    for i, line in enumerate(lines):
+        stripped = line.lstrip()
+        if stripped.startswith("```"):
+            fenced = not fenced
+        elif stripped.startswith("#") and not fenced:
+            yield i
 
 
 def _heading_name(line: str) -> str:
@@ -169,15 +180,11 @@ def conformed(text: str) -> str:
     every fact in it."""
     lines = text.splitlines()
     found = set()
-    fenced = False  # inside a ``` block: a "# comment" there is code, not a heading
-    for i, line in enumerate(lines):
-        if line.lstrip().startswith("```"):
-            fenced = not fenced
-        elif not fenced and line.lstrip().startswith("#"):
-            heading = _BY_NAME.get(_heading_name(line))
-            if heading is not None:
-                lines[i] = heading
-                found.add(heading)
+    for i in list(_heading_lines(lines)):
+        heading = _BY_NAME.get(_heading_name(lines[i]))
+        if heading is not None:
+            lines[i] = heading
+            found.add(heading)
     if len(found) < MIN_SECTIONS:
         raise ValueError(f"the summary is not in the template: it has {len(found)} of its {len(HEADINGS)} "
                          f"headings ({', '.join(HEADINGS)})")
