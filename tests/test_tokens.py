@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 
 from contextsvc import config, exact_cache, measure, native, conversation as m, tokenizer_family, tokens
 from contextsvc.memo import Memo
-from contextsvc.step.figures import stretch_pair
+from contextsvc.step.figures import BETWEEN_MIN_TOKENS, stretch_pair
 from contextsvc.step.request import tool_schema_list
 from helpers.steps import plan
 from contextsvc.step import request
@@ -516,6 +516,34 @@ def test_new_text_is_scaled_by_the_provider_s_count_of_the_messages_between_its_
     thought = counted(session())
     thought.messages[-4].parts.append(m.Part("r18", m.Reasoning("check how the parser nests input first")))
     assert added(thought) == pytest.approx(pruned, abs=2)
+
+def test_the_ratio_between_two_answers_reads_other_scripts_at_their_exact_count():
+    """The text between the last two answers is read with the script corrections the new text
+    gets (test_text_of_other_scripts_is_never_under_its_exact_count): a provider counting Russian
+    at its exact count (cl100k here) scales the Russian added since by about 1. Read without them,
+    our figure of the stretch was 0.7x that count and the new text was scaled 1.4x over it."""
+    russian = " ".join([SCRIPTS["russian"]] * 40)
+    conv = conversation(20)
+    for k, x in enumerate(conv.messages):
+        if x.role == m.ASSISTANT:
+            x.time_completed_ms = 10 + k
+    conv.messages[-2] = msg(19, m.USER, russian)  # between the last two answers
+    conv.messages.append(msg(99, m.USER, russian[:len(russian) // 6]))  # added since the last one
+    low = request.estimate_lowered(conv, plan(CLAUDE, TOOLS, m.SystemPrompt(soul="Be brief.")))
+    first_of = lambda mid: next(i for i, ids in enumerate(low.sources) if mid in ids)  # noqa: E731
+    between = low.messages[first_of(conv.messages[-4].id):first_of(conv.messages[-2].id)]
+    counted = sum(exact(native.json_text(e)) for e in between)
+    assert counted >= 2 * BETWEEN_MIN_TOKENS
+    assert stretch_pair([native.json_profile(e) for e in between])[0] < 0.8 * counted
+    ours = run(conv, CLAUDE, tools=TOOLS).calibrated[0]
+    conv.messages[-4].usage = m.Usage(input=int(ours * 0.6), output=20)
+    conv.messages[-2].usage = m.Usage(input=int(ours * 0.6) + counted, output=20)
+    added = run(conv, CLAUDE, tools=TOOLS).decision[0] - run(m.Conversation(conv.messages[:-1]), CLAUDE,
+                                                            tools=TOOLS).decision[0]
+    new = exact(native.json_text(low.messages[-1]))
+    # (the difference also moves the cache marker a little)
+    assert new * 0.9 <= added <= new * 1.1, (added, new)
+
 
 def test_self_calibrated_figure_decides_on_the_corrected_projection():
     ours = run(anchored(1), window(10_000_000), tools=TOOLS).calibrated[0]

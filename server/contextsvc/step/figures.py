@@ -262,9 +262,11 @@ def _counted_by(msg: m.Message, model_id: str) -> bool:
 
 
 def _between_factor(msgs: list, low_sources: list, model_id: str, last_compaction: int, anchor: m.Message,
-                    at: int, message_profiles: list, latest_compacted: int, mc) -> float:
+                    at: int, message_profiles: list, latest_compacted: int, mc, corrections=()) -> float:
     """The provider's count of the message elements between its answer before the anchor and the
-    anchor (their reported inputs' difference) over our calibrated figure of them, or 0: no such
+    anchor (their reported inputs' difference) over our calibrated figure of them (with the script
+    corrections of those elements, as the text it scales has them: corrections, (message element
+    index, what its exact count adds)), or 0: no such
     answer, a stretch too short to read, a prune since that answer (its count held the pruned
     outputs whole, the anchor's did not), reasoning in the stretch (a provider may drop an earlier
     turn's thinking from its count, which our figure holds), or a factor outside the
@@ -283,7 +285,8 @@ def _between_factor(msgs: list, low_sources: list, model_id: str, last_compactio
             # an element it shares with an earlier message holds what its own count held already
             if start < 0 or counted <= 0 or len(low_sources[start]) > 1:
                 return 0.0
-            ours = stretch_pair(message_profiles[start:at])[0]
+            ours = stretch_pair(message_profiles[start:at])[0] + sum(
+                c for i, (c, _) in corrections if start <= i < at)
             f = counted / ours if ours >= BETWEEN_MIN_TOKENS else 0.0
             return f if mc.self_calibration_min_factor <= f <= mc.self_calibration_max_factor else 0.0
     return 0.0
@@ -543,7 +546,8 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
                 latest = scanned.last_compacted_ms if scanned is not None else max(
                     map(m.LAST_COMPACTED_MS, msgs), default=0)
                 out.between_factor = _between_factor(msgs, low.sources, mdl.id, request.last_compaction, anchor,
-                                                     at, message_profiles, latest, mc)
+                                                     at, message_profiles, latest, mc,
+                                                     [(i - n_sys, c) for i, c in scripts.items() if i >= n_sys])
     if factor:
         self_cal = (tokens.scaled(cal_total, factor), f"{tokens.SELF_CALIBRATED}{factor:.4f}x({anchor_id})")
         out.projections["self-calibrated"] = (self_cal[0], tokens.scaled(cal_tail, factor),
