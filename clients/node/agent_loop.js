@@ -162,13 +162,17 @@ class Session {
     return r;
   }
 
-  async prune(step) {
-    const { conversation, model, compaction } = this.base();
-    const r = await this.rpc("Prune", { conversation, model, reason: "PRUNE_REASON_NORMAL", compaction });
+  // figures: the Assemble's that said should_compact; how far over its limit the request is lets
+  // a prune below its minimum act when it makes the request fit
+  async prune(step, figures) {
+    const { conversation, model, compaction, tools, system } = this.base();
+    const tokens_needed = Math.max(0, Number(figures.projected) - Number(figures.limit) + 1);
+    const r = await this.rpc("Prune", { conversation, model, reason: "PRUNE_REASON_NORMAL", compaction,
+      tokens_needed, tools, system });
     if (r.acted) {
       this.messages = applyPrune(this.messages, r);
       this.changed.add("prune");
-      this.summary.prunes.push({ step, parts: r.part_ids.length, tokens_freed: Number(r.tokens_freed) });
+      this.summary.prunes.push({ step, parts: r.part_ids.length, tokens_freed: Number(r.tokens_freed), fits: r.fits });
     }
     return r.acted;
   }
@@ -208,7 +212,7 @@ class Session {
   // Prune only when the request would not fit, then Compact only when it still would not.
   async prepare(step, stepInTurn) {
     let a = await this.assemble(stepInTurn);
-    if (a.figures.should_compact && await this.prune(step)) {
+    if (a.figures.should_compact && await this.prune(step, a.figures)) {
       a = await this.assemble(stepInTurn);
       // whether what the prune left fits (its own decision figure), and whether a compaction
       // still follows: the two must never hold together

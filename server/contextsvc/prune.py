@@ -36,6 +36,11 @@ class PruneResult:
     stopped_by: str = ""  # when not acted: "disabled", "nothing-to-prune" or "minimum"
     reason: str = NORMAL
     tokens_scanned: int = 0  # estimate of every unprotected completed output scanned
+    # stopped by the minimum: the parts it would have marked and their estimate (prune_fit)
+    declined: tuple = ()
+    declined_tokens: int = 0
+    # acted below the minimum, since marking its parts makes the request fit (prune_fit)
+    fits: bool = False
 
 
 def enabled(reason: str, settings: m.CompactionSettings, cfg: Config) -> bool:
@@ -143,9 +148,10 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
 
     if not chosen:
         return PruneResult(reason=reason, stopped_by=NOTHING_TO_PRUNE, tokens_scanned=total)
-    if freed <= g.minimum_tokens:
-        return PruneResult(reason=reason, stopped_by=MINIMUM, tokens_scanned=total)
     ids = [msg.parts[j].id for msg, j in chosen]  # every tool part has one (validate)
+    if freed <= g.minimum_tokens:
+        return PruneResult(reason=reason, stopped_by=MINIMUM, tokens_scanned=total, declined=tuple(ids),
+                           declined_tokens=freed)
     return PruneResult(part_ids=ids, tokens_freed=freed, acted=True, reason=reason,
                        tokens_scanned=total)
 

@@ -169,14 +169,18 @@ class Session:
         })
         return r
 
-    def prune(self, step: int) -> bool:
+    def prune(self, step: int, figures: pb.Figures) -> bool:
+        # how far over its limit the request is: a prune below its minimum that makes it fit acts
         r = self.stub.Prune(pb.PruneRequest(conversation=self.conversation(), model=self.model,
-                                            reason=pb.PRUNE_REASON_NORMAL, compaction=self.settings),
+                                            reason=pb.PRUNE_REASON_NORMAL, compaction=self.settings,
+                                            tokens_needed=max(0, figures.projected - figures.limit + 1),
+                                            tools=self.tools, system=SYSTEM),
                             timeout=self.deadlines["Prune"])
         if r.acted:
             self.messages = apply_prune(self.messages, r)
             self.changed.add("prune")
-            self.summary.prunes.append({"step": step, "parts": len(r.part_ids), "tokens_freed": r.tokens_freed})
+            self.summary.prunes.append({"step": step, "parts": len(r.part_ids), "tokens_freed": r.tokens_freed,
+                                        "fits": r.fits})
         return r.acted
 
     def assemble(self, step_in_turn: int) -> pb.AssembleResponse:
@@ -216,7 +220,7 @@ class Session:
         (CONTEXT_OVERFLOW). Prune only when the request would not fit, then Compact only when it
         still would not."""
         a = self.assemble(step_in_turn)
-        if a.figures.should_compact and self.prune(step):
+        if a.figures.should_compact and self.prune(step, a.figures):
             a = self.assemble(step_in_turn)
             # whether what the prune left fits (its own decision figure), and whether a compaction
             # still follows: the two must never hold together

@@ -175,14 +175,18 @@ export class Session {
     return r;
   }
 
-  private async prune(step: number): Promise<boolean> {
-    const { conversation, model, compaction } = this.base();
-    const r = await this.client.prune({ conversation, model, reason: PruneReason.PRUNE_REASON_NORMAL, compaction },
-      DEADLINES_MS.prune);
+  // figures: the Assemble's that said shouldCompact; how far over its limit the request is lets
+  // a prune below its minimum act when it makes the request fit
+  private async prune(step: number, figures: Figures | undefined): Promise<boolean> {
+    const { conversation, model, compaction, tools, system } = this.base();
+    const f = figure(figures);
+    const tokensNeeded = Math.max(0, f.projected - f.limit + 1);
+    const r = await this.client.prune({ conversation, model, reason: PruneReason.PRUNE_REASON_NORMAL, compaction,
+      tokensNeeded, tools, system }, DEADLINES_MS.prune);
     if (r.acted) {
       this.messages = applyPrune(this.messages, r);
       this.changed.add("prune");
-      this.summary.prunes.push({ step, parts: r.partIds.length, tokens_freed: r.tokensFreed });
+      this.summary.prunes.push({ step, parts: r.partIds.length, tokens_freed: r.tokensFreed, fits: r.fits });
     }
     return r.acted;
   }
@@ -221,7 +225,7 @@ export class Session {
   // Prune only when the request would not fit, then Compact only when it still would not.
   private async prepare(step: number, stepInTurn: number): Promise<AssembleResponse | null> {
     let a = await this.assemble(stepInTurn);
-    if (figure(a.figures).shouldCompact && await this.prune(step)) {
+    if (figure(a.figures).shouldCompact && await this.prune(step, a.figures)) {
       a = await this.assemble(stepInTurn);
       // whether what the prune left fits (its own decision figure), and whether a compaction
       // still follows: the two must never hold together

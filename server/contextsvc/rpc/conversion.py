@@ -535,13 +535,18 @@ def compact_input(request, max_session_id_bytes: int, memo: Memo | None = None,
     )
 
 
-def prune_input(request, max_session_id_bytes: int) -> tuple:
-    """A Prune request's (reason, model or None), after its checks. Its conversation and
-    compaction settings are converted after these, as the arguments of the prune itself."""
+def prune_input(request, max_session_id_bytes: int, memo: Memo | None = None,
+                max_json_depth: int = JSON_DEPTH) -> tuple:
+    """A Prune request's (reason, model or None, tokens_needed, tools, system), after their
+    checks. Its conversation and compaction settings are converted after these, as the arguments
+    of the prune itself."""
     require(request, "conversation")
     session_id(request.conversation, max_session_id_bytes)
     reason = prune_reason(request.reason)
-    return reason, (model(request.model) if request.HasField("model") else None)
+    if request.tokens_needed < 0:
+        raise BadInput("tokens_needed", f"must not be negative (0: not said), got {request.tokens_needed}")
+    return (reason, (model(request.model) if request.HasField("model") else None), request.tokens_needed,
+            tools(request.tools, max_json_depth=max_json_depth, memo=memo), system(request.system))
 
 
 _DIRECTIONS = {pb.TRUNCATE_DIRECTION_UNSPECIFIED: truncation.HEAD,
@@ -795,7 +800,7 @@ def compact_response(r: compact.CompactResult) -> pb.CompactResponse:
 def prune_response(r, reason: int) -> pb.PruneResponse:
     """A prune.PruneResult; reason is the request's PruneReason, echoed as it came."""
     return pb.PruneResponse(part_ids=r.part_ids, tokens_freed=r.tokens_freed, acted=r.acted,
-                            stopped_by=r.stopped_by, reason=reason, tokens_scanned=r.tokens_scanned)
+                            stopped_by=r.stopped_by, reason=reason, tokens_scanned=r.tokens_scanned, fits=r.fits)
 
 
 def truncate_response(r: truncation.TruncationResult) -> pb.TruncateToolOutputResponse:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .. import assemble, compact, prune, truncation
+from .. import assemble, compact, prune, prune_fit, truncation
 from ..count_endpoints import CountEndpoints
 from . import conversion
 from ..config import Config
@@ -67,10 +67,12 @@ class ContextService(pb_grpc.ContextServiceServicer):
     def Prune(self, request: pb.PruneRequest | conversion.Received, context) -> pb.PruneResponse:
         deadline = _deadline(context)
         request, wire, resumed = conversion.received(request)
-        reason, mdl = conversion.prune_input(request, self._cfg.server.max_session_id_bytes)
+        reason, mdl, needed, tools, system = conversion.prune_input(request, self._cfg.server.max_session_id_bytes,
+                                                                    self._memo, self._json_depth)
         conv = conversion.request_conversation(request, self._memo, self._json_depth, deadline, wire, resumed)
-        r = prune.prune(conv, reason, conversion.compaction_settings(request.compaction), self._cfg, model=mdl,
-                        memo=self._memo, deadline=deadline)
+        r = prune_fit.prune_to_fit(conv, reason, conversion.compaction_settings(request.compaction), self._cfg,
+                                   model=mdl, tools=tools, system=system, tokens_needed=needed, memo=self._memo,
+                                   deadline=deadline)
         if self._metrics is not None:
             self._metrics.record_prune(r.reason, r.acted, r.tokens_freed)
         return conversion.prune_response(r, request.reason)

@@ -1,0 +1,69 @@
+"""A prune below its minimum acts when it makes the request fit (prune_fit, design.md §4).
+
+Once a request is over its limit, the alternative to a prune is a compaction, which breaks the
+cached prefix too and keeps less of the history: the minimum gate (breaking the cache must pay
+for itself) then stands aside for a prune whose parts bring the request under the limit. Over a
+real server, as the README's loop calls it: Prune with the Assemble's tokens_needed, apply the
+part ids, Assemble again.
+"""
+from __future__ import annotations
+
+import pytest
+
+from contextsvc_client import apply_prune
+from helpers.convo import assistant, model, text, tool, user
+from contextsvc.v1 import context_pb2 as pb
+
+OUTPUT = "def handler():\n    return lock.acquire(timeout=5)\n" * 40  # about 500 tokens
+TOOLS = [pb.ToolDefinition(name="read", description="Read a file", input_schema_json='{"type":"object"}')]
+SYSTEM = pb.SystemPrompt(soul="You fix bugs in the shop's checkout service.")
+BRIEF, READS = 600, 20
+
+
+def _session(counted: bool, brief: int = BRIEF, reads: int = READS) -> list:
+    """A brief, then reads: the newest five protected, the oldest few past protect_tokens, freeing
+    less than the minimum (min(20000, usable / 10))."""
+    msgs = [user("u0", text("u0p", "The checkout service deadlocks under load. " * brief))]
+    for i in range(reads):
+        usage = pb.Usage(input=8_000 + 850 * i, output=30) if counted else None  # about as we count
+        msgs.append(assistant(f"a{i}", tool(f"t{i}", f"c{i}", "read", {"path": f"app/h{i}.py"}, OUTPUT),
+                              usage=usage))
+    msgs.append(user("u1", text("u1p", "Now run the tests.")))
+    return msgs
+
+
+def _assemble(stub, msgs, mdl):
+    return stub.Assemble(pb.AssembleRequest(conversation=pb.Conversation(session_id="s", messages=msgs), model=mdl,
+                                            tools=TOOLS, system=SYSTEM), timeout=10).figures
+
+
+def _prune(stub, msgs, mdl, needed=0):
+    return stub.Prune(pb.PruneRequest(conversation=pb.Conversation(session_id="s", messages=msgs), model=mdl,
+                                      reason=pb.PRUNE_REASON_NORMAL, compaction=pb.CompactionSettings(prune=True),
+                                      tokens_needed=needed, tools=TOOLS, system=SYSTEM), timeout=10)
+
+
+@pytest.mark.parametrize("counted", [False, True], ids=["no-usage", "usage"])
+def test_a_prune_below_its_minimum_acts_when_it_makes_the_request_fit(stub, counted):
+    msgs = _session(counted)
+    projected = _assemble(stub, msgs, model(pb.PROVIDER_GEMINI, context=1_000_000, output=4096, id="gemini-2.5-flash")).projected
+    mdl = model(pb.PROVIDER_GEMINI, context=projected - 150 + 4096, output=4096, id="gemini-2.5-flash")
+    f = _assemble(stub, msgs, mdl)
+    assert f.should_compact and f.limit == projected - 150 and f.projected == projected
+    needed = f.projected - f.limit + 1
+    default = _prune(stub, msgs, mdl)
+    assert not default.acted and default.stopped_by == "minimum"  # what the gate alone does
+    p = _prune(stub, msgs, mdl, needed)
+    assert p.acted and p.fits and p.part_ids and p.stopped_by == ""
+    after = _assemble(stub, apply_prune(msgs, p), mdl)
+    assert not after.should_compact and after.projected < after.limit
+    # more than its parts free: the gate stands, and the loop compacts
+    too_much = _prune(stub, msgs, mdl, needed + (f.projected - after.projected))
+    assert not too_much.acted and not too_much.fits and too_much.stopped_by == "minimum"
+
+
+def test_tokens_needed_must_not_be_negative(stub):
+    import grpc
+    with pytest.raises(grpc.RpcError) as e:
+        _prune(stub, _session(False), model(), -1)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "tokens_needed" in e.value.details()
