@@ -620,3 +620,42 @@ def test_a_decision_said_again_in_other_words_is_not_superseded_by_itself():
     assert not any(x.startswith("Superseded: Actually use Postgres") for x in s["done"]), s["done"]
     assert any("SQLite through SQLAlchemy" in x and x.startswith("Superseded:") for x in s["done"]), s["done"]
     assert any("Postgres" in x for x in s["decisions"])
+
+
+def test_the_person_s_choice_is_a_key_decision_a_later_reversal_supersedes():
+    """"Use SQLite for storage (file ...)" in the person's first message was no decision (only the
+    message's first sentence made the goal): the first summary named no database. It is a Key
+    Decision until "use Postgres instead of SQLite" supersedes it; a question naming a tool
+    ("Can you use grep ...?") chooses nothing."""
+    first = [_user("u1", "We are building the checkout service. Use SQLite for storage (file /var/data/shop.db). "
+                         "Keep all timestamps in UTC. Can you use grep to find the callers?"),
+             _assistant("a1", "Reading the service.")]
+    s = template.parse(offline.summarize(first))
+    assert s["decisions"] == ["Use SQLite for storage (file /var/data/shop.db)."]
+    assert s["constraints"] == ["Keep all timestamps in UTC."]
+    later = [_user("u2", "Change of plan: use Postgres instead of SQLite."), _assistant("a2", "Switching.")]
+    rolled = _rolled(first, later)
+    assert rolled["decisions"] == ["Change of plan: use Postgres instead of SQLite."]
+    assert any(x.startswith("Superseded: Use SQLite for storage") for x in rolled["done"]), rolled["done"]
+
+
+def test_a_connection_string_and_an_issue_number_outlive_many_compactions():
+    """A URL is kept whole (its host alone was: `db.internal`), and an issue number ("#4711") is an
+    identifier: through five rolling compactions whose Done list, twelve items long, dropped the
+    step that created the issue after the second."""
+    summary = ""
+    batch = [_user("u1", "File an issue for the checkout DB lock. The database is "
+                         "postgresql://shop@db.internal:5432/shop from now on."),
+             _assistant("a1", m.Tool("c1", "mcp__github__create_issue", m.COMPLETED, {"title": "DB lock"},
+                                     output='{"number": 4711}'), "Created issue #4711 for the database lock.")]
+    for c in range(5):
+        for i in range(12):
+            n = 100 * c + i
+            batch.append(_assistant(f"a{n}x", m.Tool(f"r{n}", "read", m.COMPLETED, {"path": f"app/h{n}.py"},
+                                                     output="def h(): pass")))
+        summary = offline.summarize(batch, summary)
+        batch = [_user(f"u{c}z", f"Read the next batch ({c}).")]
+        s = template.parse(summary)
+        assert any("#4711" in x for x in s["critical"]), (c, s["critical"])
+        assert any("`postgresql://shop@db.internal:5432/shop`" in x for x in s["critical"]), (c, s["critical"])
+    assert not any("Created issue #4711" in x for x in s["done"])  # the Done list let it go

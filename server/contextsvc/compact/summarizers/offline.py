@@ -80,6 +80,10 @@ _EXT = r"(?:py|pyi|pyx|js|jsx|ts|tsx|mjs|cjs|go|rs|java|kt|c|cc|cpp|h|hpp|cs|rb|
 PATH = re.compile(  # a whole token that is a path: has a slash, or ends in a known extension
     r"(?:\.{1,2}/|/|~/)?(?:[\w.-]+/)+[\w.-]*\w|[\w-]+(?:\.[\w-]+)*\." + _EXT)
 FILE = re.compile(r"(?:\.{1,2}/|/|~/)?(?:[\w.-]+/)*[\w-]+(?:\.[\w-]+)*\." + _EXT)  # a path with a file's extension
+# a URL or connection string ("postgresql://shop@db:5432/shop"), kept whole: its host alone says
+# nothing of where to connect
+URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s`'\"<>]+")
+ISSUE_REF = re.compile(r"#\d{2,}")  # an issue or pull request: "#4711"
 TOKEN_SPLIT = re.compile(r"[\s`'\"(),;<>\[\]{}|=]+")
 CAMEL = re.compile(r"\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b|\b[a-z]+[a-z0-9]*(?:[A-Z][a-z0-9]*)+\b")
 SNAKE = re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+\b")
@@ -132,6 +136,9 @@ def identifiers(text: str) -> list:
     for tok in TOKEN_SPLIT.split(text):
         tok = tok.strip(".,:!?*")
         if len(tok) < 3:
+            continue
+        if URL.fullmatch(tok) or ISSUE_REF.fullmatch(tok):
+            out.append(tok)
             continue
         if PATH.fullmatch(tok):
             out.append(tok)
@@ -508,6 +515,10 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
             for s in sentences:
                 if sup.is_reversal(s):  # the person changed the plan: a decision, and it supersedes
                     out.append(("reversal", _clip(s, limits)))
+                    out.append(("acc", "decisions", _clip(s, limits)))
+                elif sup.chosen(sup.OBSERVED.sub(" ", s)) and not s.endswith("?"):
+                    # the person's choice ("Use SQLite for storage (file ...)"): a decision a later
+                    # reversal naming what it chose supersedes
                     out.append(("acc", "decisions", _clip(s, limits)))
                 if CONSTRAINT.search(s):
                     out.append(("constraint", _clip(s, limits)))
