@@ -169,8 +169,7 @@ def _figure(figure: str, stretch: tuple, fig: Figures, plan: Plan) -> tuple:
 def _tokenizer_factor(figure: str, fig: Figures, plan: Plan) -> tuple:
     """(factor, factor of the tail, method term) for the model's tokenizer (tokenizer_family):
     once the provider has counted an earlier prefix, its count over our decision figure of it
-    (fig.decision_factor), never below our calibrated figure of it (a provider counting less
-    takes back the margins on what it counted, no more; the self-calibration bounds cap it), and for the text
+    (fig.decision_factor), never below 1 (the self-calibration bounds cap it), and for the text
     added since (the tail) the provider's count of the messages between its last two answers over
     our calibrated figure of them (fig.between_factor), else its count of the prefix over our
     calibrated figure of it (fig.new_text_factor), never below the family's prior when tools and
@@ -186,11 +185,7 @@ def _tokenizer_factor(figure: str, fig: Figures, plan: Plan) -> tuple:
     if figure == "self-calibrated" and fig.factor:
         return 1, 1, ""
     if fig.decision_factor:
-        # a provider counting less than our decision figure takes back its margins, never more:
-        # held at 1, a Gemini session counting o200k x1.1 compacted at 85-97% of its limit, the
-        # decision 1.05-1.18x the provider's count. The tail keeps its own margins (below).
-        margins = fig.calibrated_prefix / fig.decision_prefix if fig.decision_prefix > 0 else 1.0
-        anchored = max(min(1.0, margins), fig.decision_factor)
+        anchored = max(1.0, fig.decision_factor)
         # the new text: by the provider's count of the messages between its last two answers,
         # where tool definitions weigh nothing; without one, by its count of the prefix, and
         # never below the prior when tools and system are much of that prefix: MCP tool
@@ -199,11 +194,11 @@ def _tokenizer_factor(figure: str, fig: Figures, plan: Plan) -> tuple:
         # followed it (a prefix of messages speaks for messages: at 1.05 there, the prior
         # compacted an agent's 32K session 18 times where 11 were due)
         if fig.between_factor:
-            tail = max(1.0, anchored, fig.between_factor)
+            tail = max(anchored, fig.between_factor)
         elif fig.overhead_heavy:
-            tail = max(1.0, anchored, fig.new_text_factor, float(fam.prior))
+            tail = max(anchored, fig.new_text_factor, float(fam.prior))
         else:
-            tail = max(1.0, anchored, fig.new_text_factor)
+            tail = max(anchored, fig.new_text_factor)
         if fig.media_prefix:
             # the provider's count holds the media's cost too, which the text it is divided by does
             # not (a screenshot in a short prefix made it 1.73x): the text's factor is at most the
