@@ -659,3 +659,21 @@ def test_a_connection_string_and_an_issue_number_outlive_many_compactions():
         assert any("#4711" in x for x in s["critical"]), (c, s["critical"])
         assert any("`postgresql://shop@db.internal:5432/shop`" in x for x in s["critical"]), (c, s["critical"])
     assert not any("Created issue #4711" in x for x in s["done"])  # the Done list let it go
+
+
+def test_retention_counts_what_the_previous_summary_carried():
+    """Counted over the head alone, a rolling summary that let an item of the previous summary
+    go reported it kept everything: five compactions dropping the step that created an issue and
+    forty read files each said 12/12. The previous summary's code spans count too."""
+    first = [_user("u1", "Triage the lock."),
+             _assistant("a1", m.Tool("c1", "mcp__github__create_issue", m.COMPLETED, {"title": "DB lock"},
+                                     output='{"number": 4711}'))]
+    previous = offline.summarize(first)
+    assert "`mcp__github__create_issue`" in previous
+    head = [_assistant(f"a{n}", m.Tool(f"d{n}", "deploy_service", m.COMPLETED, {"service": f"svc{n}"}, output="ok"))
+            for n in range(2, 16)]
+    summary = offline.summarize(head, previous)
+    assert "mcp__github__create_issue" not in summary  # the Done list let it go
+    r = retention.report(head, previous, summary)
+    assert "mcp__github__create_issue" in r.missing and r.retained < r.items
+    assert retention.report(head, "", summary).missing == ()  # the head's items alone: all kept

@@ -1,6 +1,6 @@
-"""How right a summary is: the head's verbatim items found in it, the items the history superseded
-that it still states as current, and the sections it leaves empty although the history had
-material for them (docs/design.md §5, "Retention").
+"""How right a summary is: the verbatim items of the head and of the previous summary found in it,
+the items the history superseded that it still states as current, and the sections it leaves
+empty although the history had material for them (docs/design.md §5, "Retention").
 
 Verbatim items are file paths, shell commands, error lines (a failure's exception line, first
 frame, linter and test lines), identifiers (CamelCase names, names with underscores, dotted
@@ -96,9 +96,16 @@ def judge(messages: list, previous: str, summary: str, memo=None, deadline: Dead
     return current, empty
 
 
+def carried(previous: str) -> list:
+    """The verbatim items a previous summary carries: its code spans (paths, commands,
+    identifiers, as the template asks them written), each once."""
+    return list(dict.fromkeys(x.strip() for x in offline.CODE_SPAN.findall(previous) if len(x.strip()) >= 3))
+
+
 def report(messages: list, previous: str, summary: str, memo=None, deadline: Deadline = NO_DEADLINE) -> Retention:
-    """The retention of a summary: verbatim items kept, superseded items still current, empty
-    sections with material."""
-    out = measure(extract(messages, memo, deadline), summary)
+    """The retention of a summary: verbatim items kept (the head's, and those the previous
+    summary carried: a rolling summary that lets one go loses it, which the head's alone never
+    showed), superseded items still current, empty sections with material."""
+    out = measure(list(dict.fromkeys(extract(messages, memo, deadline) + carried(previous))), summary)
     out.superseded_current, out.empty_sections = judge(messages, previous, summary, memo, deadline)
     return out
