@@ -1,7 +1,7 @@
 """End to end: scripted agent sessions against a real server and a window-enforcing fake provider.
 
 The Python loop (tests/agent_loop/loop.py) runs on 3 providers x 2 windows and one OpenAI Responses
-session at 32K, the Node loop (clients/node/agent_loop.js) on one provider per window and one
+and one Gemini session at 32K (each body judged by google-genai's types), the Node loop (clients/node/agent_loop.js) on one provider per window and one
 Responses session at 32K, the TypeScript loop (clients/typescript/src/agentLoop.ts) on one OpenAI
 Chat and one Responses session at 32K; the sessions are shorter than the bench's
 (bench/agent_loop.py runs the full 60-step matrix) so this file stays well under two minutes on
@@ -44,7 +44,7 @@ STEPS = 30        # the bench runs 60
 BIG_EVERY = 3     # a 100-400 KB test log on at most one step in three
 SEEDS = {("anthropic", 32_000): 1, ("openai", 32_000): 2, ("bedrock", 32_000): 3,
          ("anthropic", 200_000): 4, ("openai", 200_000): 5, ("bedrock", 200_000): 6,
-         ("openai-responses", 32_000): 7}
+         ("openai-responses", 32_000): 7, ("gemini", 32_000): 8}
 # one 32K Responses session per loop keeps the file's time small
 
 
@@ -90,7 +90,7 @@ def _check_cache(summary: dict, log: list):
 
 @pytest.mark.parametrize("provider, window", [(p, w) for w in (32_000, 200_000)
                                               for p in ("anthropic", "openai", "bedrock")]
-                         + [("openai-responses", 32_000)])
+                         + [("openai-responses", 32_000), ("gemini", 32_000)])
 def test_python_agent_loop(rig, provider, window):
     _address, stub, fp = rig
     first = len(fp.log)

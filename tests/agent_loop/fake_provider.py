@@ -1,12 +1,13 @@
 """A fake LLM provider: a real HTTP server on 127.0.0.1 that enforces a context window.
 
 POST /<provider>/<window> with a provider body (provider: anthropic, openai, bedrock,
-openai-responses; window: the model's context in tokens), or POST
+openai-responses, gemini; window: the model's context in tokens), or POST
 /openai-responses/<window>/responses, where the `openai` SDK posts `client.responses.create` with
 `fp.url("openai-responses", window)` as its base_url. The server counts the body's input with its
 tokenizer (cl100k unless told otherwise; never the service's estimate): the body JSON with every image/document base64
 payload replaced by "", plus IMAGE_TOKENS per image or document. It reads the output cap from the body (`max_tokens`,
-`max_completion_tokens`, `max_output_tokens` or `inferenceConfig.maxTokens`) and refuses with HTTP 400 and a
+`max_completion_tokens`, `max_output_tokens`, `inferenceConfig.maxTokens` or
+`generationConfig.maxOutputTokens`) and refuses with HTTP 400 and a
 provider-like "prompt is too long" error when input + cap > window, as the real APIs do. It also
 refuses a body whose tool calls and tool results are not paired (the real APIs reject those too),
 and, first of all, any body the provider's own published library refuses (tests/judges).
@@ -43,7 +44,7 @@ from judges import judge_for
 from . import context_editing
 
 IMAGE_TOKENS = 1_600              # what one image or document costs the fake model
-PROVIDERS = ("anthropic", "openai", "bedrock", "openai-responses")
+PROVIDERS = ("anthropic", "openai", "bedrock", "openai-responses", "gemini")
 SDK_PATHS = {"openai-responses": "responses"}  # what a provider's SDK appends to its base_url
 
 
@@ -145,6 +146,9 @@ def strip_media(node):
         elif kind == "input_file":
             count += 1
             out["file_data"] = ""
+        if isinstance(x.get("inlineData"), dict):                                      # Gemini
+            count += 1
+            out["inlineData"] = {**out["inlineData"], "data": ""}
         for key in ("image", "document"):                                             # Bedrock
             if isinstance(x.get(key), dict) and isinstance(x[key].get("source"), dict):
                 count += 1
@@ -158,6 +162,8 @@ def max_tokens(body: dict) -> int:
     for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
         if isinstance(body.get(key), int):
             return body[key]
+    if isinstance((body.get("generationConfig") or {}).get("maxOutputTokens"), int):
+        return body["generationConfig"]["maxOutputTokens"]
     return int((body.get("inferenceConfig") or {}).get("maxTokens") or 0)
 
 
@@ -165,6 +171,8 @@ def unpaired_tool_calls(provider: str, body: dict) -> list[str]:
     """Tool calls without their result in the next message, and results without their call."""
     if provider == "openai-responses":
         return _unpaired_items(body.get("input") or [])
+    if provider == "gemini":
+        return _unpaired_contents(body.get("contents") or [])
     msgs = body.get("messages") or []
     problems = []
 
@@ -215,6 +223,30 @@ def unpaired_tool_calls(provider: str, body: dict) -> list[str]:
     return problems
 
 
+def _unpaired_contents(contents: list) -> list[str]:
+    """Gemini: a model turn's functionCall parts answered, name for name, by the functionResponse
+    parts of the user turn right after it (the API pairs them by name and order), and no
+    response that answers no call of the turn before."""
+    def names(content, key):
+        return sorted(p[key]["name"] for p in content.get("parts") or [] if key in p)
+
+    problems = []
+    for i, content in enumerate(contents):
+        calls = names(content, "functionCall") if content.get("role") == "model" else []
+        if calls:
+            after = contents[i + 1] if i + 1 < len(contents) else {}
+            answered = names(after, "functionResponse") if after.get("role") == "user" else []
+            if answered != calls:
+                problems.append(f"contents[{i}]: calls {calls} answered by {answered}")
+        results = names(content, "functionResponse")
+        if results:
+            before = contents[i - 1] if i > 0 else {}
+            asked = names(before, "functionCall") if before.get("role") == "model" else []
+            if asked != results:
+                problems.append(f"contents[{i}]: results {results} answer calls {asked}")
+    return problems
+
+
 def _unpaired_items(items: list) -> list[str]:
     """Responses: a function_call without a function_call_output after it (same call_id), and an
     output answering no earlier call."""
@@ -232,6 +264,8 @@ def _unpaired_items(items: list) -> list[str]:
 def _error(provider: str, kind: str, message: str) -> dict:
     if provider == "anthropic":
         return {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+    if provider == "gemini":
+        return {"error": {"code": 400, "message": message, "status": "INVALID_ARGUMENT"}}
     if provider in ("openai", "openai-responses"):
         return {"error": {"message": message, "type": "invalid_request_error",
                           "param": "input" if provider == "openai-responses" else "messages",
@@ -245,6 +279,9 @@ def _ok(provider: str, tokens: int, body: dict, management: dict | None) -> dict
         usage.update(prompt_tokens=tokens, completion_tokens=0, total_tokens=tokens)
     elif provider == "bedrock":
         usage.update(inputTokens=tokens, outputTokens=0, totalTokens=tokens)
+    elif provider == "gemini":  # GenerateContentResponse: its usage is usageMetadata
+        return {"candidates": [], "usage": usage,
+                "usageMetadata": {"promptTokenCount": tokens, "candidatesTokenCount": 0, "totalTokenCount": tokens}}
     elif provider == "openai-responses":  # a whole Response (the SDK's type), usage under its own names
         usage.update(total_tokens=tokens, input_tokens_details={"cached_tokens": 0, "cache_write_tokens": 0},
                      output_tokens_details={"reasoning_tokens": 0})

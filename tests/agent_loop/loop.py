@@ -50,6 +50,7 @@ MODELS = {  # provider name -> (proto enum, model id)
     "openai": (pb.PROVIDER_OPENAI, "gpt-4o"),
     "bedrock": (pb.PROVIDER_BEDROCK, "anthropic.claude-sonnet-4-5-v1:0"),
     "openai-responses": (pb.PROVIDER_OPENAI_RESPONSES, "gpt-5"),
+    "gemini": (pb.PROVIDER_GEMINI, "gemini-2.5-flash"),
 }
 COMPACT_LOOP_GUARD = 10   # compactions in one step before the loop gives up (the service caps at 3)
 REFUSAL_RETRIES = 3       # overflow compactions after refusals of one step
