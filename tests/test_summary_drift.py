@@ -677,3 +677,18 @@ def test_retention_counts_what_the_previous_summary_carried():
     r = retention.report(head, previous, summary)
     assert "mcp__github__create_issue" in r.missing and r.retained < r.items
     assert retention.report(head, "", summary).missing == ()  # the head's items alone: all kept
+
+
+def test_a_request_the_person_defers_is_a_next_step_until_done():
+    """"We still need to add rate limiting later" asked for nothing the rules read as a request (a
+    lead "we need to" was known, "we still need to" not): it was in no section, and the next model
+    never added the rate limiting. It is a Next Step, through a rolling compaction, until done."""
+    first = [_user("u1", "Add pagination to the /tasks endpoint. We still need to add rate limiting later. "
+                         "Don't forget to bump the version."),
+             _assistant("a1", "Adding pagination now.")]
+    s = template.parse(offline.summarize(first))
+    assert "add rate limiting later" in s["next_steps"] and "bump the version" in s["next_steps"], s["next_steps"]
+    rolled = _rolled(first, [_assistant("a2", "Added pagination to the /tasks endpoint.")])
+    assert "add rate limiting later" in rolled["next_steps"], rolled["next_steps"]
+    done = _rolled(first, [_assistant("a2", "Added rate limiting to the /tasks endpoint.")])
+    assert "add rate limiting later" not in done["next_steps"], done["next_steps"]
