@@ -692,3 +692,15 @@ def test_a_request_the_person_defers_is_a_next_step_until_done():
     assert "add rate limiting later" in rolled["next_steps"], rolled["next_steps"]
     done = _rolled(first, [_assistant("a2", "Added rate limiting to the /tasks endpoint.")])
     assert "add rate limiting later" not in done["next_steps"], done["next_steps"]
+
+
+def test_a_clean_test_run_does_the_ask_to_check_the_tests():
+    """"Check that the tests pass" named no program, so a clean `pytest -q` (or `npm test`) never
+    did it: it stayed a Next Step after the tests passed. A clean run of a test suite does an ask
+    to run or check the tests; a failing one, or an ask to write tests, stays."""
+    ask = _user("u1", "Fix the date parser in src/dates.py and check that the tests pass. Add tests for leap years.")
+    for run, output, done in (("pytest -q", "12 passed in 0.3s", True), ("npm test", "Tests: 40 passed", True),
+                              ("pytest -q", "FAILED tests/test_dates.py::test_leap - assert 28 == 29", False)):
+        s = template.parse(offline.summarize([ask, _assistant("a1", _bash(run, output=output))]))
+        assert ("check that the tests pass" not in s["next_steps"]) == done, (run, output, s["next_steps"])
+        assert "Add tests for leap years" in s["next_steps"], s["next_steps"]

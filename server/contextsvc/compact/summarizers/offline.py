@@ -227,6 +227,25 @@ def _runs(ask: str, program: str) -> bool:
     return bool(words) and words[0] in RUN_ASKS and program in words
 
 
+# programs that run a test suite; "npm test", "go test", "cargo test" and the like are test runs too
+TEST_PROGRAMS = frozenset(("pytest", "py.test", "jest", "vitest", "mocha", "tox", "nox", "rspec", "phpunit",
+                           "ctest", "unittest", "karma", "ava", "nosetests", "trial"))
+TEST_WORDS = frozenset(("test", "tests", "suite", "specs"))
+
+
+def _tests(cmd: str) -> bool:
+    """The command runs a test suite."""
+    words = _program_words(cmd)
+    return bool(words) and (words[0] in TEST_PROGRAMS or (len(words) > 1 and words[1] == "test"))
+
+
+def _asks_tests(ask: str) -> bool:
+    """The ask asks to run or check the tests ("check that the tests pass", "run the test suite"),
+    not to write them ("add tests for the parser")."""
+    words = ASK_WORDS.findall(ask.lower())
+    return bool(words) and words[0] in RUN_ASKS and not TEST_WORDS.isdisjoint(words[1:])
+
+
 def _program_words(cmd: str) -> list:
     """The words of the program a command runs (its first segment's), from the program's base
     name on: "python -m pytest -q" -> ["pytest", "-q"]."""
@@ -392,14 +411,15 @@ class _Asks:
         return [a for a in self.keys if a in named] if len(named) > 1 else list(named)
 
     def step(self, desc: str, touched: set, done: set = frozenset(), command: str = "", program: str = "",
-             wrote: tuple = ()) -> None:
+             wrote: tuple = (), tested: bool = False) -> None:
         """A step: touched, the keys it names; done, the keys it did; command, the command it ran,
         program its program when it ran clean; wrote, the names an edit wrote (an ask naming one
-        and no file, or a file touched, is done)."""
+        and no file, or a file touched, is done); tested, it ran a test suite clean (asks to run or
+        check the tests are done)."""
         self.last_step = desc
         self.steps_after_latest += 1
         did = self._named(done) + [a for a in self.keys if a not in self.done and (
-            (command and command in a) or (program and _runs(a, program)))]
+            (command and command in a) or (program and _runs(a, program)) or (tested and _asks_tests(a)))]
         for a in self._named(set(wrote)):
             files = {k for k in self.keys[a] if FILE.fullmatch(k)}
             if not files or files & touched:
@@ -593,7 +613,8 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
                 gone = {o for o, _ in moves} if not failing else set()
                 gone |= {o.rsplit("/", 1)[-1] for o in gone}
                 out.append(("step", ran, touched, tuple(gone | _stems(gone)),
-                            "" if failing else cmd, "" if errors else _program(cmd), ()))
+                            "" if failing else cmd, "" if errors else _program(cmd), (),
+                            not errors and _tests(cmd)))
                 for ln in errors:  # a failure's lines are its own: they are marked when it is fixed
                     out.append(("error", key, _clip(ln, limits)) if failing else ("acc", "critical", _clip(ln, limits)))
                 if failing:  # a run that printed its failure failed: it stands until the run is clean
