@@ -5,6 +5,7 @@ import base64
 import json
 
 from helpers import convo
+from judges import judge_for
 from contextsvc.v1 import context_pb2 as pb
 
 PDF = "data:application/pdf;base64," + base64.b64encode(b"%PDF-1.4 tiny").decode()
@@ -52,6 +53,35 @@ def test_gemini_replays_the_thought_signature_on_the_function_call(stub):
     assert model_parts[0] == {"functionCall": {"name": "read", "args": {"path": "a.py"}},
                               "thoughtSignature": "Z2VtLXNpZy0x"}
     assert "I should read it" not in json.dumps(b)  # the thought itself is not replayed
+
+
+def test_gemini_signs_the_first_call_of_a_model_turn_two_answers_make(stub):
+    """Two answers in a row (the person's blank message between them is not sent) are one model
+    turn: the signature the first answer's text carries goes on the turn's first functionCall,
+    which Gemini 3 refuses unsigned. It went on the second answer's call only within one message."""
+    messages = [convo.user("m1", convo.text("p1", "Fix the bug")),
+                convo.assistant("m2", reasoning("r1", "which file?", "c2lnbmF0dXJlMQ=="), convo.text("p2", "Which file?")),
+                convo.user("m3", convo.text("p3", "  \n")),
+                convo.assistant("m4", convo.tool("t1", "call_1", "read", {"path": "a.py"}, "x = 1\n")),
+                convo.user("m5", convo.text("p5", "Go on"))]
+    b = body(stub, messages, pb.PROVIDER_GEMINI)
+    model_parts = b["contents"][1]["parts"]
+    assert b["contents"][1]["role"] == "model" and len(b["contents"]) == 3
+    assert model_parts == [{"text": "Which file?"}, {"functionCall": {"name": "read", "args": {"path": "a.py"}},
+                                                     "thoughtSignature": "c2lnbmF0dXJlMQ=="}]
+    assert judge_for("gemini")(b) == []
+    assert body(stub, messages, pb.PROVIDER_GEMINI) == b  # the second time from the memo
+
+
+def test_bedrock_sends_only_redacted_reasoning_it_can_read_as_a_blob(stub):
+    """redactedContent is a blob (standard base64): another provider's state, such as an OpenAI
+    Responses encrypted_content in its URL-safe alphabet, failed the whole request; it is left out."""
+    for redacted, kept in (("gAAAAABox-_Yx-_Y", False), (base64.b64encode(b"\xfb\xef\xbe opaque").decode(), True)):
+        b = body(stub, turn(pb.Part(id="r1", reasoning=pb.ReasoningPart(redacted_data=redacted)),
+                            convo.text("p2", "Hello.")), pb.PROVIDER_BEDROCK)
+        blocks = b["messages"][1]["content"]
+        assert (blocks[0] == {"reasoningContent": {"redactedContent": redacted}}) == kept, blocks
+        assert judge_for("bedrock")(b) == []
 
 
 def test_gemini_drops_reasoning_without_signature(stub):

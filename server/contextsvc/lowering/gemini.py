@@ -48,18 +48,22 @@ def _is_signature(value: str) -> bool:
         return False
 
 
-def _sign_first_call(parts: list) -> None:
+def _sign_first_call(parts: list) -> list:
     """Gemini 3 refuses a step whose first functionCall part lacks the step's thought signature
     (it returns the signature there, and wants it back there). A signature that landed on another
     part of the step (after a thought followed by text, say) moves to that call: the nearest one,
-    before it first."""
+    before it first. The two parts are copies (a message's parts are kept by the memo); the list
+    is changed in place and returned."""
     first = next((i for i, p in enumerate(parts) if "functionCall" in p), None)
     if first is None or "thoughtSignature" in parts[first]:
-        return
+        return parts
     signed = [i for i, p in enumerate(parts) if "thoughtSignature" in p]
     if signed:
         nearest = min(signed, key=lambda i: (abs(i - first), i > first))
-        parts[first]["thoughtSignature"] = parts[nearest].pop("thoughtSignature")
+        donor = dict(parts[nearest])
+        parts[first] = {**parts[first], "thoughtSignature": donor.pop("thoughtSignature")}
+        parts[nearest] = donor
+    return parts
 
 
 def _declaration(t) -> dict:
@@ -107,7 +111,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
         if not parts:
             continue  # reasoning alone is not replayed to Gemini
         if wire and wire[-1]["role"] == role:
-            wire[-1]["parts"].extend(parts)
+            wire[-1]["parts"][:] = FORMAT.joined(wire[-1]["parts"], parts)  # Gemini wants alternating roles
             ledger.claim(wire[-1])
             sources[-1].append(msg.source_id)
             continue
@@ -143,6 +147,14 @@ class Gemini(WireFormat):
     accepted = _ACCEPTED
     fetched = frozenset(_ACCEPTED)  # fileData.fileUri
     implicit_cache = True
+
+    def joined(self, earlier: list, later: list) -> list:
+        """Two consecutive messages of one role as one content: one model turn, whose first
+        functionCall must carry a thought signature. A signature one message's text carries
+        moves to a call the other message makes, as within one message (_sign_first_call): two
+        steps in one answer, or two answers once a blank user message between them is dropped,
+        left the turn's first call unsigned."""
+        return _sign_first_call(earlier + later)
 
 
 FORMAT = Gemini()
