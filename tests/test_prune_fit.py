@@ -62,8 +62,9 @@ def test_a_prune_below_its_minimum_acts_when_it_makes_the_request_fit(stub, coun
     assert not too_much.acted and not too_much.fits and too_much.stopped_by == "minimum"
 
 
-def test_tokens_needed_must_not_be_negative(stub):
-    import grpc
-    with pytest.raises(grpc.RpcError) as e:
-        _prune(stub, _session(False), model(), -1)
-    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "tokens_needed" in e.value.details()
+def test_a_request_over_by_the_last_answer_s_usage_alone_prunes_as_before(stub):
+    """should_compact by the backward check alone (the last answer's usage reached the limit,
+    projected is under it): projected - limit + 1 is negative, and Prune answers as without it."""
+    msgs = _session(False)
+    mdl = model(pb.PROVIDER_GEMINI, context=1_000_000, output=4096, id="gemini-2.5-flash")
+    assert _prune(stub, msgs, mdl, -27_863) == _prune(stub, msgs, mdl)

@@ -20,6 +20,12 @@ from .config import Config
 from .deadline import NO_DEADLINE, Deadline
 
 
+# the decision figure of outputs is at most this many times their chars/4 estimate (CJK text, at a
+# token a character, is 4x; margins and the family prior on top): a prune asked to free more is
+# not measured
+MAX_SCALE = 8
+
+
 def prune_to_fit(conv: m.Conversation, reason: str, settings: m.CompactionSettings, cfg: Config,
                  model: Optional[m.Model] = None, tools: list = (), system: Optional[m.SystemPrompt] = None,
                  tokens_needed: int = 0, memo=None, deadline: Deadline = NO_DEADLINE) -> prune.PruneResult:
@@ -27,7 +33,8 @@ def prune_to_fit(conv: m.Conversation, reason: str, settings: m.CompactionSettin
     request's projected figure by at least tokens_needed without leaving the last answer's usage
     over the limit (the backward check). Needs the model: its window is the limit."""
     r = prune.prune(conv, reason, settings, cfg, model=model, memo=memo, deadline=deadline)
-    if r.stopped_by != prune.MINIMUM or tokens_needed <= 0 or model is None or model.limits.context <= 0:
+    if r.stopped_by != prune.MINIMUM or tokens_needed <= 0 or model is None or model.limits.context <= 0 \
+            or tokens_needed > MAX_SCALE * r.declined_tokens + MAX_SCALE:
         return r
     system = system if system is not None else m.SystemPrompt()
 
@@ -35,7 +42,10 @@ def prune_to_fit(conv: m.Conversation, reason: str, settings: m.CompactionSettin
         return measure.measure(measure.MeasureInput(m.Conversation(messages, conv.session_id), model, list(tools),
                                                     system, settings), cfg, deadline=deadline, memo=memo)
 
-    marked = edits.apply(conv.messages, [edits.MarkCompacted(list(r.declined), int(time.time() * 1000))])
+    # stamped after every answer, as a client marking them now would: a pruned output counts as
+    # removed since the last answer (the rebase), whatever the skew of this clock to the client's
+    stamp = max([int(time.time() * 1000)] + [x.time_completed_ms + 1 for x in conv.messages])
+    marked = edits.apply(conv.messages, [edits.MarkCompacted(list(r.declined), stamp)])
     before, after = measured(conv.messages), measured(marked)
     if before.projected - after.projected < tokens_needed or after.overflow:
         return r

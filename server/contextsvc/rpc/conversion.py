@@ -539,14 +539,18 @@ def prune_input(request, max_session_id_bytes: int, memo: Memo | None = None,
                 max_json_depth: int = JSON_DEPTH) -> tuple:
     """A Prune request's (reason, model or None, tokens_needed, tools, system), after their
     checks. Its conversation and compaction settings are converted after these, as the arguments
-    of the prune itself."""
+    of the prune itself. tokens_needed at most 0 is none (a request over its limit by the last
+    answer's usage alone has projected - limit + 1 below it); the tools and system are read only
+    for it."""
     require(request, "conversation")
     session_id(request.conversation, max_session_id_bytes)
     reason = prune_reason(request.reason)
-    if request.tokens_needed < 0:
-        raise BadInput("tokens_needed", f"must not be negative (0: not said), got {request.tokens_needed}")
-    return (reason, (model(request.model) if request.HasField("model") else None), request.tokens_needed,
-            tools(request.tools, max_json_depth=max_json_depth, memo=memo), system(request.system))
+    mdl = model(request.model) if request.HasField("model") else None
+    needed = max(0, request.tokens_needed) if mdl is not None else 0
+    if not needed:
+        return reason, mdl, 0, [], None
+    return (reason, mdl, needed, tools(request.tools, max_json_depth=max_json_depth, memo=memo),
+            system(request.system))
 
 
 _DIRECTIONS = {pb.TRUNCATE_DIRECTION_UNSPECIFIED: truncation.HEAD,

@@ -108,7 +108,7 @@ _VERB = "|".join(ASK_VERBS)
 ASK_LEAD = re.compile(  # words before the verb of a request; they are dropped from the bullet
     r"^(?:(?:please|also|then|and|so|now|next|finally|first|lastly|plus|after that|afterwards|"
     r"can you|could you|would you|will you|i need you to|i'd like you to|i want you to|"
-    r"(?:we|you|i)(?:'ll| will)?\s+(?:still\s+|also\s+)?(?:need|have)\s+to|still need to|"
+    r"(?:we|you)(?:'ll| will)?\s+(?:still\s+|also\s+)?(?:need|have)\s+to|still need to|"
     r"remember to|don't forget to|do not forget to|"
     r"you should|go ahead and)\b[,:]?\s*)+", re.IGNORECASE)
 ASK_START = re.compile(rf"^(?:{_VERB})\b", re.IGNORECASE)
