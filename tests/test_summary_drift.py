@@ -639,6 +639,22 @@ def test_the_person_s_choice_is_a_key_decision_a_later_reversal_supersedes():
     assert any(x.startswith("Superseded: Use SQLite for storage") for x in rolled["done"]), rolled["done"]
 
 
+def test_ordinary_text_tells_no_choice_and_names_no_issue():
+    """A user sentence tells a choice when it starts with the choosing verb (after "please",
+    "let's", ...): bug reports and pasted logs that mention a use are no Key Decision. A colour
+    ("#333333") or a step number is no issue; a URL keeps its query string and masks a password."""
+    said = ("It crashes when I use Safari. The old code used jQuery for this. I wonder if we should use Redis. "
+            "2024-05-01 INFO Using config /etc/app.yaml. Let's go with Postgres for the store. "
+            "Make the header #333333 as in step #10. Fixes issue #4711, see https://api.example.com/v1/search?q=foo&limit=10 "
+            "and postgresql://admin:s3cret@db.internal:5432/shop.")
+    s = template.parse(offline.summarize([_user("u1", said), _assistant("a1", "On it.")]))
+    assert s["decisions"] == ["Let's go with Postgres for the store."], s["decisions"]
+    critical = " ".join(s["critical"])
+    assert "`#4711`" in critical and "#333333" not in critical and "#10" not in critical
+    assert "`https://api.example.com/v1/search?q=foo&limit=10`" in critical
+    assert "`postgresql://admin:***@db.internal:5432/shop`" in critical and "s3cret" not in critical
+
+
 def test_a_connection_string_and_an_issue_number_outlive_many_compactions():
     """A URL is kept whole (its host alone was: `db.internal`), and an issue number ("#4711") is an
     identifier: through five rolling compactions whose Done list, twelve items long, dropped the
@@ -696,11 +712,16 @@ def test_a_request_the_person_defers_is_a_next_step_until_done():
 
 def test_a_clean_test_run_does_the_ask_to_check_the_tests():
     """"Check that the tests pass" named no program, so a clean `pytest -q` (or `npm test`) never
-    did it: it stayed a Next Step after the tests passed. A clean run of a test suite does an ask
-    to run or check the tests; a failing one, or an ask to write tests, stays."""
+    did it: it stayed a Next Step after the tests passed. A run of a test suite that says it
+    passed, and nothing that failed, does an ask to run or check the tests; a failing one (its
+    summary line alone too), one test by its id, or an ask to write tests, stays."""
     ask = _user("u1", "Fix the date parser in src/dates.py and check that the tests pass. Add tests for leap years.")
     for run, output, done in (("pytest -q", "12 passed in 0.3s", True), ("npm test", "Tests: 40 passed", True),
-                              ("pytest -q", "FAILED tests/test_dates.py::test_leap - assert 28 == 29", False)):
+                              ("pytest -q", "FAILED tests/test_dates.py::test_leap - assert 28 == 29", False),
+                              ("pytest -q --tb=no", "1 failed, 11 passed in 0.4s", False),
+                              ("go test ./...", "--- FAIL: TestLeap (0.00s)\nFAIL\tdates\t0.1s", False),
+                              ("pytest tests/test_dates.py::test_leap", "1 passed in 0.1s", False),
+                              ("git test", "ok", False)):
         s = template.parse(offline.summarize([ask, _assistant("a1", _bash(run, output=output))]))
         assert ("check that the tests pass" not in s["next_steps"]) == done, (run, output, s["next_steps"])
         assert "Add tests for leap years" in s["next_steps"], s["next_steps"]

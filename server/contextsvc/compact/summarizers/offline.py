@@ -80,11 +80,16 @@ _EXT = r"(?:py|pyi|pyx|js|jsx|ts|tsx|mjs|cjs|go|rs|java|kt|c|cc|cpp|h|hpp|cs|rb|
 PATH = re.compile(  # a whole token that is a path: has a slash, or ends in a known extension
     r"(?:\.{1,2}/|/|~/)?(?:[\w.-]+/)+[\w.-]*\w|[\w-]+(?:\.[\w-]+)*\." + _EXT)
 FILE = re.compile(r"(?:\.{1,2}/|/|~/)?(?:[\w.-]+/)*[\w-]+(?:\.[\w-]+)*\." + _EXT)  # a path with a file's extension
-# a URL or connection string ("postgresql://shop@db:5432/shop"), kept whole: its host alone says
-# nothing of where to connect
+# a URL or connection string ("postgresql://shop@db:5432/shop"), kept whole (its host alone says
+# nothing of where to connect), its query string included, a password in it masked
 URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s`'\"<>]+")
-ISSUE_REF = re.compile(r"#\d{2,}")  # an issue or pull request: "#4711"
-TOKEN_SPLIT = re.compile(r"[\s`'\"(),;<>\[\]{}|=]+")
+URL_END = ".,:;!?*)]}"  # the sentence's punctuation, a markdown link's bracket
+CREDENTIALS = re.compile(r"(?<=://)([^/@\s:]*):[^/@\s]*@")
+# an issue or pull request named as one: "issue #4711", "fixes #12", "acme/shop#7" (not "#333333")
+ISSUE_REF = re.compile(r"(?:\b(?:issues?|PRs?|pull requests?|pulls?|bugs?|tickets?|fix(?:es|ed)?|close[sd]?|"
+                       r"resolve[sd]?|refs?|see|created|opened|filed|merged)\s+|\b[\w.-]+/[\w.-]+)(#\d+)\b",
+                       re.IGNORECASE)
+TOKEN = re.compile(r"[^\s`'\"(),;<>\[\]{}|=]+")  # a word of prose, as identifiers reads it
 CAMEL = re.compile(r"\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b|\b[a-z]+[a-z0-9]*(?:[A-Z][a-z0-9]*)+\b")
 SNAKE = re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+\b")
 DOTTED = re.compile(r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\(\))?")
@@ -133,25 +138,26 @@ FIXED = " (since fixed)"  # Critical Context: an error line of a failure a later
 
 
 def identifiers(text: str) -> list:
-    """Paths and identifiers in prose, in order of appearance (with repeats)."""
-    out = []
-    for tok in TOKEN_SPLIT.split(text):
-        tok = tok.strip(".,:!?*")
+    """Paths, identifiers, URLs and issue numbers in prose, in order of appearance (with repeats)."""
+    found = [(mt.start(), CREDENTIALS.sub(r"\1:***@", mt.group(0).rstrip(URL_END))) for mt in URL.finditer(text)]
+    found += [(mt.start(1), mt.group(1)) for mt in ISSUE_REF.finditer(text)]
+    masked = URL.sub(lambda mt: " " * len(mt.group(0)), text) if found else text
+    for mt in TOKEN.finditer(masked):
+        tok = mt.group(0).strip(".,:!?*")
         if len(tok) < 3:
             continue
-        if URL.fullmatch(tok) or ISSUE_REF.fullmatch(tok):
-            out.append(tok)
-            continue
+        at = mt.start()
         if PATH.fullmatch(tok):
-            out.append(tok)
+            found.append((at, tok))
             continue
         if "_" in tok:
-            out.extend(SNAKE.findall(tok))
+            found.extend((at, x) for x in SNAKE.findall(tok))
         if "." in tok:
-            out.extend(DOTTED.findall(tok))
+            found.extend((at, x) for x in DOTTED.findall(tok))
         if not tok.islower():
-            out.extend(CAMEL.findall(tok))
-    return out
+            found.extend((at, x) for x in CAMEL.findall(tok))
+    found.sort(key=lambda x: x[0])  # stable: one token's names keep their order
+    return [x for _, x in found]
 
 
 def _sentences(text: str) -> list:
@@ -227,16 +233,32 @@ def _runs(ask: str, program: str) -> bool:
     return bool(words) and words[0] in RUN_ASKS and program in words
 
 
-# programs that run a test suite; "npm test", "go test", "cargo test" and the like are test runs too
+# programs that run a test suite, and those whose `test` subcommand does ("npm test", "go test")
 TEST_PROGRAMS = frozenset(("pytest", "py.test", "jest", "vitest", "mocha", "tox", "nox", "rspec", "phpunit",
                            "ctest", "unittest", "karma", "ava", "nosetests", "trial"))
+TEST_SUBCOMMAND = frozenset(("npm", "yarn", "pnpm", "bun", "deno", "go", "cargo", "mvn", "gradle", "gradlew",
+                             "dotnet", "make", "mix", "swift", "dart", "flutter", "rake", "sbt", "lein", "stack",
+                             "cabal", "zig"))
 TEST_WORDS = frozenset(("test", "tests", "suite", "specs"))
+# what a test run that passed prints, and what one that did not prints (with no error line the
+# rules read: "1 failed, 11 passed", "Tests: 1 failed", "--- FAIL", "test result: FAILED")
+SUITE_PASSED = re.compile(r"\b[1-9]\d* (?:passed|passing)\b|^ok\s|\btest result: ok\b|^PASS\b|^OK\b",
+                          re.MULTILINE)
+SUITE_FAILED = re.compile(r"\b[1-9]\d* (?:failed|failing|errors?|failures?)\b|\bFAIL(?:ED|URES?)?\b|"
+                          r"\bno tests ran\b")
 
 
-def _tests(cmd: str) -> bool:
-    """The command runs a test suite."""
-    words = _program_words(cmd)
-    return bool(words) and (words[0] in TEST_PROGRAMS or (len(words) > 1 and words[1] == "test"))
+def _tests(cmd: str, output: str) -> bool:
+    """The command ran a test suite (not one test by its id, not a collection) and its output says
+    it passed, and nothing that it failed."""
+    if "::" in cmd or "--collect-only" in cmd or not SUITE_PASSED.search(output) or SUITE_FAILED.search(output):
+        return False
+    for segment in sup.segments(cmd.strip()):
+        words = _program_words(segment)
+        if words and (words[0] in TEST_PROGRAMS or (len(words) > 1 and words[0] in TEST_SUBCOMMAND
+                                                   and words[1] == "test")):
+            return True
+    return False
 
 
 def _asks_tests(ask: str) -> bool:
@@ -365,6 +387,21 @@ def asks_in(text: str) -> list:
                     and not VAGUE_OBJECT.match(clause):
                 out.append(clause)
     return out
+
+
+# what may lead a choice the person tells: "let's use X", "we'll go with Y", "please pick Z"
+CHOICE_LEAD = re.compile(r"^(?:let's|let us|we(?:'ll| will| should))\s+", re.IGNORECASE)
+# a sentence that tells a choice: it starts with the choosing verb; one that tells of a use ("it
+# crashes when I use Safari", "INFO Using config /etc/app.yaml") chooses nothing
+TELLS_CHOICE = re.compile(r"^(?:use|switch(?: back)? to|go with|move to|migrate to|opt for|pick|stick with)\b",
+                          re.IGNORECASE)
+
+
+def _chooses(sentence: str) -> bool:
+    """The person's sentence tells a choice ("Use SQLite for storage", "Let's go with Redis"): an
+    imperative, not a question, naming what it chooses (supersede.chosen)."""
+    told = CHOICE_LEAD.sub("", ASK_LEAD.sub("", sentence.strip()))
+    return bool(TELLS_CHOICE.match(told)) and not sentence.rstrip().endswith("?") and bool(sup.chosen(told))
 
 
 def _keys(text: str) -> set:
@@ -538,7 +575,7 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
                 if sup.is_reversal(s):  # the person changed the plan: a decision, and it supersedes
                     out.append(("reversal", _clip(s, limits)))
                     out.append(("acc", "decisions", _clip(s, limits)))
-                elif sup.chosen(sup.OBSERVED.sub(" ", s)) and not s.endswith("?"):
+                elif _chooses(s):
                     # the person's choice ("Use SQLite for storage (file ...)"): a decision a later
                     # reversal naming what it chose supersedes
                     out.append(("acc", "decisions", _clip(s, limits)))
@@ -614,7 +651,7 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
                 gone |= {o.rsplit("/", 1)[-1] for o in gone}
                 out.append(("step", ran, touched, tuple(gone | _stems(gone)),
                             "" if failing else cmd, "" if errors else _program(cmd), (),
-                            not errors and _tests(cmd)))
+                            not errors and _tests(cmd, t.output)))
                 for ln in errors:  # a failure's lines are its own: they are marked when it is fixed
                     out.append(("error", key, _clip(ln, limits)) if failing else ("acc", "critical", _clip(ln, limits)))
                 if failing:  # a run that printed its failure failed: it stands until the run is clean
