@@ -1,6 +1,6 @@
-"""How right a summary is: the verbatim items of the head and of the previous summary found in it,
-the items the history superseded that it still states as current, and the sections it leaves
-empty although the history had material for them (docs/design.md §5, "Retention").
+"""How right a summary is: the head's verbatim items found in it (and apart, the previous
+summary's), the items the history superseded that it still states as current, and the sections
+it leaves empty although the history had material for them (docs/design.md §5, "Retention").
 
 Verbatim items are file paths, shell commands, error lines (a failure's exception line, first
 frame, linter and test lines), identifiers (CamelCase names, names with underscores, dotted
@@ -29,6 +29,11 @@ class Retention:
     retained: int = 0
     ratio: float = 1.0  # retained / items, 1 when there are none
     missing: tuple = ()  # the items not found (for logs and tests)
+    # the previous summary's verbatim items the head does not hold, and of those how many the
+    # summary keeps (carried_missing: the others): what a rolling summary let go
+    carried: int = 0
+    carried_kept: int = 0
+    carried_missing: tuple = ()
     superseded_current: tuple = ()  # superseded items the summary still states as current
     empty_sections: tuple = ()  # section keys left empty while the history had material for them
 
@@ -103,9 +108,14 @@ def carried(previous: str) -> list:
 
 
 def report(messages: list, previous: str, summary: str, memo=None, deadline: Deadline = NO_DEADLINE) -> Retention:
-    """The retention of a summary: verbatim items kept (the head's, and those the previous
-    summary carried: a rolling summary that lets one go loses it, which the head's alone never
-    showed), superseded items still current, empty sections with material."""
-    out = measure(list(dict.fromkeys(extract(messages, memo, deadline) + carried(previous))), summary)
+    """The retention of a summary: the head's verbatim items kept, and apart those the previous
+    summary carried (a rolling summary that lets one go loses it, which the head's alone never
+    showed; its bounds let the oldest go by design, so the two are not one ratio), superseded
+    items still current, empty sections with material."""
+    head = extract(messages, memo, deadline)
+    out = measure(head, summary)
+    held = set(head)
+    before = measure([x for x in carried(previous) if x not in held], summary)
+    out.carried, out.carried_kept, out.carried_missing = before.items, before.retained, before.missing
     out.superseded_current, out.empty_sections = judge(messages, previous, summary, memo, deadline)
     return out

@@ -797,7 +797,8 @@ def compact_response(r: compact.CompactResult) -> pb.CompactResponse:
         out.continue_message.CopyFrom(message_to_pb(r.continue_message))
     if r.retention is not None:
         out.retention.CopyFrom(pb.Retention(items=r.retention.items, retained=r.retention.retained,
-                                            ratio=r.retention.ratio))
+                                            ratio=r.retention.ratio, carried=r.retention.carried,
+                                            carried_kept=r.retention.carried_kept))
     return out
 
 
