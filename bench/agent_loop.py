@@ -1,4 +1,4 @@
-"""The agent-loop matrix: 60-step scripted coding sessions, 3 providers x 2 windows.
+"""The agent-loop matrix: 60-step scripted coding sessions, 3 providers x 2 windows, then Gemini's two.
 
 Each session replays a seeded script (tests/agent_loop/session.py) through the Python agent loop
 (tests/agent_loop/loop.py) against a real in-process server and the fake provider, which refuses
@@ -35,6 +35,9 @@ from helpers.server import start_server  # noqa: E402
 from contextsvc.v1 import context_pb2_grpc as pb_grpc  # noqa: E402
 
 PROVIDERS = ("anthropic", "openai", "bedrock")
+# sessions run after the matrix (their seeds follow it, so the matrix's rows stay comparable): the
+# Python loop only
+EXTRA = ("gemini",)
 WINDOWS = (32_000, 200_000)
 
 
@@ -117,22 +120,23 @@ def main() -> int:
     try:
         with FakeProvider() as fp, tempfile.TemporaryDirectory() as tmp:
             k, rows = 0, []
-            for window in WINDOWS:
-                for provider in PROVIDERS:
-                    script = session.generate(args.seed + k, steps=args.steps)
-                    k += 1
-                    first = len(fp.log)
-                    if args.node:
-                        path = session.write(script, pathlib.Path(tmp) / f"script-{k}.json")
-                        s = node_session(path, address, fp.url(provider, window), provider, window)
-                    else:
-                        s = loop.run_session(stub, fp.url(provider, window), provider, window, script).as_dict()
-                    log = fp.log[first:]
-                    label = f"{provider:<9} {window:>6} seed {script['seed']}"
-                    report(label, s, log)
-                    bad += bool(violations(s, log))
-                    summaries.append(s)
-                    rows.append((label, s))
+            matrix = [(w, p) for w in WINDOWS for p in PROVIDERS]
+            matrix += [] if args.node else [(w, p) for p in EXTRA for w in WINDOWS]
+            for window, provider in matrix:
+                script = session.generate(args.seed + k, steps=args.steps)
+                k += 1
+                first = len(fp.log)
+                if args.node:
+                    path = session.write(script, pathlib.Path(tmp) / f"script-{k}.json")
+                    s = node_session(path, address, fp.url(provider, window), provider, window)
+                else:
+                    s = loop.run_session(stub, fp.url(provider, window), provider, window, script).as_dict()
+                log = fp.log[first:]
+                label = f"{provider:<9} {window:>6} seed {script['seed']}"
+                report(label, s, log)
+                bad += bool(violations(s, log))
+                summaries.append(s)
+                rows.append((label, s))
             table(rows)
             refused = sum(e.refused for e in fp.log)
             print(f"provider log: {len(fp.log)} requests, {refused} refused; total {time.monotonic() - t0:.1f} s")
