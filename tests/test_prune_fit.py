@@ -1,10 +1,11 @@
-"""A prune below its minimum acts when it makes the request fit (prune_fit, design.md §4).
+"""A prune past its gates acts when it makes the request fit (prune_fit, design.md §4).
 
 Once a request is over its limit, the alternative to a prune is a compaction, which breaks the
 cached prefix too and keeps less of the history: the minimum gate (breaking the cache must pay
-for itself) then stands aside for a prune whose parts bring the request under the limit. Over a
-real server, as the README's loop calls it: Prune with the Assemble's tokens_needed, apply the
-part ids, Assemble again.
+for itself) and the protected tokens then stand aside for the fewest oldest outputs whose marks
+bring the request under the limit (the newest protected results never). Over a real server, as
+the README's loop calls it: Prune with the Assemble's tokens_needed, apply the part ids,
+Assemble again.
 """
 from __future__ import annotations
 
@@ -43,23 +44,47 @@ def _prune(stub, msgs, mdl, needed=0):
                                       tokens_needed=needed, tools=TOOLS, system=SYSTEM), timeout=10)
 
 
-@pytest.mark.parametrize("counted", [False, True], ids=["no-usage", "usage"])
-def test_a_prune_below_its_minimum_acts_when_it_makes_the_request_fit(stub, counted):
-    msgs = _session(counted)
-    projected = _assemble(stub, msgs, model(pb.PROVIDER_GEMINI, context=1_000_000, output=4096, id="gemini-2.5-flash")).projected
+def _over_by_150(stub, msgs):
+    """A Gemini model whose limit is 150 tokens under the request's projected figure, and its figures."""
+    projected = _assemble(stub, msgs, model(pb.PROVIDER_GEMINI, context=1_000_000, output=4096,
+                                            id="gemini-2.5-flash")).projected
     mdl = model(pb.PROVIDER_GEMINI, context=projected - 150 + 4096, output=4096, id="gemini-2.5-flash")
     f = _assemble(stub, msgs, mdl)
     assert f.should_compact and f.limit == projected - 150 and f.projected == projected
+    return mdl, f
+
+
+@pytest.mark.parametrize("counted", [False, True], ids=["no-usage", "usage"])
+def test_a_prune_below_its_minimum_acts_when_it_makes_the_request_fit(stub, counted):
+    msgs = _session(counted)
+    mdl, f = _over_by_150(stub, msgs)
     needed = f.projected - f.limit + 1
     default = _prune(stub, msgs, mdl)
     assert not default.acted and default.stopped_by == "minimum"  # what the gate alone does
     p = _prune(stub, msgs, mdl, needed)
-    assert p.acted and p.fits and p.part_ids and p.stopped_by == ""
+    assert p.acted and p.fits and p.part_ids == ["t0"] and p.stopped_by == ""  # the oldest output does it
     after = _assemble(stub, apply_prune(msgs, p), mdl)
     assert not after.should_compact and after.projected < after.limit
-    # more than its parts free: the gate stands, and the loop compacts
-    too_much = _prune(stub, msgs, mdl, needed + (f.projected - after.projected))
+    # more than every output past the protected results frees: the gates stand, and the loop compacts
+    too_much = _prune(stub, msgs, mdl, f.projected)
     assert not too_much.acted and not too_much.fits and too_much.stopped_by == "minimum"
+
+
+def test_outputs_protect_tokens_keeps_are_marked_when_that_spares_a_compaction(stub):
+    """Twelve reads: the newest five are the protected results, the other seven within
+    PRUNE_PROTECT, so the gate finds nothing to prune. Over by 150 tokens, the oldest read is
+    marked and the request fits; the newest five are never touched."""
+    msgs = _session(False, reads=12)
+    mdl, f = _over_by_150(stub, msgs)
+    default = _prune(stub, msgs, mdl)
+    assert not default.acted and default.stopped_by == "nothing-to-prune"
+    p = _prune(stub, msgs, mdl, f.projected - f.limit + 1)
+    assert p.acted and p.fits and p.part_ids == ["t0"]
+    assert not _assemble(stub, apply_prune(msgs, p), mdl).should_compact
+    # asked for more: more of the oldest, never the five newest
+    more = _prune(stub, msgs, mdl, 3_000)
+    assert more.acted and len(more.part_ids) > 1 and not {f"t{i}" for i in range(7, 12)} & set(more.part_ids)
+    assert more.part_ids == [f"t{i}" for i in range(len(more.part_ids))]
 
 
 def test_a_request_over_by_the_last_answer_s_usage_alone_prunes_as_before(stub):

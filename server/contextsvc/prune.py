@@ -36,10 +36,11 @@ class PruneResult:
     stopped_by: str = ""  # when not acted: "disabled", "nothing-to-prune" or "minimum"
     reason: str = NORMAL
     tokens_scanned: int = 0  # estimate of every unprotected completed output scanned
-    # stopped by the minimum: the parts it would have marked and their estimate (prune_fit)
-    declined: tuple = ()
-    declined_tokens: int = 0
-    # acted below the minimum, since marking its parts makes the request fit (prune_fit)
+    # not acted: (part id, estimate) of each completed output past the newest protected results,
+    # oldest first; the gates kept them (PRUNE_PROTECT, PRUNE_MINIMUM), but a prune that makes the
+    # request fit may mark them (prune_fit)
+    spare: tuple = ()
+    # acted past those gates, since marking its parts makes the request fit (prune_fit)
     fits: bool = False
 
 
@@ -109,6 +110,7 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
     total = 0
     freed = 0
     chosen = []  # (message, part index)
+    spare = []  # (message, part index, estimate) past the protected results, newest first
     stop = False
     scans = each(memo, "prune", msgs, (), ticking(lambda msg: tool_outputs(msg, deadline), deadline, "prune"))
     for i in range(len(msgs) - 1, -1, -1):
@@ -140,18 +142,18 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
                     continue
                 results = g.protected_results
             total += cost
+            spare.append((msg, j, cost))
             if total > g.protect_tokens:
                 freed += cost
                 chosen.append((msg, j))
         if stop:
             break
 
-    if not chosen:
-        return PruneResult(reason=reason, stopped_by=NOTHING_TO_PRUNE, tokens_scanned=total)
-    ids = [msg.parts[j].id for msg, j in chosen]  # every tool part has one (validate)
-    if freed <= g.minimum_tokens:
-        return PruneResult(reason=reason, stopped_by=MINIMUM, tokens_scanned=total, declined=tuple(ids),
-                           declined_tokens=freed)
+    if not chosen or freed <= g.minimum_tokens:
+        # every tool part has an id (validate)
+        return PruneResult(reason=reason, stopped_by=MINIMUM if chosen else NOTHING_TO_PRUNE, tokens_scanned=total,
+                           spare=tuple((msg.parts[j].id, cost) for msg, j, cost in reversed(spare)))
+    ids = [msg.parts[j].id for msg, j in chosen]
     return PruneResult(part_ids=ids, tokens_freed=freed, acted=True, reason=reason,
                        tokens_scanned=total)
 

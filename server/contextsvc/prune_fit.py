@@ -1,13 +1,16 @@
-"""A prune below its minimum that spares a compaction (docs/design.md §4).
+"""A prune past its gates that spares a compaction (docs/design.md §4).
 
-PRUNE_MINIMUM is there so that breaking the cached prefix pays for itself. Once the request is
-over its limit the alternative to a prune is a compaction, which breaks the prefix too and keeps
-less of the history: a prune that brings the request under its limit pays for itself, whatever it
-frees. The caller says how far over the limit the request is (tokens_needed: figures.projected -
-figures.limit + 1 of the Assemble or Measure that said should_compact); the parts the minimum
-stopped are marked on a copy and the request measured with and without them, with the step's
-model, tools and system. Measured, not estimated: the decision figure drops by its own count of
-the outputs (margins, the provider's scale), not by their chars/4.
+PRUNE_MINIMUM is there so that breaking the cached prefix pays for itself, PRUNE_PROTECT so that
+the freshest outputs stay readable. Once the request is over its limit the alternative to a prune
+is a compaction, which breaks the prefix too, and keeps less of the history: everything before its
+kept tail becomes a summary. A prune that brings the request under its limit pays for itself,
+whatever it frees, and marks less than a compaction drops. The caller says how far over the limit
+the request is (tokens_needed: figures.projected - figures.limit + 1 of the Assemble or Measure
+that said should_compact); the oldest outputs past the newest protected results (never those,
+never a protected tool, never across a compaction) are marked on a copy, as few as do it, and the
+request measured with and without them, with the step's model, tools and system. Measured, not
+estimated: the decision figure drops by its own count of the outputs (margins, the provider's
+scale), not by their chars/4.
 """
 from __future__ import annotations
 
@@ -29,12 +32,14 @@ MAX_SCALE = 8
 def prune_to_fit(conv: m.Conversation, reason: str, settings: m.CompactionSettings, cfg: Config,
                  model: Optional[m.Model] = None, tools: list = (), system: Optional[m.SystemPrompt] = None,
                  tokens_needed: int = 0, memo=None, deadline: Deadline = NO_DEADLINE) -> prune.PruneResult:
-    """prune.prune, acting also when the minimum stopped it and marking its parts lowers the
-    request's projected figure by at least tokens_needed without leaving the last answer's usage
-    over the limit (the backward check). Needs the model: its window is the limit."""
+    """prune.prune, acting also when its gates stopped it: on the fewest oldest outputs past the
+    newest protected results whose marks lower the request's projected figure by at least
+    tokens_needed without leaving the last answer's usage over the limit (the backward check).
+    Needs the model: its window is the limit. At most FIT_TRIES measures of a marked copy."""
     r = prune.prune(conv, reason, settings, cfg, model=model, memo=memo, deadline=deadline)
-    if r.stopped_by != prune.MINIMUM or tokens_needed <= 0 or model is None or model.limits.context <= 0 \
-            or tokens_needed > MAX_SCALE * r.declined_tokens + MAX_SCALE:
+    spare_tokens = sum(cost for _, cost in r.spare)
+    if r.acted or not r.spare or tokens_needed <= 0 or model is None or model.limits.context <= 0 \
+            or tokens_needed > MAX_SCALE * spare_tokens + MAX_SCALE:
         return r
     system = system if system is not None else m.SystemPrompt()
 
@@ -45,9 +50,29 @@ def prune_to_fit(conv: m.Conversation, reason: str, settings: m.CompactionSettin
     # stamped after every answer, as a client marking them now would: a pruned output counts as
     # removed since the last answer (the rebase), whatever the skew of this clock to the client's
     stamp = max([int(time.time() * 1000)] + [x.time_completed_ms + 1 for x in conv.messages])
-    marked = edits.apply(conv.messages, [edits.MarkCompacted(list(r.declined), stamp)])
-    before, after = measured(conv.messages), measured(marked)
-    if before.projected - after.projected < tokens_needed or after.overflow:
-        return r
-    return prune.PruneResult(part_ids=list(r.declined), tokens_freed=r.declined_tokens, acted=True, reason=reason,
-                             tokens_scanned=r.tokens_scanned, fits=True)
+    before = measured(conv.messages).projected
+    for k in _prefixes(r.spare, tokens_needed):
+        after = measured(edits.apply(conv.messages, [edits.MarkCompacted([pid for pid, _ in r.spare[:k]], stamp)]))
+        if before - after.projected >= tokens_needed and not after.overflow:
+            return prune.PruneResult(part_ids=[pid for pid, _ in r.spare[:k]], acted=True, reason=reason,
+                                     tokens_freed=sum(cost for _, cost in r.spare[:k]),
+                                     tokens_scanned=r.tokens_scanned, fits=True)
+    return r
+
+
+FIT_TRIES = 3  # measures of a marked copy a prune that fits may take
+
+
+def _prefixes(spare: tuple, needed: int) -> list:
+    """How many of the oldest spare outputs to try marking: the fewest whose estimate reaches
+    needed, then twice that, then all (the decision figure of an output is mostly at or above its
+    chars/4 estimate: code and logs read higher, margins and the provider's scale on top)."""
+    out, total, target = [], 0, needed
+    for k, (_, cost) in enumerate(spare, 1):
+        total += cost
+        if total >= target and len(out) < FIT_TRIES - 1:
+            out.append(k)
+            target = 2 * total
+    if not out or out[-1] != len(spare):
+        out.append(len(spare))
+    return out[:FIT_TRIES]
