@@ -4,6 +4,9 @@ from __future__ import annotations
 import base64
 import json
 
+import grpc
+import pytest
+
 from helpers import convo
 from judges import judge_for
 from contextsvc.v1 import context_pb2 as pb
@@ -82,6 +85,38 @@ def test_bedrock_sends_only_redacted_reasoning_it_can_read_as_a_blob(stub):
         blocks = b["messages"][1]["content"]
         assert (blocks[0] == {"reasoningContent": {"redactedContent": redacted}}) == kept, blocks
         assert judge_for("bedrock")(b) == []
+
+
+@pytest.mark.parametrize("provider, model_id", [
+    (pb.PROVIDER_ANTHROPIC, "claude-sonnet-4-5"), (pb.PROVIDER_OPENAI, "gpt-4o"),
+    (pb.PROVIDER_OPENAI_RESPONSES, "gpt-5"), (pb.PROVIDER_BEDROCK, "anthropic.claude-sonnet-4-5-v1:0"),
+    (pb.PROVIDER_GEMINI, "gemini-2.5-flash")])
+def test_a_failed_call_whose_arguments_the_model_wrote_malformed_is_sent(stub, provider, model_id):
+    """A model's arguments cut at its output limit, refused by the tool: the call failed with
+    them. They refused every later request of the session (INVALID_ARGUMENT); the call now goes
+    with {} and its error, and every provider's library accepts the body. A completed call's
+    arguments must still be a JSON object."""
+    def call(status, input_json):
+        return pb.Part(id="t1", tool=pb.ToolPart(call_id="call_1", tool="read", state=pb.ToolState(
+            status=status, input_json=input_json, error="invalid JSON arguments" if status == pb.TOOL_STATUS_ERROR
+            else "", output="" if status == pb.TOOL_STATUS_ERROR else "x = 1\n")))
+
+    name = {pb.PROVIDER_ANTHROPIC: "anthropic", pb.PROVIDER_OPENAI: "openai", pb.PROVIDER_OPENAI_RESPONSES:
+            "openai-responses", pb.PROVIDER_BEDROCK: "bedrock", pb.PROVIDER_GEMINI: "gemini"}[provider]
+    tools = [pb.ToolDefinition(name="read", input_schema_json='{"type":"object"}')]
+    for malformed in ('{"path": "src/a.py", "lim', '["src/a.py"]'):
+        conv = pb.Conversation(session_id="sess-q", messages=turn(call(pb.TOOL_STATUS_ERROR, malformed)))
+        r = stub.Assemble(pb.AssembleRequest(conversation=conv, tools=tools, model=convo.model(provider=provider,
+                                                                                                id=model_id)), timeout=10)
+        b = json.loads(r.body)
+        assert "invalid JSON arguments" in r.body.decode() and "src/a.py" not in r.body.decode()
+        problems = judge_for(name)(b, dict(r.headers)) if name == "anthropic" else judge_for(name)(b)
+        assert problems == [], problems
+    completed = pb.Conversation(session_id="sess-q", messages=turn(call(pb.TOOL_STATUS_COMPLETED, '["src/a.py"]')))
+    with pytest.raises(grpc.RpcError) as e:
+        stub.Assemble(pb.AssembleRequest(conversation=completed, tools=tools, model=convo.model(provider=provider,
+                                                                                                id=model_id)), timeout=10)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "input_json: must be a JSON object" in e.value.details()
 
 
 def test_gemini_drops_reasoning_without_signature(stub):

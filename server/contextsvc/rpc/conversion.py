@@ -148,6 +148,24 @@ def _file(f) -> m.File:
     )
 
 
+# why a failed call's arguments are sent as {}: a model wrote them malformed (cut at its output
+# limit, say), the tool refused them, and the error says so
+_MALFORMED = ("not valid JSON", "must be a JSON object")
+
+
+def _call_input(text: str, status: str, path, depth: int) -> dict:
+    """A tool call's arguments. Those of a call that failed may be malformed JSON, as a model wrote
+    them: they go as {} (every provider wants an object there), where they refused every later
+    request of the session. Any other call's must be a JSON object; nesting and lone surrogates
+    are refused for every call."""
+    try:
+        return _json_object(text, path, ".tool.state.input_json", max_depth=depth)
+    except BadInput as e:
+        if status == m.ERROR and e.why.startswith(_MALFORMED):
+            return {}
+        raise
+
+
 def _tool(t, path, depth: int = JSON_DEPTH) -> m.Tool:
     s = t.state
     status = _STATUSES.get(s.status)
@@ -157,7 +175,7 @@ def _tool(t, path, depth: int = JSON_DEPTH) -> m.Tool:
         call_id=t.call_id,
         tool=t.tool,
         status=status,
-        input=_json_object(s.input_json, path, ".tool.state.input_json", max_depth=depth),
+        input=_call_input(s.input_json, status, path, depth),
         output=s.output,
         error=s.error,
         title=s.title,
