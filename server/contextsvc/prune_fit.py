@@ -52,10 +52,10 @@ def prune_to_fit(conv: m.Conversation, reason: str, settings: m.CompactionSettin
     stamp = max([int(time.time() * 1000)] + [x.time_completed_ms + 1 for x in conv.messages])
     before = measured(conv.messages).projected
     for k in _prefixes(r.spare, tokens_needed):
-        after = measured(edits.apply(conv.messages, [edits.MarkCompacted([pid for pid, _ in r.spare[:k]], stamp)]))
+        ids = [pid for pid, _ in r.spare[:k]]
+        after = measured(edits.apply(conv.messages, [edits.MarkCompacted(ids, stamp)]))
         if before - after.projected >= tokens_needed and not after.overflow:
-            return prune.PruneResult(part_ids=[pid for pid, _ in r.spare[:k]], acted=True, reason=reason,
-                                     tokens_freed=sum(cost for _, cost in r.spare[:k]),
+            return prune.PruneResult(part_ids=ids, acted=True, reason=reason, tokens_freed=sum(c for _, c in r.spare[:k]),
                                      tokens_scanned=r.tokens_scanned, fits=True)
     return r
 

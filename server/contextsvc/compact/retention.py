@@ -104,7 +104,7 @@ def judge(messages: list, previous: str, summary: str, memo=None, deadline: Dead
 def carried(previous: str) -> list:
     """The verbatim items a previous summary carries: its code spans (paths, commands,
     identifiers, as the template asks them written), each once."""
-    return list(dict.fromkeys(x.strip() for x in offline.CODE_SPAN.findall(previous) if len(x.strip()) >= 3))
+    return list(dict.fromkeys(offline.code_spans(previous)))
 
 
 def report(messages: list, previous: str, summary: str, memo=None, deadline: Deadline = NO_DEADLINE) -> Retention:

@@ -15,8 +15,6 @@ model and the Converse documentation):
 """
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 
 from .. import conversation as m
@@ -85,16 +83,6 @@ def _media(x: MMedia, ledger: MediaLedger, names: _DocumentNames) -> dict:
     return {"image": {"format": fmt, "source": {"bytes": data}}}
 
 
-def _is_blob(value: str) -> bool:
-    """redactedContent is a blob: standard base64 with its padding, as Converse returns it. An
-    OpenAI Responses encrypted_content (URL-safe alphabet) in a history of unknown origin failed
-    the whole request."""
-    try:
-        return base64.b64encode(base64.b64decode(value, validate=True)).decode("ascii") == value
-    except (binascii.Error, ValueError):
-        return False
-
-
 def _text(text: str):
     return {"text": text} if text.strip() else None
 
@@ -107,8 +95,10 @@ def _block(c, ledger: MediaLedger, names: _DocumentNames, deadline: Deadline):
         return _media(c, ledger, names)
     if isinstance(c, MReasoning):
         if c.redacted:
-            if not _is_blob(c.redacted):
-                return None  # not bytes Converse gave (another provider's state): the blob would fail the request
+            # redactedContent is a blob (standard base64, as Converse returns it): another
+            # provider's state (an OpenAI encrypted_content, URL-safe) failed the whole request
+            if not media.is_base64(c.redacted):
+                return None
             return {"reasoningContent": {"redactedContent": ledger.opaque(c.redacted)}}
         if not c.signature:
             return None  # Converse rejects unsigned reasoning, as the Messages API does

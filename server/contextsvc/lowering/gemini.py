@@ -1,9 +1,6 @@
 """Google Gemini generateContent body (POST /v1beta/models/{model}:generateContent)."""
 from __future__ import annotations
 
-import base64
-import binascii
-
 from .. import conversation as m
 from . import media
 from ..deadline import NO_DEADLINE, Deadline
@@ -34,18 +31,6 @@ def _media(x: MMedia, ledger: MediaLedger) -> dict:
     if src.url:
         return {"fileData": {"mimeType": src.mime, "fileUri": src.web_url(ledger)}}
     return {"inlineData": {"mimeType": src.mime, "data": src.base64(ledger)}}
-
-
-def _is_signature(value: str) -> bool:
-    """thoughtSignature is bytes on the wire: a string that is not canonical base64 (standard or
-    URL-safe alphabet, padding optional) fails the whole request, so it cannot be a signature
-    Gemini gave and is not replayed."""
-    text = value.replace("-", "+").replace("_", "/").rstrip("=")
-    text += "=" * (-len(text) % 4)
-    try:
-        return base64.b64encode(base64.b64decode(text, validate=True)).decode("ascii") == text
-    except (binascii.Error, ValueError):
-        return False
 
 
 def _sign_first_call(parts: list) -> list:
@@ -87,7 +72,9 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
             if isinstance(c, MReasoning):
                 # Gemini returns a thought's signature on the part after it (a function call
                 # above all) and wants it back there; the thought text itself is not replayed.
-                if c.signature and _is_signature(c.signature):
+                # thoughtSignature is bytes on the wire: a string that is not base64 (either
+                # alphabet) is no signature Gemini gave, and is not replayed
+                if c.signature and media.is_base64(c.signature, url_safe=True):
                     signature = c.signature
                 continue
             if isinstance(c, MText):

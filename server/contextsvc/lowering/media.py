@@ -8,6 +8,7 @@ of the body JSON the placeholder saves and what the value costs.
 from __future__ import annotations
 
 import base64
+import binascii
 from dataclasses import dataclass
 from urllib.parse import unquote, unquote_to_bytes
 
@@ -88,6 +89,19 @@ WEB_IMAGES = {t: IMAGE for t in ("image/png", "image/jpeg", "image/gif", "image/
 
 
 _ALIASES = {"image/jpg": "image/jpeg"}  # common, and refused under this name
+
+
+def is_base64(value: str, url_safe: bool = False) -> bool:
+    """value is canonical base64 of some bytes, as a bytes field on the wire takes it: the
+    standard alphabet with its padding; with url_safe, the URL-safe alphabet too, padding
+    optional. Another string there fails the whole request."""
+    if url_safe:
+        value = value.replace("-", "+").replace("_", "/").rstrip("=")
+        value += "=" * (-len(value) % 4)
+    try:
+        return base64.b64encode(base64.b64decode(value, validate=True)).decode("ascii") == value
+    except (binascii.Error, ValueError):
+        return False
 
 
 def media_type(mime: str) -> str:

@@ -404,9 +404,14 @@ def _chooses(sentence: str) -> bool:
     return bool(TELLS_CHOICE.match(told)) and not sentence.rstrip().endswith("?") and bool(sup.chosen(told))
 
 
+def code_spans(text: str) -> list:
+    """The `code spans` of text that can be items (three characters or more), stripped, in order."""
+    return [x.strip() for x in CODE_SPAN.findall(text) if len(x.strip()) >= 3]
+
+
 def _keys(text: str) -> set:
     """What ties a step to an ask: its paths, identifiers and `code spans`."""
-    keys = set(identifiers(text)) | {x.strip() for x in CODE_SPAN.findall(text) if len(x.strip()) >= 3}
+    keys = set(identifiers(text)) | set(code_spans(text))
     return keys | {k.rsplit("/", 1)[-1] for k in keys if "/" in k and not k.endswith("/")}
 
 
