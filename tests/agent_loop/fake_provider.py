@@ -171,8 +171,8 @@ def unpaired_tool_calls(provider: str, body: dict) -> list[str]:
     """Tool calls without their result in the next message, and results without their call."""
     if provider == "openai-responses":
         return _unpaired_items(body.get("input") or [])
-    if provider == "gemini":
-        return _unpaired_contents(body.get("contents") or [])
+    if provider == "gemini":  # the judge's own rule: calls and responses of adjacent turns, name for name
+        return [x for x in judge_for("gemini")(body) if x.startswith("tool-pairing: ")]
     msgs = body.get("messages") or []
     problems = []
 
@@ -220,30 +220,6 @@ def unpaired_tool_calls(provider: str, body: dict) -> list[str]:
         else:
             asked = parsed[i - 1][0] if i > 0 else []
         problems += [f"messages[{i}]: result {r} answers no call" for r in results if r not in asked]
-    return problems
-
-
-def _unpaired_contents(contents: list) -> list[str]:
-    """Gemini: a model turn's functionCall parts answered, name for name, by the functionResponse
-    parts of the user turn right after it (the API pairs them by name and order), and no
-    response that answers no call of the turn before."""
-    def names(content, key):
-        return sorted(p[key]["name"] for p in content.get("parts") or [] if key in p)
-
-    problems = []
-    for i, content in enumerate(contents):
-        calls = names(content, "functionCall") if content.get("role") == "model" else []
-        if calls:
-            after = contents[i + 1] if i + 1 < len(contents) else {}
-            answered = names(after, "functionResponse") if after.get("role") == "user" else []
-            if answered != calls:
-                problems.append(f"contents[{i}]: calls {calls} answered by {answered}")
-        results = names(content, "functionResponse")
-        if results:
-            before = contents[i - 1] if i > 0 else {}
-            asked = names(before, "functionCall") if before.get("role") == "model" else []
-            if asked != results:
-                problems.append(f"contents[{i}]: results {results} answer calls {asked}")
     return problems
 
 
