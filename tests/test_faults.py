@@ -204,6 +204,42 @@ def test_concurrency_limit_refuses_at_once_and_health_still_answers(api):
         s.stop(grace=1)
 
 
+def own_connection(port: int) -> grpc.Channel:
+    """A channel on a connection of its own (grpc shares one between equal channels otherwise)."""
+    return grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.use_local_subchannel_pool", 1)])
+
+
+def test_a_connection_that_fills_the_limit_refuses_no_other_connection_s_call(api):
+    """One connection's calls hold every slot of max_concurrent_rpcs: its next call is refused,
+    but a call on another connection with none in flight takes the spare thread and is answered
+    (a burst on one channel refused every other caller before); a third connection's call, with
+    no spare thread left (workers - 1 kept for health), is refused."""
+    api.mode = "hang"
+    s = summarizer_server(api, max_concurrent_rpcs=2, workers=4)
+    try:
+        with own_connection(s.port) as burst, own_connection(s.port) as other, own_connection(s.port) as third:
+            holders = [pb_grpc.ContextServiceStub(burst).Compact.future(compact_request(), timeout=60)
+                       for _ in range(2)]
+            assert wait_for(lambda: len(api.requests) == 2)
+            with pytest.raises(grpc.RpcError) as e:
+                pb_grpc.ContextServiceStub(burst).Measure(convo.measure_request(), timeout=10)
+            assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert pb_grpc.ContextServiceStub(other).Measure(convo.measure_request(), timeout=10).body_bytes > 0
+            held = pb_grpc.ContextServiceStub(other).Compact.future(compact_request(), timeout=60)
+            assert wait_for(lambda: len(api.requests) == 3)  # the spare thread, held by other's call
+            with pytest.raises(grpc.RpcError) as e:
+                pb_grpc.ContextServiceStub(third).Measure(convo.measure_request(), timeout=10)
+            assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "max_concurrent_rpcs" in e.value.details()
+            api.mode = "ok"
+            api.release.set()
+            assert all(f.result(30).backend == "anthropic" for f in holders + [held])
+            assert pb_grpc.ContextServiceStub(third).Measure(convo.measure_request(), timeout=10).body_bytes > 0
+    finally:
+        api.release.set()
+        s.stop(grace=1)
+
+
 def test_transport_bound_refuses_every_service_beyond_it(api):
     """max_pending_rpcs is grpc's own bound: beyond it even health checks are refused, which is
     why the service limit sits below it."""

@@ -21,13 +21,14 @@ TIMEOUT = 5.0  # a call that takes longer counts as failed, at this latency
 class Calls:
     latencies: list = field(default_factory=list)  # seconds, TIMEOUT for a failed call
     failed: int = 0
+    codes: list = field(default_factory=list)  # the status of each failed call
 
     def summary(self) -> str:
         if not self.latencies:
             return "no calls"
         ms = sorted(x * 1000 for x in self.latencies)
         return (f"{len(ms)} calls, p50 {statistics.median(ms):.0f} ms, max {ms[-1]:.0f} ms, "
-                f"{self.failed} failed")
+                f"{self.failed} failed" + (f" ({', '.join(self.codes)})" if self.codes else ""))
 
     def worst(self) -> float:
         return max(self.latencies, default=0.0)
@@ -69,8 +70,9 @@ class Probe:
                 try:
                     call()
                     calls.latencies.append(time.monotonic() - start)
-                except grpc.RpcError:
+                except grpc.RpcError as e:
                     calls.failed += 1
+                    calls.codes.append(f"{e.code().name} after {time.monotonic() - start:.2f} s")
                     calls.latencies.append(TIMEOUT)
                 if self._pid and kind == "check":
                     self.rss_peak = max(self.rss_peak, rss_mb(self._pid))

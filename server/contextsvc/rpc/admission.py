@@ -3,7 +3,10 @@ bound, and work whose caller has gone.
 
 The core's work runs on a pool of `workers` threads (calls.py); a call that would wait there for
 a thread is refused instead (the hot path is CPU-bound: a queue only adds latency). So:
-- ContextService calls: at most `max_calls` whose callers are still there; one more is refused.
+- ContextService calls: at most `max_calls` whose callers are still there; one more is refused,
+  unless its connection has no call in flight: then it may take a spare thread past the limit,
+  so that one connection's burst (a hundred streams on one channel) never refuses the callers
+  on other connections.
 - reflection streams: at most `max_streams` (each costs memory while open).
 - a call whose caller has gone (cancelled, deadline passed) still runs on its thread until it
   notices, but no longer holds a slot of the limit; its thread stays counted.
@@ -20,12 +23,13 @@ from ..errors import Exhausted, Unavailable
 
 
 class Ticket:
-    __slots__ = ("kind", "alive", "abandoned")
+    __slots__ = ("kind", "alive", "abandoned", "connection")
 
-    def __init__(self, kind: str, alive: Callable[[], bool] | None = None):
+    def __init__(self, kind: str, alive: Callable[[], bool] | None = None, connection: str = ""):
         self.kind = kind
         self.alive = alive  # calls: whether the caller is still there
         self.abandoned = False
+        self.connection = connection
 
 
 class Admission:
@@ -35,6 +39,7 @@ class Admission:
         self.max_streams = max_streams
         self._lock = threading.Lock()
         self._calls: set[Ticket] = set()  # callers still there
+        self._per_connection: dict[str, int] = {}  # of _calls
         self._abandoned = 0  # calls running for callers who left
         self._streams: set[Ticket] = set()
         self._closed = threading.Event()
@@ -48,26 +53,38 @@ class Admission:
     def _sweep(self) -> None:
         """Moves calls whose caller has gone out of the limit (their threads stay counted)."""
         for t in [t for t in self._calls if not t.alive()]:
-            self._calls.discard(t)
+            self._drop(t)
             t.abandoned = True
             self._abandoned += 1
 
-    def enter_call(self, what: str, alive: Callable[[], bool]) -> Ticket:
+    def _drop(self, ticket: Ticket) -> None:
+        self._calls.discard(ticket)
+        n = self._per_connection[ticket.connection] - 1
+        if n:
+            self._per_connection[ticket.connection] = n
+        else:
+            del self._per_connection[ticket.connection]
+
+    def enter_call(self, what: str, alive: Callable[[], bool], connection: str = "") -> Ticket:
+        """A slot for a call from connection (its peer: address and port), or Exhausted."""
         if self._closed.is_set():
             raise Unavailable(f"{what}: the server is shutting down; retry on another replica")
         with self._lock:
             if self.max_calls:
                 if len(self._calls) >= self.max_calls or self._busy() >= self.workers - 1:
                     self._sweep()
-                if len(self._calls) >= self.max_calls:
+                over = len(self._calls) >= self.max_calls
+                if over and (connection in self._per_connection or not connection
+                             or self._busy() >= self.workers - 1):
                     raise Exhausted(f"{what}: server busy, {self.max_calls} calls already in flight "
                                     "(server.max_concurrent_rpcs); retry with backoff")
                 if self._busy() >= self.workers - 1:
                     raise Exhausted(f"{what}: server busy: {self._abandoned} calls abandoned by their "
                                     f"callers are still finishing on the server's threads "
                                     "(server.workers); retry with backoff")
-            ticket = Ticket("call", alive)
+            ticket = Ticket("call", alive, connection)
             self._calls.add(ticket)
+            self._per_connection[connection] = self._per_connection.get(connection, 0) + 1
             return ticket
 
     def enter_stream(self, what: str) -> Ticket:
@@ -87,8 +104,8 @@ class Admission:
                 self._streams.discard(ticket)
             elif ticket.abandoned:
                 self._abandoned -= 1
-            else:
-                self._calls.discard(ticket)
+            elif ticket in self._calls:
+                self._drop(ticket)
 
     def stalled(self) -> bool:
         """True when a new call would be refused because of work nobody waits for: health then

@@ -5,7 +5,8 @@ or for its client to read the response, is a coroutine, not a worker. The steps 
 1. the bearer token, from the headers, before the request body is read;
 2. the request, awaited for at most `server.request_wait_seconds` (within the caller's deadline):
    a client that opens calls and never sends them holds nothing but the coroutine;
-3. admission (admission.py): a free slot, or RESOURCE_EXHAUSTED at once;
+3. admission (admission.py): a free slot (a connection's first call in flight may take a spare
+   thread past the limit), or RESOURCE_EXHAUSTED at once;
 4. parsing and the core's work on the bounded executor (the hot path is CPU-bound and holds
    the GIL);
 5. the response, refused when over `server.max_response_bytes`, and sent only while the bytes all
@@ -141,14 +142,14 @@ def _bounded(remaining: float | None, bound: float) -> float:
     return bound if remaining is None else max(0.0, min(remaining, bound))
 
 
-async def receive(context, method: str, request_wait: float, waiting: WaitingCalls) -> bytes:
+async def receive(context, method: str, request_wait: float, waiting: WaitingCalls, peer: str) -> bytes:
     """The call's one request message (_read_request), within request_wait seconds
     (server.request_wait_seconds) or the call's deadline, once its client (the peer's address)
     has fewer than waiting.limit calls waiting for theirs: one client's calls that never send
     their request (headers alone, a thousand streams) would otherwise fill the transport's bound
     (server.max_pending_rpcs) and every other caller and health check be refused."""
     wait = _bounded(context.time_remaining(), request_wait)
-    client = client_of(context.peer())
+    client = client_of(peer)
     if not waiting.enter(client):
         raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED,
                       f"{waiting.limit} calls of this client ({client}) are waiting for their request message "
@@ -224,10 +225,11 @@ async def _answer(settings: CallSettings, method: str, parse, work, context,
             reason, view.tenant = settings.token.check(context.invocation_metadata())
             if reason:
                 return grpc.StatusCode.UNAUTHENTICATED, reason
-        data = await receive(context, method, settings.request_wait, settings.waiting)
+        peer = context.peer()
+        data = await receive(context, method, settings.request_wait, settings.waiting, peer)
         if metrics is not None:
             metrics.request(len(data))
-        out = await _run(settings, method, parse, work, data, view)
+        out = await _run(settings, method, parse, work, data, view, peer)
         del data
         _hold(settings, method, context, len(out))
         return out
@@ -241,12 +243,13 @@ async def _answer(settings: CallSettings, method: str, parse, work, context,
         return status, str(e)
 
 
-async def _run(settings: CallSettings, method: str, parse, work, data: bytes, view: CallView) -> bytes:
+async def _run(settings: CallSettings, method: str, parse, work, data: bytes, view: CallView,
+               peer: str) -> bytes:
     """work(parse(data), view), the response's bytes, on the executor (parsing a large request
     would hold the event loop), in an admission slot held until the thread is done with it (a
     caller who leaves does not stop the thread: admission counts it as abandoned)."""
     admission = settings.admission
-    ticket = admission.enter_call(method, view.is_active)
+    ticket = admission.enter_call(method, view.is_active, peer)
     max_response = settings.max_response_bytes
 
     def run() -> tuple:

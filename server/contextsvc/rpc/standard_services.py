@@ -96,7 +96,7 @@ class StandardServices:
         """The call's request message, as the service's calls read theirs (calls.receive);
         None once the call is ended with the refusal."""
         try:
-            return await receive(context, method, self._request_wait, self._waiting)
+            return await receive(context, method, self._request_wait, self._waiting, context.peer())
         except Refused as e:
             refusal = (e.code, e.details)
         await context.abort(*refusal)
