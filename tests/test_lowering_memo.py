@@ -128,7 +128,7 @@ def test_keyed_by_the_message_digest(cached):
     conv = conversion.conversation(pb.Conversation(messages=msgs), memo=cache)
     digests = {msg.digest for msg in conv.messages}
     assert len(digests) == 50 and all(len(d) == 16 for d in digests)
-    assert {k[1] for k in memo._items if k[0] == LOWERED} == digests
+    assert {k[1] for k in memo.keys() if k[0] == LOWERED} == digests
     hits = memo.hits
     request.build(conv, plan(m.Model(id="claude-sonnet-4-5", provider=m.ANTHROPIC)), memo)
     assert len(memo) == n and memo.hits > hits
@@ -251,7 +251,7 @@ def test_the_prefix_hashing_resumes_after_the_earlier_steps_elements(provider):
     # a first message left behind (the lowering's, twice where the estimate lowers its own
     # request with media as placeholders)
     for kind, per_case in ((prefix.CHAIN, 2), (PREFIX, 3)):
-        kept = sum(key[0] == kind for key in memo._items)
+        kept = sum(key[0] == kind for key in memo.keys())
         assert 0 < kept <= per_case * len(_CASES[provider]), (kind, kept, len(hashed))
     if provider != m.BEDROCK:
         assert sum(k <= 6 for k, total in hashed if total > 12) >= sum(total > 12 for _, total in hashed) // 2, hashed
@@ -288,7 +288,7 @@ def test_the_body_copies_the_elements_its_earlier_step_encoded(provider):
     assert encoded, "no step copied an earlier step's elements"
     # each step's entry took the place of the one it copied from: the entries left are the last
     # of each case's session, and those a compaction or a first message left behind
-    kept = sum(key[0] == BODY for key in memo._items)
+    kept = sum(key[0] == BODY for key in memo.keys())
     assert kept <= 2 * len(_CASES[provider]), kept
     if provider != m.BEDROCK:  # its media cases are lowered whole, without the memo
         assert sum(k <= 6 for k, total in encoded if total > 12) >= sum(total > 12 for _, total in encoded) // 2, \
@@ -339,7 +339,7 @@ def test_the_head_stretch_adds_to_its_earlier_steps_sum(provider):
         figures.native.sum_profiles, figures._head_profile = original, head_profile
     assert added, "no step started from an earlier step's sum"
     # each step's entry took the place of the one it started from
-    assert sum(key[0] == figures.PROFILES for key in memo._items) <= 2 * len(_CASES[provider])
+    assert sum(key[0] == figures.PROFILES for key in memo.keys()) <= 2 * len(_CASES[provider])
     if provider != m.BEDROCK:  # its media cases are lowered whole, without the memo
         assert sum(k <= 8 for k, at in added if at > 12) >= sum(at > 12 for _, at in added) // 2, added
 

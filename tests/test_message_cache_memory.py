@@ -56,3 +56,44 @@ def test_real_memory_of_the_cache_stays_within_its_bound(make, count, per_call):
     assert accounted <= BOUND
     assert used >= BOUND // 2  # the bound is used, not wasted by a gross overestimate
     assert used / accounted == pytest.approx(1, abs=0.25)
+
+
+def test_a_session_outgrowing_the_cache_keeps_its_real_memory_within_the_bound():
+    """Steps of one session of 8,000 short messages (more than the bound holds) measured over a
+    real server: each step keeps what fits of its own entries and its next step is served those
+    (Memo.begin_step; a plain LRU kept none for it), and the real memory stays within the bound:
+    nothing the step could not keep is held, uncharged, by an entry serving its next step whole."""
+    gc.collect()
+    assert not [o for o in gc.get_objects() if isinstance(o, Memo)]
+    s = start_server(memo_bytes=BOUND, max_concurrent_rpcs=1, workers=2)
+    msgs = [m for n in range(4_000) for m in (convo.user(f"u{n}", convo.text(f"u{n}p", f"question {n}")),
+                                              convo.assistant(f"a{n}", convo.text(f"a{n}p", "ok")))]
+    tracemalloc.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{s.port}",
+                                   options=[("grpc.max_send_message_length", 64 * 1024 * 1024)]) as ch:
+            stub = pb_grpc.ContextServiceStub(ch)
+            cache = None
+            for k in range(4):
+                conversation = pb.Conversation(session_id="long", messages=msgs[:len(msgs) - 3 + k])
+                stub.Measure(pb.MeasureRequest(conversation=conversation, model=convo.model(context=200_000)),
+                             timeout=60)
+                cache = cache or cache_of_running_server()
+                if k == 0:
+                    first = cache.misses
+                elif k == 1:
+                    second = cache.misses - first
+            gc.collect()
+            filled = tracemalloc.get_traced_memory()[0]
+            accounted = cache.size_bytes
+            cache.clear()
+            gc.collect()
+            used = filled - tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+        s.stop(grace=1)
+    print(f"8,000 short messages: first step {first} misses, the next {second}; "
+          f"{used} bytes real, {accounted} accounted, bound {BOUND}")
+    assert second < first  # served from what the first step kept
+    assert used <= BOUND + SLACK
+    assert accounted <= BOUND

@@ -13,12 +13,13 @@ import hashlib
 import importlib
 import random
 import sys
+import threading
 import tracemalloc
 
 import pytest
 
 from contextsvc import config, memo, native, conversation as m
-from contextsvc.rpc import servicer
+from contextsvc.rpc import conversion, servicer
 from contextsvc_client import apply_compaction
 from contextsvc.compact import run as compact_run
 from contextsvc.v1 import context_pb2 as pb
@@ -173,6 +174,83 @@ def test_least_recently_used_go_first():
     calls = []
     mm.each("k", [msgs[0], msgs[1]], (), lambda y: calls.append(y.id) or y.id)
     assert calls == ["m1"]
+
+
+def test_a_step_does_not_evict_what_it_used_or_kept():
+    """Memo.begin_step: a step whose entries outgrow the bound keeps the first that fit and does
+    not keep the rest, so its next step is served those; a plain LRU read in message order evicts
+    each entry just before the next step asks for it, and serves none."""
+    mm = memo.Memo(4_000)
+    msgs = [_message(i, 2) for i in range(40)]
+    mm.begin_step()
+    mm.each("k", msgs, (), lambda x: x.id)
+    kept = len(mm)
+    assert 0 < kept < 40 and mm.size_bytes <= 4_000
+    for _ in range(2):
+        mm.begin_step()
+        computed = []
+        assert mm.each("k", msgs, (), lambda y: computed.append(y.id) or y.id) == [x.id for x in msgs]
+        assert computed == [x.id for x in msgs[kept:]] and len(mm) == kept
+
+
+def test_what_a_step_could_not_keep_is_charged_to_the_entries_that_may_hold_it():
+    """put_charged (a prefix entry, charged apart from the message entries it holds) is charged
+    what the step's refused entries would have been: otherwise it would hold them, uncharged."""
+    mm = memo.Memo(4_000)
+    msgs = [_message(i, 2) for i in range(40)]
+    mm.begin_step()
+    values = mm.each("k", msgs, (), lambda x: x.id)
+    mm.put_charged(("prefix",), tuple(values), 8)
+    assert mm.get(("prefix",)) is None and mm.size_bytes <= 4_000
+    mm.begin_step()  # a step that kept everything: charged as before
+    mm.put_charged(("prefix",), tuple(values[:3]), 8)
+    assert mm.get(("prefix",)) == tuple(values[:3])
+
+
+def test_another_step_evicts_a_step_s_entries_as_any_older_ones():
+    """The mark protects a step from itself only: a later step on another thread evicts an
+    earlier step's entries, oldest first, as a plain LRU does."""
+    mm = memo.Memo(4_000)
+    first, second = [_message(i, 2) for i in range(6)], [_message(100 + i, 2) for i in range(30)]
+    mm.begin_step()
+    mm.each("k", first, (), lambda x: x.id)
+
+    def other_step():
+        mm.begin_step()
+        mm.each("k", second, (), lambda x: x.id)
+
+    worker = threading.Thread(target=other_step)
+    worker.start()
+    worker.join()
+    assert all(mm.get(("k", x.digest)) is None for x in first)
+    assert mm.get(("k", second[0].digest)) == second[0].id and mm.size_bytes <= 4_000
+
+
+def test_a_conversation_outgrowing_the_memo_is_served_from_it_at_the_next_step():
+    """6,000 short messages need more than a 12 MiB memo holds. Measured as the server does (the
+    parse begins the step), the session's next steps compute a fraction of what the first did,
+    and every answer equals the one without the memo. A plain LRU recomputed every message at
+    every step."""
+    cfg = config.Config()
+    small = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, memo_bytes=12 << 20))
+    with_memo, without = servicer.ContextService(small), servicer.ContextService(_memo_off())
+    parse, measure = conversion.parser(pb.MeasureRequest, with_memo.memo), with_memo.serialized("Measure")
+    plain = without.serialized("Measure")
+    msgs = []
+    for i in range(3_000):
+        msgs.append(user(f"u{i}", text(f"u{i}p", f"question {i}")))
+        msgs.append(assistant(f"a{i}", text(f"a{i}p", "ok")))
+    mdl = model(context=200_000)
+    misses = []
+    for k in range(4):
+        wire = pb.MeasureRequest(conversation=pb.Conversation(session_id="s", messages=msgs[:len(msgs) - 3 + k]),
+                                 model=mdl).SerializeToString()
+        before = with_memo.memo.misses
+        got = measure(parse(wire), _Context())
+        assert got == plain(conversion.parser(pb.MeasureRequest)(wire), _Context())
+        misses.append(with_memo.memo.misses - before)
+        assert with_memo.memo.size_bytes <= 12 << 20
+    assert all(later < misses[0] / 2 for later in misses[1:]), misses
 
 
 def test_the_entries_a_prefix_serves_are_touched_once_every_few_messages():
@@ -489,7 +567,7 @@ def test_a_history_grown_past_the_prune_is_not_pruned_again(editor, monkeypatch)
     assert all(set(marked[n]) > set(marked[n - 1]) for n in range(3, 16, 4))
     # each step's prune took the place of the one it resumed or pruned again after: one left
     # (and Assemble's own, resumed from the step before, with the editor's block)
-    assert sum(key[0] == memo.GUARD for key in with_memo.memo._items) == 1 + editor
+    assert sum(key[0] == memo.GUARD for key in with_memo.memo.keys()) == 1 + editor
 
 
 def test_a_history_the_guard_pruned_before_is_hashed_once(monkeypatch):

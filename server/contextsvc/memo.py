@@ -23,7 +23,7 @@ import hashlib
 import operator
 import sys
 from collections import OrderedDict, deque
-from threading import Lock
+from threading import Lock, local
 
 from . import native
 
@@ -227,16 +227,46 @@ def _fields_of(t):
     return values
 
 
+class _Fence:
+    """Where a step began in the LRU order (Memo.begin_step): a key of its own, charged nothing."""
+
+    __slots__ = ()
+
+
 class Memo:
-    """An LRU whose bound is the real size of what it holds (resident_size of key and value)."""
+    """An LRU whose bound is the real size of what it holds (resident_size of key and value).
+
+    A step never evicts what it has itself used or kept (begin_step): a conversation whose
+    entries outgrow the bound keeps as many of them as fit, and its next step is served those,
+    where a plain LRU read in message order evicts each entry just before it is asked for again
+    and keeps none (40,000 short messages: every step computed everything, seconds each)."""
 
     def __init__(self, max_bytes: int):
         self._max = max_bytes
-        self._items = OrderedDict()  # key -> (value, charged bytes)
+        self._items = OrderedDict()  # key -> (value, charged bytes); and the steps' _Fence keys
         self._bytes = 0
         self._lock = Lock()
+        self._fences = 0  # _Fence keys in _items
+        self._step = local()  # .fence: the _Fence of the step this thread runs; .refused: bytes
         self.hits = 0
         self.misses = 0
+
+    def begin_step(self) -> None:
+        """Marks where this thread's step begins: what the step then gets or puts is newer than the
+        mark, and its puts evict only older entries (_add). Past that, the step's further puts are
+        not kept, and what they would have been charged is added to the step's put_charged
+        entries, which may hold them (a prefix entry holds every message's pieces). Another
+        step's puts evict a mark like any older entry (that step is then a plain LRU's); the
+        thread's next step replaces it."""
+        fence = _Fence()
+        with self._lock:
+            old = getattr(self._step, "fence", None)
+            if old is not None and self._items.pop(old, None) is not None:
+                self._fences -= 1
+            self._items[fence] = (None, 0)
+            self._fences += 1
+        self._step.fence = fence
+        self._step.refused = 0
 
     def get(self, key):
         with self._lock:
@@ -301,8 +331,10 @@ class Memo:
 
     def put_charged(self, key, value, size: int) -> None:
         """put, charged size (plus the key and bookkeeping) instead of the value's walked size:
-        for a value whose parts other entries hold and are charged for."""
-        self._add(key, value, resident_size(key) + size + ENTRY_OVERHEAD)
+        for a value whose parts other entries hold and are charged for; and for the parts this
+        step could not keep (begin_step), which no other entry is charged for."""
+        refused = getattr(self._step, "refused", 0)
+        self._add(key, value, resident_size(key) + size + ENTRY_OVERHEAD + refused)
 
     def replace(self, key, value, size: int) -> None:
         """put_charged, in place of what key held (a session's newer step)."""
@@ -364,28 +396,47 @@ class Memo:
         return out
 
     def _add(self, key, value, size: int) -> None:
+        step = self._step
         if size > self._max:
+            step.refused = getattr(step, "refused", 0) + size
             return
+        fence = getattr(step, "fence", None)
         with self._lock:
-            if key in self._items:
+            items = self._items
+            if key in items:
                 return
-            self._items[key] = (value, size)
+            items[key] = (value, size)
             self._bytes += size
             while self._bytes > self._max:
-                _, (_, gone) = self._items.popitem(last=False)
+                old, (_, gone) = items.popitem(last=False)
+                if old is fence:  # what is left, this step used or kept: key is not kept
+                    items[old] = (None, 0)
+                    items.move_to_end(old, last=False)
+                    del items[key]
+                    self._bytes -= size
+                    step.refused += size
+                    return
+                if type(old) is _Fence:
+                    self._fences -= 1
                 self._bytes -= gone
 
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
             self._bytes = 0
+            self._fences = 0
+
+    def keys(self) -> list:
+        """The keys of the entries kept, least recently used first."""
+        with self._lock:
+            return [k for k in self._items if type(k) is not _Fence]
 
     @property
     def size_bytes(self) -> int:
         return self._bytes
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self._items) - self._fences
 
 
 def each(memo: Memo | None, kind: str, messages: list, settings: tuple, compute) -> list:

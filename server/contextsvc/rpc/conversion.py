@@ -336,6 +336,7 @@ def parser(message_type, memo: Memo | None = None):
     at = message_type.DESCRIPTOR.fields_by_name["conversation"].number
 
     def parse(data: bytes) -> Received:
+        memo.begin_step()  # the call's step, on this thread, begins with its parse
         skeleton = earlier_step.skeleton(memo, data, at) if len(data) >= earlier_step.SKELETON_FROM_BYTES else None
         if skeleton is not None:
             rest, resumed = skeleton
