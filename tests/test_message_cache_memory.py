@@ -41,7 +41,7 @@ def test_real_memory_of_the_cache_stays_within_its_bound(make, count, per_call):
                 stub.Prune(pb.PruneRequest(conversation=pb.Conversation(messages=msgs),
                                            reason=pb.PRUNE_REASON_NORMAL), timeout=60)
             cache = cache_of_running_server()
-            assert len(cache) < count  # the bound evicted some
+            assert cache.refused or len(cache) < count  # the bound was reached: some evicted, or not kept
             gc.collect()
             filled = tracemalloc.get_traced_memory()[0]
             kept, accounted = len(cache), cache.size_bytes

@@ -226,3 +226,35 @@ def test_a_request_over_the_size_limit_counts_as_ended_not_as_bad_input_and_no_s
         assert len(series) == len(set(series)), sorted(x for x in set(series) if series.count(x) > 1)[:3]
     finally:
         s.stop(grace=1)
+
+
+def test_the_memo_reports_its_lookups_its_bytes_and_what_it_could_not_keep():
+    """Two sessions of 60 steps measured in turn against a memo smaller than both need: the
+    lookups (hits and misses), the bytes charged (within server.memo_bytes) and the entries not
+    kept (held for the other session) reach /metrics within a second."""
+    import time
+
+    bound = 300_000
+    s = start_server(memo_bytes=bound)
+    sessions = [[m for n in range(30) for m in (
+        convo.user(f"u{n}", convo.text(f"u{n}p", f"session {k}: step {n}")),
+        convo.assistant(f"a{n}", convo.tool(f"a{n}t", f"c{n}", "read", {"path": f"src/f{n}.py"},
+                                            f"line {k} {n}\n" * 40)))]
+                for k in range(2)]
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
+            stub = pb_grpc.ContextServiceStub(ch)
+            for step in range(3):
+                for k, msgs in enumerate(sessions):
+                    conversation = pb.Conversation(session_id=f"s{k}", messages=msgs[:len(msgs) - 3 + step])
+                    stub.Measure(pb.MeasureRequest(conversation=conversation, model=convo.model()), timeout=10)
+            time.sleep(1.1)  # the memo's counts are synced at most once a second
+            stub.Measure(convo.measure_request(), timeout=10)
+            m = scrape(s.metrics_port)
+    finally:
+        s.stop(grace=1)
+    hits = m[("contextsvc_memo_lookups_total", (("outcome", "hit"),))]
+    misses = m[("contextsvc_memo_lookups_total", (("outcome", "miss"),))]
+    assert hits > 0 and misses > 0
+    assert m[("contextsvc_memo_refused_total", ())] > 0
+    assert 0 < m[("contextsvc_memo_bytes", ())] <= bound

@@ -226,6 +226,114 @@ def test_another_step_evicts_a_step_s_entries_as_any_older_ones():
     assert mm.get(("k", second[0].digest)) == second[0].id and mm.size_bytes <= 4_000
 
 
+class _Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_sessions_stepped_in_turn_keep_what_fits_within_the_hold():
+    """Four sessions stepped in turn need twice what the memo holds. A plain LRU evicts, at each
+    step, the entries of the session that steps next: no step is served anything. With the hold
+    (what a step used within hold_seconds is not evicted to make room), the entries that fit stay
+    and serve their sessions' later steps."""
+    sessions = [[_message(100 * k + i, 40) for i in range(10)] for k in range(4)]
+    probe = memo.Memo(1 << 30)
+    probe.each("k", sessions[0], (), lambda x: x.id)
+    bound = 2 * probe.size_bytes + 100
+    served = {}
+    for hold in (0.0, 60.0):
+        clock = _Clock()
+        mm = memo.Memo(bound, hold_seconds=hold, clock=clock)
+        for _ in range(3):
+            for msgs in sessions:
+                clock.now += 2.0  # seconds between two sessions' steps
+                mm.begin_step()
+                assert mm.each("k", msgs, (), lambda x: x.id) == [x.id for x in msgs]
+        assert mm.hits + mm.misses == 120 and mm.size_bytes <= bound
+        served[hold] = mm
+    assert served[0.0].hits == 0
+    held = served[60.0]
+    assert held.hits == 40 and held.refused == 60  # two sessions kept, served whole in rounds 2 and 3
+    assert len(held) == len(held.keys()) == 20
+
+
+def test_a_session_idle_past_the_hold_gives_way():
+    """What was used longer ago than hold_seconds is evicted as in a plain LRU: a new session
+    takes the place of one that stopped."""
+    clock = _Clock()
+    old, new = [_message(i, 40) for i in range(10)], [_message(100 + i, 40) for i in range(10)]
+    probe = memo.Memo(1 << 30)
+    probe.each("k", old, (), lambda x: x.id)
+    mm = memo.Memo(probe.size_bytes + 100, hold_seconds=60.0, clock=clock)
+    mm.begin_step()
+    mm.each("k", old, (), lambda x: x.id)
+    clock.now += 30.0
+    mm.begin_step()
+    mm.each("k", new, (), lambda x: x.id)
+    assert all(mm.get(("k", x.digest)) == x.id for x in old)  # used 30 s ago: held
+    assert mm.refused == 10
+    clock.now += 61.0
+    mm.begin_step()
+    mm.each("k", new, (), lambda x: x.id)
+    assert all(mm.get(("k", x.digest)) == x.id for x in new)
+    assert all(mm.get(("k", x.digest)) is None for x in old)
+
+
+def test_the_marks_of_time_stay_few():
+    """A step marks the time in the LRU order once a second at most, and marks past the hold
+    are dropped: a memo that never evicts does not gather them."""
+    clock = _Clock()
+    mm = memo.Memo(1 << 20, hold_seconds=10.0, clock=clock)
+    for _ in range(1000):
+        clock.now += 0.5
+        mm.begin_step()
+    assert len(mm._marks) <= 10 / memo.MARK_EVERY_SECONDS + 1
+    assert len(mm) == 0 and mm.keys() == []
+
+
+def test_sessions_outgrowing_the_memo_together_are_served_what_fits():
+    """Eight sessions measured in turn, as the server does (the parse begins the step), together
+    need about twice the memo. With the server's default hold, the sessions kept are served their
+    history at their later steps; a plain LRU (hold 0) served none of them. Every answer equals
+    the one without the memo."""
+    cfg = config.Config()
+    without = servicer.ContextService(_memo_off())
+    plain = without.serialized("Measure")
+    sessions = []
+    for k in range(8):
+        rng = random.Random(k)
+        msgs = []
+        for n in range(120):
+            _grow(rng, msgs, n)
+        sessions.append(msgs)
+    probe = servicer.ContextService(cfg)
+    for msgs in sessions[:4]:
+        wire = pb.MeasureRequest(conversation=pb.Conversation(session_id="probe", messages=msgs[:-3]),
+                                 model=model(context=200_000)).SerializeToString()
+        probe.serialized("Measure")(conversion.parser(pb.MeasureRequest, probe.memo)(wire), _Context())
+    bound = probe.memo.size_bytes
+    later_misses = {}
+    for hold in (0.0, cfg.server.memo_hold_seconds):
+        small = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, memo_bytes=bound,
+                                                                    memo_hold_seconds=hold))
+        svc = servicer.ContextService(small)
+        parse, measure = conversion.parser(pb.MeasureRequest, svc.memo), svc.serialized("Measure")
+        for step in range(3):
+            if step == 1:
+                before = svc.memo.misses
+            for k, msgs in enumerate(sessions):
+                wire = pb.MeasureRequest(conversation=pb.Conversation(session_id=f"s{k}", messages=msgs[:-3 + step or None]),
+                                         model=model(context=200_000)).SerializeToString()
+                got = measure(parse(wire), _Context())
+                assert got == plain(conversion.parser(pb.MeasureRequest)(wire), _Context())
+                assert svc.memo.size_bytes <= bound
+        later_misses[hold] = svc.memo.misses - before
+    assert later_misses[cfg.server.memo_hold_seconds] < 0.7 * later_misses[0.0], later_misses
+
+
 def test_a_conversation_outgrowing_the_memo_is_served_from_it_at_the_next_step():
     """6,000 short messages need more than a 12 MiB memo holds. Measured as the server does (the
     parse begins the step), the session's next steps compute a fraction of what the first did,

@@ -96,6 +96,11 @@ class ServerConfig:
     # 3.7 bytes per wire byte, its lowering about 3 times its JSON: a 1 MB session about 8 MiB);
     # least recently used go first; 0 disables
     memo_bytes: int = 96 * MiB
+    # what any step used within this many seconds is not evicted to make room (a new entry that
+    # would need it is not kept instead): sessions that together outgrow memo_bytes, stepped in
+    # turn, keep those that fit rather than each evicting the next one's entries; a session idle
+    # longer gives way. Above the time an agent takes between two steps; 0: a plain LRU
+    memo_hold_seconds: float = 120.0
     # TLS: PEM certificate chain and private key; both empty = plaintext (loopback, or TLS ends
     # at a proxy in front)
     tls_cert_file: str = ""
@@ -144,6 +149,8 @@ class ServerConfig:
                              f"workers ({self.workers}): the spare threads take work callers abandoned")
         if self.max_waiting_calls_per_client < 0:
             raise ValueError("[server] max_waiting_calls_per_client must be 0 (no bound) or more")
+        if self.memo_hold_seconds < 0:
+            raise ValueError("[server] memo_hold_seconds must be 0 (a plain LRU) or more")
         for name in ("max_streams_per_connection", "request_wait_seconds", "send_wait_seconds",
                      "max_connection_age_seconds", "connection_age_grace_seconds"):
             if getattr(self, name) <= 0:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import threading
+import time
 from collections import OrderedDict
 from typing import Callable
 from urllib.parse import parse_qs
@@ -24,6 +25,9 @@ SIZE_BUCKETS = tuple(1024 * 4 ** i for i in range(9))  # 1 KiB to 64 MiB (the de
 
 
 HEALTH_PATH = "/healthz"
+
+# the memo's counts reach its series at most this often (Metrics.sync_memo)
+MEMO_SYNC_SECONDS = 1.0
 
 # Previous cache states whose break this process has counted, newest kept: the Assembles of one
 # step come seconds apart, far fewer other sessions step in between. 16-byte keys, ~3 MB in all.
@@ -157,6 +161,7 @@ class MethodMetrics:
                                             m.latency.labels(self._method, code))
         series[0].inc()
         series[1].observe(seconds)
+        self._metrics.sync_memo()
 
 
 class Metrics(_Endpoint):
@@ -217,6 +222,42 @@ class Metrics(_Endpoint):
                                            "Bytes of stored outputs evicted by the size cap.", registry=r)
         self.store_expired = Counter("contextsvc_truncation_expired_outputs",
                                      "Stored outputs removed after their retention.", registry=r)
+
+        self.memo_lookups = Counter("contextsvc_memo_lookups",
+                                    "Lookups in the per-message memo (server.memo_bytes), by outcome "
+                                    "(hit or miss); a step pays for its misses.", ["outcome"], registry=r)
+        self.memo_refused = Counter("contextsvc_memo_refused",
+                                    "Memo entries not kept because keeping them would have evicted what "
+                                    "a step used within server.memo_hold_seconds (or the step's own): "
+                                    "the sessions stepping now outgrow server.memo_bytes.", registry=r)
+        self.memo_bytes = Gauge("contextsvc_memo_bytes", "Bytes the memo's entries are charged (their "
+                                "objects' real size), at most server.memo_bytes.", registry=r,
+                                multiprocess_mode="livesum")
+        self._memo = None
+        self._memo_seen = (0, 0, 0)  # hits, misses, refused already counted
+        self._memo_synced = 0.0
+
+    def watch_memo(self, memo) -> None:
+        """memo's counts go into the memo series, at most once a second (sync_memo)."""
+        self._memo = memo
+
+    def sync_memo(self) -> None:
+        """Adds what the memo counted since the last sync (called at every call's end: a
+        clock read, the counters' locks once a second)."""
+        memo = self._memo
+        if memo is None:
+            return
+        now = time.monotonic()
+        if now - self._memo_synced < MEMO_SYNC_SECONDS:
+            return
+        self._memo_synced = now
+        counts = (memo.hits, memo.misses, memo.refused)
+        hits, misses, refused = (max(0, a - b) for a, b in zip(counts, self._memo_seen))
+        self._memo_seen = counts
+        self._series(self.memo_lookups, "hit").inc(hits)
+        self._series(self.memo_lookups, "miss").inc(misses)
+        self.memo_refused.inc(refused)
+        self.memo_bytes.set(memo.size_bytes)
 
     def method(self, name: str) -> MethodMetrics:
         return MethodMetrics(self, name)

@@ -43,7 +43,9 @@ class ContextService(pb_grpc.ContextServiceServicer):
                                     CountEndpoints(cfg.measure))
         self._truncation = truncation
         self._json_depth = cfg.server.max_json_depth
-        self._memo = Memo(cfg.server.memo_bytes) if cfg.server.memo_bytes else None
+        self._memo = Memo(cfg.server.memo_bytes, cfg.server.memo_hold_seconds) if cfg.server.memo_bytes else None
+        if metrics is not None and self._memo is not None:
+            metrics.watch_memo(self._memo)
         self._summarizer = compact.make_summarizer(cfg, self._memo)
 
     @property
