@@ -639,6 +639,32 @@ def test_the_person_s_choice_is_a_key_decision_a_later_reversal_supersedes():
     assert any(x.startswith("Superseded: Use SQLite for storage") for x in rolled["done"]), rolled["done"]
 
 
+def test_a_file_only_a_superseded_decision_named_leaves_relevant_files():
+    """"Use SQLite for storage (file /var/data/shop.db)", then "use Postgres instead": the
+    database file stayed in Relevant Files as current after the choice was superseded. It goes,
+    within one compaction and from a rolling summary alike; a file the agent read, or the person
+    names again, stays."""
+    choice = _user("u1", "We are building the checkout service. Use SQLite for storage (file /var/data/shop.db). "
+                         "Keep the schema in db/schema.sql.")
+    reversal = _user("u2", "Change of plan: use Postgres instead of SQLite.")
+    first = [choice, _assistant("a1", "Reading the service.")]
+    later = [reversal, _assistant("a2", "Switching.")]
+
+    def files_of(s):
+        return [x.split("`")[1] for x in s["files"]]
+
+    assert "/var/data/shop.db" in files_of(template.parse(offline.summarize(first)))
+    for s in (template.parse(offline.summarize(first + later)), _rolled(first, later)):
+        assert "/var/data/shop.db" not in files_of(s), s["files"]
+        assert "db/schema.sql" in files_of(s)
+        assert any(x.startswith("Superseded: Use SQLite for storage") for x in s["done"]), s["done"]
+    read = _assistant("a3", m.Tool("r1", "read", m.COMPLETED, {"path": "/var/data/shop.db"}, output="SQLite format 3"))
+    again = _user("u3", "Copy the rows of /var/data/shop.db into Postgres first.")
+    assert "/var/data/shop.db" in files_of(template.parse(offline.summarize(first + [read] + later)))
+    assert "/var/data/shop.db" in files_of(template.parse(offline.summarize(first + later + [again])))
+    assert "/var/data/shop.db" in files_of(_rolled(first + [read], later))
+
+
 def test_ordinary_text_tells_no_choice_and_names_no_issue():
     """A user sentence tells a choice when it starts with the choosing verb (after "please",
     "let's", ...): bug reports and pasted logs that mention a use are no Key Decision. A colour

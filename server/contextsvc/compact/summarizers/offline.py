@@ -883,9 +883,17 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
     settings = (limits.max_items, limits.max_goals, limits.max_item_chars)
     facts = lambda x: _facts(x, limits, deadline)  # noqa: E731
 
+    previous_decisions = set(decisions)
+    dropped_paths = {}  # path -> how often the decisions of these messages superseded name it
+
     def supersede(old: str, key: str, new: str) -> None:
         stale.append(Stale(old, (key,)))
         acc.add("done", _clip(f"Superseded: {old} (now: {new})", limits))
+        if key == "decisions":  # the paths it named that the new one does not (_superseded_files)
+            now = set(identifiers(new))
+            for path in identifiers(old):
+                if PATH.fullmatch(path) and path not in now:
+                    dropped_paths[path] = dropped_paths.get(path, 0) + (old not in previous_decisions)
 
     def close_turn() -> None:
         """A turn ended on the assistant's report: Done keeps it (the turn's result outlives its
@@ -1024,6 +1032,7 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
     # the session's goal (its first request) stays; then the most recent requests
     for goal in ([*goals[:1], *goals[1:][-(limits.max_goals - 1):]] if limits.max_goals > 1 else goals[-1:]):
         acc.add("goal", goal)
+    stale.extend(_superseded_files(dropped_paths, files, mentioned, previous.get("files", [])))
     touched = tuple(files)
     for path in mentioned:  # a path named in prose, unless deleted or renamed away (by its base name too)
         if not any(s.sections == ("files",) and (s.probe == path or s.probe.endswith("/" + path)) for s in stale) \
@@ -1038,6 +1047,22 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
         for bullet in _packed(prefix, done[-limits.max_items * 4:], limits):
             acc.add("done", bullet)
     return {key: _bounded(key, acc.get(key), limits) for key in template.KEYS}, stale
+
+
+def _superseded_files(dropped: dict, files: dict, mentioned: list, previous_files: list) -> list:
+    """Stale Relevant Files: the paths a superseded decision named ("Use SQLite (file
+    /var/data/shop.db)", then "use Postgres instead") that nothing else makes relevant: no tool
+    read, wrote or was given them (here or in the previous summary), and the prose names them no
+    more often than the superseded decisions of these messages did."""
+    roles = {_file_of(x): x for x in previous_files}
+    out = []
+    for path, named in dropped.items():
+        earlier = roles.get(path)
+        if path in files or (earlier is not None and not earlier.endswith(f": {MENTIONED}")) \
+                or mentioned.count(path) > named:
+            continue
+        out.append(Stale(path, ("files",)))
+    return out
 
 
 CRITICAL_FACTOR = 4  # Critical Context holds this many times max_items bullets
