@@ -665,6 +665,17 @@ def test_a_file_only_a_superseded_decision_named_leaves_relevant_files():
     assert "/var/data/shop.db" in files_of(_rolled(first + [read], later))
 
 
+def test_where_a_value_comes_from_is_a_key_decision():
+    """"Read the connection string from DATABASE_URL" was in no section (no ask verb, no choosing
+    verb): where the code takes a value from (an environment variable, the environment, a config
+    file) is a Key Decision; asking to read a file, or logs from a time, is none."""
+    said = ("Set up the payment client. Read the connection string from DATABASE_URL. Please load the API keys "
+            "from the environment. Read src/app.py first. Get the logs from yesterday.")
+    s = template.parse(offline.summarize([_user("u1", said), _assistant("a1", "On it.")]))
+    assert s["decisions"] == ["Read the connection string from DATABASE_URL.",
+                              "Please load the API keys from the environment."], s["decisions"]
+
+
 def test_ordinary_text_tells_no_choice_and_names_no_issue():
     """A user sentence tells a choice when it starts with the choosing verb (after "please",
     "let's", ...): bug reports and pasted logs that mention a use are no Key Decision. A colour

@@ -397,11 +397,22 @@ TELLS_CHOICE = re.compile(r"^(?:use|switch(?: back)? to|go with|move to|migrate 
                           re.IGNORECASE)
 
 
+# a sentence that tells where a value comes from: "Read the connection string from DATABASE_URL",
+# "load the keys from the environment"; "read src/app.py" or "get the logs from yesterday" does not
+TELLS_SOURCE = re.compile(
+    r"^(?i:read|load|take|get|pull|fetch|source)\s+\S.*?\s+(?i:from)\s+(?i:the\s+)?"
+    r"(?:`?\$?[A-Z][A-Z0-9]*_[A-Z0-9_]+`?|`?\$[A-Z][A-Z0-9_]*`?|(?i:env|environment|config(?:uration)?|"
+    r"settings|secrets?|vault)\b|`?[\w./-]+\.(?i:toml|ya?ml|json|ini|env|cfg|conf)`?)")
+
+
 def _chooses(sentence: str) -> bool:
-    """The person's sentence tells a choice ("Use SQLite for storage", "Let's go with Redis"): an
-    imperative, not a question, naming what it chooses (supersede.chosen)."""
+    """The person's sentence tells a choice ("Use SQLite for storage", "Let's go with Redis",
+    "Read the connection string from DATABASE_URL"): an imperative, not a question, naming what it
+    chooses (supersede.chosen), or where a value comes from."""
     told = CHOICE_LEAD.sub("", ASK_LEAD.sub("", sentence.strip()))
-    return bool(TELLS_CHOICE.match(told)) and not sentence.rstrip().endswith("?") and bool(sup.chosen(told))
+    if sentence.rstrip().endswith("?"):
+        return False
+    return bool(TELLS_CHOICE.match(told)) and bool(sup.chosen(told)) or bool(TELLS_SOURCE.match(told))
 
 
 def code_spans(text: str) -> list:
