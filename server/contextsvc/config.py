@@ -55,8 +55,9 @@ class ServerConfig:
     workers: int = 20
     # ContextService calls served at once; one more gets RESOURCE_EXHAUSTED at once instead of
     # queueing (the hot path is CPU-bound: a queue only adds latency). Below workers, so a call
-    # is refused, not queued, while abandoned work still runs; a connection with no call in flight
-    # may take a spare worker past it, so one connection's burst refuses no other. 0 = no limit.
+    # is refused, not queued, while abandoned work still runs; while one connection holds more
+    # than half of it, a connection with no call in flight may take a spare worker past it, so one
+    # connection's burst refuses no other. 0 = no limit.
     max_concurrent_rpcs: int = 16
     # calls the transport holds at once, every service included (calls still waiting for their
     # request or for their client to read the response count); beyond it grpc itself answers

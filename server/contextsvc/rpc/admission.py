@@ -4,9 +4,10 @@ bound, and work whose caller has gone.
 The core's work runs on a pool of `workers` threads (calls.py); a call that would wait there for
 a thread is refused instead (the hot path is CPU-bound: a queue only adds latency). So:
 - ContextService calls: at most `max_calls` whose callers are still there; one more is refused,
-  unless its connection has no call in flight: then it may take a spare thread past the limit,
-  so that one connection's burst (a hundred streams on one channel) never refuses the callers
-  on other connections.
+  unless one connection holds more than half of them (a burst: a hundred streams on one
+  channel) and the call's connection has none in flight: then it may take a spare thread past
+  the limit (workers - 1 - max_calls of them), so that a burst never refuses the callers on
+  other connections. Callers behind one proxy connection are one connection here.
 - reflection streams: at most `max_streams` (each costs memory while open).
 - a call whose caller has gone (cancelled, deadline passed) still runs on its thread until it
   notices, but no longer holds a slot of the limit; its thread stays counted.
@@ -73,9 +74,7 @@ class Admission:
             if self.max_calls:
                 if len(self._calls) >= self.max_calls or self._busy() >= self.workers - 1:
                     self._sweep()
-                over = len(self._calls) >= self.max_calls
-                if over and (connection in self._per_connection or not connection
-                             or self._busy() >= self.workers - 1):
+                if len(self._calls) >= self.max_calls and not self._past_a_burst(connection):
                     raise Exhausted(f"{what}: server busy, {self.max_calls} calls already in flight "
                                     "(server.max_concurrent_rpcs); retry with backoff")
                 if self._busy() >= self.workers - 1:
@@ -86,6 +85,13 @@ class Admission:
             self._calls.add(ticket)
             self._per_connection[connection] = self._per_connection.get(connection, 0) + 1
             return ticket
+
+    def _past_a_burst(self, connection: str) -> bool:
+        """Whether a call over the limit may take a spare thread: its connection has no call in
+        flight, one other connection holds more than half the limit, and a thread is spare."""
+        held = self._per_connection
+        return (bool(connection) and connection not in held and self._busy() < self.workers - 1
+                and max(held.values(), default=0) * 2 > self.max_calls)
 
     def enter_stream(self, what: str) -> Ticket:
         if self._closed.is_set():

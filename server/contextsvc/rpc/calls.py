@@ -5,8 +5,8 @@ or for its client to read the response, is a coroutine, not a worker. The steps 
 1. the bearer token, from the headers, before the request body is read;
 2. the request, awaited for at most `server.request_wait_seconds` (within the caller's deadline):
    a client that opens calls and never sends them holds nothing but the coroutine;
-3. admission (admission.py): a free slot (a connection's first call in flight may take a spare
-   thread past the limit), or RESOURCE_EXHAUSTED at once;
+3. admission (admission.py): a free slot (past the limit, a spare thread for a connection's
+   first call while another connection's burst holds most slots), or RESOURCE_EXHAUSTED at once;
 4. parsing and the core's work on the bounded executor (the hot path is CPU-bound and holds
    the GIL);
 5. the response, refused when over `server.max_response_bytes`, and sent only while the bytes all
