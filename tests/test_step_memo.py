@@ -194,17 +194,45 @@ def test_a_step_does_not_evict_what_it_used_or_kept():
 
 
 def test_what_a_step_could_not_keep_is_charged_to_the_entries_that_may_hold_it():
-    """put_charged (a prefix entry, charged apart from the message entries it holds) is charged
-    what the step's refused entries would have been: otherwise it would hold them, uncharged."""
+    """An entry for the session's next step (supersede: a prefix, charged apart from the message
+    entries it holds) is charged what the step's refused entries would have been, once: otherwise
+    it would hold them, uncharged. Other entries are not; a later step starts from nothing."""
     mm = memo.Memo(4_000)
     msgs = [_message(i, 2) for i in range(40)]
     mm.begin_step()
     values = mm.each("k", msgs, (), lambda x: x.id)
-    mm.put_charged(("prefix",), tuple(values), 8)
+    refused = mm._step.refused
+    assert refused > 0
+    mm.supersede(None, ("prefix",), tuple(values), 8)
     assert mm.get(("prefix",)) is None and mm.size_bytes <= 4_000
+    assert mm._step.refused == refused  # a refused prefix adds nothing to it
     mm.begin_step()  # a step that kept everything: charged as before
-    mm.put_charged(("prefix",), tuple(values[:3]), 8)
+    assert mm._step.refused == 0
+    mm.supersede(None, ("prefix",), tuple(values[:3]), 8)
     assert mm.get(("prefix",)) == tuple(values[:3])
+
+
+def test_a_replacing_entry_takes_the_old_one_s_place_past_the_hold():
+    """A memo full of entries used within the hold: the entry replacing a session's previous one
+    (supersede), a little larger, is kept, evicting the oldest held entries by the difference
+    alone; one that cannot be kept leaves the old one in place."""
+    clock = _Clock()
+    mm = memo.Memo(6_000, hold_seconds=60.0, clock=clock)
+    mm.begin_step()
+    mm.supersede(None, ("prefix", 1), "first", 1_000)
+    msgs = [_message(i, 2) for i in range(60)]
+    clock.now += 2.0
+    mm.begin_step()
+    mm.each("k", msgs, (), lambda x: x.id)
+    assert mm.refused > 0  # the memo is full of held entries
+    kept = len(mm)
+    clock.now += 2.0
+    mm.begin_step()
+    mm.supersede(("prefix", 1), ("prefix", 2), "second", 1_200)
+    assert mm.get(("prefix", 2)) == "second" and mm.get(("prefix", 1)) is None
+    assert mm.size_bytes <= 6_000 and kept - 3 <= len(mm) <= kept
+    mm.supersede(("prefix", 2), ("prefix", 3), "too big", 10_000)
+    assert mm.get(("prefix", 3)) is None and mm.get(("prefix", 2)) == "second"
 
 
 def test_another_step_evicts_a_step_s_entries_as_any_older_ones():

@@ -279,8 +279,9 @@ class Memo:
     def begin_step(self) -> None:
         """Marks where this thread's step begins: what the step then gets or puts is newer than the
         mark, and its puts evict only older entries (_add). Past that, the step's further puts are
-        not kept, and what they would have been charged is added to the step's put_charged
-        entries, which may hold them (a prefix entry holds every message's pieces). Another
+        not kept, and what they would have been charged is added to the entries the step puts for
+        the session's next step (supersede), which may hold them (a prefix entry holds every
+        message's pieces). Another
         step's puts evict a mark like any older entry (that step is then a plain LRU's); the
         thread's next step replaces it."""
         fence = _Fence()
@@ -366,14 +367,17 @@ class Memo:
         fit (Python text takes at least half its UTF-8 size)."""
         if wire_size > 2 * self._max:
             return
-        self._add(key, value, resident_size(key) + resident_size(value) + ENTRY_OVERHEAD)
+        size = resident_size(key) + resident_size(value) + ENTRY_OVERHEAD
+        with self._lock:
+            kept = self._add(key, value, size)
+        if not kept and getattr(self._step, "fence", None) is not None:
+            self._step.refused += size  # what this step computed and could not keep
 
     def put_charged(self, key, value, size: int) -> None:
         """put, charged size (plus the key and bookkeeping) instead of the value's walked size:
-        for a value whose parts other entries hold and are charged for; and for the parts this
-        step could not keep (begin_step), which no other entry is charged for."""
-        refused = getattr(self._step, "refused", 0)
-        self._add(key, value, resident_size(key) + size + ENTRY_OVERHEAD + refused)
+        for a value whose parts other entries hold and are charged for."""
+        with self._lock:
+            self._add(key, value, resident_size(key) + size + ENTRY_OVERHEAD)
 
     def replace(self, key, value, size: int) -> None:
         """put_charged, in place of what key held (a session's newer step)."""
@@ -385,12 +389,20 @@ class Memo:
         otherwise stay until the LRU reached it, a megabyte at every step of a megabyte session,
         crowding out every other entry. A client going back to an earlier step (a regenerated
         answer) then builds that step afresh from the messages' own entries. VALIDATED is not
-        kept so: the conversion resumes from any of a session's last steps (rpc.earlier_step)."""
+        kept so: the conversion resumes from any of a session's last steps (rpc.earlier_step).
+        A new entry that replaces a kept one takes its place past the hold (it grows the
+        session's share by their difference alone); charged too what this step could not keep (begin_step), which
+        it may hold (a prefix holds every message's pieces) and no other entry is charged for.
+        When it is not kept, the old one stays."""
+        charged = resident_size(key) + size + ENTRY_OVERHEAD + getattr(self._step, "refused", 0)
         with self._lock:
             item = self._items.pop(old, None)
             if item is not None:
                 self._bytes -= item[1]
-        self.put_charged(key, value, size)
+            if not self._add(key, value, charged, replacing=item is not None) and item is not None \
+                    and old not in self._items:
+                self._items[old] = item
+                self._bytes += item[1]
 
     def touch_held(self, keys: list, earlier: int, now: int) -> None:
         """touch(keys) of the entries a prefix entry of `earlier` messages serves to a step of
@@ -434,38 +446,38 @@ class Memo:
                     self.put(keys[i], value)
         return out
 
-    def _add(self, key, value, size: int) -> None:
-        step = self._step
+    def _add(self, key, value, size: int, replacing: bool = False) -> bool:
+        """Keeps key (under the lock), evicting the least recently used as far as this step's
+        mark and the hold allow (replacing: past the hold); whether it is kept."""
         if size > self._max:
-            step.refused = getattr(step, "refused", 0) + size
-            return
-        fence = getattr(step, "fence", None)
-        with self._lock:
-            items = self._items
-            if key in items:
-                return
-            items[key] = (value, size)
-            self._bytes += size
-            while self._bytes > self._max:
-                old, (_, gone) = items.popitem(last=False)
-                kind = type(old)
-                if kind is _Fence and old is not fence:
-                    self._fences -= 1  # another step's: its entries are older ones to it
-                    continue
-                if kind is _Mark and old.time < self._clock() - self._hold:
-                    self._marks.popleft()  # marks are in time order: it is the oldest
-                    continue
-                if kind is _Fence or kind is _Mark:
-                    # what is left, this step used or kept, or a step used within the hold:
-                    # key is not kept
-                    items[old] = (None, 0)
-                    items.move_to_end(old, last=False)
-                    del items[key]
-                    self._bytes -= size
-                    step.refused = getattr(step, "refused", 0) + size
-                    self.refused += 1
-                    return
-                self._bytes -= gone
+            self.refused += 1
+            return False
+        items = self._items
+        if key in items:
+            return True
+        fence = getattr(self._step, "fence", None)
+        items[key] = (value, size)
+        self._bytes += size
+        while self._bytes > self._max:
+            old, (_, gone) = items.popitem(last=False)
+            kind = type(old)
+            if kind is _Fence and old is not fence:
+                self._fences -= 1  # another step's: its entries are older ones to it
+                continue
+            if kind is _Mark and (replacing or old.time < self._clock() - self._hold):
+                self._marks.popleft()  # marks are in time order: it is the oldest
+                continue
+            if kind is _Fence or kind is _Mark:
+                # what is left, this step used or kept, or a step used within the hold: key is
+                # not kept
+                items[old] = (None, 0)
+                items.move_to_end(old, last=False)
+                del items[key]
+                self._bytes -= size
+                self.refused += 1
+                return False
+            self._bytes -= gone
+        return True
 
     def clear(self) -> None:
         with self._lock:
