@@ -663,6 +663,13 @@ def test_a_file_only_a_superseded_decision_named_leaves_relevant_files():
     assert "/var/data/shop.db" in files_of(template.parse(offline.summarize(first + [read] + later)))
     assert "/var/data/shop.db" in files_of(template.parse(offline.summarize(first + later + [again])))
     assert "/var/data/shop.db" in files_of(_rolled(first + [read], later))
+    # a path it ends with may be another file (a test fixture here)
+    fixture = _user("u4", "Regenerate data/shop.db for the tests from the dump.")
+    assert "data/shop.db" in files_of(template.parse(offline.summarize(first + later + [fixture])))
+    # the previous summary names it elsewhere (a constraint of an earlier head): it stays
+    kept = [_user("u1", "Use SQLite for storage (file /var/data/shop.db). The rows of /var/data/shop.db must "
+                        "be migrated before the switch."), _assistant("a1", "Noted.")]
+    assert "/var/data/shop.db" in files_of(_rolled(kept, later))
 
 
 def test_where_a_value_comes_from_is_a_key_decision():
@@ -670,10 +677,13 @@ def test_where_a_value_comes_from_is_a_key_decision():
     verb): where the code takes a value from (an environment variable, the environment, a config
     file) is a Key Decision; asking to read a file, or logs from a time, is none."""
     said = ("Set up the payment client. Read the connection string from DATABASE_URL. Please load the API keys "
-            "from the environment. Read src/app.py first. Get the logs from yesterday.")
+            "from the environment. Read src/app.py first. Get the logs from yesterday. Read the API key from .env. "
+            "Read the failing test names from results.json and fix them. Get the version from package.json. "
+            "Pull the latest changes from the settings branch first. Source the virtualenv from env/bin/activate.")
     s = template.parse(offline.summarize([_user("u1", said), _assistant("a1", "On it.")]))
     assert s["decisions"] == ["Read the connection string from DATABASE_URL.",
-                              "Please load the API keys from the environment."], s["decisions"]
+                              "Please load the API keys from the environment.",
+                              "Read the API key from .env."], s["decisions"]
 
 
 def test_ordinary_text_tells_no_choice_and_names_no_issue():

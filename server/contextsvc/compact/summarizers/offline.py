@@ -397,12 +397,18 @@ TELLS_CHOICE = re.compile(r"^(?:use|switch(?: back)? to|go with|move to|migrate 
                           re.IGNORECASE)
 
 
-# a sentence that tells where a value comes from: "Read the connection string from DATABASE_URL",
-# "load the keys from the environment"; "read src/app.py" or "get the logs from yesterday" does not
+# a sentence that tells where a setting comes from, and ends there: "Read the connection string
+# from DATABASE_URL", "load the API keys from the environment", "take the port from config.toml";
+# "read src/app.py", "get the version from package.json" or "read the test names from
+# results.json and fix them" does not
 TELLS_SOURCE = re.compile(
-    r"^(?i:read|load|take|get|pull|fetch|source)\s+\S.*?\s+(?i:from)\s+(?i:the\s+)?"
+    r"^(?i:read|load|take|get|pull|fetch)\s+(?:the\s+|our\s+|its\s+|all\s+)?(?:[\w-]+\s+){0,3}?"
+    r"(?i:connection\s+strings?|(?:api\s+)?keys?|tokens?|secrets?|passwords?|credentials|dsn|urls?|uris?|"
+    r"endpoints?|hosts?(?:names?)?|ports?|settings?|config(?:uration)?|options?|region|bucket(?:\s+names?)?)"
+    r"\s+(?i:from)\s+(?i:the\s+)?"
     r"(?:`?\$?[A-Z][A-Z0-9]*_[A-Z0-9_]+`?|`?\$[A-Z][A-Z0-9_]*`?|(?i:env|environment|config(?:uration)?|"
-    r"settings|secrets?|vault)\b|`?[\w./-]+\.(?i:toml|ya?ml|json|ini|env|cfg|conf)`?)")
+    r"settings|secrets?(?:\s+manager)?|vault)(?:\s+(?i:variables?|files?))?|`?[\w./-]*\.(?i:toml|ya?ml|json|ini|env|cfg|conf)`?)"
+    r"\s*[.!]?$")
 
 
 def _chooses(sentence: str) -> bool:
@@ -738,6 +744,7 @@ class Stale:
     probe: str
     sections: tuple
     changed_by: str = ""
+    exact: bool = False  # a path: this path alone, not a path it ends (a deleted file's base name)
 
 
 def _stale_in(item: str, stale: list, key: str) -> bool:
@@ -1043,10 +1050,11 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
     # the session's goal (its first request) stays; then the most recent requests
     for goal in ([*goals[:1], *goals[1:][-(limits.max_goals - 1):]] if limits.max_goals > 1 else goals[-1:]):
         acc.add("goal", goal)
-    stale.extend(_superseded_files(dropped_paths, files, mentioned, previous.get("files", [])))
+    stale.extend(_superseded_files(dropped_paths, files, mentioned, previous))
     touched = tuple(files)
     for path in mentioned:  # a path named in prose, unless deleted or renamed away (by its base name too)
-        if not any(s.sections == ("files",) and (s.probe == path or s.probe.endswith("/" + path)) for s in stale) \
+        if not any(s.sections == ("files",) and (s.probe == path or not s.exact and s.probe.endswith("/" + path))
+                   for s in stale) \
                 and _names_a_file(path, touched):
             files.setdefault(path, {})["mentioned"] = None
     for path, roles in files.items():
@@ -1060,19 +1068,22 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
     return {key: _bounded(key, acc.get(key), limits) for key in template.KEYS}, stale
 
 
-def _superseded_files(dropped: dict, files: dict, mentioned: list, previous_files: list) -> list:
+def _superseded_files(dropped: dict, files: dict, mentioned: list, previous: dict) -> list:
     """Stale Relevant Files: the paths a superseded decision named ("Use SQLite (file
     /var/data/shop.db)", then "use Postgres instead") that nothing else makes relevant: no tool
-    read, wrote or was given them (here or in the previous summary), and the prose names them no
-    more often than the superseded decisions of these messages did."""
-    roles = {_file_of(x): x for x in previous_files}
+    read, wrote or was given them (here or in the previous summary), the prose names them no
+    more often than the superseded decisions of these messages did, and the previous summary
+    names them nowhere but in its Relevant Files and Key Decisions (a sentence of an earlier head
+    naming one, kept only as "mentioned", cannot be told from the decision's own)."""
+    roles = {_file_of(x): x for x in previous.get("files", [])}
+    elsewhere = " ".join(x for key, items in previous.items() if key not in ("files", "decisions") for x in items)
     out = []
     for path, named in dropped.items():
         earlier = roles.get(path)
         if path in files or (earlier is not None and not earlier.endswith(f": {MENTIONED}")) \
-                or mentioned.count(path) > named:
+                or mentioned.count(path) > named or path in elsewhere:
             continue
-        out.append(Stale(path, ("files",)))
+        out.append(Stale(path, ("files",), exact=True))
     return out
 
 
