@@ -281,9 +281,8 @@ class Memo:
         mark, and its puts evict only older entries (_add). Past that, the step's further puts are
         not kept, and what they would have been charged is added to the entries the step puts for
         the session's next step (supersede), which may hold them (a prefix entry holds every
-        message's pieces). Another
-        step's puts evict a mark like any older entry (that step is then a plain LRU's); the
-        thread's next step replaces it."""
+        message's pieces). Another step's puts evict a mark like any older entry (that step is
+        then a plain LRU's); the thread's next step replaces it."""
         fence = _Fence()
         with self._lock:
             old = getattr(self._step, "fence", None)
@@ -391,9 +390,9 @@ class Memo:
         answer) then builds that step afresh from the messages' own entries. VALIDATED is not
         kept so: the conversion resumes from any of a session's last steps (rpc.earlier_step).
         A new entry that replaces a kept one takes its place past the hold (it grows the
-        session's share by their difference alone); charged too what this step could not keep (begin_step), which
-        it may hold (a prefix holds every message's pieces) and no other entry is charged for.
-        When it is not kept, the old one stays."""
+        session's share by their difference alone); it is charged too what this step could not
+        keep (begin_step), which it may hold (a prefix holds every message's pieces) and no other
+        entry is charged for. When it is not kept, the old one stays."""
         charged = resident_size(key) + size + ENTRY_OVERHEAD + getattr(self._step, "refused", 0)
         with self._lock:
             item = self._items.pop(old, None)
