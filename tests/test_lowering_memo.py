@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from helpers import convo, corpus
+from helpers.memo_memory import cleared
 from helpers.server import start_server
 from contextsvc import conversation as m
 from contextsvc.rpc import conversion
@@ -89,12 +90,7 @@ def test_the_charge_is_the_real_memory(make, count):
     tracemalloc.start()
     try:
         _fill(memo, make, count)
-        gc.collect()
-        filled = tracemalloc.get_traced_memory()[0]
-        accounted = memo.size_bytes
-        memo.clear()
-        gc.collect()
-        used = filled - tracemalloc.get_traced_memory()[0]
+        used, accounted = cleared(memo)
     finally:
         tracemalloc.stop()
     # what the memo frees is what it was charged; a constant string every element shares (a

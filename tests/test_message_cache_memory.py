@@ -9,6 +9,7 @@ import grpc
 import pytest
 
 from helpers import convo
+from helpers.memo_memory import cleared
 from helpers.server import start_server
 from contextsvc.memo import Memo
 from contextsvc.v1 import context_pb2 as pb
@@ -42,12 +43,8 @@ def test_real_memory_of_the_cache_stays_within_its_bound(make, count, per_call):
                                            reason=pb.PRUNE_REASON_NORMAL), timeout=60)
             cache = cache_of_running_server()
             assert cache.refused or len(cache) < count  # the bound was reached: some evicted, or not kept
-            gc.collect()
-            filled = tracemalloc.get_traced_memory()[0]
-            kept, accounted = len(cache), cache.size_bytes
-            cache.clear()
-            gc.collect()
-            used = filled - tracemalloc.get_traced_memory()[0]
+            kept = len(cache)
+            used, accounted = cleared(cache)
     finally:
         tracemalloc.stop()
         s.stop(grace=1)
@@ -83,12 +80,7 @@ def test_a_session_outgrowing_the_cache_keeps_its_real_memory_within_the_bound()
                     first = cache.misses
                 elif k == 1:
                     second = cache.misses - first
-            gc.collect()
-            filled = tracemalloc.get_traced_memory()[0]
-            accounted = cache.size_bytes
-            cache.clear()
-            gc.collect()
-            used = filled - tracemalloc.get_traced_memory()[0]
+            used, accounted = cleared(cache)
     finally:
         tracemalloc.stop()
         s.stop(grace=1)
