@@ -24,7 +24,7 @@ import operator
 import sys
 import time
 from collections import OrderedDict, deque
-from threading import Lock, local
+from threading import Lock, current_thread, local
 
 from . import native
 
@@ -247,6 +247,17 @@ class _Mark:
 MARK_EVERY_SECONDS = 1.0
 
 
+class _Tally:
+    """One thread's lookups (Memo.hits, Memo.misses): counted by that thread alone, without a
+    lock, and summed when read."""
+
+    __slots__ = ("hits", "misses", "thread")
+
+    def __init__(self, thread):
+        self.hits = self.misses = 0
+        self.thread = thread
+
+
 class Memo:
     """An LRU whose bound is the real size of what it holds (resident_size of key and value).
 
@@ -259,7 +270,14 @@ class Memo:
     - what any step used within hold_seconds: sessions that together outgrow the bound, stepped
       in turn, keep those that fit instead of each evicting the next one's entries (16 sessions of
       330 KB at 96 MiB: a hit ratio of 0.02, 52 ms a step). A session idle longer gives way.
-    An entry that would need either is not kept (refused)."""
+    An entry that would need either is not kept (refused).
+
+    Lookups take no lock: each of their changes to the order is one call on the OrderedDict,
+    which the interpreter lock makes atomic, and a thread counts its own (_Tally). Changes that
+    span several calls (keeping, evicting, the steps' marks) take the lock. A lock taken at every
+    lookup was a convoy: a thread that lost the interpreter lock while holding it stalled every
+    other step at its next lookup, and 16 concurrent steps cost 1.6x the CPU of one at a time
+    (`bench/memo_threads.py`)."""
 
     def __init__(self, max_bytes: int, hold_seconds: float = 0.0, clock=time.monotonic):
         self._max = max_bytes
@@ -271,9 +289,10 @@ class Memo:
         self._lock = Lock()
         self._fences = 0  # _Fence keys in _items
         self._marks: deque = deque()  # the _Mark keys in _items, oldest first
-        self._step = local()  # .fence: the _Fence of the step this thread runs; .refused: bytes
-        self.hits = 0
-        self.misses = 0
+        # .fence: the _Fence of the step this thread runs; .refused: bytes; .tally: its _Tally
+        self._step = local()
+        self._tallies: list = []  # the _Tally of each live thread that looked up
+        self._ended = [0, 0]  # hits and misses of the threads that have ended
         self.refused = 0  # entries not kept: keeping them would have evicted a held one
 
     def begin_step(self) -> None:
@@ -282,18 +301,37 @@ class Memo:
         not kept, and what they would have been charged is added to the entries the step puts for
         the session's next step (supersede), which may hold them (a prefix entry holds every
         message's pieces). Another step's puts evict a mark like any older entry (that step is
-        then a plain LRU's); the thread's next step replaces it."""
+        then a plain LRU's); the thread's next step moves it to the back (no lock: one call on
+        the order), or replaces it when it was evicted or a time mark is due."""
+        step = self._step
+        step.refused = 0
+        fence = getattr(step, "fence", None)
+        if fence is not None and not self._mark_due():
+            try:
+                self._items.move_to_end(fence)
+                return
+            except KeyError:  # another step's put evicted it
+                pass
         fence = _Fence()
         with self._lock:
-            old = getattr(self._step, "fence", None)
+            old = getattr(step, "fence", None)
             if old is not None and self._items.pop(old, None) is not None:
                 self._fences -= 1
             if self._hold:
                 self._mark_time()
             self._items[fence] = (None, 0)
             self._fences += 1
-        self._step.fence = fence
-        self._step.refused = 0
+        step.fence = fence
+
+    def _mark_due(self) -> bool:
+        """Whether a step now adds a time mark (_mark_time)."""
+        if not self._hold:
+            return False
+        try:
+            newest = self._marks[-1].time
+        except IndexError:
+            return True
+        return self._clock() - newest >= MARK_EVERY_SECONDS
 
     def _mark_time(self) -> None:
         """A _Mark of now at the back, when the newest is MARK_EVERY_SECONDS old; marks past the
@@ -308,35 +346,66 @@ class Memo:
             self._items.pop(marks.popleft(), None)
 
     def get(self, key):
-        with self._lock:
-            item = self._items.get(key)
-            if item is None:
-                self.misses += 1
-                return None
-            self._items.move_to_end(key)
-            self.hits += 1
-            return item[0]
+        item = self._items.get(key)
+        tally = self._tally()
+        if item is None:
+            tally.misses += 1
+            return None
+        self._to_end(key)
+        tally.hits += 1
+        return item[0]
 
     def get_many(self, keys: list, counted: bool = True) -> list:
-        """[get(key) for key in keys] under one lock (a step looks up thousands); a None key
-        gives None and counts as nothing. counted=False: not counted as hits or misses (longest)."""
+        """[get(key) for key in keys]; a None key gives None and counts as nothing.
+        counted=False: not counted as hits or misses (longest)."""
         out = [None] * len(keys)
         found = asked = 0
-        with self._lock:
-            get, touch = self._items.get, self._items.move_to_end
-            for i, key in enumerate(keys):
-                if key is None:
-                    continue
-                asked += 1
-                item = get(key)
-                if item is not None:
-                    touch(key)
-                    out[i] = item[0]
-                    found += 1
-            if counted:
-                self.hits += found
-                self.misses += asked - found
+        get, touch = self._items.get, self._to_end
+        for i, key in enumerate(keys):
+            if key is None:
+                continue
+            asked += 1
+            item = get(key)
+            if item is not None:
+                touch(key)
+                out[i] = item[0]
+                found += 1
+        if counted:
+            tally = self._tally()
+            tally.hits += found
+            tally.misses += asked - found
         return out
+
+    def _to_end(self, key) -> None:
+        """key's entry is the most recently used; one evicted since it was read stays evicted."""
+        try:
+            self._items.move_to_end(key)
+        except KeyError:
+            pass
+
+    def _tally(self) -> _Tally:
+        try:
+            return self._step.tally
+        except AttributeError:
+            pass
+        tally = self._step.tally = _Tally(current_thread())
+        with self._lock:
+            for t in [t for t in self._tallies if not t.thread.is_alive()]:
+                self._tallies.remove(t)
+                self._ended[0] += t.hits
+                self._ended[1] += t.misses
+            self._tallies.append(tally)
+        return tally
+
+    @property
+    def hits(self) -> int:
+        with self._lock:
+            return self._ended[0] + sum(t.hits for t in self._tallies)
+
+    @property
+    def misses(self) -> int:
+        with self._lock:
+            return self._ended[1] + sum(t.misses for t in self._tallies)
 
     def longest(self, candidates: list) -> tuple:
         """(k, value) of the first of candidates, (k, key) longest first, that is kept; (0, None)
@@ -412,30 +481,29 @@ class Memo:
         if earlier // TOUCH_EVERY != now // TOUCH_EVERY:
             self.touch(keys)
         else:
-            with self._lock:
-                self.hits += len(keys)  # served all the same
+            self._tally().hits += len(keys)  # served all the same
 
     def touch(self, keys: list) -> None:
         """Marks the entries of keys (None: none) as just used, each counted as a hit: entries a
         step is served through another entry that holds their values (PREFIX, CONVERTED)."""
-        with self._lock:
-            touch = self._items.move_to_end
-            try:  # the usual case, every entry still kept: one C loop
-                deque(map(touch, keys), maxlen=0)
-                self.hits += len(keys)
-                return
-            except (KeyError, TypeError):  # one is gone (or None): each on its own
-                pass
-            items = self._items
-            for key in keys:
-                if key is not None and key in items:
-                    touch(key)
-                    self.hits += 1
+        tally = self._tally()
+        touch = self._items.move_to_end
+        try:  # the usual case, every entry still kept: one C loop
+            deque(map(touch, keys), maxlen=0)
+            tally.hits += len(keys)
+            return
+        except (KeyError, TypeError):  # one is gone (or None): each on its own
+            pass
+        items = self._items
+        for key in keys:
+            if key is not None and key in items:
+                self._to_end(key)
+                tally.hits += 1
 
     def each(self, kind: str, messages: list, settings: tuple, compute) -> list:
-        """[compute(msg) for msg in messages], each kept under (kind, msg.digest, *settings): one
-        lock for all the lookups (get_many), misses computed outside it. compute never answers
-        None: that is how get_many says a value is not kept."""
+        """[compute(msg) for msg in messages], each kept under (kind, msg.digest, *settings): the
+        lookups at once (get_many), then the misses computed. compute never answers None: that is
+        how get_many says a value is not kept."""
         keys = [(kind, msg.digest, *settings) if msg.digest else None for msg in messages]
         out = self.get_many(keys)
         for i, value in enumerate(out):
@@ -487,8 +555,7 @@ class Memo:
 
     def keys(self) -> list:
         """The keys of the entries kept, least recently used first."""
-        with self._lock:
-            return [k for k in self._items if type(k) is tuple]
+        return [k for k in list(self._items) if type(k) is tuple]  # list(): one atomic copy
 
     @property
     def size_bytes(self) -> int:

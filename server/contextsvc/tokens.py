@@ -258,6 +258,9 @@ class ExactCounters:
 
     def counter(self, encoding_name: str) -> ExactCounter:
         name = encodings.canonical(encoding_name)
+        c = self._counters.get(name)  # the usual case, without the lock every step would take
+        if c is not None:
+            return c
         with self._lock:
             c = self._counters.get(name)
             if c is None:

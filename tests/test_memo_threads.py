@@ -1,0 +1,132 @@
+"""The memo shared by concurrent steps (memo.Memo): lookups take no lock, changes that span
+several calls do. Many threads looking up, keeping, evicting and starting steps at once leave
+it whole: every lookup counted once, the bytes it holds charged exactly, its order intact."""
+from __future__ import annotations
+
+import random
+import sys
+import threading
+from collections import OrderedDict
+
+from contextsvc import memo
+
+THREADS = 8
+ROUNDS = 400
+
+
+def _charged(mm: memo.Memo) -> int:
+    return sum(size for key, (_, size) in list(mm._items.items()) if type(key) is tuple)
+
+
+def test_concurrent_steps_leave_the_memo_whole():
+    """Eight threads, each a stream of steps over shared and own keys under a bound that evicts
+    all the time, with the interpreter switching threads every few microseconds: no error, the
+    hits and misses add up to the lookups made, the charged bytes to the entries kept."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        mm = memo.Memo(6_000, hold_seconds=60.0)
+        lookups = [0] * THREADS
+        errors: list = []
+        start = threading.Barrier(THREADS)
+
+        def steps(n: int):
+            rng = random.Random(n)
+            start.wait()
+            try:
+                for r in range(ROUNDS):
+                    mm.begin_step()
+                    keys = [("shared", rng.randrange(30)) for _ in range(5)] + [("own", n, r % 20)]
+                    for key, value in zip(keys, mm.get_many(keys)):
+                        if value is None:
+                            mm.put(key, f"{key}" * 3)
+                    lookups[n] += len(keys)
+                    mm.get(("shared", rng.randrange(30)))
+                    lookups[n] += 1
+                    mm.touch([("shared", rng.randrange(30)), None])  # touched: hits, never misses
+                    mm.supersede(("chain", n, r - 1), ("chain", n, r), "x" * 50, 50)
+                    mm.keys()
+            except Exception as e:  # noqa: BLE001 - reported below with its thread
+                errors.append((n, e))
+
+        workers = [threading.Thread(target=steps, args=(n,)) for n in range(THREADS)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors
+    touched = mm.hits + mm.misses - sum(lookups)
+    assert 0 <= touched <= THREADS * ROUNDS  # each touch of a kept key is one hit, no more
+    assert mm.size_bytes == _charged(mm) <= 6_000
+    kinds = [type(k) for k in list(mm._items)]
+    assert kinds.count(memo._Fence) == mm._fences and kinds.count(memo._Mark) == len(mm._marks)
+    assert len(mm) == sum(k is tuple for k in kinds)
+
+
+def test_every_lookup_is_counted_once_across_threads():
+    """Each thread counts its own lookups; the memo's hits and misses are their sums, those of
+    threads that have ended included."""
+    mm = memo.Memo(1_000_000)
+    mm.put(("k", 1), "one")
+
+    def looks(times: int):
+        for _ in range(times):
+            mm.get(("k", 1))  # a hit
+            mm.get(("k", 2))  # a miss
+        mm.get_many([("k", 1), ("k", 2), None])  # a hit, a miss, nothing
+
+    for round_ in range(3):  # threads that end, then newer ones replacing their tallies
+        workers = [threading.Thread(target=looks, args=(50,)) for _ in range(6)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        assert mm.hits == mm.misses == (round_ + 1) * 6 * 51
+    assert len(mm._tallies) <= 6 + 1  # the ended threads' tallies folded, not kept
+
+
+def test_a_step_moves_its_mark_rather_than_making_another():
+    """begin_step: the thread's fence goes to the back, one a thread; one another step's put
+    evicted is made again."""
+    mm = memo.Memo(2_000)
+    mm.begin_step()
+    fence = mm._step.fence
+    mm.put(("a",), "x" * 10)
+    mm.begin_step()
+    assert mm._step.fence is fence and list(mm._items)[-1] is fence and mm._fences == 1
+
+    def other_step():  # fills the memo: the first thread's fence, now the oldest, is evicted
+        mm.begin_step()
+        for i in range(40):
+            mm.put(("b", i), "y" * 40)
+
+    worker = threading.Thread(target=other_step)
+    worker.start()
+    worker.join()
+    assert fence not in mm._items
+    mm.begin_step()
+    assert mm._step.fence is not fence and list(mm._items)[-1] is mm._step.fence
+    assert [type(k) for k in mm._items].count(memo._Fence) == mm._fences
+
+
+class _EvictedOnRead(OrderedDict):
+    """An order whose entries another step evicts the moment they are read."""
+
+    def get(self, key, default=None):
+        value = super().get(key, default)
+        self.pop(key, None)
+        return value
+
+
+def test_a_lookup_whose_entry_is_evicted_meanwhile_is_answered():
+    """A lookup reads an entry, then marks it used: another step may evict it in between (no lock
+    holds it). The lookup answers what it read, counted a hit, and the entry stays evicted."""
+    mm = memo.Memo(1_000_000)
+    for i in range(3):
+        mm.put(("k", i), f"v{i}")
+    mm._items = _EvictedOnRead(mm._items)
+    assert mm.get(("k", 0)) == "v0"
+    assert mm.get_many([("k", 1), None, ("k", 2)]) == ["v1", None, "v2"]
+    assert mm.hits == 3 and mm.misses == 0 and list(mm._items) == []
