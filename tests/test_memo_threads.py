@@ -8,7 +8,12 @@ import sys
 import threading
 from collections import OrderedDict
 
-from contextsvc import memo
+import pytest
+
+from contextsvc import config, memo
+from contextsvc.rpc import servicer
+from contextsvc.v1 import context_pb2 as pb
+from helpers import corpus
 
 THREADS = 8
 ROUNDS = 400
@@ -18,14 +23,16 @@ def _charged(mm: memo.Memo) -> int:
     return sum(size for key, (_, size) in list(mm._items.items()) if type(key) is tuple)
 
 
-def test_concurrent_steps_leave_the_memo_whole():
-    """Eight threads, each a stream of steps over shared and own keys under a bound that evicts
-    all the time, with the interpreter switching threads every few microseconds: no error, the
-    hits and misses add up to the lookups made, the charged bytes to the entries kept."""
+@pytest.mark.parametrize("hold", [0.0, 60.0])
+def test_concurrent_steps_leave_the_memo_whole(hold):
+    """Eight threads, each a stream of steps over shared and own keys under a small bound (that
+    evicts at every step, other steps' fences too; with a hold, that refuses new entries once
+    full), with the interpreter switching threads every microsecond: no error, the hits and
+    misses add up to the lookups made, the charged bytes to the entries kept."""
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
     try:
-        mm = memo.Memo(6_000, hold_seconds=60.0)
+        mm = memo.Memo(6_000, hold_seconds=hold)
         lookups = [0] * THREADS
         errors: list = []
         start = threading.Barrier(THREADS)
@@ -130,3 +137,46 @@ def test_a_lookup_whose_entry_is_evicted_meanwhile_is_answered():
     assert mm.get(("k", 0)) == "v0"
     assert mm.get_many([("k", 1), None, ("k", 2)]) == ["v1", None, "v2"]
     assert mm.hits == 3 and mm.misses == 0 and list(mm._items) == []
+
+
+_PLAIN = (str, bytes, int, float, bool, type(None))
+
+
+def _plain(key) -> bool:
+    """Whether hashing and comparing key runs no Python code: tuples and frozensets of str,
+    bytes, numbers, None and types (an enum or a dataclass runs its own __hash__ and __eq__)."""
+    if type(key) in (tuple, frozenset):
+        return all(map(_plain, key))
+    return type(key) in _PLAIN or isinstance(key, type)
+
+
+def test_every_key_a_step_uses_is_plain_data(monkeypatch):
+    """The lookups rely on a key's hash and equality running in C: a key that ran Python code
+    could be interrupted inside one call on the order, by another thread changing it. Every key
+    of every kind a session's steps look up or keep (each RPC, the payload guard, compaction)."""
+    import test_step_memo as steps
+
+    seen: list = []
+    for name in ("get", "get_many", "touch", "_add"):
+        original = getattr(memo.Memo, name)
+
+        def recording(self, first, *rest, _original=original, _name=name, **named):
+            seen.extend(first if _name in ("get_many", "touch") else [first])
+            return _original(self, first, *rest, **named)
+        monkeypatch.setattr(memo.Memo, name, recording)
+    steps.test_the_memo_changes_no_answer(0, monkeypatch)
+    steps.test_the_payload_guard_answers_the_same_with_the_memo(0)
+    svc = servicer.ContextService(config.Config())
+    for provider in corpus.PROVIDER_ENUM:  # every wire format, system prompts, tools, media
+        for case in corpus.cases(provider, 4):
+            r = case.request
+            measure = pb.MeasureRequest(conversation=r.conversation, model=r.model, tools=r.tools, system=r.system)
+            for call, request in ((svc.Assemble, r), (svc.Measure, measure), (svc.Assemble, r)):
+                try:
+                    call(request, None)
+                except ValueError:
+                    assert case.may_refuse
+    kinds = {k[0] for k in seen if type(k) is tuple}
+    assert {memo.MESSAGE, memo.GUARD, memo.PREFIX, memo.LOWERED, memo.SYSTEM, memo.TOOL_JSON} <= kinds
+    bad = {(k[0], type(x).__name__) for k in seen if k is not None and not _plain(k) for x in k if not _plain(x)}
+    assert bad == set()

@@ -62,6 +62,12 @@ class Gates:
     minimum_tokens: int  # PRUNE_MINIMUM
     protected_tools: frozenset
 
+    def key(self) -> tuple:
+        """The gates as plain data, for a memo key: a dataclass's __eq__ and __hash__ run as
+        Python code, and the memo's lookups rely on theirs running in C (memo.Memo)."""
+        return (self.protect, self.protected_results, self.protected_turns, self.protect_tokens,
+                self.minimum_tokens, self.protected_tools)
+
 
 def gates(settings: m.CompactionSettings, cfg: Config, mdl: Optional[m.Model] = None) -> Gates:
     """Config values, the token gates scaled to the window when the model's is known (design.md §4:

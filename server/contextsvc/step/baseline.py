@@ -118,7 +118,9 @@ def pairs_hash():
 
 def _rebased_key(digest: bytes, plan: Plan) -> tuple:
     mc = plan.cfg.measure
-    return REBASED, digest, plan.model.provider, plan.model.id, mc.factor, mc.calibrated_figures, mc.measured_margins
+    # the factor as a pair of ints: a Fraction hashes and compares in Python code (memo.Memo)
+    return (REBASED, digest, plan.model.provider, plan.model.id, mc.factor.as_integer_ratio(),
+            mc.calibrated_figures, mc.measured_margins)
 
 
 @dataclass(frozen=True, slots=True)

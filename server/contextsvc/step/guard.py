@@ -248,7 +248,7 @@ def guard_keys(conv: m.Conversation, plan: Plan, digests: list | None = None,
     memo.message_prefix_digests(conv.messages), and gates: prune.gates of the plan, when the
     caller has them)."""
     g = prune.gates(plan.compaction, plan.cfg, plan.model) if gates is None else gates
-    return message_prefix_keys(conv.messages, GUARD, (g, prune.enabled(prune.PAYLOAD_LIMIT, plan.compaction, plan.cfg)),
+    return message_prefix_keys(conv.messages, GUARD, (g.key(), prune.enabled(prune.PAYLOAD_LIMIT, plan.compaction, plan.cfg)),
                                digests)
 
 
