@@ -362,14 +362,17 @@ class Memo:
         counted=False: not counted as hits or misses (longest)."""
         out = [None] * len(keys)
         found = asked = 0
-        get, touch = self._items.get, self._to_end
+        get, touch = self._items.get, self._items.move_to_end
         for i, key in enumerate(keys):
             if key is None:
                 continue
             asked += 1
             item = get(key)
             if item is not None:
-                touch(key)
+                try:
+                    touch(key)
+                except KeyError:  # evicted since it was read (_to_end)
+                    pass
                 out[i] = item[0]
                 found += 1
         if counted:
