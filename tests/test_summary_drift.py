@@ -702,6 +702,16 @@ def test_ordinary_text_tells_no_choice_and_names_no_issue():
     assert "`postgresql://admin:***@db.internal:5432/shop`" in critical and "s3cret" not in critical
 
 
+def test_an_issue_named_with_its_repository_keeps_the_repository():
+    """"acme/shop#7" and "acme/billing#7" are two issues: each is kept with its repository (both
+    were kept as one ambiguous "#7"); an issue named as one ("fixes #12") keeps its number."""
+    said = "The checkout bug is acme/shop#7, not acme/billing#7; the fix also closes #12."
+    s = template.parse(offline.summarize([_user("u1", said), _assistant("a1", "On it.")]))
+    critical = " ".join(s["critical"])
+    assert "`acme/shop#7`" in critical and "`acme/billing#7`" in critical and "`#12`" in critical
+    assert "`#7`" not in critical
+
+
 def test_a_connection_string_and_an_issue_number_outlive_many_compactions():
     """A URL is kept whole (its host alone was: `db.internal`), and an issue number ("#4711") is an
     identifier: through five rolling compactions whose Done list, twelve items long, dropped the

@@ -85,10 +85,11 @@ FILE = re.compile(r"(?:\.{1,2}/|/|~/)?(?:[\w.-]+/)*[\w-]+(?:\.[\w-]+)*\." + _EXT
 URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s`'\"<>]+")
 URL_END = ".,:;!?*)]}"  # the sentence's punctuation, a markdown link's bracket
 CREDENTIALS = re.compile(r"(?<=://)([^/@\s:]*):[^/@\s]*@")
-# an issue or pull request named as one: "issue #4711", "fixes #12", "acme/shop#7" (not "#333333")
-ISSUE_REF = re.compile(r"(?:\b(?:issues?|PRs?|pull requests?|pulls?|bugs?|tickets?|fix(?:es|ed)?|close[sd]?|"
-                       r"resolve[sd]?|refs?|see|created|opened|filed|merged)\s+|\b[\w.-]+/[\w.-]+)(#\d+)\b",
-                       re.IGNORECASE)
+# an issue or pull request named as one: "issue #4711", "fixes #12" (the number: group 1), or
+# "acme/shop#7" (with its repository, group 2: another's #7 is another issue); not "#333333"
+ISSUE_REF = re.compile(r"\b(?:issues?|PRs?|pull requests?|pulls?|bugs?|tickets?|fix(?:es|ed)?|close[sd]?|"
+                       r"resolve[sd]?|refs?|see|created|opened|filed|merged)\s+(#\d+)\b|"
+                       r"\b([\w.-]+/[\w.-]+#\d+)\b", re.IGNORECASE)
 TOKEN = re.compile(r"[^\s`'\"(),;<>\[\]{}|=]+")  # a word of prose, as identifiers reads it
 CAMEL = re.compile(r"\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b|\b[a-z]+[a-z0-9]*(?:[A-Z][a-z0-9]*)+\b")
 SNAKE = re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+\b")
@@ -140,7 +141,7 @@ FIXED = " (since fixed)"  # Critical Context: an error line of a failure a later
 def identifiers(text: str) -> list:
     """Paths, identifiers, URLs and issue numbers in prose, in order of appearance (with repeats)."""
     found = [(mt.start(), CREDENTIALS.sub(r"\1:***@", mt.group(0).rstrip(URL_END))) for mt in URL.finditer(text)]
-    found += [(mt.start(1), mt.group(1)) for mt in ISSUE_REF.finditer(text)]
+    found += [(mt.start(mt.lastindex), mt.group(mt.lastindex)) for mt in ISSUE_REF.finditer(text)]
     masked = URL.sub(lambda mt: " " * len(mt.group(0)), text) if found else text
     for mt in TOKEN.finditer(masked):
         tok = mt.group(0).strip(".,:!?*")
