@@ -278,7 +278,7 @@ class Memo:
     (_Tally). Changes that
     span several calls (keeping, evicting, the steps' marks) take the lock. A lock taken at every
     lookup was a convoy: a thread that lost the interpreter lock while holding it stalled every
-    other step at its next lookup, and 16 concurrent steps cost 1.6x the CPU of one at a time
+    other step at its next lookup, and 16 concurrent steps cost 1.6-1.9x the CPU of one at a time
     (`bench/memo_threads.py`)."""
 
     def __init__(self, max_bytes: int, hold_seconds: float = 0.0, clock=time.monotonic):
