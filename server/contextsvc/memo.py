@@ -275,11 +275,10 @@ class Memo:
     Lookups take no lock: each of their changes to the order is one call on the OrderedDict,
     which the interpreter lock makes atomic as long as keys are plain data (tuples of str, bytes,
     numbers and types: their hash and equality run no Python code), and a thread counts its own
-    (_Tally). Changes that
-    span several calls (keeping, evicting, the steps' marks) take the lock. A lock taken at every
-    lookup was a convoy: a thread that lost the interpreter lock while holding it stalled every
-    other step at its next lookup, and 16 concurrent steps cost 1.6-1.9x the CPU of one at a time
-    (`bench/memo_threads.py`)."""
+    (_Tally). Changes that span several calls (keeping, evicting, the steps' marks) take the
+    lock. A lock taken at every lookup was a convoy: a thread that lost the interpreter lock
+    while holding it stalled every other step at its next lookup, and 16 concurrent steps cost
+    1.6-1.9x the CPU of one at a time (`bench/memo_threads.py`)."""
 
     def __init__(self, max_bytes: int, hold_seconds: float = 0.0, clock=time.monotonic):
         self._max = max_bytes
