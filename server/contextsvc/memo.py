@@ -307,7 +307,7 @@ class Memo:
         step = self._step
         step.refused = 0
         fence = getattr(step, "fence", None)
-        if fence is not None and not self._mark_due():
+        if fence is not None and not self._mark_due(self._clock()):
             try:
                 self._items.move_to_end(fence)
                 return
@@ -318,27 +318,26 @@ class Memo:
             old = getattr(step, "fence", None)
             if old is not None and self._items.pop(old, None) is not None:
                 self._fences -= 1
-            if self._hold:
-                self._mark_time()
+            self._mark_time()
             self._items[fence] = (None, 0)
             self._fences += 1
         step.fence = fence
 
-    def _mark_due(self) -> bool:
-        """Whether a step now adds a time mark (_mark_time)."""
+    def _mark_due(self, now: float) -> bool:
+        """Whether a step at now adds a time mark: with a hold, when the newest mark is
+        MARK_EVERY_SECONDS old (or there is none)."""
         if not self._hold:
             return False
         try:
-            newest = self._marks[-1].time
+            return now - self._marks[-1].time >= MARK_EVERY_SECONDS
         except IndexError:
             return True
-        return self._clock() - newest >= MARK_EVERY_SECONDS
 
     def _mark_time(self) -> None:
-        """A _Mark of now at the back, when the newest is MARK_EVERY_SECONDS old; marks past the
-        hold dropped (at most hold / MARK_EVERY_SECONDS of them are kept)."""
+        """A _Mark of now at the back when one is due (_mark_due); marks past the hold dropped
+        (at most hold / MARK_EVERY_SECONDS of them are kept)."""
         now, marks = self._clock(), self._marks
-        if marks and now - marks[-1].time < MARK_EVERY_SECONDS:
+        if not self._mark_due(now):
             return
         mark = _Mark(now)
         self._items[mark] = (None, 0)
