@@ -4,12 +4,16 @@
 by one step per call, cycling through --variants steps) call Measure on a real `contextsvc serve`
 process (metrics on), then the same request bytes on echo_server.py, a trivial grpc.aio service
 built the same way (loop thread + thread pool) that answers with a response of the Measure
-response's size. The two alternate for --rounds rounds of --seconds each (the order flips each
-round, so a drift of the shared machine falls on both). Per round: requests/s and the server's CPU
+response's size, and on echo_server.py --measure ("bare"), the same trivial service whose worker
+answers with contextsvc's own Measure (parse, step, serialization) and nothing else of its
+transport. The three alternate for --rounds rounds of --seconds each (the order turns each
+round, so a drift of the shared machine falls on all). Per round: requests/s and the server's CPU
 (user + system of its processes, from /proc, before and after) per request; printed: each
-side's median over the rounds and the median of the rounds' ratios contextsvc / echo.
+side's median over the rounds and the medians of the rounds' ratios: contextsvc / echo (the
+target), contextsvc / bare (what contextsvc's transport adds: admission, deadlines, metrics,
+request-wait bookkeeping) and bare / echo (what the step costs in a server).
 
---processes 2 serves contextsvc with --processes 2 and runs two echo processes on one port
+--processes 2 serves contextsvc with --processes 2 and runs two echo (and bare) processes on one port
 (SO_REUSEPORT, as the supervisor's processes share theirs); the callers run in this process.
 Usage: python bench/bench_floor.py [--processes 1] [--rounds 3] [--seconds 5]
 """
@@ -36,6 +40,7 @@ CALLERS = 16
 SMALL_TEXT = 10_000
 MEASURE = "/contextsvc.v1.ContextService/Measure"
 ECHO = Path(__file__).with_name("echo_server.py")
+ECHO_METHOD = "/bench.Echo/Echo"
 
 
 def requests_per_caller(variants: int) -> list[list[bytes]]:
@@ -49,13 +54,14 @@ def requests_per_caller(variants: int) -> list[list[bytes]]:
 
 
 class Echo:
-    """processes echo_server.py processes sharing one port."""
+    """processes echo_server.py processes sharing one port, answering as answer says (its
+    arguments: --response-bytes N, or --measure)."""
 
-    def __init__(self, processes: int, response_bytes: int):
+    def __init__(self, processes: int, *answer: str):
         self.procs, self.port = [], 0
         for _ in range(processes):
-            proc = subprocess.Popen([sys.executable, str(ECHO), "--response-bytes", str(response_bytes),
-                                     "--port", str(self.port)], stdout=subprocess.PIPE, text=True)
+            proc = subprocess.Popen([sys.executable, str(ECHO), *answer, "--port", str(self.port)],
+                                    stdout=subprocess.PIPE, text=True)
             self.procs.append(proc)
             line = proc.stdout.readline()
             if not line.startswith("serving "):
@@ -118,19 +124,24 @@ def main() -> int:
     args = ap.parse_args()
     requests = requests_per_caller(args.variants)
     proc, port = serve("--metrics-port", "0", "--processes", str(args.processes))
-    echo = None
+    echoes = []
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
             response = ch.unary_unary(MEASURE)(requests[0][0], timeout=30)
-        echo = Echo(args.processes, len(response))
+        echo = Echo(args.processes, "--response-bytes", str(len(response)))
+        echoes.append(echo)
+        bare = Echo(args.processes, "--measure")
+        echoes.append(bare)
         print(f"{CALLERS} callers, Measure request {len(requests[0][0]):,}-{len(requests[0][-1]):,} B, "
               f"response {len(response)} B; {args.processes} server process(es) each side; "
               f"{args.rounds} rounds of {args.seconds:g} s")
         sides = {"contextsvc": (port, MEASURE, lambda: cpu_seconds(proc.pid)),
-                 "echo": (echo.port, "/bench.Echo/Echo", echo.cpu_seconds)}
+                 "echo": (echo.port, ECHO_METHOD, echo.cpu_seconds),
+                 "bare": (bare.port, ECHO_METHOD, bare.cpu_seconds)}
         rounds = []
         for r in range(args.rounds):
-            order = list(sides) if r % 2 == 0 else list(reversed(sides))
+            turn = r % len(sides)
+            order = list(sides)[turn:] + list(sides)[:turn]
             row = {name: measured(name, *sides[name][:2], requests, args.seconds, sides[name][2])
                    for name in order}
             rounds.append(row)
@@ -141,17 +152,19 @@ def main() -> int:
     finally:
         proc.terminate()
         proc.wait(30)
-        if echo is not None:
-            echo.stop()
+        for e in echoes:
+            e.stop()
     failed = sum(s["failed"] for row in rounds for s in row.values())
     med = {name: {k: statistics.median(row[name][k] for row in rounds) for k in ("rps", "cpu_ms")}
            for name in sides}
-    cpu_ratio = statistics.median(row["contextsvc"]["cpu_ms"] / row["echo"]["cpu_ms"] for row in rounds)
-    rps_ratio = statistics.median(row["contextsvc"]["rps"] / row["echo"]["rps"] for row in rounds)
     for name, m in med.items():
         print(f"{name:10} median: {m['rps']:6.0f} req/s   {m['cpu_ms']:.3f} server CPU ms/req")
-    print(f"contextsvc / echo: server CPU per request {cpu_ratio:.2f}x, req/s {rps_ratio:.2f}x "
-          f"(median of the rounds' ratios); failed calls: {failed}")
+    for a, b in (("contextsvc", "echo"), ("contextsvc", "bare"), ("bare", "echo")):
+        cpu_ratio = statistics.median(row[a]["cpu_ms"] / row[b]["cpu_ms"] for row in rounds)
+        rps_ratio = statistics.median(row[a]["rps"] / row[b]["rps"] for row in rounds)
+        print(f"{a + ' / ' + b:17}: server CPU per request {cpu_ratio:.2f}x, req/s {rps_ratio:.2f}x "
+              f"(median of the rounds' ratios)")
+    print(f"failed calls: {failed}")
     return 1 if failed else 0
 
 
