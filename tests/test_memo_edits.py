@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import sys
+import threading
 
 import pytest
 
@@ -51,8 +53,8 @@ class _Context:
 class Session:
     """One agent session's state between steps, and the edits made to it."""
 
-    def __init__(self, rng: random.Random):
-        self.rng, self.n = rng, 0
+    def __init__(self, rng: random.Random, session_id: str = "s"):
+        self.rng, self.n, self.session_id = rng, 0, session_id
         self.messages: list = []
         self.tools = list(TOOLS[:3])
         self.system = pb.SystemPrompt(soul="You are a coding agent.", agent_prompt="Be precise.")
@@ -144,7 +146,7 @@ class Session:
 
     def request(self, method: str) -> bytes:
         mid, provider = MODELS[self.model_at]
-        conv = pb.Conversation(session_id="s", messages=self.messages)
+        conv = pb.Conversation(session_id=self.session_id, messages=self.messages)
         mdl = pb.Model(id=mid, provider=provider, limits=pb.ModelLimits(context=self.context, output=8_000))
         if method == "Prune":
             reason = self.rng.choice((pb.PRUNE_REASON_NORMAL, pb.PRUNE_REASON_PAYLOAD_LIMIT))
@@ -182,17 +184,13 @@ def _answer(svc, method: str, data: bytes):
 SMALL_MEMO = 1 << 20
 
 
-@pytest.mark.parametrize("memo_bytes", [0, SMALL_MEMO], ids=["default memo", "small memo"])
-@pytest.mark.parametrize("seed", range(8))
-def test_edited_sessions_are_answered_the_same_with_and_without_the_memo(seed, memo_bytes, monkeypatch):
-    monkeypatch.setattr(compact_run.time, "time_ns", lambda: 1_700_000_000_000_000_000)
-    rng = random.Random(seed)
-    on, off = _servicers(memo_bytes)
-    session = Session(rng)
+def _run_session(session: Session, on, off, steps: int, label: str) -> int:
+    """steps steps of session, each grown and edited, every answer of on equal to off's; the
+    largest request's size."""
+    rng, largest = session.rng, 0
     for _ in range(PREFIX_FROM_MESSAGES + 8):  # past the prefix resumption's message count
         session.grow()
-    largest = 0
-    for step in range(36):
+    for step in range(steps):
         for _ in range(rng.randint(1, 3)):
             session.grow()
         for edit in rng.sample(Session.EDITS, rng.choice((0, 1, 1, 2))):
@@ -202,7 +200,7 @@ def test_edited_sessions_are_answered_the_same_with_and_without_the_memo(seed, m
             data = session.request(method)
             largest = max(largest, len(data))
             got, expected = _answer(on, method, data), _answer(off, method, data)
-            assert got == expected, f"seed {seed}, step {step}, {method}"
+            assert got == expected, f"{label}, step {step}, {method}"
             if not isinstance(got, bytes):
                 continue
             if method == "Assemble":
@@ -211,5 +209,49 @@ def test_edited_sessions_are_answered_the_same_with_and_without_the_memo(seed, m
                 answer = pb.CompactResponse.FromString(got)
                 if answer.outcome == pb.COMPACT_OUTCOME_COMPACTED:
                     session.messages = list(apply_compaction(session.messages, answer))
+    return largest
+
+
+@pytest.mark.parametrize("memo_bytes", [0, SMALL_MEMO], ids=["default memo", "small memo"])
+@pytest.mark.parametrize("seed", range(8))
+def test_edited_sessions_are_answered_the_same_with_and_without_the_memo(seed, memo_bytes, monkeypatch):
+    monkeypatch.setattr(compact_run.time, "time_ns", lambda: 1_700_000_000_000_000_000)
+    on, off = _servicers(memo_bytes)
+    largest = _run_session(Session(random.Random(seed)), on, off, 36, f"seed {seed}")
     assert largest >= SKELETON_FROM_BYTES  # the skeleton parse was reached
+    assert on.memo.hits > 0
+
+
+THREADS = 4
+
+
+@pytest.mark.parametrize("memo_bytes", [0, SMALL_MEMO], ids=["default memo", "small memo"])
+def test_concurrent_edited_sessions_are_answered_the_same(memo_bytes, monkeypatch):
+    """THREADS sessions stepped at once on one memo, the interpreter switching threads every
+    microsecond; two of them under one session id (clients reusing ids), whose earlier steps
+    are kept under the same keys."""
+    monkeypatch.setattr(compact_run.time, "time_ns", lambda: 1_700_000_000_000_000_000)
+    on, off = _servicers(memo_bytes)
+    sessions = [Session(random.Random(100 + k), "shared" if k < 2 else f"s{k}") for k in range(THREADS)]
+    errors: list = []
+    start = threading.Barrier(THREADS)
+
+    def run(k: int) -> None:
+        start.wait()
+        try:
+            _run_session(sessions[k], on, off, 18, f"thread {k}")
+        except BaseException as e:  # noqa: BLE001 - reported by the test's own thread
+            errors.append(e)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        workers = [threading.Thread(target=run, args=(k,)) for k in range(THREADS)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors[0]
     assert on.memo.hits > 0
