@@ -14,8 +14,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-import sys
-import threading
 
 import pytest
 
@@ -28,6 +26,7 @@ from contextsvc.rpc.message_keys import PREFIX_FROM_MESSAGES
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc_client import apply_compaction
 from helpers.convo import assistant, text, tool, user
+from helpers.threads import at_once
 
 WORDS = ("parse the config in src/app/main.py keep ParseError stable run pytest tests/test_main.py "
          "the cause is in utils.read_file Error: failed to import 你好 😀 naïve").split()
@@ -239,26 +238,11 @@ def test_concurrent_edited_sessions_are_answered_the_same(memo_bytes, monkeypatc
     on, off = _servicers(memo_bytes)
     sessions = [Session(random.Random(100 + k), "shared", "fix the failing parser test", f"t{k}") if k < 2
                 else Session(random.Random(100 + k), f"s{k}") for k in range(THREADS)]
-    errors: list = []
-    start = threading.Barrier(THREADS)
 
     def run(k: int) -> None:
-        start.wait()
-        try:
-            _run_session(sessions[k], on, off, 18, f"thread {k}")
-        except BaseException as e:  # noqa: BLE001 - reported by the test's own thread
-            errors.append(e)
+        _run_session(sessions[k], on, off, 18, f"thread {k}")
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        workers = [threading.Thread(target=run, args=(k,)) for k in range(THREADS)]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-    finally:
-        sys.setswitchinterval(interval)
+    errors = at_once(run, THREADS)
     assert not errors, errors[0]
     assert on.memo.hits > 0
     if memo_bytes:

@@ -4,7 +4,6 @@ it whole: every lookup counted once, the bytes it holds charged exactly, its ord
 from __future__ import annotations
 
 import random
-import sys
 import threading
 from collections import OrderedDict
 
@@ -14,6 +13,7 @@ from contextsvc import config, memo
 from contextsvc.rpc import servicer
 from contextsvc.v1 import context_pb2 as pb
 from helpers import corpus
+from helpers.threads import at_once
 
 THREADS = 8
 ROUNDS = 400
@@ -29,40 +29,25 @@ def test_concurrent_steps_leave_the_memo_whole(hold):
     evicts at every step, other steps' fences too; with a hold, that refuses new entries once
     full), with the interpreter switching threads every microsecond: no error, the hits and
     misses add up to the lookups made, the charged bytes to the entries kept."""
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        mm = memo.Memo(6_000, hold_seconds=hold)
-        lookups = [0] * THREADS
-        errors: list = []
-        start = threading.Barrier(THREADS)
+    mm = memo.Memo(6_000, hold_seconds=hold)
+    lookups = [0] * THREADS
 
-        def steps(n: int):
-            rng = random.Random(n)
-            start.wait()
-            try:
-                for r in range(ROUNDS):
-                    mm.begin_step()
-                    keys = [("shared", rng.randrange(30)) for _ in range(5)] + [("own", n, r % 20)]
-                    for key, value in zip(keys, mm.get_many(keys)):
-                        if value is None:
-                            mm.put(key, f"{key}" * 3)
-                    lookups[n] += len(keys)
-                    mm.get(("shared", rng.randrange(30)))
-                    lookups[n] += 1
-                    mm.touch([("shared", rng.randrange(30)), None])  # touched: hits, never misses
-                    mm.supersede(("chain", n, r - 1), ("chain", n, r), "x" * 50, 50)
-                    mm.keys()
-            except Exception as e:  # noqa: BLE001 - reported below with its thread
-                errors.append((n, e))
+    def steps(n: int):
+        rng = random.Random(n)
+        for r in range(ROUNDS):
+            mm.begin_step()
+            keys = [("shared", rng.randrange(30)) for _ in range(5)] + [("own", n, r % 20)]
+            for key, value in zip(keys, mm.get_many(keys)):
+                if value is None:
+                    mm.put(key, f"{key}" * 3)
+            lookups[n] += len(keys)
+            mm.get(("shared", rng.randrange(30)))
+            lookups[n] += 1
+            mm.touch([("shared", rng.randrange(30)), None])  # touched: hits, never misses
+            mm.supersede(("chain", n, r - 1), ("chain", n, r), "x" * 50, 50)
+            mm.keys()
 
-        workers = [threading.Thread(target=steps, args=(n,)) for n in range(THREADS)]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-    finally:
-        sys.setswitchinterval(interval)
+    errors = at_once(steps, THREADS)
     assert not errors
     touched = mm.hits + mm.misses - sum(lookups)
     assert 0 <= touched <= THREADS * ROUNDS  # each touch of a kept key is one hit, no more
