@@ -10,7 +10,8 @@ from collections import OrderedDict
 import pytest
 
 from contextsvc import config, memo
-from contextsvc.rpc import servicer
+from contextsvc.conversation import NOTHING_SCANNED
+from contextsvc.rpc import earlier_step, servicer
 from contextsvc.v1 import context_pb2 as pb
 from helpers import corpus
 from helpers.threads import at_once
@@ -165,3 +166,37 @@ def test_every_key_a_step_uses_is_plain_data(monkeypatch):
     assert {memo.MESSAGE, memo.GUARD, memo.PREFIX, memo.LOWERED, memo.SYSTEM, memo.TOOL_JSON} <= kinds
     bad = {(k[0], type(x).__name__) for k in seen if k is not None and not _plain(k) for x in k if not _plain(x)}
     assert bad == set()
+
+
+def test_steps_kept_at_once_under_one_key_are_all_kept():
+    """Sessions that share their earlier steps' key (one session id and opening message) keep
+    their steps at once (rpc.earlier_step.keep): after each round every session's newest step is
+    under the key, none dropped by another's keeping it in the same instant."""
+    sessions, rounds = 4, 150
+    mm = memo.Memo(64 << 20)
+    key = (memo.CONVERTED, "shared", b"opening")
+    latest: list = [None] * sessions
+    between = threading.Barrier(sessions)
+
+    def rounds_of(k: int) -> None:
+        for r in range(rounds):
+            wire = b"%d:%d|" % (k, r) * 40
+            found = earlier_step.Found(1, latest[k], True) if latest[k] is not None else None
+            latest[k] = earlier_step.keep(mm, wire, earlier_step.Located(0, len(wire), key), (len(wire),), [], (),
+                                          found, False, NOTHING_SCANNED)
+            between.wait()  # every session has kept its step of this round
+            kept = mm.get_many([key], counted=False)[0]
+            dropped = [j for j, mine in enumerate(latest) if not any(step is mine for step in kept)]
+            assert not dropped, f"round {r}: the steps of sessions {dropped} were dropped"
+            between.wait()  # every session has looked before the next round keeps
+
+    def keep(k: int) -> None:
+        try:
+            rounds_of(k)
+        except BaseException:
+            between.abort()  # the other sessions stop waiting for this one
+            raise
+
+    errors = at_once(keep, sessions)
+    assert not errors, errors[0]
+    assert mm.size_bytes == _charged(mm)

@@ -465,12 +465,25 @@ class Memo:
         session's share by their difference alone); it is charged too what this step could not
         keep (begin_step), which it may hold (a prefix holds every message's pieces) and no other
         entry is charged for. When it is not kept, the old one stays."""
-        charged = resident_size(key) + size + ENTRY_OVERHEAD + getattr(self._step, "refused", 0)
+        self._supersede(old, key, lambda _: (value, size))
+
+    def merge(self, key, merged) -> None:
+        """replace(key, value, size) for (value, size) = merged(what key holds, or None), read and
+        replaced in one hold of the lock: steps merging into one key at once each find the
+        others' values there (rpc.earlier_step keeps several sessions' last steps under one key;
+        read and replaced apart, the later step would drop what the earlier one kept). merged
+        runs under the lock: plain work on the value, no call of the memo."""
+        self._supersede(key, key, merged)
+
+    def _supersede(self, old, key, make) -> None:
+        """supersede of (value, size) = make(what old holds, or None), made under the lock."""
+        overhead = resident_size(key) + ENTRY_OVERHEAD + getattr(self._step, "refused", 0)
         with self._lock:
             item = self._items.pop(old, None)
             if item is not None:
                 self._bytes -= item[1]
-            if not self._add(key, value, charged, replacing=item is not None) and item is not None \
+            value, size = make(None if item is None else item[0])
+            if not self._add(key, value, overhead + size, replacing=item is not None) and item is not None \
                     and old not in self._items:
                 self._items[old] = item
                 self._bytes += item[1]

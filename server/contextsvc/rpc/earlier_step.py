@@ -184,7 +184,10 @@ def keep(memo: Memo, wire: bytes, where: Located, ends: tuple, messages: list, k
         sys.getsizeof(scanned.first_calls)
     value = Converted(region, ends, tuple(messages), keys, token, size, contiguous, scanned)
     replaced = found.converted if found is not None else None
-    others = memo.get_many([where.key], counted=False)[0] or ()
-    steps = (value,) + tuple(step for step in others if step is not replaced)[:STEPS_PER_KEY - 1]
-    memo.replace(where.key, steps, sum(step.size for step in steps))
+
+    def merged(others) -> tuple:  # under the memo's lock: another session's step kept meanwhile stays
+        steps = (value,) + tuple(step for step in others or () if step is not replaced)[:STEPS_PER_KEY - 1]
+        return steps, sum(step.size for step in steps)
+
+    memo.merge(where.key, merged)
     return value
