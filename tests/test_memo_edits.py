@@ -11,7 +11,6 @@ refusals, are compared byte for byte.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 
@@ -26,6 +25,7 @@ from contextsvc.rpc.message_keys import PREFIX_FROM_MESSAGES
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc_client import apply_compaction
 from helpers.convo import assistant, text, tool, user
+from helpers.steps import Context, memo_config
 from helpers.threads import at_once
 
 WORDS = ("parse the config in src/app/main.py keep ParseError stable run pytest tests/test_main.py "
@@ -40,14 +40,6 @@ MODELS = (("claude-sonnet-4-5", pb.PROVIDER_ANTHROPIC), ("gpt-4o", pb.PROVIDER_O
 TOOLS = [pb.ToolDefinition(name=n, description=f"{n} a file", input_schema_json=json.dumps(
     {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}))
     for n in ("read", "edit", "bash", "grep", "mcp__github__create_issue")]
-
-
-class _Context:
-    def time_remaining(self):
-        return 60.0
-
-    def is_active(self):
-        return True
 
 
 class Session:
@@ -168,10 +160,8 @@ class Session:
 
 def _servicers(memo_bytes: int = 0):
     """(with the memo: memo_bytes, 0 for the default bound; without it)"""
-    cfg = config.Config()
-    on = servicer.ContextService(cfg if not memo_bytes else dataclasses.replace(
-        cfg, server=dataclasses.replace(cfg.server, memo_bytes=memo_bytes)))
-    off = servicer.ContextService(dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, memo_bytes=0)))
+    on = servicer.ContextService(memo_config(memo_bytes) if memo_bytes else config.Config())
+    off = servicer.ContextService(memo_config(0))
     assert on.memo is not None and off.memo is None
     return on, off
 
@@ -179,7 +169,7 @@ def _servicers(memo_bytes: int = 0):
 def _answer(svc, method: str, data: bytes):
     """The method's response bytes through the transport's own parse, or its refusal."""
     try:
-        return svc.serialized(method)(conversion.parser(METHODS[method], svc.memo)(data), _Context())
+        return svc.serialized(method)(conversion.parser(METHODS[method], svc.memo)(data), Context())
     except Exception as e:  # noqa: BLE001 - a refusal is an answer too: compared by kind and text
         return type(e).__name__, str(e)
 

@@ -1,12 +1,12 @@
 """Converted messages are reused by wire bytes: same result as converting, never stale, bounded."""
 from __future__ import annotations
 
-import dataclasses
 
 import grpc
 import pytest
 
 from helpers import convo
+from helpers.steps import memo_config
 from contextsvc.rpc import conversion
 from contextsvc.memo import ENTRY_OVERHEAD, MESSAGE, Memo, resident_size
 from contextsvc.v1 import context_pb2 as pb
@@ -177,8 +177,7 @@ def test_the_same_message_written_differently_is_a_miss_never_a_wrong_answer():
     assert [x.digest for x in again.messages] != [x.digest for x in first.messages]
 
     with_memo = servicer.ContextService(config.Config())
-    without = servicer.ContextService(dataclasses.replace(config.Config(), server=dataclasses.replace(
-        config.Config().server, memo_bytes=0)))
+    without = servicer.ContextService(memo_config(0))
     expected = without.Measure(request, None)
     for wire in (_request_bytes(request, canonical), data, data):
         got = with_memo.Measure(conversion.Received(pb.MeasureRequest.FromString(wire), wire), None)
@@ -330,8 +329,7 @@ def test_the_parse_leaves_out_the_messages_of_the_earlier_step(monkeypatch):
     n = PREFIX_FROM_MESSAGES + 6
     assert len(base.conversation.messages) > n + 12
     with_memo = servicer.ContextService(config.Config())
-    without = servicer.ContextService(dataclasses.replace(config.Config(), server=dataclasses.replace(
-        config.Config().server, memo_bytes=0)))
+    without = servicer.ContextService(memo_config(0))
     parse = conversion.parser(pb.MeasureRequest, with_memo.memo)
 
     def step(wire: bytes, left_out: int):

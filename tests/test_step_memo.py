@@ -24,18 +24,11 @@ from contextsvc_client import apply_compaction
 from contextsvc.compact import run as compact_run
 from contextsvc.v1 import context_pb2 as pb
 from helpers.convo import assistant, model, text, tool, user
+from helpers.steps import Context, memo_config
 
 WORDS = ("fix the parser in src/app/main.py and keep the public API stable; we must never break "
          "ParseError handling, I'll use load_config because the cause is in utils.read_file next "
          "then run pytest tests/test_main.py Error: failed to import").split()
-
-
-class _Context:
-    def time_remaining(self):
-        return 60.0
-
-    def is_active(self):
-        return True
 
 
 def _words(rng, n):
@@ -59,12 +52,6 @@ def _grow(rng, msgs, n):
     msgs.append(assistant(f"a{n}", *parts, usage=pb.Usage(input=rng.randint(0, 50_000))))
 
 
-def _memo_off():
-    """The memo off (Compact measures through it too)."""
-    cfg = config.Config()
-    return dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, memo_bytes=0))
-
-
 def _same(a, b):
     assert a.SerializeToString(deterministic=True) == b.SerializeToString(deterministic=True)
 
@@ -73,11 +60,11 @@ def _same(a, b):
 def test_the_memo_changes_no_answer(seed, monkeypatch):
     monkeypatch.setattr(compact_run.time, "time_ns", lambda: 1_700_000_000_000_000_000)
     rng = random.Random(seed)
-    on_cfg, off_cfg = config.Config(), _memo_off()
+    on_cfg, off_cfg = config.Config(), memo_config(0)
     # the converted-message cache on in both: the memos are the only difference
     with_memo, without = servicer.ContextService(on_cfg), servicer.ContextService(off_cfg)
     assert with_memo._memo is not None and without._memo is None
-    msgs, ctx = [], _Context()
+    msgs, ctx = [], Context()
     mdl = model(context=rng.choice((8_000, 30_000, 200_000)))
     for n in range(60):
         _grow(rng, msgs, n)
@@ -98,7 +85,7 @@ def test_the_memo_changes_no_answer(seed, monkeypatch):
 
 def test_a_bad_message_is_refused_the_same_with_the_memo():
     """The memo keeps a message's own checks; errors still name the first bad field in order."""
-    on_cfg, off_cfg = config.Config(), _memo_off()
+    on_cfg, off_cfg = config.Config(), memo_config(0)
     with_memo, without = servicer.ContextService(on_cfg), servicer.ContextService(off_cfg)
     good = [user("u1", text("p1", "hi")), assistant("a1", tool("t1", "c1", "read", {"path": "x"}, "o"))]
     for bad in ([*good, user("u1", text("p9", "dup id"))],
@@ -328,7 +315,7 @@ def test_sessions_outgrowing_the_memo_together_are_served_what_fits():
     history at their later steps; a plain LRU (hold 0) served none of them. Every answer equals
     the one without the memo."""
     cfg = config.Config()
-    without = servicer.ContextService(_memo_off())
+    without = servicer.ContextService(memo_config(0))
     plain = without.serialized("Measure")
     sessions = []
     for k in range(8):
@@ -341,7 +328,7 @@ def test_sessions_outgrowing_the_memo_together_are_served_what_fits():
     for msgs in sessions[:4]:
         wire = pb.MeasureRequest(conversation=pb.Conversation(session_id="probe", messages=msgs[:-3]),
                                  model=model(context=200_000)).SerializeToString()
-        probe.serialized("Measure")(conversion.parser(pb.MeasureRequest, probe.memo)(wire), _Context())
+        probe.serialized("Measure")(conversion.parser(pb.MeasureRequest, probe.memo)(wire), Context())
     bound = probe.memo.size_bytes
     later_misses = {}
     for hold in (0.0, cfg.server.memo_hold_seconds):
@@ -355,8 +342,8 @@ def test_sessions_outgrowing_the_memo_together_are_served_what_fits():
             for k, msgs in enumerate(sessions):
                 wire = pb.MeasureRequest(conversation=pb.Conversation(session_id=f"s{k}", messages=msgs[:-3 + step or None]),
                                          model=model(context=200_000)).SerializeToString()
-                got = measure(parse(wire), _Context())
-                assert got == plain(conversion.parser(pb.MeasureRequest)(wire), _Context())
+                got = measure(parse(wire), Context())
+                assert got == plain(conversion.parser(pb.MeasureRequest)(wire), Context())
                 assert svc.memo.size_bytes <= bound
         later_misses[hold] = svc.memo.misses - before
     assert later_misses[cfg.server.memo_hold_seconds] < 0.7 * later_misses[0.0], later_misses
@@ -367,9 +354,8 @@ def test_a_conversation_outgrowing_the_memo_is_served_from_it_at_the_next_step()
     parse begins the step), the session's next steps compute a fraction of what the first did,
     and every answer equals the one without the memo. A plain LRU recomputed every message at
     every step."""
-    cfg = config.Config()
-    small = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, memo_bytes=12 << 20))
-    with_memo, without = servicer.ContextService(small), servicer.ContextService(_memo_off())
+    small = memo_config(12 << 20)
+    with_memo, without = servicer.ContextService(small), servicer.ContextService(memo_config(0))
     parse, measure = conversion.parser(pb.MeasureRequest, with_memo.memo), with_memo.serialized("Measure")
     plain = without.serialized("Measure")
     msgs = []
@@ -382,8 +368,8 @@ def test_a_conversation_outgrowing_the_memo_is_served_from_it_at_the_next_step()
         wire = pb.MeasureRequest(conversation=pb.Conversation(session_id="s", messages=msgs[:len(msgs) - 3 + k]),
                                  model=mdl).SerializeToString()
         before = with_memo.memo.misses
-        got = measure(parse(wire), _Context())
-        assert got == plain(conversion.parser(pb.MeasureRequest)(wire), _Context())
+        got = measure(parse(wire), Context())
+        assert got == plain(conversion.parser(pb.MeasureRequest)(wire), Context())
         misses.append(with_memo.memo.misses - before)
         assert with_memo.memo.size_bytes <= 12 << 20
     assert all(later < misses[0] / 2 for later in misses[1:]), misses
@@ -415,7 +401,7 @@ def test_a_message_without_digest_is_computed_every_time():
 
 def _small_guard(memo_bytes=None):
     """A payload guard of 60 KB, so a session of a few dozen steps crosses it."""
-    cfg = config.Config() if memo_bytes is None else _memo_off()
+    cfg = config.Config() if memo_bytes is None else memo_config(0)
     return dataclasses.replace(cfg, assemble=dataclasses.replace(cfg.assemble, request_prune_bytes=60_000))
 
 
@@ -520,7 +506,7 @@ def test_the_same_tools_are_converted_once(monkeypatch):
     assert first is not again and all(a is b for a, b in zip(first, again)) and len(again) == 2
     assert first == conversion.tools(tools)  # as without the memo
 
-    with_memo, without = servicer.ContextService(config.Config()), servicer.ContextService(_memo_off())
+    with_memo, without = servicer.ContextService(config.Config()), servicer.ContextService(memo_config(0))
     req = pb.AssembleRequest(conversation=pb.Conversation(messages=[user("u1", text("p1", "hi"))]), model=model(),
                              tools=tools)
     measure = pb.MeasureRequest(conversation=req.conversation, model=req.model, tools=req.tools)
@@ -620,7 +606,7 @@ def test_the_same_system_prompt_is_measured_once(monkeypatch):
         return real(text)
 
     monkeypatch.setattr(native, "text_profile", counting)
-    with_memo, without = servicer.ContextService(config.Config()), servicer.ContextService(_memo_off())
+    with_memo, without = servicer.ContextService(config.Config()), servicer.ContextService(memo_config(0))
     rules = "Keep the change small, run the tests after every edit, and say what you changed. " * 200
     msgs = [user("u0", text("u0p", "Fix the parser."))]
     for n in range(4):
@@ -811,7 +797,7 @@ def test_the_guard_s_freed_bytes_count_the_caller_s_deadline(monkeypatch):
         msgs += [assistant(f"s{n}", text(f"s{n}t", "Next.")), user(f"s{n}u", text(f"s{n}v", "ok"))]
         r = pb.MeasureRequest(conversation=pb.Conversation(session_id="s", messages=msgs), model=model(context=16_000))
         counted.clear()
-        svc.Measure(r, _Context())
+        svc.Measure(r, Context())
         freed_at = counted.count("payload guard")
     marked = svc.Assemble(_assemble(r), None).pruned_part_ids  # one output in each message it marks
     assert freed_at == len(marked) > 0
@@ -849,7 +835,7 @@ def test_a_tool_schema_is_parsed_once(monkeypatch):
     parsed = []
     real = conversion._json_object
     monkeypatch.setattr(conversion, "_json_object", lambda text, *a, **k: parsed.append(text) or real(text, *a, **k))
-    with_memo, without = servicer.ContextService(config.Config()), servicer.ContextService(_memo_off())
+    with_memo, without = servicer.ContextService(config.Config()), servicer.ContextService(memo_config(0))
     tools = [pb.ToolDefinition(name=n, description=n, input_schema_json='{"type":"object","properties":{"%s":{}}}' % n)
              for n in ("read", "edit")]
     req = pb.AssembleRequest(conversation=pb.Conversation(messages=[user("u1", text("p1", "hi"))]), model=model(),
@@ -872,7 +858,7 @@ def test_a_step_checks_only_its_new_messages_and_still_finds_an_id_of_the_kept_o
     from contextsvc import validate
     from contextsvc.rpc.message_keys import PREFIX_FROM_MESSAGES
 
-    on_cfg, off_cfg = config.Config(), _memo_off()
+    on_cfg, off_cfg = config.Config(), memo_config(0)
     with_memo, without = servicer.ContextService(on_cfg), servicer.ContextService(off_cfg)
     msgs = []
     for n in range(PREFIX_FROM_MESSAGES + 1):
