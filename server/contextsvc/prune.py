@@ -7,6 +7,7 @@ what is left after its post-compaction prune).
 from __future__ import annotations
 
 import dataclasses
+import operator
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -64,9 +65,12 @@ class Gates:
 
     def key(self) -> tuple:
         """The gates as plain data, for a memo key: a dataclass's __eq__ and __hash__ run as
-        Python code, and the memo's lookups rely on theirs running in C (memo.Memo)."""
-        return (self.protect, self.protected_results, self.protected_turns, self.protect_tokens,
-                self.minimum_tokens, self.protected_tools)
+        Python code, and the memo's lookups rely on theirs running in C (memo.Memo). Every
+        field, as its fields say: a gate added later changes the key too."""
+        return _GATE_VALUES(self)
+
+
+_GATE_VALUES = operator.attrgetter(*(f.name for f in dataclasses.fields(Gates)))
 
 
 def gates(settings: m.CompactionSettings, cfg: Config, mdl: Optional[m.Model] = None) -> Gates:
