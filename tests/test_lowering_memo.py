@@ -315,11 +315,10 @@ def test_the_head_stretch_adds_to_its_earlier_steps_sum(provider):
 
     head_profile = figures._head_profile
 
-    def recording(profiles, at, resume, memo_):
-        earlier = memo_ is not None and resume is not None and memo_.get((figures.PROFILES, resume.kept_key))
+    def recording(profiles, at, earlier, same):
         counting.n = 0
-        out = head_profile(profiles, at, resume, memo_)
-        if earlier:
+        out = head_profile(profiles, at, earlier, same)
+        if earlier is not None:
             added.append((counting.n, at))
         return out
 

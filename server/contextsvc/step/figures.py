@@ -8,9 +8,7 @@ the previous request on).
 """
 from __future__ import annotations
 
-import bisect
 import dataclasses
-import itertools
 import operator
 import sys
 from dataclasses import dataclass
@@ -19,10 +17,11 @@ from typing import Optional
 from .. import conversation as m, encodings, native, prefix, projection, tokens
 from ..deadline import NO_DEADLINE, Deadline
 from ..lowering.media import MEDIA_PLACEHOLDER
-from ..memo import PROFILES, SCRIPT, TOOL_TEXT, Memo
+from ..memo import PROFILES, TOOL_TEXT, Memo
 from ..model_ids import same_model
 from ..positions import positions
 from .baseline import KnownPairs, as_counted, baseline, changed_key, changed_pieces, known_key
+from . import scripts
 from .plan import Plan
 from .request import Request, array_text, tool_schema_list
 
@@ -262,12 +261,12 @@ def _counted_by(msg: m.Message, model_id: str) -> bool:
 
 
 def _between_factor(msgs: list, low_sources: list, model_id: str, last_compaction: int, anchor: m.Message,
-                    at: int, message_profiles: list, latest_compacted: int, mc, corrections=()) -> float:
+                    at: int, message_profiles: list, latest_compacted: int, mc,
+                    corrections=lambda start, end: 0.0) -> float:
     """The provider's count of the message elements between its answer before the anchor and the
     anchor (their reported inputs' difference) over our calibrated figure of them (with the script
-    corrections of those elements, as the text it scales has them: corrections, (message element
-    index, what its exact count adds)), or 0: no such
-    answer, a stretch too short to read, a prune since that answer (its count held the pruned
+    corrections of those elements, as the text it scales has them: corrections(start, end), their
+    sum over message elements start..end), or 0: no such answer, a stretch too short to read, a prune since that answer (its count held the pruned
     outputs whole, the anchor's did not), reasoning in the stretch (a provider may drop an earlier
     turn's thinking from its count, which our figure holds), or a factor outside the
     self-calibration bounds."""
@@ -285,8 +284,7 @@ def _between_factor(msgs: list, low_sources: list, model_id: str, last_compactio
             # an element it shares with an earlier message holds what its own count held already
             if start < 0 or counted <= 0 or len(low_sources[start]) > 1:
                 return 0.0
-            ours = stretch_pair(message_profiles[start:at])[0] + sum(
-                c for i, (c, _) in corrections if start <= i < at)
+            ours = stretch_pair(message_profiles[start:at])[0] + corrections(start, at)
             f = counted / ours if ours >= BETWEEN_MIN_TOKENS else 0.0
             return f if mc.self_calibration_min_factor <= f <= mc.self_calibration_max_factor else 0.0
     return 0.0
@@ -329,32 +327,46 @@ def _summed_pair(profile: tuple, n: int) -> tuple:
 
 @dataclass(frozen=True, slots=True)
 class _Profiles:
-    """The message elements' profiles of a step (the PROFILES entry), and their sum."""
+    """The message elements' profiles of a step (the PROFILES entry), their sum, and their script
+    corrections."""
     profiles: list  # the very tuples the step's element entries held
     total: tuple
+    corrections: Optional[scripts.Corrections]  # None: the step's figures made none
 
 
-def _head_profile(profiles: list, at: int, resume, memo: Memo | None) -> tuple:
+def _resumed(profiles: list, resume, memo: Memo | None) -> tuple:
+    """(the session's previous step's _Profiles, which of profiles are the very tuples it held:
+    a list of bools over the elements both have), or (None, None)."""
+    earlier = resume.earlier(memo, PROFILES) if resume is not None else None
+    if earlier is None:
+        return None, None
+    return earlier, list(map(operator.is_, profiles, earlier.profiles))
+
+
+def _head_profile(profiles: list, at: int, earlier: _Profiles | None, same: list | None) -> tuple:
     """The summed profile (sum_profiles without separators) of profiles[:at], the head stretch:
     nearly all of a long history. The session's previous step kept its elements' profiles and
-    their sum (PROFILES, under the lowering's PREFIX keys): the elements whose profile is the
-    very same tuple are taken as summed there, and only the others are added (a sum of a
-    thousand profiles reads memory scattered over the whole memo); the sum is kept for the next."""
-    earlier = resume.earlier(memo, PROFILES) if resume is not None else None
+    their sum (earlier, PROFILES, under the lowering's PREFIX keys): the elements whose profile is
+    the very same tuple (same) are taken as summed there, and only the others are added (a sum of
+    a thousand profiles reads memory scattered over the whole memo)."""
     total, k = _ZERO, 0
     if earlier is not None:
         before, total, k = earlier.profiles, earlier.total, min(len(earlier.profiles), at)
-        changed = positions(list(map(operator.is_, profiles[:k], before)), False)
+        changed = positions(same[:k], False)
         # what the earlier sum holds that this head does not: elements past k, and the changed
         drop = before[k:] + [before[i] for i in changed]
         if drop:
             total = _difference(total, native.sum_profiles(drop, _ZERO))
         total = native.sum_profiles([profiles[i] for i in changed], total)
-    head = native.sum_profiles(profiles[k:at], total)
+    return native.sum_profiles(profiles[k:at], total)
+
+
+def _keep_profiles(profiles: list, at: int, head: tuple, corrections, resume, memo: Memo | None) -> None:
+    """Keeps the step's message profiles, their sum and corrections for the session's next step."""
     if resume is not None and resume.keeps(memo):
-        resume.keep(memo, PROFILES, _Profiles(profiles, native.sum_profiles(profiles[at:], head)),
-                    sys.getsizeof(profiles) + _PROFILE_BYTES)
-    return head
+        kept = _Profiles(profiles, native.sum_profiles(profiles[at:], head), corrections)
+        resume.keep(memo, PROFILES, kept, sys.getsizeof(profiles) + _PROFILE_BYTES
+                    + (corrections.size() if corrections is not None else 0))
 
 
 def _difference(a: tuple, b: tuple) -> tuple:
@@ -410,46 +422,6 @@ def _counted(text: str, counter, deadline: Deadline) -> float:
     return float(sum(counter.count_parts([text], deadline)))
 
 
-def _script_corrections(wide: list, profiles: list, texts_of, counter, memo: Memo | None, deadline: Deadline) -> dict:
-    """{element index: (calibrated, decision figure) its exact count adds} for the elements at
-    least 1% of whose characters are neither ASCII nor CJK (Greek, Cyrillic, Arabic, Hebrew,
-    Devanagari, Thai, accented Latin, emoji: wide, the UTF-8 bytes over the UTF-16 units, less
-    two for each CJK character, tells them from the profile alone). The per-class ratios are
-    fitted on English and CJK material and read such text at 0.2-0.8x cl100k (Greek 0.27x, Hindi
-    0.26x, Thai 0.17x, Polish 0.67x): a gpt-4o session sent a body o200k counted over its window.
-    Each such element counts at least its exact count in counter's encoding (the model's own,
-    else the one the family priors scale; Claude counts these scripts at 0.73-0.98x cl100k and
-    accented Latin and emoji at up to 1.7x, within its priors); never less than its calibrated
-    figures. Kept by the memo per element text."""
-    flagged = []
-    for i in itertools.compress(range(len(wide)), wide):
-        p = profiles[i]
-        cjk = p[3]
-        other = wide[i] - 2 * (cjk[0] + cjk[1] + cjk[2] + cjk[3])
-        if other > 0 and other * SCRIPT_SHARE >= p[0]:
-            flagged.append(i)
-    if not flagged:
-        return {}
-    texts = texts_of(flagged)
-    keys = [(SCRIPT, counter.encoding_name, t) for t in texts]
-    found = memo.get_many(keys) if memo is not None else [None] * len(keys)
-    out = {}
-    for i, text, key, kept in zip(flagged, texts, keys, found):
-        if kept is None:
-            n = _counted(text, counter, deadline)
-            cal, decide = tokens.calibrated_pair(profiles[i])
-            kept = (max(0.0, n - cal), max(0.0, n - decide))
-            if memo is not None:
-                memo.put(key, kept)
-        if kept[0] or kept[1]:
-            out[i] = kept
-    return out
-
-
-# an element whose non-ASCII, non-CJK characters are at least 1 / SCRIPT_SHARE of it is counted
-SCRIPT_SHARE = 100
-
-
 def _media_in(element_texts) -> int:
     placeholder = '"' + MEDIA_PLACEHOLDER + '"'
     return sum(t.count(placeholder) for t in element_texts)
@@ -484,30 +456,36 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
         deadline.check("figures")
     profiles = []
     head = None  # the head stretch's summed profile, from the session's previous step's (PROFILES)
-    scripts = {}  # element index -> what its exact count adds (_script_corrections)
+    fixes = None  # what each element's exact count adds (step.scripts)
+    counter = model_counter[0]
     if mc.calibrated_figures:
         if built_elements:
-            message_profiles = request.profiles(low.messages)
-            profiles = request.profiles(low.system) + message_profiles
-            head = _head_profile(message_profiles, max(at, 0), request.resume, memo)
-            wide = request.wide(low.system) + request.wide(low.messages)
-            def texts_of(indices):
-                system, messages = request.texts(low.system), request.texts(low.messages)
-                return [system[i] if i < n_sys else messages[i - n_sys] for i in indices]
+            system_profiles, message_profiles = request.profiles(low.system), request.profiles(low.messages)
+            profiles = system_profiles + message_profiles
+            earlier, same = _resumed(message_profiles, request.resume, memo)
+            head = _head_profile(message_profiles, max(at, 0), earlier, same)
+            system_wide = request.wide(low.system)
+            message_fixes = scripts.corrections(
+                message_profiles, lambda indices: request.wide(low.messages, indices),
+                lambda indices: list(map(request.texts(low.messages).__getitem__, indices)), counter, memo,
+                deadline, earlier.corrections if earlier is not None else None, same)
+            fixes = scripts.corrections(
+                system_profiles, lambda indices: list(map(system_wide.__getitem__, indices)),
+                lambda indices: list(map(request.texts(low.system).__getitem__, indices)), counter, memo,
+                deadline) + message_fixes
+            _keep_profiles(message_profiles, max(at, 0), head, message_fixes, request.resume, memo)
         else:
             profiles = [native.json_profile(e) for e in elements]
             wide = [b - u for b, u in map(native.json_lengths, elements)]
-            def texts_of(indices):
-                return [native.json_text(elements[i]) for i in indices]
-        scripts = _script_corrections(wide, profiles, texts_of, model_counter[0], memo, deadline)
+            fixes = scripts.corrections(profiles, lambda indices: list(map(wide.__getitem__, indices)),
+                                        lambda indices: [native.json_text(elements[i]) for i in indices],
+                                        counter, memo, deadline)
         deadline.check("figures")
     cuts = [0, n_sys, n_sys + max(at, 0), tail_from, len(elements)]
     if mc.calibrated_figures:
-        pairs = [stretch_pair(profiles[a:b]) if k != 1 or head is None else _summed_pair(head, b - a)
+        pairs = [fixes.added(stretch_pair(profiles[a:b]) if k != 1 or head is None else _summed_pair(head, b - a),
+                             a, b)
                  for k, (a, b) in enumerate(zip(cuts, cuts[1:]))] + [tool_text.calibrated]
-        for i, (c, d) in scripts.items():
-            k = bisect.bisect_right(cuts, i) - 1
-            pairs[k] = (pairs[k][0] + c, pairs[k][1] + d)
     else:
         pairs = [(0.0, 0.0)] * 5
     (system_cal, head_cal, middle_cal, tail_cal, tools_cal), margined = zip(*pairs)
@@ -520,10 +498,7 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
         if rewrite_from < 0:
             cal_rewrite, margined_rewrite = cal_total, sum(margined)
         elif rewrite_from < len(elements):
-            cal_rewrite, margined_rewrite = stretch_pair(profiles[rewrite_from:])
-            for i, (c, d) in scripts.items():
-                if i >= rewrite_from:
-                    cal_rewrite, margined_rewrite = cal_rewrite + c, margined_rewrite + d
+            cal_rewrite, margined_rewrite = fixes.added(stretch_pair(profiles[rewrite_from:]), rewrite_from)
 
     # self-calibrated: the provider's own count of a prefix over ours gives this model's factor
     factor, anchor_id = 0.0, ""
@@ -547,7 +522,7 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
                     map(m.LAST_COMPACTED_MS, msgs), default=0)
                 out.between_factor = _between_factor(msgs, low.sources, mdl.id, request.last_compaction, anchor,
                                                      at, message_profiles, latest, mc,
-                                                     [(i - n_sys, c) for i, c in scripts.items() if i >= n_sys])
+                                                     lambda start, end: fixes.calibrated(n_sys + start, n_sys + end))
     if factor:
         self_cal = (tokens.scaled(cal_total, factor), f"{tokens.SELF_CALIBRATED}{factor:.4f}x({anchor_id})")
         out.projections["self-calibrated"] = (self_cal[0], tokens.scaled(cal_tail, factor),

@@ -94,15 +94,18 @@ class Request:
             self._message_lengths = list(map(_FIRST, map(_SECOND, self.message_entries)))
         return self._message_lengths
 
-    def wide(self, elements: list) -> list:
+    def wide(self, elements: list, indices: list | None = None) -> list:
         """UTF-8 bytes over UTF-16 units of each element's JSON (the body's messages, system, or
-        both): 0 for ASCII, one a character of Greek or Cyrillic, two of Devanagari, Thai, CJK
-        or an emoji (step.figures._script_corrections)."""
+        both), or of those at indices: 0 for ASCII, one a character of Greek or Cyrillic, two of
+        Devanagari, Thai, CJK or an emoji (step.scripts)."""
+        lengths = self.utf8_lengths(elements)
         if elements is self.lowered.messages and self.columns is not None:
             units = self.columns.units
         else:
-            units = map(_SECOND, map(_SECOND, self._entries(elements)))
-        return list(map(operator.sub, self.utf8_lengths(elements), units))
+            units = list(map(_SECOND, map(_SECOND, self._entries(elements))))
+        if indices is None:
+            return list(map(operator.sub, lengths, units))
+        return [lengths[i] - units[i] for i in indices]
 
     def units(self, elements: list) -> array:
         """UTF-16 units of each element (the body's messages, system, or both), media and opaque
