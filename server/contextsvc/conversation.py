@@ -194,9 +194,11 @@ class Message:
     # The digest of the message's wire bytes as they came off the wire (rpc.message_keys), b"" for
     # a message built in the core. Not an init field, so a dataclasses.replace copy (a changed
     # message) starts with b"": the memo's per-message entries (memo.py) are keyed by it and
-    # never see a stale one. One exception, set on purpose: a copy the payload guard pruned
-    # carries memo.pruned_digest of its original's (step.guard). Either way MESSAGE_DIGEST_BYTES
-    # long: the memo's prefix keys read a conversation's digests joined, at that stride.
+    # never see a stale one. The exceptions, set on purpose, name a copy by a function of its
+    # original's digest and the change: the payload guard's prune (memo.pruned_digest), call ids
+    # of its own (memo.renamed_digest), injections made again at every step (memo.injected_digest,
+    # step.inject). Either way MESSAGE_DIGEST_BYTES long: the memo's prefix keys read a
+    # conversation's digests joined, at that stride.
     digest: bytes = field(default=b"", init=False, repr=False, compare=False)
     # what every step's scans read of its parts, worked out when it is made: parts are never
     # changed in place (a changed message is a dataclasses.replace copy, made again)

@@ -186,6 +186,15 @@ def pruned_digest(message_digest: bytes, part_ids) -> bytes:
                            person=b"pruned").digest()
 
 
+def injected_digest(message_digest: bytes, parts: list) -> bytes:
+    """The digest of a copy of a message with parts appended (step.inject: a plan reminder, an
+    environment block its client passed back): a function of the original and the parts (their
+    repr holds every field), as the copy is, so a session whose last user message gets the same
+    ones at every step keeps and resumes its steps past it."""
+    added = repr(parts).encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(message_digest + added, digest_size=MESSAGE_DIGEST_BYTES, person=b"injected").digest()
+
+
 def renamed_digest(message_digest: bytes, places: tuple) -> bytes:
     """The digest of a copy of a message whose tool parts at places carry call ids of their own
     (step.call_ids): a function of the original and the places, as the copy is."""

@@ -11,6 +11,7 @@ from typing import Optional
 
 from .. import conversation as m, projection
 from ..errors import BadInput
+from ..memo import injected_digest
 from . import environment, reminders
 from .environment import Editor
 
@@ -68,6 +69,13 @@ def inject(messages: list, turn: Turn, now: Optional[dt.datetime] = None, points
     if u >= 0:
         user = messages[u]
         extra = []
+        # Injections a later step makes again as they are, into a user message answers follow (a
+        # tool loop): the copy is named by a digest (memo.injected_digest), so what a step puts
+        # together past it is kept for the next (step.pieces). A block made here or a wrapping
+        # comes back stored in the message (persist), and the injections into a last message
+        # go to a newer one once the session moves on: the next step sends that message
+        # otherwise, so its copy is named by none, and a step keeps what it built before it.
+        repeated = last_user < len(sent) - 1
         # A user message keeps its block for the rest of the session (the client stores the
         # part returned in persist): dropping it when a newer message arrives would rewrite the
         # history prefix at every new turn. A message that already holds one gets no other.
@@ -77,6 +85,7 @@ def inject(messages: list, turn: Turn, now: Optional[dt.datetime] = None, points
         # compaction's tokens_after
         if turn.editor is not None and not block and _written_by_person(user):
             block = turn.editor.environment_details or environment.environment_details(turn.editor, now)
+            repeated = repeated and bool(turn.editor.environment_details)
             part = reminders.synthetic(f"{user.id}{environment.ENVIRONMENT_SUFFIX}", "\n\n" + block)
             extra.append(part)
             persist.append(Persist(user.id, part))
@@ -87,12 +96,16 @@ def inject(messages: list, turn: Turn, now: Optional[dt.datetime] = None, points
             injected.append("plan_reminder")
         finished = projection.last_index(sent, lambda x: x.role == m.ASSISTANT and x.finished)
         if turn.step > 1 and finished >= 0 and last_user > finished:
-            user, changed = reminders.wrap_mid_run(user)
-            if changed:
+            wrapped, changed = reminders.wrap_mid_run(user)
+            if changed:  # (one stored wrapped stays the message off the wire, with its digest)
+                user = wrapped
                 persist[:0] = [Persist(user.id, p) for p in changed]
                 injected.append("mid_run_reminder")
+                repeated = False
         if extra:
             user = dataclasses.replace(user, parts=[*user.parts, *extra])
+            if repeated and messages[u].digest:
+                user.digest = injected_digest(messages[u].digest, extra)
         messages[u] = user
     if turn.max_steps and turn.step >= turn.max_steps:
         last_id = messages[-1].id

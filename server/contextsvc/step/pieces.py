@@ -279,14 +279,15 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
     consecutive elements of one role joined where the format joins them, then the lead user
     message; the same body as lowering the whole request at once. The elements put together
     from a session's earlier step (PREFIX) are taken as they are, so a step puts together only
-    the messages it adds; the prefix hashing resumes after them too (Resume)."""
+    the messages it adds; the prefix hashing resumes after them too (Resume). What a step keeps
+    for the next is its messages up to the first one without a digest (a copy an injection made
+    that the client stores: the next step sends that message as stored, and starts there)."""
     settings = (mdl.provider, mdl.id, placeholders)
     ledger = MediaLedger(placeholders=placeholders)
     lowered = lower(mdl.provider, model_id=mdl.id, system=system_prompt.blocks(system, mdl, prompt_dir),
                     messages=[], tools=tools, max_output=0, ledger=ledger, session_id=conv.session_id,
                     tools_disabled=tools_disabled)
     fmt = FORMATS[mdl.provider]
-    joined = fmt.merged_key
     candidates = message_prefix_keys(projected, PREFIX, settings, digests)
     start, kept = memo.longest(candidates)
     if kept is None:
@@ -295,11 +296,69 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
         prefix = kept.copy()  # the kept one is shared: never changed
         memo.touch_held(kept.piece_keys, start, len(projected))  # their elements are the prefix's: kept while used
     resolved_up_to = max(0, len(prefix.elements) - 1)  # the last element may merge with what follows
+    # the messages named by a digest, from the first on, and the key of them all
+    keyed, key = candidates[0] if candidates else (0, None)
+    _put_together(prefix, projected[start:keyed], fmt, mdl, placeholders, settings, memo, deadline, resolved_up_to)
+    kept_elements = len(prefix.elements)
+    earlier = dict(candidates).get(start) if kept is not None else None  # the entry this step resumed
+    roles = prefix.roles
+    leads = bool(roles) and roles[0] != "user"  # a lead user message goes first
+    if key is not None and start < keyed:
+        # in place of the entry it resumed: each serves the session's next step (a step looks for
+        # one RESUME_WITHIN messages back), and they would otherwise pile up until the LRU reached
+        # them, each charged its history's elements, crowding out every other entry
+        memo.supersede(earlier, key, prefix, prefix.charge())
+        # the memo's from here on, never to change: the build goes on with copies of what it
+        # changes, the columns (the request fills in its markers' and new elements' entries),
+        # and everything else too for messages past the keyed ones, a lead message or a trimmed
+        # final text
+        trims = fmt.trims_final_text and bool(roles) and roles[-1] == "assistant"
+        prefix = prefix.copy(lists=keyed < len(projected) or leads or trims)
+    if keyed < len(projected):
+        _put_together(prefix, projected[keyed:], fmt, mdl, placeholders, settings, memo, deadline,
+                      max(0, len(prefix.elements) - 1))
+    elements, roles, sources, keys, found, saved = (prefix.elements, prefix.roles, prefix.sources, prefix.keys,
+                                                    prefix.found, prefix.saved)
+    columns, pruned = prefix.columns, prefix.pruned
+    leads = bool(roles) and roles[0] != "user"
+    trims = fmt.trims_final_text and bool(roles) and roles[-1] == "assistant"
+    lead = 1 if leads else 0
+    # the kept elements but the last stand as they were, and so will these for the next step
+    resume = Resume(earlier if resolved_up_to else None, lead + resolved_up_to, key, lead + max(0, kept_elements - 1))
+    ledger.media_count += prefix.media_count
+    ledger.extra += prefix.extra
+    ledger.saved_units += prefix.saved_units
+    if leads:
+        open_with_user(elements, roles, sources, _lead(mdl.provider, memo))
+        keys.insert(0, None)
+        found.insert(0, None)
+        saved.insert(0, 0)
+        columns.insert_missing(0)
+        pruned.insert(0, 0)
+    if trims:
+        elements[-1] = dict(elements[-1])  # the memo's element stays as it is
+        if trim_final_text(elements, roles, fmt.merged_key):
+            found[-1] = keys[-1] = None
+            columns.set(len(elements) - 1, None)
+    if any(saved):
+        ledger.saved_by.update(_where(elements, saved))
+    _attach(lowered, elements)
+    lowered.roles[:] = roles
+    lowered.sources[:] = sources
+    return lowered, ledger, resume, prefix
+
+
+def _put_together(prefix: _Prefix, messages: list, fmt, mdl: m.Model, placeholders: bool, settings: tuple,
+                  memo: Memo, deadline: Deadline, resolved_up_to: int) -> None:
+    """Adds messages' elements to prefix (each message's piece from the memo, or lowered and
+    kept), merged where the format merges consecutive elements of one role, then the entry of
+    each element from resolved_up_to on (the merged ones' kept as MERGED entries)."""
+    joined = fmt.merged_key
     elements, roles, sources, keys, saved, found, pruned = (prefix.elements, prefix.roles, prefix.sources,
                                                             prefix.keys, prefix.saved, prefix.found, prefix.pruned)
-    piece_keys = [_piece_key(msg, mdl, placeholders) for msg in projected[start:]]
+    piece_keys = [_piece_key(msg, mdl, placeholders) for msg in messages]
     prefix.piece_keys += piece_keys
-    for msg, pkey, piece in zip(projected[start:], piece_keys, memo.get_many(piece_keys)):
+    for msg, pkey, piece in zip(messages, piece_keys, memo.get_many(piece_keys)):
         if piece is None:
             piece = _piece(msg, mdl, placeholders, deadline)
             if pkey is not None:
@@ -327,8 +386,6 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
             keys.append((key,) if key is not None else None)
             found.append(texts[j])
             saved.append(units)
-    # each element's entry (the merged ones' kept as MERGED entries), then the state kept for
-    # the session's next step
     columns = prefix.columns
     columns.truncate(resolved_up_to)
     for e, text, key in zip(elements[resolved_up_to:], found[resolved_up_to:], keys[resolved_up_to:]):
@@ -340,48 +397,6 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
                 memo.put(ekey, text)
         columns.append(text)
     prefix.merged += _merged_charge(found[resolved_up_to:-1], columns.entries[resolved_up_to:-1])
-    whole = candidates[0][1] if candidates and candidates[0][0] == len(projected) else None
-    earlier = dict(candidates).get(start) if kept is not None else None  # the entry this step resumed
-    leads = bool(roles) and roles[0] != "user"  # a lead user message goes first
-    trims = FORMATS[mdl.provider].trims_final_text and bool(roles) and roles[-1] == "assistant"
-    if whole is not None and start < len(projected):
-        # in place of the entry it resumed: each serves the session's next step (a step looks for
-        # one RESUME_WITHIN messages back), and they would otherwise pile up until the LRU reached
-        # them, each charged its history's elements, crowding out every other entry
-        memo.supersede(earlier, whole, prefix, prefix.charge())
-        # the memo's from here on, never to change: the build goes on with copies of what it
-        # changes, the columns (the request fills in its markers' and new elements' entries),
-        # and everything else too for a lead message or a trimmed final text
-        prefix = prefix.copy(lists=leads or trims)
-        elements, roles, sources, keys, saved, found, pruned = (prefix.elements, prefix.roles, prefix.sources,
-                                                                prefix.keys, prefix.saved, prefix.found,
-                                                                prefix.pruned)
-        columns = prefix.columns
-    lead = 1 if leads else 0
-    # the kept elements but the last stand as they were, and so will these for the next step
-    resume = Resume(earlier if resolved_up_to else None, lead + resolved_up_to,
-                    whole, lead + max(0, len(elements) - 1))
-    ledger.media_count += prefix.media_count
-    ledger.extra += prefix.extra
-    ledger.saved_units += prefix.saved_units
-    if leads:
-        open_with_user(elements, roles, sources, _lead(mdl.provider, memo))
-        keys.insert(0, None)
-        found.insert(0, None)
-        saved.insert(0, 0)
-        columns.insert_missing(0)
-        pruned.insert(0, 0)
-    if trims:
-        elements[-1] = dict(elements[-1])  # the memo's element stays as it is
-        if trim_final_text(elements, roles, joined):
-            found[-1] = keys[-1] = None
-            columns.set(len(elements) - 1, None)
-    if any(saved):
-        ledger.saved_by.update(_where(elements, saved))
-    _attach(lowered, elements)
-    lowered.roles[:] = roles
-    lowered.sources[:] = sources
-    return lowered, ledger, resume, prefix
 
 
 def _where(elements: list, values: list):
