@@ -222,7 +222,7 @@ def test_a_growing_conversation_converts_only_what_it_adds():
 def test_a_step_resumes_from_the_bytes_of_the_earlier_one_it_starts_with():
     """The session's last step is kept with its bytes (rpc.earlier_step): a step starting with
     all of them converts after them, and its Lineage says so; one whose last message was
-    edited resumes before it (not naming the earlier step: its checks are not taken as done);
+    edited resumes before it (its Lineage names the earlier step, that message dropped);
     another session never resumes from it, and sessions sharing a key (no session id, the same
     first message) each resume from their own; a request writing its conversation in two pieces
     (protobuf merges them) takes the general way. Every answer equals a conversion without the
@@ -254,7 +254,9 @@ def test_a_step_resumes_from_the_bytes_of_the_earlier_one_it_starts_with():
         edited = pb.Conversation(session_id="s1", messages=base.messages[:n + 2])
         edited.messages[-1].parts[0].text.text = "an edited request"
         got, seen = convert(edited)
-        assert seen == 1 and got.lineage.kept == 0  # resumed before the edited message
+        # resumed before the edited message: the earlier step's, as converted then, is dropped
+        assert seen == 1 and got.lineage.kept == n + 1 and got.lineage.kept_digest == grown.lineage.digest
+        assert [x.id for x in got.lineage.dropped] == [grown.messages[-1].id] and got.lineage.dropped[0] is not got.messages[-1]
         _, seen = convert(pb.Conversation(session_id="s2", messages=base.messages[:n + 2]))
         assert seen == n + 2  # another session's bytes are not compared with
         # two sessions without a session id starting with the same message, stepping in turn:

@@ -849,6 +849,50 @@ def test_a_tool_schema_is_parsed_once(monkeypatch):
             with_memo.Assemble(req, None)
 
 
+def _id_history() -> list:
+    """PREFIX_FROM_MESSAGES + 1 messages, user and assistant in turn, ids u<n> and a<n>."""
+    from contextsvc.rpc.message_keys import PREFIX_FROM_MESSAGES
+
+    return [user(f"u{n}", text(f"u{n}p", f"step {n}")) if n % 2 == 0 else
+            assistant(f"a{n}", tool(f"a{n}x", f"c{n}", "read", {"path": f"f{n}.py"}, "out " * n))
+            for n in range(PREFIX_FROM_MESSAGES + 1)]
+
+
+def _refused_alike(services, msgs: list, bad_messages) -> None:
+    """Each of bad_messages after msgs is refused as repeating an id, by each service alike."""
+    for bad in bad_messages:
+        req = pb.MeasureRequest(conversation=pb.Conversation(messages=[*msgs, bad]), model=model())
+        errors = []
+        for svc in services:
+            with pytest.raises(Exception) as exc:
+                svc.Measure(req, None)
+            errors.append(str(exc.value))
+        assert errors[0] == errors[1] and ("duplicates" in errors[0]), errors
+
+
+class _Walked:
+    """The messages each step's id checks walk (validate.each), and the conversations a step
+    checked in full (validate._conversation: its shortcut failed), while in use."""
+
+    def __enter__(self):
+        from contextsvc import validate
+
+        self.validate, self.each, self.full = validate, validate.each, validate._conversation
+        self.walked, self.whole = [], []
+        validate.each = lambda memo, kind, messages, *rest: self.walked.append([x.id for x in messages]) or \
+            self.each(memo, kind, messages, *rest)
+        validate._conversation = lambda conv, *rest, **named: (
+            self.whole.append(len(conv.messages)) if len(conv.messages) > 1 else None) or self.full(conv, *rest, **named)
+        return self
+
+    def __exit__(self, *_):
+        self.validate.each, self.validate._conversation = self.each, self.full
+
+    def clear(self):
+        self.walked.clear()
+        self.whole.clear()
+
+
 def test_a_step_checks_only_its_new_messages_and_still_finds_an_id_of_the_kept_ones():
     """From PREFIX_FROM_MESSAGES messages on, the ids of a conversation whose checks passed are
     kept (memo.VALIDATED under its Lineage): the step that resends it checks only the messages it
@@ -856,36 +900,72 @@ def test_a_step_checks_only_its_new_messages_and_still_finds_an_id_of_the_kept_o
     same error as without the memo, and the kept ids are the earlier step's alone (a refused step
     leaves nothing for the next), however many steps kept them."""
     from contextsvc import validate
-    from contextsvc.rpc.message_keys import PREFIX_FROM_MESSAGES
 
-    on_cfg, off_cfg = config.Config(), memo_config(0)
-    with_memo, without = servicer.ContextService(on_cfg), servicer.ContextService(off_cfg)
-    msgs = []
-    for n in range(PREFIX_FROM_MESSAGES + 1):
-        msgs.append(user(f"u{n}", text(f"u{n}p", f"step {n}")) if n % 2 == 0 else
-                    assistant(f"a{n}", tool(f"a{n}x", f"c{n}", "read", {"path": f"f{n}.py"}, "out " * n)))
-    walked = []  # the messages each step's id checks walk
-    original = validate.each
-    validate.each = lambda memo, kind, messages, *rest: walked.append([x.id for x in messages]) or original(
-        memo, kind, messages, *rest)
-    try:
+    with_memo, without = servicer.ContextService(config.Config()), servicer.ContextService(memo_config(0))
+    msgs = _id_history()
+    with _Walked() as checks:
         for step in range(validate.FLATTEN_AFTER + 3):  # past a flattening of the kept ids
             msgs.append(user(f"next{step}", text(f"next{step}p", "go on")))
             req = pb.MeasureRequest(conversation=pb.Conversation(messages=msgs), model=model(context=200_000))
-            walked.clear()
+            checks.clear()
             _same(with_memo.Measure(req, None), without.Measure(req, None))
             if step:  # the earlier step's whole conversation was checked and kept
-                assert walked == [[f"next{step}"]], walked
-        for bad in (user("u4", text("fresh", "a message id of the kept ones")),
-                    user("fresh", text("a5x", "a part id of the kept ones")),
-                    user("next18", text("fresh", "an id kept above the flattening")),
-                    user("fresh", text("next17p", "a part id kept above the flattening"))):
-            req = pb.MeasureRequest(conversation=pb.Conversation(messages=[*msgs, bad]), model=model())
-            errors = []
-            for svc in (with_memo, without):
-                with pytest.raises(Exception) as exc:
-                    svc.Measure(req, None)
-                errors.append(str(exc.value))
-            assert errors[0] == errors[1] and ("duplicates" in errors[0]), errors
-    finally:
-        validate.each = original
+                assert checks.walked == [[f"next{step}"]], checks.walked
+        _refused_alike((with_memo, without), msgs, (
+            user("u4", text("fresh", "a message id of the kept ones")),
+            user("fresh", text("a5x", "a part id of the kept ones")),
+            user("next18", text("fresh", "an id kept above the flattening")),
+            user("fresh", text("next17p", "a part id kept above the flattening"))))
+
+
+def test_a_step_after_its_last_messages_were_edited_checks_only_those_and_its_new_ones():
+    """The client edits the last message of its previous step (stores a part into it, as it does
+    the environment block) before the next: that step resumes before the edited message (Lineage
+    names the earlier step, that message dropped) and checks only it and the messages it adds,
+    its ids free again. An id of a kept message is still refused, as without the memo; the ids of
+    dropped messages taken by a new one are not, however many steps kept the ids."""
+    from contextsvc import validate
+
+    with_memo, without = servicer.ContextService(config.Config()), servicer.ContextService(memo_config(0))
+    msgs = _id_history()
+    with _Walked() as checks:
+        def measured(messages):
+            req = pb.MeasureRequest(conversation=pb.Conversation(messages=messages), model=model(context=200_000))
+            checks.clear()
+            got = with_memo.Measure(req, None)
+            assert not checks.whole, "the step checked the whole conversation"
+            _same(got, without.Measure(req, None))
+
+        for step in range(validate.FLATTEN_AFTER + 3):  # past a flattening of the kept ids
+            last = pb.Message()
+            last.CopyFrom(msgs[-1])
+            last.parts.append(text(f"{last.id}~stored{step}", "a part the client stored"))
+            msgs[-1] = last
+            msgs.append(assistant(f"next{step}a", text(f"next{step}t", "reading")))
+            msgs.append(user(f"next{step}", text(f"next{step}p", "go on")))
+            measured(msgs)
+            if step:
+                assert checks.walked == [[last.id, f"next{step}a", f"next{step}"]], checks.walked
+        # the last two messages dropped, their ids taken by a new one: not duplicates any more
+        dropped = msgs[-2:]
+        measured([*msgs[:-2], user(dropped[0].id, text(dropped[1].parts[0].id, "the ids of dropped messages"))])
+        assert checks.walked == [[dropped[0].id]], checks.walked
+        _refused_alike((with_memo, without), msgs, (
+            user("u4", text("fresh", "a message id of the kept ones")),
+            user("fresh", text("a5x", "a part id of the kept ones")),
+            user("next1", text("fresh", "an id kept above the flattening")),
+            user("fresh", text("u32~stored0", "a stored part's id, kept above the flattening"))))
+
+
+def test_the_kept_ids_hide_those_of_the_messages_a_step_no_longer_holds():
+    """validate._Ids: a layer's hidden ids (the earlier step's messages it no longer holds) are
+    not held below it, its own are, and a flattened chain holds what the layers do."""
+    from contextsvc.validate import _Ids
+
+    bottom = _Ids({"a", "b"}, {"pa", "pb"}, None, 0)
+    edited = _Ids({"c"}, {"pc"}, bottom, 1, frozenset({"b"}), frozenset({"pb"}))
+    again = _Ids({"b"}, {"pb2"}, edited, 2)  # b sent again, with another part
+    assert not edited.holds("b", ()) and not edited.holds("x", ("pb",)) and edited.holds("a", ("px",))
+    assert edited.holds("x", ("pc",)) and edited.holds("c", ())
+    assert again.holds("b", ()) and again.holds("x", ("pb2",)) and not again.holds("x", ("pb",))
+    assert edited.flat() == ({"a", "c"}, {"pa", "pc"}) and again.flat() == ({"a", "b", "c"}, {"pa", "pb2", "pc"})

@@ -250,12 +250,14 @@ class Message:
 @dataclass(frozen=True, slots=True)
 class Lineage:
     """Where a conversation off the wire continues its session (rpc.earlier_step): its first
-    `kept` messages are, byte for byte, the whole conversation of an earlier step (0: none is
-    known). The digests name conversations' bytes (equal digests, equal bytes) and key what a
-    stage keeps of a whole conversation for the step that continues it (memo.VALIDATED)."""
+    `kept` messages are, byte for byte, the first messages of an earlier step's conversation (0:
+    none is known), whose later messages (`dropped`: the client edited or dropped them since) it
+    does not hold. The digests name conversations' bytes (equal digests, equal bytes) and key what
+    a stage keeps of a whole conversation for the step that continues it (memo.VALIDATED)."""
     kept: int
     kept_digest: bytes  # names the earlier step's conversation (b"" when kept is 0)
     digest: bytes  # names this one
+    dropped: tuple = ()  # the earlier step's messages past kept, as converted then
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,30 +55,38 @@ def _own_ids(msg: m.Message, deadline: Deadline = NO_DEADLINE):
 @dataclass(frozen=True, slots=True)
 class _Ids:
     """The message and part ids of a conversation whose checks passed (memo.VALIDATED): its own
-    beyond the earlier step it continues (below), which holds the rest. Sets are never changed
+    beyond the earlier step it continues (below), which holds the rest but those of the earlier
+    step's messages it no longer holds (hidden: edited or dropped since). Sets are never changed
     once kept; a chain FLATTEN_AFTER deep is put together into one, so a step copies no set of
     the whole history (one in FLATTEN_AFTER does)."""
     ids: set
     part_ids: set
     below: Optional["_Ids"]
     depth: int
+    hidden_ids: frozenset = frozenset()
+    hidden_part_ids: frozenset = frozenset()
 
     def holds(self, message_id: str, part_ids: tuple) -> bool:
         """Whether message_id or one of part_ids is one of its ids."""
-        node = self
+        node, hidden_ids, hidden_parts = self, frozenset(), frozenset()
         while node is not None:
-            if message_id in node.ids or not node.part_ids.isdisjoint(part_ids):
+            if message_id in node.ids and message_id not in hidden_ids:
                 return True
+            if not node.part_ids.isdisjoint(part_ids) and (
+                    not hidden_parts or any(p in node.part_ids and p not in hidden_parts for p in part_ids)):
+                return True
+            if node.hidden_ids or node.hidden_part_ids:
+                hidden_ids, hidden_parts = hidden_ids | node.hidden_ids, hidden_parts | node.hidden_part_ids
             node = node.below
         return False
 
     def flat(self) -> tuple[set, set]:
-        ids, part_ids, node = set(), set(), self
-        while node is not None:
-            ids |= node.ids
-            part_ids |= node.part_ids
-            node = node.below
-        return ids, part_ids
+        if self.below is None:
+            return set(self.ids), set(self.part_ids)
+        ids, part_ids = self.below.flat()
+        ids -= self.hidden_ids
+        part_ids -= self.hidden_part_ids
+        return ids | self.ids, part_ids | self.part_ids
 
 
 FLATTEN_AFTER = 16
@@ -87,15 +95,20 @@ FLATTEN_AFTER = 16
 def _known_good(conv: m.Conversation, memo, deadline: Deadline = NO_DEADLINE) -> bool:
     """Whether every message passes its own checks (kept per message) and no id repeats; the
     ids of the earlier step a conversation continues (Lineage) are taken as that step left them,
-    and this one's are kept for the next."""
+    but those of its messages this one no longer holds, and this one's are kept for the next."""
     ids, part_ids, start, below = set(), set(), 0, None
     lineage = conv.lineage
     if lineage is not None and lineage.kept:
         below = memo.get((VALIDATED, lineage.kept_digest))
         start = lineage.kept if below is not None else 0
+    # the ids of the earlier step's messages this conversation no longer holds are free again
+    hidden = (frozenset(msg.id for msg in lineage.dropped),
+              frozenset(p.id for msg in lineage.dropped for p in msg.parts if p.id)) \
+        if below is not None and lineage.dropped else (frozenset(), frozenset())
+    held = _Ids(set(), set(), below, 0, *hidden) if hidden[0] else below  # what is below, as this one holds it
     own_ids = ticking(lambda msg: _own_ids(msg, deadline), deadline, "validation")
     for own in each(memo, "valid", conv.messages[start:], (), own_ids):
-        if own is False or own[0] in ids or (below is not None and below.holds(*own)):
+        if own is False or own[0] in ids or (held is not None and held.holds(*own)):
             return False
         ids.add(own[0])
         n = len(part_ids)
@@ -104,11 +117,11 @@ def _known_good(conv: m.Conversation, memo, deadline: Deadline = NO_DEADLINE) ->
             return False
     if lineage is not None and start < len(conv.messages):
         if below is not None and below.depth >= FLATTEN_AFTER:
-            flat_ids, flat_parts = below.flat()
-            ids, part_ids, below = flat_ids | ids, flat_parts | part_ids, None
-        kept = _Ids(ids, part_ids, below, below.depth + 1 if below is not None else 0)
+            flat_ids, flat_parts = held.flat()
+            ids, part_ids, below, hidden = flat_ids | ids, flat_parts | part_ids, None, ()
+        kept = _Ids(ids, part_ids, below, below.depth + 1 if below is not None else 0, *hidden)
         # the id strings are the messages' own
-        memo.put_charged((VALIDATED, lineage.digest), kept, sys.getsizeof(ids) + sys.getsizeof(part_ids))
+        memo.put_charged((VALIDATED, lineage.digest), kept, sum(map(sys.getsizeof, (ids, part_ids, *hidden))))
     return True
 
 

@@ -267,7 +267,8 @@ def conversation(c, path: str = "conversation", memo: Memo | None = None, max_js
                                       found, contiguous, out.scanned).token
         else:
             token = found.converted.token  # the same conversation again
-        out.lineage = m.Lineage(start if whole else 0, found.converted.token if whole else b"", token)
+        out.lineage = m.Lineage(start, found.converted.token, token, found.converted.messages[start:]) \
+            if found is not None else m.Lineage(0, b"", token)
     return out
 
 
