@@ -73,10 +73,9 @@ def steps_ms(base: pb.AssembleRequest, steps: int, shape: str, reminder: bool, b
         answer.SerializeToString()
         if k:
             out.append((time.perf_counter() - t) * 1000)
-        if block == "stored" and answer.persist:
-            stored = apply_persist(list(messages), answer)
-            del messages[:]
-            messages.extend(stored)
+        if block == "stored" and answer.persist:  # into the message it names (the last user message)
+            target = next(msg for msg in reversed(messages) if msg.id == answer.persist[0].message_id)
+            target.CopyFrom(apply_persist([target], answer)[0])
     return out
 
 

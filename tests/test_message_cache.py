@@ -430,3 +430,38 @@ def test_the_conversion_scans_only_the_messages_a_step_adds():
                 assert got.scanned.points == projection.compaction_points(got.messages)
                 assert got.scanned.last_compacted_ms == max(x.last_compacted_ms() for x in got.messages)
     assert got.scanned.cuts and got.scanned.last_compacted_ms > 0
+
+
+def test_a_conversation_token_names_its_bytes_whichever_way_it_was_reached():
+    """Lineage.digest (the token what a stage keeps for a whole conversation is keyed by) is
+    chained from the earlier step's: hashed over the new bytes after all of that step, or after
+    the first messages a step starts with when it edited or dropped the rest. Over a session that
+    grows, edits its last messages and drops some, no token names two different conversations,
+    the same conversation sent again keeps its token, and steps took both ways."""
+    import random
+
+    from contextsvc.rpc.message_keys import PREFIX_FROM_MESSAGES
+
+    rng, cache = random.Random(11), Memo(64 * 1024 * 1024)
+    source = workload.conversation(300_000).messages
+    taken = PREFIX_FROM_MESSAGES + 4
+    messages, named, routes = list(source[:taken]), {}, set()  # named: token -> the messages' bytes
+    for step in range(60):
+        move = rng.choice(("grow", "grow", "edit", "drop", "again"))
+        if move == "grow":
+            messages += source[taken:taken + rng.randint(1, 3)]
+            taken += 3
+        elif move == "edit":
+            at = len(messages) - rng.randint(1, 2)
+            edited = pb.Message()
+            edited.CopyFrom(messages[at])
+            edited.parts.append(convo.text(f"stored{step}", rng.choice(("a stored part", "another"))))
+            messages[at] = edited
+        elif move == "drop" and len(messages) > PREFIX_FROM_MESSAGES + 2:
+            del messages[-1]
+        conv = pb.Conversation(session_id="tokens", messages=messages)
+        got = conversion.conversation(conv, memo=cache)
+        wire = b"".join(x.SerializeToString() for x in messages)
+        assert named.setdefault(got.lineage.digest, wire) == wire, f"step {step}: one token, two conversations"
+        routes.add("dropped" if got.lineage.dropped else "whole" if got.lineage.kept else "none")
+    assert {"dropped", "whole"} <= routes, routes

@@ -175,10 +175,15 @@ def keep(memo: Memo, wire: bytes, where: Located, ends: tuple, messages: list, k
     it continues all of that step (so only the new bytes are hashed): equal tokens, equal
     bytes."""
     region = memoryview(wire)[where.origin:where.origin + ends[-1]]
-    if found is not None and found.whole:
-        token = hashlib.sha256(found.converted.token + region[found.converted.ends[-1]:]).digest()
-    else:
+    if found is None:
         token = hashlib.sha256(region).digest()
+    elif found.whole:
+        token = hashlib.sha256(found.converted.token + region[found.converted.ends[-1]:]).digest()
+    else:  # its first messages are the earlier step's first: their bytes are named by its token
+        # and their length (8 bytes, the first 0: never a message's tag, as follows the token
+        # when the earlier step is continued whole)
+        kept = found.converted.ends[found.kept - 1]
+        token = hashlib.sha256(found.converted.token + kept.to_bytes(8, "big") + region[kept:]).digest()
     # the messages' tuple and the scans' per-message one are as long as keys
     size = len(wire) + sys.getsizeof(ends) + 3 * sys.getsizeof(keys) + sys.getsizeof(scanned.cuts) + \
         sys.getsizeof(scanned.first_calls)
