@@ -922,7 +922,8 @@ def test_a_step_after_its_last_messages_were_edited_checks_only_those_and_its_ne
     """The client edits the last message of its previous step (stores a part into it, as it does
     the environment block) before the next: that step resumes before the edited message (Lineage
     names the earlier step, that message dropped) and checks only it and the messages it adds,
-    its ids free again. An id of a kept message is still refused, as without the memo; the ids of
+    its ids free again; after a revert (messages dropped, none added) the next step checks only
+    what it adds. An id of a kept message is still refused, as without the memo; the ids of
     dropped messages taken by a new one are not, however many steps kept the ids."""
     from contextsvc import validate
 
@@ -950,6 +951,11 @@ def test_a_step_after_its_last_messages_were_edited_checks_only_those_and_its_ne
         dropped = msgs[-2:]
         measured([*msgs[:-2], user(dropped[0].id, text(dropped[1].parts[0].id, "the ids of dropped messages"))])
         assert checks.walked == [[dropped[0].id]], checks.walked
+        # a revert (the last messages dropped, nothing added), then a step that adds one
+        measured(msgs[:-4])
+        assert checks.walked == [[]], checks.walked
+        measured([*msgs[:-4], user(msgs[-4].id, text("after-revert", "a message after the revert"))])
+        assert checks.walked == [[msgs[-4].id]], checks.walked
         _refused_alike((with_memo, without), msgs, (
             user("u4", text("fresh", "a message id of the kept ones")),
             user("fresh", text("a5x", "a part id of the kept ones")),

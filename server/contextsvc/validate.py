@@ -115,7 +115,8 @@ def _known_good(conv: m.Conversation, memo, deadline: Deadline = NO_DEADLINE) ->
         part_ids.update(own[1])
         if len(part_ids) - n != len(own[1]):
             return False
-    if lineage is not None and start < len(conv.messages):
+    # kept when it adds messages, or drops some (a revert: what it holds is the earlier step's less those)
+    if lineage is not None and (start < len(conv.messages) or hidden[0]):
         if below is not None and below.depth >= FLATTEN_AFTER:
             flat_ids, flat_parts = held.flat()
             ids, part_ids, below, hidden = flat_ids | ids, flat_parts | part_ids, None, ()
