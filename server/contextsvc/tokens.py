@@ -202,6 +202,11 @@ class ExactCounter:
             start = end
         return total, exact
 
+    def count_cached(self, text: str, deadline: Deadline = NO_DEADLINE) -> int:
+        """The exact count of text, its pieces cached (count_parts): a text counted at every
+        step, or sharing most pieces with one counted before, is tokenized once."""
+        return sum(self.count_parts([text], deadline))
+
     def count_parts(self, parts: list, deadline: Deadline = NO_DEADLINE) -> list:
         return self.count_parts_with_method(parts, deadline)[0]
 

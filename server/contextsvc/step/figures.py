@@ -413,13 +413,8 @@ def _tools_counted(text: str, counter, deadline: Deadline) -> tuple:
     (tests/test_tokens.py)."""
     if not text or counter is None:
         return (0.0, 0.0)
-    n = _counted(text, counter, deadline)
+    n = float(counter.count_cached(text, deadline))
     return (n, n)
-
-
-def _counted(text: str, counter, deadline: Deadline) -> float:
-    """The exact count of text, its pieces cached by the counter (also with the memo off)."""
-    return float(sum(counter.count_parts([text], deadline)))
 
 
 def _media_in(element_texts) -> int:
@@ -464,13 +459,12 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
             profiles = system_profiles + message_profiles
             earlier, same = _resumed(message_profiles, request.resume, memo)
             head = _head_profile(message_profiles, max(at, 0), earlier, same)
-            system_wide = request.wide(low.system)
             message_fixes = scripts.corrections(
                 message_profiles, lambda indices: request.wide(low.messages, indices),
                 lambda indices: list(map(request.texts(low.messages).__getitem__, indices)), counter, memo,
                 deadline, earlier.corrections if earlier is not None else None, same)
             fixes = scripts.corrections(
-                system_profiles, lambda indices: list(map(system_wide.__getitem__, indices)),
+                system_profiles, lambda indices: request.wide(low.system, indices),
                 lambda indices: list(map(request.texts(low.system).__getitem__, indices)), counter, memo,
                 deadline) + message_fixes
             _keep_profiles(message_profiles, max(at, 0), head, message_fixes, request.resume, memo)

@@ -301,8 +301,6 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
     _put_together(prefix, projected[start:keyed], fmt, mdl, placeholders, settings, memo, deadline, resolved_up_to)
     kept_elements = len(prefix.elements)
     earlier = dict(candidates).get(start) if kept is not None else None  # the entry this step resumed
-    roles = prefix.roles
-    leads = bool(roles) and roles[0] != "user"  # a lead user message goes first
     if key is not None and start < keyed:
         # in place of the entry it resumed: each serves the session's next step (a step looks for
         # one RESUME_WITHIN messages back), and they would otherwise pile up until the LRU reached
@@ -311,17 +309,15 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
         # the memo's from here on, never to change: the build goes on with copies of what it
         # changes, the columns (the request fills in its markers' and new elements' entries),
         # and everything else too for messages past the keyed ones, a lead message or a trimmed
-        # final text
-        trims = fmt.trims_final_text and bool(roles) and roles[-1] == "assistant"
-        prefix = prefix.copy(lists=keyed < len(projected) or leads or trims)
+        # final text (the keyed ones are all the messages then: their roles are the body's)
+        prefix = prefix.copy(lists=keyed < len(projected) or _leads(prefix.roles) or _trims(fmt, prefix.roles))
     if keyed < len(projected):
         _put_together(prefix, projected[keyed:], fmt, mdl, placeholders, settings, memo, deadline,
                       max(0, len(prefix.elements) - 1))
     elements, roles, sources, keys, found, saved = (prefix.elements, prefix.roles, prefix.sources, prefix.keys,
                                                     prefix.found, prefix.saved)
     columns, pruned = prefix.columns, prefix.pruned
-    leads = bool(roles) and roles[0] != "user"
-    trims = fmt.trims_final_text and bool(roles) and roles[-1] == "assistant"
+    leads, trims = _leads(roles), _trims(fmt, roles)
     lead = 1 if leads else 0
     # the kept elements but the last stand as they were, and so will these for the next step
     resume = Resume(earlier if resolved_up_to else None, lead + resolved_up_to, key, lead + max(0, kept_elements - 1))
@@ -346,6 +342,17 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
     lowered.roles[:] = roles
     lowered.sources[:] = sources
     return lowered, ledger, resume, prefix
+
+
+def _leads(roles: list) -> bool:
+    """Whether a lead user message goes first: the body's first element is not the user's."""
+    return bool(roles) and roles[0] != "user"
+
+
+def _trims(fmt, roles: list) -> bool:
+    """Whether the final text's trailing whitespace is trimmed: the format trims it and the body
+    ends with the model's turn."""
+    return fmt.trims_final_text and bool(roles) and roles[-1] == "assistant"
 
 
 def _put_together(prefix: _Prefix, messages: list, fmt, mdl: m.Model, placeholders: bool, settings: tuple,

@@ -100,7 +100,7 @@ def corrections(profiles: list, wide_at: Callable[[list], list], texts_at: Calla
     found = memo.get_many(keys) if memo is not None else [None] * len(keys)
     for i, text, key, kept in zip(flagged, texts, keys, found):
         if kept is None:
-            count = float(sum(counter.count_parts([text], deadline)))
+            count = float(counter.count_cached(text, deadline))
             cal, decide = tokens.calibrated_pair(profiles[i])
             kept = (max(0.0, count - cal), max(0.0, count - decide))
             if memo is not None:
