@@ -81,12 +81,15 @@ class _Ids:
         return False
 
     def flat(self) -> tuple[set, set]:
+        """Its ids and those it holds below, in two new sets (each layer's added in place)."""
         if self.below is None:
             return set(self.ids), set(self.part_ids)
         ids, part_ids = self.below.flat()
         ids -= self.hidden_ids
         part_ids -= self.hidden_part_ids
-        return ids | self.ids, part_ids | self.part_ids
+        ids |= self.ids
+        part_ids |= self.part_ids
+        return ids, part_ids
 
 
 FLATTEN_AFTER = 16
