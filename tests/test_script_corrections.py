@@ -42,12 +42,12 @@ def _element(text: str) -> dict:
     return {"role": "user", "content": [{"type": "text", "text": text}]}
 
 
-def _corrections(elements: list, memo, earlier=None, same=None, profiles=None) -> scripts.Corrections:
+def _corrections(elements: list, memo, earlier=None, same=None, profiles=None, counter=COUNTER) -> scripts.Corrections:
     profiles = profiles if profiles is not None else [native.json_profile(e) for e in elements]
     wide = [b - u for b, u in map(native.json_lengths, elements)]
     return scripts.corrections(profiles, lambda indices: [wide[i] for i in indices],
                                lambda indices: [native.json_text(elements[i]) for i in indices],
-                               COUNTER, memo, NO_DEADLINE, earlier, same)
+                               counter, memo, NO_DEADLINE, earlier, same)
 
 
 def _as_lists(c: scripts.Corrections) -> tuple:
@@ -94,14 +94,10 @@ def test_corrections_are_taken_afresh_for_another_encoding():
     """Corrections resumed under another encoding are not taken: they are what another
     tokenizer counted."""
     elements = [_element(SENTENCES[0] * 3), _element(SENTENCES[1] * 3)]
-    profiles = [native.json_profile(e) for e in elements]
     cl100k = tokens.ExactCounters("cl100k_base").for_model("claude-sonnet-4-5")[0]
-    wide = [b - u for b, u in map(native.json_lengths, elements)]
 
     def corrected(counter, earlier=None):
-        return scripts.corrections(profiles, lambda ix: [wide[i] for i in ix],
-                                   lambda ix: [native.json_text(elements[i]) for i in ix], counter, None,
-                                   NO_DEADLINE, earlier, [True] * len(elements))
+        return _corrections(elements, None, earlier, [True] * len(elements), counter=counter)
 
     assert cl100k.encoding_name != COUNTER.encoding_name
     other = corrected(cl100k)
