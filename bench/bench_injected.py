@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import workload  # noqa: E402
-from bench_step import BIG_TEXT, assemble_of  # noqa: E402
+from bench_step import BIG_TEXT, assemble_of, step_answer, step_user  # noqa: E402
 
 from contextsvc import config  # noqa: E402
 from contextsvc.rpc import conversion, servicer  # noqa: E402
@@ -42,12 +42,6 @@ SCENARIOS = {
 }
 
 
-def _answer(k: int) -> pb.Message:
-    return pb.Message(id=f"step_{k}_a", role=pb.ROLE_ASSISTANT, time_completed_ms=1,
-                      usage=pb.Usage(input=9000 + k, output=50),
-                      parts=[pb.Part(id=f"s{k}a", text=pb.TextPart(text=f"Step {k}: read the next file."))])
-
-
 def steps_ms(base: pb.AssembleRequest, steps: int, shape: str, reminder: bool, block: str) -> list:
     """ms of each Assemble (parse, step, serialization) of the session after its first."""
     svc = servicer.ContextService(config.Config())
@@ -63,10 +57,9 @@ def steps_ms(base: pb.AssembleRequest, steps: int, shape: str, reminder: bool, b
     out = []
     for k in range(steps + 1):
         messages = request.conversation.messages
-        messages.append(_answer(k))
+        messages.append(step_answer(k))
         if shape == "chat":
-            messages.append(pb.Message(id=f"step_{k}_u", role=pb.ROLE_USER,
-                                       parts=[pb.Part(id=f"s{k}u", text=pb.TextPart(text=f"go on {k}"))]))
+            messages.append(step_user(k))
         data = request.SerializeToString()
         t = time.perf_counter()
         answer = svc.Assemble(parse(data), None)

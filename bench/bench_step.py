@@ -64,17 +64,26 @@ def request_of(text_bytes: int, agent_tools: bool = False) -> pb.MeasureRequest:
     return r
 
 
+def step_answer(k: int) -> pb.Message:
+    """Step k's assistant answer, as grown adds it."""
+    return pb.Message(id=f"step_{k}_a", role=pb.ROLE_ASSISTANT, time_completed_ms=1,
+                      usage=pb.Usage(input=9000 + k, output=50),
+                      parts=[pb.Part(id=f"s{k}a", text=pb.TextPart(text=f"Step {k}: read the next file."))])
+
+
+def step_user(k: int) -> pb.Message:
+    """Step k's user message, as grown adds it after the answer."""
+    return pb.Message(id=f"step_{k}_u", role=pb.ROLE_USER,
+                      parts=[pb.Part(id=f"s{k}u", text=pb.TextPart(text=f"go on {k}"))])
+
+
 def grown(base: pb.MeasureRequest, steps: int) -> list:
     """base grown by 1..steps steps, one request each."""
     out = []
     req = pb.MeasureRequest()
     req.CopyFrom(base)
     for k in range(steps):
-        req.conversation.messages.append(pb.Message(
-            id=f"step_{k}_a", role=pb.ROLE_ASSISTANT, time_completed_ms=1, usage=pb.Usage(input=9000 + k, output=50),
-            parts=[pb.Part(id=f"s{k}a", text=pb.TextPart(text=f"Step {k}: read the next file."))]))
-        req.conversation.messages.append(pb.Message(
-            id=f"step_{k}_u", role=pb.ROLE_USER, parts=[pb.Part(id=f"s{k}u", text=pb.TextPart(text=f"go on {k}"))]))
+        req.conversation.messages.extend((step_answer(k), step_user(k)))
         r = pb.MeasureRequest()
         r.CopyFrom(req)
         out.append(r)
