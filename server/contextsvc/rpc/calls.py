@@ -190,15 +190,25 @@ def unary_handler(settings: CallSettings, method: str, parse: Callable[[bytes], 
         start = time.perf_counter()
         view = CallView(context.time_remaining())
         code = grpc.StatusCode.OK
+        recorded = False
         if metrics is not None:
             metrics.started()
             context.add_done_callback(metrics.finished)  # once the status is sent, or the call ended
+
+        def record() -> None:
+            nonlocal recorded
+            view.end()
+            if metrics is not None and not recorded:
+                metrics.call(code.name, time.perf_counter() - start)
+            recorded = True
+
         try:
             # aborted here, once _answer's frame (holding the request) has gone: the abort's
             # exception would otherwise keep it alive with its traceback
             answer = await _answer(settings, method, parse, work, context, view, metrics)
             if isinstance(answer, tuple):
                 code = answer[0]
+                record()  # before the status leaves: a caller that has it finds the call counted
                 await context.abort(*answer)
             return answer
         except asyncio.CancelledError:
@@ -209,9 +219,7 @@ def unary_handler(settings: CallSettings, method: str, parse: Callable[[bytes], 
                     else grpc.StatusCode.CANCELLED)
             raise
         finally:
-            view.end()
-            if metrics is not None:
-                metrics.call(code.name, time.perf_counter() - start)
+            record()  # (an answer is sent once the handler returns: counted before it too)
 
     return grpc.stream_unary_rpc_method_handler(behavior, request_deserializer=identity,
                                                 response_serializer=identity)
