@@ -137,9 +137,10 @@ def incremental(repeat):
     grown, plain, bare, chars = [], [], [], []
     for i in range(repeat * 4):
         role = m.USER if conv.messages[-1].role == m.ASSISTANT else m.ASSISTANT
-        conv.messages.append(m.Message(f"msg_9{i:05d}", role, [m.Part(f"g{i}", m.Text(
+        # a new conversation, as a caller's next step is: the converted one's scans stay its own
+        conv = m.Conversation(conv.messages + [m.Message(f"msg_9{i:05d}", role, [m.Part(f"g{i}", m.Text(
             f"message {i}: one more note about the failing parser test in src/app/main.py " * 8))],
-            time_completed_ms=1))
+            time_completed_ms=1)], conv.session_id)
         before = counter.cache.tokenized_chars
         _, ms = run(True)
         grown.append(ms)
