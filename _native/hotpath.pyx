@@ -770,6 +770,77 @@ def sum_profiles(profiles, extra):
     return _profile_tuple(total, units, runs, cjk)
 
 
+# ---- calibrated figure of a profile (see _native_py.calibrated_pair, the specification) -------
+
+cdef class Calibration:
+    """_native_py.Calibration: the calibrated figure's coefficients, as doubles."""
+    cdef double unit[N_CLASSES]
+    cdef double run[N_CLASSES]
+    cdef double margin[N_CLASSES]
+    cdef double cjk[N_CJK_COUNTS]
+
+    def __init__(self, per_unit, per_run, per_cjk, margins=()):
+        per_unit, per_run, per_cjk = tuple(map(float, per_unit)), tuple(map(float, per_run)), tuple(map(float, per_cjk))
+        margins = tuple(map(float, margins)) or (0.0,) * N_CLASSES
+        if not len(per_unit) == len(per_run) == len(margins) == N_CLASSES or len(per_cjk) != N_CJK_COUNTS:
+            raise ValueError(f"Calibration(): {N_CLASSES} coefficients per class and "
+                             f"{N_CJK_COUNTS} per CJK count are needed")
+        cdef int i
+        for i in range(N_CLASSES):
+            self.unit[i] = per_unit[i]
+            self.run[i] = per_run[i]
+            self.margin[i] = margins[i]
+        for i in range(N_CJK_COUNTS):
+            self.cjk[i] = per_cjk[i]
+
+    @property
+    def per_unit(self):
+        return tuple([self.unit[i] for i in range(N_CLASSES)])
+
+    @property
+    def per_run(self):
+        return tuple([self.run[i] for i in range(N_CLASSES)])
+
+    @property
+    def per_cjk(self):
+        return tuple([self.cjk[i] for i in range(N_CJK_COUNTS)])
+
+    @property
+    def margins(self):
+        return tuple([self.margin[i] for i in range(N_CLASSES)])
+
+
+cdef inline Py_ssize_t _count_at(object counts, int i, int n, str what) except? -1:
+    if not isinstance(counts, tuple) or len(<tuple>counts) != n:
+        raise TypeError(f"calibrated_pair(): a profile's {what} must be a tuple of {n} ints")
+    return <Py_ssize_t>(<tuple>counts)[i]
+
+
+def calibrated_pair(profile, Calibration calibration not None):
+    """(calibrated figure, with the decision margins) of a text profile (_native_py.calibrated_pair)."""
+    if not isinstance(profile, tuple) or len(<tuple>profile) != 4:
+        raise TypeError("calibrated_pair(): the profile must be a text_profile result")
+    units, runs, cjk = (<tuple>profile)[1], (<tuple>profile)[2], (<tuple>profile)[3]
+    cdef double plain = 0.0, margined = 0.0, t
+    cdef Py_ssize_t u
+    cdef int i
+    for i in range(N_CLASSES):
+        u = _count_at(units, i, N_CLASSES, "units")
+        if u:
+            t = calibration.unit[i] * <double>u + calibration.run[i] * <double>_count_at(
+                runs, i, N_CLASSES, "runs")
+            if t > 0.0:
+                plain += t
+                margined += t * (1.0 + calibration.margin[i])
+    t = 0.0
+    for i in range(N_CJK_COUNTS):
+        t += calibration.cjk[i] * <double>_count_at(cjk, i, N_CJK_COUNTS, "CJK counts")
+    if t > 0.0:
+        plain += t
+        margined += t * (1.0 + calibration.margin[C_CJK])
+    return plain, margined
+
+
 # ---- JSON profile: text_profile of a value's JSON text, streamed from the walk ----------------
 
 cdef enum:

@@ -256,7 +256,8 @@ def test_same_api(impl):
              "select_tail", "MAX_JSON_DEPTH", "text_profile", "TEXT_CLASSES", "PROFILE_BLOCK",
              "CJK_COUNTS", "json_profile", "number_text", "json_text", "has_float", "WIRE_DEPTH",
              "WIRE_VARINT", "WIRE_I64", "WIRE_LEN", "WIRE_I32", "WIRE_PLAIN", "WIRE_STRING", "WIRE_MESSAGE",
-             "wire_schema", "message_spans", "wire_entries", "sum_profiles", "resident_size"}
+             "wire_schema", "message_spans", "wire_entries", "sum_profiles", "resident_size", "Calibration",
+             "calibrated_pair"}
     assert names <= set(dir(impl))
     assert set(impl.__all__) == names
 
@@ -862,6 +863,55 @@ def test_summed_profiles_are_the_profile_of_texts_cut_at_block_boundaries(impl, 
     if impl is not _native_py:  # the compiled module reads raw counts: a malformed profile is refused
         with pytest.raises(TypeError):
             impl.sum_profiles([(1, (0,) * 9, (0,) * 9)], impl.text_profile(""))
+
+
+def _reference_pair(profile, per_unit, per_run, per_cjk, margins) -> tuple:
+    """The calibrated figure as docs/design.md §3 defines it, written out plainly: per class with
+    units, units and runs times their coefficients when that is above zero; then the CJK counts
+    times theirs when above zero; with margins, each share raised by its class's margin."""
+    _, units, runs, cjk = profile
+    shares = [(per_unit[i] * units[i] + per_run[i] * runs[i], margins[i]) for i in range(len(units)) if units[i]]
+    t = 0.0
+    for k in range(len(cjk)):
+        t += per_cjk[k] * cjk[k]
+    shares.append((t, margins[_native_py.CJK]))
+    plain = margined = 0.0
+    for t, margin in shares:
+        if t > 0.0:
+            plain, margined = plain + t, margined + t * (1.0 + margin)
+    return plain, margined
+
+
+_coefficients = st.floats(-2.0, 2.0, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(texts=st.lists(profile_texts, max_size=4),
+       per_unit=st.lists(_coefficients, min_size=10, max_size=10),
+       per_run=st.lists(_coefficients, min_size=10, max_size=10),
+       per_cjk=st.lists(_coefficients, min_size=5, max_size=5),
+       margins=st.lists(st.floats(0.0, 1.0), min_size=10, max_size=10))
+def test_calibrated_pair_matches_the_reference(impl, texts, per_unit, per_run, per_cjk, margins):
+    """calibrated_pair: both twins give the reference's floats bit for bit, negative shares and
+    classes without units included; no margins reads as margins of 0."""
+    profile = impl.sum_profiles([impl.text_profile(t) for t in texts], impl.text_profile(""))
+    pair = impl.calibrated_pair(profile, impl.Calibration(per_unit, per_run, per_cjk, margins))
+    assert pair == _reference_pair(profile, per_unit, per_run, per_cjk, margins)
+    assert pair == _native_py.calibrated_pair(profile, _native_py.Calibration(per_unit, per_run, per_cjk, margins))
+    bare = impl.calibrated_pair(profile, impl.Calibration(per_unit, per_run, per_cjk))
+    assert bare == _reference_pair(profile, per_unit, per_run, per_cjk, [0.0] * 10)
+    assert bare[0] == bare[1] == pair[0]
+
+
+def test_calibration_refuses_wrong_lengths(impl):
+    with pytest.raises(ValueError):
+        impl.Calibration([1.0] * 9, [1.0] * 10, [1.0] * 5)
+    with pytest.raises(ValueError):
+        impl.Calibration([1.0] * 10, [1.0] * 10, [1.0] * 4)
+    with pytest.raises(ValueError):
+        impl.Calibration([1.0] * 10, [1.0] * 10, [1.0] * 5, [0.1] * 3)
+    c = impl.Calibration([0.5] * 10, [0.25] * 10, [1.0] * 5, [0.1] * 10)
+    assert (c.per_unit, c.per_run, c.per_cjk, c.margins) == ((0.5,) * 10, (0.25,) * 10, (1.0,) * 5, (0.1,) * 10)
 
 
 @pytest.mark.parametrize("text, cls", [

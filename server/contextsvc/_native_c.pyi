@@ -19,6 +19,8 @@ __all__ = [
     "text_profile",
     "json_profile",
     "sum_profiles",
+    "Calibration",
+    "calibrated_pair",
     "WIRE_DEPTH",
     "WIRE_VARINT",
     "WIRE_I64",
@@ -60,6 +62,11 @@ def json_profile(value: object) -> tuple[int, tuple[int, ...], tuple[int, ...], 
 def sum_profiles(profiles: list[tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]],
                  extra: tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]
                  ) -> tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]: ...
+class Calibration:
+    def __init__(self, per_unit: Sequence[float], per_run: Sequence[float], per_cjk: Sequence[float],
+                 margins: Sequence[float] = ()) -> None: ...
+def calibrated_pair(profile: tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]],
+                    calibration: Calibration) -> tuple[float, float]: ...
 def wire_schema(types: Sequence[dict[int, tuple[int, int, int]]], spans_field: int) -> tuple: ...
 def message_spans(data: bytes | bytearray | memoryview, schema: tuple, at: int = 0) -> list[tuple[int, int]]: ...
 def wire_entries(data: bytes | bytearray | memoryview, start: int, end: int, until: int = 0,

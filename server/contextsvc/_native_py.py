@@ -46,6 +46,8 @@ __all__ = [
     "text_profile",
     "json_profile",
     "sum_profiles",
+    "Calibration",
+    "calibrated_pair",
     "WIRE_DEPTH",
     "WIRE_VARINT",
     "WIRE_I64",
@@ -623,6 +625,48 @@ def sum_profiles(profiles, extra) -> tuple:
         for i, c in enumerate(p[3]):
             cjk[i] += c
     return total, tuple(units), tuple(runs), tuple(cjk)
+
+
+class Calibration:
+    """The coefficients of the calibrated figure (tokens.Ratios), held for calibrated_pair: per
+    content class (TEXT_CLASSES order) tokens per UTF-16 unit and per run, and the decision
+    margin; per CJK count (CJK_COUNTS order) tokens per character. No margins: all 0."""
+
+    __slots__ = ("per_unit", "per_run", "per_cjk", "margins")
+
+    def __init__(self, per_unit, per_run, per_cjk, margins=()):
+        per_unit, per_run, per_cjk = tuple(map(float, per_unit)), tuple(map(float, per_run)), tuple(map(float, per_cjk))
+        margins = tuple(map(float, margins)) or (0.0,) * len(TEXT_CLASSES)
+        if not len(per_unit) == len(per_run) == len(margins) == len(TEXT_CLASSES) \
+                or len(per_cjk) != len(CJK_COUNTS):
+            raise ValueError(f"Calibration(): {len(TEXT_CLASSES)} coefficients per class and "
+                             f"{len(CJK_COUNTS)} per CJK count are needed")
+        self.per_unit, self.per_run, self.per_cjk, self.margins = per_unit, per_run, per_cjk, margins
+
+
+def calibrated_pair(profile, calibration) -> tuple:
+    """(calibrated figure, the same with the decision margins), unrounded, of a text profile
+    (text_profile's result). Each class with units adds its units and runs times its
+    coefficients, unless that comes to zero or less (a class never counts below zero); with the
+    margins, raised by its class's margin. The CJK characters add their counts times theirs
+    (over every block, whatever its class), raised by the CJK class's margin. Added up in that
+    order, one class after another, as floats."""
+    _, units, runs, cjk = profile
+    c = calibration
+    plain = margined = 0.0
+    for i in range(len(TEXT_CLASSES)):
+        if units[i]:  # a class without units has no runs either: it adds nothing
+            t = c.per_unit[i] * units[i] + c.per_run[i] * runs[i]
+            if t > 0.0:
+                plain += t
+                margined += t * (1.0 + c.margins[i])
+    t = 0.0
+    for k in range(len(CJK_COUNTS)):
+        t += c.per_cjk[k] * cjk[k]
+    if t > 0.0:
+        plain += t
+        margined += t * (1.0 + c.margins[CJK])
+    return plain, margined
 
 
 def json_profile(value) -> tuple:

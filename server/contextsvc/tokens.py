@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import operator
 import re
 import threading
 import zlib
@@ -92,18 +91,13 @@ class Ratios:
     def tokens(self, units, runs, cjk, margins: bool = False) -> float:
         """The unrounded estimate of a profile (text_profile without its length); a class
         never counts below zero. With margins, each class's share is raised by its decision
-        margin (the CJK characters' share by the CJK class's)."""
-        total = 0.0
-        up = self.margins if margins else (0.0,) * len(units)
-        for i, u in enumerate(units):
-            if u:  # a class without units has no runs either: it adds nothing
-                t = self.per_unit[i] * u + self.per_run[i] * runs[i]
-                if t > 0.0:
-                    total += t * (1.0 + up[i])
-        t = sum(map(operator.mul, self.per_cjk, cjk))
-        if t > 0.0:
-            total += t * (1.0 + up[_native_py.CJK])
-        return total
+        margin (the CJK characters' share by the CJK class's): native.calibrated_pair."""
+        return native.calibrated_pair((0, tuple(units), tuple(runs), tuple(cjk)), self.calibration)[1 if margins else 0]
+
+    @functools.cached_property
+    def calibration(self) -> "native.Calibration":
+        """The coefficients as the compiled module reads them (the ratios never change)."""
+        return native.Calibration(self.per_unit, self.per_run, self.per_cjk, self.margins)
 
     def margin_text(self) -> str:
         """The margins as the decision figure's method names them: "p95-margin(prose 4%,...)"."""
@@ -140,8 +134,7 @@ def calibrated(text: str) -> int:
 def calibrated_pair(profile) -> tuple:
     """(calibrated, calibrated with the per-class decision margins) of one text_profile or
     json_profile result, both unrounded: one profile serves both figures."""
-    r = ratios()
-    return r.tokens(*profile[1:]), r.tokens(*profile[1:], margins=True)
+    return native.calibrated_pair(profile, ratios().calibration)
 
 
 def round_half_up(x: float) -> int:

@@ -9,6 +9,7 @@ the previous request on).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
 import sys
 from dataclasses import dataclass
@@ -375,8 +376,10 @@ def _difference(a: tuple, b: tuple) -> tuple:
             tuple(map(operator.sub, a[3], b[3])))
 
 
+@functools.lru_cache(maxsize=64)
 def _separators(n: int) -> tuple:
-    """The text profile of the n + 1 brackets and commas of a JSON array of n elements."""
+    """The text profile of the n + 1 brackets and commas of a JSON array of n elements (a step
+    asks it for each stretch's length: the same few lengths step after step)."""
     return native.text_profile("[" + "," * (n - 1) + "]")
 
 
