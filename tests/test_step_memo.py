@@ -784,6 +784,28 @@ def test_a_history_the_guard_pruned_before_is_sized_from_the_guard_s_body(provid
     assert sized >= 8  # each step but the first, both calls (Bedrock's media-free history included)
 
 
+def test_a_guard_entry_holds_no_more_than_it_was_charged_for_the_bytes_it_frees():
+    """The guard's entry keeps the bytes its marks free for the lowering that first reads them,
+    in room charged when it was stored: served again to the same history, under that model and
+    others, it never holds more than the memo charged it; every answer is the memo-less one."""
+    with_memo, without = servicer.ContextService(_small_guard()), servicer.ContextService(_small_guard(0))
+    msgs = _pruned_history()
+    for model_id in ("claude-sonnet-4-5", "claude-sonnet-4-5", "claude-opus-4-1", "claude-haiku-4-5",
+                     "claude-sonnet-4-5"):
+        mdl = model(context=16_000)
+        mdl.id = model_id
+        r = pb.MeasureRequest(conversation=pb.Conversation(session_id="s", messages=msgs), model=mdl)
+        _same(with_memo.Measure(r, None), without.Measure(r, None))
+        entries = [(key, value, size) for key, (value, size) in with_memo.memo._items.items()
+                   if isinstance(key, tuple) and key[0] == memo.GUARD]
+        assert entries
+        for key, e, size in entries:  # what it holds beside the entries it names, as the memo charges it
+            held = (sys.getsizeof(e.changed) + sys.getsizeof(e.copies) + sys.getsizeof(e.kept) + e.ids_size
+                    + sys.getsizeof(e.joined) + sys.getsizeof(e.pairs) + sys.getsizeof(e.freed) + 64 * len(e.freed))
+            assert held + memo.ENTRY_OVERHEAD + memo.resident_size(key) <= size
+    assert any(e.freed for _, e, _ in entries)
+
+
 def test_the_guard_s_freed_bytes_count_the_caller_s_deadline(monkeypatch):
     """The first step a guard's entry serves reads every copy the entry keeps for the bytes it
     frees: the caller's deadline is counted per copy, as the build's loops count it."""

@@ -87,8 +87,9 @@ class _Found:
     # memo.joined_digests of the messages with the copies in place: what the prefix keys of the
     # guard's conversation are made of (Guard.digests)
     joined: bytes = b""
-    # per lowering (lowering_alone): the bytes the copies take off the body, worked out at the first
-    # step that reads them (_freed)
+    # lowering (lowering_alone) -> the bytes the copies take off the body, worked out at the first
+    # step that reads them (_freed): for one lowering, the room charge() holds from the start (a
+    # stored entry is not charged again; a session that changes models works the others out)
     freed: dict = field(default_factory=dict)
     # baseline.pairs_hash fed the (copy, original) digests of changed, in order (None when one
     # has none): the rebase's key of the changes (Guard.pairs)
@@ -97,8 +98,12 @@ class _Found:
     def charge(self) -> int:
         """What it holds beyond the memo's other entries (the copies are GUARDED entries)."""
         return (sys.getsizeof(self.changed) + sys.getsizeof(self.copies) + sys.getsizeof(self.kept) + self.ids_size
-                + sys.getsizeof(self.joined) + sys.getsizeof(self.freed) + 64 * len(self.freed)
+                + sys.getsizeof(self.joined) + _FREED_ROOM
                 + sys.getsizeof(self.pairs))
+
+
+# what a _Found's freed dict takes with its one lowering (the key's tuple is the plan's; 64 for the int)
+_FREED_ROOM = sys.getsizeof({None: 0}) + 64
 
 
 @dataclass(slots=True)
@@ -154,7 +159,9 @@ def _pruned(conv: m.Conversation, plan: Plan, memo: Memo | None, deadline: Deadl
     if lowering is not None:
         kept_freed = found.freed.get(lowering)
         if kept_freed is None:
-            kept_freed = found.freed[lowering] = _freed(msgs, found.changed, found.copies, plan, memo, deadline)
+            kept_freed = _freed(msgs, found.changed, found.copies, plan, memo, deadline)
+            if not found.freed:  # the one lowering its charge made room for
+                found.freed[lowering] = kept_freed
         freed = kept_freed + _freed(msgs, changed, copies, plan, memo, deadline)
     if k < len(msgs) and candidates:
         n, key = candidates[0]  # the longest kept: what the session's next step resumes from
