@@ -286,6 +286,8 @@ class Scanned:
 
     def extended(self, kept: int, messages: list) -> "Scanned":
         """The scans of messages whose first `kept` are these (read here: the others only)."""
+        if kept == len(messages) == len(self.compacted):  # the very messages (no injection): these
+            return self
         cuts = self.cuts[:bisect.bisect_left(self.cuts, kept)] + tuple(
             itertools.compress(range(kept, len(messages)), map(_MAY_CUT, messages[kept:])))
         latest = self.compacted[kept - 1] if kept else 0
