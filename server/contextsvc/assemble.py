@@ -56,7 +56,7 @@ class Report:
 
 @dataclass(slots=True)
 class Assembled:
-    body: bytes  # b"" when not serialized (Measure)
+    body: bytes  # b"" when not serialized (Measure), as are tool_names and headers
     measurement: Measurement
     breakpoints: list
     pruned_part_ids: list
@@ -84,7 +84,7 @@ def run(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None, *, s
         hashes: bool, exact_counters=None, deadline: Deadline = NO_DEADLINE, memo: Memo | None = None) -> Assembled:
     """One step as Assemble and Measure both answer it.
 
-    serialize: also the body's JSON (Assemble). hashes: the prefix digests (a serialization pass
+    serialize: also the body's JSON and what is sent with it, tool names and headers (Assemble). hashes: the prefix digests (a serialization pass
     over the elements); implied by a previous_cache_state. deadline: the caller's
     (errors.DeadlineExceeded when it passes or the caller cancels). memo: what earlier steps
     computed per message is not redone.
@@ -120,8 +120,8 @@ def run(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None, *, s
         cache_state=state,
         report=_report(previous, request, result) if previous is not None else None,
         persist=s.injected.persist,
-        tool_names=name_map(plan.fmt, (t.name for t in inp.tools)),
-        headers=provider_management.body_fields(s.plan.management, plan.fmt, s.plan.tools)[1],
+        tool_names=name_map(plan.fmt, (t.name for t in inp.tools)) if serialize else {},
+        headers=provider_management.body_fields(s.plan.management, plan.fmt, s.plan.tools)[1] if serialize else {},
         tokens_pruned=guard.tokens_pruned,
     )
 
