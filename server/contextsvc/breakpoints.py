@@ -196,6 +196,7 @@ def choose(lowered, provider: str, tools: list, policy: Policy, max_markers: int
     if takes_auto_markers(provider, model_id, marker_models):
         limit = auto_markers if fmt.native_auto else max_markers
         taken = {(b.kind, b.index) for b in chosen}
+        ttls = {b.ttl for b in chosen}  # one TTL among them all: no order of theirs can break
         added = 0
         for b in _auto(lowered, provider, tools, policy.ttl):
             if len(chosen) >= max_markers or added >= limit:
@@ -204,10 +205,11 @@ def choose(lowered, provider: str, tools: list, policy: Policy, max_markers: int
                     lowered.messages[b.index])):
                 continue
             # an auto marker that would break the caller's TTL order is left out, not the hint
-            if fmt.longer_ttls_first and _late_hour([*chosen, b]) is not None:
+            if fmt.longer_ttls_first and ttls != {b.ttl} and _late_hour([*chosen, b]) is not None:
                 continue
             chosen.append(b)
             taken.add((b.kind, b.index))
+            ttls.add(b.ttl)
             added += 1
     return _sorted(chosen)
 
