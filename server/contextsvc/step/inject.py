@@ -94,8 +94,9 @@ def inject(messages: list, turn: Turn, now: Optional[dt.datetime] = None, points
             extra.append(reminders.synthetic(f"{user.id}~reminder",
                                     f"<system-reminder>\n{turn.plan_reminder}\n</system-reminder>"))
             injected.append("plan_reminder")
-        finished = projection.last_index(sent, lambda x: x.role == m.ASSISTANT and x.finished)
-        if turn.step > 1 and finished >= 0 and last_user > finished:
+        finished = projection.last_index(sent, lambda x: x.role == m.ASSISTANT and x.finished) \
+            if turn.step > 1 else -1  # (a first step is never mid-run)
+        if finished >= 0 and last_user > finished:
             wrapped, changed = reminders.wrap_mid_run(user)
             if changed:  # (one stored wrapped stays the message off the wire, with its digest)
                 user = wrapped
