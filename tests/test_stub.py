@@ -1,5 +1,5 @@
 """server/contextsvc/_native_c.pyi types the compiled module as its Python twin's API: the same
-public names, and each function with the twin's parameters."""
+public names, and each function (and class constructor) with the twin's parameters."""
 from __future__ import annotations
 
 import ast
@@ -14,6 +14,9 @@ STUB = Path(_native_py.__file__).with_name("_native_c.pyi")
 def _stub():
     tree = ast.parse(STUB.read_text())
     functions = {n.name: [a.arg for a in n.args.args] for n in tree.body if isinstance(n, ast.FunctionDef)}
+    # a class: its constructor's parameters, self left out (as inspect.signature gives them)
+    functions.update({n.name: [a.arg for a in init.args.args][1:] for n in tree.body if isinstance(n, ast.ClassDef)
+                      for init in n.body if isinstance(init, ast.FunctionDef) and init.name == "__init__"})
     names = next(n.value for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "__all__")
     return [ast.literal_eval(e) for e in names.elts], functions
 
