@@ -96,12 +96,14 @@ def run(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None, *, s
                         # without them, and they head the cached prefix. The provider's own "no
                         # tool use" choice disables them (on the last step, where it costs no cache).
                         tools_disabled=inp.tools_disabled, last_step=turn.last_step,
-                        now_ms=int((now or dt.datetime.now()).timestamp() * 1000))
+                        now_ms=int((now or dt.datetime.now()).timestamp() * 1000), hashes=hashes)
     step.check(inp.conversation, plan, memo, deadline)
     turn.check()
-    previous = prefix.decode(inp.previous_cache_state) if inp.previous_cache_state else None
-    hashes = hashes or previous is not None
-    plan = dataclasses.replace(plan, hashes=hashes, previous=previous)
+    previous = None
+    if inp.previous_cache_state:  # read past the request's checks: theirs are the errors named first
+        previous = prefix.decode(inp.previous_cache_state)
+        hashes = True
+        plan = dataclasses.replace(plan, hashes=True, previous=previous)
     s = step.run(inp.conversation, plan, turn, memo, exact_counters, now, deadline, checked=True)
     deadline.check("assemble")
     result, request, guard = s.measurement, s.request, s.guard

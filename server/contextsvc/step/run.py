@@ -71,7 +71,9 @@ def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Mem
     injected = inject(conv.messages, turn, now, points) if turn is not None else Injected(conv.messages, [], "")
     sent = dataclasses.replace(conv, messages=injected.messages)
     if scanned is not None:
-        sent.scanned = scanned.extended(_first_changed(sent.messages, conv.messages), sent.messages)
+        # nothing injected: the very messages (else the first one the injections changed)
+        kept = _first_changed(sent.messages, conv.messages) if injected.injected else len(conv.messages)
+        sent.scanned = scanned.extended(kept, sent.messages)
         points = sent.scanned.points
     # a call id used again gets one of its own (an inject adds no tool part: the ids it read stand)
     first_calls, repeats = (sent.scanned.first_calls, sent.scanned.repeats) if scanned is not None \
