@@ -240,7 +240,7 @@ def _anchor(msgs: list, low_sources: list, model_id: str, last_compaction: int) 
     self-calibration: the last finished, non-summary one of this model still in the request,
     stored after the last completed compaction (a kept tail's usage counted the history before)."""
     first = None  # message id -> index of its first element, made only when a scan from the end fails
-    for msg in reversed(msgs[last_compaction + 1:]):
+    for msg in _after_from_end(msgs, last_compaction):
         if _counted_by(msg, model_id):
             if first is None:
                 at = _first_element_from_end(low_sources, msg.id)
@@ -272,7 +272,7 @@ def _between_factor(msgs: list, low_sources: list, model_id: str, last_compactio
     turn's thinking from its count, which our figure holds), or a factor outside the
     self-calibration bounds."""
     seen = False
-    for msg in reversed(msgs[last_compaction + 1:]):
+    for msg in _after_from_end(msgs, last_compaction):
         if msg is anchor:
             seen = True
         elif seen and any(isinstance(p.content, m.Reasoning) for p in msg.parts):
@@ -289,6 +289,12 @@ def _between_factor(msgs: list, low_sources: list, model_id: str, last_compactio
             f = counted / ours if ours >= BETWEEN_MIN_TOKENS else 0.0
             return f if mc.self_calibration_min_factor <= f <= mc.self_calibration_max_factor else 0.0
     return 0.0
+
+
+def _after_from_end(msgs: list, last_compaction: int):
+    """The messages after index last_compaction, last first, read in place (the scans stop near
+    the end: a thousand-message history is not copied for them)."""
+    return map(msgs.__getitem__, range(len(msgs) - 1, max(last_compaction, -1), -1))
 
 
 # below this, per-message overhead the provider counts weighs too much on the ratio
