@@ -84,10 +84,10 @@ def run(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None, *, s
         hashes: bool, exact_counters=None, deadline: Deadline = NO_DEADLINE, memo: Memo | None = None) -> Assembled:
     """One step as Assemble and Measure both answer it.
 
-    serialize: also the body's JSON and what is sent with it, tool names and headers (Assemble). hashes: the prefix digests (a serialization pass
-    over the elements); implied by a previous_cache_state. deadline: the caller's
-    (errors.DeadlineExceeded when it passes or the caller cancels). memo: what earlier steps
-    computed per message is not redone.
+    serialize: also the body's JSON and what is sent with it, its tool names and headers
+    (Assemble). hashes: the prefix digests (a serialization pass over the elements); implied by
+    a previous_cache_state. deadline: the caller's (errors.DeadlineExceeded when it passes or
+    the caller cancels). memo: what earlier steps computed per message is not redone.
     """
     turn = step.Turn(inp.editor, inp.step, inp.max_steps, inp.plan_reminder)
     plan = step.Plan.of(inp.model, inp.tools, inp.system, inp.compaction, cfg, inp.policy, exact=inp.exact,
