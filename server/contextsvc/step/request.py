@@ -47,10 +47,8 @@ class Request:
     # exact figures read), when it differs from lowered and a figure reads it
     estimated: Lowered | None = None
     change: prefix.Change | None = None  # since the previous request's digests, when given
-    # UTF-8 bytes of the element lists' contents (elements and their commas): fixed once built,
-    # while the rest of the body (the output cap) may change
-    _lists_bytes: int | None = None
-    _fixed_bytes: int | None = None  # body_bytes less its output-token cap's, once walked
+    # body_bytes less its output-token cap's: fixed once built, while the cap may change
+    _fixed_bytes: int | None = None
     # where the body's element list of an earlier step of the session is kept, and where this
     # one's goes (BODY): the PREFIX keys of the lowering's Resume, with the memo holding them
     memo: Memo | None = None
@@ -123,26 +121,22 @@ class Request:
         """Exact UTF-8 size of the body JSON, reusing the per-element walk. After the build the
         body changes only in its output-token cap (set_max_output: a step sizes it at two caps
         and at its own): the rest is walked once."""
-        at = self.lowered.max_output_at
-        if self._fixed_bytes is not None and at:
-            return self._fixed_bytes + native.json_size(at[0][at[1]])
-        body = self.lowered.body
-        held = []
-        for parent, key in self._held_lists():
-            held.append((parent, key, parent[key]))
-            parent[key] = []
-        try:
-            total = native.json_size(body)
-        finally:
-            for parent, key, items in held:
-                parent[key] = items
-        if self._lists_bytes is None:
+        parent, key = self.lowered.max_output_at
+        if self._fixed_bytes is None:
+            held = []
+            for lists, name in self._held_lists():
+                held.append((lists, name, lists[name]))
+                lists[name] = []
+            try:
+                skeleton = native.json_size(self.lowered.body)
+            finally:
+                for lists, name, items in held:
+                    lists[name] = items
             tools = self.tools_at[0][self.tools_at[1]] if self.tools_at else None
-            self._lists_bytes = sum(sum(self._tool_lengths(items) if items is tools else self.utf8_lengths(items))
-                                    + len(items) - 1 for _, _, items in held if items)
-        if at:
-            self._fixed_bytes = total + self._lists_bytes - native.json_size(at[0][at[1]])
-        return total + self._lists_bytes
+            elements = sum(sum(self._tool_lengths(items) if items is tools else self.utf8_lengths(items))
+                           + len(items) - 1 for _, _, items in held if items)
+            self._fixed_bytes = skeleton + elements - native.json_size(parent[key])
+        return self._fixed_bytes + native.json_size(parent[key])
 
     def _held_lists(self) -> list:
         """(dict, key) of the element lists the body's size and JSON are put together from: the
