@@ -181,9 +181,7 @@ def pruned_digest(message_digest: bytes, part_ids) -> bytes:
     guard's prune): the copy lowers as its original with those parts compacted, whenever that
     was, so its key is the original's digest and the ids (the compaction time differs from step
     to step; every per-message entry reads only whether a part is compacted)."""
-    ids = "\x00".join(part_ids)
-    return hashlib.blake2b(message_digest + ids.encode("utf-8", "surrogatepass"), digest_size=MESSAGE_DIGEST_BYTES,
-                           person=b"pruned").digest()
+    return _copy_digest(message_digest, "\x00".join(part_ids), b"pruned")
 
 
 def injected_digest(message_digest: bytes, parts: list) -> bytes:
@@ -191,15 +189,20 @@ def injected_digest(message_digest: bytes, parts: list) -> bytes:
     environment block its client passed back): a function of the original and the parts (their
     repr holds every field), as the copy is, so a session whose last user message gets the same
     ones at every step keeps and resumes its steps past it."""
-    added = repr(parts).encode("utf-8", "surrogatepass")
-    return hashlib.blake2b(message_digest + added, digest_size=MESSAGE_DIGEST_BYTES, person=b"injected").digest()
+    return _copy_digest(message_digest, repr(parts), b"injected")
 
 
 def renamed_digest(message_digest: bytes, places: tuple) -> bytes:
     """The digest of a copy of a message whose tool parts at places carry call ids of their own
     (step.call_ids): a function of the original and the places, as the copy is."""
-    return hashlib.blake2b(message_digest + ",".join(map(str, places)).encode(), digest_size=MESSAGE_DIGEST_BYTES,
-                           person=b"calls").digest()
+    return _copy_digest(message_digest, ",".join(map(str, places)), b"calls")
+
+
+def _copy_digest(message_digest: bytes, change: str, kind: bytes) -> bytes:
+    """A copy's digest: of its original's and the text of what the copy changed, each kind of
+    change apart (BLAKE2b's personalization)."""
+    return hashlib.blake2b(message_digest + change.encode("utf-8", "surrogatepass"),
+                           digest_size=MESSAGE_DIGEST_BYTES, person=kind).digest()
 
 
 def resident_size(obj) -> int:
