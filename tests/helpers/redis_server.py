@@ -23,14 +23,26 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
+# every port free_ports handed out in this process: the kernel may hand a port out again as
+# soon as its socket closes, before the server it was chosen for has bound it
+_HANDED_OUT: set = set()
+
+
 def free_ports(n: int) -> list[int]:
-    """n distinct free ports: each socket stays bound until all are chosen, so two calls in a row
-    cannot hand out the same port (the kernel may reuse a port as soon as its socket closes)."""
-    sockets = [socket.socket() for _ in range(n)]
+    """n distinct free ports, none handed out before in this process: each socket stays bound
+    until all are chosen, and a port an earlier call chose (its server may not have bound it
+    yet: a Redis's own port is chosen apart from its TLS port) is passed over."""
+    sockets, ports = [], []
     try:
-        for s in sockets:
+        while len(ports) < n:
+            s = socket.socket()
+            sockets.append(s)
             s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
+            port = s.getsockname()[1]
+            if port not in _HANDED_OUT:
+                ports.append(port)
+        _HANDED_OUT.update(ports)
+        return ports
     finally:
         for s in sockets:
             s.close()
