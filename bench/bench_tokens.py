@@ -9,8 +9,9 @@
    for the estimates (both sets, mean / p95 / signed, the decision figure and its under-counts)
    is bench/bench_real.py's; this one adds the self-calibrated figure and the costs.
 2. Cost of each figure in ns per KB of text (median of repeats over all held-back samples).
-3. Measure (exact=True) of a ~200K-token conversation grown by one message at a time, with the
-   exact counts cached by piece, beside Measure without exact and the uncached exact count.
+3. Measure (exact=True) of a ~200K-token conversation grown by one message at a time, as a server
+   answers it (the servicer's parse and Measure, its memo and exact counters cached by piece),
+   beside Measure without exact and the uncached exact count.
 Usage: python bench/bench_tokens.py [--repeat 5]
 """
 from __future__ import annotations
@@ -26,9 +27,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 import real_corpus  # noqa: E402
 import workload  # noqa: E402
 
-from contextsvc import config, measure, conversation as m, native, tokens  # noqa: E402
+from contextsvc import config, conversation as m, native, tokens  # noqa: E402
 from contextsvc.step import Plan, request  # noqa: E402
-from contextsvc.rpc import conversion  # noqa: E402
+from contextsvc.rpc import conversion, servicer  # noqa: E402
+from contextsvc.v1 import context_pb2 as pb  # noqa: E402
 
 TARGET_ERROR = 0.10
 TARGET_MS = 5.0
@@ -115,45 +117,47 @@ def cost(samples, counter, repeat):
 
 
 def incremental(repeat):
+    """Measure as a server answers it (the servicer's parse and Measure, its memo and exact
+    counters), each call the caller's conversation grown by one message."""
     req = workload.measure_request(650_000)
-    conv = conversion.conversation(req.conversation)
-    mdl, tools, system = conversion.model(req.model), conversion.tools(req.tools), conversion.system(req.system)
+    req.conversation.session_id = "bench-tokens"
     cfg = config.Config()
-    counters = tokens.ExactCounters(cfg.measure.exact_encoding, cfg.measure.exact_cache_entries)
-    counter, _ = counters.for_model(mdl.id)
+    svc = servicer.ContextService(cfg)
+    parse = conversion.parser(pb.MeasureRequest, svc.memo)
+    off = servicer.ContextService(dataclasses.replace(cfg, measure=dataclasses.replace(
+        cfg.measure, calibrated_figures=False, compaction_figure="estimate")))
+    parse_off = conversion.parser(pb.MeasureRequest, off.memo)
 
-    off = dataclasses.replace(cfg, measure=dataclasses.replace(cfg.measure, calibrated_figures=False,
-                                                               compaction_figure="estimate"))
-
-    def run(exact, c=cfg):
-        inp = measure.MeasureInput(conv, mdl, tools, system, m.CompactionSettings(), exact=exact)
+    def run(r, exact, service=svc, parse_with=parse):
+        r.exact = exact
+        data = r.SerializeToString()
         t = time.perf_counter()
-        r = measure.measure(inp, c, counters)
-        return r, (time.perf_counter() - t) * 1000
+        out = service.Measure(parse_with(data), None)
+        return out, (time.perf_counter() - t) * 1000
 
-    r, cold = run(True)
-    print(f"\nincremental exact Measure: {len(conv.messages)} messages, {r.exact[0]} tokens ({r.exact[1]}), "
-          f"{r.body_bytes / 1e6:.2f} MB body")
-    grown, plain, bare, chars = [], [], [], []
+    r, cold = run(req, True)
+    print(f"\nincremental exact Measure (the servicer, its memo): {len(req.conversation.messages)} messages, "
+          f"{r.exact.tokens} tokens ({r.exact.method}), {r.body_bytes / 1e6:.2f} MB body")
+    run(req, False, off, parse_off)  # the history seen once by the other service too
+    grown, plain, bare = [], [], []
     for i in range(repeat * 4):
-        role = m.USER if conv.messages[-1].role == m.ASSISTANT else m.ASSISTANT
-        # a new conversation, as a caller's next step is: the converted one's scans stay its own
-        conv = m.Conversation(conv.messages + [m.Message(f"msg_9{i:05d}", role, [m.Part(f"g{i}", m.Text(
-            f"message {i}: one more note about the failing parser test in src/app/main.py " * 8))],
-            time_completed_ms=1)], conv.session_id)
-        before = counter.cache.tokenized_chars
-        _, ms = run(True)
-        grown.append(ms)
-        chars.append(counter.cache.tokenized_chars - before)
-        plain.append(run(False)[1])
-        bare.append(run(False, off)[1])
-    text = request.estimate_text(conv, Plan.of(mdl, tools, system, m.CompactionSettings(), cfg))
+        role = pb.ROLE_USER if req.conversation.messages[-1].role == pb.ROLE_ASSISTANT else pb.ROLE_ASSISTANT
+        req.conversation.messages.append(pb.Message(id=f"msg_9{i:05d}", role=role, time_completed_ms=1, parts=[
+            pb.Part(id=f"g{i}", text=pb.TextPart(
+                text=f"message {i}: one more note about the failing parser test in src/app/main.py " * 8))]))
+        grown.append(run(req, True)[1])
+        plain.append(run(req, False)[1])
+        bare.append(run(req, False, off, parse_off)[1])
+    text = request.estimate_text(conversion.conversation(req.conversation), Plan.of(
+        conversion.model(req.model), conversion.tools(req.tools), conversion.system(req.system),
+        m.CompactionSettings(), cfg))
+    counter, _ = tokens.ExactCounters(cfg.measure.exact_encoding, 1).for_model(req.model.id)
     t = time.perf_counter()
     counter.count(text)
     whole = (time.perf_counter() - t) * 1000
     g, p = statistics.median(grown), statistics.median(plain)
-    print(f"  Measure exact=True, cold cache            {cold:8.1f} ms")
-    print(f"  Measure exact=True, grown by one message  {g:8.1f} ms (median; tokenized {statistics.median(chars):.0f} chars)")
+    print(f"  Measure exact=True, cold (first sight)    {cold:8.1f} ms")
+    print(f"  Measure exact=True, grown by one message  {g:8.1f} ms (median)")
     print(f"  Measure exact=False                        {p:8.1f} ms")
     print(f"  Measure exact=False, calibrated_figures off {statistics.median(bare):7.1f} ms (the reference's figures only)")
     print(f"  exact part of the grown Measure            {g - p:8.1f} ms   target {TARGET_MS} ms: "
