@@ -8,6 +8,7 @@ import json
 
 import grpc
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from helpers import convo
 from helpers.server import start_server
@@ -129,6 +130,20 @@ def test_the_state_stays_bounded_and_groups_elements_of_a_long_session():
     assert prefix.compare(before, d) is None
     grown = prefix.Digests((3, 2, n + 1), chain + [b"y" * 8], d.pruned + [0], d.compaction)
     assert prefix.compare(before, grown).cause == "new_turn"
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 300), max_groups=st.integers(1, 64), data=st.data())
+def test_a_grouped_state_holds_each_groups_last_digest_and_pruned_count(n, max_groups, data):
+    """Groups of ceil(n / max_groups) elements, the last one shorter when they do not divide n."""
+    chain = [prefix._short(str(i).encode()) for i in range(n)]
+    pruned = data.draw(st.lists(st.integers(0, 300), min_size=n, max_size=n))
+    state = prefix.decode(prefix.encode(prefix.Digests((0, 0, n), chain, pruned, bytes(8)), max_groups))
+    group = -(-n // max_groups)
+    starts = range(0, n, group)
+    assert state.group == group
+    assert state.ends == [chain[min(k + group, n) - 1] for k in starts]
+    assert state.pruned == [sum(pruned[k:k + group]) for k in starts]
 
 
 def test_a_version_1_state_is_still_read_with_its_tool_choice_unknown():

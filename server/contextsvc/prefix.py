@@ -321,9 +321,12 @@ def encode(d: Digests, max_groups: int) -> bytes:
     group = max(1, -(-n // max(1, max_groups)))
     if group == 1:
         ends, pruned = d.chain, d.pruned
-    else:
-        ends = [d.chain[min(k + group, n) - 1] for k in range(0, n, group)]
-        pruned = [sum(d.pruned[k:k + group]) for k in range(0, n, group)]
+    else:  # each group's last digest and its pruned count, the last group maybe short (by slices in C)
+        ends, whole = d.chain[group - 1::group], n - n % group
+        pruned = list(map(sum, zip(*[iter(d.pruned)] * group)))
+        if whole < n:
+            ends.append(d.chain[-1])
+            pruned.append(sum(d.pruned[whole:]))
     out = bytearray(_MAGIC)
     out.append(STATE_VERSION)
     for v in (*d.counts, group):
