@@ -170,6 +170,24 @@ def test_openai_data_url_media_costs_its_decoded_size(stub):
     assert extra("A" * 20 + "AAAA").extra == 5 and extra("A" * 20 + "AA==").extra == 4
 
 
+@pytest.mark.parametrize("payload", ["@@@", "QUJD=", "QUI", "QUJD\nQUJD", "QUJD%0A"])
+def test_a_data_url_that_is_not_base64_is_sent_as_the_attachment_note(stub, payload):
+    """A corrupted copy of an image (not the alphabet, excess padding, cut short, a line break):
+    a provider refuses the whole request over it, and every later one of the session, so it goes
+    as the note a file the provider cannot take becomes; the same image whole goes as itself."""
+    def sent(data):
+        part = pb.Part(id="f1", file=pb.FilePart(mime="image/png", filename="a.png", url="data:image/png;base64," + data))
+        return [convo.user("m1", convo.text("p1", "Look"), part)]
+
+    note = "[Attached image/png: a.png]"
+    for provider, name in ((pb.PROVIDER_ANTHROPIC, "anthropic"), (pb.PROVIDER_OPENAI, "openai"),
+                           (pb.PROVIDER_OPENAI_RESPONSES, "openai-responses"), (pb.PROVIDER_BEDROCK, "bedrock"),
+                           (pb.PROVIDER_GEMINI, "gemini")):
+        broken, whole = body(stub, sent(payload), provider), body(stub, sent("QUJD"), provider)
+        assert note in json.dumps(broken) and not judge_for(name)(broken), name
+        assert note not in json.dumps(whole) and "QUJD" in json.dumps(whole), name
+
+
 def test_reasoning_of_the_snapshot_an_alias_answered_with_keeps_its_signature(stub):
     """Anthropic answers a request for claude-sonnet-4-5 as claude-sonnet-4-5-20250929: an agent
     storing that id replays the turn's thinking signed, as the API requires with tool use; a

@@ -50,7 +50,7 @@ PDF = b"%PDF-1.4\n1 0 obj<<>>endobj\ntrailer<<>>\n%%EOF\n"
 MEDIA = [("image/png", "a.png", PNG), ("image/jpeg", "photo.jpg", JPEG), ("image/gif", "anim.gif", GIF),
          ("image/webp", "pic.webp", WEBP), ("image/svg+xml", "logo.svg", SVG), ("image/heic", "phone.heic", HEIC),
          ("application/pdf", "report.pdf", PDF), ("application/pdf", "report.pdf", PDF)]
-SOURCES = ["inline", "data-base64", "data-plain", "data-params", "http"]
+SOURCES = ["inline", "data-base64", "data-plain", "data-params", "data-broken", "http"]
 
 # Tool call ids as other providers write them.
 ID_STYLES = [
@@ -108,6 +108,9 @@ def _file(r: random.Random, k: int, source: str = "") -> pb.FilePart:
         return pb.FilePart(mime=mime, filename=name, url=f"data:{mime},{payload}")
     if source == "data-params":
         return pb.FilePart(mime=mime, filename=name, url=f"data:{mime};name={name};base64,{b64}")
+    if source == "data-broken":  # a client's corrupted copy: not base64, or cut short
+        broken = r.choice(["@@@", b64 + "=", b64.rstrip("=")[:-1], b64[:8] + "\n" + b64[8:]])
+        return pb.FilePart(mime=mime, filename=name, url=f"data:{mime};base64,{broken}")
     return pb.FilePart(mime=mime, filename=name, url=f"https://example.com/files/{name}")
 
 

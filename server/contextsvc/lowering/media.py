@@ -104,6 +104,18 @@ def is_base64(value: str, url_safe: bool = False) -> bool:
         return False
 
 
+def decodes(payload: str) -> bool:
+    """payload is base64 a provider decodes: the standard alphabet, whole 4-character groups,
+    padding only at the end (no line breaks, no excess padding)."""
+    if len(payload) % 4:
+        return False
+    try:
+        binascii.a2b_base64(payload, strict_mode=True)
+    except (binascii.Error, ValueError):
+        return False
+    return True
+
+
 def media_type(mime: str) -> str:
     """The bare, lower-case media type: parameters (`;name=a.png`) dropped, aliases resolved."""
     bare = mime.split(";", 1)[0].strip().lower()
@@ -168,7 +180,8 @@ def source(fmt, mime: str, data: bytes | None, url: str):
     """How fmt's provider takes this media part, or None: then it is lowered as the attachment
     note.
 
-    A base64 data: URL gives its payload; any other data: URL is percent-encoded content,
+    A base64 data: URL gives its payload (one that does not decode is the note: a corrupted
+    copy a provider refuses, in every later request of the session too); any other data: URL is percent-encoded content,
     decoded to bytes (never sent on as a URL); an http(s) URL is kept only where the provider
     fetches that type itself.
     """
@@ -179,6 +192,8 @@ def source(fmt, mime: str, data: bytes | None, url: str):
             mime = parsed.mime or mime
             if parsed.is_base64:
                 payload = unquote(parsed.payload)  # a no-op unless percent-encoded
+                if not decodes(payload):  # a corrupted copy: every request holding it would be refused
+                    return None
             else:
                 data = unquote_to_bytes(parsed.payload)
         elif url[:8].lower() == "https://" or url[:7].lower() == "http://":
