@@ -4,6 +4,8 @@ a failure's exception line, a linter's codes and an edit's new names are kept; t
 drift benchmark (bench/summary_drift.py) meets the targets."""
 from __future__ import annotations
 
+import pytest
+
 import summary_drift as drift
 
 from contextsvc import conversation as m
@@ -609,6 +611,26 @@ def test_a_request_a_later_reversal_changes_stays_and_says_so():
     live = [x for x in s["goal"] + s["next_steps"] if "JWT auth" in x]
     assert live and all(x.count("changed since") == 1 and x.endswith(note) for x in live), s
     assert not any("changed since" in x for x in s["goal"] + s["next_steps"] if "Release notes" in x), s
+
+
+@pytest.mark.parametrize("reversal", [
+    "Change of plan: run the dev server on port 9090 instead of 8080 from now on.",
+    "From now on run the dev server on port 9090, not 8080.",
+    "Use port 9090 instead of port 8080 for the dev server."])
+def test_a_request_whose_number_a_later_reversal_drops_says_so(reversal):
+    """"... on port 8080", then "... 9090 instead of 8080": a number is what the reversal drops
+    (it named no word the request has, so the request stayed as it was, rolled forward through
+    every later summary); a number the reversal drops in another topic changes nothing."""
+    ask = "Fix the rate limiter in src/ratelimit/bucket.py and run the dev server on port 8080"
+    first = [_user("u1", ask + "."), _assistant("a1", "Reading the code.")]
+    later = [_user("u2", reversal), _assistant("a2", "Updating the port.")]
+    for s in (template.parse(offline.summarize(first + later)), _rolled(first, later)):
+        live = [x for x in s["goal"] + s["next_steps"] if "port 8080" in x]
+        assert live and all(x.endswith(f"(changed since: {reversal})") for x in live), s
+    other = "Keep 3 retries in src/client.py and run the dev server on port 8080"
+    s = template.parse(offline.summarize([_user("u1", other + "."), _assistant("a1", "Reading."),
+                                          _user("u2", "Set the cache TTL to 60 instead of 8080 seconds.")]))
+    assert not any("changed since" in x for x in s["goal"] + s["next_steps"]), s
 
 
 def test_a_decision_said_again_in_other_words_is_not_superseded_by_itself():

@@ -1008,11 +1008,13 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
             elif kind == "reversal":
                 # a request stated before it that names what it drops stays, saying so: it may ask
                 # for more ("JWT auth and pagination", then "cookies instead of JWT"); one of its
-                # own words is not changed by it
+                # own words is not changed by it. A number dropped ("port 9090 instead of 8080")
+                # names it only in the reversal's topic: a number alone is in many requests
                 gone = sup.dropped(fact[1])
                 for item in [*previous_goals, *goals, *(a for a in asks.keys if a not in asks.done)] if gone else ():
                     own = CHANGED_NOTE.sub("", item)
-                    if own not in fact[1] and gone & {w.lower() for w in sup.WORD.findall(own)}:
+                    if own not in fact[1] and (gone & {w.lower() for w in sup.WORD.findall(own)} or
+                                               gone & set(sup.NUMBER.findall(own)) and sup.same_topic(fact[1], own)):
                         stale.append(Stale(item, ("goal", "next_steps", "in_progress"), changed_by=fact[1]))
                 for key, held in (("decisions", decisions), ("constraints", constraints)):
                     for old in [d for d in held if d != fact[1] and sup.reverses(fact[1], d)]:
