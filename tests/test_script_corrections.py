@@ -12,12 +12,14 @@ from __future__ import annotations
 import operator
 import random
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
-from contextsvc import native, tokens
+from contextsvc import config, encodings, native, tokens
 from contextsvc.deadline import NO_DEADLINE
 from contextsvc.memo import PROFILES, Memo
 from contextsvc.rpc.message_keys import PREFIX_FROM_MESSAGES
+from contextsvc.rpc.servicer import ContextService
 from contextsvc.step import scripts
 from contextsvc.v1 import context_pb2 as pb
 
@@ -42,12 +44,13 @@ def _element(text: str) -> dict:
     return {"role": "user", "content": [{"type": "text", "text": text}]}
 
 
-def _corrections(elements: list, memo, earlier=None, same=None, profiles=None, counter=COUNTER) -> scripts.Corrections:
+def _corrections(elements: list, memo, earlier=None, same=None, profiles=None, counter=COUNTER,
+                 own=False) -> scripts.Corrections:
     profiles = profiles if profiles is not None else [native.json_profile(e) for e in elements]
     wide = [b - u for b, u in map(native.json_lengths, elements)]
     return scripts.corrections(profiles, lambda indices: [wide[i] for i in indices],
                                lambda indices: [native.json_text(elements[i]) for i in indices],
-                               counter, memo, NO_DEADLINE, earlier, same)
+                               counter, memo, NO_DEADLINE, earlier, same, own)
 
 
 def _as_lists(c: scripts.Corrections) -> tuple:
@@ -58,16 +61,17 @@ _TEXT = st.lists(st.sampled_from(SENTENCES), min_size=1, max_size=4).map(" ".joi
 
 
 @settings(max_examples=60, deadline=None)
-@given(first=st.lists(_TEXT, min_size=0, max_size=30), data=st.data(), memo_on=st.booleans())
-def test_resumed_corrections_equal_those_worked_out_afresh(first, data, memo_on):
+@given(first=st.lists(_TEXT, min_size=0, max_size=30), data=st.data(), memo_on=st.booleans(), own=st.booleans())
+def test_resumed_corrections_equal_those_worked_out_afresh(first, data, memo_on, own):
     """A list of elements, then the next step's: some elements given a new text, some profiled
     again with the same text (new tuples: checked again), the list cut and grown. The corrections
     resumed from the first list's equal those worked out for every element, and sums over any
-    stretch equal adding each element's in turn."""
+    stretch equal adding each element's in turn; counted with a proxy or the model's own
+    tokenizer (own: CJK elements counted too, corrections that take off)."""
     memo = Memo(8 << 20) if memo_on else None
     before = [_element(t) for t in first]
     before_profiles = [native.json_profile(e) for e in before]
-    earlier = _corrections(before, memo, profiles=before_profiles)
+    earlier = _corrections(before, memo, profiles=before_profiles, own=own)
     keep = data.draw(st.integers(0, len(before)))
     after = before[:keep] + [_element(t) for t in data.draw(st.lists(_TEXT, max_size=8))]
     profiles = before_profiles[:keep] + [native.json_profile(e) for e in after[keep:]]
@@ -76,8 +80,8 @@ def test_resumed_corrections_equal_those_worked_out_afresh(first, data, memo_on)
             after[i] = _element(data.draw(_TEXT))
         profiles[i] = native.json_profile(after[i])
     same = list(map(operator.is_, profiles, before_profiles))
-    resumed = _corrections(after, memo, earlier, same, profiles)
-    afresh = _corrections(after, None, profiles=profiles)
+    resumed = _corrections(after, memo, earlier, same, profiles, own=own)
+    afresh = _corrections(after, None, profiles=profiles, own=own)
     assert _as_lists(resumed) == _as_lists(afresh)
     start = data.draw(st.integers(0, len(after)))
     end = data.draw(st.integers(start, len(after)))
@@ -103,6 +107,60 @@ def test_corrections_are_taken_afresh_for_another_encoding():
     other = corrected(cl100k)
     assert _as_lists(corrected(COUNTER, other)) == _as_lists(corrected(COUNTER))
     assert _as_lists(other) != _as_lists(corrected(COUNTER))
+
+
+def test_with_the_model_s_own_tokenizer_cjk_and_other_scripts_count_as_their_exact_count():
+    """Counted with the model's own tokenizer (o200k for gpt-4o), an element of Korean, Chinese
+    or Greek has its exact count as both figures, less than the calibrated ones where cl100k's
+    CJK ratios read high; with a proxy, CJK is not counted and a correction never takes off; the
+    two are never taken for each other."""
+    korean = "데이터베이스 연결 오류: 잠금 대기 시간이 초과되었습니다. 나중에 다시 시도하십시오. " * 20
+    chinese = SENTENCES[6] * 20
+    english = SENTENCES[5] * 20
+    elements = [_element(t) for t in (korean, chinese, SENTENCES[0] * 20, english)]
+    profiles = [native.json_profile(e) for e in elements]
+    own = _corrections(elements, None, own=True)
+    proxy = _corrections(elements, None)
+    for i, e in enumerate(elements[:3]):
+        exact = COUNTER.count(native.json_text(e))
+        cal, decide = tokens.calibrated_pair(profiles[i])
+        assert own.present[i] and (cal + own.cal[i], decide + own.dec[i]) == (exact, exact), i
+    assert own.cal[0] < 0 and own.dec[0] < 0 and own.dec[1] < 0  # cl100k's CJK ratios read high
+    assert not own.present[3] and not proxy.present[3]  # English: the ratios stand
+    assert not proxy.present[0] and not proxy.present[1] and proxy.present[2]
+    assert min(proxy.cal) >= 0 and min(proxy.dec) >= 0
+    assert _as_lists(_corrections(elements, None, proxy, [True] * 4, own=True)) == _as_lists(own)
+    assert _as_lists(_corrections(elements, None, own, [True] * 4)) == _as_lists(proxy)
+
+
+@pytest.mark.parametrize("model_id, provider, text", [
+    ("gpt-5", pb.PROVIDER_OPENAI_RESPONSES, "데이터베이스 연결 오류: 구성 파일의 포트 설정을 확인하십시오. 서버가 응답하지 않습니다. " * 560),
+    ("gpt-4o", pb.PROVIDER_OPENAI, "数据库连接错误：等待行锁超时，请稍后重试。配置文件中的端口设置不正确。" * 500)])
+def test_a_session_in_korean_or_chinese_is_not_compacted_at_half_its_window(model_id, provider, text):
+    """A gpt-5 session whose tool output was Korean asked to compact at 54% of its window by the
+    model's own count (its decision figure 2.06x it, 1.29x for Chinese on gpt-4o), and the
+    provider's count of the steps that followed could not bring it down. Counted with the
+    model's own tokenizer, the CJK elements are their exact count: the decision figure is the
+    body's o200k count within 1%, step after step, never compacting."""
+    o200k = encodings.get("o200k_base").encode_ordinary
+    service = ContextService(config.Config())
+    mdl = pb.Model(id=model_id, provider=provider, limits=pb.ModelLimits(context=32_000, output=8_000))
+    tools = [pb.ToolDefinition(name="read", input_schema_json='{"type":"object"}')]
+    messages = [pb.Message(id="u", role=pb.ROLE_USER, parts=[pb.Part(id="ut", text=pb.TextPart(text="로그를 읽어 주세요"))]),
+                pb.Message(id="a", role=pb.ROLE_ASSISTANT, time_completed_ms=1, model_id=model_id, usage=pb.Usage(
+                    input=400, output=30), parts=[pb.Part(id="ac", tool=pb.ToolPart(call_id="c1", tool="read", state=pb.ToolState(
+                        status=pb.TOOL_STATUS_COMPLETED, input_json="{}", output=text)))])]
+    for step in range(3):
+        r = service.Assemble(pb.AssembleRequest(conversation=pb.Conversation(messages=messages), model=mdl,
+                                                tools=tools), None)
+        counted = len(o200k(r.body.decode()))
+        assert 0.99 * counted <= r.figures.decision.tokens <= 1.01 * counted, (step, counted, r.figures.decision)
+        assert counted < 0.6 * r.figures.limit and not r.figures.should_compact, step
+        # the provider answers with its count; the session goes on
+        messages += [pb.Message(id=f"a{step}", role=pb.ROLE_ASSISTANT, time_completed_ms=2 + step, model_id=model_id,
+                                usage=pb.Usage(input=counted, output=20),
+                                parts=[pb.Part(id=f"a{step}t", text=pb.TextPart(text="계속 확인하겠습니다."))]),
+                     pb.Message(id=f"u{step}", role=pb.ROLE_USER, parts=[pb.Part(id=f"u{step}t", text=pb.TextPart(text="계속"))])]
 
 
 class ScriptSession(edits.Session):
@@ -131,17 +189,18 @@ def test_sessions_in_other_scripts_are_answered_the_same_with_and_without_the_me
     resumed = {"steps": 0, "changed corrected": 0}
     original = scripts.corrections
 
-    def counting(profiles, wide_at, texts_at, counter, memo, deadline, earlier=None, same=None):
+    def counting(profiles, wide_at, texts_at, counter, memo, deadline, earlier=None, same=None, own=False):
         if earlier is not None and 1 in earlier.present:
             resumed["steps"] += 1
             resumed["changed corrected"] += any(earlier.present[i] for i, kept in enumerate(same) if not kept)
-        return original(profiles, wide_at, texts_at, counter, memo, deadline, earlier, same)
+        return original(profiles, wide_at, texts_at, counter, memo, deadline, earlier, same, own)
 
     monkeypatch.setattr(scripts, "corrections", counting)
     for seed in range(3):
         on, off = edits._servicers()
         rng = random.Random(seed)
         session = ScriptSession(rng, session_id=f"scripts-{seed}")
+        session.model_at = seed  # Claude (a proxy's corrections), gpt-4o and gpt-5 (their own tokenizer's)
         for _ in range(PREFIX_FROM_MESSAGES + 8):
             session.grow()
         for step in range(20):

@@ -145,7 +145,7 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
         key = known_key(conv.messages, base, known, latest, plan) \
             if before is not None and memo is not None and out.exact is None else None
         _rebase(out, lambda: as_counted(conv.messages, base, before.messages if before is not None else None, latest),
-                plan, model_counter[0], memo, key)
+                plan, model_counter, memo, key, deadline)
     anchor = out.decision_anchor
     if anchor is not None:
         # what was pruned before the anchor since was counted whole: compare with the prefix as counted
@@ -162,13 +162,16 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
     return out
 
 
-def _rebase(out: Figures, pairs_of, plan: Plan, counter, memo: Memo | None, key: tuple | None = None) -> None:
+def _rebase(out: Figures, pairs_of, plan: Plan, model_counter: tuple, memo: Memo | None, key: tuple | None = None,
+            deadline: Deadline = NO_DEADLINE) -> None:
     """The figures of the changed messages (pairs_of(): step.baseline.as_counted's pairs) now
-    minus as counted, per method; with the memo, kept for the same changed messages (REBASED: the
-    payload guard's marks on a history it prunes again at every step change the same messages
-    each time). key: the pairs' changed_key, when the step knows it without making the pairs
+    minus as counted, per method, each element's calibrated figures corrected as the request's
+    are (step.scripts); with the memo, kept for the same changed messages (REBASED: the payload
+    guard's marks on a history it prunes again at every step change the same messages each
+    time). key: the pairs' changed_key, when the step knows it without making the pairs
     (baseline.known_key): a history of a thousand messages is then not read for them."""
     mc = plan.cfg.measure
+    counter, own = model_counter[0], model_counter[1].native
     change = memo.get(key) if key is not None else None
     exact = None
     if change is None:
@@ -185,7 +188,13 @@ def _rebase(out: Figures, pairs_of, plan: Plan, counter, memo: Memo | None, key:
                                     mc.factor)
 
         def pair(pieces):
-            return stretch_pair([profile for _, _, profile in pieces]) if mc.calibrated_figures else (0.0, 0.0)
+            if not mc.calibrated_figures:
+                return (0.0, 0.0)
+            profiles = [profile for _, _, profile in pieces]
+            fixes = scripts.corrections(profiles, lambda indices: [pieces[i][1][0] - pieces[i][1][1] for i in indices],
+                                        lambda indices: [pieces[i][0] for i in indices], counter, memo, deadline,
+                                        own=own)
+            return fixes.added(stretch_pair(profiles))
 
         (cal_now, margined_now), (cal_then, margined_then) = pair(now), pair(then)
         cal = tokens.round_half_up(cal_now) - tokens.round_half_up(cal_then)
@@ -461,7 +470,7 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
     profiles = []
     head = None  # the head stretch's summed profile, from the session's previous step's (PROFILES)
     fixes = None  # what each element's exact count adds (step.scripts)
-    counter = model_counter[0]
+    counter, own = model_counter[0], model_counter[1].native
     if mc.calibrated_figures:
         if built_elements:
             system_profiles, message_profiles = request.profiles(low.system), request.profiles(low.messages)
@@ -471,18 +480,18 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
             message_fixes = scripts.corrections(
                 message_profiles, lambda indices: request.wide(low.messages, indices),
                 lambda indices: list(map(request.texts(low.messages).__getitem__, indices)), counter, memo,
-                deadline, earlier.corrections if earlier is not None else None, same)
+                deadline, earlier.corrections if earlier is not None else None, same, own)
             fixes = scripts.corrections(
                 system_profiles, lambda indices: request.wide(low.system, indices),
                 lambda indices: list(map(request.texts(low.system).__getitem__, indices)), counter, memo,
-                deadline) + message_fixes
+                deadline, own=own) + message_fixes
             _keep_profiles(message_profiles, max(at, 0), head, message_fixes, request.resume, memo)
         else:
             profiles = [native.json_profile(e) for e in elements]
             wide = [b - u for b, u in map(native.json_lengths, elements)]
             fixes = scripts.corrections(profiles, lambda indices: list(map(wide.__getitem__, indices)),
                                         lambda indices: [native.json_text(elements[i]) for i in indices],
-                                        counter, memo, deadline)
+                                        counter, memo, deadline, own=own)
         deadline.check("figures")
     cuts = [0, n_sys, n_sys + max(at, 0), tail_from, len(elements)]
     if mc.calibrated_figures:

@@ -1,5 +1,5 @@
-"""Script corrections (step.figures): what the exact count of an element of mostly non-Latin,
-non-CJK text adds to its calibrated figures.
+"""Script corrections (step.figures): what the exact count of an element of mostly non-Latin
+text adds to its calibrated figures, or takes off them where the count is the model's own.
 
 The per-class ratios are fitted on English and CJK material and read such text at 0.2-0.8x
 cl100k (Greek 0.27x, Hindi 0.26x, Thai 0.17x, Polish 0.67x): a gpt-4o session sent a body o200k
@@ -8,7 +8,16 @@ CJK (Greek, Cyrillic, Arabic, Hebrew, Devanagari, Thai, accented Latin, emoji: w
 bytes over the UTF-16 units, less two for each CJK character, tells them from the profile alone)
 counts at least its exact count in the counter's encoding (the model's own, else the one the
 family priors scale; Claude counts these scripts at 0.73-0.98x cl100k and accented Latin and
-emoji at up to 1.7x, within its priors); never less than its calibrated figures.
+emoji at up to 1.7x, within its priors); never less than its calibrated figures, with a proxy.
+
+The CJK ratios are cl100k's, which spends two or three tokens on most Han and Hangul where o200k
+spends about one: a gpt-5 session whose tool output was Korean compacted at 54% of its window,
+its decision figure 2.1x o200k's count (Chinese and Japanese 1.4x), and the provider's count
+could not bring it down (the tokenizer factor is never below 1). So where the counter is the
+model's own tokenizer (o200k for GPT-4o, GPT-4.1, GPT-5, the o-series) an element at least 1% of
+whose characters are CJK is counted too, and every counted element's figures are its exact
+count, less or more than the calibrated ones (the exact decision figure takes the model's own
+count as it is, design.md §3).
 
 The corrections are held per element, in arrays aligned with the elements: a session's next step
 takes those of the elements it shares with this one as they are and checks only its others (a
@@ -30,8 +39,12 @@ from ..deadline import Deadline
 from ..memo import SCRIPT, Memo
 from ..positions import positions
 
-# an element whose non-ASCII, non-CJK characters are at least 1 / SCRIPT_SHARE of it is counted
+# an element whose non-ASCII, non-CJK characters (or, counted with the model's own tokenizer, CJK
+# characters) are at least 1 / SCRIPT_SHARE of it is counted
 SCRIPT_SHARE = 100
+# what the encoding's name is tagged with where the counter is the model's own tokenizer: its
+# corrections are others (they may take off), never taken for a proxy's of the same encoding
+OWN = "+own"
 
 
 @dataclass(slots=True)
@@ -71,14 +84,15 @@ class Corrections:
 
 def corrections(profiles: list, wide_at: Callable[[list], list], texts_at: Callable[[list], list], counter,
                 memo: Memo | None, deadline: Deadline, earlier: Corrections | None = None,
-                same: list | None = None) -> Corrections:
+                same: list | None = None, own: bool = False) -> Corrections:
     """The corrections of the elements whose text profiles these are (native.text_profile),
     wide_at(indices) their wide values and texts_at(indices) their JSON texts, counted by
-    counter. earlier: the corrections of an earlier list whose first len(same) elements stand
-    where these do, same[i] saying whether element i is the very one (its profile the same
-    tuple): those are taken as they are. Each element's is kept by the memo per element text."""
+    counter; own: the counter is the model's own tokenizer (encodings.ExactTokenizer.native).
+    earlier: the corrections of an earlier list whose first len(same) elements stand where these
+    do, same[i] saying whether element i is the very one (its profile the same tuple): those are
+    taken as they are. Each element's is kept by the memo per element text."""
     n = len(profiles)
-    encoding = counter.encoding_name
+    encoding = counter.encoding_name + (OWN if own else "")
     if earlier is None or same is None or earlier.encoding != encoding:
         out, check = Corrections.none(n, encoding), range(n)
     else:
@@ -92,7 +106,8 @@ def corrections(profiles: list, wide_at: Callable[[list], list], texts_at: Calla
         out.dec.extend(itertools.repeat(0.0, n - common))
         out.present.extend(bytes(n - common))
         check = changed + list(range(common, n))
-    flagged = [i for i, wide in zip(check, wide_at(check)) if wide > 0 and _other_script(wide, profiles[i])]
+    flagged = [i for i, wide in zip(check, wide_at(check))
+               if wide > 0 and (_other_script(wide, profiles[i]) or own and _cjk(profiles[i]))]
     if not flagged:
         return out
     texts = texts_at(flagged)
@@ -102,13 +117,19 @@ def corrections(profiles: list, wide_at: Callable[[list], list], texts_at: Calla
         if kept is None:
             count = float(counter.count_cached(text, deadline))
             cal, decide = tokens.calibrated_pair(profiles[i])
-            kept = (max(0.0, count - cal), max(0.0, count - decide))
+            kept = (count - cal, count - decide) if own else (max(0.0, count - cal), max(0.0, count - decide))
             if memo is not None:
                 memo.put(key, kept)
         if kept[0] or kept[1]:
             out.cal[i], out.dec[i] = kept
             out.present[i] = 1
     return out
+
+
+def _cjk(profile: tuple) -> bool:
+    """At least 1 / SCRIPT_SHARE of the element's characters are CJK."""
+    cjk = profile[3]
+    return (cjk[0] + cjk[1] + cjk[2] + cjk[3]) * SCRIPT_SHARE >= profile[0]
 
 
 def _other_script(wide: int, profile: tuple) -> bool:
