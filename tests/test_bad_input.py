@@ -100,6 +100,8 @@ CONVERSATION_CASES = [
      "compaction.threshold_percent"),
     ("negative tail turns", lambda r: setattr(r.compaction, "tail_turns", -1), INVALID, "compaction.tail_turns"),
     ("negative reserved", lambda r: setattr(r.compaction, "reserved", -1), INVALID, "compaction.reserved"),
+    ("no compaction attempt", lambda r: setattr(r.compaction, "max_attempts", 0), INVALID, "compaction.max_attempts"),
+    ("negative attempts cap", lambda r: setattr(r.compaction, "max_attempts", -1), INVALID, "compaction.max_attempts"),
 ]
 
 MODEL_CASES = [  # Prune takes no model limits into account; the three others require a model

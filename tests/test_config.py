@@ -48,6 +48,7 @@ def test_toml_overrides(tmp_path):
     ({"prune": {"enabled": 1}}, "true or false"),
     ({"measure": {"preflight_factor": "abc"}}, "decimal number"),
     ({"summarizer": {"backend": "gpt"}}, "backend must be"),
+    ({"compact": {"max_attempts": 0}}, "[compact] max_attempts must be at least 1"),
 ])
 def test_mistakes_are_errors(data, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):

@@ -324,6 +324,10 @@ class CompactConfig:
     chunk_clip_chars: int = 16000  # a chunk still over budget goes as a clipped transcript
     merge_depth: int = 3  # halve-and-reduce depth when merging partial summaries
 
+    def __post_init__(self):
+        if self.max_attempts < 1:  # none would answer every Compact ContextOverflow
+            raise ValueError(f"[compact] max_attempts must be at least 1, not {self.max_attempts}")
+
 
 @dataclass(frozen=True)
 class AssembleConfig:

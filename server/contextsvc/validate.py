@@ -244,6 +244,8 @@ def compaction_settings(s: m.CompactionSettings, path: str = "compaction") -> No
         v = getattr(s, name)
         if v is not None:
             _tokens(v, f"{path}.{name}")
+    if s.max_attempts is not None and s.max_attempts < 1:  # none would answer every Compact ContextOverflow
+        raise BadInput(f"{path}.max_attempts", f"must be at least 1 (unset: the configured default), got {s.max_attempts}")
     if s.request_prune_bytes is not None and s.request_prune_bytes <= 0:
         raise BadInput(f"{path}.request_prune_bytes", f"must be a positive byte count, got {s.request_prune_bytes}")
     ps = s.prune_settings
