@@ -633,6 +633,34 @@ def test_a_request_whose_number_a_later_reversal_drops_says_so(reversal):
     assert not any("changed since" in x for x in s["goal"] + s["next_steps"]), s
 
 
+def test_two_verbs_of_one_object_are_one_step_and_a_reversal_s_own_message_stands_whole():
+    """"Please find and fix the bug" made two Next Steps, "find" (a verb alone: nothing to tick
+    off) and "fix the bug", both kept after "Fixed: the bug was in src/lexer.ts"; and the second
+    sentence of a message correcting an earlier decision superseded the first ("Superseded:
+    Correction: the bug is in lexer.ts instead ... (now: Change of plan: ... fix lexer.ts
+    instead.)"): one message's sentences are one change of plan. An earlier decision it reverses
+    is still superseded."""
+    parser = "Decision: the bug is in parser.ts: parseBlock() dereferences token.kind without an EOF check."
+    lexer = "Correction: the bug is in lexer.ts instead: nextToken() returns undefined at end of input."
+    plan = "Change of plan: revert the parser.ts guard and fix lexer.ts instead."
+    messages = [_user("u1", "The CLI crashes on menu.tpl. Please find and fix the bug."), _assistant("a1", parser),
+                _user("u2", "Still crashes."), _assistant("a2", lexer + " " + plan), _user("u3", "ok"),
+                _assistant("a3", "Fixed: the bug was in src/lexer.ts. Tests pass."),
+                _user("u4", "Now update the changelog.")]
+    assert offline.asks_in("The CLI crashes. Please find and fix the bug.") == ["find and fix the bug"]
+    s = template.parse(offline.summarize(messages))
+    steps = s["next_steps"] + s["in_progress"]
+    assert not any(x in ("find", "fix the bug") or x.endswith("find and fix the bug") for x in steps), s
+    assert lexer in s["decisions"] and plan in s["decisions"], s["decisions"]
+    superseded = [x for x in s["done"] if x.startswith("Superseded: ")]
+    assert [x.startswith("Superseded: " + parser[:40]) for x in superseded] == [True], superseded
+    # the turn's own report says it done; a report of something else does not
+    for report, done in (("Fixed the bug: the tokenizer skipped EOF.", True),
+                         ("Fixed the typo in the README.", False), ("Found the bug in the tokenizer.", False)):
+        s = template.parse(offline.summarize([_user("u1", "Please find and fix the bug."), _assistant("a1", report)]))
+        assert any("find and fix the bug" in x for x in s["next_steps"] + s["in_progress"]) != done, (report, s)
+
+
 def test_a_decision_said_again_in_other_words_is_not_superseded_by_itself():
     """"Actually use Postgres, not SQLite." then "Switching to Postgres.": the same choice (its
     "not" drops SQLite, not Postgres), so Done did not record it as superseded by its restatement."""

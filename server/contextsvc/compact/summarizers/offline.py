@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from ... import conversation as m
 from ...config import SummarizerConfig
@@ -124,6 +125,7 @@ CLAUSE_SPLIT = re.compile(  # "... , and then add Y", "...; fix Z", "two more th
 VAGUE_OBJECT = re.compile(  # "fix it", "do that too": nothing to tick off, not a step
     rf"^(?:{_VERB})\s+(?:it|this|that|them|these|those|everything|all|the rest)(?:\s+(?:too|now|again|up|please))*$",
     re.IGNORECASE)
+BARE_VERBS = re.compile(rf"^(?:{_VERB})(?:\s+and\s+(?:{_VERB}))*$", re.IGNORECASE)  # "find", "find and fix"
 LIST_ITEM = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)]|\(?[a-z][.)])\s+(.+)$")
 DONE_SAID = re.compile(
     r"\b(?:done|finished|completed|added|fixed|updated|renamed|removed|deleted|implemented|wrote|"
@@ -382,9 +384,13 @@ def asks_in(text: str) -> list:
         items = items[1:]
     out = []
     for item in items:
+        verbs = ""  # verbs alone before an "and": "find and fix the bug" is one ask, of their object
         for clause in CLAUSE_SPLIT.split(item):
-            clause = ASK_LEAD.sub("", clause.strip()).strip().rstrip(".;:,!?")
-            if ASK_START.match(clause) and not clause.lower().startswith(("make sure", "change of plan")) \
+            clause = verbs + ASK_LEAD.sub("", clause.strip()).strip().rstrip(".;:,!?")
+            verbs = ""
+            if BARE_VERBS.match(clause):
+                verbs = clause + " and "
+            elif ASK_START.match(clause) and not clause.lower().startswith(("make sure", "change of plan")) \
                     and not VAGUE_OBJECT.match(clause):
                 out.append(clause)
     return out
@@ -516,7 +522,7 @@ class _Asks:
         """Asks with nothing to tie them (no path, identifier or code span) that evidence (a
         sentence saying something is done, a blocker resolved) is about are done."""
         for a, keys in self.keys.items():
-            if not keys and a not in self.done and sup.done_by(a, evidence):
+            if not keys and a not in self.done and (sup.done_by(a, evidence) or _generic_ask_done(a, evidence)):
                 self.done.add(a)
 
     def working_on(self) -> str:
@@ -548,6 +554,30 @@ class _Acc:
 
     def get(self, key: str) -> list:
         return list(self.items[key])
+
+
+# the past forms of the request verbs that are not verb + "ed" / "d"
+IRREGULAR_DONE = MappingProxyType({"find": ("found",), "run": ("ran", "run"), "write": ("wrote", "written"),
+                                   "make": ("made",), "build": ("built",), "set": ("set",), "split": ("split",),
+                                   "rewrite": ("rewrote", "rewritten"), "speed": ("sped",)})
+ASK_VERB_PREFIX = re.compile(rf"^((?:{_VERB})(?:\s+and\s+(?:{_VERB}))*)\b(.*)$", re.IGNORECASE)
+
+
+def _generic_ask_done(ask: str, evidence: str) -> bool:
+    """An ask whose object is only words every coding request shares ("fix the bug", "find and
+    fix the bug", "run the tests"), which no report can tie to it by them (GENERIC_WORDS), is done
+    by a sentence that says its (last) verb done and names that object ("Fixed: the bug was in
+    src/lexer.ts")."""
+    mt = ASK_VERB_PREFIX.match(ask)
+    if not mt:
+        return False
+    obj = sup.topic(mt.group(2)).keys()
+    if not obj or not obj <= GENERIC_WORDS:
+        return False
+    words = {w.lower() for w in sup.WORD.findall(evidence)}
+    last = re.split(r"\s+and\s+", mt.group(1))[-1].lower()  # "find and fix": fixed, not found
+    done = IRREGULAR_DONE.get(last, (last + "d" if last.endswith("e") else last + "ed",))
+    return not words.isdisjoint(done) and obj <= sup.topic(evidence).keys()
 
 
 def _report_words(text: str) -> set:
@@ -922,6 +952,7 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
             asks.closed_by(closing, turn, reported)
 
     for message_facts in each(memo, "offline", messages, settings, facts):
+        reversed_here = set()  # this message's reversals: one change of plan, never superseding each other
         for fact in message_facts:
             deadline.count("compact")
             kind = fact[0]
@@ -1017,7 +1048,7 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
                                                gone & set(sup.NUMBER.findall(own)) and sup.same_topic(fact[1], own)):
                         stale.append(Stale(item, ("goal", "next_steps", "in_progress"), changed_by=fact[1]))
                 for key, held in (("decisions", decisions), ("constraints", constraints)):
-                    for old in [d for d in held if d != fact[1] and sup.reverses(fact[1], d)]:
+                    for old in [d for d in held if d != fact[1] and d not in reversed_here and sup.reverses(fact[1], d)]:
                         held.remove(old)
                         if sup.restates(fact[1], old):  # the same choice said again: the newer stands
                             stale.append(Stale(old, (key,)))
@@ -1027,6 +1058,7 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
                             constraints.append(fact[1])
                             acc.add("constraints", fact[1])
                 decisions.append(fact[1])
+                reversed_here.add(fact[1])
             if kind == "acc" and fact[1] == "decisions" and fact[2] not in decisions:
                 decisions.append(fact[2])
     close_turn()  # the head ends on the assistant's report
