@@ -399,6 +399,33 @@ def test_a_prune_that_frees_enough_gives_the_output_budget_back():
     assert r.output_tokens == 4_000  # the model's own cap: the pruned request leaves far more free
 
 
+def test_a_prune_since_the_anchor_leaves_the_self_calibration_as_counted():
+    """The provider counted the last answer's prefix at 1.35x our calibrated figure; then an
+    output in that prefix was pruned. The factor was its count over the prefix as it is now, so a
+    prune read as the provider counting 1.9x (or out of bounds: none), and the self-calibrated
+    projection took the pruned output off at that scale, below the self-calibrated figure of the
+    request itself. It is the count over the prefix as counted: the same factor, and a projection
+    that agrees with the figure."""
+    model_ = mdl(200_000, 0, 8_000)
+
+    def session(usage: int, pruned: bool) -> m.Conversation:
+        messages = [msg(0, m.USER, txt("u0", "read the files")),
+                    finished(1, txt("a1", "Reading."), tool_part("t1", "c1", "export const f = (x: number) => x * 2;\n" * 600)),
+                    finished(2, txt("a2", "Reading more."), tool_part("t2", "c2", "let total = compute(items, 1);\n" * 400)),
+                    finished(3, txt("a3", "Read both."), usage=m.Usage(input=usage, output=50)),
+                    msg(4, m.USER, txt("u4", "go on"))]
+        conv = m.Conversation(messages)
+        return prune.apply(conv, ["t1"], now_ms=5_000) if pruned else conv
+
+    ours = 10_000 / run(session(10_000, False), model_).calibration_factor  # our figure of the prefix
+    counted = round(1.35 * ours)
+    before, after = run(session(counted, False), model_), run(session(counted, True), model_)
+    assert abs(before.calibration_factor - 1.35) < 0.001
+    assert abs(after.calibration_factor - before.calibration_factor) < 0.001 and after.calibration_anchor == "msg_0003"
+    assert after.self_calibrated[0] < 0.75 * before.self_calibrated[0]  # the pruned output was much of it
+    assert abs(after.projected_self_calibrated - after.self_calibrated[0]) <= 0.02 * after.self_calibrated[0]
+
+
 def test_a_prune_made_before_the_answer_is_not_taken_out_again():
     """Outputs compacted before the baseline answer was produced were sent as placeholders then:
     the provider's count already excludes them, and the projection stands as reported."""

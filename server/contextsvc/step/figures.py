@@ -159,7 +159,27 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
         out.decision_factor = f if mc.self_calibration_min_factor <= f <= mc.self_calibration_max_factor else 0.0
         g = sent / float(counted_calibrated) if counted_calibrated > 0 else 0.0
         out.new_text_factor = g if out.decision_factor and g <= mc.self_calibration_max_factor else 0.0
+        if mc.self_calibration_min_factor <= g <= mc.self_calibration_max_factor:
+            _self_calibrate(out, g, anchor.id)
     return out
+
+
+def _self_calibrate(out: Figures, factor: float, anchor_id: str) -> None:
+    """The self-calibrated figures: the calibrated ones scaled by factor, the provider's count of
+    the anchor's prefix over our calibrated figure of it as counted (what was pruned in it since
+    put back: over the prefix as it is now, a prune read as the provider counting 1.9x where it
+    counted 1.33x)."""
+    def scaled(x):
+        return tokens.scaled(x, factor)
+
+    total, tail, overhead = out.projections["calibrated"]
+    out.factor, out.anchor_id = factor, anchor_id
+    out.self_calibrated = (scaled(total), f"{tokens.SELF_CALIBRATED}{factor:.4f}x({anchor_id})")
+    out.projections["self-calibrated"] = (out.self_calibrated[0], scaled(tail), scaled(overhead))
+    out.stretches["self-calibrated"] = tuple(map(scaled, out.stretches["calibrated"]))
+    if out.rebase_projections:
+        out.rebase_projections["self-calibrated"] = scaled(out.rebase_projections["calibrated"])
+        out.rebase_stretches["self-calibrated"] = scaled(out.rebase_stretches["calibrated"])
 
 
 def _rebase(out: Figures, pairs_of, plan: Plan, model_counter: tuple, memo: Memo | None, key: tuple | None = None,
@@ -207,9 +227,8 @@ def _rebase(out: Figures, pairs_of, plan: Plan, model_counter: tuple, memo: Memo
             exact = counter.count(array_text([text for text, _, _ in now])) - counter.count(
                 array_text([text for text, _, _ in then]))
     estimated, cal, decide, out.media_rebase = change
-    scale = (lambda x: tokens.scaled(x, out.factor)) if out.factor else (lambda x: x)
-    out.rebase_projections = {"calibrated": cal, "self-calibrated": scale(cal)}
-    out.rebase_stretches = {"estimate": estimated, "calibrated": decide, "self-calibrated": scale(decide)}
+    out.rebase_projections = {"calibrated": cal, "self-calibrated": cal}  # scaled by _self_calibrate
+    out.rebase_stretches = {"estimate": estimated, "calibrated": decide, "self-calibrated": decide}
     if out.exact is not None:
         out.rebase_projections["exact"] = out.rebase_stretches["exact"] = exact
 
@@ -512,17 +531,11 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
         elif rewrite_from < len(elements):
             cal_rewrite, margined_rewrite = fixes.added(stretch_pair(profiles[rewrite_from:]), rewrite_from)
 
-    # self-calibrated: the provider's own count of a prefix over ours gives this model's factor
-    factor, anchor_id = 0.0, ""
+    # the prefix the provider's count of the anchor covers: its figures give this model's factors
+    # once what changed in it since is taken out (figures(): _self_calibrate, decision_factor)
     if anchor is not None and mc.calibrated_figures:
         ours = system_cal + head_cal + tools_cal
         if ours >= mc.self_calibration_min_tokens:
-            f = anchor.usage.input_as_sent() / ours
-            if mc.self_calibration_min_factor <= f <= mc.self_calibration_max_factor:
-                factor, anchor_id = f, anchor.id
-            # the same count over the prefix's decision figure (margins included), once the prefix
-            # is taken as counted (figures()): what the decision figure is scaled by
-            # (decision._tokenizer_factor)
             m_sys, m_head, _, _, m_tools = margined
             out.decision_prefix = m_sys + m_head + m_tools if mc.measured_margins else ours * mc.margin
             out.calibrated_prefix = ours
@@ -535,13 +548,8 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
                 out.between_factor = _between_factor(msgs, low.sources, mdl.id, request.last_compaction, anchor,
                                                      at, message_profiles, latest, mc,
                                                      lambda start, end: fixes.calibrated(n_sys + start, n_sys + end))
-    if factor:
-        self_cal = (tokens.scaled(cal_total, factor), f"{tokens.SELF_CALIBRATED}{factor:.4f}x({anchor_id})")
-        out.projections["self-calibrated"] = (self_cal[0], tokens.scaled(cal_tail, factor),
-                                              tokens.scaled(cal_overhead, factor))
-    else:  # nothing to calibrate against: the calibrated figure stands
-        self_cal = (cal_total, tokens.CALIBRATED)
-        out.projections["self-calibrated"] = out.projections["calibrated"]
+    # self-calibrated: the calibrated figure until a factor scales it (_self_calibrate)
+    out.projections["self-calibrated"] = out.projections["calibrated"]
 
     exact = None
     if plan.exact:
@@ -566,11 +574,7 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
     else:
         decide = (cal_total, cal_tail, cal_overhead, tokens.round_half_up(cal_rewrite))
     stretches = out.stretches
-    stretches["calibrated"] = decide
-    if factor:
-        stretches["self-calibrated"] = tuple(tokens.scaled(x, factor) for x in decide)
-    else:
-        stretches["self-calibrated"] = stretches["calibrated"]
+    stretches["calibrated"] = stretches["self-calibrated"] = decide
     if exact is not None:
         stretches["exact"] = (exact[0], ex_tail, ex_overhead, ex_rewrite)
     media_tail = media_rewrite = 0
@@ -583,7 +587,6 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
             media_rewrite = request.ledger.media_count if rewrite_from < 0 else media_from(rewrite_from)
         if anchor is not None:  # in the prefix the anchor's count held: before its own elements
             out.media_prefix = request.ledger.media_count - media_from(n_sys + max(at, 0))
-    out.calibrated = (cal_total, tokens.CALIBRATED)
-    out.self_calibrated = self_cal
-    out.factor, out.anchor_id, out.exact = factor, anchor_id, exact
+    out.calibrated = out.self_calibrated = (cal_total, tokens.CALIBRATED)
+    out.exact = exact
     out.media_tail, out.media_rewrite = media_tail, media_rewrite
