@@ -2,7 +2,8 @@
 
 Each session replays a seeded script (tests/agent_loop/session.py) through the Python agent loop
 (tests/agent_loop/loop.py) against a real in-process server and the fake provider, which refuses
-any body whose cl100k count plus max_tokens exceeds the window. Prints, per session: the
+any body whose count plus max_tokens exceeds the window (o200k for the OpenAI models, gpt-4o and
+gpt-5, as the real API counts them; cl100k for the others). Prints, per session: the
 compactions (tokens before -> after, outcome), requests refused (with the content classes still
 in the conversation), prune runs that acted, the cache breaks by cause (from each body's
 cache_report: the loop passes the last accepted body's cache_state back), the largest input the

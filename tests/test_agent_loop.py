@@ -6,7 +6,8 @@ Responses session at 32K, the TypeScript loop (clients/typescript/src/agentLoop.
 Chat and one Responses session at 32K; the sessions are shorter than the bench's
 (bench/agent_loop.py runs the full 60-step matrix) so this file stays well under two minutes on
 two cores. Each session must finish with: no request refused by the provider (it
-counts with cl100k, not with the service's estimate), every compaction under the limit,
+counts with the model's own tokenizer where it is public, o200k for gpt-4o and gpt-5, else
+cl100k; never with the service's estimate), every compaction under the limit,
 tokens_after equal to a Measure of the conversation after applying the edits, every tool call in
 every body paired with its result, and no turn ended by CONTEXT_OVERFLOW.
 
@@ -37,6 +38,7 @@ from agent_loop import loop, session
 from agent_loop.fake_provider import FakeProvider
 from helpers import typescript
 from helpers.server import start_server
+from contextsvc import encodings
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
 
 NODE_CLIENT = pathlib.Path(__file__).resolve().parent.parent / "clients" / "node"
@@ -234,8 +236,13 @@ def test_fake_provider_reads_responses_bodies():
             "input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}, image]}, call,
                       {"type": "function_call_output", "call_id": "c1", "output": "ok"}]}
     with FakeProvider() as fp:
-        tokens, media = fp.count(body)
+        tokens, media = fp.count(body, "openai-responses")
         assert media == 1 and tokens < 1_600 + 200
+        # counted as gpt-5 counts: with o200k, its own tokenizer (not cl100k, the default)
+        text = json.dumps({**body, "input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"},
+                                                                          {**image, "image_url": ""}]},
+                                             *body["input"][1:]]}, ensure_ascii=False, separators=(",", ":"))
+        assert tokens == len(encodings.get("o200k_base").encode_ordinary(text)) + 1_600
         status, out = fp.answer("openai-responses", tokens + 100, json.dumps(body).encode())
         assert status == 200 and out["usage"]["input_tokens"] == tokens and out["usage"]["total_tokens"] == tokens
         assert Response.model_validate(out).usage.input_tokens == tokens
@@ -304,7 +311,7 @@ def test_fake_provider_refuses_to_emulate_responses_compaction_past_its_threshol
     body = {"model": "gpt-5", "max_output_tokens": 100, "input": [{"role": "user", "content": "hi " * 500}],
             "context_management": [{"type": "compaction", "compact_threshold": 10_000}]}
     with FakeProvider() as fp:
-        tokens = fp.count(body)[0]
+        tokens = fp.count(body, "openai-responses")[0]
         assert fp.answer("openai-responses", 100_000, json.dumps(body).encode())[0] == 200
         assert fp.log[-1].input_tokens == tokens
         body["context_management"][0]["compact_threshold"] = tokens - 1

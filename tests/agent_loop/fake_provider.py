@@ -4,7 +4,9 @@ POST /<provider>/<window> with a provider body (provider: anthropic, openai, bed
 openai-responses, gemini; window: the model's context in tokens), or POST
 /openai-responses/<window>/responses, where the `openai` SDK posts `client.responses.create` with
 `fp.url("openai-responses", window)` as its base_url. The server counts the body's input with its
-tokenizer (cl100k unless told otherwise; never the service's estimate): the body JSON with every image/document base64
+tokenizer (never the service's estimate; unless told one, each provider's model's own where it is
+public, o200k for OpenAI's GPT-4o and GPT-5 as the real API counts them, else cl100k, what the
+service calibrates on): the body JSON with every image/document base64
 payload replaced by "", plus IMAGE_TOKENS per image or document. It reads the output cap from the body (`max_tokens`,
 `max_completion_tokens`, `max_output_tokens`, `inferenceConfig.maxTokens` or
 `generationConfig.maxOutputTokens`) and refuses with HTTP 400 and a
@@ -24,9 +26,9 @@ Every request is logged (`FakeProvider.log`) for the test to read.
     with FakeProvider() as fp:
         url = fp.url("anthropic", 32000)
 
-A provider whose model counts with another tokenizer than the service calibrates on:
-FakeProvider(O200K) for OpenAI's newer models, FakeProvider(CLAUDE_STANDIN) for Claude's (not
-public; newer generations count up to 1.35x what cl100k does).
+A provider whose model counts with another tokenizer, for every provider: FakeProvider(O200K),
+FakeProvider(CLAUDE_STANDIN) for Claude's (not public; newer generations count up to 1.35x what
+cl100k does).
 """
 from __future__ import annotations
 
@@ -270,12 +272,18 @@ def _ok(provider: str, tokens: int, body: dict, management: dict | None) -> dict
     return out
 
 
+# the tokenizer each provider's model counts with, where it is public (the loops' models: gpt-4o,
+# gpt-5); the others count with CL100K
+OWN_TOKENIZERS = {"openai": O200K, "openai-responses": O200K}
+
+
 class FakeProvider:
-    def __init__(self, tokenizer: Tokenizer = CL100K):
+    def __init__(self, tokenizer: Tokenizer | None = None):
+        """tokenizer: what every provider's model counts with; None: each its own (OWN_TOKENIZERS)."""
         self.log: list[Logged] = []
         self.tokenizer = tokenizer
         self._lock = threading.Lock()
-        self._count_text = tokenizer.counter()
+        self._counters = {t: t.counter() for t in {tokenizer or CL100K, *OWN_TOKENIZERS.values()}}
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -300,12 +308,15 @@ class FakeProvider:
     def __exit__(self, *exc):
         self.stop()
 
-    def count(self, body: dict) -> tuple[int, int]:
-        """(input tokens, media items) as this fake model counts them: the prompt, not the
+    def tokenizer_of(self, provider: str) -> Tokenizer:
+        return self.tokenizer or OWN_TOKENIZERS.get(provider, CL100K)
+
+    def count(self, body: dict, provider: str = "anthropic") -> tuple[int, int]:
+        """(input tokens, media items) as provider's fake model counts them: the prompt, not the
         context_management configuration."""
         stripped, media = strip_media(context_editing.prompt(body))
         text = json.dumps(stripped, ensure_ascii=False, separators=(",", ":"))
-        return self._count_text(text) + IMAGE_TOKENS * media, media
+        return self._counters[self.tokenizer_of(provider)](text) + IMAGE_TOKENS * media, media
 
     def answer(self, provider: str, window: int, raw: bytes, headers: dict | None = None) -> tuple[int, dict]:
         """headers: the request's HTTP headers, names in lower case (the betas it names)."""
@@ -317,10 +328,10 @@ class FakeProvider:
         seen, management, unemulated = body, None, ""
         if not unpaired and not problems:
             try:
-                seen, management = context_editing.apply(provider, body, lambda prompt: self.count(prompt)[0])
+                seen, management = context_editing.apply(provider, body, lambda prompt: self.count(prompt, provider)[0])
             except context_editing.Unemulated as e:
                 unemulated = str(e)
-        tokens, media = self.count(seen)
+        tokens, media = self.count(seen, provider)
         entry.input_tokens, entry.media = tokens, media
         for edit in (management or {}).get("applied_edits", ()):
             entry.cleared_tool_uses += edit["cleared_tool_uses"]
