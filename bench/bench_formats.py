@@ -73,6 +73,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--formats", default=",".join(FORMATS))
     args = ap.parse_args()
+    if args.steps < 2:
+        ap.error("--steps: at least 2 (the first call of each size is the history's first sight)")
     print(f"in process, each session grown by one step per call, {args.steps} calls a size; ms of CPU "
           "(first call / median of the rest)")
     for fmt in args.formats.split(","):

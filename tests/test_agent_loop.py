@@ -278,18 +278,18 @@ def test_fake_provider_clears_tool_results_as_anthropic_documents():
                 for b in m["content"] if b["type"] == "tool_result"}
 
     with FakeProvider() as fp:
-        whole = fp.count(body)[0]
+        whole = fp.count(body, "anthropic")[0]
         status, out = fp.answer("anthropic", 100_000, json.dumps(body).encode(), beta)
         assert status == 200
         [applied] = BetaContextManagementResponse.model_validate(out["context_management"]).applied_edits
-        seen, _ = context_editing.apply("anthropic", body, lambda b: fp.count(b)[0])
+        seen, _ = context_editing.apply("anthropic", body, lambda b: fp.count(b, "anthropic")[0])
         cleared = [k for k, v in results(seen).items() if v != results(body)[k]]
         assert cleared == ["t0", "t2"]  # t1 is excluded, t3 and t4 kept
         assert results(seen)["t0"] == [{"type": "text", "text": context_editing.PLACEHOLDER}]
-        assert (applied.cleared_tool_uses, applied.cleared_input_tokens) == (2, whole - fp.count(seen)[0])
+        assert (applied.cleared_tool_uses, applied.cleared_input_tokens) == (2, whole - fp.count(seen, "anthropic")[0])
         assert out["usage"]["input_tokens"] == fp.log[-1].input_tokens == whole - applied.cleared_input_tokens
         # the window is enforced on what is left
-        assert fp.answer("anthropic", fp.count(seen)[0] + 100, json.dumps(body).encode(), beta)[0] == 200
+        assert fp.answer("anthropic", fp.count(seen, "anthropic")[0] + 100, json.dumps(body).encode(), beta)[0] == 200
         # without the beta header the API refuses the field
         status, out = fp.answer("anthropic", 100_000, json.dumps(body).encode())
         assert status == 400 and fp.log[-1].error.startswith("invalid: beta-header")

@@ -109,8 +109,8 @@ def test_first_request_of_a_session_that_claude_would_refuse_is_flagged(rig):
             pb.Part(id="p1", text=pb.TextPart(text="Why does this fail?\n" + "\n".join(lines[:n])))])])
         a = stub.Assemble(pb.AssembleRequest(conversation=conv, model=mdl, system=loop.SYSTEM), timeout=10)
         body = json.loads(a.body)
-        claude = fakes[CLAUDE_STANDIN.name].count(body)[0] + a.output_tokens
-        cl100k = fakes[CL100K.name].count(body)[0] + a.output_tokens
+        claude = fakes[CLAUDE_STANDIN.name].count(body, "anthropic")[0] + a.output_tokens
+        cl100k = fakes[CL100K.name].count(body, "anthropic")[0] + a.output_tokens
         if claude > window:
             assert a.figures.should_compact, (n, claude, a.figures.decision)
             flagged_between += cl100k <= window

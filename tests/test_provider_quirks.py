@@ -170,7 +170,7 @@ def test_openai_data_url_media_costs_its_decoded_size(stub):
     assert extra("A" * 20 + "AAAA").extra == 5 and extra("A" * 20 + "AA==").extra == 4
 
 
-@pytest.mark.parametrize("payload", ["@@@", "QUJD=", "QUI", "QUJD\nQUJD", "QUJD%0A"])
+@pytest.mark.parametrize("payload", ["@@@", "QUJD=", "QUJD====", "QUI", "QUJD\nQUJD", "QUJD%0A"])
 def test_a_data_url_that_is_not_base64_is_sent_as_the_attachment_note(stub, payload):
     """A corrupted copy of an image (not the alphabet, excess padding, cut short, a line break):
     a provider refuses the whole request over it, and every later one of the session, so it goes

@@ -283,7 +283,7 @@ class FakeProvider:
         self.log: list[Logged] = []
         self.tokenizer = tokenizer
         self._lock = threading.Lock()
-        self._counters = {t: t.counter() for t in {tokenizer or CL100K, *OWN_TOKENIZERS.values()}}
+        self._counters = {t: t.counter() for t in ({tokenizer} if tokenizer else {CL100K, *OWN_TOKENIZERS.values()})}
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -311,7 +311,7 @@ class FakeProvider:
     def tokenizer_of(self, provider: str) -> Tokenizer:
         return self.tokenizer or OWN_TOKENIZERS.get(provider, CL100K)
 
-    def count(self, body: dict, provider: str = "anthropic") -> tuple[int, int]:
+    def count(self, body: dict, provider: str) -> tuple[int, int]:
         """(input tokens, media items) as provider's fake model counts them: the prompt, not the
         context_management configuration."""
         stripped, media = strip_media(context_editing.prompt(body))

@@ -109,7 +109,7 @@ def _file(r: random.Random, k: int, source: str = "") -> pb.FilePart:
     if source == "data-params":
         return pb.FilePart(mime=mime, filename=name, url=f"data:{mime};name={name};base64,{b64}")
     if source == "data-broken":  # a client's corrupted copy: not base64, or cut short
-        broken = r.choice(["@@@", b64 + "=", b64.rstrip("=")[:-1], b64[:8] + "\n" + b64[8:]])
+        broken = r.choice(["@@@", b64 + "=", b64.rstrip("=") + "====", b64.rstrip("=")[:-1], b64[:8] + "\n" + b64[8:]])
         return pb.FilePart(mime=mime, filename=name, url=f"data:{mime};base64,{broken}")
     return pb.FilePart(mime=mime, filename=name, url=f"https://example.com/files/{name}")
 

@@ -107,7 +107,7 @@ def is_base64(value: str, url_safe: bool = False) -> bool:
 def decodes(payload: str) -> bool:
     """payload is base64 a provider decodes: the standard alphabet, whole 4-character groups,
     padding only at the end (no line breaks, no excess padding)."""
-    if len(payload) % 4:
+    if len(payload) % 4 or len(payload) - len(payload.rstrip("=")) > 2:
         return False
     try:
         binascii.a2b_base64(payload, strict_mode=True)

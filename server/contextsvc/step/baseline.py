@@ -118,9 +118,10 @@ def pairs_hash():
 
 def _rebased_key(digest: bytes, plan: Plan) -> tuple:
     mc = plan.cfg.measure
-    # the factor as a pair of ints: a Fraction hashes and compares in Python code (memo.Memo)
+    # the factor as a pair of ints: a Fraction hashes and compares in Python code (memo.Memo); the
+    # model's id and the proxy encoding name the counter the script corrections count with
     return (REBASED, digest, plan.model.provider, plan.model.id, mc.factor.as_integer_ratio(),
-            mc.calibrated_figures, mc.measured_margins)
+            mc.calibrated_figures, mc.measured_margins, mc.exact_encoding)
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,7 @@ class Figures:
     # the calibrated, self-calibrated and exact figures
     calibrated: tuple  # (tokens, method)
     self_calibrated: tuple
-    factor: float  # provider-reported input / our calibrated prefix; 0 = none
+    factor: float  # provider-reported input / our calibrated prefix as it counted it; 0 = none
     anchor_id: str  # the assistant message id the factor came from
     exact: Optional[tuple]
     # method -> (whole request, tail, overhead) each projection adds to the reported usage

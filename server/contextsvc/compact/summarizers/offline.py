@@ -122,10 +122,12 @@ ASK_START = re.compile(rf"^(?:{_VERB})\b", re.IGNORECASE)
 CLAUSE_SPLIT = re.compile(  # "... , and then add Y", "...; fix Z", "two more things: add X"
     rf"(?:,?\s+(?:and\s+then|and\s+also|and|then|also|plus)\s+|;\s+|:\s+)"
     rf"(?=(?:please\s+)?(?:{_VERB})\b)", re.IGNORECASE)
-VAGUE_OBJECT = re.compile(  # "fix it", "do that too": nothing to tick off, not a step
-    rf"^(?:{_VERB})\s+(?:it|this|that|them|these|those|everything|all|the rest)(?:\s+(?:too|now|again|up|please))*$",
+# verbs of one object, joined where CLAUSE_SPLIT split them at an "and": "find and fix", "check, and then fix"
+_VERBS = rf"(?:{_VERB})(?:,?\s+and(?:\s+then|\s+also)?\s+(?:{_VERB}))*"
+VAGUE_OBJECT = re.compile(  # "fix it", "find and fix that too": nothing to tick off, not a step
+    rf"^{_VERBS}\s+(?:it|this|that|them|these|those|everything|all|the rest)(?:\s+(?:too|now|again|up|please))*$",
     re.IGNORECASE)
-BARE_VERBS = re.compile(rf"^(?:{_VERB})(?:\s+and\s+(?:{_VERB}))*$", re.IGNORECASE)  # "find", "find and fix"
+BARE_VERBS = re.compile(rf"^{_VERBS}$", re.IGNORECASE)  # "find", "find and fix": what their object follows
 LIST_ITEM = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)]|\(?[a-z][.)])\s+(.+)$")
 DONE_SAID = re.compile(
     r"\b(?:done|finished|completed|added|fixed|updated|renamed|removed|deleted|implemented|wrote|"
@@ -385,14 +387,24 @@ def asks_in(text: str) -> list:
     out = []
     for item in items:
         verbs = ""  # verbs alone before an "and": "find and fix the bug" is one ask, of their object
-        for clause in CLAUSE_SPLIT.split(item):
+        for clause, joined_by in _clauses(item):
             clause = verbs + ASK_LEAD.sub("", clause.strip()).strip().rstrip(".;:,!?")
             verbs = ""
-            if BARE_VERBS.match(clause):
-                verbs = clause + " and "
+            if "and" in joined_by.lower().split() and BARE_VERBS.match(clause):
+                verbs = clause + joined_by
             elif ASK_START.match(clause) and not clause.lower().startswith(("make sure", "change of plan")) \
                     and not VAGUE_OBJECT.match(clause):
                 out.append(clause)
+    return out
+
+
+def _clauses(item: str) -> list:
+    """[(clause, what joins it to the next: "" for the last)] of item, split by CLAUSE_SPLIT."""
+    out, start = [], 0
+    for sep in CLAUSE_SPLIT.finditer(item):
+        out.append((item[start:sep.start()], sep.group()))
+        start = sep.end()
+    out.append((item[start:], ""))
     return out
 
 
@@ -556,28 +568,53 @@ class _Acc:
         return list(self.items[key])
 
 
-# the past forms of the request verbs that are not verb + "ed" / "d"
-IRREGULAR_DONE = MappingProxyType({"find": ("found",), "run": ("ran", "run"), "write": ("wrote", "written"),
+# the past forms of the request verbs that are not verb + "ed", "d" or a doubled consonant + "ed"
+IRREGULAR_DONE = MappingProxyType({"find": ("found",), "run": ("ran",), "write": ("wrote", "written"),
                                    "make": ("made",), "build": ("built",), "set": ("set",), "split": ("split",),
                                    "rewrite": ("rewrote", "rewritten"), "speed": ("sped",)})
-ASK_VERB_PREFIX = re.compile(rf"^((?:{_VERB})(?:\s+and\s+(?:{_VERB}))*)\b(.*)$", re.IGNORECASE)
+ASK_VERB_PREFIX = re.compile(rf"^({_VERBS})\b(.*)$", re.IGNORECASE)
+
+
+def _done_forms(verb: str) -> tuple:
+    """verb's past forms: fixed, updated, skipped, committed (a doubled consonant), found, ran."""
+    v = verb.lower()
+    if v in IRREGULAR_DONE:
+        return IRREGULAR_DONE[v]
+    return (v + "d",) if v.endswith("e") else (v + "ed", v + v[-1] + "ed")
 
 
 def _generic_ask_done(ask: str, evidence: str) -> bool:
     """An ask whose object is only words every coding request shares ("fix the bug", "find and
-    fix the bug", "run the tests"), which no report can tie to it by them (GENERIC_WORDS), is done
-    by a sentence that says its (last) verb done and names that object ("Fixed: the bug was in
-    src/lexer.ts")."""
+    fix the bugs", "run the tests"), which no report can tie to it by them (GENERIC_WORDS), is
+    done by a sentence that says its last verb done of that object: the verb a few words before
+    it ("Fixed: the bug was in src/lexer.ts", "I ran the tests") or after it ("the tests were
+    run"); not "I fixed the lint warnings, but the bug remains"."""
     mt = ASK_VERB_PREFIX.match(ask)
     if not mt:
         return False
-    obj = sup.topic(mt.group(2)).keys()
-    if not obj or not obj <= GENERIC_WORDS:
+    obj = [w[:-1] if w.endswith("s") and w[:-1] in GENERIC_WORDS else w for w in sup.topic(mt.group(2))]
+    if not obj or not set(obj) <= GENERIC_WORDS:
         return False
-    words = {w.lower() for w in sup.WORD.findall(evidence)}
-    last = re.split(r"\s+and\s+", mt.group(1))[-1].lower()  # "find and fix": fixed, not found
-    done = IRREGULAR_DONE.get(last, (last + "d" if last.endswith("e") else last + "ed",))
-    return not words.isdisjoint(done) and obj <= sup.topic(evidence).keys()
+    last = re.findall(rf"{_VERB}", mt.group(1), re.IGNORECASE)[-1]  # "find and fix": fixed, not found
+    done = "|".join(_done_forms(last) + ((last.lower(),) if last.lower() in ("run", "set", "split") else ()))
+    thing = "|".join(re.escape(w) + "s?" for w in obj)
+    said = re.compile(rf"\b(?:{done})\b[\s:]+(?:[\w'-]+\s+){{0,2}}?(?:{thing})\b|"
+                      rf"\b(?:{thing})\s+(?:is|are|was|were|has been|have been)\s+(?:now\s+)?(?:{done})\b",
+                      re.IGNORECASE)
+    return bool(said.search(evidence))
+
+
+DISTINCT_NUMBER = 3  # digits (a dot included) from which a number names what it is of: 8080, 3.11, 500
+
+
+def _names_dropped(request: str, gone: frozenset, reversal: str) -> bool:
+    """request names something reversal drops (supersede.dropped): one of its words, or a number
+    ("port 8080", then "9090 instead of 8080"); a short number ("3 retries") only in the
+    reversal's topic, as many requests hold one."""
+    if gone & {w.lower() for w in sup.WORD.findall(request)}:
+        return True
+    numbers = gone & set(sup.NUMBER.findall(request))
+    return any(len(n) >= DISTINCT_NUMBER for n in numbers) or bool(numbers) and sup.same_topic(reversal, request)
 
 
 def _report_words(text: str) -> set:
@@ -1039,13 +1076,11 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
             elif kind == "reversal":
                 # a request stated before it that names what it drops stays, saying so: it may ask
                 # for more ("JWT auth and pagination", then "cookies instead of JWT"); one of its
-                # own words is not changed by it. A number dropped ("port 9090 instead of 8080")
-                # names it only in the reversal's topic: a number alone is in many requests
+                # own words is not changed by it
                 gone = sup.dropped(fact[1])
                 for item in [*previous_goals, *goals, *(a for a in asks.keys if a not in asks.done)] if gone else ():
                     own = CHANGED_NOTE.sub("", item)
-                    if own not in fact[1] and (gone & {w.lower() for w in sup.WORD.findall(own)} or
-                                               gone & set(sup.NUMBER.findall(own)) and sup.same_topic(fact[1], own)):
+                    if own not in fact[1] and _names_dropped(own, gone, fact[1]):
                         stale.append(Stale(item, ("goal", "next_steps", "in_progress"), changed_by=fact[1]))
                 for key, held in (("decisions", decisions), ("constraints", constraints)):
                     for old in [d for d in held if d != fact[1] and d not in reversed_here and sup.reverses(fact[1], d)]:
