@@ -111,9 +111,9 @@ def test_corrections_are_taken_afresh_for_another_encoding():
 
 def test_with_the_model_s_own_tokenizer_cjk_and_other_scripts_count_as_their_exact_count():
     """Counted with the model's own tokenizer (o200k for gpt-4o), an element of Korean, Chinese
-    or Greek has its exact count as both figures, less than the calibrated ones where cl100k's
-    CJK ratios read high; with a proxy, CJK is not counted and a correction never takes off; the
-    two are never taken for each other."""
+    or Greek has its exact count as its calibrated figure, and that count with its own margins as
+    its decision figure: less than before where cl100k's CJK ratios read high; with a proxy, CJK
+    is not counted and a correction never takes off; the two are never taken for each other."""
     korean = "데이터베이스 연결 오류: 잠금 대기 시간이 초과되었습니다. 나중에 다시 시도하십시오. " * 20
     chinese = SENTENCES[6] * 20
     english = SENTENCES[5] * 20
@@ -124,7 +124,8 @@ def test_with_the_model_s_own_tokenizer_cjk_and_other_scripts_count_as_their_exa
     for i, e in enumerate(elements[:3]):
         exact = COUNTER.count(native.json_text(e))
         cal, decide = tokens.calibrated_pair(profiles[i])
-        assert own.present[i] and (cal + own.cal[i], decide + own.dec[i]) == (exact, exact), i
+        assert own.present[i] and cal + own.cal[i] == exact, i
+        assert abs(decide + own.dec[i] - exact * decide / cal) < 1e-6 and decide > cal, i
     assert own.cal[0] < 0 and own.dec[0] < 0 and own.dec[1] < 0  # cl100k's CJK ratios read high
     assert not own.present[3] and not proxy.present[3]  # English: the ratios stand
     assert not proxy.present[0] and not proxy.present[1] and proxy.present[2]
@@ -140,8 +141,9 @@ def test_a_session_in_korean_or_chinese_is_not_compacted_at_half_its_window(mode
     """A gpt-5 session whose tool output was Korean asked to compact at 54% of its window by the
     model's own count (its decision figure 2.06x it, 1.29x for Chinese on gpt-4o), and the
     provider's count of the steps that followed could not bring it down. Counted with the
-    model's own tokenizer, the CJK elements are their exact count: the decision figure is the
-    body's o200k count within 1%, step after step, never compacting."""
+    model's own tokenizer, the CJK elements are their exact count, with their margins in the
+    decision figure: at least the body's o200k count (its keys and tool wrappers included), at
+    most 1.1x it, step after step, never compacting."""
     o200k = encodings.get("o200k_base").encode_ordinary
     service = ContextService(config.Config())
     mdl = pb.Model(id=model_id, provider=provider, limits=pb.ModelLimits(context=32_000, output=8_000))
@@ -154,13 +156,37 @@ def test_a_session_in_korean_or_chinese_is_not_compacted_at_half_its_window(mode
         r = service.Assemble(pb.AssembleRequest(conversation=pb.Conversation(messages=messages), model=mdl,
                                                 tools=tools), None)
         counted = len(o200k(r.body.decode()))
-        assert 0.99 * counted <= r.figures.decision.tokens <= 1.01 * counted, (step, counted, r.figures.decision)
+        assert counted <= r.figures.decision.tokens <= 1.1 * counted, (step, counted, r.figures.decision)
         assert counted < 0.6 * r.figures.limit and not r.figures.should_compact, step
         # the provider answers with its count; the session goes on
         messages += [pb.Message(id=f"a{step}", role=pb.ROLE_ASSISTANT, time_completed_ms=2 + step, model_id=model_id,
                                 usage=pb.Usage(input=counted, output=20),
                                 parts=[pb.Part(id=f"a{step}t", text=pb.TextPart(text="계속 확인하겠습니다."))]),
                      pb.Message(id=f"u{step}", role=pb.ROLE_USER, parts=[pb.Part(id=f"u{step}t", text=pb.TextPart(text="계속"))])]
+
+
+def test_a_first_request_in_korean_with_many_tools_that_passes_the_check_fits_the_window():
+    """No answer to project from, 40 tools, one pasted Korean log: sized at its elements' bare
+    o200k counts, a body the check let through was over the window by the request's keys and the
+    tools' wrappers (27,887 projected, 28,113 counted, 32,209 with its output cap). Whatever its
+    length, a request that does not ask to compact fits with its output cap."""
+    o200k = encodings.get("o200k_base").encode_ordinary
+    service = ContextService(config.Config())
+    mdl = pb.Model(id="gpt-4o", provider=pb.PROVIDER_OPENAI, limits=pb.ModelLimits(context=32_000, output=4_096))
+    tools = [pb.ToolDefinition(name=f"tool_{k}", description=f"Tool number {k} of the agent",
+                               input_schema_json='{"type":"object","properties":{"path":{"type":"string"}}}')
+             for k in range(40)]
+    line = "2026-12-06 10:00:01 오류: 데이터베이스 연결이 거부되었습니다. 다시 시도하는 중입니다.\n"
+    near = 0
+    for lines in range(800, 1400, 25):
+        conv = pb.Conversation(messages=[pb.Message(id="u", role=pb.ROLE_USER, parts=[
+            pb.Part(id="ut", text=pb.TextPart(text="이 로그를 보세요:\n" + line * lines))])])
+        r = service.Assemble(pb.AssembleRequest(conversation=conv, model=mdl, tools=tools), None)
+        counted = len(o200k(r.body.decode()))
+        near += abs(counted - r.figures.limit) < 2_000
+        if not r.figures.should_compact:
+            assert counted + r.output_tokens <= 32_000, (lines, counted, r.figures.projected, r.figures.limit)
+    assert near >= 3  # the sizes cross the limit
 
 
 class ScriptSession(edits.Session):

@@ -15,9 +15,11 @@ spends about one: a gpt-5 session whose tool output was Korean compacted at 54% 
 its decision figure 2.1x o200k's count (Chinese and Japanese 1.4x), and the provider's count
 could not bring it down (the tokenizer factor is never below 1). So where the counter is the
 model's own tokenizer (o200k for GPT-4o, GPT-4.1, GPT-5, the o-series) an element at least 1% of
-whose characters are CJK is counted too, and every counted element's figures are its exact
-count, less or more than the calibrated ones (the exact decision figure takes the model's own
-count as it is, design.md §3).
+whose characters are CJK is counted too, and every counted element's calibrated figure is its
+exact count, less or more than the ratios', and its decision figure that count with the
+element's own margins (its decision figure over its calibrated one): the margins also stand for
+what the body holds beyond its elements (the request's keys, each tool's wrapper), which a
+request sized at its elements' bare counts left out, up to 1% under o200k's count of the body.
 
 The corrections are held per element, in arrays aligned with the elements: a session's next step
 takes those of the elements it shares with this one as they are and checks only its others (a
@@ -117,7 +119,10 @@ def corrections(profiles: list, wide_at: Callable[[list], list], texts_at: Calla
         if kept is None:
             count = float(counter.count_cached(text, deadline))
             cal, decide = tokens.calibrated_pair(profiles[i])
-            kept = (count - cal, count - decide) if own else (max(0.0, count - cal), max(0.0, count - decide))
+            if own:  # the count is the figure; the decision figure keeps the element's margins over it
+                kept = (count - cal, count * decide / cal - decide if cal > 0 else count - decide)
+            else:
+                kept = (max(0.0, count - cal), max(0.0, count - decide))
             if memo is not None:
                 memo.put(key, kept)
         if kept[0] or kept[1]:

@@ -132,7 +132,7 @@ LIST_ITEM = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)]|\(?[a-z][.)])\s+(.+)$")
 DONE_SAID = re.compile(
     r"\b(?:done|finished|completed|added|fixed|updated|renamed|removed|deleted|implemented|wrote|"
     r"written|created|changed|moved|replaced|bumped|documented|refactored|migrated|merged|resolved|"
-    r"installed|cleaned|tidied|configured|passes|passing|works now|gone)\b"
+    r"installed|cleaned|tidied|configured|passes|passing|works now|gone|ran|(?:was|were|been) run)\b"
     r"|^(?:I(?:'ve| have)?\s+)?(?!(?:need|feed|speed|seed|embed)\b)[A-Za-z]+ed\b", re.IGNORECASE)
 NOT_YET = re.compile(r"\b(?:I'll|I will|will|going to|let me|let's|need to|still|not yet|next|"
                      r"haven'?t|hasn'?t|isn'?t|TODO)\b", re.IGNORECASE)
@@ -573,6 +573,10 @@ IRREGULAR_DONE = MappingProxyType({"find": ("found",), "run": ("ran",), "write":
                                    "make": ("made",), "build": ("built",), "set": ("set",), "split": ("split",),
                                    "rewrite": ("rewrote", "rewritten"), "speed": ("sped",)})
 ASK_VERB_PREFIX = re.compile(rf"^({_VERBS})\b(.*)$", re.IGNORECASE)
+# what before a done verb says it is not done: "Not fixed:", "I thought I had fixed", "Once the
+# bug is fixed", "so we can run the tests"
+HEDGED = re.compile(r"\b(?:not|never|no|thought|once|until|unless|if|when|before|should|would|could|can|will|"
+                    r"need|needs|to)\b|n't\b", re.IGNORECASE)
 
 
 def _done_forms(verb: str) -> tuple:
@@ -596,25 +600,24 @@ def _generic_ask_done(ask: str, evidence: str) -> bool:
     if not obj or not set(obj) <= GENERIC_WORDS:
         return False
     last = re.findall(rf"{_VERB}", mt.group(1), re.IGNORECASE)[-1]  # "find and fix": fixed, not found
-    done = "|".join(_done_forms(last) + ((last.lower(),) if last.lower() in ("run", "set", "split") else ()))
+    done = "|".join(_done_forms(last) + (("run",) if last.lower() == "run" else ()))  # "were run"
     thing = "|".join(re.escape(w) + "s?" for w in obj)
     said = re.compile(rf"\b(?:{done})\b[\s:]+(?:[\w'-]+\s+){{0,2}}?(?:{thing})\b|"
                       rf"\b(?:{thing})\s+(?:is|are|was|were|has been|have been)\s+(?:now\s+)?(?:{done})\b",
                       re.IGNORECASE)
-    return bool(said.search(evidence))
-
-
-DISTINCT_NUMBER = 3  # digits (a dot included) from which a number names what it is of: 8080, 3.11, 500
+    mt = said.search(evidence)
+    return mt is not None and not HEDGED.search(evidence[:mt.start()]) and (
+        last.lower() != "run" or not re.match(r"(?i)run\b", mt.group()))  # "run" only as "were run"
 
 
 def _names_dropped(request: str, gone: frozenset, reversal: str) -> bool:
     """request names something reversal drops (supersede.dropped): one of its words, or a number
-    ("port 8080", then "9090 instead of 8080"); a short number ("3 retries") only in the
-    reversal's topic, as many requests hold one."""
+    and a topic word besides ("port 8080", then "port 9090 instead of 8080"): a number alone is in
+    many requests ("uploads up to 500 KB", then "a TTL of 600 instead of 500 seconds")."""
     if gone & {w.lower() for w in sup.WORD.findall(request)}:
         return True
     numbers = gone & set(sup.NUMBER.findall(request))
-    return any(len(n) >= DISTINCT_NUMBER for n in numbers) or bool(numbers) and sup.same_topic(reversal, request)
+    return bool(numbers) and not sup.topic(reversal).keys().isdisjoint(sup.topic(request).keys())
 
 
 def _report_words(text: str) -> set:
@@ -989,7 +992,7 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
             asks.closed_by(closing, turn, reported)
 
     for message_facts in each(memo, "offline", messages, settings, facts):
-        reversed_here = set()  # this message's reversals: one change of plan, never superseding each other
+        reversed_here = set()  # this message's reversals: one change of plan, unless one drops what another chose
         for fact in message_facts:
             deadline.count("compact")
             kind = fact[0]
@@ -1083,7 +1086,8 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
                     if own not in fact[1] and _names_dropped(own, gone, fact[1]):
                         stale.append(Stale(item, ("goal", "next_steps", "in_progress"), changed_by=fact[1]))
                 for key, held in (("decisions", decisions), ("constraints", constraints)):
-                    for old in [d for d in held if d != fact[1] and d not in reversed_here and sup.reverses(fact[1], d)]:
+                    for old in [d for d in held if d != fact[1] and sup.reverses(fact[1], d)
+                                and (d not in reversed_here or sup.dropped(fact[1]) & sup.chosen(d))]:
                         held.remove(old)
                         if sup.restates(fact[1], old):  # the same choice said again: the newer stands
                             stale.append(Stale(old, (key,)))
