@@ -628,7 +628,8 @@ def test_a_request_whose_number_a_later_reversal_drops_says_so(reversal):
         live = [x for x in s["goal"] + s["next_steps"] if "port 8080" in x]
         assert live and all(x.endswith(f"(changed since: {reversal})") for x in live), s
     other = "Keep 3 retries in src/client.py and run the dev server on port 8080"
-    for unrelated in ("Set the cache TTL to 60 instead of 3 seconds.", "Set the cache TTL to 600 instead of 8080 seconds."):
+    for unrelated in ("Set the cache TTL to 60 instead of 3 seconds.", "Set the cache TTL to 600 instead of 8080 seconds.",
+                      "Use 9090 instead of 8080.", "Use 4 spaces instead of 3 in the test fixtures."):
         s = template.parse(offline.summarize([_user("u1", other + "."), _assistant("a1", "Reading."),
                                               _user("u2", unrelated)]))
         assert not any("changed since" in x for x in s["goal"] + s["next_steps"]), s
@@ -673,10 +674,12 @@ def test_two_verbs_of_one_object_are_one_step_and_a_reversal_s_own_message_stand
             ("find and fix the bug", "I fixed the lint warnings, but the bug remains.", False),
             ("find and fix the bug", "Not fixed: the bug reproduces with the second coupon.", False),
             ("find and fix the bug", "Once the bug is fixed, the nightly job goes green again.", False),
-            ("run the tests", "Ran the tests: all 42 passed.", True),
-            ("run the tests", "The tests were run.", True),
+            ("find and fix the bug", "Added a guard to the tokenizer, which fixed the bug.", True),
+            ("find and fix the bug", "When I added the EOF check, that fixed the bug.", True),
+            ("find and fix the bug", "Not sure why it helped, but I fixed the bug.", True),
             ("run the tests", "Renamed the fixtures so we can run the tests.", False),
-            ("run the tests", "Renamed the fixtures; now I run the tests with pytest.", False)):
+            ("run the tests", "Renamed the fixtures; now I run the tests with pytest.", False),
+            ("fix the crash in src/parser.py", "I ran into an error in src/parser.py.", False)):
         s = template.parse(offline.summarize([_user("u1", f"Please {ask}."), _assistant("a1", report)]))
         assert any(ask in x for x in s["next_steps"] + s["in_progress"]) != done, (report, s)
     # one message's reversals stand together, unless the later drops what the earlier chose
@@ -684,6 +687,9 @@ def test_two_verbs_of_one_object_are_one_step_and_a_reversal_s_own_message_stand
                                           _user("u2", "Switch to Memcached instead of Redis. Actually no, use Redis "
                                                       "instead of Memcached, but with a 120s TTL.")]))
     assert not any(x.startswith("Switch to Memcached") for x in s["decisions"]), s["decisions"]
+    s = template.parse(offline.summarize([_user("u1", "Use Postgres instead of MySQL from now on. Drop the Postgres "
+                                                      "extensions we do not need, use plain Postgres instead.")]))
+    assert any(x.startswith("Use Postgres instead of MySQL") for x in s["decisions"]), s["decisions"]
 
 
 def test_a_decision_said_again_in_other_words_is_not_superseded_by_itself():

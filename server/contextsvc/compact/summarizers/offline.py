@@ -132,7 +132,7 @@ LIST_ITEM = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)]|\(?[a-z][.)])\s+(.+)$")
 DONE_SAID = re.compile(
     r"\b(?:done|finished|completed|added|fixed|updated|renamed|removed|deleted|implemented|wrote|"
     r"written|created|changed|moved|replaced|bumped|documented|refactored|migrated|merged|resolved|"
-    r"installed|cleaned|tidied|configured|passes|passing|works now|gone|ran|(?:was|were|been) run)\b"
+    r"installed|cleaned|tidied|configured|passes|passing|works now|gone)\b"
     r"|^(?:I(?:'ve| have)?\s+)?(?!(?:need|feed|speed|seed|embed)\b)[A-Za-z]+ed\b", re.IGNORECASE)
 NOT_YET = re.compile(r"\b(?:I'll|I will|will|going to|let me|let's|need to|still|not yet|next|"
                      r"haven'?t|hasn'?t|isn'?t|TODO)\b", re.IGNORECASE)
@@ -573,10 +573,11 @@ IRREGULAR_DONE = MappingProxyType({"find": ("found",), "run": ("ran",), "write":
                                    "make": ("made",), "build": ("built",), "set": ("set",), "split": ("split",),
                                    "rewrite": ("rewrote", "rewritten"), "speed": ("sped",)})
 ASK_VERB_PREFIX = re.compile(rf"^({_VERBS})\b(.*)$", re.IGNORECASE)
-# what before a done verb says it is not done: "Not fixed:", "I thought I had fixed", "Once the
-# bug is fixed", "so we can run the tests"
-HEDGED = re.compile(r"\b(?:not|never|no|thought|once|until|unless|if|when|before|should|would|could|can|will|"
-                    r"need|needs|to)\b|n't\b", re.IGNORECASE)
+# what, in the clause before a done verb, says it is not done: "Not fixed:", "I thought I had
+# fixed", "Once the bug is fixed", "until the bug is fixed"
+HEDGED = re.compile(r"\b(?:not|never|no|thought|once|until|unless|if|should|would|could|can|will|need|needs)\b|"
+                    r"n't\b", re.IGNORECASE)
+CLAUSE_BREAK = re.compile(r"[,;:.!?]|\b(?:and|but|which|so)\b", re.IGNORECASE)
 
 
 def _done_forms(verb: str) -> tuple:
@@ -589,10 +590,11 @@ def _done_forms(verb: str) -> tuple:
 
 def _generic_ask_done(ask: str, evidence: str) -> bool:
     """An ask whose object is only words every coding request shares ("fix the bug", "find and
-    fix the bugs", "run the tests"), which no report can tie to it by them (GENERIC_WORDS), is
-    done by a sentence that says its last verb done of that object: the verb a few words before
-    it ("Fixed: the bug was in src/lexer.ts", "I ran the tests") or after it ("the tests were
-    run"); not "I fixed the lint warnings, but the bug remains"."""
+    fix the bugs"), which no report can tie to it by them (GENERIC_WORDS), is done by a sentence
+    saying something done (_says_done) that says its last verb done of that object: the verb a
+    few words before it ("Fixed: the bug was in src/lexer.ts") or after it ("the bug is fixed");
+    not "I fixed the lint warnings, but the bug remains", nor hedged in its clause ("Once the bug
+    is fixed")."""
     mt = ASK_VERB_PREFIX.match(ask)
     if not mt:
         return False
@@ -600,24 +602,39 @@ def _generic_ask_done(ask: str, evidence: str) -> bool:
     if not obj or not set(obj) <= GENERIC_WORDS:
         return False
     last = re.findall(rf"{_VERB}", mt.group(1), re.IGNORECASE)[-1]  # "find and fix": fixed, not found
-    done = "|".join(_done_forms(last) + (("run",) if last.lower() == "run" else ()))  # "were run"
+    done = "|".join(_done_forms(last))
     thing = "|".join(re.escape(w) + "s?" for w in obj)
     said = re.compile(rf"\b(?:{done})\b[\s:]+(?:[\w'-]+\s+){{0,2}}?(?:{thing})\b|"
                       rf"\b(?:{thing})\s+(?:is|are|was|were|has been|have been)\s+(?:now\s+)?(?:{done})\b",
                       re.IGNORECASE)
     mt = said.search(evidence)
-    return mt is not None and not HEDGED.search(evidence[:mt.start()]) and (
-        last.lower() != "run" or not re.match(r"(?i)run\b", mt.group()))  # "run" only as "were run"
+    return mt is not None and not HEDGED.search(CLAUSE_BREAK.split(evidence[:mt.start()])[-1])
 
 
 def _names_dropped(request: str, gone: frozenset, reversal: str) -> bool:
     """request names something reversal drops (supersede.dropped): one of its words, or a number
-    and a topic word besides ("port 8080", then "port 9090 instead of 8080"): a number alone is in
-    many requests ("uploads up to 500 KB", then "a TTL of 600 instead of 500 seconds")."""
+    of the same thing, a word beside it in the request beside a number in the reversal too
+    ("port 8080", then "port 9090 instead of 8080"; "3 retries", then "5 retries instead of 3"):
+    a number alone is in many requests ("uploads up to 500 KB", then "a TTL of 600 instead of
+    500 seconds")."""
     if gone & {w.lower() for w in sup.WORD.findall(request)}:
         return True
-    numbers = gone & set(sup.NUMBER.findall(request))
-    return bool(numbers) and not sup.topic(reversal).keys().isdisjoint(sup.topic(request).keys())
+    beside = _beside_numbers(request, gone)
+    return bool(beside) and not beside.isdisjoint(_beside_numbers(reversal))
+
+
+NUMBER_OR_WORD = re.compile(rf"{sup.NUMBER.pattern}|{sup.WORD.pattern}")
+
+
+def _beside_numbers(text: str, only: frozenset | None = None) -> set:
+    """The words just before and after each number of text (of only, when given), lowercased,
+    but for words that carry no topic (supersede.STOP)."""
+    tokens = NUMBER_OR_WORD.findall(text)
+    out = set()
+    for i, t in enumerate(tokens):
+        if t[0].isdigit() and (only is None or t in only):
+            out.update(w.lower() for w in tokens[max(0, i - 1):i + 2:2] if not w[0].isdigit())
+    return out - sup.STOP
 
 
 def _report_words(text: str) -> set:
@@ -992,7 +1009,7 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
             asks.closed_by(closing, turn, reported)
 
     for message_facts in each(memo, "offline", messages, settings, facts):
-        reversed_here = set()  # this message's reversals: one change of plan, unless one drops what another chose
+        reversed_here = set()  # this message's reversals: one change of plan, unless one replaces what another chose
         for fact in message_facts:
             deadline.count("compact")
             kind = fact[0]
@@ -1087,7 +1104,7 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
                         stale.append(Stale(item, ("goal", "next_steps", "in_progress"), changed_by=fact[1]))
                 for key, held in (("decisions", decisions), ("constraints", constraints)):
                     for old in [d for d in held if d != fact[1] and sup.reverses(fact[1], d)
-                                and (d not in reversed_here or sup.dropped(fact[1]) & sup.chosen(d))]:
+                                and (d not in reversed_here or sup.replaced(fact[1]) & sup.chosen(d))]:
                         held.remove(old)
                         if sup.restates(fact[1], old):  # the same choice said again: the newer stands
                             stale.append(Stale(old, (key,)))

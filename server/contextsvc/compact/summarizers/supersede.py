@@ -66,12 +66,27 @@ DROPPED = re.compile(
 
 def dropped(text: str) -> frozenset:
     """The things a reversal drops ("session cookies instead of JWT": jwt), lowercased."""
+    return _first_words(DROPPED.findall(text))
+
+
+def _first_words(phrases: list) -> frozenset:
+    """The first word of each phrase that names something (STOP words skipped), lowercased."""
     out = set()
-    for phrase in DROPPED.findall(text):
+    for phrase in phrases:
         word = next((w for w in (x.lower().rstrip(".-") for x in phrase.split()) if w and w not in STOP), None)
         if word:
             out.add(word)
     return frozenset(out)
+
+
+# What a choice replaces: "instead of X", "rather than X", "use Y, not X" (not "drop X": dropping
+# part of a choice, "drop the Postgres extensions", keeps the choice)
+REPLACED = re.compile(r"(?:\binstead of|\brather than|,\s*not)\s+((?:[\w.+#/-]+\s+){0,2}[\w.+#/-]+)", re.IGNORECASE)
+
+
+def replaced(text: str) -> frozenset:
+    """The things a choice in text replaces ("use Redis instead of Memcached": memcached), lowercased."""
+    return _first_words(REPLACED.findall(text))
 
 
 def restates(new: str, old: str) -> bool:
