@@ -119,8 +119,9 @@ ASK_LEAD = re.compile(  # words before the verb of a request; they are dropped f
     r"remember to|don't forget to|do not forget to|"
     r"you should|go ahead and)\b[,:]?\s*)+", re.IGNORECASE)
 ASK_START = re.compile(rf"^(?:{_VERB})\b", re.IGNORECASE)
-CLAUSE_SPLIT = re.compile(  # "... , and then add Y", "...; fix Z", "two more things: add X"
-    rf"(?:,?\s+(?:and\s+then|and\s+also|and|then|also|plus)\s+|;\s+|:\s+)"
+# "... , and then add Y", "...; fix Z", "two more things: add X"; the separator is kept (split)
+CLAUSE_SPLIT = re.compile(
+    rf"(,?\s+(?:and\s+then|and\s+also|and|then|also|plus)\s+|;\s+|:\s+)"
     rf"(?=(?:please\s+)?(?:{_VERB})\b)", re.IGNORECASE)
 # verbs of one object, joined where CLAUSE_SPLIT split them at an "and": "find and fix", "check, and then fix"
 _VERBS = rf"(?:{_VERB})(?:,?\s+and(?:\s+then|\s+also)?\s+(?:{_VERB}))*"
@@ -387,7 +388,8 @@ def asks_in(text: str) -> list:
     out = []
     for item in items:
         verbs = ""  # verbs alone before an "and": "find and fix the bug" is one ask, of their object
-        for clause, joined_by in _clauses(item):
+        parts = CLAUSE_SPLIT.split(item)  # clause, what joins it to the next, clause, ...
+        for clause, joined_by in zip(parts[::2], parts[1::2] + [""]):
             clause = verbs + ASK_LEAD.sub("", clause.strip()).strip().rstrip(".;:,!?")
             verbs = ""
             if "and" in joined_by.lower().split() and BARE_VERBS.match(clause):
@@ -395,16 +397,6 @@ def asks_in(text: str) -> list:
             elif ASK_START.match(clause) and not clause.lower().startswith(("make sure", "change of plan")) \
                     and not VAGUE_OBJECT.match(clause):
                 out.append(clause)
-    return out
-
-
-def _clauses(item: str) -> list:
-    """[(clause, what joins it to the next: "" for the last)] of item, split by CLAUSE_SPLIT."""
-    out, start = [], 0
-    for sep in CLAUSE_SPLIT.finditer(item):
-        out.append((item[start:sep.start()], sep.group()))
-        start = sep.end()
-    out.append((item[start:], ""))
     return out
 
 
