@@ -7,9 +7,9 @@ grouped cache state did: a Python loop over every element of a Responses body at
 Here each format's session runs through the server's own parse and servicer (the memo on,
 responses serialized, as `serve` runs them), the two sizes interleaved step by step, and each
 call is timed on its own (process CPU time). Printed per format and RPC: the first call of each
-size (the history seen for the first time; the format's tokenizer loaded before, by another session) and the median of the later ones, with the 1 MB to
-10 KB ratio of the medians. The ~1 MB history is bench_step's, under the payload guard in every
-format.
+size (the history seen for the first time; the format's tokenizer loaded before, by another
+session) and the median of the later ones, with the 1 MB to 10 KB ratio of the medians. The
+~1 MB history is bench_step's, under the payload guard in every format.
 Usage: python bench/bench_formats.py [--steps 30] [--formats anthropic,responses]
 """
 from __future__ import annotations
@@ -54,7 +54,8 @@ def timed(fmt: str, rpc: str, steps: int) -> dict:
     provider, model_id = FORMATS[fmt]
     message_type, make = RPCS[rpc]
     warm = servicer.ContextService(config.Config())  # the format's tokenizer and tables loaded before
-    warm.serialized(rpc)(conversion.parser(message_type, warm.memo)(session(provider, model_id, 2_000, 1, make)[0]), None)
+    first = session(provider, model_id, 2_000, 1, make)[0]
+    warm.serialized(rpc)(conversion.parser(message_type, warm.memo)(first), None)
     sides = {}
     for size, text in (("10 KB", SMALL_TEXT), ("1 MB", BIG_TEXT)):
         service = servicer.ContextService(config.Config())

@@ -181,9 +181,9 @@ def source(fmt, mime: str, data: bytes | None, url: str):
     note.
 
     A base64 data: URL gives its payload (one that does not decode is the note: a corrupted
-    copy a provider refuses, in every later request of the session too); any other data: URL is percent-encoded content,
-    decoded to bytes (never sent on as a URL); an http(s) URL is kept only where the provider
-    fetches that type itself.
+    copy a provider refuses, in every later request of the session too); any other data: URL
+    is percent-encoded content, decoded to bytes (never sent on as a URL); an http(s) URL is
+    kept only where the provider fetches that type itself.
     """
     mime, payload, web = media_type(mime), "", ""
     if data is None:
