@@ -864,3 +864,22 @@ def test_a_clean_test_run_does_the_ask_to_check_the_tests():
         s = template.parse(offline.summarize([ask, _assistant("a1", _bash(run, output=output))]))
         assert ("check that the tests pass" not in s["next_steps"]) == done, (run, output, s["next_steps"])
         assert "Add tests for leap years" in s["next_steps"], s["next_steps"]
+
+
+def test_an_undone_edit_reported_is_no_decision_and_a_file_s_name_does_the_ask_naming_it():
+    ask = "Use a guard in src/parser.ts to stop at EOF, and fix the lexer bug."
+    for report in ("Fixed: the bug was in src/lexer.ts; the parser.ts guard is reverted.",
+                   "Fixed the bug in src/lexer.ts and reverted the parser.ts guard.",
+                   "Fixed the bug in src/lexer.ts. I am reverting the parser.ts guard."):
+        s = template.parse(offline.summarize([_user("u1", ask), _assistant("a1", report)]))
+        # a report of what was undone states no choice and supersedes nothing
+        assert not s["decisions"], (report, s["decisions"])
+        assert ask in s["goal"] and "fix the lexer bug" not in s["next_steps"] + s["in_progress"], (report, s)
+    # the file's name alone is one shared word: a typo fixed there is not the bug
+    s = template.parse(offline.summarize([_user("u1", ask), _assistant("a1", "Fixed a typo in src/lexer.ts.")]))
+    assert "fix the lexer bug" in s["next_steps"] + s["in_progress"], s
+    # what reverts to something, or asks to revert, still changes the plan
+    for reversal in ("Reverted to the old lexer in src/lexer.ts.", "We reverted back to the old lexer.",
+                     "Revert the guard in src/parser.ts."):
+        s = _rolled([_user("u1", "Use the new lexer and a guard in src/parser.ts.")], [_user("u2", reversal)])
+        assert reversal in s["decisions"], (reversal, s["decisions"])

@@ -12,10 +12,13 @@ import shlex
 from functools import lru_cache
 from types import MappingProxyType
 
-# A sentence that reverses an earlier decision or constraint.
+# A sentence that reverses an earlier decision or constraint. "Reverted" or "reverting" alone
+# reports an undone edit ("the parser.ts guard is reverted"), no change of plan: only "reverted
+# to" or "back" chooses.
 REVERSAL = re.compile(
     r"\b(?:change of plans?|changed? (?:my|our|the) mind|on second thought|instead|switch(?:ed|ing)? "
-    r"(?:to|back|over)|revert(?:ed|ing)?|roll(?:ed)? back|no longer|not anymore|anymore|rather than|"
+    r"(?:to|back|over)|revert|revert(?:ed|ing) (?:back|to)|roll(?:ed)? back|no longer|not anymore|anymore|"
+    r"rather than|"
     r"scrap(?:ped)?|drop(?:ped)? the|replace[sd]? (?:the|that|this)|abandon(?:ed)?|from now on|going forward|"
     r"^actually)\b", re.IGNORECASE)
 # What something did where something else was expected ("compute_total() returns 21.63 instead of
@@ -178,10 +181,18 @@ def replaces(new: str, old: str) -> bool:
 def done_by(step: str, evidence: str) -> bool:
     """A step with no identifier to tie it ("fix the worker's missing redis module") is done by
     evidence (a sentence saying it is done, a blocker resolved) that shares two topic words with
-    it, or one the evidence names (quoted, capitalized, versioned)."""
+    it, or one the evidence names (quoted, capitalized, versioned); a file the evidence names
+    speaks of its name too ("Fixed the bug in src/lexer.ts" does "fix the lexer bug")."""
     ts, te = topic(step), topic(evidence)
-    shared = ts.keys() & te.keys()
-    return len(shared) >= 2 or any(te[w] for w in shared)
+    shared = ts.keys() & (te.keys() | _file_stems(te))
+    return len(shared) >= 2 or any(te.get(w) for w in shared)
+
+
+def _file_stems(words) -> set:
+    """The names without extension of the file names among topic words: a report of
+    "src/lexer.ts" speaks of the lexer, as a plain word ("fix the lexer bug")."""
+    return {stem for w in words if "." in w for stem in (w.rsplit(".", 1)[0],)
+            if len(stem) >= 3 and stem.isalpha() and stem not in STOP}
 
 
 ACK_WORDS = frozenset("""
