@@ -436,3 +436,58 @@ def test_a_prune_made_before_the_answer_is_not_taken_out_again():
                                       for p in x.parts]) for x in after.messages])
     r = run(earlier, model_)
     assert r.should_compact and r.projected >= r.reported
+
+
+def _counted_session(usage: int, tail_text: str, screenshot: bool = False, pruned: bool = False) -> m.Conversation:
+    """A gpt-4o session: two files read (and a screenshot, if asked), an answer whose usage
+    reports the provider's count of that prefix, and a new user message (the tail)."""
+    shot = [m.File("image/png", "shot.png", data=b"\x89PNG" + bytes(range(256)) * 40)] if screenshot else []
+    messages = [msg(0, m.USER, txt("u0", "read the files")),
+                finished(1, txt("a1", "Reading."), tool_part("t1", "c1", "export const f = (x: number) => x * 2;\n" * 900)),
+                finished(2, txt("a2", "Reading more."), m.Part("t2", m.Tool(
+                    "c2", "read", m.COMPLETED, {"path": "b.py"}, output="total = compute(items, 1)\n" * 600,
+                    attachments=shot))),
+                finished(3, txt("a3", "Read both."), usage=m.Usage(input=usage, output=50)),
+                msg(4, m.USER, txt("u4", tail_text))]
+    conv = m.Conversation(messages)
+    return prune.apply(conv, ["t2"], now_ms=5_000) if pruned else conv
+
+
+def test_a_provider_counting_less_than_our_figure_decides_through_its_own_count():
+    """SPEC §3: with a baseline, projected = reported + tail + overhead. gpt-4o counts with o200k,
+    well under the calibrated figure's cl100k ratios and margins, and the whole request's figure
+    never reads lower (its tokenizer factor is at least 1): taking the larger of the two
+    compacted a 32K session at 61-72% of its window. Where the count is of this prefix (its
+    ratio to our figure within the self-calibration bounds) it decides; the tail keeps its margins."""
+    tail = "Why does the import fail?\n" + "ImportError: cannot import name 'compute' from 'items'\n" * 120
+    probe = _counted_session(10_000, tail)
+    ours = 10_000 / run(probe, mdl(200_000, 0, 4_000, provider=m.OPENAI, id="gpt-4o")).calibration_factor
+    conv = _counted_session(round(0.8 * ours), tail)  # o200k: 0.8x cl100k's count of code
+    wide = run(conv, mdl(200_000, 0, 4_000, provider=m.OPENAI, id="gpt-4o"))
+    assert wide.has_baseline and wide.projected < wide.decision[0]
+    for limit, due in ((wide.projected + 1, False), (wide.projected, True),
+                       ((wide.projected + wide.decision[0]) // 2, False)):
+        r = run(conv, mdl(limit + 4_000, 0, 4_000, provider=m.OPENAI, id="gpt-4o"))
+        assert r.limit == limit and r.should_compact == due and r.decision[0] >= wide.decision[0], (limit, r)
+    # the tail is taken with its margins: never below the projection of its calibrated figure
+    assert wide.projected > wide.projected_calibrated
+    # a count under half our figure is no count of this prefix: the whole request's figure stands
+    low = run(_counted_session(round(0.3 * ours), tail), mdl(200_000, 0, 4_000, provider=m.OPENAI, id="gpt-4o"))
+    assert low.projected == low.decision[0] == wide.decision[0]
+
+
+def test_a_medium_stripped_since_the_count_does_not_scale_what_is_new():
+    """The provider counted a screenshot in the prefix; a prune stripped it since. Its cost was
+    in the count and is in none of our text figures of the prefix, so the count over our figure
+    read 1.8x and scaled the tail by it: a session counted with o200k compacted at 66-74% of its
+    window right after each compaction. The factor is bounded as for a medium still there, and
+    the projection does not take the medium off at its fixed cost (the provider's may be less)."""
+    tail = "Now fix it.\n" + "    raise ValueError(f'bad total {total}')\n" * 150
+    gpt4o = mdl(200_000, 0, 4_000, provider=m.OPENAI, id="gpt-4o")
+    ours = 10_000 / run(_counted_session(10_000, tail, screenshot=True), gpt4o).calibration_factor
+    counted = round(1.6 * ours)  # o200k's count of the text (0.8x), and what the screenshot cost it
+    plain = run(_counted_session(round(0.8 * ours), tail, pruned=True), gpt4o)
+    r = run(_counted_session(counted, tail, screenshot=True, pruned=True), gpt4o)
+    assert "anchored x1.0000" in r.decision[1], r.decision[1]
+    # the whole request's figure stands: no larger than the same text's without the screenshot
+    assert r.projected >= r.decision[0] and r.decision[0] <= plain.decision[0], (r.projected, plain.decision)

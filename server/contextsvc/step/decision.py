@@ -82,15 +82,17 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
     if figure == "exact" and fig.exact is None:
         figure = "calibrated"  # exact counts decide only when the request asks for them
     total, tail, overhead, method, rewrite, rebase = _figure(figure, fig.stretches[figure], fig, plan)
-    # One figure decides (design.md §3): the decision figure of the whole request, or the projection
-    # from the last reported usage when that is higher (it saw what the provider really counted).
-    # Never the lower of the two: a tail the estimate undercounts must not slip a request past
-    # the window. Mid tool round-trip included. The reported usage stands only for what the
-    # provider counted: what was pruned or stripped before it since is taken out (rebased).
+    # One figure decides (design.md §3): with a baseline, the projection from the last reported
+    # usage (SPEC §3: the provider's own count of the prefix, what is new since by the decision
+    # figure's method), where that count is known to be of this prefix (_count_stands); else the
+    # decision figure of the whole request, or the projection when that is higher. Mid tool
+    # round-trip included. The reported usage stands only for what the provider counted: what was
+    # pruned or stripped before it since is taken out (rebased).
     projected = total
     rebased = max(0, reported + rebase) if anchored else 0
     if anchored:
-        projected = max(projected, rebased + tail + _resent(overhead, fig))
+        from_reported = rebased + tail + _resent(overhead, fig)
+        projected = from_reported if _count_stands(figure, fig) else max(projected, from_reported)
     # backward-looking: the last answer's real usage reached the limit; rebased the same way
     # when it is the baseline's, so a prune that frees enough clears this check too. What the
     # window held: without what the provider's own clearing kept out of it
@@ -107,6 +109,18 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
                     projected, projected_by("calibrated"), projected_by("self-calibrated"),
                     projected_by("exact") if fig.exact is not None else 0, mid_tool_round_trip(messages),
                     should, outlook)
+
+
+def _count_stands(figure: str, fig: Figures) -> bool:
+    """The provider's count of the prefix decides for it, where our figure of that prefix may read
+    higher: the calibrated figure (its margins and the tokenizer's factor are never below 1, so a
+    provider that counts less, gpt-4o's o200k against cl100k's ratios, compacted a 32K session at
+    61-72% of its window), once the count is known to be of this prefix (fig.decision_factor: its
+    ratio to our figure of the prefix as counted within the self-calibration bounds, over at least
+    self_calibration_min_tokens) and no medium was taken out since (each went in at a fixed cost
+    the provider may not have counted). The tail keeps its margins and a factor of at least 1.
+    Otherwise the projection never reads below the whole request's figure."""
+    return figure == "calibrated" and bool(fig.decision_factor) and fig.media_rebase >= 0
 
 
 def _resent(overhead: int, fig: Figures) -> int:
@@ -159,7 +173,12 @@ def _figure(figure: str, stretch: tuple, fig: Figures, plan: Plan) -> tuple:
     # what changed before the baseline, in the provider's terms like the rest (the provider counted
     # a pruned output whole), so a prune that frees enough clears should_compact
     rebase_text = fig.rebase_stretches.get(figure, 0)
-    rebase = (text(rebase_text) if rebase_text >= 0 else -text(-rebase_text)) + fig.media_rebase * per_item
+    # what was taken out at the provider's own ratio to our figure of the prefix, when it counts
+    # less (_count_stands: the count of the rest decides, so what it no longer holds comes off
+    # that count, not ours)
+    removed_scale = min(scale, fig.decision_factor) if _count_stands(figure, fig) else scale
+    rebase = (text(rebase_text) if rebase_text >= 0 else -text(-rebase_text, removed_scale)) \
+        + fig.media_rebase * per_item
     # the rewrite is profiled as its own text, whose blocks can fall a little differently from
     # the whole request's: it is never more than the whole request
     return (whole, tail_text + fig.media_tail * per_item, text(overhead), method,

@@ -67,8 +67,9 @@ class Figures:
     # provider's count. Not so for one sent as nothing (a whitespace-only answer): the elements
     # after the last one sent then hold what it counted too (step.decision)
     tail_follows_baseline: bool = False
-    # media items in the prefix the anchor's reported input counted: that count holds what they
-    # cost, which our text figures of the prefix do not (step.decision._tokenizer_factor)
+    # media items in the prefix the anchor's reported input counted, those stripped since
+    # included: that count holds what they cost, which our text figures of the prefix do not
+    # (step.decision._tokenizer_factor)
     media_prefix: int = 0
     # the anchor's reported input over the decision figure of the prefix as it counted it; 0 = none
     decision_factor: float = 0.0
@@ -153,6 +154,9 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
         if base is anchor:
             counted -= out.rebase_stretches.get("calibrated", 0)
             counted_calibrated -= out.rebase_projections.get("calibrated", 0)
+            # a medium stripped since was counted too: the count holds its cost (a screenshot
+            # pruned after the answer read a provider counting with o200k at 1.8x our figure)
+            out.media_prefix -= out.media_rebase
         mc = plan.cfg.measure
         sent = anchor.usage.input_as_sent()
         f = sent / float(counted) if counted > 0 else 0.0
