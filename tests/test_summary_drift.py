@@ -10,7 +10,7 @@ import summary_drift as drift
 
 from contextsvc import conversation as m
 from contextsvc.compact import retention, template
-from contextsvc.compact.summarizers import offline
+from contextsvc.compact.summarizers import offline, supersede
 
 TRACEBACK = ("Traceback (most recent call last):\n  File \"src/worker/main.py\", line 7, in <module>\n"
              "    import redis\nModuleNotFoundError: No module named 'redis'")
@@ -883,3 +883,66 @@ def test_an_undone_edit_reported_is_no_decision_and_a_file_s_name_does_the_ask_n
                      "Revert the guard in src/parser.ts."):
         s = _rolled([_user("u1", "Use the new lexer and a guard in src/parser.ts.")], [_user("u2", reversal)])
         assert reversal in s["decisions"], (reversal, s["decisions"])
+
+
+def _call(name, inp, out):
+    return m.Tool(f"call-{name}-{len(out)}", name, m.COMPLETED, inp, output=out)
+
+
+def test_a_reversal_supersedes_what_names_the_thing_it_drops_and_a_restatement_nothing():
+    """"Use Memcached instead of Redis for the lock. Keep the key format `invoice:lock:{id}`.": the
+    assistant's "Switched the lock from Redis to Memcached; Redis is no longer used" shared the
+    word "lock" with the constraint and superseded it, though it drops Redis alone; and it
+    superseded the person's choice of Memcached that it carries out."""
+    first = [_user("u1", "Add a per-tenant lock to `src/billing/locks.py`."),
+             _assistant("a1", "I'll use Redis for the per-tenant lock because the workers share it.")]
+    later = [_user("u2", "Actually use Memcached instead of Redis for the lock. Keep the key format "
+                         "`invoice:lock:{tenant_id}`."),
+             _assistant("a2", "Switched the lock from Redis to Memcached (`pymemcache`, `add` with expire=30); "
+                              "Redis is no longer used.")]
+    s = _rolled(first, later)
+    assert s["constraints"] == ["Keep the key format `invoice:lock:{tenant_id}`."], s["constraints"]
+    assert not any("Redis for the per-tenant lock" in x for x in s["decisions"]), s["decisions"]
+    assert any("Superseded: I'll use Redis" in x for x in s["done"]), s["done"]
+    # the person's choice, carried out, is said again: no "Superseded" line for it
+    assert not any("Superseded: Actually use Memcached" in x for x in s["done"]), s["done"]
+    for reversal, drops in (("Replace Redis with Memcached for the lock.", {"redis"}),
+                            ("We moved the queue from SQLite to Postgres.", {"sqlite"}),
+                            ("Redis is no longer used.", {"redis"}),
+                            ("Use Memcached instead of Redis.", {"redis"})):
+        assert supersede.dropped(reversal) == drops, reversal
+    assert supersede.chosen("Switched the lock from Redis to Memcached.") == {"memcached"}
+    assert supersede.chosen("Replace Redis with Memcached.") == {"memcached"}
+
+
+def test_an_ellipsis_ends_no_sentence_and_a_check_tool_s_failure_and_a_quoted_command_are_kept():
+    s = template.parse(offline.summarize([
+        _user("u1", "Fix the invoice race. Reproduce with `pytest tests/test_invoice_concurrency.py -x -q`."),
+        _assistant("a1", "Running the repro.", _call(
+            "mcp__ci__run_tests", {"args": ["-x"]},
+            "E   psycopg2.errors.UniqueViolation: duplicate key value violates unique constraint "
+            "\"invoice_number_key\"\n1 failed in 2.1s")),
+        _assistant("a2", "Root cause: the SELECT ... FOR UPDATE is skipped when the row is missing.")]))
+    assert "Root cause: the SELECT ... FOR UPDATE is skipped when the row is missing." in s["decisions"], s
+    assert "Command: `pytest tests/test_invoice_concurrency.py -x -q`" in s["critical"], s["critical"]
+    error = ("E   psycopg2.errors.UniqueViolation: duplicate key value violates unique constraint "
+             "\"invoice_number_key\"")
+    assert error in s["critical"] and any("run_tests` failed" in x for x in s["blocked"]), s
+    # another tool's output is content, not its outcome; a quoted name is no command
+    s = template.parse(offline.summarize([
+        _user("u1", "Read the notes about `ConfigLoader`."),
+        _assistant("a1", "Reading.", _call("fetch_notes", {"id": 3}, "Error: the port was 0 in March.\nfixed"))]))
+    assert not s["blocked"] and not any("Command" in x or "Error: the port" in x for x in s["critical"]), s
+
+
+def test_a_request_that_tells_no_ask_is_worked_on_rather_than_an_earlier_one():
+    """After "Next: harden src/billing/refunds.py the same way", a read of that file is work on
+    it: In Progress kept "Working on" the task before it, which the steps no longer named."""
+    first = [_user("u1", "Task A: fix the dashboard duplicates in `grafana/billing.json`."),
+             _assistant("a1", "Reading the panel.", _call("read_file", {"path": "grafana/billing.json"}, "{}"))]
+    later = [_assistant("a2", "Task A finished: the panel query dedups by invoice number."),
+             _user("u2", "Next: harden `src/billing/refunds.py` the same way. Keep the Python 3.9 constraint."),
+             _assistant("a3", "Reading.", _call("read_file", {"path": "src/billing/refunds.py"}, "def refund(): ..."))]
+    s = _rolled(first, later)
+    assert not any("dashboard duplicates" in x for x in s["in_progress"]), s["in_progress"]
+    assert any("refunds.py" in x for x in s["in_progress"]), s["in_progress"]

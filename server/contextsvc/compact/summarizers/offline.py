@@ -96,7 +96,7 @@ CAMEL = re.compile(r"\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b|\b[a-z]+[a-z0-9]*(?:[
 SNAKE = re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+\b")
 DOTTED = re.compile(r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\(\))?")
 
-SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z`\"'(\[])")
+SENTENCE = re.compile(r"(?<=[.!?])(?<!\.\.\.)\s+(?=[A-Z`\"'(\[])")  # not after an ellipsis: "SELECT ... FOR"
 
 # Asks: what the person asked for, one clause each, so that In Progress and Next Steps can name
 # them and a later step can tick them off.
@@ -302,9 +302,31 @@ LOOKING = frozenset(("grep", "egrep", "rg", "ag", "ack", "cat", "less", "more", 
 GIT_LOOKING = frozenset(("grep", "log", "show", "diff", "status", "blame"))
 
 
+# programs a command the person quotes may start with (beside any with a -flag)
+PROGRAMS = frozenset(("pytest", "python", "python3", "pip", "uv", "tox", "nox", "npm", "npx", "pnpm", "yarn", "bun",
+                      "node", "deno", "make", "cmake", "cargo", "go", "rustc", "mvn", "gradle", "./gradlew", "dotnet",
+                      "docker", "kubectl", "helm", "terraform", "git", "gh", "bash", "sh", "ruff", "mypy", "eslint",
+                      "tsc", "jest", "vitest", "bundle", "rake", "rails", "php", "composer", "swift", "flutter"))
+
+
+def _is_command(span: str) -> bool:
+    """A `code span` that is a command line: two words or more, of a known program or with a flag."""
+    words = span.split()
+    return len(words) >= 2 and (words[0] in PROGRAMS or any(w.startswith("-") and len(w) > 1 for w in words[1:]))
+
+
 def _looks(cmd: str) -> bool:
     words = _program_words(cmd)
     return bool(words) and (words[0] in LOOKING or (words[0] == "git" and len(words) > 1 and words[1] in GIT_LOOKING))
+
+
+# what the name of a tool that runs checks holds (run_tests, mcp__ci__run_lint, typecheck)
+CHECK_TOOL_WORDS = ("test", "lint", "check", "build", "compile", "verify")
+
+
+def _runs_checks(tool: str) -> bool:
+    base = tool.lower().rsplit(".", 1)[-1].rsplit("__", 1)[-1]
+    return any(w in base for w in CHECK_TOOL_WORDS)
 
 
 def _kind(tool: str) -> str:
@@ -530,10 +552,11 @@ class _Asks:
                 self.done.add(a)
 
     def working_on(self) -> str:
-        if self.steps_after_latest and not self.named_after_latest:  # working, on the first, surely
-            first = next((a for a in self.latest if a not in self.done), "")
-            if first:  # an ask from before the latest request was left for it
-                return first
+        if self.steps_after_latest and not self.named_after_latest:
+            # working, on the latest request's first ask, surely: an ask from before it was left
+            # for it; and a request whose asks are not told ("Next: harden refunds.py the same
+            # way") is no sign of going on with an earlier one (that would name it)
+            return next((a for a in self.latest if a not in self.done), "")
         if self.current and self.current not in self.done:
             return self.current
         return ""
@@ -686,6 +709,9 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
             for line in text.splitlines():
                 if ERROR_LINE.search(line):
                     out.append(("acc", "critical", _clip(line, limits)))
+            for span in code_spans(text):  # "Reproduce with `pytest tests/test_race.py -x -q`"
+                if _is_command(span):
+                    out.append(("acc", "critical", _clip(f"Command: `{span}`", limits)))
         for p in msg.parts:
             deadline.count("compact")
             if isinstance(p.content, m.File) and p.content.filename:
@@ -735,7 +761,9 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
             names = edit_identifiers(t.input)
             out.append(("identifiers", tuple(names), (False,) * len(names)))
         if t.status == m.COMPLETED:
-            errors = sup.error_lines(t.output) if cmd else []
+            # a command's output, or a tool's that runs checks (run_tests, an MCP server's lint):
+            # what it printed failing is its outcome; another tool's output is only content
+            errors = sup.error_lines(t.output) if cmd or (kind == "other" and _runs_checks(t.tool)) else []
             failing = errors if errors and not _looks(cmd) else []
             last = next((x.strip() for x in reversed(t.output.splitlines()) if x.strip()), "")
             if not failing:  # a run that printed its failure failed (below)
@@ -767,8 +795,12 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
                 verb = "Read" if kind == "read" else f"`{t.tool}`"
                 out.append(("step", _clip(f"{verb} {', '.join(f'`{p}`' for p in paths)}".rstrip(), limits),
                             touched, (), "", "", ()))
-                if kind == "other":
+                if kind == "other" and not failing:
                     out.append(("acc", "done", _clip(_called(t), limits)))
+                for ln in failing:  # as a command's: marked when the same call runs clean
+                    out.append(("error", key, _clip(ln, limits)))
+                if failing:
+                    out.append(("failed", key, _clip(f"{subject} failed: {sup.headline(t.output)}", limits)))
         elif t.status == m.ERROR:
             error = t.error or "error"
             bullet = _clip(f"{subject} failed: {sup.headline(error)}", limits)

@@ -29,10 +29,17 @@ OBSERVED = re.compile(
     r"\b(?:returns?|returned|gives?|gave|prints?|printed|outputs?|yields?|yielded|produces?|produced|"
     r"raises?|raised|throws?|threw|shows?|showed|displays?|displayed|evaluates? to|got|comes? out|"
     r"came out)(?:\s+[^\s;!?,]+){1,3}\s+instead of\b", re.IGNORECASE)  # at most 3 words apart: bounded
+# A change from one thing to another: "switched the lock from Redis to Memcached" (the thing left
+# is the first group, what is chosen follows), "replace Redis with Memcached"
+_FROM_TO = (r"\b(?:switch|move|migrate|change|port|convert)(?:s|d|ed|ing)?\b(?:\s+[\w'-]+){0,4}?\s+from\s+"
+            r"([\w.+#-]+)\s+to")
+_REPLACE_WITH = r"\breplac(?:e|es|ed|ing)\s+([\w.+#-]+)\s+(?:with|by)"
 # The choice a decision states: what it uses, switches or moves to, goes with, takes instead.
 CHOSEN = re.compile(
     r"\b(?:use[sd]?|using|switch(?:ed|ing)?(?: back)? to|go(?:ing)? with|went with|move[sd]? to|"
-    r"migrate[sd]? to|opt(?:ed)? for|pick(?:ed)?)\s+([\w.+#-]+)|([\w.+#-]+)\s+instead of\b", re.IGNORECASE)
+    r"migrate[sd]? to|opt(?:ed)? for|pick(?:ed)?)\s+([\w.+#-]+)|([\w.+#-]+)\s+instead of\b|"
+    # "switched the lock from Redis to Memcached", "replace Redis with Memcached"
+    rf"{_FROM_TO}\s+([\w.+#-]+)|{_REPLACE_WITH}\s+([\w.+#-]+)", re.IGNORECASE)
 
 
 def is_reversal(text: str) -> bool:
@@ -51,7 +58,7 @@ def chosen(text: str) -> frozenset:
     out = set()
     for mt in CHOSEN.finditer(text):
         clause = re.split(r"[,.;:!?]", text[max(0, mt.start() - NEGATION_REACH):mt.start()])[-1]
-        word = (mt.group(1) or mt.group(2)).lower().rstrip(".-")  # a sentence's full stop is none of it
+        word = (mt.group(1) or mt.group(2) or mt.group(4) or mt.group(6)).lower().rstrip(".-")  # no full stop
         if word not in STOP and not NEGATED.search(clause):
             out.add(word)
     return frozenset(out)
@@ -65,11 +72,15 @@ NEGATION_REACH = 24  # characters before a choice a negation of it is looked for
 DROPPED = re.compile(
     r"(?:\binstead of|\brather than|,\s*not|\bno longer (?:use|using|need|want)|\bstop using|"
     r"\b(?:drop|scrap|abandon|remove)(?:s|ped|ed|ping|ing)?)\s+((?:[\w.+#/-]+\s+){0,2}[\w.+#/-]+)", re.IGNORECASE)
+# ... and what it says is gone before those words: "Redis is no longer used", "from Redis to
+# Memcached", "replace Redis with Memcached"
+DROPPED_BEFORE = re.compile(r"([\w.+#/-]+)\s+(?:is|are)\s+no longer\s+(?:used|needed|in use)\b|"
+                            rf"{_FROM_TO}|{_REPLACE_WITH}", re.IGNORECASE)
 
 
 def dropped(text: str) -> frozenset:
     """The things a reversal drops ("session cookies instead of JWT": jwt), lowercased."""
-    return _first_words(DROPPED.findall(text))
+    return _first_words(DROPPED.findall(text) + [g for groups in DROPPED_BEFORE.findall(text) for g in groups if g])
 
 
 def _first_words(phrases: list) -> frozenset:
@@ -158,8 +169,15 @@ def same_topic(a: str, b: str) -> bool:
 
 def reverses(new: str, old: str) -> bool:
     """new, a reversal ("change of plan", "instead", "switch to", "revert", "no longer"), is
-    about what old said."""
-    return is_reversal(new) and same_topic(new, old)
+    about what old said: it names something old said that it drops ("use Memcached instead of
+    Redis" reverses "use Redis for the lock", not "keep the key format invoice:lock:{id}"), or,
+    naming nothing it drops, shares old's topic."""
+    if not is_reversal(new):
+        return False
+    gone = dropped(new)
+    if gone:
+        return bool(topic(" ".join(gone)).keys() & topic(old).keys())
+    return same_topic(new, old)
 
 
 def replaces(new: str, old: str) -> bool:
