@@ -77,7 +77,8 @@ def _check(summary: dict, fp: FakeProvider, first: int, window: int):
     assert summary["turns_ended"] == 0
     assert summary["max_input"] + loop.WINDOWS[window] <= window
     if window == 32_000:
-        assert summary["compactions"], "a 32K session compacts"
+        # it reaches its window: it compacts, or a prune made a request over its limit fit
+        assert summary["compactions"] or any(p["fits"] for p in summary["prunes"]), "a 32K session reaches its window"
         assert summary["prunes"], "a 32K session prunes"
     # a prune that left the request fitting prevents the compaction (SPEC §3, the rebased baseline)
     wasted = [p for p in summary["prunes"] if p.get("fits_after") and p.get("should_compact_after")]

@@ -8,7 +8,7 @@ import math
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from contextsvc import config, encodings, measure, conversation as m, native, prune, tokens, window
+from contextsvc import assemble, config, encodings, measure, conversation as m, native, prune, tokens, window
 from helpers.steps import plan
 from contextsvc.step import request
 from contextsvc.step.pieces import lower_request
@@ -453,27 +453,68 @@ def _counted_session(usage: int, tail_text: str, screenshot: bool = False, prune
     return prune.apply(conv, ["t2"], now_ms=5_000) if pruned else conv
 
 
+def _stepped(conv: m.Conversation, model_, previous: m.Conversation | None = None):
+    """Measure's figures of conv as a step of an agent loop has them: with the cache_state of the
+    body the last answer counted (previous: the conversation as it was sent then) passed back."""
+    def step(c, state=b""):
+        return assemble.run(assemble.AssembleInput(c, model_, [], m.SystemPrompt(), m.CompactionSettings(),
+                                                   previous_cache_state=state), CFG, serialize=False, hashes=True)
+    return step(conv, step(previous).cache_state if previous is not None else b"").measurement
+
+
+def _sent_then(conv: m.Conversation) -> m.Conversation:
+    """The conversation as it was sent in the request the last answer (messages[3]) counted."""
+    return m.Conversation(conv.messages[:3])
+
+
+TAIL = "Why does the import fail?\n" + "ImportError: cannot import name 'compute' from 'items'\n" * 120
+GPT4O = mdl(200_000, 0, 4_000, provider=m.OPENAI, id="gpt-4o")
+
+
+def _ours() -> float:
+    """Our calibrated figure of the counted prefix (a count of 10,000 over the factor it gives)."""
+    return 10_000 / run(_counted_session(10_000, TAIL), GPT4O).calibration_factor
+
+
 def test_a_provider_counting_less_than_our_figure_decides_through_its_own_count():
     """SPEC §3: with a baseline, projected = reported + tail + overhead. gpt-4o counts with o200k,
     well under the calibrated figure's cl100k ratios and margins, and the whole request's figure
     never reads lower (its tokenizer factor is at least 1): taking the larger of the two
-    compacted a 32K session at 61-72% of its window. Where the count is of this prefix (its
-    ratio to our figure within the self-calibration bounds) it decides; the tail keeps its margins."""
-    tail = "Why does the import fail?\n" + "ImportError: cannot import name 'compute' from 'items'\n" * 120
-    probe = _counted_session(10_000, tail)
-    ours = 10_000 / run(probe, mdl(200_000, 0, 4_000, provider=m.OPENAI, id="gpt-4o")).calibration_factor
-    conv = _counted_session(round(0.8 * ours), tail)  # o200k: 0.8x cl100k's count of code
-    wide = run(conv, mdl(200_000, 0, 4_000, provider=m.OPENAI, id="gpt-4o"))
+    compacted a 32K session at 61-72% of its window. Where the count is of this very prefix (the
+    body it answered, by the cache_state passed back, with messages appended; its ratio to our
+    figure within the self-calibration bounds) it decides; the tail keeps its margins."""
+    conv = _counted_session(round(0.8 * _ours()), TAIL)  # o200k: 0.8x cl100k's count of code
+    wide = _stepped(conv, GPT4O, _sent_then(conv))
     assert wide.has_baseline and wide.projected < wide.decision[0]
     for limit, due in ((wide.projected + 1, False), (wide.projected, True),
                        ((wide.projected + wide.decision[0]) // 2, False)):
-        r = run(conv, mdl(limit + 4_000, 0, 4_000, provider=m.OPENAI, id="gpt-4o"))
-        assert r.limit == limit and r.should_compact == due and r.decision[0] >= wide.decision[0], (limit, r)
+        r = _stepped(conv, mdl(limit + 4_000, 0, 4_000, provider=m.OPENAI, id="gpt-4o"), _sent_then(conv))
+        assert r.limit == limit and r.should_compact == due and r.decision[0] == wide.decision[0], (limit, r)
     # the tail is taken with its margins: never below the projection of its calibrated figure
     assert wide.projected > wide.projected_calibrated
-    # a count under half our figure is no count of this prefix: the whole request's figure stands
-    low = run(_counted_session(round(0.3 * ours), tail), mdl(200_000, 0, 4_000, provider=m.OPENAI, id="gpt-4o"))
-    assert low.projected == low.decision[0] == wide.decision[0]
+
+
+def test_a_count_not_known_to_be_of_this_prefix_never_lowers_the_figure():
+    """Without the cache_state of the body the count answered; with a count under half our figure;
+    after a prune since the count (what the provider counted of the pruned output is not known:
+    taken off at the prefix's ratio, a log counted exactly below its margins put a request 3,000
+    tokens over the window); or with another model's answer as the baseline (the factor was read
+    from this model's earlier answer): the whole request's figure stands."""
+    ours = _ours()
+    conv = _counted_session(round(0.8 * ours), TAIL)
+    whole = _stepped(conv, GPT4O, _sent_then(conv)).decision[0]
+    assert _stepped(conv, GPT4O).projected == whole
+    low = _counted_session(round(0.3 * ours), TAIL)
+    assert _stepped(low, GPT4O, _sent_then(low)).projected == whole
+    cut = _counted_session(round(0.8 * ours), TAIL, pruned=True)
+    r = _stepped(cut, GPT4O, _sent_then(conv))
+    assert r.projected >= r.decision[0] and r.decision[0] < whole, r
+    answers = list(conv.messages)
+    answers[2] = dataclasses.replace(answers[2], usage=m.Usage(input=round(0.7 * ours), output=40), model_id="gpt-4o")
+    answers[3] = dataclasses.replace(answers[3], model_id="claude-sonnet-4-5")
+    mixed = m.Conversation(answers)
+    r = _stepped(mixed, GPT4O, _sent_then(mixed))
+    assert r.has_baseline and r.calibration_anchor == "msg_0002" and r.projected >= r.decision[0], r
 
 
 def test_a_medium_stripped_since_the_count_does_not_scale_what_is_new():

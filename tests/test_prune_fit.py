@@ -93,3 +93,37 @@ def test_a_request_over_by_the_last_answer_s_usage_alone_prunes_as_before(stub):
     msgs = _session(False)
     mdl = model(pb.PROVIDER_GEMINI, context=1_000_000, output=4096, id="gemini-2.5-flash")
     assert _prune(stub, msgs, mdl, -27_863) == _prune(stub, msgs, mdl)
+
+
+def test_a_prune_after_a_count_that_decided_makes_the_next_step_fit(stub):
+    """gpt-4o counts with o200k, under our figure: its count decides for the prefix it counted
+    (the client passes back that body's cache_state), and a step over the limit by that count
+    prunes. The marks change that prefix, so the step after reads the whole request's figure
+    again, higher: a prune sized by the count's projection, the gates' own marks included, left
+    it over the limit, and every such prune was followed by a compaction (a 32K trial session
+    compacted 3 times at 65-72% of its window)."""
+    msgs = _session(False, brief=300, reads=30)
+    sent_then = msgs[:-2]  # the request the last answer counted: before that answer
+    mdl = model(pb.PROVIDER_OPENAI, context=1_000_000, output=4096, id="gpt-4o")
+
+    def assembled(messages, m, state=b""):
+        return stub.Assemble(pb.AssembleRequest(
+            conversation=pb.Conversation(session_id="s", messages=messages), model=m, tools=TOOLS, system=SYSTEM,
+            previous_cache_state=state), timeout=10)
+
+    def counted(usage):
+        msgs[-2].usage.CopyFrom(pb.Usage(input=usage, output=30))
+        return msgs
+
+    ours = 10_000 / assembled(counted(10_000), mdl).figures.calibration_factor
+    counted(round(0.8 * ours))  # o200k against cl100k's ratios: the count is under our figure
+    f = assembled(msgs, mdl, assembled(sent_then, mdl).cache_state).figures
+    assert f.has_baseline and f.projected < f.decision.tokens
+    mdl = model(pb.PROVIDER_OPENAI, context=f.projected - 300 + 4096, output=4096, id="gpt-4o")
+    state = assembled(sent_then, mdl).cache_state
+    before = assembled(msgs, mdl, state).figures
+    assert before.should_compact and before.projected == f.projected and before.decision.tokens > before.limit
+    r = _prune(stub, msgs, mdl, before.projected - before.limit + 1)
+    assert r.acted and r.fits
+    after = assembled(apply_prune(msgs, r), mdl, state).figures
+    assert not after.should_compact and after.projected < after.limit, (after.projected, after.limit)

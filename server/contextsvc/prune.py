@@ -165,7 +165,7 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
                            spare=tuple((msg.parts[j].id, cost) for msg, j, cost in reversed(spare)))
     ids = [msg.parts[j].id for msg, j in chosen]
     return PruneResult(part_ids=ids, tokens_freed=freed, acted=True, reason=reason,
-                       tokens_scanned=total)
+                       tokens_scanned=total, spare=tuple((msg.parts[j].id, cost) for msg, j, cost in reversed(spare)))
 
 
 def passed_over(newest: list, g: Gates, memo=None) -> bool:

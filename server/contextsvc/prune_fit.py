@@ -14,6 +14,7 @@ scale), not by their chars/4.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Optional
 
@@ -32,14 +33,19 @@ MAX_SCALE = 8
 def prune_to_fit(conv: m.Conversation, reason: str, settings: m.CompactionSettings, cfg: Config,
                  model: Optional[m.Model] = None, tools: list = (), system: Optional[m.SystemPrompt] = None,
                  tokens_needed: int = 0, memo=None, deadline: Deadline = NO_DEADLINE) -> prune.PruneResult:
-    """prune.prune, acting also when its gates stopped it: on the fewest oldest outputs past the
-    newest protected results whose marks lower the request's projected figure by at least
-    tokens_needed without leaving the last answer's usage over the limit (the backward check).
+    """prune.prune, acting also when its gates stopped it, or further when what they marked leaves
+    the request over its limit: on the fewest oldest outputs past the newest protected results
+    whose marks lower the request's projected figure by at least tokens_needed (and under the
+    limit as the next step reads it) without leaving the last answer's usage over the limit (the
+    backward check).
     Needs the model: its window is the limit. At most FIT_TRIES measures of a marked copy."""
     r = prune.prune(conv, reason, settings, cfg, model=model, memo=memo, deadline=deadline)
-    spare_tokens = sum(cost for _, cost in r.spare)
-    if r.acted or not r.spare or tokens_needed <= 0 or model is None or model.limits.context <= 0 \
-            or tokens_needed > MAX_SCALE * spare_tokens + MAX_SCALE:
+    # what the gates marked comes first (the oldest); past them, the spare outputs they left
+    marked = set(r.part_ids)
+    spare = [(pid, cost) for pid, cost in r.spare if pid not in marked]
+    spare_tokens = sum(cost for _, cost in spare)
+    if not spare or tokens_needed <= 0 or model is None or model.limits.context <= 0 \
+            or tokens_needed > MAX_SCALE * (spare_tokens + r.tokens_freed) + MAX_SCALE:
         return r
     system = system if system is not None else m.SystemPrompt()
 
@@ -50,12 +56,26 @@ def prune_to_fit(conv: m.Conversation, reason: str, settings: m.CompactionSettin
     # stamped after every answer, as a client marking them now would: a pruned output counts as
     # removed since the last answer (the rebase), whatever the skew of this clock to the client's
     stamp = max([int(time.time() * 1000)] + [x.time_completed_ms + 1 for x in conv.messages])
-    before = measured(conv.messages).projected
-    for k in _prefixes(r.spare, tokens_needed):
-        ids = [pid for pid, _ in r.spare[:k]]
+    before = measured(conv.messages)
+    # as the step after the prune reads it: the marks change the prefix the last answer counted,
+    # so its count no longer decides alone (step.decision._count_stands) and the whole request's
+    # figure may stand, above the projection tokens_needed was read from
+    needed = max(tokens_needed, before.projected - before.limit + 1)
+
+    def fits(ids: list) -> bool:
         after = measured(edits.apply(conv.messages, [edits.MarkCompacted(ids, stamp)]))
-        if before - after.projected >= tokens_needed and not after.overflow:
-            return prune.PruneResult(part_ids=ids, acted=True, reason=reason, tokens_freed=sum(c for _, c in r.spare[:k]),
+        return before.projected - after.projected >= needed and not after.overflow
+
+    target = needed  # in chars/4 estimates, as the spare outputs' costs are
+    if r.acted:  # the gates' marks first: when they make it fit, nothing more
+        if fits(r.part_ids):
+            return dataclasses.replace(r, fits=True)
+        target = max(1, needed - r.tokens_freed)  # what the spare outputs are to free beside them
+    for k in _prefixes(tuple(spare), target):
+        ids = r.part_ids + [pid for pid, _ in spare[:k]]
+        if fits(ids):
+            return prune.PruneResult(part_ids=ids, acted=True, reason=reason,
+                                     tokens_freed=r.tokens_freed + sum(c for _, c in spare[:k]),
                                      tokens_scanned=r.tokens_scanned, fits=True)
     return r
 

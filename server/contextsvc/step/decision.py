@@ -92,7 +92,7 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
     rebased = max(0, reported + rebase) if anchored else 0
     if anchored:
         from_reported = rebased + tail + _resent(overhead, fig)
-        projected = from_reported if _count_stands(figure, fig) else max(projected, from_reported)
+        projected = from_reported if _count_stands(figure, fig, base) else max(projected, from_reported)
     # backward-looking: the last answer's real usage reached the limit; rebased the same way
     # when it is the baseline's, so a prune that frees enough clears this check too. What the
     # window held: without what the provider's own clearing kept out of it
@@ -111,16 +111,21 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
                     should, outlook)
 
 
-def _count_stands(figure: str, fig: Figures) -> bool:
+def _count_stands(figure: str, fig: Figures, base: m.Message) -> bool:
     """The provider's count of the prefix decides for it, where our figure of that prefix may read
     higher: the calibrated figure (its margins and the tokenizer's factor are never below 1, so a
     provider that counts less, gpt-4o's o200k against cl100k's ratios, compacted a 32K session at
-    61-72% of its window), once the count is known to be of this prefix (fig.decision_factor: its
-    ratio to our figure of the prefix as counted within the self-calibration bounds, over at least
-    self_calibration_min_tokens) and no medium was taken out since (each went in at a fixed cost
-    the provider may not have counted). The tail keeps its margins and a factor of at least 1.
+    61-72% of its window), once the count is known to be of this very prefix: the baseline is the
+    answer the factor was read from (fig.decision_factor: its count over our figure of the prefix
+    within the self-calibration bounds, over at least self_calibration_min_tokens; another model's
+    answer is no count of this one's), and the body is the one it answered with messages appended
+    (fig.prefix_as_counted: the previous_cache_state the client passed back, so nothing a prune,
+    the payload guard or a media strip changed since is taken off the count at a ratio that is
+    not the provider's). The tail keeps its margins and a tokenizer factor of at least 1.
     Otherwise the projection never reads below the whole request's figure."""
-    return figure == "calibrated" and bool(fig.decision_factor) and fig.media_rebase >= 0
+    anchor = fig.decision_anchor
+    return (figure == "calibrated" and bool(fig.decision_factor) and fig.prefix_as_counted
+            and anchor is not None and base is not None and anchor.id == base.id)
 
 
 def _resent(overhead: int, fig: Figures) -> int:
@@ -173,12 +178,7 @@ def _figure(figure: str, stretch: tuple, fig: Figures, plan: Plan) -> tuple:
     # what changed before the baseline, in the provider's terms like the rest (the provider counted
     # a pruned output whole), so a prune that frees enough clears should_compact
     rebase_text = fig.rebase_stretches.get(figure, 0)
-    # what was taken out at the provider's own ratio to our figure of the prefix, when it counts
-    # less (_count_stands: the count of the rest decides, so what it no longer holds comes off
-    # that count, not ours)
-    removed_scale = min(scale, fig.decision_factor) if _count_stands(figure, fig) else scale
-    rebase = (text(rebase_text) if rebase_text >= 0 else -text(-rebase_text, removed_scale)) \
-        + fig.media_rebase * per_item
+    rebase = (text(rebase_text) if rebase_text >= 0 else -text(-rebase_text)) + fig.media_rebase * per_item
     # the rewrite is profiled as its own text, whose blocks can fall a little differently from
     # the whole request's: it is never more than the whole request
     return (whole, tail_text + fig.media_tail * per_item, text(overhead), method,

@@ -62,6 +62,9 @@ class Figures:
     # the client sent back: the body the reported usage answered), so the provider's count holds
     # them already and a projection from it does not add them again (step.decision)
     overhead_counted: bool = False
+    # the body is the previous request's (the cache_state the client sent back: the body the
+    # reported usage answered) with elements appended, nothing before them changed (step.decision)
+    prefix_as_counted: bool = False
     exact_tokenizer: Optional[encodings.ExactTokenizer] = None  # what the exact figures counted with
     # the baseline's message is in the last assistant element sent: the tail is what follows the
     # provider's count. Not so for one sent as nothing (a whitespace-only answer): the elements
@@ -136,6 +139,8 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
                   request.ledger.media_count, (0, tokens.CALIBRATED), (0, tokens.CALIBRATED), 0.0, "", None,
                   {}, {}, 0, 0)
     out.overhead_counted = prefix.head_unchanged(plan.previous, request.digests, request.change)
+    out.prefix_as_counted = plan.previous is not None and request.digests is not None and (
+        request.change is None or request.change.prefix_kept)
     _calibrated_and_exact(out, conv, request, plan, model_counter, last_assistant, since, tool_text, deadline, memo)
     out.stretches["estimate"] = (normalized, tail, overhead, rewrite)
     base = baseline(conv.messages)
