@@ -866,23 +866,23 @@ def test_a_clean_test_run_does_the_ask_to_check_the_tests():
         assert "Add tests for leap years" in s["next_steps"], s["next_steps"]
 
 
-def test_an_undone_edit_reported_is_no_decision_and_a_file_s_name_does_the_ask_naming_it():
+def test_an_edit_the_assistant_reports_undone_is_no_decision_but_the_person_undoing_one_reverses_it():
     ask = "Use a guard in src/parser.ts to stop at EOF, and fix the lexer bug."
     for report in ("Fixed: the bug was in src/lexer.ts; the parser.ts guard is reverted.",
-                   "Fixed the bug in src/lexer.ts and reverted the parser.ts guard.",
-                   "Fixed the bug in src/lexer.ts. I am reverting the parser.ts guard."):
+                   "Fixed the lexer bug and reverted the parser.ts guard.",
+                   "Fixed the lexer bug. I am reverting the parser.ts guard."):
         s = template.parse(offline.summarize([_user("u1", ask), _assistant("a1", report)]))
         # a report of what was undone states no choice and supersedes nothing
         assert not s["decisions"], (report, s["decisions"])
-        assert ask in s["goal"] and "fix the lexer bug" not in s["next_steps"] + s["in_progress"], (report, s)
-    # the file's name alone is one shared word: a typo fixed there is not the bug
-    s = template.parse(offline.summarize([_user("u1", ask), _assistant("a1", "Fixed a typo in src/lexer.ts.")]))
-    assert "fix the lexer bug" in s["next_steps"] + s["in_progress"], s
-    # what reverts to something, or asks to revert, still changes the plan
-    for reversal in ("Reverted to the old lexer in src/lexer.ts.", "We reverted back to the old lexer.",
-                     "Revert the guard in src/parser.ts."):
-        s = _rolled([_user("u1", "Use the new lexer and a guard in src/parser.ts.")], [_user("u2", reversal)])
-        assert reversal in s["decisions"], (reversal, s["decisions"])
+    # what reverts to something, or asks to revert, still changes the plan; and the person
+    # undoing what carried out a decision undoes the decision
+    first = [_user("u1", "Add a job queue to `jobs/queue.py`."), _assistant("a1", "I'll use Redis for the job queue.")]
+    for reversal in ("Revert the job queue to SQLite.", "I reverted the Redis job queue, it broke staging.",
+                     "The Redis job queue is reverted; it broke staging."):
+        s = _rolled(first, [_user("u2", reversal)])
+        assert "I'll use Redis for the job queue." not in s["decisions"], (reversal, s["decisions"])
+    s = _rolled(first, [_assistant("a2", "Reverted to the old queue in jobs/queue.py: Redis is no longer used.")])
+    assert "I'll use Redis for the job queue." not in s["decisions"], s["decisions"]
 
 
 def _call(name, inp, out):
@@ -911,7 +911,18 @@ def test_a_reversal_supersedes_what_names_the_thing_it_drops_and_a_restatement_n
                             ("Redis is no longer used.", {"redis"}),
                             ("Use Memcached instead of Redis.", {"redis"})):
         assert supersede.dropped(reversal) == drops, reversal
+    assert supersede.dropped("Migrating the lock from Redis to Memcached.") == {"redis"}
     assert supersede.chosen("Switched the lock from Redis to Memcached.") == {"memcached"}
+    # a reversal dropping a number, or another thing beside its new choice, still reverses
+    queue = [_user("u1", "Add a job queue to `jobs/queue.py`."),
+             _assistant("a1", "I'll use SQLite for the job queue because it needs no server.")]
+    for reversal in ("Change of plan: use Postgres for the job queue and remove the cron script.",
+                     "Hmm... Actually, use Postgres for the job queue."):
+        s = _rolled(queue, [_user("u2", reversal)])
+        assert "I'll use SQLite for the job queue because it needs no server." not in s["decisions"], reversal
+    s = _rolled([_user("u1", "Set the invoice lock timeout to 30s.")],
+                [_user("u2", "Change of plan: change the invoice lock timeout from 30s to 60s.")])
+    assert not any("to 30s." in x for x in s["constraints"] + s["decisions"]), s
     assert supersede.chosen("Replace Redis with Memcached.") == {"memcached"}
 
 
@@ -928,11 +939,14 @@ def test_an_ellipsis_ends_no_sentence_and_a_check_tool_s_failure_and_a_quoted_co
     error = ("E   psycopg2.errors.UniqueViolation: duplicate key value violates unique constraint "
              "\"invoice_number_key\"")
     assert error in s["critical"] and any("run_tests` failed" in x for x in s["blocked"]), s
-    # another tool's output is content, not its outcome; a quoted name is no command
-    s = template.parse(offline.summarize([
-        _user("u1", "Read the notes about `ConfigLoader`."),
-        _assistant("a1", "Reading.", _call("fetch_notes", {"id": 3}, "Error: the port was 0 in March.\nfixed"))]))
-    assert not s["blocked"] and not any("Command" in x or "Error: the port" in x for x in s["critical"]), s
+    # another tool's output is content, not its outcome, whatever its name holds ("latest",
+    # "checkpoint"); a quoted name, an expression or a command the person forbids is no command
+    for tool in ("fetch_notes", "mcp__sentry__latest_issues", "mcp__memory__save_checkpoint"):
+        s = template.parse(offline.summarize([
+            _user("u1", "Read the notes about `ConfigLoader`; set `retries = -1` and `count -= 1`. "
+                        "Never run `git push --force` on main."),
+            _assistant("a1", "Reading.", _call(tool, {"id": 3}, "Error: the port was 0 in March.\nfixed"))]))
+        assert not s["blocked"] and not any("Command" in x or "Error: the port" in x for x in s["critical"]), s
 
 
 def test_a_request_that_tells_no_ask_is_worked_on_rather_than_an_earlier_one():
@@ -946,3 +960,9 @@ def test_a_request_that_tells_no_ask_is_worked_on_rather_than_an_earlier_one():
     s = _rolled(first, later)
     assert not any("dashboard duplicates" in x for x in s["in_progress"]), s["in_progress"]
     assert any("refunds.py" in x for x in s["in_progress"]), s["in_progress"]
+    # a question names nothing it asks for: the ask the steps were about is still worked on
+    s = _rolled([_user("u1", "Fix the EOF handling in `src/lexer.ts`."),
+                 _assistant("a1", "Reading.", _call("read_file", {"path": "src/lexer.ts"}, "let eof;"))],
+                [_user("u2", "Any progress? The demo is at 3pm."),
+                 _assistant("a2", "Running.", _call("read_file", {"path": "src/util.ts"}, "export {}"))])
+    assert any("EOF handling" in x for x in s["in_progress"]), s["in_progress"]

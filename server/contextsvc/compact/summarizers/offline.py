@@ -312,7 +312,10 @@ PROGRAMS = frozenset(("pytest", "python", "python3", "pip", "uv", "tox", "nox", 
 def _is_command(span: str) -> bool:
     """A `code span` that is a command line: two words or more, of a known program or with a flag."""
     words = span.split()
-    return len(words) >= 2 and (words[0] in PROGRAMS or any(w.startswith("-") and len(w) > 1 for w in words[1:]))
+    return len(words) >= 2 and (words[0] in PROGRAMS or any(FLAG.match(w) for w in words[1:]))
+
+
+FLAG = re.compile(r"--?[A-Za-z]")  # "-x", "--force"; not "-1" or "-="
 
 
 def _looks(cmd: str) -> bool:
@@ -321,12 +324,15 @@ def _looks(cmd: str) -> bool:
 
 
 # what the name of a tool that runs checks holds (run_tests, mcp__ci__run_lint, typecheck)
-CHECK_TOOL_WORDS = ("test", "lint", "check", "build", "compile", "verify")
+CHECK_TOOL_WORDS = frozenset(("test", "pytest", "lint", "check", "typecheck", "build", "compile", "verify"))
 
 
 def _runs_checks(tool: str) -> bool:
-    base = tool.lower().rsplit(".", 1)[-1].rsplit("__", 1)[-1]
-    return any(w in base for w in CHECK_TOOL_WORDS)
+    """A word of the tool's name (snake, kebab or camel case) is a check's: not "latest_issues",
+    "save_checkpoint" or "attest"."""
+    base = tool.rsplit(".", 1)[-1].rsplit("__", 1)[-1]
+    words = re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])", base)
+    return any(w.lower().rstrip("s") in CHECK_TOOL_WORDS for w in words)
 
 
 def _kind(tool: str) -> str:
@@ -480,6 +486,7 @@ class _Asks:
         self.current = ""  # the ask the latest step that named one was about
         self.last_step = ""
         self.latest = []  # asks of the latest user message
+        self.latest_names = False  # the latest user message names something (_keys)
         self.steps_after_latest = 0
         self.named_after_latest = False
 
@@ -489,10 +496,12 @@ class _Asks:
             for k in keys:
                 self._asking.setdefault(k, []).append(ask)
 
-    def ask(self, asks: list) -> None:
+    def ask(self, asks: list, names: bool = False) -> None:
+        """A request and the asks it states; names: it names a path, identifier or code span."""
         for a in asks:
             self.add(a)
         self.latest = list(asks)
+        self.latest_names = names
         self.steps_after_latest = 0
         self.named_after_latest = False
 
@@ -554,9 +563,12 @@ class _Asks:
     def working_on(self) -> str:
         if self.steps_after_latest and not self.named_after_latest:
             # working, on the latest request's first ask, surely: an ask from before it was left
-            # for it; and a request whose asks are not told ("Next: harden refunds.py the same
-            # way") is no sign of going on with an earlier one (that would name it)
-            return next((a for a in self.latest if a not in self.done), "")
+            # for it; and a request naming what it is about whose asks are not told ("Next:
+            # harden `refunds.py` the same way") is no sign of going on with an earlier one (that
+            # would name it), where a question ("Any progress?") is
+            first = next((a for a in self.latest if a not in self.done), "")
+            if first or self.latest_names:
+                return first
         if self.current and self.current not in self.done:
             return self.current
         return ""
@@ -709,9 +721,11 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
             for line in text.splitlines():
                 if ERROR_LINE.search(line):
                     out.append(("acc", "critical", _clip(line, limits)))
-            for span in code_spans(text):  # "Reproduce with `pytest tests/test_race.py -x -q`"
-                if _is_command(span):
-                    out.append(("acc", "critical", _clip(f"Command: `{span}`", limits)))
+            for s in sentences:  # "Reproduce with `pytest tests/test_race.py -x -q`"
+                if not CONSTRAINT.search(s):  # "Never run `git push --force`" is a constraint
+                    for span in code_spans(s):
+                        if _is_command(span):
+                            out.append(("acc", "critical", _clip(f"Command: `{span}`", limits)))
         for p in msg.parts:
             deadline.count("compact")
             if isinstance(p.content, m.File) and p.content.filename:
@@ -730,7 +744,7 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
         said = _clip(s, limits)
         said_keys = _keys(said)
         out.append(("said", said, tuple(said_keys | _stems(said_keys)), says_done))
-        reversal = sup.is_reversal(s)
+        reversal = sup.is_reversal(s, reported=True)
         if reversal or DECISION.search(sup.OBSERVED.sub(" ", s)) or (INTENT.search(s) and CHOICE.search(s)):
             if reversal:
                 out.append(("reversal", said))
@@ -1065,7 +1079,7 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
                 if fact[1]:
                     goals.append(fact[1])
                 last_user_answered = False
-                asks.ask(list(fact[2]))
+                asks.ask(list(fact[2]), bool(fact[1] and _keys(fact[1])))
                 turn = asks.latest
             elif kind == "succeeded":
                 if fact[1] in failed:  # the blocker is gone; Done has the run; steps it held are done

@@ -12,15 +12,17 @@ import shlex
 from functools import lru_cache
 from types import MappingProxyType
 
-# A sentence that reverses an earlier decision or constraint. "Reverted" or "reverting" alone
-# reports an undone edit ("the parser.ts guard is reverted"), no change of plan: only "reverted
-# to" or "back" chooses.
+# A sentence that reverses an earlier decision or constraint ("actually" after an ellipsis too:
+# "Hmm... Actually, Redis for the job queue").
 REVERSAL = re.compile(
     r"\b(?:change of plans?|changed? (?:my|our|the) mind|on second thought|instead|switch(?:ed|ing)? "
-    r"(?:to|back|over)|revert|revert(?:ed|ing) (?:back|to)|roll(?:ed)? back|no longer|not anymore|anymore|"
-    r"rather than|"
+    r"(?:to|back|over)|revert(?:ed|ing)?|roll(?:ed)? back|no longer|not anymore|anymore|rather than|"
     r"scrap(?:ped)?|drop(?:ped)? the|replace[sd]? (?:the|that|this)|abandon(?:ed)?|from now on|going forward|"
-    r"^actually)\b", re.IGNORECASE)
+    r"(?:^|\.\.\.\s*)actually)\b", re.IGNORECASE)
+# What the assistant reports it undid ("the parser.ts guard is reverted", "reverting the guard"):
+# an edit taken back, no change of plan; "reverted to" or "back" chooses (the person's "I reverted
+# the Redis job queue" stays a reversal: undone, the decision is)
+UNDONE_REPORTED = re.compile(r"\brevert(?:ed|ing)\b(?!\s+(?:back|to)\b)", re.IGNORECASE)
 # What something did where something else was expected ("compute_total() returns 21.63 instead of
 # 21.64"): a bug's description compares two values and chooses nothing, its "instead" no reversal.
 # The value is a few words at most, without a comma: "the test still gives errors, switch to
@@ -31,8 +33,8 @@ OBSERVED = re.compile(
     r"came out)(?:\s+[^\s;!?,]+){1,3}\s+instead of\b", re.IGNORECASE)  # at most 3 words apart: bounded
 # A change from one thing to another: "switched the lock from Redis to Memcached" (the thing left
 # is the first group, what is chosen follows), "replace Redis with Memcached"
-_FROM_TO = (r"\b(?:switch|move|migrate|change|port|convert)(?:s|d|ed|ing)?\b(?:\s+[\w'-]+){0,4}?\s+from\s+"
-            r"([\w.+#-]+)\s+to")
+_FROM_TO = (r"\b(?:switch(?:es|ed|ing)?|mov(?:e|es|ed|ing)|migrat(?:e|es|ed|ing)|chang(?:e|es|ed|ing)|"
+            r"port(?:s|ed|ing)?|convert(?:s|ed|ing)?)\b(?:\s+[\w'-]+){0,4}?\s+from\s+([\w.+#-]+)\s+to")
 _REPLACE_WITH = r"\breplac(?:e|es|ed|ing)\s+([\w.+#-]+)\s+(?:with|by)"
 # The choice a decision states: what it uses, switches or moves to, goes with, takes instead.
 CHOSEN = re.compile(
@@ -42,10 +44,12 @@ CHOSEN = re.compile(
     rf"{_FROM_TO}\s+([\w.+#-]+)|{_REPLACE_WITH}\s+([\w.+#-]+)", re.IGNORECASE)
 
 
-def is_reversal(text: str) -> bool:
+def is_reversal(text: str, reported: bool = False) -> bool:
     """text changes a plan: a reversal's words outside any description of what something did
-    instead of what was expected."""
-    return bool(REVERSAL.search(OBSERVED.sub(" ", text)))
+    instead of what was expected. reported: the assistant's text, where an edit reported undone
+    is none (UNDONE_REPORTED)."""
+    text = OBSERVED.sub(" ", text)
+    return bool(REVERSAL.search(UNDONE_REPORTED.sub(" ", text) if reported else text))
 
 
 NEGATED = re.compile(r"\b(?:no longer|not|never|stop(?:ped)?|anymore)\b|n't\b", re.IGNORECASE)
@@ -170,13 +174,16 @@ def same_topic(a: str, b: str) -> bool:
 def reverses(new: str, old: str) -> bool:
     """new, a reversal ("change of plan", "instead", "switch to", "revert", "no longer"), is
     about what old said: it names something old said that it drops ("use Memcached instead of
-    Redis" reverses "use Redis for the lock", not "keep the key format invoice:lock:{id}"), or,
-    naming nothing it drops, shares old's topic."""
+    Redis" reverses "use Redis for the lock", not "keep the key format invoice:lock:{id}"), or
+    makes another choice on the topic of old's; or, naming nothing it drops, shares old's topic."""
     if not is_reversal(new):
         return False
-    gone = dropped(new)
-    if gone:
-        return bool(topic(" ".join(gone)).keys() & topic(old).keys())
+    gone = topic(" ".join(dropped(new))).keys()  # a number ("from 30s to 60s") is no topic word: none
+    if gone and not gone & topic(old).keys():
+        # it drops another thing: it reverses old only by choosing anew what old chose, on its
+        # topic ("use Postgres for the job queue and remove the cron script" after "use SQLite for
+        # the job queue"); a constraint choosing nothing stays ("keep the key format ...")
+        return bool(chosen(old)) and bool(chosen(new) - chosen(old)) and same_topic(new, old)
     return same_topic(new, old)
 
 
@@ -199,18 +206,10 @@ def replaces(new: str, old: str) -> bool:
 def done_by(step: str, evidence: str) -> bool:
     """A step with no identifier to tie it ("fix the worker's missing redis module") is done by
     evidence (a sentence saying it is done, a blocker resolved) that shares two topic words with
-    it, or one the evidence names (quoted, capitalized, versioned); a file the evidence names
-    speaks of its name too ("Fixed the bug in src/lexer.ts" does "fix the lexer bug")."""
+    it, or one the evidence names (quoted, capitalized, versioned)."""
     ts, te = topic(step), topic(evidence)
-    shared = ts.keys() & (te.keys() | _file_stems(te))
-    return len(shared) >= 2 or any(te.get(w) for w in shared)
-
-
-def _file_stems(words) -> set:
-    """The names without extension of the file names among topic words: a report of
-    "src/lexer.ts" speaks of the lexer, as a plain word ("fix the lexer bug")."""
-    return {stem for w in words if "." in w for stem in (w.rsplit(".", 1)[0],)
-            if len(stem) >= 3 and stem.isalpha() and stem not in STOP}
+    shared = ts.keys() & te.keys()
+    return len(shared) >= 2 or any(te[w] for w in shared)
 
 
 ACK_WORDS = frozenset("""
