@@ -532,3 +532,26 @@ def test_a_medium_stripped_since_the_count_does_not_scale_what_is_new():
     assert "anchored x1.0000" in r.decision[1], r.decision[1]
     # the whole request's figure stands: no larger than the same text's without the screenshot
     assert r.projected >= r.decision[0] and r.decision[0] <= plain.decision[0], (r.projected, plain.decision)
+
+
+def test_a_count_that_decides_adds_the_answer_as_sent_again_not_its_output_tokens():
+    """The answer's output tokens are what the model generated; sent again, the answer is its
+    call as the body writes it (a function call's wrapper and arguments). Projected from input +
+    output, a Gemini session's request came 116 tokens short and was refused; from the count of
+    the request the answer came from, the answer is taken as our figure of it, with its margins."""
+    ours = _ours()
+
+    def session(arguments: str) -> m.Conversation:
+        conv = _counted_session(round(0.8 * ours), TAIL)
+        answer = conv.messages[3]
+        call = m.Part("t3", m.Tool("c3", "write", m.COMPLETED, {"path": "app.ts", "content": arguments}, output="ok"))
+        conv.messages[3] = dataclasses.replace(answer, parts=answer.parts + [call])
+        return conv
+
+    small, large = session("x = 1\n"), session("export const f = (x: number) => x * 2;\n" * 200)
+    a, b = (_stepped(c, GPT4O, _sent_then(c)) for c in (small, large))
+    assert a.has_baseline and b.has_baseline and a.reported == b.reported
+    assert a.projected < a.decision[0] and b.projected < b.decision[0]
+    # the arguments' own figure, with margins: at least their calibrated tokens
+    grown = b.projected - a.projected
+    assert grown >= b.calibrated[0] - a.calibrated[0] > 1_500, (grown, a.calibrated, b.calibrated)

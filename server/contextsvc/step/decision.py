@@ -81,7 +81,7 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
         figure = "exact" if fig.exact is not None and fig.exact_tokenizer.native else "calibrated"
     if figure == "exact" and fig.exact is None:
         figure = "calibrated"  # exact counts decide only when the request asks for them
-    total, tail, overhead, method, rewrite, rebase = _figure(figure, fig.stretches[figure], fig, plan)
+    total, tail, overhead, method, rewrite, rebase, answer = _figure(figure, fig.stretches[figure], fig, plan)
     # One figure decides (design.md §3): with a baseline, the projection from the last reported
     # usage (SPEC §3: the provider's own count of the prefix, what is new since by the decision
     # figure's method), where that count is known to be of this prefix (_count_stands); else the
@@ -92,7 +92,13 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
     rebased = max(0, reported + rebase) if anchored else 0
     if anchored:
         from_reported = rebased + tail + _resent(overhead, fig)
-        projected = from_reported if _count_stands(figure, fig, base) else max(projected, from_reported)
+        if _count_stands(figure, fig, base):
+            # the count of the request the answer came from, then the answer as it is sent again
+            # and what follows it: a count of input + output fell 116 tokens short of a Gemini
+            # request's, the answer's output being less than its function call as sent
+            projected = base.usage.input_as_sent() + answer + tail + _resent(overhead, fig)
+        else:
+            projected = max(projected, from_reported)
     # backward-looking: the last answer's real usage reached the limit; rebased the same way
     # when it is the baseline's, so a prune that frees enough clears this check too. What the
     # window held: without what the provider's own clearing kept out of it
@@ -137,10 +143,11 @@ def _resent(overhead: int, fig: Figures) -> int:
 
 
 def _figure(figure: str, stretch: tuple, fig: Figures, plan: Plan) -> tuple:
-    """(whole, tail, overhead, method, rewrite, rebase) of the figure every compaction choice
-    reads: the method's count of the text (media as placeholders) times the safety margin and the
-    model's tokenizer factor, plus a fixed cost per media item (design.md §3); rebase: the change
-    since the baseline was counted."""
+    """(whole, tail, overhead, method, rewrite, rebase, answer) of the figure every compaction
+    choice reads: the method's count of the text (media as placeholders) times the safety margin
+    and the model's tokenizer factor, plus a fixed cost per media item (design.md §3); rebase: the
+    change since the baseline was counted; answer: the anchor's answer as sent again, scaled as the
+    tail (new text to the provider's count)."""
     mc = plan.cfg.measure
     total, tail, overhead, rewrite = stretch
     margin = mc.margin
@@ -182,7 +189,8 @@ def _figure(figure: str, stretch: tuple, fig: Figures, plan: Plan) -> tuple:
     # the rewrite is profiled as its own text, whose blocks can fall a little differently from
     # the whole request's: it is never more than the whole request
     return (whole, tail_text + fig.media_tail * per_item, text(overhead), method,
-            min(whole, text(rewrite) + fig.media_rewrite * per_item), rebase)
+            min(whole, text(rewrite) + fig.media_rewrite * per_item), rebase,
+            text(fig.answer, tail_scale) + fig.media_answer * per_item)
 
 
 def _tokenizer_factor(figure: str, fig: Figures, plan: Plan) -> tuple:

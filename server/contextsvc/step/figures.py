@@ -74,6 +74,11 @@ class Figures:
     # included: that count holds what they cost, which our text figures of the prefix do not
     # (step.decision._tokenizer_factor)
     media_prefix: int = 0
+    # the decision stretch of the elements from the anchor's answer to the tail (the answer as
+    # sent again, which its output tokens do not measure: a tool call's wrapper, thinking the
+    # provider drops), before the tokenizer's factor; and its media items
+    answer: int = 0
+    media_answer: int = 0
     # the anchor's reported input over the decision figure of the prefix as it counted it; 0 = none
     decision_factor: float = 0.0
     decision_anchor: Optional[m.Message] = None  # the assistant whose reported input it is
@@ -584,6 +589,8 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
         decide = (cal_total, cal_tail, cal_overhead, tokens.round_half_up(cal_rewrite))
     stretches = out.stretches
     stretches["calibrated"] = stretches["self-calibrated"] = decide
+    if anchor is not None and mc.calibrated_figures:  # the answer, as sent again (step.decision)
+        out.answer = tokens.round_half_up(margined[2] if mc.measured_margins else middle_cal)
     if exact is not None:
         stretches["exact"] = (exact[0], ex_tail, ex_overhead, ex_rewrite)
     media_tail = media_rewrite = 0
@@ -595,7 +602,9 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
         if rewrite_from is not None:
             media_rewrite = request.ledger.media_count if rewrite_from < 0 else media_from(rewrite_from)
         if anchor is not None:  # in the prefix the anchor's count held: before its own elements
-            out.media_prefix = request.ledger.media_count - media_from(n_sys + max(at, 0))
+            since = media_from(n_sys + max(at, 0))
+            out.media_prefix = request.ledger.media_count - since
+            out.media_answer = since - media_tail
     out.calibrated = out.self_calibrated = (cal_total, tokens.CALIBRATED)
     out.exact = exact
     out.media_tail, out.media_rewrite = media_tail, media_rewrite
