@@ -555,3 +555,19 @@ def test_a_count_that_decides_adds_the_answer_as_sent_again_not_its_output_token
     # the arguments' own figure, with margins: at least their calibrated tokens
     grown = b.projected - a.projected
     assert grown >= b.calibrated[0] - a.calibrated[0] > 1_500, (grown, a.calibrated, b.calibrated)
+
+
+def test_claude_s_count_decides_only_over_our_figure_and_scales_what_is_new_by_its_prior():
+    """Claude counts more than cl100k: a count under our calibrated figure of the prefix is a
+    usage without Anthropic's cache reads, or of text we over-read (pytest's dots), and does not
+    decide (the same ratio does for gpt-4o, whose o200k counts less); where it decides, what is
+    new since it is scaled at least by Claude's prior, not by a prefix ratio of 1.0 (a code tail
+    after a prefix of dots came 2,800 tokens short)."""
+    claude = mdl(200_000, 0, 4_000, provider=m.ANTHROPIC, id="claude-sonnet-4-5")
+    ours = 10_000 / run(_counted_session(10_000, TAIL), claude).calibration_factor
+    for ratio, model_, stands in ((0.8, claude, False), (0.8, GPT4O, True), (1.0, claude, True)):
+        conv = _counted_session(round(ratio * ours), TAIL)
+        r = _stepped(conv, model_, _sent_then(conv))
+        assert (r.projected < r.decision[0]) == stands, (ratio, model_.id, r.projected, r.decision)
+    # the count decides at 1.0x our figure; the tail goes in at 1.35x its calibrated figure or more
+    assert r.projected - r.reported >= 1.35 * (r.projected_calibrated - r.reported), r

@@ -81,7 +81,7 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
         figure = "exact" if fig.exact is not None and fig.exact_tokenizer.native else "calibrated"
     if figure == "exact" and fig.exact is None:
         figure = "calibrated"  # exact counts decide only when the request asks for them
-    total, tail, overhead, method, rewrite, rebase, answer = _figure(figure, fig.stretches[figure], fig, plan)
+    total, tail, overhead, method, rewrite, rebase, answer, new_since = _figure(figure, fig.stretches[figure], fig, plan)
     # One figure decides (design.md §3): with a baseline, the projection from the last reported
     # usage (SPEC §3: the provider's own count of the prefix, what is new since by the decision
     # figure's method), where that count is known to be of this prefix (_count_stands); else the
@@ -92,11 +92,11 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
     rebased = max(0, reported + rebase) if anchored else 0
     if anchored:
         from_reported = rebased + tail + _resent(overhead, fig)
-        if _count_stands(figure, fig, base):
+        if _count_stands(figure, fig, base, plan):
             # the count of the request the answer came from, then the answer as it is sent again
             # and what follows it: a count of input + output fell 116 tokens short of a Gemini
             # request's, the answer's output being less than its function call as sent
-            projected = base.usage.input_as_sent() + answer + tail + _resent(overhead, fig)
+            projected = base.usage.input_as_sent() + answer + new_since + _resent(overhead, fig)
         else:
             projected = max(projected, from_reported)
     # backward-looking: the last answer's real usage reached the limit; rebased the same way
@@ -117,7 +117,7 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
                     should, outlook)
 
 
-def _count_stands(figure: str, fig: Figures, base: m.Message) -> bool:
+def _count_stands(figure: str, fig: Figures, base: m.Message, plan: Plan) -> bool:
     """The provider's count of the prefix decides for it, where our figure of that prefix may read
     higher: the calibrated figure (its margins and the tokenizer's factor are never below 1, so a
     provider that counts less, gpt-4o's o200k against cl100k's ratios, compacted a 32K session at
@@ -128,10 +128,22 @@ def _count_stands(figure: str, fig: Figures, base: m.Message) -> bool:
     (fig.prefix_as_counted: the previous_cache_state the client passed back, so nothing a prune,
     the payload guard or a media strip changed since is taken off the count at a ratio that is
     not the provider's). The tail keeps its margins and a tokenizer factor of at least 1.
-    Otherwise the projection never reads below the whole request's figure."""
+    A Claude model counts more than cl100k does: a count under our calibrated figure of the
+    prefix (no margins) is not its count of it (a client that left out the cache reads, which
+    Anthropic reports apart) or one of text we over-read (pytest's dots), whose ratio would scale
+    nothing else right. Otherwise the projection never reads below the whole request's figure."""
     anchor = fig.decision_anchor
+    floor = 1.0 if _family(plan).name in COUNTS_MORE else plan.cfg.measure.self_calibration_min_factor
     return (figure == "calibrated" and bool(fig.decision_factor) and fig.prefix_as_counted
-            and anchor is not None and base is not None and anchor.id == base.id)
+            and fig.count_ratio >= floor and anchor is not None and base is not None and anchor.id == base.id)
+
+
+# the families whose tokenizer counts more than cl100k's (tokenizer_family: measured for Claude)
+COUNTS_MORE = frozenset((tokenizer_family.CLAUDE, tokenizer_family.CLAUDE_47))
+
+
+def _family(plan: Plan) -> tokenizer_family.Family:
+    return tokenizer_family.for_model(plan.model.id, plan.model.provider, plan.cfg.measure.exact_encoding)
 
 
 def _resent(overhead: int, fig: Figures) -> int:
@@ -143,11 +155,11 @@ def _resent(overhead: int, fig: Figures) -> int:
 
 
 def _figure(figure: str, stretch: tuple, fig: Figures, plan: Plan) -> tuple:
-    """(whole, tail, overhead, method, rewrite, rebase, answer) of the figure every compaction
+    """(whole, tail, overhead, method, rewrite, rebase, answer, new) of the figure every compaction
     choice reads: the method's count of the text (media as placeholders) times the safety margin
     and the model's tokenizer factor, plus a fixed cost per media item (design.md §3); rebase: the
-    change since the baseline was counted; answer: the anchor's answer as sent again, scaled as the
-    tail (new text to the provider's count)."""
+    change since the baseline was counted; answer and new: the anchor's answer as sent again and
+    the tail, as a projection from the provider's count takes them (new text to that count)."""
     mc = plan.cfg.measure
     total, tail, overhead, rewrite = stretch
     margin = mc.margin
@@ -188,9 +200,14 @@ def _figure(figure: str, stretch: tuple, fig: Figures, plan: Plan) -> tuple:
     rebase = (text(rebase_text) if rebase_text >= 0 else -text(-rebase_text)) + fig.media_rebase * per_item
     # the rewrite is profiled as its own text, whose blocks can fall a little differently from
     # the whole request's: it is never more than the whole request
+    # where the count decides, what is new since it (the answer as sent again, the tail) is
+    # scaled at least by the family's prior: the prefix's ratio may be of text we over-read
+    # (pytest's dots read 2.1x Claude's count, and a code tail scaled 1.0 came 2,800 short)
+    new_scale = max(float(tail_scale), float(_family(plan).prior)) if figure == "calibrated" else tail_scale
     return (whole, tail_text + fig.media_tail * per_item, text(overhead), method,
             min(whole, text(rewrite) + fig.media_rewrite * per_item), rebase,
-            text(fig.answer, tail_scale) + fig.media_answer * per_item)
+            text(fig.answer, new_scale) + fig.media_answer * per_item,
+            text(tail, new_scale) + fig.media_tail * per_item)
 
 
 def _tokenizer_factor(figure: str, fig: Figures, plan: Plan) -> tuple:
@@ -206,7 +223,7 @@ def _tokenizer_factor(figure: str, fig: Figures, plan: Plan) -> tuple:
     before, the family's prior for both, which also bounds both when the provider's count held
     media. Neither for the reference's estimate, for the model's own exact count, nor for the
     self-calibrated figure once it is scaled already."""
-    fam = tokenizer_family.for_model(plan.model.id, plan.model.provider, plan.cfg.measure.exact_encoding)
+    fam = _family(plan)
     if figure == "estimate" or (figure == "exact" and fig.exact_tokenizer.native):
         return 1, 1, ""
     if figure == "self-calibrated" and fig.factor:

@@ -87,6 +87,7 @@ class Figures:
     # the provider's count of that prefix over its calibrated figure: what the text added since
     # (the tail) is scaled by, so its own classes' margins stay on top of the provider's scale
     new_text_factor: float = 0.0
+    count_ratio: float = 0.0  # that count over the calibrated figure of the prefix, unbounded
     # the provider's count of the message elements between its last two answers (the difference
     # of their reported inputs) over our calibrated figure of them: the same for message text
     # alone, which tool definitions our calibration may read high do not weigh on; 0 = none
@@ -173,6 +174,7 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
         out.decision_factor = f if mc.self_calibration_min_factor <= f <= mc.self_calibration_max_factor else 0.0
         g = sent / float(counted_calibrated) if counted_calibrated > 0 else 0.0
         out.new_text_factor = g if out.decision_factor and g <= mc.self_calibration_max_factor else 0.0
+        out.count_ratio = g
         if mc.self_calibration_min_factor <= g <= mc.self_calibration_max_factor:
             _self_calibrate(out, g, anchor.id)
     return out
