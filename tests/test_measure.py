@@ -571,3 +571,32 @@ def test_claude_s_count_decides_only_over_our_figure_and_scales_what_is_new_by_i
         assert (r.projected < r.decision[0]) == stands, (ratio, model_.id, r.projected, r.decision)
     # the count decides at 1.0x our figure; the tail goes in at 1.35x its calibrated figure or more
     assert r.projected - r.reported >= 1.35 * (r.projected_calibrated - r.reported), r
+
+
+def test_the_answer_as_sent_again_is_never_less_than_it_generated_nor_counted_twice():
+    """Opaque reasoning goes in as its placeholder, so our figure of an answer holding 20,000
+    tokens of redacted thinking misses them: the answer is at least its output and reasoning
+    tokens. A message of two steps lowers to two assistant elements, the first with its tool
+    result, and its usage is the last step's, whose input holds the first: the answer is then its
+    generated tokens alone (our figure of both steps on top counted the first twice)."""
+    claude = mdl(1_000_000, 0, 4_000, provider=m.ANTHROPIC, id="claude-sonnet-4-5")
+    ours = 10_000 / run(_counted_session(10_000, TAIL), claude).calibration_factor
+    conv = _counted_session(round(1.1 * ours), TAIL)
+    thinking = m.Part("r3", m.Reasoning("", redacted_data="EuYBCkQYAiJA" * 2_000))
+    answer = conv.messages[3]
+    conv.messages[3] = dataclasses.replace(answer, parts=[thinking] + answer.parts,
+                                           usage=m.Usage(input=answer.usage.input, output=20_060, reasoning=0))
+    r = _stepped(conv, claude, _sent_then(conv))
+    assert r.has_baseline and r.projected >= answer.usage.input + 20_060, (r.projected, answer.usage.input)
+
+    big = "def handler(event, context):\n    return process(event['body'])\n" * 1500
+    step1 = [m.Part("s1", m.StepStart()), txt("a3", "Reading the handler."), tool_part("t3", "c3", big)]
+    conv = _counted_session(round(0.8 * _ours()), TAIL)
+    counted = conv.messages[3].usage.input + 20_000  # the last step's count holds step 1's result
+    messages = conv.messages[:3] + [dataclasses.replace(
+        conv.messages[3], parts=step1 + [m.Part("s2", m.StepStart()), txt("a3b", "Read it.")],
+        usage=m.Usage(input=counted, output=40))] + conv.messages[4:]
+    multi = m.Conversation(messages)
+    sent = m.Conversation(messages[:3] + [dataclasses.replace(messages[3], parts=step1, usage=m.Usage())])
+    r = _stepped(multi, GPT4O, sent)
+    assert r.has_baseline and counted < r.projected < counted + 10_000, (r.projected, counted)

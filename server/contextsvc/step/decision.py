@@ -96,7 +96,11 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
             # the count of the request the answer came from, then the answer as it is sent again
             # and what follows it: a count of input + output fell 116 tokens short of a Gemini
             # request's, the answer's output being less than its function call as sent
-            projected = base.usage.input_as_sent() + answer + new_since + _resent(overhead, fig)
+            # (and never less than what it generated: opaque reasoning goes in as its placeholder)
+            usage = base.usage
+            generated = usage.output + usage.reasoning
+            projected = (usage.input_as_sent() + (generated if answer is None else max(answer, generated))
+                         + new_since + _resent(overhead, fig))
         else:
             projected = max(projected, from_reported)
     # backward-looking: the last answer's real usage reached the limit; rebased the same way
@@ -206,7 +210,7 @@ def _figure(figure: str, stretch: tuple, fig: Figures, plan: Plan) -> tuple:
     new_scale = max(float(tail_scale), float(_family(plan).prior)) if figure == "calibrated" else tail_scale
     return (whole, tail_text + fig.media_tail * per_item, text(overhead), method,
             min(whole, text(rewrite) + fig.media_rewrite * per_item), rebase,
-            text(fig.answer, new_scale) + fig.media_answer * per_item,
+            None if fig.answer is None else text(fig.answer, new_scale) + fig.media_answer * per_item,
             text(tail, new_scale) + fig.media_tail * per_item)
 
 

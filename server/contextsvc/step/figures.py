@@ -77,7 +77,7 @@ class Figures:
     # the decision stretch of the elements from the anchor's answer to the tail (the answer as
     # sent again, which its output tokens do not measure: a tool call's wrapper, thinking the
     # provider drops), before the tokenizer's factor; and its media items
-    answer: int = 0
+    answer: Optional[int] = None
     media_answer: int = 0
     # the anchor's reported input over the decision figure of the prefix as it counted it; 0 = none
     decision_factor: float = 0.0
@@ -591,7 +591,9 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
         decide = (cal_total, cal_tail, cal_overhead, tokens.round_half_up(cal_rewrite))
     stretches = out.stretches
     stretches["calibrated"] = stretches["self-calibrated"] = decide
-    if anchor is not None and mc.calibrated_figures:  # the answer, as sent again (step.decision)
+    # the answer, as sent again (step.decision): when it is one element (a message of several
+    # steps lowers to more, and its last step's count holds the earlier ones)
+    if anchor is not None and mc.calibrated_figures and tail_from - (n_sys + max(at, 0)) == 1:
         out.answer = tokens.round_half_up(margined[2] if mc.measured_margins else middle_cal)
     if exact is not None:
         stretches["exact"] = (exact[0], ex_tail, ex_overhead, ex_rewrite)
