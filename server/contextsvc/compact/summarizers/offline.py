@@ -693,6 +693,7 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
     steps on every compaction and they can be kept (memo.py)."""
     out = []
     own_text = _text_of(msg, synthetic=False) if msg.role in (m.USER, m.ASSISTANT) else ""
+    found = []
     if msg.role in (m.USER, m.ASSISTANT) and not msg.summary:
         found = identifiers(own_text)
         out.append(("identifiers", tuple(found), tuple(bool(PATH.fullmatch(x)) for x in found)))
@@ -706,8 +707,10 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
                 first = next(line.strip() for line in text.splitlines() if line.strip())
                 # a short aside naming nothing ("fix the lint too") is an ask, not the session's goal
                 aside = len(text.split()) <= SHORT_ASIDE and not _keys(text)
-                out.append(("goal", "" if aside else _clip(_sentences(first)[0], limits),
-                            tuple(_clip(a, limits) for a in asks)))
+                goal = "" if aside else _clip(_sentences(first)[0], limits)
+                # and whether it names what it is about (_Asks.ask), worked out once per message
+                names = bool(goal) and ("`" in goal or any(x in goal for x in found))
+                out.append(("goal", goal, tuple(_clip(a, limits) for a in asks), names))
             for s in sentences:
                 if sup.is_reversal(s):  # the person changed the plan: a decision, and it supersedes
                     out.append(("reversal", _clip(s, limits)))
@@ -1079,7 +1082,7 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
                 if fact[1]:
                     goals.append(fact[1])
                 last_user_answered = False
-                asks.ask(list(fact[2]), bool(fact[1] and _keys(fact[1])))
+                asks.ask(list(fact[2]), fact[3])
                 turn = asks.latest
             elif kind == "succeeded":
                 if fact[1] in failed:  # the blocker is gone; Done has the run; steps it held are done
