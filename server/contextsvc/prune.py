@@ -159,13 +159,14 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
         if stop:
             break
 
+    # every tool part has an id (validate)
+    spare_ids = tuple((msg.parts[j].id, cost) for msg, j, cost in reversed(spare))
     if not chosen or freed <= g.minimum_tokens:
-        # every tool part has an id (validate)
         return PruneResult(reason=reason, stopped_by=MINIMUM if chosen else NOTHING_TO_PRUNE, tokens_scanned=total,
-                           spare=tuple((msg.parts[j].id, cost) for msg, j, cost in reversed(spare)))
+                           spare=spare_ids)
     ids = [msg.parts[j].id for msg, j in chosen]
-    return PruneResult(part_ids=ids, tokens_freed=freed, acted=True, reason=reason,
-                       tokens_scanned=total, spare=tuple((msg.parts[j].id, cost) for msg, j, cost in reversed(spare)))
+    return PruneResult(part_ids=ids, tokens_freed=freed, acted=True, reason=reason, tokens_scanned=total,
+                       spare=spare_ids)
 
 
 def passed_over(newest: list, g: Gates, memo=None) -> bool:

@@ -42,7 +42,7 @@ def prune_to_fit(conv: m.Conversation, reason: str, settings: m.CompactionSettin
     r = prune.prune(conv, reason, settings, cfg, model=model, memo=memo, deadline=deadline)
     # what the gates marked comes first (the oldest); past them, the spare outputs they left
     marked = set(r.part_ids)
-    spare = [(pid, cost) for pid, cost in r.spare if pid not in marked]
+    spare = tuple((pid, cost) for pid, cost in r.spare if pid not in marked)
     spare_tokens = sum(cost for _, cost in spare)
     if not spare or tokens_needed <= 0 or model is None or model.limits.context <= 0 \
             or tokens_needed > MAX_SCALE * (spare_tokens + r.tokens_freed) + MAX_SCALE:
@@ -71,7 +71,7 @@ def prune_to_fit(conv: m.Conversation, reason: str, settings: m.CompactionSettin
         if fits(r.part_ids):
             return dataclasses.replace(r, fits=True)
         target = max(1, needed - r.tokens_freed)  # what the spare outputs are to free beside them
-    for k in _prefixes(tuple(spare), target):
+    for k in _prefixes(spare, target):
         ids = r.part_ids + [pid for pid, _ in spare[:k]]
         if fits(ids):
             return prune.PruneResult(part_ids=ids, acted=True, reason=reason,

@@ -81,7 +81,8 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
         figure = "exact" if fig.exact is not None and fig.exact_tokenizer.native else "calibrated"
     if figure == "exact" and fig.exact is None:
         figure = "calibrated"  # exact counts decide only when the request asks for them
-    total, tail, overhead, method, rewrite, rebase, answer, new_since = _figure(figure, fig.stretches[figure], fig, plan)
+    total, tail, overhead, method, rewrite, rebase, answer, new_since = _figure(
+        figure, fig.stretches[figure], fig, plan)
     # One figure decides (design.md §3): with a baseline, the projection from the last reported
     # usage (SPEC §3: the provider's own count of the prefix, what is new since by the decision
     # figure's method), where that count is known to be of this prefix (_count_stands); else the
@@ -91,7 +92,6 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
     projected = total
     rebased = max(0, reported + rebase) if anchored else 0
     if anchored:
-        from_reported = rebased + tail + _resent(overhead, fig)
         if _count_stands(figure, fig, base, plan):
             # the count of the request the answer came from, then the answer as it is sent again
             # and what follows it: a count of input + output fell 116 tokens short of a Gemini
@@ -102,7 +102,7 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
             projected = (usage.input_as_sent() + (generated if answer is None else max(answer, generated))
                          + new_since + _resent(overhead, fig))
         else:
-            projected = max(projected, from_reported)
+            projected = max(projected, rebased + tail + _resent(overhead, fig))
     # backward-looking: the last answer's real usage reached the limit; rebased the same way
     # when it is the baseline's, so a prune that frees enough clears this check too. What the
     # window held: without what the provider's own clearing kept out of it
@@ -131,15 +131,18 @@ def _count_stands(figure: str, fig: Figures, base: m.Message, plan: Plan) -> boo
     answer is no count of this one's), and the body is the one it answered with messages appended
     (fig.prefix_as_counted: the previous_cache_state the client passed back, so nothing a prune,
     the payload guard or a media strip changed since is taken off the count at a ratio that is
-    not the provider's). The tail keeps its margins and a tokenizer factor of at least 1.
-    A Claude model counts more than cl100k does: a count under our calibrated figure of the
-    prefix (no margins) is not its count of it (a client that left out the cache reads, which
-    Anthropic reports apart) or one of text we over-read (pytest's dots), whose ratio would scale
-    nothing else right. Otherwise the projection never reads below the whole request's figure."""
+    not the provider's). What is new since it keeps its margins and a tokenizer factor of at
+    least the family's prior (_figure). A Claude model counts more than cl100k does: a count
+    under our calibrated figure of the prefix (no margins) is not its count of it (a client that
+    left out the cache reads, which Anthropic reports apart) or one of text we over-read
+    (pytest's dots), whose ratio would scale nothing else right. Otherwise the projection never
+    reads below the whole request's figure."""
     anchor = fig.decision_anchor
-    floor = 1.0 if _family(plan).name in COUNTS_MORE else plan.cfg.measure.self_calibration_min_factor
+    mc = plan.cfg.measure
+    floor = 1.0 if _family(plan).name in COUNTS_MORE else mc.self_calibration_min_factor
     return (figure == "calibrated" and bool(fig.decision_factor) and fig.prefix_as_counted
-            and fig.count_ratio >= floor and anchor is not None and base is not None and anchor.id == base.id)
+            and fig.count_ratio >= floor and anchor is not None and base is not None
+            and anchor.id == base.id)
 
 
 # the families whose tokenizer counts more than cl100k's (tokenizer_family: measured for Claude)
@@ -202,12 +205,12 @@ def _figure(figure: str, stretch: tuple, fig: Figures, plan: Plan) -> tuple:
     # a pruned output whole), so a prune that frees enough clears should_compact
     rebase_text = fig.rebase_stretches.get(figure, 0)
     rebase = (text(rebase_text) if rebase_text >= 0 else -text(-rebase_text)) + fig.media_rebase * per_item
-    # the rewrite is profiled as its own text, whose blocks can fall a little differently from
-    # the whole request's: it is never more than the whole request
     # where the count decides, what is new since it (the answer as sent again, the tail) is
     # scaled at least by the family's prior: the prefix's ratio may be of text we over-read
     # (pytest's dots read 2.1x Claude's count, and a code tail scaled 1.0 came 2,800 short)
     new_scale = max(float(tail_scale), float(_family(plan).prior)) if figure == "calibrated" else tail_scale
+    # the rewrite is profiled as its own text, whose blocks can fall a little differently from
+    # the whole request's: it is never more than the whole request
     return (whole, tail_text + fig.media_tail * per_item, text(overhead), method,
             min(whole, text(rewrite) + fig.media_rewrite * per_item), rebase,
             None if fig.answer is None else text(fig.answer, new_scale) + fig.media_answer * per_item,
