@@ -466,16 +466,17 @@ def test_tools_the_previous_request_sent_are_not_counted_twice_beside_its_usage(
     """The reported usage of the last answer holds the tools and system it was sent with. With
     the cache_state of that request, a projection from it adds only what is new: 40 MCP tools
     counted twice asked a 32K session to compact at 40% of its window, at nearly every step.
-    Tools changed since are counted again, and without a cache_state the reference's
+    Tools changed since swap what the state says the count holds for what is sent now (tools
+    dropped since compacted sessions early), and without a cache_state the reference's
     over-count stands; Compact's tokens_before follows the same rule. (60 tools: half the
     window, counted twice over it.)"""
     mdl = convo.model(context=32_000, output=4_096)
     tools = _mcp_tools(60)
     first = [convo.user("m1", convo.text("p1", "Audit src/billing for float and Decimal mixing."))]
 
-    def ask(messages, tools_=tools, state=b""):
+    def ask(messages, tools_=None, state=b""):
         return stub.Assemble(pb.AssembleRequest(conversation=pb.Conversation(session_id="mcp", messages=messages),
-                                                model=mdl, tools=tools_, system=SYSTEM,
+                                                model=mdl, tools=tools if tools_ is None else tools_, system=SYSTEM,
                                                 previous_cache_state=state), timeout=10)
 
     sent = ask(first)
@@ -499,9 +500,20 @@ def test_tools_the_previous_request_sent_are_not_counted_twice_beside_its_usage(
     stateless = ask(messages).figures
     assert stateless.projected > again.figures.projected + f.overhead // 2
     assert stateless.should_compact
-    # tools changed since the count: added again, whatever the state says
-    changed = ask(messages, _mcp_tools(60, extra="Paginated."), state=sent.cache_state).figures
-    assert changed.projected > again.figures.projected + f.overhead // 2 and changed.should_compact
+    # tools changed since the count: the state holds our figure of the ones the count holds, so
+    # what is added is the difference (all of the tools again read 1.5x the request)
+    longer = ask(messages, _mcp_tools(60, extra="Paginated, 50 per page."), state=sent.cache_state).figures
+    assert 0 < longer.projected - f.projected < f.overhead // 10
+    assert longer.projected >= longer.decision.tokens and not longer.should_compact
+    # tools dropped since: the count still holds them, and what they were is taken out of it
+    # (sessions whose MCP tool set shrank compacted early); never below the whole request's figure
+    fewer = ask(messages, _mcp_tools(20), state=sent.cache_state).figures
+    assert fewer.projected < f.projected - f.overhead // 2
+    assert fewer.projected == fewer.decision.tokens and not fewer.should_compact
+    # and the provider's ratio is read against the tools it counted, not the 20 left
+    assert f.calibration_factor > 0 and abs(fewer.calibration_factor - f.calibration_factor) < 0.01
+    stale = ask(messages, _mcp_tools(20)).figures  # without the state, what the count holds is unknown
+    assert stale.projected > fewer.projected + f.overhead // 2
 
     def compact(state):
         return stub.Compact(pb.CompactRequest(conversation=pb.Conversation(session_id="mcp", messages=messages),

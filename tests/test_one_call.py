@@ -161,6 +161,21 @@ def test_a_version_1_state_is_still_read_with_its_tool_choice_unknown():
     assert (c.segment, c.index, c.flat, c.cause, c.prefix_kept) == ("messages", 0, 3, "tool_choice", False)
 
 
+
+def test_a_version_2_state_is_still_read_with_its_tools_figures_unknown():
+    """A state from a server before the figures of the body's tools and system were recorded
+    (version 2): read, its overhead unknown (a projection then adds the tools whole again); a
+    version 3 state carries them."""
+    chain = [prefix._short(str(i).encode()) for i in range(6)]
+    d = prefix.Digests((1, 2, 3), chain, [0] * 6, bytes(8), prefix._short(b"none"))
+    v2 = b"CX" + bytes([2, 1, 2, 3, 1]) + d.compaction + d.choice + b"".join(chain) + bytes(6)
+    before = prefix.decode(v2 + hashlib.sha256(v2).digest()[:4])
+    assert (before.counts, before.ends, before.choice) == ((1, 2, 3), chain, d.choice)
+    assert before.overhead == prefix.NO_OVERHEAD and prefix.compare(before, d) is None
+    now = prefix.decode(prefix.encode(d, 512, prefix.Overhead(11_234, 13_480)))
+    assert now.overhead == prefix.Overhead(11_234, 13_480) and now.ends == chain
+
+
 # ---- the report against a byte comparison of consecutive bodies ------------------------------
 
 _MARKER_KEYS = ("cache_control", "copilot_cache_control")

@@ -185,9 +185,10 @@ def _mark(marked, size: int, hexdigest) -> None:
 DIGEST_BYTES = 8
 # Format of cache_state; a state of another version is refused (the client sends none then).
 # Version 2 adds the tool choice's digest; a version 1 state (a server before it) is still read,
-# its choice unknown.
-STATE_VERSION = 2
-_READ_VERSIONS = (1, 2)
+# its choice unknown. Version 3 adds the figures of the body's tools and system (Overhead); a
+# state before it is read with them unknown.
+STATE_VERSION = 3
+_READ_VERSIONS = (1, 2, 3)
 _MAGIC = b"CX"
 # Trailing check bytes (SHA-256 of the rest): a truncated or altered state is refused, not
 # misread as a break.
@@ -218,6 +219,19 @@ class Digests:
     choice: bytes = NO_CHOICE  # digest of the tool choice, where changing it costs the cache
 
 
+@dataclass(frozen=True, slots=True)
+class Overhead:
+    """Our figures of a body's tool definitions and system elements, as the decision took them
+    (step.figures): the calibrated figure and the decision stretch's (with its margins), whole
+    tokens. Carried in its cache_state, so the next request can take out of the provider's count
+    what that body sent of them, where they changed since (step.decision)."""
+    calibrated: int
+    decision: int
+
+
+NO_OVERHEAD = Overhead(0, 0)  # not figured (the calibrated figures off), or a state before version 3
+
+
 @dataclass(slots=True)
 class State:
     """A previous response's digests, decoded: one digest per group of `group` elements."""
@@ -227,6 +241,7 @@ class State:
     pruned: list  # per group
     compaction: bytes
     choice: bytes | None  # None: not recorded (a version 1 state)
+    overhead: Overhead = NO_OVERHEAD
 
     @property
     def elements(self) -> int:
@@ -314,9 +329,10 @@ def read_varint(data: bytes, pos: int) -> tuple[int, int]:
             raise ValueError("overlong varint")
 
 
-def encode(d: Digests, max_groups: int) -> bytes:
+def encode(d: Digests, max_groups: int, overhead: Overhead = NO_OVERHEAD) -> bytes:
     """cache_state: at most max_groups digests, so a very long session groups its elements (the
-    report's index is then the first element of the group that changed)."""
+    report's index is then the first element of the group that changed); overhead: the figures
+    of the body's tools and system."""
     n = len(d.chain)
     group = max(1, -(-n // max(1, max_groups)))
     if group == 1:
@@ -329,7 +345,7 @@ def encode(d: Digests, max_groups: int) -> bytes:
             pruned.append(sum(d.pruned[whole:]))
     out = bytearray(_MAGIC)
     out.append(STATE_VERSION)
-    for v in (*d.counts, group):
+    for v in (*d.counts, group, overhead.calibrated, overhead.decision):
         out += varint_bytes(v)
     out += d.compaction
     out += d.choice
@@ -382,6 +398,7 @@ def decode(raw: bytes) -> State:
         raise _bad(f"has version {version}; this server reads versions {', '.join(map(str, _READ_VERSIONS))}")
     counts = (r.varint(), r.varint(), r.varint())
     group = r.varint()
+    overhead = Overhead(r.varint(), r.varint()) if version >= 3 else NO_OVERHEAD
     n = sum(counts)
     if n > _MAX_STATE_ELEMENTS or group < 1:
         raise _bad("has impossible sizes")
@@ -394,7 +411,7 @@ def decode(raw: bytes) -> State:
     pruned = [r.varint() for _ in range(groups)]
     if r.at != len(body):
         raise _bad("has trailing bytes")
-    return State(counts, group, ends, pruned, compaction, choice)
+    return State(counts, group, ends, pruned, compaction, choice, overhead)
 
 
 def _segment_of(flat: int, before: tuple, now: tuple) -> tuple:

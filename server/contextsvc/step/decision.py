@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import conversation as m, projection, provider_management, tokenizer_family, tokens
+from .. import conversation as m, prefix, projection, provider_management, tokenizer_family, tokens
 from .baseline import baseline
 from .figures import Figures
 from .plan import Plan
@@ -74,15 +74,17 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
         total, tail, overhead = fig.projections[method]
         if not anchored:
             return total
-        return max(0, reported + fig.rebase_projections.get(method, 0)) + tail + _resent(overhead, fig)
+        was = fig.counted_overhead.calibrated if method == "calibrated" else None
+        return max(0, reported + fig.rebase_projections.get(method, 0)) + tail + _resent(overhead, fig, was)
 
     figure = cfg.measure.compaction_figure
     if figure == "exact-where-known":  # Plan.of counted it for every model with its own offline
         figure = "exact" if fig.exact is not None and fig.exact_tokenizer.native else "calibrated"
     if figure == "exact" and fig.exact is None:
         figure = "calibrated"  # exact counts decide only when the request asks for them
-    total, tail, overhead, method, rewrite, rebase, answer, new_since = _figure(
+    total, tail, overhead, method, rewrite, rebase, answer, new_since, was = _figure(
         figure, fig.stretches[figure], fig, plan)
+    resent = _resent(overhead, fig, was)
     # One figure decides (design.md §3): with a baseline, the projection from the last reported
     # usage (SPEC §3: the provider's own count of the prefix, what is new since by the decision
     # figure's method), where that count is known to be of this prefix (_count_stands); else the
@@ -100,9 +102,9 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
             usage = base.usage
             generated = usage.output + usage.reasoning
             projected = (usage.input_as_sent() + (generated if answer is None else max(answer, generated))
-                         + new_since + _resent(overhead, fig))
+                         + new_since + resent)
         else:
-            projected = max(projected, rebased + tail + _resent(overhead, fig))
+            projected = max(projected, rebased + tail + resent)
     # backward-looking: the last answer's real usage reached the limit; rebased the same way
     # when it is the baseline's, so a prune that frees enough clears this check too. What the
     # window held: without what the provider's own clearing kept out of it
@@ -153,20 +155,27 @@ def _family(plan: Plan) -> tokenizer_family.Family:
     return tokenizer_family.for_model(plan.model.id, plan.model.provider, plan.cfg.measure.exact_encoding)
 
 
-def _resent(overhead: int, fig: Figures) -> int:
-    """What a projection from the reported usage adds for the tools and system: all of them (the
-    reference's bounded over-count: they may have changed since the provider counted them), or
-    nothing when the previous request's cache state shows them unchanged (the count holds them; 50
-    MCP tools of 11K tokens counted twice asked a 32K session to compact at 40% of its window)."""
-    return 0 if fig.overhead_counted else overhead
+def _resent(overhead: int, fig: Figures, was: int | None = None) -> int:
+    """What a projection from the reported usage adds for the tools and system: nothing when the
+    previous request's cache state shows them unchanged (the count holds them; 50 MCP tools of
+    11K tokens counted twice asked a 32K session to compact at 40% of its window); when they
+    changed, what they are now less what that state says they were (was, in the same terms;
+    less than nothing when tools were dropped: the count still holds them, and sessions whose MCP
+    tool set shrank compacted early); else all of them (the reference's bounded over-count: they
+    may have changed since the provider counted them). The whole request's figure bounds the
+    projection from below, so a swap read low never takes it under that."""
+    if fig.overhead_counted:
+        return 0
+    return overhead - was if was is not None else overhead
 
 
 def _figure(figure: str, stretch: tuple, fig: Figures, plan: Plan) -> tuple:
-    """(whole, tail, overhead, method, rewrite, rebase, answer, new) of the figure every compaction
+    """(whole, tail, overhead, method, rewrite, rebase, answer, new, was) of the figure every compaction
     choice reads: the method's count of the text (media as placeholders) times the safety margin
     and the model's tokenizer factor, plus a fixed cost per media item (design.md §3); rebase: the
     change since the baseline was counted; answer and new: the anchor's answer as sent again and
-    the tail, as a projection from the provider's count takes them (new text to that count)."""
+    the tail, as a projection from the provider's count takes them (new text to that count); was:
+    the tools and system the count holds, where they changed since and are known (_resent)."""
     mc = plan.cfg.measure
     total, tail, overhead, rewrite = stretch
     margin = mc.margin
@@ -209,12 +218,16 @@ def _figure(figure: str, stretch: tuple, fig: Figures, plan: Plan) -> tuple:
     # scaled at least by the family's prior: the prefix's ratio may be of text we over-read
     # (pytest's dots read 2.1x Claude's count, and a code tail scaled 1.0 came 2,800 short)
     new_scale = max(float(tail_scale), float(_family(plan).prior)) if figure == "calibrated" else tail_scale
+    # the tools and system the reported usage counted, where they changed since and the previous
+    # request's cache state holds their figure (of the calibrated figure's stretch alone)
+    was = fig.counted_overhead
+    was_text = text(was.decision) if figure == "calibrated" and was != prefix.NO_OVERHEAD else None
     # the rewrite is profiled as its own text, whose blocks can fall a little differently from
     # the whole request's: it is never more than the whole request
     return (whole, tail_text + fig.media_tail * per_item, text(overhead), method,
             min(whole, text(rewrite) + fig.media_rewrite * per_item), rebase,
             None if fig.answer is None else text(fig.answer, new_scale) + fig.media_answer * per_item,
-            text(tail, new_scale) + fig.media_tail * per_item)
+            text(tail, new_scale) + fig.media_tail * per_item, was_text)
 
 
 def _tokenizer_factor(figure: str, fig: Figures, plan: Plan) -> tuple:

@@ -62,6 +62,12 @@ class Figures:
     # the client sent back: the body the reported usage answered), so the provider's count holds
     # them already and a projection from it does not add them again (step.decision)
     overhead_counted: bool = False
+    # otherwise, the figures of the tool definitions and system elements the previous request
+    # sent (its cache_state), where known: the provider's count holds those, and a projection
+    # from it swaps them for these (step.decision); prefix.NO_OVERHEAD where not known
+    counted_overhead: prefix.Overhead = prefix.NO_OVERHEAD
+    # this body's, for its own cache_state: prefix.NO_OVERHEAD without the calibrated figures
+    overhead_figures: prefix.Overhead = prefix.NO_OVERHEAD
     # the body is the previous request's (the cache_state the client sent back: the body the
     # reported usage answered) with elements appended, nothing before them changed (step.decision)
     prefix_as_counted: bool = False
@@ -145,6 +151,8 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
                   request.ledger.media_count, (0, tokens.CALIBRATED), (0, tokens.CALIBRATED), 0.0, "", None,
                   {}, {}, 0, 0)
     out.overhead_counted = prefix.head_unchanged(plan.previous, request.digests, request.change)
+    if plan.previous is not None and not out.overhead_counted and mc.calibrated_figures:
+        out.counted_overhead = plan.previous.overhead
     out.prefix_as_counted = plan.previous is not None and request.digests is not None and (
         request.change is None or request.change.prefix_kept)
     _calibrated_and_exact(out, conv, request, plan, model_counter, last_assistant, since, tool_text, deadline, memo)
@@ -555,6 +563,13 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
             m_sys, m_head, _, _, m_tools = margined
             out.decision_prefix = m_sys + m_head + m_tools if mc.measured_margins else ours * mc.margin
             out.calibrated_prefix = ours
+            was = out.counted_overhead
+            if was != prefix.NO_OVERHEAD:
+                # the count holds the tools and system the previous request sent, not these (30
+                # MCP tools added since read a factor too low, tools dropped one too high)
+                out.decision_prefix += (was.decision - (m_sys + m_tools) if mc.measured_margins
+                                        else (was.decision - system_cal - tools_cal) * mc.margin)
+                out.calibrated_prefix += was.calibrated - (system_cal + tools_cal)
             out.decision_anchor = anchor
             out.overhead_heavy = (system_cal + tools_cal) * OVERHEAD_HEAVY >= ours
             if built_elements:
@@ -591,6 +606,8 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
         decide = (cal_total, cal_tail, cal_overhead, tokens.round_half_up(cal_rewrite))
     stretches = out.stretches
     stretches["calibrated"] = stretches["self-calibrated"] = decide
+    if mc.calibrated_figures:
+        out.overhead_figures = prefix.Overhead(cal_overhead, decide[2])
     # the answer, as sent again (step.decision): when it is one element (a message of several
     # steps lowers to more, and its last step's count holds the earlier ones)
     if anchor is not None and mc.calibrated_figures and tail_from - (n_sys + max(at, 0)) == 1:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import provider_management, tokens
+from .. import prefix, provider_management, tokens
 from .decision import Decision
 from .figures import Figures
 
@@ -47,6 +47,8 @@ class Measurement:
     rewrite: int = 0
     # what the provider's own context management does to this request (CompactionSettings.provider_managed)
     provider_management: provider_management.Outlook = provider_management.Outlook()
+    # our figures of the body's tools and system, carried in its cache_state (step.decision._resent)
+    overhead_figures: prefix.Overhead = prefix.NO_OVERHEAD
 
 
 def gather(body_bytes: int, fig: Figures, dec: Decision, usable: int, limit: int,
@@ -84,4 +86,5 @@ def gather(body_bytes: int, fig: Figures, dec: Decision, usable: int, limit: int
         decision=(dec.total, dec.method),
         rewrite=dec.rewrite,
         provider_management=dec.provider,
+        overhead_figures=fig.overhead_figures,
     )
