@@ -230,6 +230,19 @@ def test_explicit_hints_are_kept_auto_fills_and_all_are_bounded(stub):
         with pytest.raises(grpc.RpcError) as e:
             stub.Assemble(request(cache_hints=hints), timeout=10)
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and field in e.value.details()
+    # where the provider caches on its own a hint is a no-op, but one naming no message, or the
+    # last tool of none, is refused as everywhere (it was taken on OpenAI and Gemini alone)
+    conv = pb.Conversation(session_id="hints", messages=[convo.user("msg_001", convo.text("p1", "Fix the parser."))])
+    for provider in (pb.PROVIDER_OPENAI, pb.PROVIDER_OPENAI_RESPONSES, pb.PROVIDER_GEMINI):
+        for hint, field in ((pb.CacheHint(message_id="nope"), "cache_hints[1].message_id"),
+                            (pb.CacheHint(last_tool=True), "cache_hints[1].last_tool")):
+            hints = [pb.CacheHint(message_id="msg_001"), hint]
+            assert not stub.Assemble(request(conv, provider=provider, cache_hints=hints[:1]), timeout=10).breakpoints
+            r = request(conv, provider=provider, cache_hints=hints)
+            del r.tools[:]
+            with pytest.raises(grpc.RpcError) as e:
+                stub.Assemble(r, timeout=10)
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and field in e.value.details(), provider
 
 
 NUMBERS_JSON = ('{"a": 1.0, "b": 1e-07, "c": -0.0, "d": 1e21, "e": 1.2345678901234568e20, "f": 3.0, '
@@ -512,6 +525,10 @@ def test_tools_the_previous_request_sent_are_not_counted_twice_beside_its_usage(
     assert fewer.projected == fewer.decision.tokens and not fewer.should_compact
     # and the provider's ratio is read against the tools it counted, not the 20 left
     assert f.calibration_factor > 0 and abs(fewer.calibration_factor - f.calibration_factor) < 0.01
+    # a state of another request than the one the answer counted (here the one after it) is not
+    # what that count holds: the tools are added whole, as without one
+    other = ask(messages, _mcp_tools(20), state=again.cache_state).figures
+    assert other.projected > fewer.projected + f.overhead // 2
     stale = ask(messages, _mcp_tools(20)).figures  # without the state, what the count holds is unknown
     assert stale.projected > fewer.projected + f.overhead // 2
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from helpers import convo
 from helpers.server import start_server
-from contextsvc import prefix
+from contextsvc import config, prefix
 from contextsvc.errors import BadInput
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
@@ -171,9 +171,17 @@ def test_a_version_2_state_is_still_read_with_its_tools_figures_unknown():
     v2 = b"CX" + bytes([2, 1, 2, 3, 1]) + d.compaction + d.choice + b"".join(chain) + bytes(6)
     before = prefix.decode(v2 + hashlib.sha256(v2).digest()[:4])
     assert (before.counts, before.ends, before.choice) == ((1, 2, 3), chain, d.choice)
-    assert before.overhead == prefix.NO_OVERHEAD and prefix.compare(before, d) is None
+    assert before.overhead is None and prefix.compare(before, d) is None
     now = prefix.decode(prefix.encode(d, 512, prefix.Overhead(11_234, 13_480)))
     assert now.overhead == prefix.Overhead(11_234, 13_480) and now.ends == chain
+    # a body of no tools and no system is figured at 0, which is not "not figured"
+    assert prefix.decode(prefix.encode(d, 512, prefix.Overhead(0, 0))).overhead == prefix.Overhead(0, 0)
+    assert prefix.decode(prefix.encode(d, 512, None)).overhead is None
+    # written as version 2 for a fleet whose older replicas read no later one: what they read
+    old = prefix.encode(d, 512, prefix.Overhead(11_234, 13_480), version=2)
+    assert old[2] == 2 and prefix.decode(old).overhead is None and old == v2 + hashlib.sha256(v2).digest()[:4]
+    with pytest.raises(ValueError, match="cache_state_version"):
+        config.AssembleConfig(cache_state_version=4)
 
 
 # ---- the report against a byte comparison of consecutive bodies ------------------------------

@@ -108,7 +108,8 @@ def run(inp: AssembleInput, cfg: Config, now: Optional[dt.datetime] = None, *, s
     deadline.check("assemble")
     result, request, guard = s.measurement, s.request, s.guard
     body = request.body_json() if serialize else b""  # tests hold len(body) == result.body_bytes
-    state = prefix.encode(request.digests, cfg.assemble.cache_state_groups, result.overhead_figures) if hashes else b""
+    state = prefix.encode(request.digests, cfg.assemble.cache_state_groups, result.overhead_figures,
+                          cfg.assemble.cache_state_version) if hashes else b""
     return Assembled(
         body=body,
         measurement=result,

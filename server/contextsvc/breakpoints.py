@@ -110,6 +110,14 @@ def _hinted_element(lowered, message_id: str, message_ids) -> int | None:
     return next((first[x] for x in message_ids[at + 1:] if x in first), -1)
 
 
+def _no_tools(k: int) -> BadInput:
+    return BadInput(f"cache_hints[{k}].last_tool", "there are no tools to mark")
+
+
+def _no_message(k: int, message_id: str) -> BadInput:
+    return BadInput(f"cache_hints[{k}].message_id", f"{message_id!r} is not a message of the conversation")
+
+
 def _hinted(lowered, provider: str, tools: list, policy: Policy, message_ids) -> list:
     fmt = FORMATS[provider]
     n_sys = len(lowered.system)
@@ -117,7 +125,7 @@ def _hinted(lowered, provider: str, tools: list, policy: Policy, message_ids) ->
     for k, h in enumerate(policy.hints):
         if h.last_tool:
             if not tools:
-                raise BadInput(f"cache_hints[{k}].last_tool", "there are no tools to mark")
+                raise _no_tools(k)
             if not fmt.tool_marker:
                 raise BadInput(f"cache_hints[{k}].last_tool",
                                f"{provider} takes cache markers on message content parts only; its tool "
@@ -126,7 +134,7 @@ def _hinted(lowered, provider: str, tools: list, policy: Policy, message_ids) ->
         elif h.message_id:
             idx = _hinted_element(lowered, h.message_id, message_ids)
             if idx is None:
-                raise BadInput(f"cache_hints[{k}].message_id", f"{h.message_id!r} is not a message of the conversation")
+                raise _no_message(k, h.message_id)
             if idx >= 0:
                 chosen.append(Breakpoint("message", idx, _segment(lowered, idx), h.ttl))
         else:
@@ -181,6 +189,13 @@ def choose(lowered, provider: str, tools: list, policy: Policy, max_markers: int
     """
     fmt = FORMATS[provider]
     if fmt.implicit_cache:
+        # the provider caches on its own and hints are no-ops, but one naming nothing there is
+        # refused as on every other provider: a request is not good on some providers alone
+        for k, h in enumerate(policy.hints):
+            if h.last_tool and not tools:
+                raise _no_tools(k)
+            if h.message_id and h.message_id not in message_ids:
+                raise _no_message(k, h.message_id)
         return []
     chosen = _hinted(lowered, provider, tools, policy, message_ids)
     if len(chosen) > max_markers:  # Anthropic, Bedrock and the gateways' upstreams all refuse more

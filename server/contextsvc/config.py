@@ -329,6 +329,10 @@ class CompactConfig:
             raise ValueError(f"[compact] max_attempts must be at least 1, not {self.max_attempts}")
 
 
+# the cache_state versions this server writes (prefix.encode), the newest last; it reads 1 too
+CACHE_STATE_VERSIONS = (2, 3)
+
+
 @dataclass(frozen=True)
 class AssembleConfig:
     request_prune_bytes: int = 1_250_000  # REQUEST_PRUNE_BYTES: payload guard threshold
@@ -338,10 +342,20 @@ class AssembleConfig:
     # digests in a response's cache_state at most (8 bytes and a count each): a longer session
     # groups its elements, so the state stays under about 20 KB whatever the session's length
     cache_state_groups: int = 2048
+    # the cache_state version written (prefix.STATE_VERSION; every version up to it is read): 2
+    # while a rolling upgrade from a server that reads no later one is under way, since such a
+    # replica refuses a later state (INVALID_ARGUMENT); version 2 carries no figures of the tools
+    # and system, so a projection adds them whole when they change
+    cache_state_version: int = CACHE_STATE_VERSIONS[-1]
     # model ids (case-insensitive substrings) that honor cache markers behind the gateways
     # (OpenRouter, OpenAI-compatible, Copilot): the Claude family, as upstream; other models there
     # get no auto markers (Alibaba marks every model, Anthropic and Bedrock always take them)
     marker_models: tuple = ("claude", "anthropic")
+
+    def __post_init__(self):
+        if self.cache_state_version not in CACHE_STATE_VERSIONS:
+            raise ValueError(f"[assemble] cache_state_version must be one of "
+                             f"{', '.join(map(str, CACHE_STATE_VERSIONS))}, not {self.cache_state_version}")
 
 
 # backend: (default model, default key variable). A fast model is enough for a templated summary.

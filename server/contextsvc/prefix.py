@@ -11,6 +11,7 @@ import sys
 from dataclasses import dataclass
 
 from . import native
+from .config import CACHE_STATE_VERSIONS
 from .deadline import NO_DEADLINE, Deadline
 from .memo import CHAIN, HEAD, Memo
 from .lowering.registry import FORMATS
@@ -187,8 +188,8 @@ DIGEST_BYTES = 8
 # Version 2 adds the tool choice's digest; a version 1 state (a server before it) is still read,
 # its choice unknown. Version 3 adds the figures of the body's tools and system (Overhead); a
 # state before it is read with them unknown.
-STATE_VERSION = 3
-_READ_VERSIONS = (1, 2, 3)
+STATE_VERSION = CACHE_STATE_VERSIONS[-1]
+_READ_VERSIONS = (1, *CACHE_STATE_VERSIONS)
 _MAGIC = b"CX"
 # Trailing check bytes (SHA-256 of the rest): a truncated or altered state is refused, not
 # misread as a break.
@@ -229,9 +230,6 @@ class Overhead:
     decision: int
 
 
-NO_OVERHEAD = Overhead(0, 0)  # not figured (the calibrated figures off), or a state before version 3
-
-
 @dataclass(slots=True)
 class State:
     """A previous response's digests, decoded: one digest per group of `group` elements."""
@@ -241,7 +239,7 @@ class State:
     pruned: list  # per group
     compaction: bytes
     choice: bytes | None  # None: not recorded (a version 1 state)
-    overhead: Overhead = NO_OVERHEAD
+    overhead: Overhead | None = None  # not figured (the calibrated figures off), or before version 3
 
     @property
     def elements(self) -> int:
@@ -329,10 +327,11 @@ def read_varint(data: bytes, pos: int) -> tuple[int, int]:
             raise ValueError("overlong varint")
 
 
-def encode(d: Digests, max_groups: int, overhead: Overhead = NO_OVERHEAD) -> bytes:
+def encode(d: Digests, max_groups: int, overhead: Overhead | None = None, version: int = STATE_VERSION) -> bytes:
     """cache_state: at most max_groups digests, so a very long session groups its elements (the
     report's index is then the first element of the group that changed); overhead: the figures
-    of the body's tools and system."""
+    of the body's tools and system, None when not figured; version: 2 leaves them out, for a
+    fleet whose older replicas read no later one (assemble.cache_state_version)."""
     n = len(d.chain)
     group = max(1, -(-n // max(1, max_groups)))
     if group == 1:
@@ -344,9 +343,12 @@ def encode(d: Digests, max_groups: int, overhead: Overhead = NO_OVERHEAD) -> byt
             ends.append(d.chain[-1])
             pruned.append(sum(d.pruned[whole:]))
     out = bytearray(_MAGIC)
-    out.append(STATE_VERSION)
-    for v in (*d.counts, group, overhead.calibrated, overhead.decision):
+    out.append(version)
+    for v in (*d.counts, group):
         out += varint_bytes(v)
+    if version >= 3:  # a presence flag, then the figures: a body of no tools and no system is figured 0
+        out += b"\x00" if overhead is None else \
+            b"\x01" + varint_bytes(overhead.calibrated) + varint_bytes(overhead.decision)
     out += d.compaction
     out += d.choice
     out += b"".join(ends)
@@ -398,7 +400,9 @@ def decode(raw: bytes) -> State:
         raise _bad(f"has version {version}; this server reads versions {', '.join(map(str, _READ_VERSIONS))}")
     counts = (r.varint(), r.varint(), r.varint())
     group = r.varint()
-    overhead = Overhead(r.varint(), r.varint()) if version >= 3 else NO_OVERHEAD
+    overhead = None
+    if version >= 3 and r.varint():
+        overhead = Overhead(r.varint(), r.varint())
     n = sum(counts)
     if n > _MAX_STATE_ELEMENTS or group < 1:
         raise _bad("has impossible sizes")

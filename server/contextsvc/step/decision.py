@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import conversation as m, prefix, projection, provider_management, tokenizer_family, tokens
+from .. import conversation as m, projection, provider_management, tokenizer_family, tokens
 from .baseline import baseline
 from .figures import Figures
 from .plan import Plan
@@ -74,7 +74,7 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
         total, tail, overhead = fig.projections[method]
         if not anchored:
             return total
-        was = fig.counted_overhead.calibrated if method == "calibrated" else None
+        was = fig.counted_overhead.calibrated if method == "calibrated" and fig.counted_overhead else None
         return max(0, reported + fig.rebase_projections.get(method, 0)) + tail + _resent(overhead, fig, was)
 
     figure = cfg.measure.compaction_figure
@@ -162,8 +162,9 @@ def _resent(overhead: int, fig: Figures, was: int | None = None) -> int:
     changed, what they are now less what that state says they were (was, in the same terms;
     less than nothing when tools were dropped: the count still holds them, and sessions whose MCP
     tool set shrank compacted early); else all of them (the reference's bounded over-count: they
-    may have changed since the provider counted them). The whole request's figure bounds the
-    projection from below, so a swap read low never takes it under that."""
+    may have changed since the provider counted them). A swap is used only where the count does
+    not decide (_count_stands needs the body unchanged but for messages appended), and there the
+    whole request's figure bounds the projection from below."""
     if fig.overhead_counted:
         return 0
     return overhead - was if was is not None else overhead
@@ -221,7 +222,7 @@ def _figure(figure: str, stretch: tuple, fig: Figures, plan: Plan) -> tuple:
     # the tools and system the reported usage counted, where they changed since and the previous
     # request's cache state holds their figure (of the calibrated figure's stretch alone)
     was = fig.counted_overhead
-    was_text = text(was.decision) if figure == "calibrated" and was != prefix.NO_OVERHEAD else None
+    was_text = text(was.decision) if figure == "calibrated" and was is not None else None
     # the rewrite is profiled as its own text, whose blocks can fall a little differently from
     # the whole request's: it is never more than the whole request
     return (whole, tail_text + fig.media_tail * per_item, text(overhead), method,

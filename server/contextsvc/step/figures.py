@@ -63,11 +63,12 @@ class Figures:
     # them already and a projection from it does not add them again (step.decision)
     overhead_counted: bool = False
     # otherwise, the figures of the tool definitions and system elements the previous request
-    # sent (its cache_state), where known: the provider's count holds those, and a projection
-    # from it swaps them for these (step.decision); prefix.NO_OVERHEAD where not known
-    counted_overhead: prefix.Overhead = prefix.NO_OVERHEAD
-    # this body's, for its own cache_state: prefix.NO_OVERHEAD without the calibrated figures
-    overhead_figures: prefix.Overhead = prefix.NO_OVERHEAD
+    # sent (its cache_state), where that request is the one the baseline answered
+    # (_counted_overhead): the provider's count holds those, and a projection from it swaps them
+    # for these (step.decision); None where not known
+    counted_overhead: Optional[prefix.Overhead] = None
+    # this body's, for its own cache_state: None without the calibrated figures
+    overhead_figures: Optional[prefix.Overhead] = None
     # the body is the previous request's (the cache_state the client sent back: the body the
     # reported usage answered) with elements appended, nothing before them changed (step.decision)
     prefix_as_counted: bool = False
@@ -151,13 +152,13 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
                   request.ledger.media_count, (0, tokens.CALIBRATED), (0, tokens.CALIBRATED), 0.0, "", None,
                   {}, {}, 0, 0)
     out.overhead_counted = prefix.head_unchanged(plan.previous, request.digests, request.change)
-    if plan.previous is not None and not out.overhead_counted and mc.calibrated_figures:
-        out.counted_overhead = plan.previous.overhead
     out.prefix_as_counted = plan.previous is not None and request.digests is not None and (
         request.change is None or request.change.prefix_kept)
     _calibrated_and_exact(out, conv, request, plan, model_counter, last_assistant, since, tool_text, deadline, memo)
     out.stretches["estimate"] = (normalized, tail, overhead, rewrite)
     base = baseline(conv.messages)
+    if base is not None:  # what the baseline's count holds of the tools and system, where known
+        out.counted_overhead = _counted_overhead(out, plan, lambda: _first_element_from_end(low.sources, base.id))
     out.tail_follows_baseline = base is not None and last_assistant >= 0 and base.id in low.sources[last_assistant]
     if base is not None:
         was = before if before is not None else conv  # as the provider may have counted it
@@ -305,6 +306,18 @@ def _anchor(msgs: list, low_sources: list, model_id: str, last_compaction: int) 
             if msg.id in first:
                 return msg, first[msg.id]
     return None, -1
+
+
+def _counted_overhead(out: Figures, plan: Plan, answer_at) -> Optional[prefix.Overhead]:
+    """The figures of the tools and system an answer's count holds, where they changed since and
+    the cache_state the client sent is of the very body that answer counted: its messages end
+    where the answer starts (answer_at(): its first element). A state of another request (a
+    stale one, or one before another model's answer) is not that count's: None, and the tools
+    and system are added whole."""
+    was = plan.previous.overhead if plan.previous is not None else None
+    if was is None or out.overhead_counted or not plan.cfg.measure.calibrated_figures:
+        return None
+    return was if plan.previous.counts[2] == answer_at() else None
 
 
 def _counted_by(msg: m.Message, model_id: str) -> bool:
@@ -563,8 +576,8 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
             m_sys, m_head, _, _, m_tools = margined
             out.decision_prefix = m_sys + m_head + m_tools if mc.measured_margins else ours * mc.margin
             out.calibrated_prefix = ours
-            was = out.counted_overhead
-            if was != prefix.NO_OVERHEAD:
+            was = _counted_overhead(out, plan, lambda: at)
+            if was is not None:
                 # the count holds the tools and system the previous request sent, not these (30
                 # MCP tools added since read a factor too low, tools dropped one too high)
                 out.decision_prefix += (was.decision - (m_sys + m_tools) if mc.measured_margins

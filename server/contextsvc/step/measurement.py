@@ -48,7 +48,7 @@ class Measurement:
     # what the provider's own context management does to this request (CompactionSettings.provider_managed)
     provider_management: provider_management.Outlook = provider_management.Outlook()
     # our figures of the body's tools and system, carried in its cache_state (step.decision._resent)
-    overhead_figures: prefix.Overhead = prefix.NO_OVERHEAD
+    overhead_figures: Optional[prefix.Overhead] = None
 
 
 def gather(body_bytes: int, fig: Figures, dec: Decision, usable: int, limit: int,
