@@ -309,13 +309,13 @@ PROGRAMS = frozenset(("pytest", "python", "python3", "pip", "uv", "tox", "nox", 
                       "tsc", "jest", "vitest", "bundle", "rake", "rails", "php", "composer", "swift", "flutter"))
 
 
+FLAG = re.compile(r"--?[A-Za-z]")  # "-x", "--force"; not "-1" or "-="
+
+
 def _is_command(span: str) -> bool:
     """A `code span` that is a command line: two words or more, of a known program or with a flag."""
     words = span.split()
     return len(words) >= 2 and (words[0] in PROGRAMS or any(FLAG.match(w) for w in words[1:]))
-
-
-FLAG = re.compile(r"--?[A-Za-z]")  # "-x", "--force"; not "-1" or "-="
 
 
 def _looks(cmd: str) -> bool:
@@ -330,14 +330,12 @@ CHECK_TOOL_WORDS = frozenset(("test", "pytest", "lint", "check", "typecheck", "b
 def _runs_checks(tool: str) -> bool:
     """A word of the tool's name (snake, kebab or camel case) is a check's: not "latest_issues",
     "save_checkpoint" or "attest"."""
-    base = tool.rsplit(".", 1)[-1].rsplit("__", 1)[-1]
-    words = re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])", base)
+    words = re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])", sup.tool_base_name(tool))
     return any(w.lower().rstrip("s") in CHECK_TOOL_WORDS for w in words)
 
 
 def _kind(tool: str) -> str:
-    name = tool.lower()
-    base = name.rsplit(".", 1)[-1].rsplit("__", 1)[-1]
+    base = sup.tool_base_name(tool.lower())
     if base in SHELL_TOOLS:
         return "shell"
     if base in EDIT_TOOLS or any(base.startswith(x) for x in ("edit", "write", "patch")):
@@ -799,10 +797,6 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
                 out.append(("step", ran, touched, tuple(gone | _stems(gone)),
                             "" if failing else cmd, "" if errors else _program(cmd), (),
                             not errors and _tests(cmd, t.output)))
-                for ln in errors:  # a failure's lines are its own: they are marked when it is fixed
-                    out.append(("error", key, _clip(ln, limits)) if failing else ("acc", "critical", _clip(ln, limits)))
-                if failing:  # a run that printed its failure failed: it stands until the run is clean
-                    out.append(("failed", key, _clip(f"{subject} failed: {sup.headline(t.output)}", limits)))
             elif kind == "edit":
                 out.append(("edited", tuple(p for p in paths if p not in {o for o, _ in moves})))
                 # what it wrote does asks naming it ("expose /admin/limits" by the edit adding that route)
@@ -814,10 +808,12 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
                             touched, (), "", "", ()))
                 if kind == "other" and not failing:
                     out.append(("acc", "done", _clip(_called(t), limits)))
-                for ln in failing:  # as a command's: marked when the same call runs clean
-                    out.append(("error", key, _clip(ln, limits)))
-                if failing:
-                    out.append(("failed", key, _clip(f"{subject} failed: {sup.headline(t.output)}", limits)))
+            # a command's or a check tool's: a failure's lines are its own, marked when the same
+            # call runs clean (what a looking command printed is context)
+            for ln in errors:
+                out.append(("error", key, _clip(ln, limits)) if failing else ("acc", "critical", _clip(ln, limits)))
+            if failing:  # a run that printed its failure failed: it stands until the run is clean
+                out.append(("failed", key, _clip(f"{subject} failed: {sup.headline(t.output)}", limits)))
         elif t.status == m.ERROR:
             error = t.error or "error"
             bullet = _clip(f"{subject} failed: {sup.headline(error)}", limits)

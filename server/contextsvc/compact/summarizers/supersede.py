@@ -330,6 +330,11 @@ def moves_in_command(cmd: str) -> list:
     return out
 
 
+def tool_base_name(tool: str) -> str:
+    """The tool's own name, without an MCP server's prefix ("mcp__ci__run_lint", "github.create_issue")."""
+    return tool.rsplit(".", 1)[-1].rsplit("__", 1)[-1]
+
+
 def moves_in_tool(tool: str, inp) -> list:
     """[(old path, new path or "")] of an edit tool's rename, move or delete."""
     if not isinstance(inp, dict):
@@ -338,8 +343,7 @@ def moves_in_tool(tool: str, inp) -> list:
         old, new = inp.get(old_key), inp.get(new_key)
         if isinstance(old, str) and isinstance(new, str) and old and new and old != new:
             return [(old, new)]
-    base = tool.lower().rsplit(".", 1)[-1].rsplit("__", 1)[-1]
-    if base in DELETE_TOOLS:
+    if tool_base_name(tool.lower()) in DELETE_TOOLS:
         paths = [inp.get(k) for k in ("path", "file_path", "filePath", "file")]
         return [(p, "") for p in paths if isinstance(p, str) and p]
     return []
