@@ -18,6 +18,10 @@ step), and the previous accepted body is a prefix of the next one, element by el
 order with the markers removed (the fake provider logs each body's elements:
 tests/test_prefix_stability.py's cache_order), on every step that neither compacted nor pruned.
 
+A session whose MCP server's tools are connected and dropped again runs through each loop, on a
+server writing the current cache_state and on one writing version 2 (no figures of the tools):
+the step that drops them compacts only on the second.
+
 The Anthropic sessions run again with the provider's own context management on
 (CompactionSettings.provider_managed): the loop sends the beta header Assemble names, the fake
 provider clears old tool results as Anthropic documents it and counts the window after clearing
@@ -179,6 +183,67 @@ def test_typescript_agent_loop(rig, tmp_path, provider, window):
                          env=typescript.ENV)
     assert out.returncode == 0, out.stderr
     _check(json.loads(out.stdout), fp, first, window)
+
+
+# an MCP server's 24 tools connected at step 8 of 40 and dropped at step 20; no 100-400 KB test
+# logs, so the window fills step by step and the drop comes near the limit
+MCP = {"steps": 40, "big_every": 1_000, "mcp": (0.2, 0.5)}
+MCP_DROPPED_AT = int(MCP["steps"] * MCP["mcp"][1])
+
+
+@pytest.fixture(scope="module")
+def version_2_server():
+    """(address, stub) of a server writing version 2 cache states (a fleet mid-upgrade): no figures of
+    the tools and system in them."""
+    server = start_server(assemble_overrides={"cache_state_version": 2})
+    address = f"127.0.0.1:{server.port}"
+    channel = grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 256 << 20),
+                                                      ("grpc.max_receive_message_length", 256 << 20)])
+    yield address, pb_grpc.ContextServiceStub(channel)
+    channel.close()
+    server.stop(grace=1)
+
+
+def _run_loop(client: str, address: str, stub, provider_url: str, provider: str, window: int, script: dict,
+              tmp_path) -> dict:
+    """One session through the Python, Node or TypeScript loop, its summary."""
+    if client == "python":
+        return loop.run_session(stub, provider_url, provider, window, script).as_dict()
+    if client == "node":
+        node, cwd, loop_js, env = shutil.which("node"), NODE_CLIENT, "agent_loop.js", {"PATH": "/usr/bin:/bin"}
+        assert node, "node not installed: run .ci/deps (the README's test command does)"
+    else:
+        node, cwd, loop_js, env = typescript.build(), typescript.CLIENT, "dist/src/agentLoop.js", typescript.ENV
+    path = session.write(script, tmp_path / "script.json")
+    out = subprocess.run([node, loop_js, str(path), address, provider_url, provider, str(window)],
+                         cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("client, provider, seed", [("python", "bedrock", 3), ("node", "anthropic", 3),
+                                                    ("typescript", "openai", 3)])
+def test_agent_loops_with_mcp_tools_connected_then_dropped(rig, version_2_server, tmp_path, client, provider, seed):
+    """An agent's MCP server connects mid-session (24 tools named mcp__server__op, ~6K tokens) and
+    goes again: the contract holds (no refusal, the cache broken only in the tool definitions on
+    the two steps that changed them), and the step that dropped them does not compact: the
+    provider's count of the last request still holds the dropped tools, and the cache_state the
+    loop passed back says what they were, so they are taken out of it. The same session on a
+    server writing version 2 states (no such figures) compacts there, a request that fit
+    (sessions whose MCP tool set shrank compacted early)."""
+    address, stub, fp = rig
+    window = 32_000
+    script = session.generate(seed, **MCP)
+    first = len(fp.log)
+    summary = _run_loop(client, address, stub, fp.url(provider, window), provider, window, script, tmp_path)
+    _check(summary, fp, first, window)
+    breaks = {b["step"] for b in loop.cache_breaks(summary) if b["segment"] == "tools"}
+    assert breaks == {int(MCP["steps"] * MCP["mcp"][0]), MCP_DROPPED_AT}, breaks
+    assert MCP_DROPPED_AT not in [c["step"] for c in summary["compactions"]], summary["compactions"]
+
+    old = _run_loop(client, *version_2_server, fp.url(provider, window), provider, window, script, tmp_path)
+    assert not old["refusals"]
+    assert MCP_DROPPED_AT in [c["step"] for c in old["compactions"]], old["compactions"]
 
 
 def test_fake_provider_counts_with_cl100k_strips_media_and_refuses_over_the_window():

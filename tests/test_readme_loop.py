@@ -113,7 +113,7 @@ def test_the_readme_python_loop_runs_a_32k_session(provider):
 
             step = readme_step(post_to_provider)
             script = session.generate(7, steps=24, big_every=3)
-            model, tools = loop.model(provider, window), loop.tool_definitions(script)
+            model, tools = loop.model(provider, window), loop.tool_definitions(script["tools"])
             store = loop.Session(stub, url, provider, window)  # stores answers as the scripted agent does
             messages, attempts, state = [], 0, b""
             for spec in script["steps"]:
@@ -182,7 +182,7 @@ def test_the_readme_responses_agent_runs_a_32k_session_through_the_openai_sdk(mo
             script = session.generate(9, steps=24, big_every=3)
             model = pb.Model(id=agent["model"].id, provider=agent["model"].provider,
                              limits=loop.model(provider, window).limits)   # the README's model at the test window
-            tools = loop.tool_definitions(script)
+            tools = loop.tool_definitions(script["tools"])
             store = loop.Session(stub, fp.url(provider, window), provider, window)
             messages, attempts, state = [], 0, b""
             for spec in script["steps"]:

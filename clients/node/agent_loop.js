@@ -120,7 +120,7 @@ class Session {
     this.attempts = 0;
     this.envFor = ["", ""];  // [user message id, environment_details]
     this.cacheState = Buffer.alloc(0);  // cache_state of the last body the provider accepted
-    this.changed = new Set();  // what changed the stored messages in this step: compaction, prune
+    this.changed = new Set();  // what changed in this step: compaction, prune (the stored messages), tools
     this.kinds = new Map();    // tool part id -> content class (for refusal reports)
     this.lastKinds = [];
     this.summary = { provider, window, steps: 0, requests: 0, compactions: [], refusals: [], prunes: [],
@@ -310,6 +310,10 @@ class Session {
       stepInTurn += 1;
       this.summary.steps += 1;
       this.changed = new Set();
+      if (spec.tool_set) {  // an MCP server connected or gone: the tools sent from now on
+        this.tools = spec.tool_set;
+        this.changed.add("tools");
+      }
       const a = await this.prepare(i, stepInTurn);
       if (!a) {
         this.summary.turns_ended += 1;  // the person would be asked; the script goes on

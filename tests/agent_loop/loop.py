@@ -66,8 +66,9 @@ def model(provider: str, window: int) -> pb.Model:
     return pb.Model(id=model_id, provider=enum, limits=pb.ModelLimits(context=window, output=WINDOWS[window]))
 
 
-def tool_definitions(script: dict) -> list[pb.ToolDefinition]:
-    return [pb.ToolDefinition(**t) for t in script["tools"]]
+def tool_definitions(defs: list) -> list[pb.ToolDefinition]:
+    """A script's tool definitions (its "tools", or a step's "tool_set") as the requests carry them."""
+    return [pb.ToolDefinition(**t) for t in defs]
 
 
 SYSTEM = pb.SystemPrompt(
@@ -133,7 +134,7 @@ class Session:
         self.attempts = 0
         self.env_for: tuple[str, str] = ("", "")   # (user message id, environment_details)
         self.cache_state = b""     # cache_state of the last body the provider accepted
-        self.changed: set = set()  # what changed the stored messages in this step: compaction, prune
+        self.changed: set = set()  # what changed in this step: compaction, prune (the stored messages), tools
         self.max_steps = max_steps
         self.kinds: dict = {}      # tool part id -> content class (for refusal reports)
         self.last_kinds: list = []
@@ -310,7 +311,7 @@ class Session:
     def run(self, script: dict, steps: int | None = None) -> Summary:
         t0 = time.monotonic()
         self.session_id = script["session_id"]
-        self.tools = tool_definitions(script)
+        self.tools = tool_definitions(script["tools"])
         step_in_turn = 0
         for i, spec in enumerate(script["steps"][:steps]):
             if spec["user"]:
@@ -319,6 +320,9 @@ class Session:
             step_in_turn += 1
             self.summary.steps += 1
             self.changed = set()
+            if "tool_set" in spec:  # an MCP server connected or gone: the tools sent from now on
+                self.tools = tool_definitions(spec["tool_set"])
+                self.changed.add("tools")
             a = self.prepare(i, step_in_turn)
             if a is None:
                 self.summary.turns_ended += 1   # the person would be asked; the script goes on
@@ -339,8 +343,8 @@ class Session:
 
 
 def sent_entry(step: int, status: int, changed: set, report: pb.CacheReport) -> dict:
-    """One POST as a summary's `sent` holds it: the step, the provider's status, what changed the
-    messages in that step (compaction, prune) and the body's cache_report."""
+    """One POST as a summary's `sent` holds it: the step, the provider's status, what changed in
+    that step (compaction, prune: the messages; tools: the definitions) and the body's cache_report."""
     return {"step": step, "status": status, "changed": sorted(changed),
             "cache": {"compared": report.compared, "prefix_kept": report.prefix_kept,
                       "segment": report.segment, "index": report.index, "cause": report.cause,
@@ -365,10 +369,11 @@ def cache_violations(summary: dict, log: list) -> list[str]:
     """What the session's bodies broke of the cache contract, as readable lines.
 
     log: the fake provider's entries for this session's POSTs, in order (each carries the body's
-    elements in cache order, markers removed). No break may have cause "other": every break is a
-    compaction or a prune that acted in that step (a compaction marks tool outputs compacted too),
-    or the first step; and the previous accepted body is a prefix of the next on every step that
-    neither compacted nor pruned, and its cache_report agrees.
+    elements in cache order, markers removed). No break may have cause "other" but one in the tool
+    definitions on a step that changed them: every break is a compaction or a prune that acted in
+    that step (a compaction marks tool outputs compacted too), new tools, or the first step; and
+    the previous accepted body is a prefix of the next on every step that changed none of these,
+    and its cache_report agrees.
     """
     out = []
     sent = summary["sent"]
@@ -381,6 +386,8 @@ def cache_violations(summary: dict, log: list) -> list[str]:
             for s, _ in accepted[1:] if not s["cache"]["compared"]]
     for b in cache_breaks(summary):
         explained = b["cause"] in b["changed"] or (b["cause"] == "prune" and "compaction" in b["changed"])
+        if b["segment"] == "tools" and "tools" in b["changed"]:  # the client changed them
+            continue
         if b["cause"] not in ("compaction", "prune") or not explained:
             out.append(f"step {b['step']}: cache break cause {b['cause']!r} at {b['segment']}[{b['index']}] "
                        f"(this step changed: {b['changed'] or 'nothing'}; rewrite {b['rewrite']} tokens)")

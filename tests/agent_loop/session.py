@@ -5,7 +5,8 @@ loop.py, Node in clients/node/agent_loop.js) replay it against the real service 
 provider. Every id is in the script (UUIDs from the seed), so both loops build the same messages.
 
     {"session_id", "seed", "tools": [{"name", "description", "input_schema_json"}], "steps": [
-       {"user": null | {"id", "time_ms", "parts": [{"id", "type": "text", "text"} |
+       {"tool_set": [...] (only where the tool definitions change: sent from this step on),
+        "user": null | {"id", "time_ms", "parts": [{"id", "type": "text", "text"} |
                                                   {"id", "type": "file", "mime", "filename", "data_b64"}]},
         "assistant": {"id", "time_ms", "text", "text_part_id", "step_start_id", "step_finish_id",
                       "output_tokens",
@@ -213,6 +214,26 @@ TOOLS = [
      "input_schema": {"type": "object", "properties": {}}},
 ]
 
+# an agent's MCP servers, connected for a stretch of a session (generate's mcp): 24 definitions of
+# about 250 tokens each, named as MCP clients name them
+MCP_TOOLS = [
+    {"name": f"mcp__{server}__{op}",
+     "description": (f"{op.replace('_', ' ').capitalize()} on {server}. " + " ".join(
+         f"The {field} field narrows the result; leave it empty for the default." for field in fields) +
+         " Returns a JSON object with the matching records, their ids and a cursor for the next page."),
+     "input_schema": {"type": "object", "properties": {f: {"type": "string", "description": f"The {f}."}
+                                                       for f in fields},
+                      "required": list(fields[:1])}}
+    for server, ops in (("github", ("create_issue", "list_issues", "get_pull_request", "list_commits",
+                                    "search_code", "create_comment", "merge_pull_request", "get_file")),
+                        ("linear", ("create_ticket", "update_ticket", "list_tickets", "get_ticket",
+                                    "list_projects", "assign_ticket", "add_label", "search")),
+                        ("sentry", ("list_issues", "get_event", "resolve_issue", "list_releases",
+                                    "get_stacktrace", "search_events", "mute_issue", "list_projects")))
+    for op in ops
+    for fields in [("repository", "query", "state", "labels", "assignee", "cursor")]
+]
+
 _KINDS = [  # (tool, generator, size range in KB, truncation direction, weight)
     ("read", file_read, SOURCE_KB, "head", 5),
     ("bash", test_log, LOG_KB, "tail", 2),
@@ -234,22 +255,29 @@ def _count(text: str) -> int:
 
 
 def generate(seed: int, steps: int = 60, big_every: int = 1, screenshot_every: int = 7,
-             second_user_at: float = 0.55) -> dict:
+             second_user_at: float = 0.55, mcp: tuple | None = None) -> dict:
     """A session script of `steps` model steps.
 
     big_every: only one step in this many may produce a test log (100-400 KB); the others draw
     from the smaller kinds (a shorter CI session with fewer big outputs uses 3 or 4).
     screenshot_every: a screenshot step about this often (a tool with a PNG attachment).
     second_user_at: where (fraction of the steps) the person sends a second message.
+    mcp: (connect, disconnect), fractions of the steps: the MCP servers' tools (MCP_TOOLS) are
+    defined from the first step on and dropped again at the second; such a step carries the
+    tool definitions from then on (`tool_set`).
     """
     rng = random.Random(seed)
     t0 = 1_767_600_000_000 + seed * 86_400_000
-    tools = [{"name": t["name"], "description": t["description"], "input_schema_json": json.dumps(t["input_schema"])}
-             for t in TOOLS]
+    tools = _definitions(TOOLS)
     script = {"session_id": _uuid(rng), "seed": seed, "tools": tools, "steps": []}
     second = max(1, int(steps * second_user_at))
+    tool_sets = {}
+    if mcp is not None:
+        tool_sets = {int(steps * mcp[0]): tools + _definitions(MCP_TOOLS), int(steps * mcp[1]): tools}
     for i in range(steps):
         step: dict = {"user": None}
+        if i in tool_sets:
+            step["tool_set"] = tool_sets[i]
         if i == 0 or i == second:
             goal = ("Fix the failing tests in tests/ and keep the public API of src/ stable; "
                     "explain the root cause when done." if i == 0 else
@@ -284,6 +312,11 @@ def generate(seed: int, steps: int = 60, big_every: int = 1, screenshot_every: i
         }
         script["steps"].append(step)
     return script
+
+
+def _definitions(tools: list) -> list:
+    return [{"name": t["name"], "description": t["description"], "input_schema_json": json.dumps(t["input_schema"])}
+            for t in tools]
 
 
 def write(script: dict, path) -> pathlib.Path:

@@ -30,7 +30,7 @@ class DisposableServer(Server):
 
 
 def start_server(truncation_overrides=None, summarizer_overrides=None, measure_overrides=None,
-                 **server_overrides) -> DisposableServer:
+                 assemble_overrides=None, **server_overrides) -> DisposableServer:
     base = config.Config()
     store = tempfile.mkdtemp(prefix="contextsvc-test-store-")
     cfg = dataclasses.replace(
@@ -39,5 +39,6 @@ def start_server(truncation_overrides=None, summarizer_overrides=None, measure_o
         truncation=dataclasses.replace(base.truncation, directory=store, **(truncation_overrides or {})),
         summarizer=dataclasses.replace(base.summarizer, **(summarizer_overrides or {})),
         measure=dataclasses.replace(base.measure, **(measure_overrides or {})),
+        assemble=dataclasses.replace(base.assemble, **(assemble_overrides or {})),
     )
     return DisposableServer(cfg).start()

@@ -31,8 +31,14 @@ interface ScriptTool { part_id: string; call_id: string; tool: string; input: un
   direction: string; kind?: string; attachments: ScriptFile[] }
 interface ScriptAssistant { id: string; time_ms: number; text: string; text_part_id: string; step_start_id: string;
   step_finish_id: string; output_tokens: number; tools: ScriptTool[] }
-interface Script { session_id: string; tools: { name: string; description: string; input_schema_json: string }[];
-  steps: { user: ScriptUser | null; assistant: ScriptAssistant }[] }
+interface ScriptToolDefinition { name: string; description: string; input_schema_json: string }
+// tool_set: the tool definitions from this step on, where they change (an MCP server connected or gone)
+interface Script { session_id: string; tools: ScriptToolDefinition[];
+  steps: { user: ScriptUser | null; assistant: ScriptAssistant; tool_set?: ScriptToolDefinition[] }[] }
+
+function toolDefinitions(defs: ScriptToolDefinition[]): DeepPartial<ToolDefinition>[] {
+  return defs.map((t) => ({ name: t.name, description: t.description, inputSchemaJson: t.input_schema_json }));
+}
 
 type Wire = "anthropic" | "openai" | "bedrock" | "openai-responses";
 const OUTPUT_LIMITS: Record<number, number> = { 32000: 4096, 200000: 8192 };
@@ -130,7 +136,7 @@ export class Session {
   private attempts = 0;
   private envFor: [string, string] = ["", ""];  // [user message id, environment_details]
   private cacheState: Buffer = Buffer.alloc(0);  // cacheState of the last body the provider accepted
-  private changed = new Set<string>();  // what changed the stored messages in this step: compaction, prune
+  private changed = new Set<string>();  // what changed in this step: compaction, prune (the stored messages), tools
   private readonly kinds = new Map<string, string>();  // tool part id -> content class (for refusal reports)
   private lastKinds: string[] = [];
   readonly summary = { provider: "", window: 0, steps: 0, requests: 0, compactions: [] as object[],
@@ -308,7 +314,7 @@ export class Session {
   async run(script: Script, steps = 0) {
     const t0 = Date.now();
     this.sessionId = script.session_id;
-    this.tools = script.tools.map((t) => ({ name: t.name, description: t.description, inputSchemaJson: t.input_schema_json }));
+    this.tools = toolDefinitions(script.tools);
     let stepInTurn = 0;
     for (const [i, spec] of script.steps.slice(0, steps || undefined).entries()) {
       if (spec.user) {
@@ -319,6 +325,10 @@ export class Session {
       stepInTurn += 1;
       this.summary.steps += 1;
       this.changed = new Set();
+      if (spec.tool_set) {  // an MCP server connected or gone: the tools sent from now on
+        this.tools = toolDefinitions(spec.tool_set);
+        this.changed.add("tools");
+      }
       const a = await this.prepare(i, stepInTurn);
       if (!a) {
         this.summary.turns_ended += 1;  // the person would be asked; the script goes on
