@@ -232,7 +232,11 @@ def test_a_hung_redis_answers_store_calls_unavailable_within_a_second_and_refuse
         assert len(other_calls) > 20 and set(other_calls) == {"OK"}, set(map(str, other_calls))
         assert len(store_calls) > 20 and {c[0] for c in store_calls} == {"UNAVAILABLE"}, store_calls[:5]
         assert all("Redis" in details for _, details, _ in store_calls), store_calls[:5]
-        assert max(seconds for *_, seconds in store_calls) < 1.5, sorted(c[2] for c in store_calls)[-5:]
+        # the bulkhead answers at redis_call_timeout_seconds (1 s); without it a call would wait out
+        # the socket timeout (redis_timeout_seconds, 2 s). The bound sits between the two: the
+        # slowest calls read ~1.0 s alone and up to 1.52 s on a loaded 2-core machine (client and
+        # server both measured from this process's clock)
+        assert max(seconds for *_, seconds in store_calls) < 1.75, sorted(c[2] for c in store_calls)[-5:]
         # Redis back: the stored output is read again once the breaker's trial call succeeds
         assert wait_for(lambda: _reads(stub, stored), 5)
     finally:
