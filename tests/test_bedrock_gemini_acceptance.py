@@ -44,10 +44,10 @@ def call(call_id, output="ok", name="read"):
     return m.Tool(call_id, name, m.COMPLETED, {"path": "a.py"}, output=output)
 
 
-def body(provider, *messages, schema=None, name="read") -> dict:
+def body(provider, *messages, schema=None, name="read", model_id="model-x") -> dict:
     inp = assemble.AssembleInput(
         m.Conversation(session_id="sess-acc", messages=list(messages)),
-        m.Model("model-x", provider, m.ModelLimits(200_000, 0, 16_000)),
+        m.Model(model_id, provider, m.ModelLimits(200_000, 0, 16_000)),
         [m.ToolDefinition(name, "Read a file", schema or {"type": "object", "properties": {"path": {"type": "string"}}})],
         m.SystemPrompt(soul="You are a coding agent.", agent_prompt="Be brief."),
         m.CompactionSettings())
@@ -215,10 +215,60 @@ def test_gemini_body_starts_with_a_user_turn():
 
 def test_gemini_replays_no_signature_that_is_not_base64():
     # thoughtSignature is bytes on the wire: "sig-def" fails the whole request
-    b = body(m.GEMINI, user("m1", m.Text("Look at a.py")),
-             assistant("m2", m.StepStart(), m.Reasoning("think", signature="sig-def"), call("c1")),
-             user("m3", m.Text("Go on")))
-    assert b["contents"][1]["parts"] == [{"functionCall": {"name": "read", "args": {"path": "a.py"}}}]
+    for model_id, stand_in in (("gemini-2.5-flash", {}), ("gemini-3-pro-preview", {"thoughtSignature": UNSIGNED})):
+        b = body(m.GEMINI, user("m1", m.Text("Look at a.py")),
+                 assistant("m2", m.StepStart(), m.Reasoning("think", signature="sig-def"), call("c1")),
+                 user("m3", m.Text("Go on")), model_id=model_id)
+        assert b["contents"][1]["parts"] == [{"functionCall": {"name": "read", "args": {"path": "a.py"}}, **stand_in}]
+
+
+UNSIGNED = "skip_thought_signature_validator"  # Gemini's documented stand-in for a call it did not sign
+GSIG = base64.b64encode(b"gemini's own signature").decode()
+
+
+def claude_step(mid):
+    """A tool-loop step Claude answered: signed thinking (Anthropic's signature), then a call."""
+    return assistant(mid, m.StepStart(), m.Reasoning("plan", signature="EqQBCkYIBxgCKkB"), m.Text("Listing."),
+                     call(f"c-{mid}"), model_id="claude-sonnet-4-5", provider_id=m.ANTHROPIC)
+
+
+@pytest.mark.parametrize("model_id, expected", [
+    ("gemini-3-pro-preview", UNSIGNED), ("models/gemini-3.5-flash", UNSIGNED), ("gemini-2.5-pro", None)])
+def test_gemini_3_gets_the_stand_in_signature_on_calls_another_model_made(model_id, expected):
+    """A switch to Gemini 3 in the middle of a tool loop: Claude's calls of the current turn carry
+    no Gemini signature, and Gemini 3 refuses the request (400 "Function call is missing a
+    thought_signature") unless each step's first call has one; its documentation gives the
+    stand-in. Gemini 2.5 validates none, and gets none."""
+    b = body(m.GEMINI, user("m1", m.Text("List the files")), claude_step("m2"), claude_step("m3"),
+             model_id=model_id)
+    calls = [p for c in b["contents"] for p in c["parts"] if "functionCall" in p]
+    assert len(calls) == 2 and [p.get("thoughtSignature") for p in calls] == [expected, expected]
+    from judges import judge_for
+    assert judge_for(m.GEMINI)(b) == []
+
+
+@pytest.mark.parametrize("stored_as", (m.GEMINI, "google", "google-vertex"))
+def test_gemini_keeps_its_own_signatures_under_the_provider_id_agents_store(stored_as):
+    """The AI SDK and opencode store Gemini's answers under `google`: that is Gemini's own
+    signature, kept (dropping it sent the call unsigned, and Gemini 3 refused the turn)."""
+    step = assistant("m2", m.StepStart(), m.Reasoning("plan", signature=GSIG), call("c1"),
+                     model_id="gemini-3-pro-preview", provider_id=stored_as)
+    b = body(m.GEMINI, user("m1", m.Text("Look at a.py")), step, model_id="gemini-3-pro-preview")
+    assert [p.get("thoughtSignature") for p in b["contents"][1]["parts"]] == [GSIG]
+
+
+def test_a_real_signature_wins_over_the_stand_in_when_two_messages_join():
+    """Two answers of one turn joined into one model content (a blank user message between them
+    dropped): the turn's first call takes the signature the other message carries, not the
+    stand-in its own message got."""
+    first = assistant("m2", m.StepStart(), m.Reasoning("plan", signature=GSIG), m.Text("Reading a.py."),
+                      model_id="gemini-3-pro-preview", provider_id=m.GEMINI)
+    second = assistant("m4", m.StepStart(), call("c1"), model_id="gemini-3-pro-preview", provider_id=m.GEMINI)
+    b = body(m.GEMINI, user("m1", m.Text("Look")), first, user("m3", m.Text(" ")), second,
+             model_id="gemini-3-pro-preview")
+    model = [c for c in b["contents"] if c["role"] == "model"]
+    assert len(model) == 1
+    assert [p.get("thoughtSignature") for p in model[0]["parts"]] == [None, GSIG]  # text, call
 
 
 def test_gemini_media_follow_the_shared_table():

@@ -330,10 +330,21 @@ def test_responses_carries_encrypted_reasoning_back_to_the_provider_that_wrote_i
         {"type": "function_call_output", "call_id": "call_1", "output": "x = 1\n"}]
 
 
+@pytest.mark.parametrize("stored_as", (m.OPENAI_RESPONSES, "openai", "OpenAI"))
+def test_encrypted_reasoning_stored_under_openai_goes_back_to_responses(stored_as):
+    """Agents store a Responses answer under their own provider id, `openai` (the AI SDK's):
+    Chat Completions returns no reasoning to encrypt, so that reasoning is the Responses API's
+    and goes back to it."""
+    b = body(m.OPENAI_RESPONSES, [user("m1", m.Text("Look at a.py")), responses_step(stored_as),
+                                  user("m3", m.Text("Go on"))])
+    assert judge_for(m.OPENAI_RESPONSES)(b) == []
+    assert conversation(b)[1]["encrypted_content"] == ENCRYPTED
+
+
 @pytest.mark.parametrize("provider", (m.OPENAI_RESPONSES, m.OPENAI, m.ANTHROPIC))
 def test_encrypted_reasoning_goes_to_another_provider_as_text(provider):
-    """Chat Completions is another provider id than Responses, though both are OpenAI's."""
-    source = m.OPENAI if provider == m.OPENAI_RESPONSES else m.OPENAI_RESPONSES
+    """Reasoning another provider encrypted (a gateway's, here) goes as its text."""
+    source = m.OPENROUTER if provider == m.OPENAI_RESPONSES else m.OPENAI_RESPONSES
     b = body(provider, [user("m1", m.Text("Look at a.py")), responses_step(source), user("m3", m.Text("Go on"))])
     assert judge_for(provider)(b) == []
     text = json.dumps(b)

@@ -84,7 +84,10 @@ class File:
 
     @property
     def is_media(self) -> bool:
-        return self.mime.startswith("image/") or self.mime == "application/pdf"
+        if self.mime.startswith("image/") or self.mime == "application/pdf":
+            return True
+        bare = self.mime.split(";", 1)[0].strip().lower()  # a media type is read without case
+        return bare.startswith("image/") or bare == "application/pdf"
 
 
 @dataclass(slots=True)

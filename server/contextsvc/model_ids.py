@@ -6,6 +6,10 @@ A provider answers a request for an alias with the snapshot that served it: Anth
 provider answered with must not lose what follows from the same model: its usage anchoring the
 self-calibration (step.figures), its reasoning keeping its signature (lowering.neutral). Two
 dated snapshots of one alias are different models.
+
+Provider ids are written apart too: agents store the id of their own provider layer (`google`
+for Gemini, `amazon-bedrock`, `github-copilot`), and `openai` for a Responses answer; the
+service's names are the wire formats' (`gemini`, `bedrock`, `openai-responses`).
 """
 from __future__ import annotations
 
@@ -33,3 +37,22 @@ def same_model(stored: str, requested: str) -> bool:
         return True
     (a, a_dated), (b, b_dated) = _split(stored), _split(requested)
     return a == b and not (a_dated and b_dated)
+
+
+# Provider ids agents store (the AI SDK's and models.dev's, LiteLLM's) -> the service's provider
+# name whose signatures and reasoning items they wrote. OpenAI's Chat API returns no reasoning to
+# sign, so an `openai` answer holding signed reasoning came from the Responses API.
+_PROVIDER_ALIASES = {
+    "google": "gemini", "google-vertex": "gemini", "vertex": "gemini", "vertex_ai": "gemini",
+    "vertexai": "gemini", "google-generative-ai": "gemini",
+    "amazon-bedrock": "bedrock", "aws-bedrock": "bedrock", "aws": "bedrock",
+    "github-copilot": "copilot",
+    "openai": "openai-responses", "openai_responses": "openai-responses",
+    "openai_compatible": "openai-compatible",
+}
+
+
+def same_provider(stored: str, requested: str) -> bool:
+    """stored (a message's provider_id) names requested (a provider name of the service): the
+    same name, or an id agents store for it."""
+    return stored == requested or _PROVIDER_ALIASES.get(stored.lower(), stored.lower()) == requested

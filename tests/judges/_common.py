@@ -10,7 +10,10 @@ import base64
 import binascii
 import copy
 import functools
+import io
 import re
+
+import PIL.Image
 
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import SchemaValidator
@@ -132,6 +135,26 @@ def b64_ok(data) -> bool:
     except (binascii.Error, ValueError):
         return False
     return True
+
+
+def image_problem(data: str, declared: str, max_bytes: int, max_side: int) -> str:
+    """What the provider refuses in an inline image (base64 data declared as `declared`): bytes
+    of another type than declared ("Image does not match the provided media type"), more than
+    max_bytes raw bytes, more than max_side pixels on a side; "" when none, or when the bytes are
+    no image Pillow reads (a test's stand-in bytes: only the provider could tell)."""
+    raw = base64.b64decode(data)
+    if len(raw) > max_bytes:
+        return f"{len(raw):,} bytes, over the {max_bytes:,} taken per image"
+    try:
+        with PIL.Image.open(io.BytesIO(raw)) as image:  # reads the header, decodes no pixels
+            real, (w, h) = image.get_format_mimetype() or "", image.size
+    except (PIL.UnidentifiedImageError, OSError, ValueError):
+        return ""
+    if real and real != declared:
+        return f"the bytes are {real}, declared {declared}"
+    if max(w, h) > max_side:
+        return f"{w}x{h} px, over {max_side} on a side"
+    return ""
 
 
 def parse_data_url(url: str):

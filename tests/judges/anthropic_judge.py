@@ -13,11 +13,15 @@ from __future__ import annotations
 from anthropic.types.beta.beta_context_management_config_param import BetaContextManagementConfigParam
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 
-from ._common import (ANTHROPIC_ID, MAX_MARKERS, Problems, b64_ok, is_http_url, strict_validator, tool_name_problem,
-                      validate)
+from ._common import (ANTHROPIC_ID, MAX_MARKERS, Problems, b64_ok, image_problem, is_http_url, strict_validator,
+                      tool_name_problem, validate)
 
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 THINKING = ("thinking", "redacted_thinking")
+# "image exceeds 5 MB maximum: N bytes > 5242880 bytes", counted on the base64 text: 3.75 MB raw;
+# "At least one of the image dimensions exceed max allowed size: 8000 pixels"
+MAX_IMAGE_BYTES = 5 * 2**20 * 3 // 4
+MAX_IMAGE_SIDE = 8000
 CONTEXT_MANAGEMENT_BETA = "context-management-2025-06-27"
 
 
@@ -52,6 +56,8 @@ def _media(block: dict, where: str, p: Problems) -> None:
                                                  f"{', '.join(sorted(IMAGE_TYPES))}")
             if not b64_ok(source.get("data")):
                 p.add("base64", where, "source.data is not valid base64")
+            elif problem := image_problem(source["data"], source.get("media_type"), MAX_IMAGE_BYTES, MAX_IMAGE_SIDE):
+                p.add("image", where, problem)
         elif kind == "url" and not is_http_url(source.get("url")):
             p.add("media-url", where, f"URL source must be http(s), got {str(source.get('url'))[:40]!r}")
     elif block.get("type") == "document":

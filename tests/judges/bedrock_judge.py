@@ -17,12 +17,15 @@ import re
 import botocore.session
 from botocore.validate import ParamValidator
 
-from ._common import MAX_MARKERS, Problems
+from ._common import MAX_MARKERS, Problems, image_problem
 
 # DocumentBlock.name: "alphanumeric characters, whitespace characters (no more than one in a row),
 # hyphens, parentheses, and square brackets" (Converse API reference).
 DOCUMENT_NAME = re.compile(r"[A-Za-z0-9\-()\[\]]+(\s[A-Za-z0-9\-()\[\]]+)*")
 DOCUMENT_NAME_MAX = 200
+# ImageBlock: "The maximum image size is 3.75 MB" and 8,000 px a side (Converse API reference)
+MAX_IMAGE_BYTES = 5 * 2**20 * 3 // 4
+MAX_IMAGE_SIDE = 8000
 
 
 @functools.lru_cache(maxsize=None)
@@ -95,6 +98,13 @@ def _content_rules(blocks: list, where: str, p: Problems, names: dict) -> None:
         here = f"{where}[{k}]"
         if isinstance(b.get("text"), str) and not b["text"].strip():
             p.add("blank-text", here, "The text field in the ContentBlock object is blank")
+        image = b.get("image")
+        if isinstance(image, dict) and isinstance((image.get("source") or {}).get("bytes"), str):
+            declared = "image/" + str(image.get("format"))
+            problem = image_problem(image["source"]["bytes"], declared.replace("jpg", "jpeg"),
+                                    MAX_IMAGE_BYTES, MAX_IMAGE_SIDE)
+            if problem:
+                p.add("image", here, problem)
         doc = b.get("document")
         if isinstance(doc, dict) and isinstance(doc.get("name"), str):
             name = doc["name"]

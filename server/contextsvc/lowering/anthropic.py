@@ -6,7 +6,7 @@ from . import media
 from ..deadline import NO_DEADLINE, Deadline
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
-from .neutral import LEAD_USER_TEXT, MMedia, MReasoning, MText, MToolCall, MToolResult, attachment_note
+from .neutral import LEAD_USER_TEXT, MMedia, MReasoning, MText, MToolCall, MToolResult
 from .tool_ids import WORD, wire_id, wire_name
 from .wire_format import TTL_1H, WireFormat
 
@@ -15,9 +15,9 @@ NO_TOOL_USE = {"type": "none"}  # tools stay defined (history may hold tool bloc
 
 
 def _media(x: MMedia, ledger: MediaLedger) -> dict:
-    src = media.source(FORMAT, x.mime, x.data, x.url)
-    if src is None:
-        return {"type": "text", "text": attachment_note(x)}
+    src = media.source(FORMAT, x)
+    if isinstance(src, str):  # the attachment note
+        return {"type": "text", "text": src}
     if src.url:
         source = {"type": "url", "url": src.web_url(ledger)}
     else:
@@ -104,6 +104,9 @@ class Anthropic(WireFormat):
     tool_choice_breaks_cache = True
     accepted = {**media.WEB_IMAGES, "application/pdf": media.DOCUMENT}
     fetched = frozenset(accepted)  # URL image and URL PDF sources
+    # 5 MB of base64 per image (its raw bytes: 3.75 MB), 8000 px per side (the Messages API docs)
+    max_image_bytes = 3 * 2**20 * 5 // 4
+    max_image_side = 8000
     native_auto = True
     longer_ttls_first = True  # the Messages API rejects a 1-hour entry placed after a 5-minute one
     context_strategy = "clear_tool_uses_20250919"

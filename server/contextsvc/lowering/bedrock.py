@@ -22,7 +22,7 @@ from . import media
 from ..deadline import NO_DEADLINE, Deadline
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
-from .neutral import LEAD_USER_TEXT, MMedia, MReasoning, MText, MToolCall, MToolResult, attachment_note
+from .neutral import LEAD_USER_TEXT, MMedia, MReasoning, MText, MToolCall, MToolResult
 from .tool_ids import WORD, wire_id, wire_name
 from .wire_format import WireFormat
 
@@ -74,9 +74,9 @@ class _DocumentNames:
 def _media(x: MMedia, ledger: MediaLedger, names: _DocumentNames) -> dict:
     """Through the shared media table: a type Converse does not take, or a web URL (Converse takes
     bytes or S3 only), becomes the attachment note."""
-    src = media.source(FORMAT, x.mime, x.data, x.url)
-    if src is None:
-        return {"text": attachment_note(x)}
+    src = media.source(FORMAT, x)
+    if isinstance(src, str):  # the attachment note
+        return {"text": src}
     fmt, data = MEDIA_FORMATS[src.mime], src.base64(ledger)
     if src.kind == media.DOCUMENT:
         return {"document": {"format": fmt, "name": names(x.filename), "source": {"bytes": data}}}
@@ -168,6 +168,9 @@ class Bedrock(WireFormat):
     names = WORD  # toolSpec.name and toolUse.name are [a-zA-Z0-9_-]+ of 1..64
     accepted = {t: media.IMAGE if t in media.WEB_IMAGES else media.DOCUMENT for t in MEDIA_FORMATS}
     fetched = frozenset()  # bytes or S3 only
+    # an ImageBlock's bytes: 3.75 MB, 8000 px per side (the Converse API docs)
+    max_image_bytes = 3 * 2**20 * 5 // 4
+    max_image_side = 8000
     native_auto = True
     system_marker_closes_list = True  # one cachePoint closes the system list
 

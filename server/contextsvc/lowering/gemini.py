@@ -1,6 +1,8 @@
 """Google Gemini generateContent body (POST /v1beta/models/{model}:generateContent)."""
 from __future__ import annotations
 
+import re
+
 from .. import conversation as m
 from . import media
 from ..deadline import NO_DEADLINE, Deadline
@@ -9,7 +11,7 @@ from .media import MediaLedger
 from .tool_ids import WORD, id_rule, wire_name
 from .wire_format import WireFormat
 from .neutral import (
-    LEAD_USER_TEXT, MMedia, MReasoning, MSpacer, MText, MToolCall, MToolResult, attachment_note,
+    LEAD_USER_TEXT, MMedia, MReasoning, MSpacer, MText, MToolCall, MToolResult,
 )
 
 
@@ -25,29 +27,49 @@ _ACCEPTED = {
 def _media(x: MMedia, ledger: MediaLedger) -> dict:
     """Through the shared media table: a type Gemini does not take (gif, svg, ...) becomes the
     attachment note; an http(s) URL goes as fileData, anything else inline."""
-    src = media.source(FORMAT, x.mime, x.data, x.url)
-    if src is None:
-        return {"text": attachment_note(x)}
+    src = media.source(FORMAT, x)
+    if isinstance(src, str):  # the attachment note
+        return {"text": src}
     if src.url:
         return {"fileData": {"mimeType": src.mime, "fileUri": src.web_url(ledger)}}
     return {"inlineData": {"mimeType": src.mime, "data": src.base64(ledger)}}
 
 
-def _sign_first_call(parts: list) -> list:
+# What Gemini's documentation gives for a function call it did not sign (history another model
+# wrote, or one whose signature was lost): the validator skips it. Valid base64 (URL-safe), as
+# the bytes field takes it.
+UNSIGNED_CALL = "skip_thought_signature_validator"
+_VERSION = re.compile(r"gemini-(\d+)")
+
+
+def checks_signatures(model_id: str) -> bool:
+    """Gemini 3 and later refuse a step's first function call without a thought signature (a
+    400 for every request of the turn); an id naming no version is taken as a later model."""
+    found = _VERSION.search(model_id)
+    return found is None or int(found.group(1)) >= 3
+
+
+def _sign_first_call(parts: list, unsigned: str = "") -> list:
     """Gemini 3 refuses a step whose first functionCall part lacks the step's thought signature
     (it returns the signature there, and wants it back there). A signature that landed on another
     part of the step (after a thought followed by text, say) moves to that call: the nearest one,
-    before it first. The two parts are copies (a message's parts are kept by the memo); the list
-    is changed in place and returned."""
+    before it first. A step with none (another model's calls, after a switch mid-turn) gets
+    `unsigned` there when given (UNSIGNED_CALL for a model that checks_signatures). The parts
+    changed are copies (a message's parts are kept by the memo); the list is changed in place
+    and returned."""
     first = next((i for i, p in enumerate(parts) if "functionCall" in p), None)
-    if first is None or "thoughtSignature" in parts[first]:
+    had = parts[first].get("thoughtSignature") if first is not None else None
+    if first is None or had not in (None, UNSIGNED_CALL):
         return parts
-    signed = [i for i, p in enumerate(parts) if "thoughtSignature" in p]
+    # a real signature replaces the stand-in (two messages joined into one turn)
+    signed = [i for i, p in enumerate(parts) if p.get("thoughtSignature") not in (None, UNSIGNED_CALL)]
     if signed:
         nearest = min(signed, key=lambda i: (abs(i - first), i > first))
         donor = dict(parts[nearest])
         parts[first] = {**parts[first], "thoughtSignature": donor.pop("thoughtSignature")}
         parts[nearest] = donor
+    elif unsigned and had is None:
+        parts[first] = {**parts[first], "thoughtSignature": unsigned}
     return parts
 
 
@@ -62,6 +84,7 @@ def _declaration(t) -> dict:
 def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="",
          tools_disabled=False, deadline: Deadline = NO_DEADLINE) -> Lowered:
     wire, roles, sources = [], [], []
+    unsigned = UNSIGNED_CALL if checks_signatures(model_id) else ""
     for msg in messages:
         role = "model" if msg.role == "assistant" else "user"
         parts, moved, signature = [], [], ""
@@ -93,7 +116,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
             if signature and parts:
                 parts[-1]["thoughtSignature"] = ledger.opaque(signature)
                 signature = ""
-        _sign_first_call(parts)
+        _sign_first_call(parts, unsigned)
         parts.extend(_media(x, ledger) for x in moved)
         if not parts:
             continue  # reasoning alone is not replayed to Gemini

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from urllib.parse import unquote, unquote_to_bytes
 
 from .. import native
+from . import images
+from .neutral import attachment_note
 
 MEDIA_PLACEHOLDER = "[encoded media]"
 OPAQUE_PLACEHOLDER = "[opaque reasoning state]"
@@ -176,36 +178,63 @@ class Source:
         return ledger.url(self.url)
 
 
-def source(fmt, mime: str, data: bytes | None, url: str):
-    """How fmt's provider takes this media part, or None: then it is lowered as the attachment
-    note.
+def source(fmt, x):
+    """How fmt's provider takes the media part x (neutral.MMedia), or the text that stands for it
+    (the attachment note, with why when x's bytes were read).
 
     A base64 data: URL gives its payload (one that does not decode is the note: a corrupted
     copy a provider refuses, in every later request of the session too); any other data: URL
     is percent-encoded content, decoded to bytes (never sent on as a URL); an http(s) URL is
-    kept only where the provider fetches that type itself.
+    kept only where the provider fetches that type itself. An image goes under the type its
+    bytes' signature names, where that differs from the type it was declared with (a PNG saved
+    as .jpg), and is the note when it is over fmt's limits (max_image_bytes, max_image_side).
     """
-    mime, payload, web = media_type(mime), "", ""
+    mime, data, payload, web = media_type(x.mime), x.data, "", ""
     if data is None:
-        parsed = parse_data_url(url)
+        parsed = parse_data_url(x.url)
         if parsed is not None:
             mime = parsed.mime or mime
             if parsed.is_base64:
                 payload = unquote(parsed.payload)  # a no-op unless percent-encoded
                 if not decodes(payload):  # a corrupted copy: every request holding it would be refused
-                    return None
+                    return attachment_note(x)
             else:
                 data = unquote_to_bytes(parsed.payload)
-        elif url[:8].lower() == "https://" or url[:7].lower() == "http://":
+        elif x.url[:8].lower() == "https://" or x.url[:7].lower() == "http://":
             if mime not in fmt.fetched:
-                return None
-            web = url
+                return attachment_note(x)
+            web = x.url
         else:
-            return None
+            return attachment_note(x)
     found = kind(fmt, mime)
     if found is None or not (data or payload or web):
-        return None
+        return attachment_note(x)
+    if found == IMAGE and not web:
+        mime, why = _image(fmt, mime, data, payload)
+        if why:
+            return attachment_note(x, why)
     return Source(found, mime, data, payload, web)
+
+
+def _image(fmt, mime: str, data: bytes | None, payload: str) -> tuple[str, str]:
+    """(the type an inline image goes under, why it is not sent: "" when it is)."""
+    if data is not None:
+        head, size = data[:images.HEAD_BYTES], len(data)
+    else:
+        head = binascii.a2b_base64(payload[:images.HEAD_BYTES // 3 * 4])
+        size = base64_size(payload)
+    real = images.kind(head)
+    if real is not None and real != mime:
+        if kind(fmt, real) != IMAGE:
+            return mime, f"its bytes are {real}, which {fmt.name} does not take"
+        mime = real
+    if fmt.max_image_bytes and size > fmt.max_image_bytes:
+        return mime, (f"{size / 2**20:.1f} MB, over the {fmt.max_image_bytes / 2**20:g} MB {fmt.name} takes "
+                      "per image")
+    pixels = images.dimensions(head) if fmt.max_image_side else None
+    if pixels is not None and max(pixels) > fmt.max_image_side:
+        return mime, f"{pixels[0]}x{pixels[1]} px, over the {fmt.max_image_side} px {fmt.name} takes per side"
+    return mime, ""
 
 
 def base64_size(payload: str) -> int:

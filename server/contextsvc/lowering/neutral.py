@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 from .. import conversation as m
 from ..deadline import NO_DEADLINE, Deadline
-from ..model_ids import same_model
+from ..model_ids import same_model, same_provider
 
 COMPACTED_OUTPUT = "[Old tool result content cleared]"
 INTERRUPTED_OUTPUT = "[Tool execution was interrupted]"
@@ -72,9 +72,9 @@ class MMessage:
     source_id: str = ""
 
 
-def attachment_note(f: m.File) -> str:
-    """The text a non-media file, or stripped media, becomes."""
-    return f"[Attached {f.mime}: {f.filename or 'file'}]"
+def attachment_note(f: m.File, why: str = "") -> str:
+    """The text a non-media file, or stripped media, becomes; why: why media was not sent."""
+    return f"[Attached {f.mime}: {f.filename or 'file'}" + (f" (not sent: {why})]" if why else "]")
 
 
 def _file(f: m.File):
@@ -117,7 +117,7 @@ def _signed_elsewhere(msg: m.Message, model) -> bool:
     if model is None:
         return False
     return bool((msg.model_id and not same_model(msg.model_id, model.id))
-                or (msg.provider_id and msg.provider_id != model.provider))
+                or (msg.provider_id and not same_provider(msg.provider_id, model.provider)))
 
 
 def _reasoning(c: m.Reasoning, foreign: bool):

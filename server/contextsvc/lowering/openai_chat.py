@@ -8,15 +8,15 @@ from . import media
 from ..deadline import NO_DEADLINE, Deadline
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
-from .neutral import LEAD_USER_TEXT, MMedia, MSpacer, MText, MToolCall, MToolResult, attachment_note
+from .neutral import LEAD_USER_TEXT, MMedia, MSpacer, MText, MToolCall, MToolResult
 from .tool_ids import WORD, id_rule, wire_id, wire_name
 from .wire_format import WireFormat
 
 
 def _media(fmt: ChatCompletions, x: MMedia, ledger: MediaLedger) -> dict:
-    src = media.source(fmt, x.mime, x.data, x.url)
-    if src is None:  # includes a PDF by web URL: file_data takes a base64 data: URL only
-        return {"type": "text", "text": attachment_note(x)}
+    src = media.source(fmt, x)
+    if isinstance(src, str):  # the attachment note; a PDF by web URL too: file_data takes a data: URL only
+        return {"type": "text", "text": src}
     if src.kind == media.DOCUMENT:
         return {"type": "file", "file": {"filename": x.filename or "file.pdf", "file_data": src.data_url(ledger)}}
     url = src.web_url(ledger) if src.url else src.data_url(ledger)

@@ -14,7 +14,7 @@ from . import media
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
 from .neutral import (
-    LEAD_USER_TEXT, MMedia, MProviderCompaction, MReasoning, MSpacer, MText, MToolCall, MToolResult, attachment_note,
+    LEAD_USER_TEXT, MMedia, MProviderCompaction, MReasoning, MSpacer, MText, MToolCall, MToolResult,
 )
 from .openai_chat import cache_key
 from .tool_ids import WORD, id_rule, wire_id, wire_name
@@ -22,9 +22,9 @@ from .wire_format import WireFormat
 
 
 def _media(x: MMedia, ledger: MediaLedger) -> dict:
-    src = media.source(FORMAT, x.mime, x.data, x.url)
-    if src is None:
-        return {"type": "input_text", "text": attachment_note(x)}
+    src = media.source(FORMAT, x)
+    if isinstance(src, str):  # the attachment note
+        return {"type": "input_text", "text": src}
     if src.kind == media.DOCUMENT:
         part = {"type": "input_file", "filename": x.filename or "file.pdf"}
         if src.url:

@@ -45,6 +45,10 @@ class WireFormat:
     # provider fetches itself from an http(s) URL (the others need the bytes)
     accepted: dict = {}
     fetched: frozenset = frozenset()
+    # what the provider refuses a request over: an inline image of more bytes, or more pixels on
+    # a side (0: no limit checked here)
+    max_image_bytes: int = 0
+    max_image_side: int = 0
 
     # -- the provider's own compaction: its opaque items (conversation.ProviderCompaction) go back
     # in the body (lowering/neutral.py drops them for every other provider)
