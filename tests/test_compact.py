@@ -483,6 +483,51 @@ def test_kept_tail_keeps_parallel_reads_each_cut_to_the_budget():
     assert r.tokens_after == after.decision[0]
 
 
+def chinese(chars: int) -> str:
+    """Prose in Chinese: one token or more a character, where the estimate reads four to a token."""
+    line = "这个模块负责处理用户请求并返回页面渲染结果，错误时记录日志。"
+    return "\n".join(f"{k:04d} {line}" for k in range(chars // (len(line) + 6) + 1))[:chars]
+
+
+@pytest.mark.parametrize("chars, fits_by_estimate", ((20_000, True), (30_000, False)))
+def test_kept_tail_the_estimate_reads_low_is_cut_to_what_the_figure_reads(chars, fits_by_estimate):
+    """A file of Chinese just read, in a 32K window: chosen by its estimate (chars / 4) the tail
+    fits the budget, but its decision figure takes the request over the limit. It used to be
+    summarized whole (the model never saw the file it asked for); now the tail is chosen again
+    at the ratio the figure reads it, the newest read kept cut to the preserve budget in those
+    terms, and the summary of the unchanged head asked once."""
+    mdl = m.Model("claude-sonnet-4-5", m.ANTHROPIC, m.ModelLimits(32_000, 0, 4_096))
+    c = Conv()
+    for k in range(3):
+        c.user(f"Translate the docs of src/mod_{k}.py into English.")
+        c.assistant(f"Reading src/mod_{k}.py.", read(f"src/mod_{k}.py", handlers(f"small_{k}", 10)))
+    text = chinese(chars)
+    c.user("Now the guide.").assistant("Reading docs/guide.md.", read("docs/guide.md", text))
+    last = c.messages[-1]
+    budget = head_tail.budget(window.usable(mdl, NO, CFG), NO, CFG)
+    # by the estimate the whole read fits the budget, or is cut to it (the selection's own cut)
+    assert (head_tail.message_size(last, mdl) < budget) == fits_by_estimate
+    rec = Recorder()
+    r = run(c.conv(), model_=mdl, auto=True, summarizer=rec)
+    assert r.outcome == "compacted" and r.under_limit and r.tokens_before > r.limit
+    assert last.id not in r.summarized_ids and r.tail_start_id == last.id
+    (cut,) = [e for e in r.edits if isinstance(e, edits.ReplaceToolOutput)]
+    head, sep, rest = cut.output.partition("\n[Tool output truncated for compaction: omitted ")
+    tail = rest.partition(" chars]\n")[2]
+    assert sep and cut.output == serialize.clip(text, len(head) + len(tail)) and len(head) + len(tail) > 2_000
+    stored = edits.apply(c.messages, r.edits)
+    after = cmod._measure(m.Conversation(stored, "s1"), cmod.CompactInput(c.conv(), mdl), CFG)
+    assert r.tokens_after == after.decision[0]
+    # the tail is about the preserve budget as the decision figure reads it, far under the limit
+    kept = next(x for x in stored if x.id == last.id)
+    alone = cmod._measure(m.Conversation([kept], "s1"), cmod.CompactInput(c.conv(), mdl), CFG).decision[0]
+    one = cmod._measure(m.Conversation([c.messages[0]], "s1"), cmod.CompactInput(c.conv(), mdl), CFG).decision[0]
+    assert budget * 0.8 < alone - one <= budget * 1.05
+    assert r.tokens_after < r.limit * 0.5
+    # every summary asked was of a different head
+    assert len({j.transcript for j in rec.jobs}) == len(rec.jobs) <= 2
+
+
 def test_kept_tail_cut_only_when_nothing_of_the_turn_fits():
     mdl = m.Model("claude-sonnet-4-5", m.ANTHROPIC, m.ModelLimits(32_000, 0, 4_096))
     c = Conv().user("Read the views.").assistant(read("src/views.py", handlers("view", 600)))

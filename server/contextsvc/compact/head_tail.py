@@ -56,10 +56,11 @@ def tail_turns(settings: m.CompactionSettings, cfg: Config) -> int:
 
 def select(messages: list, mdl: m.Model, usable: int, settings: m.CompactionSettings,
            cfg: Config, message_sizes: list | None = None, memo=None,
-           deadline: Deadline = NO_DEADLINE) -> Selection:
+           deadline: Deadline = NO_DEADLINE, tail_budget: int | None = None) -> Selection:
     """sizes holds the estimate of every message the walk can reach (the last tail_turns turns);
-    the others are never read and are reported as 0."""
-    b = budget(usable, settings, cfg)
+    the others are never read and are reported as 0. tail_budget: in place of the settings'
+    budget (a tail chosen again, smaller)."""
+    b = budget(usable, settings, cfg) if tail_budget is None else tail_budget
     turns = tail_turns(settings, cfg)
     starts = native.split_turns([starts_turn(x) for x in messages])
     if message_sizes is not None:

@@ -87,6 +87,29 @@ def _measure(conv: m.Conversation, inp: CompactInput, cfg: Config,
     return step.run(conv, plan, memo=memo, deadline=deadline).measurement
 
 
+# How many times a tail still over the limit is chosen again, smaller, before it is summarized:
+# each time the head may grow, and the summary is asked again.
+TAIL_SHRINKS = 3
+
+
+def _smaller_tail(plan: "_Plan", over_by: int, inp: CompactInput, cfg: Config, deadline: Deadline) -> int:
+    """The estimate budget a kept tail over the limit by over_by (decision tokens) is chosen again
+    with, at the ratio the decision figure reads the tail at (CJK text at ~5x its chars/4): what
+    is left of it once over_by is taken off, and at most the preserve budget in what the figure
+    reads (the estimate was shown to read it low; a tail at the limit's edge would compact again
+    at the next answer). The tail's decision figure is its measure alone (without the usage its
+    answers report: that counted the history before) less that of a body of one character."""
+    mdl = inp.model
+    tail = [dataclasses.replace(x, usage=m.Usage()) for x in ed.apply(plan.tail, list(plan.cuts))]
+    estimate = sum(head_tail.sizes(tail, mdl, None, deadline))
+    alone = _measure(m.Conversation(tail, inp.conversation.session_id), inp, cfg, deadline).decision[0]
+    one = m.Message("tail-size", m.USER, [m.Part("tail-size", m.Text("."))])
+    empty = _measure(m.Conversation([one], inp.conversation.session_id), inp, cfg, deadline).decision[0]
+    decided = alone - empty
+    target = min(decided - over_by, head_tail.budget(window.usable(mdl, inp.compaction, cfg), inp.compaction, cfg))
+    return estimate * target // decided if target > 0 else 0
+
+
 def _under(tokens_: int, lim: int, mdl: m.Model) -> bool:
     return mdl.limits.context == 0 or tokens_ < lim
 
@@ -175,15 +198,17 @@ class _Plan:
 
 def _plan(projected: list, stored: list, overflow: bool, mdl: m.Model, use: int,
           settings: m.CompactionSettings, cfg: Config, keep_tail: bool, memo=None,
-          deadline: Deadline = NO_DEADLINE) -> _Plan:
-    """Head and tail, with the turn in progress never dropped: it is summarized or kept."""
+          deadline: Deadline = NO_DEADLINE, tail_budget: int | None = None) -> _Plan:
+    """Head and tail, with the turn in progress never dropped: it is summarized or kept.
+    tail_budget: the tail's, in place of the settings' (head_tail.select)."""
     floor = _earliest_tail(projected, stored)
     kept, cuts = len(projected), ()
     if keep_tail:
         # the finished compaction pair the projection starts with is hidden (as upstream): it is
         # never a turn to keep, and a history that is one turn since then is summarized whole
         hidden = projection.finished_pair(projected)
-        selection = head_tail.select(projected[hidden:], mdl, use, settings, cfg, memo=memo, deadline=deadline)
+        selection = head_tail.select(projected[hidden:], mdl, use, settings, cfg, memo=memo, deadline=deadline,
+                                     tail_budget=tail_budget)
         if selection.tail_start_id:
             kept = max(hidden + len(selection.head), floor)
             # the cut message is the last one: it is kept unless the previous tail reaches past it
@@ -245,7 +270,15 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
     chosen = summarizer or make_summarizer(cfg, memo)
     cap = window.max_output(mdl, cfg)
 
+    made = {}  # transcript -> summary: a tail chosen again with the same head asks once
+
     def summarize(tr: serialize.Transcript) -> tuple[str, bool, str]:
+        key = (tr.previous_summary, tr.text)
+        if key not in made:
+            made[key] = _summarized(tr)
+        return made[key]
+
+    def _summarized(tr: serialize.Transcript) -> tuple[str, bool, str]:
         nonlocal chosen
         try:
             text_, chunked_ = _run(chosen, tr, use, cap, cfg, deadline)
@@ -264,6 +297,7 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
     ids = ed.IdMaker(msgs, inp.id_prefix)
     marker_id = marker.id if marker is not None else ids.make("compaction")
     summary_id, next_id = ids.make("summary"), ids.make("continue")
+    shrinks = 0
     while True:
         deadline.check("compact")
         transcript = serialize.serialize(plan.head, cfg.compact.tool_output_max_chars, deadline)
@@ -281,9 +315,15 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
         tokens_after = after.decision[0]
         if _under(tokens_after, lim, mdl) or not plan.tail:
             break
-        # Still over with a verbatim tail: summarize the tail too rather than report failure.
-        plan = _plan(projected, msgs, inp.overflow, mdl, use, settings, cfg, keep_tail=False, memo=memo,
-                     deadline=deadline)
+        # Still over with a verbatim tail: the estimate it was chosen by read it low (CJK text
+        # counts ~5x its chars/4, and a file just read went into the summary, never seen). It is
+        # chosen again, smaller by what is over, so the newest messages stay (the newest one cut
+        # at last); when that cannot help, the tail is summarized too rather than report failure.
+        shrinks += 1
+        smaller = _smaller_tail(plan, tokens_after - lim, inp, cfg, deadline) if shrinks <= TAIL_SHRINKS else 0
+        plan = _plan(projected, msgs, inp.overflow, mdl, use, settings, cfg,
+                     keep_tail=shrinks <= TAIL_SHRINKS and smaller > 0, memo=memo, deadline=deadline,
+                     tail_budget=smaller)
 
     under = _under(tokens_after, lim, mdl)
     sent = {id(x) for x in projection.project(stored)}
