@@ -89,6 +89,37 @@ def test_one_client_s_calls_that_never_send_their_request_do_not_refuse_other_cl
         assert stop(proc) == 0
 
 
+def test_one_client_s_calls_whose_responses_it_never_reads_do_not_refuse_other_clients(tmp_path):
+    """A client (127.0.0.2) opens two connections whose flow-control window is 0 and sends 90
+    whole, small Measure and health-check requests on each: no response, however small, can
+    reach it, and each call stayed in the transport until its connection closed (ten minutes
+    by default): 1,100 of them refused every other caller, health checks included, for as long.
+    Now its calls past max_waiting_calls_per_client are refused at once (a status alone, which
+    HTTP/2 sends whatever the window); another client (127.0.0.1) is answered throughout."""
+    proc, port, _, _ = launch(server_toml="max_pending_rpcs = 128\nmax_waiting_calls_per_client = 32",
+                              tmp_path=tmp_path)
+    measure = grpc_frame(convo.measure_request().SerializeToString())
+    check = grpc_frame(b"")
+    attackers = [RawH2(port, window=0, auto_window=False, source="127.0.0.2") for _ in range(2)]
+    try:
+        with Probe(port, proc.pid) as probe:
+            streams = [(a, a.open(f"{SERVICE}/Measure" if k % 2 else "/grpc.health.v1.Health/Check",
+                                  measure if k % 2 else check)) for a in attackers for k in range(90)]
+            end = time.monotonic() + 6
+            while time.monotonic() < end:
+                for a in attackers:
+                    a.pump(0.1)
+        print(f"\n{probe.report('180 unread calls of another client')}")
+        honest(probe)
+        codes = [a.status.get(sid) for a, sid in streams]
+        assert codes.count("8") == 180 - 32, codes  # RESOURCE_EXHAUSTED, at once
+        assert codes.count(None) == 32, codes  # answered, their responses waiting for a window
+    finally:
+        for a in attackers:
+            a.close()
+        assert stop(proc) == 0
+
+
 def stored_output(port: int, mb: int) -> str:
     """The id of a stored tool output of about mb MB (lines of 1 KB)."""
     text = "\n".join(f"{i:08d} " + "x" * 1015 for i in range(mb * 1024))

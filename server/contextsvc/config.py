@@ -63,9 +63,11 @@ class ServerConfig:
     # request or for their client to read the response count); beyond it grpc itself answers
     # RESOURCE_EXHAUSTED, so a flood of connections never queues without bound. 0 = no bound.
     max_pending_rpcs: int = 1024
-    # calls of one client (its address) waiting for their request message at once; one more is
-    # refused RESOURCE_EXHAUSTED at once, so that one client's idle calls (headers sent, no body)
-    # never fill max_pending_rpcs for every other caller and the health checks. Behind a proxy,
+    # calls of one client (its address) open at once, from their start until they are over (so
+    # those waiting for their request message, and those whose response it does not read); one
+    # more is refused RESOURCE_EXHAUSTED at once, so that one client's idle calls (headers sent,
+    # no body; or a flow-control window of 0) never fill max_pending_rpcs for every other caller
+    # and the health checks. Behind a proxy,
     # or over a Unix socket, every caller is one address: raise it there. Keep it well below
     # max_pending_rpcs. 0 = no bound.
     max_waiting_calls_per_client: int = 256

@@ -84,8 +84,10 @@ class UnsentBytes:
 
 
 class WaitingCalls:
-    """Calls waiting for their request message, per client address (the peer's host), bounded by
-    limit (0: none). Used on the transport's event loop only: no lock."""
+    """Calls open in the transport per client address (the peer's host), bounded by limit (0:
+    none): from the call's start until it is over, so both a call waiting for its request
+    message and one whose response its client does not read count. Used on the transport's
+    event loop only (calls start there, and grpc runs done callbacks there): no lock."""
 
     def __init__(self, limit: int):
         self.limit = limit
@@ -142,22 +144,27 @@ def _bounded(remaining: float | None, bound: float) -> float:
     return bound if remaining is None else max(0.0, min(remaining, bound))
 
 
-async def receive(context, method: str, request_wait: float, waiting: WaitingCalls, peer: str) -> bytes:
-    """The call's one request message (_read_request), within request_wait seconds
-    (server.request_wait_seconds) or the call's deadline, once its client (the peer's address)
-    has fewer than waiting.limit calls waiting for theirs: one client's calls that never send
-    their request (headers alone, a thousand streams) would otherwise fill the transport's bound
-    (server.max_pending_rpcs) and every other caller and health check be refused."""
-    wait = _bounded(context.time_remaining(), request_wait)
+def hold_open(context, waiting: WaitingCalls, peer: str) -> None:
+    """Counts the call against its client (the peer's address) until it is over; Refused when
+    that client has waiting.limit calls open already. One client's calls that never send their
+    request (headers alone, a thousand streams), or never read their responses (a flow-control
+    window of 0: even a small response and its status then stay in the transport), would
+    otherwise fill the transport's bound (server.max_pending_rpcs) for as long as their
+    connections live, and every other caller and health check be refused. A refusal is a status
+    alone, which HTTP/2 sends whatever the client's window."""
     client = client_of(peer)
     if not waiting.enter(client):
         raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                      f"{waiting.limit} calls of this client ({client}) are waiting for their request message "
-                      "(server.max_waiting_calls_per_client): send each call's request as it opens")
-    try:
-        return await _read_request(context, method, wait)
-    finally:
-        waiting.leave(client)
+                      f"{waiting.limit} calls of this client ({client}) are open, waiting for their request "
+                      "message or for their response to be read (server.max_waiting_calls_per_client): send "
+                      "each call's request as it opens, and read its response")
+    context.add_done_callback(lambda _context: waiting.leave(client))
+
+
+async def receive(context, method: str, request_wait: float) -> bytes:
+    """The call's one request message (_read_request), within request_wait seconds
+    (server.request_wait_seconds) or the call's deadline."""
+    return await _read_request(context, method, _bounded(context.time_remaining(), request_wait))
 
 
 async def _read_request(context, method: str, wait: float) -> bytes:
@@ -234,7 +241,8 @@ async def _answer(settings: CallSettings, method: str, parse, work, context,
             if reason:
                 return grpc.StatusCode.UNAUTHENTICATED, reason
         peer = context.peer()
-        data = await receive(context, method, settings.request_wait, settings.waiting, peer)
+        hold_open(context, settings.waiting, peer)
+        data = await receive(context, method, settings.request_wait)
         if metrics is not None:
             metrics.request(len(data))
         out = await _run(settings, method, parse, work, data, view, peer)

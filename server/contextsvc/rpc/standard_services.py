@@ -18,7 +18,7 @@ from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from .admission import Admission
-from .calls import Refused, WaitingCalls, receive
+from .calls import Refused, WaitingCalls, hold_open, receive
 from .security import TokenCheck
 from ..errors import BadInput, Exhausted, Unavailable
 from .health import NOT_SERVING, SERVING, Health, check_service_name
@@ -96,7 +96,8 @@ class StandardServices:
         """The call's request message, as the service's calls read theirs (calls.receive);
         None once the call is ended with the refusal."""
         try:
-            return await receive(context, method, self._request_wait, self._waiting, context.peer())
+            hold_open(context, self._waiting, context.peer())
+            return await receive(context, method, self._request_wait)
         except Refused as e:
             refusal = (e.code, e.details)
         await context.abort(*refusal)
