@@ -91,3 +91,66 @@ def test_model_backend_failures_status_or_fallback(model_api, mode):
     finally:
         strict.stop(grace=1)
         lenient.stop(grace=1)
+
+
+def test_a_hung_summarizer_holds_at_most_its_slots_and_other_calls_are_answered(model_api):
+    """Six agents, each on its own connection, compact at once against a summarizer that never
+    answers, on a server of 6 slots (server.max_concurrent_rpcs): each call held its slot for
+    the whole hang, and another agent's Measure, which never asks the summarizer, was refused
+    RESOURCE_EXHAUSTED throughout (16 agents of 16 in the trial, 99 Measures of 99). Now at most
+    summarizer.max_concurrent (2) wait on it: the others get the offline summary at once, and
+    once those two timed out the breaker sends nothing for breaker_open_seconds. Measure is
+    answered throughout."""
+    import threading
+    import time
+    from helpers.server import start_server
+    api = model_api
+    api.mode = "hang"
+    s = start_server(summarizer_overrides=dict(
+        backend=api.BACKEND, base_url=api.url, api_key_env="CONTEXTSVC_TEST_KEY", timeout_seconds=3.0,
+        max_retries=0, fallback_to_offline=True, max_concurrent=2, breaker_failures=2, breaker_open_seconds=60.0),
+        max_concurrent_rpcs=6)
+    address = f"127.0.0.1:{s.port}"
+    compacted, measured, done = [], [], threading.Event()
+
+    def compact():
+        with grpc.insecure_channel(address) as ch:
+            started = time.monotonic()
+            r = pb_grpc.ContextServiceStub(ch).Compact(compact_request(), timeout=20)
+            compacted.append((time.monotonic() - started, r))
+
+    def measure():
+        with grpc.insecure_channel(address) as ch:
+            stub = pb_grpc.ContextServiceStub(ch)
+            while not done.is_set():
+                try:
+                    stub.Measure(convo.measure_request(), timeout=5)
+                    measured.append("OK")
+                except grpc.RpcError as e:
+                    measured.append(e.code().name)
+                time.sleep(0.05)
+
+    try:
+        agents = [threading.Thread(target=compact) for _ in range(6)]
+        for t in agents:
+            t.start()
+        time.sleep(1.0)  # every agent's call is in: those that do not wait on the summarizer are done
+        prober = threading.Thread(target=measure)
+        prober.start()
+        for t in agents:
+            t.join(30)
+        done.set()
+        prober.join(10)
+        assert len(compacted) == 6 and all(r.fell_back and r.backend == "offline" for _, r in compacted)
+        waited = sorted(seconds for seconds, _ in compacted)
+        assert len(api.requests) == 2 and waited[-2] >= 3.0 > waited[-3], waited
+        assert all("summarizer.max_concurrent" in r.fallback_reason for seconds, r in compacted if seconds < 3)
+        assert len(measured) > 10 and set(measured) == {"OK"}, measured
+        # the two that got no answer opened the breaker: the next is not sent at all
+        with grpc.insecure_channel(address) as ch:
+            started = time.monotonic()
+            r = pb_grpc.ContextServiceStub(ch).Compact(compact_request(), timeout=20)
+        assert r.fell_back and "not tried, 2 calls in a row got no answer" in r.fallback_reason
+        assert time.monotonic() - started < 1.5 and len(api.requests) == 2
+    finally:
+        s.stop(grace=1)

@@ -390,8 +390,19 @@ class SummarizerConfig:
     # bytes as JSON escapes (\uXXXX): 16 covers both. The floor covers the JSON envelope
     reply_bytes_per_token: int = 16
     reply_min_bytes: int = 65536
+    # summary requests waiting on the backend at once (0 = no bound); one more is answered at once
+    # as the backend being unavailable (the offline fallback, with fallback_to_offline), so a hung
+    # backend holds at most this many of server.max_concurrent_rpcs: Measure and Assemble, which
+    # never ask it, keep the rest. After breaker_failures requests in a row got no answer (timed
+    # out, connection failed), none is sent for breaker_open_seconds; then one trial decides
+    max_concurrent: int = 4
+    breaker_failures: int = 2
+    breaker_open_seconds: float = 30.0
 
     def __post_init__(self):
+        if self.max_concurrent < 0 or self.breaker_failures < 1 or self.breaker_open_seconds < 0:
+            raise ValueError("[summarizer] max_concurrent must be 0 (no bound) or more, breaker_failures 1 or "
+                             "more, breaker_open_seconds 0 or more")
         if self.backend not in SUMMARIZER_BACKENDS:
             raise ValueError(f"[summarizer] backend must be one of {', '.join(map(repr, SUMMARIZER_BACKENDS))}")
         model, key_env = SUMMARIZER_BACKENDS[self.backend]

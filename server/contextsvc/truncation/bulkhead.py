@@ -21,12 +21,12 @@ deadline is no evidence either way (the store may only be slower than that calle
 from __future__ import annotations
 
 import concurrent.futures
-import threading
 import time
 from typing import Callable
 
 from ..deadline import NO_DEADLINE, Deadline
 from ..errors import DeadlineExceeded
+from ..gate import Gate
 from .store import StoreUnavailable
 
 __all__ = ["Bulkhead", "NoAnswer", "DEADLINE_MARGIN"]
@@ -42,24 +42,15 @@ class NoAnswer(StoreUnavailable):
 
 
 class Bulkhead:
-    """Concurrency limit, deadline and circuit breaker around the calls to one store; ``name``
-    names it in every refusal ("Redis")."""
+    """Concurrency limit, deadline and circuit breaker (gate.Gate) around the calls to one store;
+    ``name`` names it in every refusal ("Redis")."""
 
     def __init__(self, name: str, max_concurrent: int, timeout: float, failures_to_open: int,
                  open_seconds: float, clock: Callable[[], float] = time.monotonic):
         self.name = name
-        self._max = max_concurrent
         self._timeout = timeout
-        self._failures_to_open = failures_to_open
-        self._open_seconds = open_seconds
-        self._clock = clock
         self._pool = concurrent.futures.ThreadPoolExecutor(max_concurrent, thread_name_prefix="store")
-        self._slots = threading.BoundedSemaphore(max_concurrent)
-        self._lock = threading.Lock()
-        self._failures = 0  # calls in a row with no answer
-        self._last_failure = ""
-        self._open_until: float | None = None  # set: open until then, half-open after
-        self._trial = False  # half-open: the one call let through is in flight
+        self._gate = Gate(name, max_concurrent, failures_to_open, open_seconds, StoreUnavailable, clock)
 
     def budget(self, what: str, deadline: Deadline = NO_DEADLINE) -> float:
         """Seconds a call may wait for the store: the bulkhead's timeout, or less when the
@@ -77,28 +68,28 @@ class Bulkhead:
         refused here, got no answer, or did not answer within the bulkhead's timeout;
         DeadlineExceeded naming it when the caller's deadline came first."""
         wait = self.budget(what, deadline)
-        trial = self._admit(what)
+        trial = self._gate.admit(what)
         try:
             future = self._pool.submit(self._run, fn, args, kwargs)
         except BaseException:
-            self._slots.release()
+            self._gate.release()
             raise
         try:
             result = future.result(wait)
         except concurrent.futures.TimeoutError:
             if wait < self._timeout:
-                self._undecided(trial)
+                self._gate.undecided(trial)
                 raise DeadlineExceeded(f"{what}: {self.name} gave no answer within the {wait:.3f} s its caller's "
                                        "deadline left") from None
-            self._failed(trial, f"no answer within {self._timeout:g} s")
+            self._gate.failed(trial, f"no answer within {self._timeout:g} s")
             raise NoAnswer(f"{what}: {self.name} unreachable: no answer within {self._timeout:g} s") from None
         except NoAnswer as e:
-            self._failed(trial, str(e).removeprefix(f"{what}: "))
+            self._gate.failed(trial, str(e).removeprefix(f"{what}: "))
             raise
         except BaseException:
-            self._answered()  # the store answered, with an error
+            self._gate.answered()  # the store answered, with an error
             raise
-        self._answered()
+        self._gate.answered()
         return result
 
     def close(self) -> None:
@@ -108,43 +99,4 @@ class Bulkhead:
         try:
             return fn(*args, **kwargs)
         finally:
-            self._slots.release()  # held until the store answers or the socket times out
-
-    def _admit(self, what: str) -> bool:
-        """Takes a slot; True when this call is the half-open breaker's trial."""
-        trial = False
-        with self._lock:
-            if self._open_until is not None:
-                left = self._open_until - self._clock()
-                if left > 0 or self._trial:
-                    raise StoreUnavailable(
-                        f"{what}: {self.name} unreachable: not tried, {self._failures} calls in a row "
-                        f"got no answer ({self._last_failure}); next try in {max(left, 0):.1f} s")
-                self._trial = trial = True
-        if not self._slots.acquire(blocking=False):
-            if trial:
-                with self._lock:
-                    self._trial = False
-            raise StoreUnavailable(f"{what}: {self.name} busy: {self._max} calls already waiting on it")
-        return trial
-
-    def _answered(self) -> None:
-        with self._lock:
-            self._failures = 0
-            self._open_until = None
-            self._trial = False
-
-    def _undecided(self, trial: bool) -> None:
-        """A wait cut short by its caller: a half-open breaker lets the next call try."""
-        if trial:
-            with self._lock:
-                self._trial = False
-
-    def _failed(self, trial: bool, why: str) -> None:
-        with self._lock:
-            self._failures += 1
-            self._last_failure = why
-            if trial or self._failures >= self._failures_to_open:
-                self._open_until = self._clock() + self._open_seconds
-            if trial:
-                self._trial = False
+            self._gate.release()  # held until the store answers or the socket times out

@@ -20,6 +20,7 @@ import time
 from ...config import Config
 from ...deadline import NO_DEADLINE
 from ...errors import DeadlineExceeded, Unavailable
+from ...gate import Gate
 from .. import template
 from . import http_exchange, reply_cap
 from .job import ContextTooLong
@@ -33,6 +34,11 @@ class ModelSummarizer:
     def __init__(self, cfg: Config, client=None):
         self.cfg = cfg.summarizer
         self._client = client
+        sc = self.cfg
+        # one per service (servicer.ContextService keeps its summarizer): the slots and the
+        # breaker are every call's
+        self.gate = Gate(f"{self.name} summarizer", sc.max_concurrent, sc.breaker_failures, sc.breaker_open_seconds,
+                         setting="summarizer.max_concurrent")
 
     def client(self):
         if self._client is None:
@@ -66,6 +72,26 @@ class ModelSummarizer:
         return self._create(template.merge_prompt(partials, previous), max_tokens, deadline)
 
     def _create(self, user_text: str, max_tokens: int, deadline=NO_DEADLINE) -> str:
+        """One summary through the gate: a slot of summarizer.max_concurrent and a closed breaker,
+        or Unavailable at once; a request that ended with no answer counts towards opening it."""
+        trial = self.gate.admit("")
+        try:
+            text = self._attempts(user_text, max_tokens, deadline)
+        except _NoAnswer as exc:
+            self.gate.failed(trial, str(exc.error))
+            raise exc.error from exc.__cause__
+        except DeadlineExceeded:
+            self.gate.undecided(trial)
+            raise
+        except BaseException:
+            self.gate.answered()  # the backend answered, with an error
+            raise
+        finally:
+            self.gate.release()
+        self.gate.answered()
+        return text
+
+    def _attempts(self, user_text: str, max_tokens: int, deadline) -> str:
         attempt = 0
         while True:
             try:
@@ -79,6 +105,8 @@ class ModelSummarizer:
                     pause = max(pause, exc.after)
                 left = self._left(deadline)
                 if attempt > self.cfg.max_retries or (left is not None and left <= pause):
+                    if exc.no_answer:
+                        raise _NoAnswer(exc.error) from exc.__cause__
                     raise exc.error from exc.__cause__
                 time.sleep(pause)
 
@@ -108,13 +136,14 @@ class ModelSummarizer:
             if exchange.refused:  # oversize, corrupt or of an encoding not asked for: not retried
                 raise Unavailable(f"{who}: {exchange.refused}") from exc
             if not exchange.expired and not isinstance(exc, sdk.APITimeoutError):
-                raise _Retryable(Unavailable(f"{who}: connection failed: {exc}")) from exc
+                raise _Retryable(Unavailable(f"{who}: connection failed: {exc}"), no_answer=True) from exc
             if deadline.expired():
                 raise DeadlineExceeded(f"compact: the caller's deadline passed while the {who} "
                                        "was answering") from exc
             raise _Retryable(Unavailable(f"{who}: timed out, no complete answer within {timeout:g}s"
                                          + ("" if left is None or left >= sc.timeout_seconds else
-                                            " (what the caller's deadline leaves)"))) from exc
+                                            " (what the caller's deadline leaves)")),
+                             no_answer=left is None or left >= sc.timeout_seconds) from exc
         except sdk.AuthenticationError as exc:
             raise Unavailable(f"{who}: authentication failed (401): {_detail(exc)}") from exc
         except sdk.APIStatusError as exc:
@@ -137,12 +166,22 @@ class ModelSummarizer:
 
 class _Retryable(Exception):
     """A failure worth another attempt (timeout, connection, 408/409/429/5xx): wraps the error
-    raised once the attempts or the deadline run out."""
+    raised once the attempts or the deadline run out. no_answer: the backend gave none (a
+    connection failed, or its own timeout passed, not one the caller's deadline cut short)."""
 
-    def __init__(self, error: Unavailable, after: float | None = None):
+    def __init__(self, error: Unavailable, after: float | None = None, no_answer: bool = False):
         super().__init__(str(error))
         self.error = error
         self.after = after  # seconds the backend asked to wait (retry-after), None when it did not
+        self.no_answer = no_answer
+
+
+class _NoAnswer(Exception):
+    """The attempts ran out with no answer from the backend: what the gate's breaker counts."""
+
+    def __init__(self, error: Unavailable):
+        super().__init__(str(error))
+        self.error = error
 
 
 def _retry_after(headers) -> float | None:
