@@ -327,3 +327,42 @@ def test_abandoned_calls_do_not_hold_the_concurrency_slots():
     finally:
         api.close()
         s.stop(grace=1)
+
+
+def test_concurrent_large_requests_are_worked_on_within_the_byte_bound():
+    """Requests being worked on cost a few times their bytes (32 Measures of 60 MB at once took
+    2.8 GB, past the shipped 2 GiB pod limit). Four callers send a 10 MB Measure each at once on
+    a server bounding the bytes worked on at 15 MB: one is worked on at a time, the others get
+    RESOURCE_EXHAUSTED naming the bound as soon as their request has arrived (retry later), and
+    every one that goes through, then or later, is answered."""
+    s = start_server(max_working_request_bytes=15 * 2**20)
+    big = convo.measure_request()
+    big.conversation.messages.append(convo.user("big", convo.text("big-t", "a b c d " * (10 * 2**20 // 8))))
+    assert 10 * 2**20 < big.ByteSize() < 15 * 2**20
+    answers, start = [], threading.Barrier(4)
+    options = [("grpc.max_send_message_length", 64 << 20)]
+
+    def call():
+        with grpc.insecure_channel(f"127.0.0.1:{s.port}", options=options) as ch:
+            start.wait()
+            try:
+                r = pb_grpc.ContextServiceStub(ch).Measure(big, timeout=60)
+                answers.append(("OK", r.body_bytes))
+            except grpc.RpcError as e:
+                answers.append((e.code().name, e.details()))
+    try:
+        callers = [threading.Thread(target=call) for _ in range(4)]
+        for t in callers:
+            t.start()
+        for t in callers:
+            t.join(90)
+        codes = sorted(code for code, _ in answers)
+        assert len(answers) == 4 and "OK" in codes and "RESOURCE_EXHAUSTED" in codes, answers
+        assert set(codes) == {"OK", "RESOURCE_EXHAUSTED"}, answers
+        assert all("server.max_working_request_bytes" in d for c, d in answers if c != "OK"), answers
+        # the bytes are given back: one at a time, every call goes through
+        with grpc.insecure_channel(f"127.0.0.1:{s.port}", options=options) as ch:
+            for _ in range(2):
+                assert pb_grpc.ContextServiceStub(ch).Measure(big, timeout=60).body_bytes > 10 * 2**20
+    finally:
+        s.stop(grace=1)

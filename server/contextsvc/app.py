@@ -17,7 +17,7 @@ from .config import Config
 from .metrics import Metrics
 from .rpc.admission import Admission
 from .rpc import conversion
-from .rpc.calls import CallSettings, UnsentBytes, WaitingCalls, unary_handler
+from .rpc.calls import CallSettings, HeldBytes, WaitingCalls, unary_handler
 from .rpc.health import SERVING, Health
 from .rpc.security import TokenCheck, bearer_token, bearer_tokens, server_credentials
 from .rpc.servicer import ContextService
@@ -107,9 +107,12 @@ class Server:
         self._loop_thread.start()
         check = TokenCheck(tokens) if tokens else None
         waiting = WaitingCalls(s.max_waiting_calls_per_client)
-        settings = CallSettings(self._admission, self._executor, m, check, s.max_response_bytes,
-                                UnsentBytes(s.max_unsent_bytes), s.request_wait_seconds, s.send_wait_seconds,
-                                waiting)
+        unsent = HeldBytes(s.max_unsent_bytes, "responses are waiting for their clients to read them",
+                           "server.max_unsent_bytes")
+        working = HeldBytes(s.max_working_request_bytes, "requests are being worked on",
+                            "server.max_working_request_bytes")
+        settings = CallSettings(self._admission, self._executor, m, check, s.max_response_bytes, unsent,
+                                s.request_wait_seconds, s.send_wait_seconds, waiting, working)
         names = (SERVICE_NAME, HEALTH_SERVICE) + ((REFLECTION_SERVICE,) if s.reflection else ())
         self._health = Health(self._loop, s.max_watch_streams, s.stream_idle_seconds)
         self._standard = StandardServices(self._health, self._admission, s.stream_idle_seconds, names,

@@ -83,6 +83,12 @@ class ServerConfig:
     # bytes of responses written but not yet read by their clients, all calls together; a response
     # that would pass it gets RESOURCE_EXHAUSTED. 0 = no bound
     max_unsent_bytes: int = 256 * MiB
+    # bytes of the requests being worked on, all calls together; a call whose request would pass
+    # it gets RESOURCE_EXHAUSTED at once, once its request has arrived (one call always goes
+    # through, whatever its size). A request costs a few times its bytes while it is worked on:
+    # this bounds what concurrent large requests take (32 of 60 MB at once took 2.8 GB).
+    # 0 = no bound
+    max_working_request_bytes: int = 256 * MiB
     # a connection this old is asked to go (GOAWAY: its client reconnects) and closed
     # connection_age_grace_seconds later with whatever it still holds: the end of what a client
     # that never reads can keep
@@ -154,6 +160,9 @@ class ServerConfig:
             raise ValueError("[server] max_waiting_calls_per_client must be 0 (no bound) or more")
         if self.memo_hold_seconds < 0:
             raise ValueError("[server] memo_hold_seconds must be 0 (a plain LRU) or more")
+        for name in ("max_unsent_bytes", "max_working_request_bytes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"[server] {name} must be 0 (no bound) or more")
         for name in ("max_streams_per_connection", "request_wait_seconds", "send_wait_seconds",
                      "max_connection_age_seconds", "connection_age_grace_seconds"):
             if getattr(self, name) <= 0:
