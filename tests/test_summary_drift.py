@@ -966,3 +966,36 @@ def test_a_request_that_tells_no_ask_is_worked_on_rather_than_an_earlier_one():
                 [_user("u2", "Any progress? The demo is at 3pm."),
                  _assistant("a2", "Running.", _call("read_file", {"path": "src/util.ts"}, "export {}"))])
     assert any("EOF handling" in x for x in s["in_progress"]), s["in_progress"]
+
+
+def test_a_constraint_naming_a_url_is_not_superseded_by_a_choice_dropping_the_url_s_scheme():
+    """"Never run migrations against prod: always use DATABASE_URL=postgres://localhost/billing_test"
+    was marked superseded by "keep idempotency keys in Redis ... instead of Postgres" (its URL's
+    scheme read as the Postgres the decision drops), and the rolling summary carried the safety
+    constraint away. A URL is one name; a decision dropping Postgres where a constraint chose
+    it still supersedes it."""
+    guard = "Never run migrations against prod: always use DATABASE_URL=postgres://localhost/billing_test"
+    first = [_user("u1", f"Migrate the billing client in src/billing/stripe_client.py to Stripe API v3. {guard}"),
+             _assistant("a1", _bash("pytest tests/billing -q", output="12 passed"))]
+    later = [_user("u2", "Keep the idempotency keys in Redis under billing:idem:{order_id} instead of Postgres."),
+             _assistant("a2", _bash("pytest tests/billing -q", output="13 passed"))]
+    s = _rolled(first, later)
+    assert any(guard in x for x in s["constraints"]), s["constraints"]
+    assert not any(x.startswith("Superseded: Never run migrations") for x in s["done"]), s["done"]
+    assert "postgres://localhost/billing_test" in supersede.topic(guard)
+    # what the constraint chose, the decision drops: superseded as before
+    chose = "Always store the idempotency keys in Postgres."
+    assert supersede.replaces("Keep the idempotency keys in Redis instead of Postgres.", chose)
+
+
+def test_a_request_opening_with_a_preamble_has_its_ask_as_the_goal():
+    """"Leave that failure for now. Next, add exponential backoff ..." put the preamble in Goal and
+    the ask nowhere there. The goal is the first sentence holding an ask; a headline over a list of
+    asks stays the goal."""
+    ask = "Next, add exponential backoff to the webhook retries in src/billing/webhooks.py (max 5 attempts)."
+    msgs = [_user("u1", "Add a retry budget to src/billing/webhooks.py"), _assistant("a1", _bash("pytest -q")),
+            _user("u2", f"Leave that failure for now. {ask}"), _assistant("a2", _bash("pytest -q"))]
+    goals = template.parse(offline.summarize(msgs))["goal"]
+    assert goals == ["Add a retry budget to src/billing/webhooks.py", ask], goals
+    listed = [_user("u1", "Tidy the billing module:\n- rename charge() to capture()\n- drop the v1 client")]
+    assert template.parse(offline.summarize(listed))["goal"] == ["Tidy the billing module:"]

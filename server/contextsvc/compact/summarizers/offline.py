@@ -676,6 +676,16 @@ GENERIC_WORDS = frozenset("""test bug error issue code file function method clas
 page data value line problem case thing change pass fail failure result output input""".split())
 
 
+def _goal_sentence(text: str, first: str, asks: list) -> str:
+    """The sentence a request's goal is: its first; in prose that opens with no ask ("Leave that
+    failure for now. Next, add backoff to the retries"), the first that holds one. A headline
+    over a list of asks stays the goal."""
+    opening = _sentences(first)[0]
+    if not asks or any(LIST_ITEM.match(line) for line in text.splitlines()) or asks[0] in opening:
+        return opening
+    return next((x for x in _sentences(text) if asks[0] in x), opening)
+
+
 def _text_of(msg: m.Message, *, synthetic: bool) -> str:
     """Its texts joined; a user message sent mid-run as the person wrote it (the service's wrapping
     is no goal, ask or constraint of theirs)."""
@@ -705,7 +715,7 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
                 first = next(line.strip() for line in text.splitlines() if line.strip())
                 # a short aside naming nothing ("fix the lint too") is an ask, not the session's goal
                 aside = len(text.split()) <= SHORT_ASIDE and not _keys(text)
-                goal = "" if aside else _clip(_sentences(first)[0], limits)
+                goal = "" if aside else _clip(_goal_sentence(text, first, asks), limits)
                 # and whether it names what it is about (_Asks.ask), worked out once per message
                 names = bool(goal) and ("`" in goal or any(x in goal for x in found))
                 out.append(("goal", goal, tuple(_clip(a, limits) for a in asks), names))

@@ -150,8 +150,14 @@ def _topic(text: str) -> MappingProxyType:
     return MappingProxyType(_topic_words(text))
 
 
+# a URL is one name ("postgres://localhost/billing_test"): its scheme is no topic of the text (a
+# constraint naming that database URL was read as superseded by keeping keys "instead of Postgres")
+URL = re.compile(r"\b[A-Za-z][\w+.-]*://[^\s`'\"<>()]+")
+
+
 def _topic_words(text: str) -> dict:
-    out = {}
+    out = {url.lower().rstrip(".,;:"): True for url in URL.findall(text)}
+    text = URL.sub(" ", text)
     quoted = {w.lower() for groups in QUOTED.findall(text) for q in groups for w in WORD.findall(q)}
     for w in WORD.findall(text.replace("`", " ")):
         low = w.lower()
