@@ -123,7 +123,6 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
     spare = []  # (message, part index, estimate) past the protected results, newest first
     stop = False
     scans = each(memo, "prune", msgs, (), ticking(lambda msg: tool_outputs(msg, deadline), deadline, "prune"))
-    unseen = newest_step(msgs)
     for i in range(len(msgs) - 1, -1, -1):
         deadline.tick(i, "prune")
         msg = msgs[i]
@@ -142,12 +141,6 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
                 stop = True  # everything older was handled before
                 break
             if status != m.COMPLETED:
-                continue
-            if (i, j) >= unseen:
-                # the newest step's results: the model asked for them and has not read them yet
-                # (cleared, it would ask again); a compaction keeps them, cut, in its tail
-                results += 1
-                protected += cost
                 continue
             if not by_turns and results < g.protected_results:
                 # The freshest results are never touched nor counted: N of them, or as many as
@@ -174,18 +167,6 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
     ids = [msg.parts[j].id for msg, j in chosen]
     return PruneResult(part_ids=ids, tokens_freed=freed, acted=True, reason=reason, tokens_scanned=total,
                        spare=spare_ids)
-
-
-def newest_step(msgs: list) -> tuple:
-    """(message index, part index) where the conversation's newest step starts: the last
-    assistant message's last step (from its last step-start part); no model has answered after
-    the tool results in it. (len(msgs), 0) when no assistant message is there."""
-    for i in range(len(msgs) - 1, -1, -1):
-        if msgs[i].role == m.ASSISTANT:
-            parts = msgs[i].parts
-            start = next((j for j in range(len(parts) - 1, -1, -1) if isinstance(parts[j].content, m.StepStart)), 0)
-            return i, start
-    return len(msgs), 0
 
 
 def passed_over(newest: list, g: Gates, memo=None) -> bool:
