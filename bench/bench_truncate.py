@@ -38,7 +38,7 @@ class DiscardStore(Store):
     def get_bytes(self, output_id, deadline=None, tenant=""):
         raise NotImplementedError
 
-    def delete(self, output_id):
+    def delete(self, output_id, tenant=""):
         return False
 
     def list_ids(self):

@@ -89,6 +89,10 @@ CONVERSATION_CASES = [
      "input_json: must be a JSON object"),
     ("deeply nested tool input", lambda r: set_tool(r, input_json='{"a":' * 200_000 + "1" + "}" * 200_000),
      INVALID, "input_json: JSON nested too deeply"),
+    # named, not Python's hint to raise sys.set_int_max_str_digits (test_long_integers_...)
+    ("integer too long to keep exactly", lambda r: set_tool(r, input_json='{"n":' + "9" * 5000 + "}"), INVALID,
+     "conversation.messages[1].parts[1].tool.state.input_json: has an integer of 5000 digits; integers are kept "
+     "exactly as written up to"),
     ("negative usage", lambda r: setattr(msgs(r)[1].usage, "input", -1), INVALID,
      "conversation.messages[1].usage.input: must not be negative"),
     ("negative time", lambda r: setattr(msgs(r)[0], "time_created_ms", -1), INVALID,
@@ -232,6 +236,51 @@ def test_call_without_result_is_closed_in_the_provider_body(channel):
 def test_bad_fields_of_each_rpc(channel, stub, label, rpc, req, fragment):
     got, details = call(channel, rpc, req)
     assert got == INVALID and fragment in details, details
+    assert_still_serving(channel, stub)
+
+
+def test_long_integers_are_written_as_sent_up_to_the_limit_and_refused_by_name_past_it(channel, stub):
+    """SPEC: integers beyond 2**53 are kept exactly as written. Python converts at most
+    sys.get_int_max_str_digits() digits (4300 by default): up to that the body holds the
+    caller's digits, past it the refusal names the field and the reason."""
+    kept = "-" + "7" * 4000
+    got, r = call(channel, "Assemble", mutated("Assemble", lambda r: set_tool(r, input_json='{"n":%s}' % kept)))
+    assert got == OK and f'"n":{kept}'.encode() in r.body
+    schema = '{"type":"object","maximum":%s}' % ("1" * 5001)
+    got, details = call(channel, "Assemble", mutated(
+        "Assemble", lambda r: r.tools.append(pb.ToolDefinition(name="t", input_schema_json=schema))))
+    assert got == INVALID and details.startswith("tools[0].input_schema_json: has an integer of 5001 digits"), details
+    assert "set_int_max_str_digits" not in details
+    # a failed call's arguments that no body can carry go as {}, as malformed ones do
+    got, r = call(channel, "Assemble", mutated("Assemble", lambda r: set_tool(
+        r, status=pb.TOOL_STATUS_ERROR, error="refused", input_json='{"n":%s}' % ("9" * 5000))))
+    assert got == OK and b"9" * 5000 not in r.body
+    assert_still_serving(channel, stub)
+
+
+# A string of 2 UTF-8 bytes each side, swapped in the bytes for an invalid sequence of the same length
+NOT_UTF8 = "\u00e9MARK\u00e9"
+
+
+@pytest.mark.parametrize("rpc,put,field", [
+    ("Measure", lambda r: setattr(msgs(r)[0].parts[0].text, "text", NOT_UTF8),
+     "conversation.messages[0].parts[0].text.text"),
+    ("Assemble", lambda r: set_tool(r, input_json='{"k":"%s"}' % NOT_UTF8),
+     "conversation.messages[1].parts[1].tool.state.input_json"),
+    ("Prune", lambda r: setattr(msgs(r)[2], "id", NOT_UTF8), "conversation.messages[2].id"),
+    ("Compact", lambda r: setattr(r.model, "id", NOT_UTF8), "model.id"),
+    ("TruncateToolOutput", lambda r: setattr(r, "text", NOT_UTF8), "text"),
+    ("ReadTruncated", lambda r: setattr(r, "output_id", NOT_UTF8), "output_id"),
+])
+def test_a_string_that_is_not_utf8_is_refused_naming_its_field(channel, stub, rpc, put, field):
+    req = REQUESTS[rpc]() if rpc in ("TruncateToolOutput", "ReadTruncated") else request_for(rpc)
+    put(req)
+    data = req.SerializeToString()
+    assert data.count(NOT_UTF8.encode()) == 1
+    got, details = call(channel, rpc, data.replace(NOT_UTF8.encode(), b"\xc3(MARK\xff\xfe"))
+    assert got == INVALID, details
+    assert details == (f"request: not a valid {rpc} request message ({field}: not valid UTF-8, which every string "
+                       "field must be)"), details
     assert_still_serving(channel, stub)
 
 

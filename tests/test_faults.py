@@ -19,9 +19,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from helpers import convo
-from helpers.server import start_server, wait_for
+from helpers.server import HeldAt, start_server, truncate_and_leave, wait_for
 from contextsvc import config, truncation
 from contextsvc.app import Server
+from contextsvc.rpc import conversion
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
 from helpers.fake_anthropic import summarizer_server
@@ -319,6 +320,33 @@ def test_store_path_blocked_by_a_file_is_unavailable_and_nothing_is_lost(tmp_pat
     finally:
         s.stop(grace=1)
     assert blocker.read_text().startswith("a regular file")
+
+
+@pytest.mark.parametrize("leaves", ["cancels", "deadline"])
+@pytest.mark.parametrize("at", ["store", "answer"])
+def test_an_output_whose_caller_leaves_before_its_answer_is_deleted_again(monkeypatch, leaves, at):
+    """A TruncateToolOutput whose caller cancels, or whose deadline passes, while its output is
+    stored (at "store") or once it is stored but before the answer is handed to grpc (at
+    "answer"): the output is deleted again. It used to stay for the retention (7 days), an id no
+    client has, counted against max_store_bytes and evicting real outputs."""
+    s = start_server()
+    directory = s.cfg.truncation.directory
+    if at == "store":
+        held = s.store.put = HeldAt(s.store.put)
+    else:
+        held = HeldAt(conversion.truncate_response)
+        monkeypatch.setattr(conversion, "truncate_response", held)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
+            stub = pb_grpc.ContextServiceStub(ch)
+            truncate_and_leave(s, stub, BIG, leaves, held)
+            assert wait_for(lambda: not os.listdir(directory) and s.store.usage() == (0, 0), 10), \
+                (os.listdir(directory), s.store.usage())
+            # a caller who stays gets its output, kept (held is released by now)
+            kept = truncate(stub, BIG).output_id
+            assert_store_intact(stub, directory, [(kept, BIG)])
+    finally:
+        s.stop(grace=1)
 
 
 SERVING = re.compile(r"serving gRPC on 127\.0\.0\.1:(\d+)")

@@ -101,7 +101,8 @@ def test_a_failover_loses_no_acknowledged_output(tmp_path, processes):
 
 def test_a_put_no_replica_acknowledged_is_unavailable(tmp_path, processes):
     """redis_min_replicas_acked = 1 with the replica SIGSTOPped: the put is answered UNAVAILABLE
-    within the call's time, saying no replica had it; with the replica back it is acknowledged."""
+    within the call's time, saying no replica had it, and is not left on the master; with the replica back
+    it is acknowledged."""
     master = RedisServer(tmp_path / "master")
     processes.append(master.start())
     replica = _replica_of(tmp_path, master, processes)
@@ -113,6 +114,7 @@ def test_a_put_no_replica_acknowledged_is_unavailable(tmp_path, processes):
         with pytest.raises(StoreUnavailable, match=r"0 of the 1 replicas required .* not acknowledged"):
             store.put("not replicated\n")
         took = time.monotonic() - started
+        assert store.list_ids() == [kept]  # the master had it: deleted again, its id handed to nobody
         replica.resume()
         assert took < TruncationSettings().redis_call_timeout_seconds, took
         assert store.get(store.put("replicated again\n")) == "replicated again\n"

@@ -16,7 +16,7 @@ from contextsvc.truncation import (
 from contextsvc.truncation.redis_store import RedisStore
 from helpers import convo
 from helpers.redis_server import RedisServer, refused_within
-from helpers.server import start_server, wait_for
+from helpers.server import HeldAt, start_server, truncate_and_leave, wait_for
 from contextsvc.v1 import context_pb2 as pb
 from contextsvc.v1 import context_pb2_grpc as pb_grpc
 
@@ -274,9 +274,65 @@ def test_a_store_call_answers_within_its_callers_deadline(tmp_path):
     assert max(seconds for *_, seconds in answers) < 0.4, answers
 
 
-def _reads(stub, output_id) -> bool:
+def test_an_output_whose_caller_cancels_while_redis_stores_it_is_deleted_again(tmp_path):
+    """A tenant's TruncateToolOutput whose caller cancels while its output is put in Redis:
+    deleted again under the tenant's key. Before, it stayed for the retention (7 days), an id no
+    client has, counted against max_store_bytes. (A deadline that passes during the put: the
+    next test.)"""
+    token = [("authorization", "Bearer a-tenant-token")]
+    redis_server = RedisServer(tmp_path / "redis").start()
+    s = start_server(truncation_overrides=dict(backend="redis", redis_url=redis_server.url),
+                     auth_token="a-tenant-token")
+    held = s.store.put = HeldAt(s.store.put)
+    channel = grpc.insecure_channel(f"127.0.0.1:{s.port}")
+    stub = pb_grpc.ContextServiceStub(channel)
     try:
-        return stub.ReadTruncated(pb.ReadTruncatedRequest(output_id=output_id, limit=1), timeout=5).total_lines > 0
+        truncate_and_leave(s, stub, BIG, "cancels", held, metadata=token)
+        assert wait_for(lambda: s.store.usage() == (0, 0), 10), s.store.list_ids()
+        kept = stub.TruncateToolOutput(pb.TruncateToolOutputRequest(text=BIG), metadata=token, timeout=10).output_id
+        assert s.store.usage() == (1, len(BIG))
+        assert _reads(stub, kept, token)
+    finally:
+        channel.close()
+        s.stop(grace=1)
+        redis_server.stop()
+
+
+def test_a_put_redis_runs_after_its_callers_deadline_is_deleted_again(tmp_path):
+    """Redis SIGSTOPped while a TruncateToolOutput with a 0.5 s deadline puts its output: the
+    caller gets DEADLINE_EXCEEDED, and when Redis, resumed, runs the put after all, the output
+    is deleted again. It used to stay, an id no client has."""
+    redis_server = RedisServer(tmp_path / "redis").start()
+    # the socket's timeout outlasts the pause: the put's answer comes once Redis runs again
+    s = start_server(truncation_overrides=dict(backend="redis", redis_url=redis_server.url,
+                                               redis_timeout_seconds=60))
+    ran = s.store._put_script = HeldAt(s.store._put_script)
+    ran.release.set()  # counts, holds nothing
+    channel = grpc.insecure_channel(f"127.0.0.1:{s.port}")
+    stub = pb_grpc.ContextServiceStub(channel)
+    try:
+        kept = stub.TruncateToolOutput(pb.TruncateToolOutputRequest(text=BIG), timeout=10).output_id
+        ran.returned.clear()
+        redis_server.pause()
+        try:
+            with pytest.raises(grpc.RpcError) as e:
+                stub.TruncateToolOutput(pb.TruncateToolOutputRequest(text=BIG), timeout=0.5)
+            assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        finally:
+            redis_server.resume()
+        assert ran.returned.wait(30)  # Redis answered the put the caller had stopped waiting for
+        assert wait_for(lambda: s.store.list_ids() == [kept], 10), s.store.list_ids()
+        assert _reads(stub, kept)
+    finally:
+        channel.close()
+        s.stop(grace=1)
+        redis_server.stop()
+
+
+def _reads(stub, output_id, metadata=None) -> bool:
+    try:
+        return stub.ReadTruncated(pb.ReadTruncatedRequest(output_id=output_id, limit=1), metadata=metadata,
+                                  timeout=5).total_lines > 0
     except grpc.RpcError:
         return False
 

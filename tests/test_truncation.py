@@ -230,6 +230,35 @@ def test_a_caller_past_its_deadline_or_gone_stores_nothing(tmp_path):
     assert store.list_ids() == [result.output_id]
 
 
+def test_a_caller_gone_while_its_output_is_stored_has_it_deleted_and_a_failed_delete_is_only_logged(
+        tmp_path, caplog):
+    store = make_store(tmp_path)
+    text = "line\n" * 5000
+    gone = threading.Event()
+    store_put = store.put
+
+    def put_while_the_caller_leaves(*args):
+        output_id = store_put(*args)
+        gone.set()
+        return output_id
+
+    store.put = put_while_the_caller_leaves
+    deadline = Deadline(None, cancelled=gone.is_set)
+    with pytest.raises(DeadlineExceeded, match="storing the output .deleted again.: the caller cancelled"):
+        truncate_output(text, max_lines=100, max_bytes=51200, hint=HINTS.hint, store=store, deadline=deadline)
+    assert store.list_ids() == [] and store.usage() == (0, 0)
+
+    def refused(output_id, tenant=""):
+        raise StoreUnavailable("the disk went read-only")
+
+    gone.clear()
+    store.delete = refused
+    with pytest.raises(DeadlineExceeded):  # the caller's end, not the store's error
+        truncate_output(text, max_lines=100, max_bytes=51200, hint=HINTS.hint, store=store, deadline=deadline)
+    assert len(store.list_ids()) == 1  # left to retention and eviction
+    assert "stored for a caller that left, failed" in caplog.text
+
+
 def reference_truncate(text: str, max_lines: int, max_bytes: int, direction: str):
     """A slow per-line model of the rules, to check the bytes-level implementation."""
     body = text[:-1] if text.endswith("\n") else text

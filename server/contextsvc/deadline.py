@@ -17,19 +17,24 @@ class Deadline:
     """The time a call may still take, and whether its caller has gone.
 
     expires_at is a time.monotonic() value (None = no deadline); cancelled is polled between
-    steps of long work so an abandoned call stops instead of finishing for nobody.
+    steps of long work so an abandoned call stops instead of finishing for nobody. if_abandoned,
+    given by the RPC layer, keeps an undo to run should the call end without its answer reaching
+    the transport, or returns False when the caller has gone already (undo_unless_answered).
     """
 
-    __slots__ = ("expires_at", "_cancelled", "_uncounted")
+    __slots__ = ("expires_at", "_cancelled", "_uncounted", "_if_abandoned")
 
-    def __init__(self, expires_at: Optional[float] = None, cancelled: Callable[[], bool] = lambda: False):
+    def __init__(self, expires_at: Optional[float] = None, cancelled: Callable[[], bool] = lambda: False,
+                 if_abandoned: Optional[Callable[[Callable[[], None]], bool]] = None):
         self.expires_at = expires_at
         self._cancelled = cancelled
         self._uncounted = CHECK_EVERY  # units of work left before count() checks
+        self._if_abandoned = if_abandoned
 
     @classmethod
-    def after(cls, seconds: Optional[float], cancelled: Callable[[], bool] = lambda: False) -> "Deadline":
-        return cls(None if seconds is None else time.monotonic() + seconds, cancelled)
+    def after(cls, seconds: Optional[float], cancelled: Callable[[], bool] = lambda: False,
+              if_abandoned: Optional[Callable[[Callable[[], None]], bool]] = None) -> "Deadline":
+        return cls(None if seconds is None else time.monotonic() + seconds, cancelled, if_abandoned)
 
     def remaining(self) -> Optional[float]:
         """Seconds left (never negative), None when there is no deadline."""
@@ -61,6 +66,17 @@ class Deadline:
             raise DeadlineExceeded(f"{what}: the caller cancelled the call")
         if self.expires_at is not None and time.monotonic() >= self.expires_at:
             raise DeadlineExceeded(f"{what}: the caller's deadline passed")
+
+    def undo_unless_answered(self, what: str, undo: Callable[[], None]) -> None:
+        """For work only the answer makes worth keeping (an output stored under an id that only
+        the answer names): when the caller has gone already, undo() runs and DeadlineExceeded
+        is raised; otherwise undo() runs later should the caller go before its answer is handed
+        to the transport. undo must not raise: it runs where nobody would see the error."""
+        if not self.expired() and (self._if_abandoned is None or self._if_abandoned(undo)):
+            return
+        undo()
+        self.check(what)
+        raise DeadlineExceeded(f"{what}: the caller has gone")  # seen by if_abandoned alone
 
 
 NO_DEADLINE = Deadline()  # every thread counts on it: a race loses counts, and its check never raises

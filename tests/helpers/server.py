@@ -4,10 +4,13 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import tempfile
+import threading
 import time
 
 from contextsvc import config
 from contextsvc.app import Server
+from contextsvc.v1 import context_pb2 as pb
+from helpers.metrics import scrape
 
 
 def wait_for(predicate, seconds=20.0):
@@ -42,3 +45,41 @@ def start_server(truncation_overrides=None, summarizer_overrides=None, measure_o
         assemble=dataclasses.replace(base.assemble, **(assemble_overrides or {})),
     )
     return DisposableServer(cfg).start()
+
+
+class HeldAt:
+    """Wraps fn so that each call waits, once entered, until the test sets `release`: a point of
+    a server's work where a test makes something happen (its caller leaving, say)."""
+
+    def __init__(self, fn):
+        self._fn = fn
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.returned = threading.Event()
+
+    def __call__(self, *args, **kwargs):
+        self.entered.set()
+        if not self.release.wait(60):
+            raise TimeoutError("HeldAt: never released")
+        try:
+            return self._fn(*args, **kwargs)
+        finally:
+            self.returned.set()
+
+
+def truncate_and_leave(server, stub, text: str, leaves: str, held: HeldAt, metadata=None) -> None:
+    """A TruncateToolOutput of text whose caller leaves ("cancels", or its "deadline" passes)
+    while the server's work is at held: released once the server has counted the call as its
+    caller ended it, and waited for until held's call has returned."""
+    code = {"cancels": "CANCELLED", "deadline": "DEADLINE_EXCEEDED"}[leaves]
+    key = ("contextsvc_rpcs_total", (("code", code), ("method", "TruncateToolOutput")))
+    before = scrape(server.metrics_port).get(key, 0)
+    # the deadline leaves time to reach held (a parse and a truncation: milliseconds) on a loaded machine
+    future = stub.TruncateToolOutput.future(pb.TruncateToolOutputRequest(text=text), metadata=metadata,
+                                            timeout=60 if leaves == "cancels" else 3)
+    assert held.entered.wait(30), "the call never reached the point held"
+    if leaves == "cancels":
+        future.cancel()
+    assert wait_for(lambda: scrape(server.metrics_port).get(key, 0) == before + 1, 30), f"not counted {code}"
+    held.release.set()
+    assert held.returned.wait(30)

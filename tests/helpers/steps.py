@@ -27,3 +27,6 @@ class Context:
 
     def is_active(self):
         return True
+
+    def if_abandoned(self, undo):
+        return True  # never abandoned: nothing to undo

@@ -14,6 +14,8 @@ or for its client to read the response, is a coroutine, not a worker. The steps 
    The handler returns it: grpc sends the message and the status in one batch, so a replica that
    dies mid-call leaves its proxy either no response (which it retries elsewhere) or a whole one,
    never a message without its status.
+What the core keeps only for a caller who gets the answer (a stored output, CallView.if_abandoned)
+is undone when the call ends cancelled or refused instead.
 Errors of the core become statuses (statuses.py); count, latency and request size are recorded per
 method and status.
 """
@@ -45,13 +47,16 @@ DEADLINE_LAG_SECONDS = 0.25
 
 class CallView:
     """What the core reads of its call from the executor thread (servicer._deadline): the time
-    left, whether the caller is still there, and the tenant its token names ("" without tokens)."""
-    __slots__ = ("_end", "_active", "tenant")
+    left, whether the caller is still there, the tenant its token names ("" without tokens), and
+    what to undo should the call end without handing its answer to grpc (if_abandoned)."""
+    __slots__ = ("_end", "_active", "tenant", "_lock", "_undo")
 
     def __init__(self, remaining: float | None):
         self._end = None if remaining is None else time.monotonic() + remaining
         self._active = True
         self.tenant = ""
+        self._lock = threading.Lock()  # if_abandoned (a worker) against abandoned (the event loop)
+        self._undo: list[Callable[[], None]] = []
 
     def time_remaining(self) -> float | None:
         return None if self._end is None else self._end - time.monotonic()
@@ -60,7 +65,24 @@ class CallView:
         return self._active and (self._end is None or time.monotonic() < self._end)
 
     def end(self) -> None:
-        self._active = False
+        with self._lock:
+            self._active = False
+
+    def if_abandoned(self, undo: Callable[[], None]) -> bool:
+        """Keeps undo, to run should the call end without its answer; False, keeping nothing,
+        when the caller has gone already (the core then undoes at once)."""
+        with self._lock:
+            if not self.is_active():
+                return False
+            self._undo.append(undo)
+            return True
+
+    def abandoned(self) -> list[Callable[[], None]]:
+        """Ends a call whose answer grpc will not send: the undos kept, to run."""
+        with self._lock:
+            self._active = False
+            undo, self._undo = self._undo, []
+        return undo
 
 
 class HeldBytes:
@@ -220,7 +242,12 @@ def unary_handler(settings: CallSettings, method: str, parse: Callable[[bytes], 
             if isinstance(answer, tuple):
                 code = answer[0]
                 record()  # before the status leaves: a caller that has it finds the call counted
+                _undo_abandoned(settings, method, view)
                 await context.abort(*answer)
+            # Handed to grpc now, which sends it with the status in one batch. A cancellation
+            # from here on does not reach this handler (grpc-python neither cancels it nor says
+            # whether that batch was sent), nor could the server tell a response its client
+            # read from one it dropped on cancelling: what the core kept for it stays.
             return answer
         except asyncio.CancelledError:
             # the caller's deadline starts when it sends, ours when its headers arrive: its own
@@ -228,12 +255,24 @@ def unary_handler(settings: CallSettings, method: str, parse: Callable[[bytes], 
             left = context.time_remaining()
             code = (grpc.StatusCode.DEADLINE_EXCEEDED if left is not None and left <= DEADLINE_LAG_SECONDS
                     else grpc.StatusCode.CANCELLED)
+            _undo_abandoned(settings, method, view)
             raise
         finally:
             record()  # (an answer is sent once the handler returns: counted before it too)
 
     return grpc.stream_unary_rpc_method_handler(behavior, request_deserializer=identity,
                                                 response_serializer=identity)
+
+
+def _undo_abandoned(settings: CallSettings, method: str, view: CallView) -> None:
+    """Runs what the core kept to undo should its caller not get the answer (an output stored
+    under an id only the answer names), on the executor: a store call may wait on a network, and
+    the event loop must not."""
+    for undo in view.abandoned():
+        try:
+            settings.executor.submit(undo)
+        except RuntimeError:  # the executor has shut down with the server: retention removes it
+            log.warning("%s: the server is stopping; what the core kept for a caller that left stays", method)
 
 
 async def _answer(settings: CallSettings, method: str, parse, work, context,

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import NamedTuple
+
+from google.protobuf.message import DecodeError
+from google.protobuf.message_factory import GetMessageClass
 
 from .. import assemble, compact, native, truncation
 from .. import conversation as m
@@ -67,7 +71,7 @@ def _json_object(text: str, path, suffix: str = "", max_depth: int = JSON_DEPTH)
     except RecursionError:
         raise BadInput(_path(path, suffix), f"JSON nested too deeply (at most {max_depth} levels)") from None
     except ValueError as e:
-        raise BadInput(_path(path, suffix), f"not valid JSON ({e})") from None
+        raise BadInput(_path(path, suffix), _not_json(text, e)) from None
     if not isinstance(value, dict):
         raise BadInput(_path(path, suffix), f"must be a JSON object, got {type(value).__name__}")
     # fewer brackets than the limit cannot nest past it; a \uD800-style escape decodes to a lone
@@ -81,13 +85,46 @@ def _json_object(text: str, path, suffix: str = "", max_depth: int = JSON_DEPTH)
     return value
 
 
+_TOO_MANY_DIGITS = "has an integer of"  # how the refusal of a too long integer begins
+
+
+def _not_json(text: str, e: ValueError) -> str:
+    """Why json.loads refused text: an integer too long to keep exactly, by its length (Python's
+    own words point at sys.set_int_max_str_digits), or the parser's reason. The second parse, which
+    tells an integer's error from the other hooks', runs on refusals only: a parse_int hook would
+    slow every integer of every accepted input."""
+    if not isinstance(e, json.JSONDecodeError):  # a hook's or the int conversion's
+        try:
+            json.loads(text, parse_int=_exact_int, parse_constant=_reject_constant, parse_float=_finite_float)
+        except _TooManyDigits as too_long:
+            return str(too_long)
+        except (ValueError, RecursionError):
+            pass
+    return f"not valid JSON ({e})"
+
+
+class _TooManyDigits(ValueError):
+    """A JSON integer longer than Python converts (sys.get_int_max_str_digits)."""
+
+
+def _exact_int(literal: str) -> int:
+    """A JSON integer as an int, written back exactly as it came; refused past the digits Python
+    converts (4300 by default: the conversion, in and out, takes time quadratic in them)."""
+    try:
+        return int(literal)
+    except ValueError:
+        digits = len(literal.lstrip("-"))
+        raise _TooManyDigits(f"{_TOO_MANY_DIGITS} {digits} digits; integers are kept exactly as written "
+                             f"up to {sys.get_int_max_str_digits()} digits") from None
+
+
 def _reject_constant(name: str):
     raise ValueError(f"{name} is not JSON")
 
 
 def _finite_float(literal: str) -> float:
     """A JSON number with a fraction or exponent; one beyond the double range (1e400) would be
-    Infinity, which no JSON body can carry. (Integers stay exact ints, however long.)"""
+    Infinity, which no JSON body can carry. (Integers stay exact ints: _exact_int.)"""
     x = float(literal)
     if not math.isfinite(x):
         raise ValueError(f"the number {literal} is out of range of a double")
@@ -149,8 +186,9 @@ def _file(f) -> m.File:
 
 
 # why a failed call's arguments are sent as {}: a model wrote them malformed (cut at its output
-# limit, say), the tool refused them, and the error says so
-_MALFORMED = ("not valid JSON", "must be a JSON object")
+# limit, say) or with a number no body can carry exactly, the tool refused them, and the error
+# says so
+_MALFORMED = ("not valid JSON", "must be a JSON object", _TOO_MANY_DIGITS)
 
 
 def _call_input(text: str, status: str, path, depth: int) -> dict:
@@ -330,10 +368,11 @@ def parser(message_type, memo: Memo | None = None):
     when it is large enough for that to pay (SKELETON_FROM_BYTES), the session id the skeleton
     was found by is the parse's and the conversation is one the memo resumes
     (PREFIX_FROM_MESSAGES); any other is parsed whole, so every refusal is the whole parse's."""
+    whole = _naming_bad_utf8(message_type)
     if "conversation" not in message_type.DESCRIPTOR.fields_by_name:
-        return message_type.FromString
+        return whole
     if memo is None:
-        return lambda data: Received(message_type.FromString(data), data)
+        return lambda data: Received(whole(data), data)
     at = message_type.DESCRIPTOR.fields_by_name["conversation"].number
 
     def parse(data: bytes) -> Received:
@@ -350,9 +389,62 @@ def parser(message_type, memo: Memo | None = None):
                 if c.session_id == resumed.where.session_id and \
                         resumed.found.kept + len(c.messages) >= PREFIX_FROM_MESSAGES:
                     return Received(message, data, resumed)
-        return Received(message_type.FromString(data), data)
+        return Received(whole(data), data)
 
     return parse
+
+
+def _naming_bad_utf8(message_type):
+    """message_type.FromString, whose refusal of a string that is not UTF-8 names the field (the
+    parser's own words do not)."""
+    def parse(data: bytes):
+        try:
+            return message_type.FromString(data)
+        except DecodeError as e:
+            field = _bad_utf8_field(message_type.DESCRIPTOR, data) if "utf-8" in str(e).lower() else ""
+            if not field:
+                raise
+        raise DecodeError(f"{field}: not valid UTF-8, which every string field must be")
+
+    return parse
+
+
+def _bad_utf8_field(descriptor, data: bytes) -> str:
+    """The path of the first string field in data (a message of descriptor) that is not UTF-8;
+    "" when there is none, or data is not wire format. For refused parses only: each level's
+    fields are listed by the wire scanner and parsed one by one (C code both), and only the entry
+    that fails is entered, so the walk costs about one parse per level of nesting."""
+    path, start, end = "", 0, len(data)
+    while True:
+        seen: dict[int, int] = {}
+        try:
+            entries = native.wire_entries(data, start, end)
+        except ValueError:
+            return ""
+        for number, wire_type, _, value, after in entries:
+            index = seen[number] = seen.get(number, -1) + 1
+            field = descriptor.fields_by_number.get(number)
+            if field is None or wire_type != native.WIRE_LEN:
+                continue
+            name = path + field.name + (f"[{index}]" if field.is_repeated else "")
+            if field.type == field.TYPE_STRING:
+                try:
+                    data[value:after].decode("utf-8")
+                except UnicodeDecodeError:
+                    return name
+            elif field.type == field.TYPE_MESSAGE and not _parses(field.message_type, data[value:after]):
+                descriptor, path, start, end = field.message_type, name + ".", value, after
+                break
+        else:
+            return ""
+
+
+def _parses(descriptor, data: bytes) -> bool:
+    try:
+        GetMessageClass(descriptor).FromString(data)
+        return True
+    except DecodeError:
+        return False
 
 
 def received(request) -> Received:

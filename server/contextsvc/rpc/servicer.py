@@ -23,11 +23,13 @@ from ..v1 import context_pb2_grpc as pb_grpc
 
 
 def _deadline(context) -> Deadline:
-    """The caller's deadline and cancellation, for the core to check between steps of its work
-    (none without a gRPC context: the servicer called directly)."""
+    """The caller's deadline and cancellation, for the core to check between steps of its work,
+    and where it keeps what to undo should the caller not get the answer (none without a gRPC
+    context: the servicer called directly)."""
     if context is None:
         return NO_DEADLINE
-    return Deadline.after(context.time_remaining(), cancelled=lambda: not context.is_active())
+    return Deadline.after(context.time_remaining(), cancelled=lambda: not context.is_active(),
+                          if_abandoned=context.if_abandoned)
 
 
 def _tenant(context) -> str:

@@ -10,6 +10,8 @@ server's concurrency limit with the store RPCs. So every store call here
   DEADLINE_MARGIN, so the answer reaches the caller in time): UNAVAILABLE when the bulkhead's
   own timeout passed, DEADLINE_EXCEEDED when the caller's deadline came first, while the
   thread waits out the socket timeout;
+- may name an undo, run should the store answer after its caller stopped waiting (a write that
+  landed although its caller was answered UNAVAILABLE or DEADLINE_EXCEEDED is nobody's);
 - passes a circuit breaker: after ``failures_to_open`` calls in a row that got no answer (a
   refused or reset connection, the deadline passed), calls are answered UNAVAILABLE at once
   for ``open_seconds``; then one trial call goes through, and its answer closes the breaker or
@@ -63,10 +65,12 @@ class Bulkhead:
             raise DeadlineExceeded(f"{what}: the caller's deadline leaves no time to ask {self.name}")
         return remaining - DEADLINE_MARGIN
 
-    def call(self, what: str, deadline: Deadline, fn: Callable, *args, **kwargs):
+    def call(self, what: str, deadline: Deadline, fn: Callable, *args,
+             undo_if_late: Callable[[], None] | None = None, **kwargs):
         """fn(*args, **kwargs) on a bulkhead thread; StoreUnavailable naming the store when it is
         refused here, got no answer, or did not answer within the bulkhead's timeout;
-        DeadlineExceeded naming it when the caller's deadline came first."""
+        DeadlineExceeded naming it when the caller's deadline came first. undo_if_late() runs on
+        the bulkhead's thread when fn returns after the wait for it was given up."""
         wait = self.budget(what, deadline)
         trial = self._gate.admit(what)
         try:
@@ -77,6 +81,8 @@ class Bulkhead:
         try:
             result = future.result(wait)
         except concurrent.futures.TimeoutError:
+            if undo_if_late is not None:
+                future.add_done_callback(_if_returned(undo_if_late))
             if wait < self._timeout:
                 self._gate.undecided(trial)
                 raise DeadlineExceeded(f"{what}: {self.name} gave no answer within the {wait:.3f} s its caller's "
@@ -100,3 +106,12 @@ class Bulkhead:
             return fn(*args, **kwargs)
         finally:
             self._gate.release()  # held until the store answers or the socket times out
+
+
+def _if_returned(undo: Callable[[], None]) -> Callable[[concurrent.futures.Future], None]:
+    """A done callback: undo() once the future's call has returned. One that raised is left
+    alone: the store refused it (nothing changed) or gave no answer (nor would it to an undo)."""
+    def done(future: concurrent.futures.Future) -> None:
+        if not future.cancelled() and future.exception() is None:
+            undo()
+    return done

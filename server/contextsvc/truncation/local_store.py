@@ -254,7 +254,7 @@ class LocalDiskStore(Store):
             raise StoreUnavailable(f"reading tool output {output_id} failed: {e.strerror or e}") from e
         return data
 
-    def delete(self, output_id: str) -> bool:
+    def delete(self, output_id: str, tenant: str = "") -> bool:
         path, _ = self._path(output_id)
         name = os.path.basename(path)
         try:

@@ -33,7 +33,9 @@ Failures
     circuit breaker holds Redis for down, so a hung or dead Redis costs a store call a second
     at most and the other RPCs nothing. A command whose connection failed is retried once on a
     fresh one (pooled connections go stale when Redis restarts); a timeout is not retried (a
-    hung Redis would only be waited for twice). Nothing else in the service depends on Redis.
+    hung Redis would only be waited for twice). A put answered as failed whose write lands all the
+    same (Redis answers after the wait for it was given up, or too few replicas acknowledge it)
+    is deleted again: its id was handed to nobody. Nothing else in the service depends on Redis.
 
 Replicas and Sentinel
     With ``redis_sentinels`` the master's address is asked of Sentinel, and a connection that
@@ -52,6 +54,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from functools import partial
 from typing import Callable
 
 from ..deadline import NO_DEADLINE, Deadline
@@ -202,8 +205,9 @@ class RedisStore(Store):
     def _keys(self, name: str) -> list[str]:
         return [self._key(name), self._index_key, self._sizes_key, self._bytes_key]
 
-    def _call(self, what: str, deadline: Deadline, fn, *args, **kwargs):
-        return self._bulkhead.call(what, deadline, self._command, what, fn, args, kwargs)
+    def _call(self, what: str, deadline: Deadline, fn, *args, undo_if_late=None, **kwargs):
+        return self._bulkhead.call(what, deadline, self._command, what, fn, args, kwargs,
+                                   undo_if_late=undo_if_late)
 
     @staticmethod
     def _command(what: str, fn, args, kwargs):
@@ -228,19 +232,35 @@ class RedisStore(Store):
         name = self._name(output_id, tenant)
         keys = self._keys(name)
         args = [name, data, created_ms, expire_at_ms, self._settings.max_store_bytes, self._prefix]
+        # a put answered as failed handed out no id: should it land all the same (Redis answers
+        # after the wait was given up, or too few replicas acknowledge it), it is deleted again
+        unheard = partial(self._delete_unheard, output_id, name)
         if not self._replicas:
-            evicted, freed = self._call(what, deadline, self._put_script, keys=keys, args=args)
+            evicted, freed = self._call(what, deadline, self._put_script, keys=keys, args=args,
+                                        undo_if_late=unheard)
         else:
             # half the call's time for the replicas: a missing acknowledgement is then answered
             # as such, before the bulkhead gives up on Redis
             wait_ms = max(1, int(self._bulkhead.budget(what, deadline) * 500))
-            (evicted, freed), acked = self._call(what, deadline, self._put_acked, keys, args, wait_ms)
+            (evicted, freed), acked = self._call(what, deadline, self._put_acked, keys, args, wait_ms,
+                                                 undo_if_late=unheard)
             if acked < self._replicas:
+                unheard()
                 raise StoreUnavailable(
                     f"{what}: Redis: {acked} of the {self._replicas} replicas required "
                     f"(redis_min_replicas_acked) had it within {wait_ms} ms; not acknowledged")
         report_evictions(self._on_evict, int(evicted), int(freed))
         return output_id
+
+    def _delete_unheard(self, output_id: str, name: str) -> None:
+        """Deletes an output stored by a put its caller was answered as failed. Not through the
+        bulkhead: this may run on one of its threads. A failure is logged, never raised: the
+        output then stays until retention or eviction."""
+        try:
+            self._delete_script(keys=self._keys(name), args=[name])
+        except redis.RedisError as e:
+            log.warning("deleting tool output %s, stored by a put answered as failed, failed: %s",
+                        output_id, _first_line(e))
 
     def _put_acked(self, keys: list[str], args: list, wait_ms: int):
         """The put script, then WAIT on the same connection: ((evicted, freed), replicas acked)."""
@@ -260,15 +280,15 @@ class RedisStore(Store):
             raise OutputNotFound(f"tool output {output_id} not found")
         return data
 
-    def delete(self, output_id: str) -> bool:
+    def delete(self, output_id: str, tenant: str = "") -> bool:
         parse_output_id(output_id)
+        name = self._name(output_id, tenant)
         existed = self._call(f"deleting tool output {output_id}", NO_DEADLINE, self._delete_script,
-                             keys=self._keys(output_id), args=[output_id])
+                             keys=self._keys(name), args=[name])
         return bool(existed)
 
     def list_ids(self) -> list[str]:
-        """The names of the stored outputs: ids, ``<tenant>/<id>`` for a tenant's (the same in
-        delete)."""
+        """The names of the stored outputs: ids, ``<tenant>/<id>`` for a tenant's."""
         cutoff = self._now_ms() - self._retention_ms
         ids = self._call("listing tool outputs", NO_DEADLINE, self._redis.zrangebyscore,
                          self._index_key, cutoff, "+inf")

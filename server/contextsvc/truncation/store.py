@@ -82,7 +82,8 @@ class Store(abc.ABC):
       tokens): an output put for one tenant is `OutputNotFound` for any other, with the message
       of an unknown id. (`LocalDiskStore` keeps none apart: config.Config refuses several
       tenants with it.)
-    - ``delete(id)`` removes the output if present (idempotent) and returns whether it was.
+    - ``delete(id, tenant)`` removes the tenant's output if present (idempotent) and returns
+      whether it was.
     - ``list_ids()`` lists the ids of the stored, unexpired outputs, oldest first.
     - ``cleanup(now)`` removes expired outputs and leftovers of interrupted writes, then
       evicts oldest first while over the size cap; it must be safe to run concurrently with
@@ -132,8 +133,8 @@ class Store(abc.ABC):
             raise StoreUnavailable(f"tool output {output_id} is corrupt (not UTF-8)") from e
 
     @abc.abstractmethod
-    def delete(self, output_id: str) -> bool:
-        """Remove ``output_id``; True if it existed."""
+    def delete(self, output_id: str, tenant: str = "") -> bool:
+        """Remove the tenant's ``output_id``; True if it existed."""
 
     @abc.abstractmethod
     def list_ids(self) -> list[str]:

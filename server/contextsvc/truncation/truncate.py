@@ -30,6 +30,7 @@ costs about as much as encoding and storing it.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from ..deadline import NO_DEADLINE, Deadline
@@ -38,6 +39,8 @@ from .settings import OUTPUT_ID
 from .store import Store
 
 __all__ = ["TruncationResult", "truncate_output", "build_hint", "HEAD", "TAIL"]
+
+log = logging.getLogger(__name__)
 
 HEAD = "head"
 TAIL = "tail"
@@ -120,7 +123,10 @@ def truncate_output(
     before anything is stored (reads of shorter lines are split by `read_lines`).
 
     A caller whose ``deadline`` has passed (or who cancelled) gets `DeadlineExceeded` before
-    anything is stored: an output nobody will ever be told the id of is not kept.
+    anything is stored: an output nobody will ever be told the id of is not kept. One who goes
+    while the output is stored, or before the answer is handed to the transport
+    (`Deadline.undo_unless_answered`), has it deleted again (best effort: a failed delete is
+    logged, and retention or eviction removes the output).
     ``tenant`` is whose output it is (`Store`): only that tenant reads it back.
     """
     _check_positive_int("max_lines", max_lines)
@@ -156,6 +162,8 @@ def truncate_output(
             raise LineTooLong(over[0], over[1], max_read_bytes, "output (nothing was stored)")
     deadline.check("TruncateToolOutput, before storing the output")
     output_id = store.put(data, deadline, tenant)
+    deadline.undo_unless_answered("TruncateToolOutput, storing the output (deleted again)",
+                                  lambda: _delete_unanswered(store, output_id, tenant))
     hint = build_hint(output_id, hint)
     count = removed_lines if cut_by == "lines" else removed_bytes
     marker = f"...{count} {cut_by} truncated..."
@@ -164,6 +172,15 @@ def truncate_output(
     else:
         content = f"{marker}\n\n{hint}\n\n{preview}"
     return TruncationResult(content, True, output_id, removed_lines, removed_bytes, cut_by)
+
+
+def _delete_unanswered(store: Store, output_id: str, tenant: str) -> None:
+    """Deletes an output whose caller will never be told its id. Never raises (it runs after the
+    call, where nobody would see it): the output then stays until retention or eviction."""
+    try:
+        store.delete(output_id, tenant)
+    except Exception:  # noqa: BLE001 - any failure of any store: logged, the caller is gone
+        log.warning("deleting tool output %s, stored for a caller that left, failed", output_id, exc_info=True)
 
 
 # _head and _tail return (start, end, whole lines kept, cut_by, newlines in the body) for the
