@@ -192,3 +192,14 @@ def test_a_rate_limit_s_retry_after_is_waited_or_given_up_on(model_api):
     seconds, _, result = summarize(model_api)
     assert isinstance(result, Unavailable) and "asks to retry after 45 s" in str(result), result
     assert len(model_api.requests) == 1 and seconds < 5
+
+
+def test_a_redirect_loop_is_refused_after_a_few_redirects_and_not_retried(model_api):
+    """An endpoint redirecting to itself: followed 20 times, retried twice (63 requests), and read
+    as "connection failed". The client follows 5 redirects, then the summarizer is unavailable
+    saying why, not retried: the endpoint answers the same way every time."""
+    from contextsvc.compact.summarizers import http_exchange
+    model_api.mode = "redirect-loop"
+    _, _, result = summarize(model_api)
+    assert isinstance(result, Unavailable) and "redirected more than 5 times" in str(result), result
+    assert len(model_api.requests) == http_exchange.MAX_REDIRECTS + 1

@@ -168,6 +168,9 @@ MODES = {
     "40MB": well_formed(40 << 20),
     "5MB": well_formed(5 << 20),
     "raw": lambda api, handler, body: handler.wfile.write(response(200, api.raw_body)),  # 200 with raw_body
+    # a redirect to the same path: a loop
+    "redirect-loop": lambda api, handler, body: handler.wfile.write(response(
+        307, b"", headers=f"location: {handler.path}\r\n")),
 }
 
 

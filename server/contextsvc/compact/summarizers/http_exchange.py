@@ -130,4 +130,17 @@ def http_client(timeout: float):
             return response
 
     return httpx2.Client(transport=ExchangeTransport(limits=httpx2.Limits(max_keepalive_connections=0)),
-                         timeout=timeout, follow_redirects=True)
+                         timeout=timeout, follow_redirects=True, max_redirects=MAX_REDIRECTS)
+
+
+# redirects a summary request follows (an endpoint moved, http to https); more is a loop, which
+# the endpoint answers the same way every time: refused, not retried (a loop of 20, retried
+# twice, sent 63 requests and read as "connection failed")
+MAX_REDIRECTS = 5
+
+
+def redirect_loop(exc: BaseException) -> bool:
+    """The SDK's connection error is the client's give-up on redirects (MAX_REDIRECTS)."""
+    import httpx2
+
+    return isinstance(exc.__cause__, httpx2.TooManyRedirects)

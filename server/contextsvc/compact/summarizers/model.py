@@ -135,6 +135,9 @@ class ModelSummarizer:
         except (sdk.APITimeoutError, sdk.APIConnectionError) as exc:
             if exchange.refused:  # oversize, corrupt or of an encoding not asked for: not retried
                 raise Unavailable(f"{who}: {exchange.refused}") from exc
+            if http_exchange.redirect_loop(exc):  # an answer, the same every time: not retried
+                raise Unavailable(f"{who}: redirected more than {http_exchange.MAX_REDIRECTS} times "
+                                  f"(a redirect loop at summarizer.base_url?)") from exc
             if not exchange.expired and not isinstance(exc, sdk.APITimeoutError):
                 raise _Retryable(Unavailable(f"{who}: connection failed: {exc}"), no_answer=True) from exc
             if deadline.expired():
