@@ -102,10 +102,12 @@ def test_an_extended_webp_is_read_by_its_canvas():
 @settings(max_examples=300, deadline=None)
 @given(st.sampled_from(sorted(FORMATS)), st.integers(0, 400), st.binary(max_size=64))
 def test_a_cut_or_corrupt_header_reads_as_unknown_never_raises(fmt, cut, tail):
+    """A header cut anywhere reads as its real size or as unknown, never as another size; bytes
+    after the cut may say anything, but never raise."""
     data = picture(fmt, 33, 17)
-    for head in (data[:cut], data[:cut] + tail):
-        size = images.dimensions(head)
-        assert size is None or size == (33, 17) or images.kind(head) is not None
+    assert images.dimensions(data[:cut]) in (None, (33, 17))
+    size = images.dimensions(data[:cut] + tail)
+    assert size is None or (len(size) == 2 and all(isinstance(x, int) and x >= 0 for x in size))
 
 
 @pytest.mark.parametrize("provider", ALL)

@@ -366,3 +366,44 @@ def test_concurrent_large_requests_are_worked_on_within_the_byte_bound():
                 assert pb_grpc.ContextServiceStub(ch).Measure(big, timeout=60).body_bytes > 10 * 2**20
     finally:
         s.stop(grace=1)
+
+
+def test_a_request_whose_caller_left_counts_against_the_byte_bound_until_its_worker_is_done(monkeypatch):
+    """A caller whose deadline passes leaves its request with the worker, which goes on holding
+    (and working on) it: its bytes were given back when the caller left, and under a 15 MB bound
+    two 10 MB requests were worked on at once. They are given back when the worker is done."""
+    from contextsvc.rpc import conversion
+    release, real = threading.Event(), conversion.step_input
+
+    def held(*args, **kwargs):  # the core's step, held until released
+        release.wait(30)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(conversion, "step_input", held)
+    s = start_server(max_working_request_bytes=15 * 2**20)
+    big = convo.measure_request()
+    big.conversation.messages.append(convo.user("big", convo.text("big-t", "a b c d " * (10 * 2**20 // 8))))
+    options = [("grpc.max_send_message_length", 64 << 20)]
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{s.port}", options=options) as ch:
+            stub = pb_grpc.ContextServiceStub(ch)
+            with pytest.raises(grpc.RpcError) as left:
+                stub.Measure(big, timeout=1.5)
+            assert left.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            with pytest.raises(grpc.RpcError) as refused:  # its worker still holds the first
+                stub.Measure(big, timeout=10)
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "server.max_working_request_bytes" in refused.value.details()
+            release.set()
+            assert wait_for(lambda: _measures(stub, big), 10)  # the worker done: given back
+    finally:
+        release.set()
+        s.stop(grace=1)
+
+
+def _measures(stub, request) -> bool:
+    try:
+        return stub.Measure(request, timeout=10).body_bytes > 0
+    except grpc.RpcError as e:
+        assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e
+        return False

@@ -203,3 +203,29 @@ def test_a_redirect_loop_is_refused_after_a_few_redirects_and_not_retried(model_
     _, _, result = summarize(model_api)
     assert isinstance(result, Unavailable) and "redirected more than 5 times" in str(result), result
     assert len(model_api.requests) == http_exchange.MAX_REDIRECTS + 1
+
+
+def test_a_wait_the_callers_deadline_cut_short_neither_opens_nor_closes_the_breaker(model_api):
+    """Against a backend that never answers, a request ended by its own timeout counts towards
+    opening the breaker; one the caller's deadline ended first is no evidence either way. It was
+    read as an answer: it reset the count (and closed an open breaker), so a hung backend was
+    asked again and again by callers whose deadline is shorter than timeout_seconds."""
+    model_api.mode = "hang"
+    cfg = dataclasses.replace(CFG, summarizer=dataclasses.replace(
+        model_cfg(model_api, fallback=True, retries=0).summarizer, timeout_seconds=0.5, breaker_failures=2,
+        breaker_open_seconds=60.0))
+    summarizer = make_summarizer(cfg)
+
+    def ask(seconds):
+        try:
+            summarizer.summarize(SummaryJob([], "User:\nfix it", "", 100, Deadline.after(seconds)))
+        except Unavailable as exc:
+            return str(exc)
+        raise AssertionError("a backend that never answers gave a summary")
+
+    first = ask(20)
+    assert "timed out" in first and "caller's deadline" not in first  # its own timeout: one failure
+    assert "what the caller's deadline leaves" in ask(0.4)  # cut short: counts neither way
+    assert len(model_api.requests) == 2
+    assert "caller's deadline" not in ask(20)  # the second with no answer: the breaker opens
+    assert "not tried, 2 calls in a row got no answer" in ask(20) and len(model_api.requests) == 3

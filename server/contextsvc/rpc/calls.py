@@ -288,14 +288,7 @@ async def _answer(settings: CallSettings, method: str, parse, work, context,
         data = await receive(context, method, settings.request_wait)
         if metrics is not None:
             metrics.request(len(data))
-        # what a request costs while it is worked on is a few times its bytes (the parse, the
-        # step): 32 requests of 60 MB at once took 2.8 GB, past a 2 GiB pod's limit
-        size = len(data)
-        settings.working.take(method, size)
-        try:
-            out = await _run(settings, method, parse, work, data, view, peer)
-        finally:
-            settings.working.give(size)
+        out = await _run(settings, method, parse, work, data, view, peer)
         del data
         _hold(settings, method, context, len(out))
         return out
@@ -313,9 +306,16 @@ async def _run(settings: CallSettings, method: str, parse, work, data: bytes, vi
                peer: str) -> bytes:
     """work(parse(data), view), the response's bytes, on the executor (parsing a large request
     would hold the event loop), in an admission slot held until the thread is done with it (a
-    caller who leaves does not stop the thread: admission counts it as abandoned)."""
-    admission = settings.admission
-    ticket = admission.enter_call(method, view.is_active, peer)
+    caller who leaves does not stop the thread: admission counts it as abandoned), its bytes
+    counted against server.max_working_request_bytes for as long (what a request costs while it
+    is worked on is a few times its bytes: 32 requests of 60 MB at once took 2.8 GB)."""
+    admission, working, size = settings.admission, settings.working, len(data)
+    working.take(method, size)
+    try:
+        ticket = admission.enter_call(method, view.is_active, peer)
+    except BaseException:
+        working.give(size)
+        raise
     max_response = settings.max_response_bytes
 
     def run() -> tuple:
@@ -337,6 +337,7 @@ async def _run(settings: CallSettings, method: str, parse, work, data: bytes, vi
             return (status, str(e)), b""
         finally:
             admission.leave(ticket)
+            working.give(size)
         # a response over the limit is refused with a reason (and counted so) instead of failing
         # in the transport after an OK was recorded
         if max_response and len(out) > max_response:
@@ -349,8 +350,9 @@ async def _run(settings: CallSettings, method: str, parse, work, data: bytes, vi
         refusal, out = await asyncio.wrap_future(future)
     except asyncio.CancelledError:
         view.end()
-        if future.cancel():  # never started: its slot is given back here
+        if future.cancel():  # never started: its slot and bytes are given back here
             admission.leave(ticket)
+            working.give(size)
         raise
     if refusal is not None:
         raise Refused(*refusal)

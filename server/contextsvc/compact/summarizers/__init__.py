@@ -11,7 +11,10 @@ from . import offline
 
 
 def make_summarizer(cfg: Config, memo=None):
-    """memo (memo.Memo): the offline summarizer keeps each message's facts in it."""
+    """memo (memo.Memo): the offline summarizer keeps each message's facts in it. A model
+    summarizer's slots and circuit breaker (summarizer.max_concurrent, breaker_*) are its own:
+    keep one for every call (the servicer does; compact() called without one makes a new one
+    each time)."""
     # the SDKs are loaded only when they are used
     if cfg.summarizer.backend == "anthropic":
         from .anthropic import AnthropicSummarizer

@@ -80,6 +80,9 @@ class ModelSummarizer:
         except _NoAnswer as exc:
             self.gate.failed(trial, str(exc.error))
             raise exc.error from exc.__cause__
+        except _CutShort as exc:  # the caller's deadline ended the wait: no evidence either way
+            self.gate.undecided(trial)
+            raise exc.error from exc.__cause__
         except DeadlineExceeded:
             self.gate.undecided(trial)
             raise
@@ -107,6 +110,8 @@ class ModelSummarizer:
                 if attempt > self.cfg.max_retries or (left is not None and left <= pause):
                     if exc.no_answer:
                         raise _NoAnswer(exc.error) from exc.__cause__
+                    if exc.cut_short:
+                        raise _CutShort(exc.error) from exc.__cause__
                     raise exc.error from exc.__cause__
                 time.sleep(pause)
 
@@ -125,7 +130,7 @@ class ModelSummarizer:
         left = self._left(deadline)
         timeout = sc.timeout_seconds if left is None else min(sc.timeout_seconds, left)
         if timeout <= 0:
-            raise Unavailable(f"{who}: no time left before the caller's deadline")
+            raise _CutShort(Unavailable(f"{who}: no time left before the caller's deadline"))
         cap = reply_cap.cap_bytes(max_tokens, sc.reply_bytes_per_token, sc.reply_min_bytes)
         # the whole exchange, not each read; ended too when the caller goes
         exchange = http_exchange.Exchange(timeout, cap, abandoned=deadline.expired)
@@ -143,10 +148,10 @@ class ModelSummarizer:
             if deadline.expired():
                 raise DeadlineExceeded(f"compact: the caller's deadline passed while the {who} "
                                        "was answering") from exc
+            own = left is None or left >= sc.timeout_seconds  # its own timeout, not the caller's cut
             raise _Retryable(Unavailable(f"{who}: timed out, no complete answer within {timeout:g}s"
-                                         + ("" if left is None or left >= sc.timeout_seconds else
-                                            " (what the caller's deadline leaves)")),
-                             no_answer=left is None or left >= sc.timeout_seconds) from exc
+                                         + ("" if own else " (what the caller's deadline leaves)")),
+                             no_answer=own, cut_short=not own) from exc
         except sdk.AuthenticationError as exc:
             raise Unavailable(f"{who}: authentication failed (401): {_detail(exc)}") from exc
         except sdk.APIStatusError as exc:
@@ -170,13 +175,25 @@ class ModelSummarizer:
 class _Retryable(Exception):
     """A failure worth another attempt (timeout, connection, 408/409/429/5xx): wraps the error
     raised once the attempts or the deadline run out. no_answer: the backend gave none (a
-    connection failed, or its own timeout passed, not one the caller's deadline cut short)."""
+    connection failed, or its own timeout passed); cut_short: the caller's deadline ended the
+    wait first."""
 
-    def __init__(self, error: Unavailable, after: float | None = None, no_answer: bool = False):
+    def __init__(self, error: Unavailable, after: float | None = None, no_answer: bool = False,
+                 cut_short: bool = False):
         super().__init__(str(error))
         self.error = error
         self.after = after  # seconds the backend asked to wait (retry-after), None when it did not
         self.no_answer = no_answer
+        self.cut_short = cut_short  # the wait the caller's deadline left ended first
+
+
+class _CutShort(Exception):
+    """The caller's deadline ended the wait (or left none): no evidence of the backend either
+    way, for the gate's breaker."""
+
+    def __init__(self, error: Unavailable):
+        super().__init__(str(error))
+        self.error = error
 
 
 class _NoAnswer(Exception):
