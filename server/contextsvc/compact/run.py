@@ -95,10 +95,11 @@ TAIL_SHRINKS = 3
 def _smaller_tail(plan: "_Plan", over_by: int, inp: CompactInput, cfg: Config, deadline: Deadline) -> int:
     """The estimate budget a kept tail over the limit by over_by (decision tokens) is chosen again
     with, at the ratio the decision figure reads the tail at (CJK text at ~5x its chars/4): what
-    is left of it once over_by is taken off, and at most the preserve budget in what the figure
-    reads (the estimate was shown to read it low; a tail at the limit's edge would compact again
-    at the next answer). The tail's decision figure is its measure alone (without the usage its
-    answers report: that counted the history before) less that of a body of one character."""
+    is left of it once over_by and a tenth of the window are taken off, and at most the preserve
+    budget in what the figure reads (the estimate was shown to read it low; a tail at the limit's
+    edge would compact again at the next answer). The tail's decision figure is its measure
+    alone (without the usage its answers report: that counted the history before) less that of
+    a body of one character."""
     mdl = inp.model
     tail = [dataclasses.replace(x, usage=m.Usage()) for x in ed.apply(plan.tail, list(plan.cuts))]
     estimate = sum(head_tail.sizes(tail, mdl, None, deadline))
@@ -106,7 +107,12 @@ def _smaller_tail(plan: "_Plan", over_by: int, inp: CompactInput, cfg: Config, d
     one = m.Message("tail-size", m.USER, [m.Part("tail-size", m.Text("."))])
     empty = _measure(m.Conversation([one], inp.conversation.session_id), inp, cfg, deadline).decision[0]
     decided = alone - empty
-    target = min(decided - over_by, head_tail.budget(window.usable(mdl, inp.compaction, cfg), inp.compaction, cfg))
+    usable = window.usable(mdl, inp.compaction, cfg)
+    # a tenth of the window to spare: a result at the limit's very edge is within the figure's
+    # error of the provider's count (gpt-4o at 7,173 of a 7,168 limit), and the next answer
+    # would compact again
+    room = decided - over_by - usable // 10
+    target = min(room, head_tail.budget(usable, inp.compaction, cfg))
     return estimate * target // decided if target > 0 else 0
 
 
