@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import dataclasses
+import operator
 import re
 
 import pytest
+from hypothesis import example, given, settings, strategies as st
 
 from contextsvc import config, conversation as m, native, projection, window
 from contextsvc.compact import run as cmod, chunked, edits, retention, head_tail, serialize, template
@@ -175,6 +177,146 @@ def test_serialize_hides_compaction_pairs_and_extracts_previous_summary():
     assert t.previous_summary == "## Goal\n- first task"
     assert "What did we do so far" not in t.text and "## Goal" not in t.text
     assert [x.id for x in t.messages] == [c.messages[i].id for i in (0, 1, 4, 5)]
+
+
+# ---- projection --------------------------------------------------------------------------------
+
+def _reference_summary_for(messages, user_index):
+    """projection's rule read straight: the first finished summary after the marker answering it."""
+    for j in range(user_index + 1, len(messages)):
+        x = messages[j]
+        if x.role == m.ASSISTANT and x.summary and x.parent_id == messages[user_index].id and x.finished \
+                and x.error is None:
+            return j
+    return -1
+
+
+def _reference_cut(messages):
+    """(kind, where what is sent starts, its summary) of the last compaction point that cuts history,
+    a scan of the history per point."""
+    for i in range(len(messages) - 1, -1, -1):
+        x = messages[i]
+        if x.role == m.USER and x.compaction() is not None:
+            s = _reference_summary_for(messages, i)
+            if s >= 0:
+                return "marker", i, s
+        if x.role == m.ASSISTANT and x.summary and x.finished and x.error is None:
+            parent = next((k for k in range(i - 1, -1, -1) if messages[k].id == x.parent_id), -1)
+            if parent >= 0 and messages[parent].compaction() is None:
+                return "manual", parent, i
+    return None, -1, -1
+
+
+def _reference_project(messages):
+    kind, i, s = _reference_cut(messages)
+    if kind is None:
+        return list(messages)
+    if kind == "manual":
+        return messages[i:]
+    tail_start = messages[i].compaction().tail_start_id
+    start = next((k for k in range(i) if messages[k].id == tail_start), i) if tail_start else i
+    return [messages[i], messages[s], *messages[start:i], *(x for k, x in enumerate(messages) if k > i and k != s)]
+
+
+@st.composite
+def _histories(draw):
+    """Short histories of markers (some with a kept tail), summaries finished, failed or not yet,
+    answering a marker, a plain message or none, and plain messages; ids now and then used twice."""
+    n = draw(st.integers(0, 14))
+    ids = [f"m{i}" for i in range(n)]
+    for i in range(n):
+        if i and draw(st.integers(0, 4)) == 0:
+            ids[i] = ids[draw(st.integers(0, i - 1))]
+    messages, markers = [], []
+    for i in range(n):
+        kind = draw(st.sampled_from(["user", "marker", "marker", "summary", "summary", "assistant"]))
+        some_id = st.sampled_from(ids + ["gone"])
+        if kind in ("user", "marker"):
+            parts = [m.Part(f"p{i}", m.Text("ask"))]
+            if kind == "marker":
+                tail = draw(st.one_of(st.just(""), some_id))
+                parts.append(m.Part(f"c{i}", m.Compaction(auto=True, tail_start_id=tail)))
+                markers.append(ids[i])
+            messages.append(m.Message(ids[i], m.USER, parts))
+            continue
+        error = m.MessageError("APIError") if draw(st.integers(0, 3)) == 0 else None
+        parent = draw(st.sampled_from(markers) if markers and draw(st.booleans()) else some_id)
+        messages.append(m.Message(ids[i], m.ASSISTANT, [m.Part(f"p{i}", m.Text("answer"))],
+                                  time_completed_ms=draw(st.sampled_from([0, 1, 1])), error=error,
+                                  summary=kind == "summary", parent_id=parent))
+    return messages
+
+
+def _ask(mid, marker=False):
+    parts = [m.Part(f"{mid}-t", m.Text("ask"))] + ([m.Part(f"{mid}-c", m.Compaction(auto=True))] if marker else [])
+    return m.Message(mid, m.USER, parts)
+
+
+def _summary(mid, parent):
+    return m.Message(mid, m.ASSISTANT, [m.Part(f"{mid}-t", m.Text("summary"))], time_completed_ms=1, summary=True,
+                     parent_id=parent)
+
+
+@settings(max_examples=400, deadline=None)
+@given(messages=_histories())
+# two finished summaries answer the marker, neither right after it: the first one completes it
+@example(messages=[_ask("u0", marker=True), _ask("u1"), _summary("a2", "u0"), _summary("a3", "u0")])
+# a manual summary whose parent's id a later message uses again: the one before it is the parent
+@example(messages=[_ask("x"), _ask("y"), _summary("s", "x"), _ask("x")])
+def test_the_projection_is_the_rule_read_straight(messages):
+    """What is sent, and where the last compaction is, as the rule reads: a marker a finished
+    summary after it answers (an earlier failed attempt aside), a manual summary, or neither."""
+    kind, _, s = _reference_cut(messages)
+    points = projection.compaction_points(messages)
+    for given_points in (None, points):
+        assert projection.last_compaction(messages, given_points) == s
+        assert list(map(id, projection.project(messages, given_points))) == \
+            list(map(id, _reference_project(messages)))
+    for i, x in enumerate(messages):
+        if x.role == m.USER and x.compaction() is not None:
+            assert projection.answered(messages, i) == (_reference_summary_for(messages, i) >= 0)
+
+
+class _Read(m.Message):
+    """A message that counts the reads of its fields."""
+    __slots__ = ()
+    reads = 0
+
+    def __getattribute__(self, name):
+        _Read.reads += 1
+        return super().__getattribute__(name)
+
+
+def _markers(n, answered_by=None):
+    """n user messages, each a compaction marker no finished summary answers (a failed attempt
+    after each when answered_by names the error)."""
+    out = []
+    for i in range(n):
+        out.append(_Read(f"u{i}", m.USER, [m.Part(f"c{i}", m.Compaction(auto=True))]))
+        if answered_by is not None:
+            out.append(_Read(f"a{i}", m.ASSISTANT, [m.Part(f"s{i}", m.Text("partial"))], time_completed_ms=1,
+                             summary=True, parent_id=f"u{i}", error=m.MessageError(answered_by)))
+    return out
+
+
+@pytest.mark.parametrize("shape", ["unanswered markers", "failed attempts", "summaries of no message"])
+def test_the_projection_reads_each_message_a_few_times(shape):
+    """A history of 3,000 compaction points, none of which cuts: each message is read a few
+    times, not once per point after it (the scan per point took 3.6 s to measure 10,000)."""
+    n = 3_000
+    if shape == "summaries of no message":
+        messages = [_Read(f"a{i}", m.ASSISTANT, [m.Part(f"s{i}", m.Text("summary"))], time_completed_ms=1,
+                          summary=True, parent_id="gone") for i in range(n)]
+    else:
+        messages = _markers(n if shape == "unanswered markers" else n // 2,
+                            "APIError" if shape == "failed attempts" else None)
+    _Read.reads = 0
+    assert projection.last_compaction(messages) == -1
+    assert _Read.reads <= 20 * n, _Read.reads
+    _Read.reads = 0
+    sent = projection.project(messages)
+    assert _Read.reads <= 20 * n, _Read.reads
+    assert len(sent) == n and all(map(operator.is_, sent, messages))
 
 
 # ---- template ----------------------------------------------------------------------------------

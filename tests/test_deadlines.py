@@ -18,8 +18,8 @@ from helpers.processes import launch, stop
 from helpers.rpc import compact_request
 from helpers.server import start_server, wait_for
 from server_process import peak_rss_mb
-from contextsvc import compact, config, tokens
-from contextsvc.deadline import Deadline
+from contextsvc import assemble, compact, config, projection, tokens
+from contextsvc.deadline import CHECK_EVERY, Deadline
 from contextsvc.errors import DeadlineExceeded
 from contextsvc.memo import Memo
 from contextsvc.rpc import conversion
@@ -93,6 +93,61 @@ def test_large_conversation_stops_at_the_deadline_and_frees_its_memory(method):
             assert stub.Measure(convo.measure_request(), timeout=10).body_bytes > 0
     finally:
         s.stop(grace=1)
+
+
+def unanswered_markers(n):
+    """n user messages, each carrying a compaction marker no summary answers: every compaction
+    point of the history is looked at."""
+    return pb.Conversation(session_id="s", messages=[
+        convo.user(f"m{i}", convo.text(f"p{i}", "q"), pb.Part(id=f"c{i}", compaction=pb.CompactionPart(auto=True)))
+        for i in range(n)])
+
+
+def test_a_step_over_unanswered_compaction_markers_stops_inside_it():
+    """40,000 compaction markers no summary answers, already converted (so that the time goes to
+    the step), and a deadline that passes inside the step: the work stops within the slack.
+    Before: the projection looked for each marker's summary through the rest of the history,
+    with no check of the deadline (a server stayed busy 17 s past a 1 s deadline)."""
+    inp = conversion.step_input(convo.measure_request(unanswered_markers(40_000)), 1024)
+    cfg = config.Config()
+
+    def step(deadline):
+        return assemble.run(inp, cfg, serialize=False, hashes=False, deadline=deadline)
+
+    step(Deadline.after(120.0))  # warm
+    whole = 120.0
+    for _ in range(2):  # the quicker of two: a collection of an earlier test's garbage may slow one
+        start = time.monotonic()
+        step(Deadline.after(120.0))
+        whole = min(whole, time.monotonic() - start)
+    stopped = 0
+    for fraction in (0.3, 0.6):
+        start = time.monotonic()
+        try:
+            step(Deadline.after(whole * fraction))
+        except DeadlineExceeded:
+            stopped += 1
+        took = time.monotonic() - start
+        print(f"\nMeasure of 40,000 unanswered markers: {whole:.2f} s whole; a deadline at {fraction:.0%} ended "
+              f"{took - whole * fraction:+.3f} s past it")
+        assert took - whole * fraction < SLACK
+    assert stopped  # the deadline passed inside the step
+
+
+def test_the_projection_checks_the_deadline_among_the_compaction_points():
+    """The caller leaves once the projection's scan of compaction points has begun: the scan
+    stops at its next check, CHECK_EVERY points on, not at the end of the history."""
+    messages = conversion.conversation(unanswered_markers(8 * CHECK_EVERY)).messages
+    for scan in (projection.project, projection.last_compaction):
+        polls = []
+
+        def left() -> bool:
+            polls.append(None)
+            return len(polls) > 1  # there at the scan's first check, gone from the second on
+
+        with pytest.raises(DeadlineExceeded):
+            scan(messages, deadline=Deadline(cancelled=left))
+        assert len(polls) == 2, scan.__name__
 
 
 def test_exact_count_of_one_long_run_stops_at_the_deadline(tmp_path):

@@ -113,7 +113,7 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
     by_turns = g.protect == TURNS
     # Send order: a post-compaction prune must reach the kept tail, which is stored before the
     # summary but sent after it. The projection keeps the stored message objects.
-    msgs = projection.project(conversation.messages)
+    msgs = projection.project(conversation.messages, deadline=deadline)
     turns = 0
     results = 0  # completed tool results passed under the tool-results rule
     protected = 0  # their tokens

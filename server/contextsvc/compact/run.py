@@ -256,9 +256,9 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
     # message while the turn goes on): this one builds on it, with a marker of its own.
     p = max(i for i, x in enumerate(msgs) if x.role == m.USER)
     parent = msgs[p]
-    marker = parent if parent.compaction() is not None and not projection.answered(msgs, p) else None
+    marker = parent if parent.compaction() is not None and not projection.answered(msgs, p, deadline) else None
     # Earlier attempts at this same compaction (summaries answering the marker) are dropped.
-    projected = [x for x in projection.project(msgs) if x is not marker
+    projected = [x for x in projection.project(msgs, deadline=deadline) if x is not marker
                  and not (marker is not None and x.summary and x.parent_id == marker.id)]
 
     deadline.check("compact")
@@ -332,7 +332,7 @@ def compact(inp: CompactInput, cfg: Config, summarizer=None, deadline: Deadline 
                      tail_budget=smaller)
 
     under = _under(tokens_after, lim, mdl)
-    sent = {id(x) for x in projection.project(stored)}
+    sent = {id(x) for x in projection.project(stored, deadline=deadline)}
     new = {e.message.id: e.message for e in edits if isinstance(e, ed.InsertMessage)}
     result.outcome = COMPACTED if under else INSUFFICIENT
     result.tail_start_id = _tail_start(stored, marker_id)

@@ -53,16 +53,20 @@ def _block(c, ledger: MediaLedger, deadline: Deadline):
 def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="",
          tools_disabled=False, deadline: Deadline = NO_DEADLINE) -> Lowered:
     wire, roles, sources = [], [], []
+    run = None  # joins the messages that follow into wire[-1], of their role
     for msg in messages:
         role = "assistant" if msg.role == "assistant" else "user"
         blocks = [b for b in (_block(c, ledger, deadline) for c in msg.content) if b is not None]
         if not blocks:
             continue
-        if wire and wire[-1]["role"] == role:
-            wire[-1]["content"][:] = FORMAT.joined(wire[-1]["content"], blocks)  # the API wants alternating roles
+        if wire and wire[-1]["role"] == role:  # the API wants alternating roles
+            if run is None:
+                run = FORMAT.run(wire[-1]["content"])
+            run.add(blocks)
             ledger.claim(wire[-1])
             sources[-1].append(msg.source_id)
             continue
+        run = None
         wire.append({"role": role, "content": blocks})
         ledger.claim(wire[-1])
         roles.append(role)

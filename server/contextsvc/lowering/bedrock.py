@@ -127,17 +127,21 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     # Converse's toolChoice has no "none": with tools disabled the tool definitions stay (history
     # may hold tool blocks) and the last-step message is what keeps the model from calling them.
     wire, roles, sources = [], [], []
+    run = None  # joins the messages that follow into wire[-1], of their role
     names = _DocumentNames()
     for msg in messages:
         role = "assistant" if msg.role == "assistant" else "user"
         blocks = _with_text([b for b in (_block(c, ledger, names, deadline) for c in msg.content) if b is not None])
         if not blocks:
             continue
-        if wire and wire[-1]["role"] == role:
-            wire[-1]["content"][:] = FORMAT.joined(wire[-1]["content"], blocks)  # Converse wants alternating roles
+        if wire and wire[-1]["role"] == role:  # Converse wants alternating roles
+            if run is None:
+                run = FORMAT.run(wire[-1]["content"])
+            run.add(blocks)
             ledger.claim(wire[-1])
             sources[-1].append(msg.source_id)
             continue
+        run = None
         wire.append({"role": role, "content": blocks})
         ledger.claim(wire[-1])
         roles.append(role)

@@ -9,7 +9,7 @@ from ..deadline import NO_DEADLINE, Deadline
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
 from .tool_ids import WORD, id_rule, wire_name
-from .wire_format import WireFormat
+from .wire_format import Run, WireFormat
 from .neutral import (
     LEAD_USER_TEXT, MMedia, MReasoning, MSpacer, MText, MToolCall, MToolResult,
 )
@@ -62,15 +62,74 @@ def _sign_first_call(parts: list, unsigned: str = "") -> list:
     if first is None or had not in (None, UNSIGNED_CALL):
         return parts
     # a real signature replaces the stand-in (two messages joined into one turn)
-    signed = [i for i, p in enumerate(parts) if p.get("thoughtSignature") not in (None, UNSIGNED_CALL)]
+    signed = [i for i, p in enumerate(parts) if _signed(p)]
     if signed:
-        nearest = min(signed, key=lambda i: (abs(i - first), i > first))
-        donor = dict(parts[nearest])
-        parts[first] = {**parts[first], "thoughtSignature": donor.pop("thoughtSignature")}
-        parts[nearest] = donor
+        _move_signature(parts, first, signed)
     elif unsigned and had is None:
         parts[first] = {**parts[first], "thoughtSignature": unsigned}
     return parts
+
+
+def _signed(part: dict) -> bool:
+    """Whether a part carries a signature Gemini gave (not none, nor the stand-in)."""
+    return part.get("thoughtSignature") not in (None, UNSIGNED_CALL)
+
+
+def _closeness_to(first: int):
+    """The key that orders the parts by how near they are to the part at first, before it first."""
+    return lambda i: (abs(i - first), i > first)
+
+
+def _move_signature(parts: list, first: int, signed: list) -> None:
+    """Moves the signature of the signed part nearest the first call (parts at indices signed)
+    to that call, on copies of both parts."""
+    nearest = min(signed, key=_closeness_to(first))
+    donor = dict(parts[nearest])
+    parts[first] = {**parts[first], "thoughtSignature": donor.pop("thoughtSignature")}
+    parts[nearest] = donor
+
+
+class _SignedRun(Run):
+    """A model turn joined from consecutive messages, its first functionCall signed as
+    _sign_first_call signs the parts so far at each message (without the stand-in). What that
+    reads of the parts so far is kept (where the first call is, the signed part nearest it,
+    whether it is signed), so a message costs its own parts."""
+
+    __slots__ = ("first", "nearest", "settled")
+
+    def __init__(self, fmt: WireFormat, blocks: list):
+        super().__init__(fmt, blocks)
+        self.first = next((i for i, p in enumerate(blocks) if "functionCall" in p), None)
+        # a signed first call is never moved again, nor is any other part
+        self.settled = self.first is not None and _signed(blocks[self.first])
+        signed = [i for i, p in enumerate(blocks) if _signed(p)]
+        # of the signed parts so far, the one nearest the first call, wherever it comes: the last
+        # one while there is none
+        self.nearest = None
+        if signed:
+            self.nearest = signed[-1] if self.first is None else min(signed, key=_closeness_to(self.first))
+
+    def add(self, later: list) -> None:
+        parts, start = self.blocks, len(self.blocks)
+        parts += later
+        if self.settled:
+            return
+        signed = [start + i for i, p in enumerate(later) if _signed(p)]
+        if self.first is None:
+            call = next((i for i, p in enumerate(later) if "functionCall" in p), None)
+            if call is None:
+                if signed:
+                    self.nearest = signed[-1]
+                return
+            self.first = start + call
+            if _signed(parts[self.first]):
+                self.settled = True
+                return
+        if self.nearest is not None:
+            signed.append(self.nearest)
+        if signed:
+            _move_signature(parts, self.first, signed)
+            self.settled = True
 
 
 def _declaration(t) -> dict:
@@ -84,6 +143,7 @@ def _declaration(t) -> dict:
 def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="",
          tools_disabled=False, deadline: Deadline = NO_DEADLINE) -> Lowered:
     wire, roles, sources = [], [], []
+    run = None  # joins the messages that follow into wire[-1], of their role
     unsigned = UNSIGNED_CALL if checks_signatures(model_id) else ""
     for msg in messages:
         role = "model" if msg.role == "assistant" else "user"
@@ -120,11 +180,14 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
         parts.extend(_media(x, ledger) for x in moved)
         if not parts:
             continue  # reasoning alone is not replayed to Gemini
-        if wire and wire[-1]["role"] == role:
-            wire[-1]["parts"][:] = FORMAT.joined(wire[-1]["parts"], parts)  # Gemini wants alternating roles
+        if wire and wire[-1]["role"] == role:  # Gemini wants alternating roles
+            if run is None:
+                run = FORMAT.run(wire[-1]["parts"])
+            run.add(parts)
             ledger.claim(wire[-1])
             sources[-1].append(msg.source_id)
             continue
+        run = None
         wire.append({"role": role, "parts": parts})
         ledger.claim(wire[-1])
         roles.append("assistant" if role == "model" else "user")
@@ -158,13 +221,13 @@ class Gemini(WireFormat):
     fetched = frozenset(_ACCEPTED)  # fileData.fileUri
     implicit_cache = True
 
-    def joined(self, earlier: list, later: list) -> list:
-        """Two consecutive messages of one role as one content: one model turn, whose first
+    def run(self, blocks: list) -> Run:
+        """Consecutive messages of one role as one content: one model turn, whose first
         functionCall must carry a thought signature. A signature one message's text carries
         moves to a call the other message makes, as within one message (_sign_first_call): two
         steps in one answer, or two answers once a blank user message between them is dropped,
         left the turn's first call unsigned."""
-        return _sign_first_call(earlier + later)
+        return _SignedRun(self, blocks)
 
 
 FORMAT = Gemini()

@@ -34,7 +34,7 @@ def own_ids(messages: list, points: list, memo: Memo | None = None, deadline: De
     (projection.project): a kept tail is written alike whether or not the client still stores what
     was compacted before it, so Compact's tokens_after is the next step's figure. With the memo, a
     copy is made once (CALLS)."""
-    sent = list(filter(_CALL_IDS, projection.project(messages, points)))
+    sent = list(filter(_CALL_IDS, projection.project(messages, points, deadline)))
     taken = {call for msg in sent for call in msg.call_ids}  # no id written again may be one of these
     seen, copies = set(), {}
     for msg in sent:

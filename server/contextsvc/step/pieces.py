@@ -119,7 +119,7 @@ def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     digests: memo.message_prefix_digests(conv.messages), when the caller has them."""
     mdl, tools, system = plan.model, plan.tools, plan.system
     prompt_dir, placeholders, tools_disabled = plan.cfg.assemble.prompt_dir, plan.placeholders, plan.tools_disabled
-    projected = projection.project(conv.messages, points)
+    projected = projection.project(conv.messages, points, deadline)
     if memo is not None and memoizable(projected, mdl.provider):
         if digests is not None and not _same(projected, conv.messages):  # history was cut
             digests = None
@@ -365,6 +365,10 @@ def _put_together(prefix: _Prefix, messages: list, fmt, mdl: m.Model, placeholde
                                                             prefix.keys, prefix.saved, prefix.found, prefix.pruned)
     piece_keys = [_piece_key(msg, mdl, placeholders) for msg in messages]
     prefix.piece_keys += piece_keys
+    # what merges into the last element goes into a copy of it and of its sources and keys, made at
+    # its first merge here (the pieces' elements and a kept prefix's are the memo's, never changed),
+    # then added to in place: a copy at every merge made a run of k messages of one role cost k²
+    run, run_keys = None, None
     for msg, pkey, piece in zip(messages, piece_keys, memo.get_many(piece_keys)):
         if piece is None:
             piece = _piece(msg, mdl, placeholders, deadline)
@@ -378,14 +382,25 @@ def _put_together(prefix: _Prefix, messages: list, fmt, mdl: m.Model, placeholde
             deadline.count("lowering")
             key = (msg.digest, j) if pkey is not None else None
             if joined and elements and elements[-1]["role"] == element["role"]:
-                last = elements[-1] = dict(elements[-1])
-                last[joined] = fmt.joined(last[joined], element[joined])
-                sources[-1] = sources[-1] + [msg.id]
+                if run is None:
+                    last = elements[-1] = dict(elements[-1])
+                    run = fmt.run(list(last[joined]))
+                    last[joined] = run.blocks
+                    sources[-1] = list(sources[-1])
+                    run_keys = None if keys[-1] is None else list(keys[-1])
+                run.add(element[joined])
+                sources[-1].append(msg.id)
                 pruned[-1] += msg.compacted_outputs
-                keys[-1] = keys[-1] + (key,) if keys[-1] is not None and key is not None else None
+                if run_keys is not None and key is not None:
+                    run_keys.append(key)
+                else:
+                    run_keys = None
                 found[-1] = None
                 saved[-1] += units
                 continue
+            if run is not None:
+                keys[-1] = None if run_keys is None else tuple(run_keys)
+                run, run_keys = None, None
             elements.append(element)
             roles.append(role)
             sources.append([msg.id])
@@ -393,6 +408,8 @@ def _put_together(prefix: _Prefix, messages: list, fmt, mdl: m.Model, placeholde
             keys.append((key,) if key is not None else None)
             found.append(texts[j])
             saved.append(units)
+    if run is not None:
+        keys[-1] = None if run_keys is None else tuple(run_keys)
     columns = prefix.columns
     columns.truncate(resolved_up_to)
     for e, text, key in zip(elements[resolved_up_to:], found[resolved_up_to:], keys[resolved_up_to:]):

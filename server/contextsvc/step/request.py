@@ -363,7 +363,7 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
             entries[i] = entry
     system = {id(e): _system_entry(e, hashed, memo) for e in lowered.system}
     request = Request(lowered, ledger, entries, system, chosen, chain, memo=memo, resume=pieces.resume,
-                      last_compaction=projection.last_compaction(conv.messages, points), columns=columns,
+                      last_compaction=projection.last_compaction(conv.messages, points, deadline), columns=columns,
                       _made=made if columns is not None else None, tool_json=tool_json, tools_at=tools_at)
     mc = plan.cfg.measure
     if (mc.calibrated_figures or plan.exact) and (ledger.media_count or ledger.saved_units or ledger.extra):
