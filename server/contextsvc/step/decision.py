@@ -249,12 +249,14 @@ def _tokenizer_factor(figure: str, fig: Figures, plan: Plan) -> tuple:
         return 1, 1, ""
     if figure == "self-calibrated" and fig.factor:
         return 1, 1, ""
-    if fig.decision_factor and not (fam.name in COUNTS_MORE and fig.count_ratio < 1.0):
-        # (a count under our calibrated figure of its prefix is no count of this tokenizer's,
-        # _count_stands: text we over-read, pytest's dots, or cache reads left out; it scales
-        # nothing else right: after the dots were pruned, the rest read x1.0 was sent at 30,911
-        # tokens where 25,445 were figured. The family's prior then, as before any usage)
-        anchored = max(1.0, fig.decision_factor)
+    if fig.decision_factor:
+        # a count under our calibrated figure of its prefix is no count of a tokenizer that counts
+        # more (_count_stands: text we over-read, pytest's dots, or cache reads left out): it
+        # scales nothing else right (after the dots were pruned, the rest read x1.0 was sent at
+        # 30,911 tokens where 25,445 were figured). The family's prior then, as before any usage;
+        # the count of the messages between the last two answers still reads the new text
+        unread = fam.name in COUNTS_MORE and fig.count_ratio < 1.0
+        anchored = float(fam.prior) if unread else max(1.0, fig.decision_factor)
         # the new text: by the provider's count of the messages between its last two answers,
         # where tool definitions weigh nothing; without one, by its count of the prefix, and
         # never below the prior when tools and system are much of that prefix: MCP tool
@@ -275,5 +277,7 @@ def _tokenizer_factor(figure: str, fig: Figures, plan: Plan) -> tuple:
             # family's bound, the same as before any usage (media keep their own cost per item)
             bound = max(1.0, float(fam.prior))
             anchored, tail = min(anchored, bound), min(tail, bound)
+        if unread:
+            return anchored, tail, fam.method()
         return anchored, tail, fam.method(anchored, fig.decision_anchor.id, fig.media_prefix)
     return fam.prior, fam.prior, fam.method()
