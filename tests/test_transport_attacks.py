@@ -60,6 +60,23 @@ def test_calls_that_never_send_their_request_hold_no_worker(tmp_path):
         assert stop(proc) == 0
 
 
+def calls_of_one_client(attackers: list, bodies: tuple | None = None) -> list:
+    """(connection, stream id) of 90 calls on each connection, Measure and health checks in turn.
+    bodies: the whole (Measure, Check) requests; None: headers alone, never a message."""
+    def opened(a: RawH2, k: int) -> int:
+        path = f"{SERVICE}/Measure" if k % 2 else "/grpc.health.v1.Health/Check"
+        return a.open(path, end=False) if bodies is None else a.open(path, bodies[0] if k % 2 else bodies[1])
+    return [(a, opened(a, k)) for a in attackers for k in range(90)]
+
+
+def pump(connections: list, seconds: float, until=lambda: False) -> None:
+    """Reads what the server sends on each connection for seconds, or until until()."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not until():
+        for c in connections:
+            c.pump(0.1)
+
+
 def test_one_client_s_calls_that_never_send_their_request_do_not_refuse_other_clients(tmp_path):
     """A client (127.0.0.2) opens 180 calls, Measure and health checks, that send their headers
     and never a message, over two connections: past the transport's bound (max_pending_rpcs 128
@@ -72,12 +89,8 @@ def test_one_client_s_calls_that_never_send_their_request_do_not_refuse_other_cl
     attackers = [RawH2(port, source="127.0.0.2") for _ in range(2)]
     try:
         with Probe(port, proc.pid) as probe:
-            streams = [(a, a.open(f"{SERVICE}/Measure" if k % 2 else "/grpc.health.v1.Health/Check", end=False))
-                       for a in attackers for k in range(90)]
-            deadline = time.monotonic() + 8
-            while time.monotonic() < deadline and any(sid not in a.status for a, sid in streams):
-                for a in attackers:
-                    a.pump(0.1)
+            streams = calls_of_one_client(attackers)
+            pump(attackers, 8, until=lambda: all(sid in a.status for a, sid in streams))
         print(f"\n{probe.report('180 idle calls of another client')}")
         honest(probe)
         codes = [a.status.get(sid) for a, sid in streams]
@@ -103,12 +116,8 @@ def test_one_client_s_calls_whose_responses_it_never_reads_do_not_refuse_other_c
     attackers = [RawH2(port, window=0, auto_window=False, source="127.0.0.2") for _ in range(2)]
     try:
         with Probe(port, proc.pid) as probe:
-            streams = [(a, a.open(f"{SERVICE}/Measure" if k % 2 else "/grpc.health.v1.Health/Check",
-                                  measure if k % 2 else check)) for a in attackers for k in range(90)]
-            end = time.monotonic() + 6
-            while time.monotonic() < end:
-                for a in attackers:
-                    a.pump(0.1)
+            streams = calls_of_one_client(attackers, (measure, check))
+            pump(attackers, 6)
         print(f"\n{probe.report('180 unread calls of another client')}")
         honest(probe)
         codes = [a.status.get(sid) for a, sid in streams]
