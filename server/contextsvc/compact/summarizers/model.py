@@ -77,11 +77,11 @@ class ModelSummarizer:
         trial = self.gate.admit("")
         try:
             text = self._attempts(user_text, max_tokens, deadline)
-        except _NoAnswer as exc:
-            self.gate.failed(trial, str(exc.error))
-            raise exc.error from exc.__cause__
-        except _CutShort as exc:  # the caller's deadline ended the wait: no evidence either way
-            self.gate.undecided(trial)
+        except _Unanswered as exc:
+            if exc.cut_short:  # the caller's deadline ended the wait: no evidence either way
+                self.gate.undecided(trial)
+            else:
+                self.gate.failed(trial, str(exc.error))
             raise exc.error from exc.__cause__
         except DeadlineExceeded:
             self.gate.undecided(trial)
@@ -108,10 +108,8 @@ class ModelSummarizer:
                     pause = max(pause, exc.after)
                 left = self._left(deadline)
                 if attempt > self.cfg.max_retries or (left is not None and left <= pause):
-                    if exc.no_answer:
-                        raise _NoAnswer(exc.error) from exc.__cause__
-                    if exc.cut_short:
-                        raise _CutShort(exc.error) from exc.__cause__
+                    if exc.no_answer or exc.cut_short:
+                        raise _Unanswered(exc.error, exc.cut_short) from exc.__cause__
                     raise exc.error from exc.__cause__
                 time.sleep(pause)
 
@@ -130,7 +128,7 @@ class ModelSummarizer:
         left = self._left(deadline)
         timeout = sc.timeout_seconds if left is None else min(sc.timeout_seconds, left)
         if timeout <= 0:
-            raise _CutShort(Unavailable(f"{who}: no time left before the caller's deadline"))
+            raise _Unanswered(Unavailable(f"{who}: no time left before the caller's deadline"), cut_short=True)
         cap = reply_cap.cap_bytes(max_tokens, sc.reply_bytes_per_token, sc.reply_min_bytes)
         # the whole exchange, not each read; ended too when the caller goes
         exchange = http_exchange.Exchange(timeout, cap, abandoned=deadline.expired)
@@ -187,21 +185,14 @@ class _Retryable(Exception):
         self.cut_short = cut_short  # the wait the caller's deadline left ended first
 
 
-class _CutShort(Exception):
-    """The caller's deadline ended the wait (or left none): no evidence of the backend either
-    way, for the gate's breaker."""
+class _Unanswered(Exception):
+    """The attempts ran out with no answer from the backend, what the gate's breaker counts; or
+    cut_short: the caller's deadline ended the wait (or left none), no evidence either way."""
 
-    def __init__(self, error: Unavailable):
+    def __init__(self, error: Unavailable, cut_short: bool = False):
         super().__init__(str(error))
         self.error = error
-
-
-class _NoAnswer(Exception):
-    """The attempts ran out with no answer from the backend: what the gate's breaker counts."""
-
-    def __init__(self, error: Unavailable):
-        super().__init__(str(error))
-        self.error = error
+        self.cut_short = cut_short
 
 
 def _retry_after(headers) -> float | None:
