@@ -140,11 +140,16 @@ def _count_stands(figure: str, fig: Figures, base: m.Message, plan: Plan) -> boo
     (pytest's dots), whose ratio would scale nothing else right. Otherwise the projection never
     reads below the whole request's figure."""
     anchor = fig.decision_anchor
-    mc = plan.cfg.measure
-    floor = 1.0 if _family(plan).name in COUNTS_MORE else mc.self_calibration_min_factor
     return (figure == "calibrated" and bool(fig.decision_factor) and fig.prefix_as_counted
-            and fig.count_ratio >= floor and anchor is not None and base is not None
+            and fig.count_ratio >= _count_floor(_family(plan), plan) and anchor is not None and base is not None
             and anchor.id == base.id)
+
+
+def _count_floor(fam: tokenizer_family.Family, plan: Plan) -> float:
+    """The least ratio of a reported count to our calibrated figure of the prefix it counted that
+    is a count of the model's tokenizer: 1.0 for a family that counts more than cl100k (under it,
+    text we over-read or cache reads left out), else the self-calibration bound."""
+    return 1.0 if fam.name in COUNTS_MORE else plan.cfg.measure.self_calibration_min_factor
 
 
 # the families whose tokenizer counts more than cl100k's (tokenizer_family: measured for Claude)
@@ -255,7 +260,7 @@ def _tokenizer_factor(figure: str, fig: Figures, plan: Plan) -> tuple:
         # scales nothing else right (after the dots were pruned, the rest read x1.0 was sent at
         # 30,911 tokens where 25,445 were figured). The family's prior then, as before any usage;
         # the count of the messages between the last two answers still reads the new text
-        unread = fam.name in COUNTS_MORE and fig.count_ratio < 1.0
+        unread = fam.name in COUNTS_MORE and fig.count_ratio < _count_floor(fam, plan)
         anchored = float(fam.prior) if unread else max(1.0, fig.decision_factor)
         # the new text: by the provider's count of the messages between its last two answers,
         # where tool definitions weigh nothing; without one, by its count of the prefix, and
