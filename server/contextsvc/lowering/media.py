@@ -9,17 +9,31 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from dataclasses import dataclass
 from urllib.parse import unquote, unquote_to_bytes
 
 from .. import native
-from . import images
+from . import documents, images
 from .neutral import attachment_note
 
 MEDIA_PLACEHOLDER = "[encoded media]"
 OPAQUE_PLACEHOLDER = "[opaque reasoning state]"
+PDF = "application/pdf"
 
 _MEDIA_UNITS = native.json_lengths(MEDIA_PLACEHOLDER)[1]
+# The placeholder of a medium of several items (a PDF's pages): the figures count the items of
+# each element by its placeholders (step.figures), so the text says how many
+ITEMS_PLACEHOLDER = re.compile(r'"\[encoded media(?: \((\d+) pages\))?\]"')
+
+
+def placeholder(items: int) -> str:
+    return MEDIA_PLACEHOLDER if items == 1 else f"[encoded media ({items} pages)]"
+
+
+def items_in(texts) -> int:
+    """The media items the placeholders in these JSON texts stand for."""
+    return sum(int(found.group(1) or 1) for t in texts for found in ITEMS_PLACEHOLDER.finditer(t))
 _OPAQUE_UNITS = native.json_lengths(OPAQUE_PLACEHOLDER)[1]
 
 
@@ -46,20 +60,22 @@ class MediaLedger:
             self.saved_by[id(element)] = self.saved_by.get(id(element), 0) + self._pending
             self._pending = 0
 
-    def binary(self, data: bytes) -> str:
-        """Inline bytes as base64; they cost ceil(bytes / 4) tokens."""
-        self.media_count += 1
+    def binary(self, data: bytes, items: int = 1) -> str:
+        """Inline bytes as base64; they cost ceil(bytes / 4) tokens, and count as items media
+        items (a PDF's pages) in the decision figure."""
         encoded = base64.b64encode(data).decode("ascii")
-        self._save(len(encoded) + 2 - _MEDIA_UNITS)
-        self.extra += -(-len(data) // 4)
-        return MEDIA_PLACEHOLDER if self.placeholders else encoded
+        return self._medium(encoded, len(encoded) + 2, len(data), items)
 
-    def encoded(self, value: str, raw_bytes: int) -> str:
+    def encoded(self, value: str, raw_bytes: int, items: int = 1) -> str:
         """An already-encoded media string (base64 from a data: URL) of raw_bytes bytes."""
-        self.media_count += 1
-        self._save(native.json_lengths(value)[1] - _MEDIA_UNITS)
+        return self._medium(value, native.json_lengths(value)[1], raw_bytes, items)
+
+    def _medium(self, value: str, units: int, raw_bytes: int, items: int) -> str:
+        self.media_count += items
+        text = placeholder(items)
+        self._save(units - (_MEDIA_UNITS if items == 1 else native.json_lengths(text)[1]))
         self.extra += -(-raw_bytes // 4)
-        return MEDIA_PLACEHOLDER if self.placeholders else value
+        return text if self.placeholders else value
 
     def url(self, value: str) -> str:
         """A media URL: costs its own estimate."""
@@ -160,11 +176,12 @@ class Source:
     data: bytes | None = None  # raw bytes
     payload: str = ""  # base64 text from a data: URL
     url: str = ""  # an http(s) URL the provider fetches itself
+    items: int = 1  # what it counts as in the decision figure: a PDF's pages (inline only)
 
     def base64(self, ledger: MediaLedger) -> str:
         if self.data is not None:
-            return ledger.binary(self.data)
-        return ledger.encoded(self.payload, base64_size(self.payload))
+            return ledger.binary(self.data, self.items)
+        return ledger.encoded(self.payload, base64_size(self.payload), self.items)
 
     def data_url(self, ledger: MediaLedger) -> str:
         """The content as a base64 data: URL, whatever form it came in."""
@@ -172,7 +189,7 @@ class Source:
             encoded, size = base64.b64encode(self.data).decode("ascii"), len(self.data)
         else:
             encoded, size = self.payload, base64_size(self.payload)
-        return ledger.encoded(f"data:{self.mime};base64,{encoded}", size)
+        return ledger.encoded(f"data:{self.mime};base64,{encoded}", size, self.items)
 
     def web_url(self, ledger: MediaLedger) -> str:
         return ledger.url(self.url)
@@ -213,7 +230,10 @@ def source(fmt, x):
         mime, why = _image(fmt, mime, data, payload)
         if why:
             return attachment_note(x, why)
-    return Source(found, mime, data, payload, web)
+    items = 1
+    if mime == PDF and not web:
+        items = documents.pages(data if data is not None else binascii.a2b_base64(payload))
+    return Source(found, mime, data, payload, web, items)
 
 
 def _image(fmt, mime: str, data: bytes | None, payload: str) -> tuple[str, str]:

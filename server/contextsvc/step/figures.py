@@ -17,7 +17,7 @@ from typing import Optional
 
 from .. import conversation as m, encodings, native, prefix, projection, tokens
 from ..deadline import NO_DEADLINE, Deadline
-from ..lowering.media import MEDIA_PLACEHOLDER
+from ..lowering import media
 from ..memo import PROFILES, TOOL_TEXT, Memo
 from ..model_ids import same_model
 from ..positions import positions
@@ -492,8 +492,7 @@ def _tools_counted(text: str, counter, deadline: Deadline) -> tuple:
 
 
 def _media_in(element_texts) -> int:
-    placeholder = '"' + MEDIA_PLACEHOLDER + '"'
-    return sum(t.count(placeholder) for t in element_texts)
+    return media.items_in(element_texts)
 
 
 def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, plan: Plan, model_counter: tuple,

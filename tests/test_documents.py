@@ -1,0 +1,142 @@
+"""A PDF's pages, read from its own bytes, are its media items in the decision figure.
+
+Providers bill a PDF by the page. Counted as one item of 2,048 tokens, a 30-page specification
+sent gpt-4o 30,377 tokens into a 32,000 window with should_compact false. The page counts are
+held to pikepdf's (qpdf's page tree walk) on PDFs it writes, with and without compressed object
+streams.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import time
+import zlib
+
+import pikepdf
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from contextsvc import config, conversation as m, measure
+from contextsvc.lowering import documents, media
+from contextsvc.step import request
+from helpers.steps import plan
+
+CFG = config.Config()
+PER_ITEM = CFG.measure.media_decision_tokens
+MODES = [pikepdf.ObjectStreamMode.disable, pikepdf.ObjectStreamMode.generate]
+
+
+def written(n: int, mode=pikepdf.ObjectStreamMode.generate, linearize: bool = False, sizes=None,
+            text: bool = False) -> bytes:
+    pdf = pikepdf.new()
+    for i in range(n):
+        pdf.add_blank_page(page_size=sizes[i % len(sizes)] if sizes else (612, 792))
+        if text:
+            pdf.pages[i].Contents = pdf.make_stream(
+                b"BT /F1 11 Tf 72 720 Td (" + f"Section {i}: the protocol's frames".encode() * 20 + b") Tj ET")
+    out = io.BytesIO()
+    pdf.save(out, object_stream_mode=mode, linearize=linearize)
+    return out.getvalue()
+
+
+def library_pages(data: bytes) -> int:
+    with pikepdf.open(io.BytesIO(data)) as pdf:
+        return len(pdf.pages)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=["plain", "object-streams"])
+@pytest.mark.parametrize("n", [1, 2, 30, 120])
+@pytest.mark.parametrize("linearize", [False, True], ids=["", "linearized"])
+def test_pages_are_the_pdf_library_s(n, mode, linearize):
+    data = written(n, mode, linearize)
+    assert documents.pages(data) == library_pages(data) == n
+
+
+def test_pages_kept_in_compressed_object_streams_are_read_there():
+    data = written(12, pikepdf.ObjectStreamMode.generate)
+    leaves, counted = documents._read(data)  # the file's own bytes alone
+    assert leaves < 12 and counted < 12
+    assert documents.pages(data) == 12
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 60), mode=st.sampled_from(MODES), text=st.booleans(),
+       sizes=st.lists(st.tuples(st.integers(72, 2000), st.integers(72, 2000)), min_size=1, max_size=3))
+def test_generated_pdfs_have_the_library_s_page_count(n, mode, text, sizes):
+    data = written(n, mode, sizes=sizes, text=text)
+    assert documents.pages(data) == library_pages(data)
+
+
+@pytest.mark.parametrize("data", [
+    b"", b"hello", b"%PDF-1.7\n", b"\x89PNG\r\n\x1a\n" + b"/Type /Page " * 5,
+    written(9)[:400],  # cut before its object stream ends
+    b"%PDF-1.5\n1 0 obj << /Type /ObjStm /Filter /FlateDecode /N 1 /First 4 >>\nstream\nnot zlib\nendstream",
+], ids=["empty", "text", "header-only", "not-a-pdf", "truncated", "corrupt-stream"])
+def test_what_cannot_be_read_is_one_page(data):
+    assert documents.pages(data) >= 1
+    if not documents.is_pdf(data) or len(data) < 100:
+        assert documents.pages(data) == 1
+
+
+def test_a_hostile_count_stops_at_the_bound():
+    data = b"%PDF-1.4\n2 0 obj << /Type /Pages /Kids [] /Count 999999999 >> endobj\n"
+    assert documents.pages(data) == documents.MAX_PAGES
+
+
+def test_an_object_stream_that_inflates_without_end_is_read_within_the_budget():
+    bomb = zlib.compress(b"/Type /Page " * (64 * 2**20 // 12), 9)  # 64 MB of page leaves
+    data = (b"%PDF-1.5\n1 0 obj << /Type /ObjStm /Filter /FlateDecode /N 1 /First 4 /Length "
+            + str(len(bomb)).encode() + b" >>\nstream\n" + bomb + b"\nendstream\nendobj\n")
+    began = time.perf_counter()
+    assert documents.pages(data) == documents.MAX_PAGES  # leaves past the bound: a bound, not a count
+    assert time.perf_counter() - began < 10  # generous: the point is that it ends, having read 16 MiB
+
+
+def _run(conv, model):
+    return measure.measure(measure.MeasureInput(conv, model, [], m.SystemPrompt(), m.CompactionSettings()), CFG)
+
+
+def _ask(file: m.File) -> m.Conversation:
+    return m.Conversation([m.Message("u1", m.USER, [m.Part("t", m.Text("Implement the protocol in the spec.")),
+                                                    m.Part("f", file)])])
+
+
+MODELS = {
+    "anthropic": m.Model("claude-sonnet-4-5", m.ANTHROPIC, m.ModelLimits(200_000, 0, 64_000)),
+    "bedrock": m.Model("anthropic.claude-sonnet-4-5-v1:0", m.BEDROCK, m.ModelLimits(200_000, 0, 64_000)),
+    "gemini": m.Model("gemini-2.5-flash", m.GEMINI, m.ModelLimits(1_048_576, 0, 65_536)),
+    "openai": m.Model("gpt-4o", m.OPENAI, m.ModelLimits(128_000, 0, 16_384)),
+    "openai-responses": m.Model("gpt-5", m.OPENAI_RESPONSES, m.ModelLimits(400_000, 0, 128_000)),
+}
+
+
+@pytest.mark.parametrize("provider", sorted(MODELS))
+def test_a_pdf_counts_its_pages_in_the_decision_figure(provider):
+    data = written(30, text=True)
+    model = MODELS[provider]
+    one = _run(_ask(m.File("application/pdf", "spec.pdf", data=written(1, text=True))), model)
+    r = _run(_ask(m.File("application/pdf", "spec.pdf", data=data)), model)
+    assert one.media_count == 1 and r.media_count == 30
+    assert r.decision[0] - one.decision[0] >= 29 * PER_ITEM
+    # the same document as a base64 data: URL counts the same
+    url = "data:application/pdf;base64," + base64.b64encode(data).decode()
+    assert _run(_ask(m.File("application/pdf", "spec.pdf", url=url)), model).media_count == 30
+    # the body carries the document itself; the estimate's text says what stands for it
+    asked = _ask(m.File("application/pdf", "spec.pdf", data=data))
+    text = request.estimate_text(asked, plan(model, [], m.SystemPrompt()))
+    assert '"[encoded media (30 pages)]"' in text and base64.b64encode(data[:300]).decode()[:40] not in text
+
+
+def test_the_trial_s_30_page_pdf_on_gpt_4o_no_longer_fits_the_figure():
+    """gpt-4o counted 30,377 tokens for this request in a 32,000 window with 4,096 to answer;
+    the figure read it as one item and said it fit."""
+    model = m.Model("gpt-4o", m.OPENAI, m.ModelLimits(32_000, 0, 4_096))
+    r = _run(_ask(m.File("application/pdf", "spec.pdf", data=written(30))), model)
+    assert r.should_compact and r.projected >= 30 * PER_ITEM
+
+
+def test_pdf_items_of_each_element_are_read_back_from_its_placeholders():
+    texts = ['{"a":"[encoded media (30 pages)]","b":"[encoded media]"}', '["[encoded media]"]',
+             '"\\"[encoded media (9 pages)]\\""']  # a user's own text, escaped, is no placeholder
+    assert media.items_in(texts) == 32
+    assert media.placeholder(1) == media.MEDIA_PLACEHOLDER
