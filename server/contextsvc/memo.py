@@ -73,6 +73,9 @@ OVER_GUARD = "over guard"
 # (REBASED, digest of the changed messages' digests now and as counted, settings) -> the change
 # their figures make to the baseline's (step.baseline, step.figures)
 REBASED = "rebased"
+# (IMAGE_SIDES, format name, digest) -> the longer side of each image the message holds that the
+# format takes (step.many_images)
+IMAGE_SIDES = "image sides"
 # (PREFIX, digest of the first k messages' digests, settings) -> the elements lowered from them,
 # put together (step.pieces): the next step of the session, which resends them, starts after
 # them, and its own entry takes this one's place (Memo.supersede)

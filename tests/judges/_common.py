@@ -157,6 +157,15 @@ def image_problem(data: str, declared: str, max_bytes: int, max_side: int) -> st
     return ""
 
 
+def image_pixels(data: str) -> tuple[int, int] | None:
+    """(width, height) of the image in base64 data as Pillow reads it; None when it reads none."""
+    try:
+        with PIL.Image.open(io.BytesIO(base64.b64decode(data))) as image:
+            return image.size
+    except (PIL.UnidentifiedImageError, OSError, ValueError):
+        return None
+
+
 def parse_data_url(url: str):
     """RFC 2397: (media type without parameters, is_base64, payload) of a data: URL, else None.
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from anthropic.types.beta.beta_context_management_config_param import BetaContextManagementConfigParam
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 
-from ._common import (ANTHROPIC_ID, MAX_MARKERS, Problems, b64_ok, image_problem, is_http_url, strict_validator,
-                      tool_name_problem, validate)
+from ._common import (ANTHROPIC_ID, MAX_MARKERS, Problems, b64_ok, image_pixels, image_problem, is_http_url,
+                      strict_validator, tool_name_problem, validate)
 
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 THINKING = ("thinking", "redacted_thinking")
@@ -22,6 +22,9 @@ THINKING = ("thinking", "redacted_thinking")
 # "At least one of the image dimensions exceed max allowed size: 8000 pixels"
 MAX_IMAGE_BYTES = 5 * 2**20 * 3 // 4
 MAX_IMAGE_SIDE = 8000
+# "At least one of the image dimensions exceed max allowed size for many-image requests: 2000
+# pixels": a request of more than 20 images (the vision docs)
+MANY_IMAGES, MANY_IMAGES_SIDE = 20, 2000
 CONTEXT_MANAGEMENT_BETA = "context-management-2025-06-27"
 
 
@@ -46,10 +49,13 @@ def _merged(messages: list) -> list:
     return turns
 
 
-def _media(block: dict, where: str, p: Problems) -> None:
+def _media(block: dict, where: str, p: Problems, images: list) -> None:
+    """images: (where, pixels or None) of each image, added to."""
     source = block.get("source") or {}
     kind = source.get("type")
     if block.get("type") == "image":
+        images.append((where, image_pixels(source["data"]) if kind == "base64" and b64_ok(source.get("data"))
+                       else None))
         if kind == "base64":
             if source.get("media_type") not in IMAGE_TYPES:
                 p.add("image-media-type", where, f"{source.get('media_type')!r} is not one of "
@@ -148,6 +154,7 @@ def judge(body: dict, headers: dict | None = None) -> list:
 
     tool_blocks = False
     ids_seen = set()
+    images = []
     for i, msg in enumerate(messages):
         blocks = [(k, b) for k, b in enumerate(_blocks(msg)) if isinstance(b, dict)]
         if isinstance(msg.get("content"), list) and not msg["content"]:
@@ -159,7 +166,7 @@ def judge(body: dict, headers: dict | None = None) -> list:
             where = f"messages[{i}].content[{k}]"
             kind = b.get("type")
             if kind in ("image", "document"):
-                _media(b, where, p)
+                _media(b, where, p, images)
             if kind == "tool_use":
                 tool_blocks = True
                 tool_name_problem(b.get("name"), f"{where}.name", p)
@@ -180,7 +187,12 @@ def judge(body: dict, headers: dict | None = None) -> list:
                     _texts(inner_blocks, f"{where}.content", p, True)
                     for j, x in inner_blocks:
                         if x.get("type") in ("image", "document"):
-                            _media(x, f"{where}.content[{j}]", p)
+                            _media(x, f"{where}.content[{j}]", p, images)
+    if len(images) > MANY_IMAGES:
+        for where, pixels in images:
+            if pixels is not None and max(pixels) > MANY_IMAGES_SIDE:
+                p.add("image", where, f"{pixels[0]}x{pixels[1]} px, over {MANY_IMAGES_SIDE} on a side in a request "
+                                      f"of {len(images)} images (more than {MANY_IMAGES})")
     for k, tool in enumerate(body.get("tools") or []):
         if isinstance(tool, dict):
             tool_name_problem(tool.get("name"), f"tools[{k}].name", p)

@@ -15,7 +15,7 @@ NO_TOOL_USE = {"type": "none"}  # tools stay defined (history may hold tool bloc
 
 
 def _media(x: MMedia, ledger: MediaLedger) -> dict:
-    src = media.source(FORMAT, x)
+    src = media.source(FORMAT, x, ledger.image_side)
     if isinstance(src, str):  # the attachment note
         return {"type": "text", "text": src}
     if src.url:
@@ -111,6 +111,10 @@ class Anthropic(WireFormat):
     # 5 MB of base64 per image (its raw bytes: 3.75 MB), 8000 px per side (the Messages API docs)
     max_image_bytes = 3 * 2**20 * 5 // 4
     max_image_side = 8000
+    # "At least one of the image dimensions exceed max allowed size for many-image requests: 2000
+    # pixels": the vision docs' limit for a request of more than 20 images
+    many_images = 20
+    many_images_side = 2000
     native_auto = True
     longer_ttls_first = True  # the Messages API rejects a 1-hour entry placed after a 5-minute one
     context_strategy = "clear_tool_uses_20250919"

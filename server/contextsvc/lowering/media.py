@@ -40,10 +40,13 @@ _OPAQUE_UNITS = native.json_lengths(OPAQUE_PLACEHOLDER)[1]
 class MediaLedger:
     """Collects media and opaque values while a body is built."""
 
-    __slots__ = ("media_count", "saved_units", "extra", "placeholders", "_pending", "saved_by")
+    __slots__ = ("media_count", "saved_units", "extra", "placeholders", "_pending", "saved_by", "image_side")
 
-    def __init__(self, placeholders: bool = False):
+    def __init__(self, placeholders: bool = False, image_side: int = 0):
         self.placeholders = placeholders  # build the estimate's text instead of the real body
+        # the most pixels an image may have on a side in this request, where the request's own
+        # rule is stricter than the format's (WireFormat.many_images_side); 0: the format's
+        self.image_side = image_side
         self.media_count = 0
         self.saved_units = 0  # over the whole body
         self.extra = 0
@@ -195,7 +198,7 @@ class Source:
         return ledger.url(self.url)
 
 
-def source(fmt, x):
+def source(fmt, x, image_side: int = 0):
     """How fmt's provider takes the media part x (neutral.MMedia), or the text that stands for it
     (the attachment note, with why when x's bytes were read).
 
@@ -204,7 +207,8 @@ def source(fmt, x):
     is percent-encoded content, decoded to bytes (never sent on as a URL); an http(s) URL is
     kept only where the provider fetches that type itself. An image goes under the type its
     bytes' signature names, where that differs from the type it was declared with (a PNG saved
-    as .jpg), and is the note when it is over fmt's limits (max_image_bytes, max_image_side).
+    as .jpg), and is the note when it is over fmt's limits (max_image_bytes, max_image_side, or
+    image_side where the request's rule is stricter: WireFormat.many_images_side).
     """
     mime, data, payload, web = media_type(x.mime), x.data, "", ""
     if data is None:
@@ -227,7 +231,7 @@ def source(fmt, x):
     if found is None or not (data or payload or web):
         return attachment_note(x)
     if found == IMAGE and not web:
-        mime, why = _image(fmt, mime, data, payload)
+        mime, why = _image(fmt, mime, data, payload, image_side)
         if why:
             return attachment_note(x, why)
     items = 1
@@ -236,13 +240,9 @@ def source(fmt, x):
     return Source(found, mime, data, payload, web, items)
 
 
-def _image(fmt, mime: str, data: bytes | None, payload: str) -> tuple[str, str]:
+def _image(fmt, mime: str, data: bytes | None, payload: str, image_side: int = 0) -> tuple[str, str]:
     """(the type an inline image goes under, why it is not sent: "" when it is)."""
-    if data is not None:
-        head, size = data[:images.HEAD_BYTES], len(data)
-    else:
-        head = binascii.a2b_base64(payload[:images.HEAD_BYTES // 3 * 4])
-        size = base64_size(payload)
+    head, size = image_head(data, payload)
     real = images.kind(head)
     if real is not None and real != mime:
         if kind(fmt, real) != IMAGE:
@@ -254,7 +254,18 @@ def _image(fmt, mime: str, data: bytes | None, payload: str) -> tuple[str, str]:
     pixels = images.dimensions(head) if fmt.max_image_side else None
     if pixels is not None and max(pixels) > fmt.max_image_side:
         return mime, f"{pixels[0]}x{pixels[1]} px, over the {fmt.max_image_side} px {fmt.name} takes per side"
+    if pixels is not None and image_side and max(pixels) > image_side:
+        return mime, (f"{pixels[0]}x{pixels[1]} px, over the {image_side} px {fmt.name} takes per side in a "
+                      f"request of more than {fmt.many_images} images")
     return mime, ""
+
+
+def image_head(data: bytes | None, payload: str) -> tuple[bytes, int]:
+    """(the first images.HEAD_BYTES of an inline image, its size in bytes), from its bytes or its
+    base64 payload."""
+    if data is not None:
+        return data[:images.HEAD_BYTES], len(data)
+    return binascii.a2b_base64(payload[:images.HEAD_BYTES // 3 * 4]), base64_size(payload)
 
 
 def base64_size(payload: str) -> int:

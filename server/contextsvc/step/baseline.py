@@ -120,7 +120,7 @@ def _rebased_key(digest: bytes, plan: Plan) -> tuple:
     mc = plan.cfg.measure
     # the factor as a pair of ints: a Fraction hashes and compares in Python code (memo.Memo); the
     # model's id and the proxy encoding name the counter the script corrections count with
-    return (REBASED, digest, plan.model.provider, plan.model.id, mc.factor.as_integer_ratio(),
+    return (REBASED, digest, plan.model.provider, plan.model.id, plan.image_side, mc.factor.as_integer_ratio(),
             mc.calibrated_figures, mc.measured_margins, mc.exact_encoding)
 
 

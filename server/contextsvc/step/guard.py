@@ -204,10 +204,9 @@ def lowering_alone(plan: Plan, msgs: list, points: list | None) -> tuple | None:
     """What the bytes a message lowers to depend on (the LOWERED key's settings), when every
     message is sent (no compaction point: points, projection.compaction_points(msgs)) and each
     one's lowering alone is its share of the body (pieces.memoizable); None otherwise."""
-    mdl = plan.model
-    if points is None or points or not pieces.memoizable(msgs, mdl.provider):
+    if points is None or points or not pieces.memoizable(msgs, plan.model.provider):
         return None
-    return mdl.provider, mdl.id, plan.placeholders
+    return plan.lowering_settings
 
 
 def _freed(msgs: list, changed, copies, plan: Plan, memo: Memo, deadline: Deadline = NO_DEADLINE) -> int:

@@ -123,11 +123,10 @@ def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     if memo is not None and memoizable(projected, mdl.provider):
         if digests is not None and not _same(projected, conv.messages):  # history was cut
             digests = None
-        lowered, ledger, resume, prefix = _lower_memoized(projected, memo, conv, mdl, tools, system, prompt_dir,
-                                                          placeholders, tools_disabled, deadline, digests)
+        lowered, ledger, resume, prefix = _lower_memoized(projected, memo, conv, plan, deadline, digests)
         return Pieces(lowered, ledger, True, resume, prefix.columns, prefix.pruned)
     messages = to_model_messages(projected, mdl, deadline)
-    ledger = MediaLedger(placeholders=placeholders)
+    ledger = MediaLedger(placeholders, plan.image_side)
     lowered = lower(
         mdl.provider,
         model_id=mdl.id,
@@ -159,12 +158,13 @@ def memoizable(messages: list, provider: str) -> bool:
 _HAS_MEDIA = operator.attrgetter("has_media")  # read in C: a history is a thousand messages
 
 
-def _piece(msg: m.Message, mdl: m.Model, placeholders: bool, deadline: Deadline = NO_DEADLINE) -> tuple:
+def _piece(msg: m.Message, mdl: m.Model, placeholders: bool, image_side: int,
+           deadline: Deadline = NO_DEADLINE) -> tuple:
     """What one stored message lowers to alone (the memo's LOWERED entry): (elements, media_count, extra,
     saved_units, texts), elements a tuple of (role, element, saved units inside it), texts the
     element_entry of each element. The lead user message a format puts first stands for
     no stored message and is left out."""
-    ledger = MediaLedger(placeholders=placeholders)
+    ledger = MediaLedger(placeholders, image_side)
     low = lower(mdl.provider, model_id=mdl.id, system=[], messages=to_model_messages([msg], mdl, deadline),
                 tools=[], max_output=0, ledger=ledger, deadline=deadline)
     saved = ledger.saved_by
@@ -192,19 +192,19 @@ class MessagePiece:
     texts: tuple  # element_entry of each element: JSON text, (UTF-8 bytes, UTF-16 units), text profile
 
 
-def _piece_key(msg: m.Message, mdl: m.Model, placeholders: bool) -> tuple | None:
-    """The memo's key of msg lowered alone: its digest and what changes its lowering; None for a
-    message without a digest (built or changed in the core), lowered afresh every time."""
-    return (LOWERED, msg.digest, (mdl.provider, mdl.id, placeholders)) if msg.digest else None
+def _piece_key(msg: m.Message, settings: tuple) -> tuple | None:
+    """The memo's key of msg lowered alone: its digest and what changes its lowering
+    (Plan.lowering_settings); None for a message without a digest (built or changed in the
+    core), lowered afresh every time."""
+    return (LOWERED, msg.digest, settings) if msg.digest else None
 
 
 def message_piece(msg: m.Message, plan: Plan, memo: Memo | None = None) -> MessagePiece:
     """msg lowered alone under plan (its memo entry when seen before)."""
-    mdl = plan.model
-    key = _piece_key(msg, mdl, plan.placeholders) if memo is not None else None
+    key = _piece_key(msg, plan.lowering_settings) if memo is not None else None
     piece = memo.get(key) if key is not None else None
     if piece is None:
-        piece = _piece(msg, mdl, plan.placeholders)
+        piece = _piece(msg, plan.model, plan.placeholders, plan.image_side)
         if key is not None:
             memo.put(key, piece)
     return MessagePiece(*piece)
@@ -272,9 +272,8 @@ def _merged_charge(found: list, entries: list) -> int:
     return sum(3 * e[1][0] + 500 for f, e in zip(found, entries) if f is None and e is not None)
 
 
-def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, tools: list,
-                    system: m.SystemPrompt, prompt_dir: str, placeholders: bool, tools_disabled: bool,
-                    deadline: Deadline, digests: list | None) -> tuple[Lowered, MediaLedger, Resume, "_Prefix"]:
+def _lower_memoized(projected: list, memo, conv: m.Conversation, plan: Plan, deadline: Deadline,
+                    digests: list | None) -> tuple[Lowered, MediaLedger, Resume, "_Prefix"]:
     """lower_request from memoized pieces: each message lowered alone (or taken from the memo),
     consecutive elements of one role joined where the format joins them, then the lead user
     message; the same body as lowering the whole request at once. The elements put together
@@ -282,11 +281,11 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
     the messages it adds; the prefix hashing resumes after them too (Resume). What a step keeps
     for the next is its messages up to the first one without a digest (a copy an injection made
     that the client stores: the next step sends that message as stored, and starts there)."""
-    settings = (mdl.provider, mdl.id, placeholders)
-    ledger = MediaLedger(placeholders=placeholders)
-    lowered = lower(mdl.provider, model_id=mdl.id, system=system_prompt.blocks(system, mdl, prompt_dir),
-                    messages=[], tools=tools, max_output=0, ledger=ledger, session_id=conv.session_id,
-                    tools_disabled=tools_disabled)
+    mdl, settings = plan.model, plan.lowering_settings
+    ledger = MediaLedger(plan.placeholders, plan.image_side)
+    system = system_prompt.blocks(plan.system, mdl, plan.cfg.assemble.prompt_dir)
+    lowered = lower(mdl.provider, model_id=mdl.id, system=system, messages=[], tools=plan.tools, max_output=0,
+                    ledger=ledger, session_id=conv.session_id, tools_disabled=plan.tools_disabled)
     fmt = FORMATS[mdl.provider]
     candidates = message_prefix_keys(projected, PREFIX, settings, digests)
     start, kept = memo.longest(candidates)
@@ -298,7 +297,7 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
     resolved_up_to = max(0, len(prefix.elements) - 1)  # the last element may merge with what follows
     # the messages named by a digest, from the first on, and the key of them all
     keyed, key = candidates[0] if candidates else (0, None)
-    _put_together(prefix, projected[start:keyed], fmt, mdl, placeholders, settings, memo, deadline, resolved_up_to)
+    _put_together(prefix, projected[start:keyed], fmt, plan, memo, deadline, resolved_up_to)
     kept_elements = len(prefix.elements)
     earlier = dict(candidates).get(start) if kept is not None else None  # the entry this step resumed
     if key is not None and start < keyed:
@@ -312,7 +311,7 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, mdl: m.Model, t
         # final text (the keyed ones are all the messages then: their roles are the body's)
         prefix = prefix.copy(lists=keyed < len(projected) or _leads(prefix.roles) or _trims(fmt, prefix.roles))
     if keyed < len(projected):
-        _put_together(prefix, projected[keyed:], fmt, mdl, placeholders, settings, memo, deadline,
+        _put_together(prefix, projected[keyed:], fmt, plan, memo, deadline,
                       max(0, len(prefix.elements) - 1))
     elements, roles, sources, keys, found, saved = (prefix.elements, prefix.roles, prefix.sources, prefix.keys,
                                                     prefix.found, prefix.saved)
@@ -355,15 +354,16 @@ def _trims(fmt, roles: list) -> bool:
     return fmt.trims_final_text and bool(roles) and roles[-1] == "assistant"
 
 
-def _put_together(prefix: _Prefix, messages: list, fmt, mdl: m.Model, placeholders: bool, settings: tuple,
-                  memo: Memo, deadline: Deadline, resolved_up_to: int) -> None:
+def _put_together(prefix: _Prefix, messages: list, fmt, plan: Plan, memo: Memo, deadline: Deadline,
+                  resolved_up_to: int) -> None:
     """Adds messages' elements to prefix (each message's piece from the memo, or lowered and
     kept), merged where the format merges consecutive elements of one role, then the entry of
     each element from resolved_up_to on (the merged ones' kept as MERGED entries)."""
     joined = fmt.merged_key
     elements, roles, sources, keys, saved, found, pruned = (prefix.elements, prefix.roles, prefix.sources,
                                                             prefix.keys, prefix.saved, prefix.found, prefix.pruned)
-    piece_keys = [_piece_key(msg, mdl, placeholders) for msg in messages]
+    mdl, settings = plan.model, plan.lowering_settings
+    piece_keys = [_piece_key(msg, settings) for msg in messages]
     prefix.piece_keys += piece_keys
     # what merges into the last element goes into a copy of it and of its sources and keys, made at
     # its first merge here (the pieces' elements and a kept prefix's are the memo's, never changed),
@@ -371,7 +371,7 @@ def _put_together(prefix: _Prefix, messages: list, fmt, mdl: m.Model, placeholde
     run, run_keys = None, None
     for msg, pkey, piece in zip(messages, piece_keys, memo.get_many(piece_keys)):
         if piece is None:
-            piece = _piece(msg, mdl, placeholders, deadline)
+            piece = _piece(msg, mdl, plan.placeholders, plan.image_side, deadline)
             if pkey is not None:
                 memo.put(pkey, piece)
         parts, media_count, extra, saved_units, texts = piece

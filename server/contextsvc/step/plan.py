@@ -9,6 +9,7 @@ from .. import breakpoints, conversation as m, encodings, prefix, provider_manag
 from ..config import Config
 from ..lowering.registry import FORMATS
 from ..lowering.wire_format import WireFormat
+from . import many_images
 
 
 # The tool a request that defines none is sent with when its history holds tool calls (a step
@@ -40,6 +41,14 @@ class Plan:
     previous: Optional[prefix.State] = None  # the previous request's digests, when passed back
     now_ms: int = 0  # the time the payload guard's prune marks parts compacted at (0 = now)
     placeholders: bool = False  # media and opaque state as their placeholders (the estimate's text)
+    # the most pixels an image may have on a side, where the request holds so many images that its
+    # provider takes only smaller ones (step.many_images); 0: the format's own limits
+    image_side: int = 0
+
+    @property
+    def lowering_settings(self) -> tuple:
+        """What a message's lowering alone depends on besides the message (the memo's keys)."""
+        return self.model.provider, self.model.id, self.placeholders, self.image_side
 
     @property
     def usable(self) -> int:
@@ -66,6 +75,12 @@ class Plan:
         if self.tools or not holds_calls:
             return self
         return dataclasses.replace(self, tools=[HISTORY_TOOL], tools_disabled=True)
+
+    def for_images(self, sent: list, memo=None) -> "Plan":
+        """The plan for a history as sent (projection.project) holding these images: every image
+        within the smaller side its provider takes in a request of that many (many_images)."""
+        side = many_images.image_side(sent, self.fmt, memo)
+        return dataclasses.replace(self, image_side=side) if side != self.image_side else self
 
     @classmethod
     def of(cls, model: m.Model, tools: list, system: m.SystemPrompt, compaction: m.CompactionSettings,

@@ -1,0 +1,142 @@
+"""A request of more than 20 images takes none over 2000 px a side on Anthropic (step/many_images.py).
+
+The refusal users of the reference's peers met ("At least one of the image dimensions exceed max
+allowed size for many-image requests: 2000 pixels") came once a 21st screenshot joined a history
+holding a larger one, and then at every later request: the image stays in the history. Here a
+session grows a screenshot a step over real servers, with the memo and without, and each body is
+judged by the anthropic SDK's types and the API's documented image rules (tests/judges).
+"""
+from __future__ import annotations
+
+import base64
+import io
+import json
+
+import grpc
+import PIL.Image
+import pytest
+
+from contextsvc import assemble, config, conversation as m
+from contextsvc.lowering.registry import FORMATS
+from helpers.server import start_server
+from judges import judge_for
+from contextsvc.v1 import context_pb2 as pb
+from contextsvc.v1 import context_pb2_grpc as pb_grpc
+
+RULE = FORMATS[m.ANTHROPIC]
+BIG = (2400, 1350)  # a screenshot of a large display: within Anthropic's 8000 px, over its 2000
+
+
+def png(w: int, h: int) -> bytes:
+    out = io.BytesIO()
+    PIL.Image.new("RGB", (w, h), (30, 120, 200)).save(out, "PNG")
+    return out.getvalue()
+
+
+SMALL_SHOT, BIG_SHOT = png(128, 72), png(*BIG)
+
+
+def step_messages(k: int, in_tool: bool) -> tuple[list, list]:
+    """(what step k sends after the history, what the history then keeps) of a computer-use
+    session: the screenshot as the person's file (then the model's answer), or as the output of
+    the model's screenshot tool (in_tool); the first screenshot is the big one."""
+    shot = pb.FilePart(mime="image/png", filename=f"shot{k}.png", data=BIG_SHOT if k == 0 else SMALL_SHOT)
+    if in_tool:
+        call = pb.Message(id=f"a{k}", role=pb.ROLE_ASSISTANT, time_completed_ms=1, parts=[pb.Part(
+            id=f"c{k}", tool=pb.ToolPart(call_id=f"call{k}", tool="screenshot", state=pb.ToolState(
+                status=pb.TOOL_STATUS_COMPLETED, input_json="{}", output="taken", attachments=[shot])))])
+        return [call], [call]
+    ask = pb.Message(id=f"u{k}", role=pb.ROLE_USER, parts=[pb.Part(id=f"t{k}", text=pb.TextPart(text=f"now {k}")),
+                                                            pb.Part(id=f"f{k}", file=shot)])
+    answer = pb.Message(id=f"a{k}", role=pb.ROLE_ASSISTANT, time_completed_ms=1,
+                        parts=[pb.Part(id=f"x{k}", text=pb.TextPart(text=f"step {k} done"))])
+    return [ask], [ask, answer]
+
+
+@pytest.fixture(scope="module")
+def stubs():
+    servers = [start_server(), start_server(memo_bytes=0)]
+    channels = [grpc.insecure_channel(f"127.0.0.1:{s.port}") for s in servers]
+    yield [pb_grpc.ContextServiceStub(c) for c in channels]
+    for c, s in zip(channels, servers):
+        c.close()
+        s.stop(grace=1)
+
+
+def _dicts(v):
+    """Every JSON object in v, depth first."""
+    if isinstance(v, dict):
+        yield v
+    children = v.values() if isinstance(v, dict) else v if isinstance(v, list) else ()
+    for x in children:
+        yield from _dicts(x)
+
+
+def _images(body: dict) -> list:
+    """(pixels as sent, or None for the note) of each screenshot in body order."""
+    return [PIL.Image.open(io.BytesIO(base64.b64decode(d["source"]["data"]))).size if d.get("type") == "image"
+            else None for d in _dicts(body)
+            if d.get("type") == "image" or (d.get("type") == "text" and d["text"].startswith("[Attached image/png"))]
+
+
+@pytest.mark.parametrize("in_tool", [False, True], ids=["files", "tool-outputs"])
+def test_a_session_past_20_screenshots_sends_its_big_one_as_a_note_and_is_accepted(stubs, in_tool):
+    model = pb.Model(id="claude-sonnet-4-5", provider=pb.PROVIDER_ANTHROPIC,
+                     limits=pb.ModelLimits(context=200_000, output=8_000))
+    tool = pb.ToolDefinition(name="screenshot", description="Takes a screenshot.", input_schema_json="{}")
+    history = [pb.Message(id="start", role=pb.ROLE_USER, parts=[pb.Part(id="s", text=pb.TextPart(text="Go."))])]
+    states, kept = [b"", b""], []
+    for k in range(24):
+        sent, keep = step_messages(k, in_tool)
+        bodies, reports = [], []
+        for i, stub in enumerate(stubs):
+            request = pb.AssembleRequest(conversation=pb.Conversation(session_id=f"shots-{in_tool}",
+                                                                      messages=history + sent),
+                                         model=model, tools=[tool], previous_cache_state=states[i])
+            r = stub.Assemble(request, timeout=60)
+            states[i] = r.cache_state
+            bodies.append(r.body)
+            reports.append(r.cache_report)
+        assert bodies[0] == bodies[1], f"step {k}: the memo changed the body"
+        body = json.loads(bodies[0])
+        assert judge_for(m.ANTHROPIC)(body) == [], f"step {k}"
+        shots = _images(body)
+        assert len(shots) == k + 1
+        if k + 1 <= RULE.many_images:
+            assert shots[0] == BIG  # within the 8000 px of a request of 20 images or fewer
+        else:
+            assert shots[0] is None and all(s == (128, 72) for s in shots[1:])
+            assert "over the 2000 px anthropic takes per side in a request of more than 20 images" in bodies[0].decode()
+        kept.append(reports[0].prefix_kept)
+        history += keep
+    # the prefix is rewritten once, at the 21st screenshot, and kept at every other step
+    assert [k for k, x in enumerate(kept) if not x] == [0, RULE.many_images]
+
+
+def test_20_screenshots_or_other_providers_keep_the_big_one():
+    def shots(provider, n):
+        msgs = []
+        for k in range(n):
+            data = BIG_SHOT if k == 0 else SMALL_SHOT
+            msgs += [m.Message(f"u{k}", m.USER, [m.Part(f"f{k}", m.File("image/png", f"s{k}.png", data=data))]),
+                     m.Message(f"a{k}", m.ASSISTANT, [m.Part(f"x{k}", m.Text("ok"))], time_completed_ms=1)]
+        msgs.append(m.Message("q", m.USER, [m.Part("q", m.Text("go on"))]))
+        inp = assemble.AssembleInput(m.Conversation(msgs, "s"), m.Model("model-x", provider, m.ModelLimits(
+            1_000_000, 0, 8_000)), [], m.SystemPrompt(), m.CompactionSettings())
+        return json.loads(assemble.assemble(inp, config.Config()).body)
+
+    assert _images(shots(m.ANTHROPIC, 20))[0] == BIG
+    for provider in (m.BEDROCK, m.OPENAI, m.GEMINI):
+        body = shots(provider, 21)
+        assert "not sent" not in json.dumps(body) and judge_for(provider)(body) == []
+
+
+def test_the_judge_refuses_a_big_image_among_more_than_20():
+    """What the test above relies on: the Anthropic judge knows the rule."""
+    block = lambda data: {"type": "image", "source": {"type": "base64", "media_type": "image/png",  # noqa: E731
+                                                      "data": base64.b64encode(data).decode()}}
+    many = {"model": "x", "max_tokens": 10, "messages": [
+        {"role": "user", "content": [block(BIG_SHOT)] + [block(SMALL_SHOT)] * RULE.many_images}]}
+    assert [p.split(":")[0] for p in judge_for(m.ANTHROPIC)(many)] == ["image"]
+    many["messages"][0]["content"].pop()
+    assert judge_for(m.ANTHROPIC)(many) == []
