@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import time
 import zlib
 
@@ -16,10 +17,11 @@ import pikepdf
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from contextsvc import config, conversation as m, measure
+from contextsvc import assemble, config, conversation as m, measure
 from contextsvc.lowering import documents, media
 from contextsvc.step import request
 from helpers.steps import plan
+from judges import judge_for
 
 CFG = config.Config()
 PER_ITEM = CFG.measure.media_decision_tokens
@@ -140,3 +142,27 @@ def test_pdf_items_of_each_element_are_read_back_from_its_placeholders():
              '"\\"[encoded media (9 pages)]\\""']  # a user's own text, escaped, is no placeholder
     assert media.items_in(texts) == 32
     assert media.placeholder(1) == media.MEDIA_PLACEHOLDER
+
+
+def _body(provider: str, data: bytes) -> dict:
+    model = m.Model("model-x", provider, m.ModelLimits(1_000_000, 0, 8_000))
+    inp = assemble.AssembleInput(_ask(m.File("application/pdf", "big spec.pdf", data=data)), model, [],
+                                 m.SystemPrompt(), m.CompactionSettings())
+    return json.loads(assemble.assemble(inp, CFG).body)
+
+
+def test_a_document_over_bedrock_s_bytes_is_a_note_saying_so():
+    """Converse refuses a document over 4.5 MB, and it stays in the history: every later request
+    of the session was refused too."""
+    small = written(3)
+    big = small + b"%" + b"padding " * (4_600_000 // 8)  # readers ignore what follows %%EOF
+    kept, noted = _body(m.BEDROCK, small), _body(m.BEDROCK, big)
+    assert '"document"' in json.dumps(kept) and judge_for(m.BEDROCK)(kept) == []
+    assert '"document"' not in json.dumps(noted) and judge_for(m.BEDROCK)(noted) == []
+    assert "[Attached application/pdf: big spec.pdf (not sent: 4.6 MB, over the 4.5 MB bedrock takes per document)]" \
+        in json.dumps(noted)
+    # the judge refuses what Converse refuses; Anthropic takes the same document
+    noted["messages"][0]["content"].append(
+        {"document": {"format": "pdf", "name": "x", "source": {"bytes": base64.b64encode(big).decode()}}})
+    assert [p.split(":")[0] for p in judge_for(m.BEDROCK)(noted)] == ["document"]
+    assert '"document"' in json.dumps(_body(m.ANTHROPIC, big))

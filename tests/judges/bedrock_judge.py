@@ -26,6 +26,8 @@ DOCUMENT_NAME_MAX = 200
 # ImageBlock: "The maximum image size is 3.75 MB" and 8,000 px a side (Converse API reference)
 MAX_IMAGE_BYTES = 5 * 2**20 * 3 // 4
 MAX_IMAGE_SIDE = 8000
+# "Each document's size must be no more than 4.5 MB" (the Message type's documentation)
+MAX_DOCUMENT_BYTES = 4_500_000
 
 
 @functools.lru_cache(maxsize=None)
@@ -106,6 +108,9 @@ def _content_rules(blocks: list, where: str, p: Problems, names: dict) -> None:
             if problem:
                 p.add("image", here, problem)
         doc = b.get("document")
+        data = ((doc or {}).get("source") or {}).get("bytes") if isinstance(doc, dict) else None
+        if isinstance(data, str) and len(base64.b64decode(data)) > MAX_DOCUMENT_BYTES:
+            p.add("document", here, f"over the {MAX_DOCUMENT_BYTES:,} bytes a document may have")
         if isinstance(doc, dict) and isinstance(doc.get("name"), str):
             name = doc["name"]
             if name in names:

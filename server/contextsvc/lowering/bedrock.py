@@ -175,6 +175,9 @@ class Bedrock(WireFormat):
     # an ImageBlock's bytes: 3.75 MB, 8000 px per side (the Converse API docs)
     max_image_bytes = 3 * 2**20 * 5 // 4
     max_image_side = 8000
+    # "Each document's size must be no more than 4.5 MB" (the Message type's docs): the smaller
+    # reading of MB, so no document between the two is refused
+    max_document_bytes = 4_500_000
     native_auto = True
     system_marker_closes_list = True  # one cachePoint closes the system list
 

@@ -208,7 +208,8 @@ def source(fmt, x, image_side: int = 0):
     kept only where the provider fetches that type itself. An image goes under the type its
     bytes' signature names, where that differs from the type it was declared with (a PNG saved
     as .jpg), and is the note when it is over fmt's limits (max_image_bytes, max_image_side, or
-    image_side where the request's rule is stricter: WireFormat.many_images_side).
+    image_side where the request's rule is stricter: WireFormat.many_images_side); a document, when
+    over max_document_bytes.
     """
     mime, data, payload, web = media_type(x.mime), x.data, "", ""
     if data is None:
@@ -234,6 +235,10 @@ def source(fmt, x, image_side: int = 0):
         mime, why = _image(fmt, mime, data, payload, image_side)
         if why:
             return attachment_note(x, why)
+    size = len(data) if data is not None else base64_size(payload)
+    if found == DOCUMENT and not web and fmt.max_document_bytes and size > fmt.max_document_bytes:
+        return attachment_note(x, f"{size / 1e6:.1f} MB, over the {fmt.max_document_bytes / 1e6:g} MB {fmt.name} "
+                                  "takes per document")
     items = 1
     if mime == PDF and not web:
         items = documents.pages(data if data is not None else binascii.a2b_base64(payload))
