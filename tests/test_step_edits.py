@@ -93,3 +93,29 @@ def test_the_rebase_reads_the_conversions_latest_compaction_for_what_it_says():
         seen["compacted since" if latest > base.time_completed_ms else "nothing since"] += 1
         seen["over the guard"] += bool(as_counted(pruned, base, messages, latest))
     assert all(seen.values()), seen
+
+
+def test_the_media_of_a_kept_tail_stay_when_the_marker_is_stored_after_it():
+    """A compaction that keeps the person's last turn (tail_start_id) stores its marker, a user
+    message, after that turn: read as the person's last message, it made the screenshot they had
+    just sent history, and the guard stripped it at every step over its bytes."""
+    png = m.File("image/png", "mine.png", data=corpus.PNG)
+    shot = m.Tool("c1", "screenshot", m.COMPLETED, {}, output="taken", attachments=[m.File("image/png", "s.png",
+                                                                                            data=corpus.PNG)])
+    old = m.File("image/png", "old.png", data=corpus.PNG)
+    messages = [
+        m.Message("u1", m.USER, [m.Part("p1", m.Text("fix the layout")), m.Part("p2", old)]),
+        m.Message("a1", m.ASSISTANT, [m.Part("p3", m.Text("looked"))], time_completed_ms=1),
+        m.Message("u2", m.USER, [m.Part("p4", m.Text("the Save button is off, see")), m.Part("p5", png)]),
+        m.Message("a2", m.ASSISTANT, [m.Part("p6", shot)], time_completed_ms=2),
+        m.Message("u3", m.USER, [m.Part("p7", m.Compaction(auto=True, tail_start_id="u2"))]),
+        m.Message("a3", m.ASSISTANT, [m.Part("p8", m.Text("## Goal\nfix the layout"))], summary=True,
+                  parent_id="u3", time_completed_ms=3),
+    ]
+    stripped, count = media_strip.strip(messages)
+    assert [x.id for x in projection.project(stripped)] == ["u3", "a3", "u2", "a2"]  # the tail sent after the summary
+    assert count == 0 and stripped[2] is messages[2] and stripped[3] is messages[3]
+    # a message the person writes after it makes the tail's media history, as before
+    later = messages + [m.Message("u4", m.USER, [m.Part("p9", m.Text("and now?"))])]
+    stripped, count = media_strip.strip(later)
+    assert count == 2 and "mine.png" in stripped[2].parts[1].content.text and not stripped[3].parts[0].content.attachments

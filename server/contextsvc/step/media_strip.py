@@ -9,6 +9,13 @@ from .. import conversation as m, projection
 from ..lowering.neutral import attachment_note
 
 
+def _real(part: m.Part) -> bool:
+    """A part the person wrote or sent: not text the agent made up (synthetic), nor a compaction
+    marker (stored after the kept tail: read as the person's, it made the tail's media history)."""
+    c = part.content
+    return not ((isinstance(c, m.Text) and c.synthetic) or isinstance(c, m.Compaction))
+
+
 def strip(messages: list, points: list | None = None) -> tuple:
     """Media before the last user message with a real part become notes, once a summary exists.
     points: projection.compaction_points(messages), when the caller has them."""
@@ -17,8 +24,7 @@ def strip(messages: list, points: list | None = None) -> tuple:
     # a summary is a compaction point: only those are looked at
     if not any(messages[i].role == m.ASSISTANT and messages[i].summary and messages[i].finished for i in points):
         return messages, 0
-    cut = projection.last_index(messages, lambda x: x.role == m.USER and any(
-        not (isinstance(p.content, m.Text) and p.content.synthetic) for p in x.parts))
+    cut = projection.last_index(messages, lambda x: x.role == m.USER and any(map(_real, x.parts)))
     sent = {x.id for x in projection.project(messages, points)}  # what is not sent needs no stripping
     stripped, out = 0, []
     for i, msg in enumerate(messages):
