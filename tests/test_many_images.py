@@ -73,10 +73,17 @@ def _dicts(v):
 
 
 def _images(body: dict) -> list:
-    """(pixels as sent, or None for the note) of each screenshot in body order."""
-    return [PIL.Image.open(io.BytesIO(base64.b64decode(d["source"]["data"]))).size if d.get("type") == "image"
-            else None for d in _dicts(body)
-            if d.get("type") == "image" or (d.get("type") == "text" and d["text"].startswith("[Attached image/png"))]
+    """(pixels as sent, or None for the note) of each screenshot in body order: Anthropic's image
+    blocks and Converse's."""
+    out = []
+    for d in _dicts(body):
+        data = d["source"]["data"] if d.get("type") == "image" else \
+            d["image"]["source"]["bytes"] if isinstance(d.get("image"), dict) else None
+        if data is not None:
+            out.append(PIL.Image.open(io.BytesIO(base64.b64decode(data))).size)
+        elif isinstance(d.get("text"), str) and d["text"].startswith("[Attached image/png"):
+            out.append(None)
+    return out
 
 
 @pytest.mark.parametrize("in_tool", [False, True], ids=["files", "tool-outputs"])
@@ -113,7 +120,7 @@ def test_a_session_past_20_screenshots_sends_its_big_one_as_a_note_and_is_accept
     assert [k for k, x in enumerate(kept) if not x] == [0, RULE.many_images]
 
 
-def test_20_screenshots_or_other_providers_keep_the_big_one():
+def test_20_screenshots_or_other_providers_keep_the_big_one_and_bedrock_does_not():
     def shots(provider, n):
         msgs = []
         for k in range(n):
@@ -126,13 +133,17 @@ def test_20_screenshots_or_other_providers_keep_the_big_one():
         return json.loads(assemble.assemble(inp, config.Config()).body)
 
     assert _images(shots(m.ANTHROPIC, 20))[0] == BIG
-    for provider in (m.BEDROCK, m.OPENAI, m.GEMINI):
+    assert _images(shots(m.BEDROCK, 20))[0] == BIG
+    # Claude behind Converse has the rule too: the whole request is lowered at once there
+    bedrock = shots(m.BEDROCK, 21)
+    assert "over the 2000 px bedrock takes per side" in json.dumps(bedrock) and judge_for(m.BEDROCK)(bedrock) == []
+    for provider in (m.OPENAI, m.GEMINI):
         body = shots(provider, 21)
         assert "not sent" not in json.dumps(body) and judge_for(provider)(body) == []
 
 
-def test_the_judge_refuses_a_big_image_among_more_than_20():
-    """What the test above relies on: the Anthropic judge knows the rule."""
+def test_the_judges_refuse_a_big_image_among_more_than_20():
+    """What the tests above rely on: the Anthropic and Bedrock judges know the rule."""
     block = lambda data: {"type": "image", "source": {"type": "base64", "media_type": "image/png",  # noqa: E731
                                                       "data": base64.b64encode(data).decode()}}
     many = {"model": "x", "max_tokens": 10, "messages": [
@@ -140,3 +151,8 @@ def test_the_judge_refuses_a_big_image_among_more_than_20():
     assert [p.split(":")[0] for p in judge_for(m.ANTHROPIC)(many)] == ["image"]
     many["messages"][0]["content"].pop()
     assert judge_for(m.ANTHROPIC)(many) == []
+    converse = lambda n: {"messages": [{"role": "user", "content": [  # noqa: E731
+        {"image": {"format": "png", "source": {"bytes": base64.b64encode(data).decode()}}}
+        for data in [BIG_SHOT] + [SMALL_SHOT] * n]}]}
+    assert [p.split(":")[0] for p in judge_for(m.BEDROCK)(converse(RULE.many_images))] == ["image"]
+    assert judge_for(m.BEDROCK)(converse(RULE.many_images - 1)) == []

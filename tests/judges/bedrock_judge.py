@@ -17,7 +17,7 @@ import re
 import botocore.session
 from botocore.validate import ParamValidator
 
-from ._common import MAX_MARKERS, Problems, image_problem
+from ._common import MAX_MARKERS, Problems, image_pixels, image_problem
 
 # DocumentBlock.name: "alphanumeric characters, whitespace characters (no more than one in a row),
 # hyphens, parentheses, and square brackets" (Converse API reference).
@@ -28,6 +28,8 @@ MAX_IMAGE_BYTES = 5 * 2**20 * 3 // 4
 MAX_IMAGE_SIDE = 8000
 # "Each document's size must be no more than 4.5 MB" (the Message type's documentation)
 MAX_DOCUMENT_BYTES = 4_500_000
+# Claude behind Converse: "image exceed max allowed size for many-image requests: 2000 pixels"
+MANY_IMAGES, MANY_IMAGES_SIDE = 20, 2000
 
 
 @functools.lru_cache(maxsize=None)
@@ -124,6 +126,30 @@ def _content_rules(blocks: list, where: str, p: Problems, names: dict) -> None:
             _content_rules(result["content"], f"{here}.toolResult.content", p, names)
 
 
+def _many_images(body: dict, p: Problems) -> None:
+    """A request of more than MANY_IMAGES images takes none over MANY_IMAGES_SIDE on a side."""
+    found = []  # (where, pixels) of each image block, tool results' included
+
+    def visit(blocks, where):
+        for k, b in enumerate(blocks if isinstance(blocks, list) else []):
+            if not isinstance(b, dict):
+                continue
+            image = b.get("image")
+            if isinstance(image, dict) and isinstance((image.get("source") or {}).get("bytes"), str):
+                found.append((f"{where}[{k}]", image_pixels(image["source"]["bytes"])))
+            if isinstance(b.get("toolResult"), dict):
+                visit(b["toolResult"].get("content"), f"{where}[{k}].toolResult.content")
+
+    for i, msg in enumerate(body.get("messages") or []):
+        if isinstance(msg, dict):
+            visit(msg.get("content"), f"messages[{i}].content")
+    if len(found) > MANY_IMAGES:
+        for where, pixels in found:
+            if pixels is not None and max(pixels) > MANY_IMAGES_SIDE:
+                p.add("image", where, f"{pixels[0]}x{pixels[1]} px, over {MANY_IMAGES_SIDE} on a side in a request "
+                                      f"of {len(found)} images")
+
+
 def _count_cache_points(body: dict) -> int:
     n = 0
     for b in body.get("system") or []:
@@ -151,6 +177,7 @@ def judge(body: dict) -> list:
         for line in report.generate_report().splitlines():
             p.add("schema", "body", line.strip())
     _constraints(shape, params, "", p)
+    _many_images(body, p)
 
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
     # `messages` is optional in the model only for a Prompt management prompt (its ARN as the

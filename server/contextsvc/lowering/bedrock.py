@@ -74,7 +74,7 @@ class _DocumentNames:
 def _media(x: MMedia, ledger: MediaLedger, names: _DocumentNames) -> dict:
     """Through the shared media table: a type Converse does not take, or a web URL (Converse takes
     bytes or S3 only), becomes the attachment note."""
-    src = media.source(FORMAT, x)
+    src = media.source(FORMAT, x, ledger.image_side)
     if isinstance(src, str):  # the attachment note
         return {"text": src}
     fmt, data = MEDIA_FORMATS[src.mime], src.base64(ledger)
@@ -178,6 +178,10 @@ class Bedrock(WireFormat):
     # "Each document's size must be no more than 4.5 MB" (the Message type's docs): the smaller
     # reading of MB, so no document between the two is refused
     max_document_bytes = 4_500_000
+    # Claude on Bedrock refuses as on Anthropic's API: "image exceed max allowed size for
+    # many-image requests: 2000 pixels"
+    many_images = 20
+    many_images_side = 2000
     native_auto = True
     system_marker_closes_list = True  # one cachePoint closes the system list
 
