@@ -234,7 +234,7 @@ def expected(sizes, protected_results, protect, minimum):
 def test_default_protection_acts_in_a_long_single_turn(mdl, protect, minimum, kept):
     b = single_turn()
     assert prune.gates(ON, CFG, mdl) == prune.Gates("tool_results", 5, 2, protect, minimum,
-                                                    frozenset({"skill"}))
+                                                    frozenset({"skill"}), CFG.measure.media_decision_tokens)
     r = prune.prune(b.conv(), "normal", ON, CFG, model=mdl)
     sizes = [step_tokens(k) for k in range(60)]
     assert protected_count(sizes, 5, protect) == kept

@@ -29,17 +29,23 @@ def starts_turn(msg: m.Message) -> bool:
     return msg.role == m.USER and msg.compaction() is None
 
 
-def message_size(msg: m.Message, mdl: m.Model, deadline: Deadline = NO_DEADLINE) -> int:
-    """Estimate of the JSON of the message's lowered model messages (media as placeholders)."""
+def message_size(msg: m.Message, mdl: m.Model, deadline: Deadline = NO_DEADLINE, per_medium: int = 0) -> int:
+    """Estimate of the JSON of the message's lowered model messages, media as placeholders, and
+    per_medium for each media item they hold (the decision figure's measure.media_decision_tokens:
+    a tail sized without its screenshots was kept whole, over the limit, or found to fit from the
+    first message, so the person's newest image and question were summarized away)."""
+    ledger = MediaLedger(placeholders=True)
     lowered = lower(mdl.provider, model_id=mdl.id, system=[], messages=to_model_messages([msg], mdl),
-                    tools=[], max_output=0, ledger=MediaLedger(placeholders=True), deadline=deadline)
+                    tools=[], max_output=0, ledger=ledger, deadline=deadline)
     json_lengths = native.json_lengths
-    return native.estimate_tokens(sum(json_lengths(e)[1] for e in lowered.messages))
+    return native.estimate_tokens(sum(json_lengths(e)[1] for e in lowered.messages)) + ledger.media_count * per_medium
 
 
-def sizes(messages: list, mdl: m.Model, memo=None, deadline: Deadline = NO_DEADLINE) -> list:
-    """memo (memo.Memo): each message's size kept under its digest, the provider and model."""
-    return each(memo, "size", messages, (mdl.provider, mdl.id), lambda x: message_size(x, mdl, deadline))
+def sizes(messages: list, mdl: m.Model, memo=None, deadline: Deadline = NO_DEADLINE, per_medium: int = 0) -> list:
+    """memo (memo.Memo): each message's size kept under its digest, the provider, model and
+    per_medium (message_size)."""
+    return each(memo, "size", messages, (mdl.provider, mdl.id, per_medium),
+                lambda x: message_size(x, mdl, deadline, per_medium))
 
 
 def budget(usable: int, settings: m.CompactionSettings, cfg: Config) -> int:
@@ -70,14 +76,14 @@ def select(messages: list, mdl: m.Model, usable: int, settings: m.CompactionSett
             first = len(messages)  # the walk reads nothing
         else:
             first = starts[-min(turns, len(starts))]
-        sz = [0] * first + sizes(messages[first:], mdl, memo, deadline)
+        sz = [0] * first + sizes(messages[first:], mdl, memo, deadline, cfg.measure.media_decision_tokens)
     kept = native.select_tail(starts, sz, turns, b) if messages else -1
     if kept < 0 and turns > 0 and starts and len(messages) - 1 > starts[-1]:
         # Nothing of the current turn fits: its newest message is kept anyway with its tool
         # outputs cut to the budget (parallel calls: each to the same length), or the model would
         # read those files again.
         last = messages[-1]
-        cuts = cut_outputs(last, mdl, b, deadline)
+        cuts = cut_outputs(last, mdl, b, deadline, cfg.measure.media_decision_tokens)
         if cuts:
             return Selection(list(messages[:-1]), [last], last.id, b, sz, cuts)
     if kept <= 0:
@@ -93,7 +99,8 @@ def sent_outputs(msg: m.Message) -> list:
             and not p.content.compacted and p.content.output]
 
 
-def cut_outputs(msg: m.Message, mdl: m.Model, budget_: int, deadline: Deadline = NO_DEADLINE) -> tuple:
+def cut_outputs(msg: m.Message, mdl: m.Model, budget_: int, deadline: Deadline = NO_DEADLINE,
+                per_medium: int = 0) -> tuple:
     """ReplaceToolOutput of the tool outputs of msg cut (serialize.clip) to the most characters
     each with which the message's size is within budget_ (an output no longer than that stays
     whole: one output is cut alone, parallel ones each keep their head and tail); () when msg has
@@ -107,7 +114,7 @@ def cut_outputs(msg: m.Message, mdl: m.Model, budget_: int, deadline: Deadline =
                 if len(p.content.output) > chars]
 
     def fits(chars: int) -> bool:
-        return message_size(apply([msg], cut(chars))[0], mdl, deadline) <= budget_
+        return message_size(apply([msg], cut(chars))[0], mdl, deadline, per_medium) <= budget_
 
     if not fits(0):
         return ()

@@ -219,6 +219,10 @@ class Gemini(WireFormat):
     tool_choice_key = "toolConfig"
     accepted = _ACCEPTED
     fetched = frozenset(_ACCEPTED)  # fileData.fileUri
+    # "each document page is equivalent to 258 tokens": 8 pages make about one 2,048-token item
+    # (one item a page read a 120-page PDF at 246K tokens where Gemini counted 31K, and the
+    # person's document was compacted away)
+    pages_per_item = 8
     implicit_cache = True
 
     def run(self, blocks: list) -> Run:

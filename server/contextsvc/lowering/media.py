@@ -24,11 +24,11 @@ PDF = "application/pdf"
 _MEDIA_UNITS = native.json_lengths(MEDIA_PLACEHOLDER)[1]
 # The placeholder of a medium of several items (a PDF's pages): the figures count the items of
 # each element by its placeholders (step.figures), so the text says how many
-ITEMS_PLACEHOLDER = re.compile(r'"\[encoded media(?: \((\d+) pages\))?\]"')
+ITEMS_PLACEHOLDER = re.compile(r'"\[encoded media(?: \((\d+) items\))?\]"')
 
 
 def placeholder(items: int) -> str:
-    return MEDIA_PLACEHOLDER if items == 1 else f"[encoded media ({items} pages)]"
+    return MEDIA_PLACEHOLDER if items == 1 else f"[encoded media ({items} items)]"
 
 
 def items_in(texts) -> int:
@@ -241,7 +241,8 @@ def source(fmt, x, image_side: int = 0):
                                   "takes per document")
     items = 1
     if mime == PDF and not web:
-        items = documents.pages(data if data is not None else binascii.a2b_base64(payload))
+        pages = documents.pages(data if data is not None else binascii.a2b_base64(payload))
+        items = -(-pages // fmt.pages_per_item)
     return Source(found, mime, data, payload, web, items)
 
 

@@ -50,6 +50,8 @@ class WireFormat:
     max_image_bytes: int = 0
     max_image_side: int = 0
     max_document_bytes: int = 0  # an inline document of more bytes (0: no limit checked here)
+    # how many of an inline PDF's pages make one media item of the decision figure (design.md §3)
+    pages_per_item: int = 1
     # a request of more than many_images images takes none over many_images_side pixels on a side
     # (0: no such rule): a rule of the whole request, decided before the lowering (step.images)
     many_images: int = 0

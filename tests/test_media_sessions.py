@@ -1,0 +1,72 @@
+"""A computer-use session's screenshots weigh on Prune and Compact as they weigh on the decision.
+
+The decision figure counts each medium at measure.media_decision_tokens. Prune used to cost a tool
+output by its text alone ("Clicked."), so it freed nothing in a session over its window because
+of screenshots, and the loop compacted. Compact sized the turns it keeps with media as their
+placeholders, so a tail of screenshots "fit" from the first message, the whole history was
+summarized, and with it the screenshot and question the person had just sent.
+"""
+from __future__ import annotations
+
+import io
+
+import PIL.Image
+
+from contextsvc import compact, config, conversation as m, measure, prune
+from contextsvc.compact import edits as ed
+
+CFG = config.Config()
+ON = m.CompactionSettings(prune=True)
+MODEL = m.Model("claude-sonnet-4-5", m.ANTHROPIC, m.ModelLimits(32_000, 0, 8_192))
+
+
+def png(w: int, h: int, shade: int) -> bytes:
+    out = io.BytesIO()
+    PIL.Image.new("RGB", (w, h), (shade, 90, 160)).save(out, "PNG")
+    return out.getvalue()
+
+
+def session(steps: int) -> list:
+    """The person's ask, then steps clicks, each answered with the screenshot it took."""
+    out = [m.Message("u0", m.USER, [m.Part("t0", m.Text("Open the admin console and go to the Users page."))])]
+    for k in range(steps):
+        shot = m.File("image/png", f"screen{k}.png", data=png(1280, 800, k))
+        click = m.Tool(f"call{k}", "computer", m.COMPLETED, {"action": "left_click", "x": 100 + k, "y": 200},
+                       output="Clicked.", attachments=[shot])
+        out.append(m.Message(f"a{k}", m.ASSISTANT, [m.Part(f"c{k}", click)], time_completed_ms=k + 1))
+    return out
+
+
+def figures(messages: list, settings: m.CompactionSettings = ON):
+    return measure.measure(measure.MeasureInput(m.Conversation(messages, "shots"), MODEL, [], m.SystemPrompt(),
+                                                settings), CFG)
+
+
+def test_prune_frees_old_screenshots_and_the_request_then_fits():
+    messages = session(12)
+    before = figures(messages)
+    assert before.should_compact
+    r = prune.prune(m.Conversation(messages, "shots"), "normal", ON, CFG, model=MODEL)
+    assert r.acted and r.tokens_freed >= len(r.part_ids) * CFG.measure.media_decision_tokens
+    # the oldest screenshots are marked, the newest kept (the protected results)
+    assert sorted(r.part_ids) == sorted(f"c{k}" for k in range(len(r.part_ids))) and len(r.part_ids) < 12
+    after = figures(prune.apply(m.Conversation(messages, "shots"), r.part_ids, 1_000).messages)
+    assert not after.should_compact and after.media_count == 12 - len(r.part_ids)
+
+
+def test_compact_keeps_the_screenshot_and_question_the_person_just_sent():
+    mine = m.File("image/png", "misaligned.png", data=png(1440, 900, 250))
+    messages = session(10) + [
+        m.Message("b", m.ASSISTANT, [m.Part("x", m.Text("The Users page is open."))], time_completed_ms=20),
+        m.Message("u1", m.USER, [m.Part("q", m.Text("Why is the Save button misaligned here?")), m.Part("f", mine)])]
+    off = m.CompactionSettings(prune=False)  # the compaction alone: no prune before or after it
+    assert figures(messages, off).should_compact
+    r = compact.compact(compact.CompactInput(m.Conversation(messages, "shots"), MODEL, compaction=off, auto=True),
+                        CFG)
+    assert r.outcome == compact.COMPACTED and r.under_limit
+    kept = [x.id for x in messages[[x.id for x in messages].index(r.tail_start_id):]] if r.tail_start_id else []
+    assert "u1" in kept and "u1" not in r.summarized_ids
+    # applied, the body still sends the person's image
+    applied = ed.apply(messages, r.edits)
+    sent = figures(applied, off)
+    assert sent.media_count >= 1 and not sent.should_compact
