@@ -100,3 +100,24 @@ def test_a_request_over_max_request_bytes_is_refused_by_the_channel_and_never_se
         assert not [k for k in counted if k[0] == "contextsvc_rpcs_total" and ("code", "OK") not in k[1]]
     finally:
         s.stop(grace=1)
+
+
+def test_an_answer_over_grpc_s_default_4_mib_is_taken_in():
+    """An Assemble body is as large as its conversation: grpc's own 4 MiB limit on what a channel
+    takes in refused a body with one 3.5 MB screenshot, RESOURCE_EXHAUSTED, at every step."""
+    from helpers.server import start_server
+    from contextsvc.v1 import context_pb2 as pb
+
+    assert RetryPolicy().max_response_bytes == 64 * 1024 * 1024  # the server's default
+    s = start_server()
+    try:
+        big = convo.measure_request()
+        big.conversation.messages[0].parts[0].text.text = "x" * (5 * 2**20)
+        request = pb.AssembleRequest(conversation=big.conversation, model=big.model)
+        answer = pb_grpc.ContextServiceStub(retrying_channel(f"127.0.0.1:{s.port}")).Assemble(request, timeout=30)
+        assert len(answer.body) > 5 * 2**20
+        with pytest.raises(grpc.RpcError) as e:  # what the policy's bound spares a caller
+            pb_grpc.ContextServiceStub(grpc.insecure_channel(f"127.0.0.1:{s.port}")).Assemble(request, timeout=30)
+        assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    finally:
+        s.stop(grace=1)

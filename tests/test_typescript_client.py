@@ -54,3 +54,17 @@ def test_typescript_client_refuses_a_request_over_max_request_bytes_without_send
         s.stop(grace=1)
     code, seconds = out.stdout.split()
     assert code == "RESOURCE_EXHAUSTED" and float(seconds) < 1, out.stdout + out.stderr
+
+
+def test_typescript_client_takes_in_an_answer_over_grpc_s_default_4_mib():
+    """An Assemble body is as large as its conversation: grpc's own 4 MiB limit on what a channel
+    takes in refused a body with one 3.5 MB screenshot, RESOURCE_EXHAUSTED, at every step."""
+    node = typescript.build()
+    s = start_server()
+    try:
+        out = subprocess.run([node, "dist/test/callsOnRequest.js", f"127.0.0.1:{s.port}", "--big-answer"],
+                             cwd=typescript.CLIENT, capture_output=True, text=True, timeout=60, env=typescript.ENV)
+    finally:
+        s.stop(grace=1)
+    code, size = out.stdout.split(maxsplit=1)
+    assert code == "OK" and int(size) > 5 * 2**20, out.stdout + out.stderr

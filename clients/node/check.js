@@ -139,6 +139,14 @@ async function main(address) {
       await assert.rejects(client.Measure({ model }), (e) => e.code === status.INVALID_ARGUMENT);
     });
 
+    await check("answer over grpc's default 4 MiB", async () => {
+      // an Assemble body is as large as its conversation (a screenshot or two)
+      const big = { model, conversation: { messages: [{ id: "u1", role: "ROLE_USER",
+        parts: [{ id: "p1", text: { text: "x".repeat(5 * 1024 * 1024) } }] }] } };
+      const r = await client.Assemble(big);
+      assert.ok(r.body.length > 5 * 1024 * 1024, `${r.body.length}`);
+    });
+
     await check("request over maxRequestBytes", async () => {
       // refused by the channel, not sent: no retry uploads it again
       const small = connect(address, { token: process.env.CONTEXTSVC_TOKEN, retry: true, maxRequestBytes: 4096 });

@@ -31,6 +31,9 @@ const RETRY_DEFAULTS = { attempts: 10, initialBackoffMs: 100, maxBackoffMs: 2000
 // default server.max_request_bytes (raise both together; options.maxRequestBytes). A proxy in
 // front ends a request over the server's limit as CANCELLED, which would be retried.
 const MAX_REQUEST_BYTES = 64 * 1024 * 1024;
+// What the channel takes in: grpc's own default of 4 MiB refused an Assemble body with one 3.5 MB
+// screenshot, RESOURCE_EXHAUSTED, at every later step; the server's default server.max_response_bytes.
+const MAX_RESPONSE_BYTES = 64 * 1024 * 1024;
 
 function retryPolicy(retry) {
   return retry ? { ...RETRY_DEFAULTS, ...(retry === true ? {} : retry) } : { ...RETRY_DEFAULTS, attempts: 1 };
@@ -42,7 +45,7 @@ function backoffMs(policy, retry) {
 }
 
 // Every RPC as a promise-returning method, method(request, deadlineMs = options.deadlineMs);
-// options: { token, credentials, deadlineMs (default 30 s), retry, maxRequestBytes } where retry
+// options: { token, credentials, deadlineMs (default 30 s), retry, maxRequestBytes, maxResponseBytes } where retry
 // is true (the defaults above) or { attempts, initialBackoffMs, maxBackoffMs }; off unless given.
 function connect(address, options = {}) {
   const pkg = load();
@@ -52,6 +55,7 @@ function connect(address, options = {}) {
   // made while the channel waits to reconnect fails at once)
   const channelOptions = {
     "grpc.max_send_message_length": options.maxRequestBytes || MAX_REQUEST_BYTES,
+    "grpc.max_receive_message_length": options.maxResponseBytes || MAX_RESPONSE_BYTES,
     ...(options.retry ? { "grpc.initial_reconnect_backoff_ms": policy.initialBackoffMs,
       "grpc.max_reconnect_backoff_ms": policy.maxBackoffMs } : {}),
   };

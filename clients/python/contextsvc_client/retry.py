@@ -44,6 +44,10 @@ class RetryPolicy:
     # server's default server.max_request_bytes (raise both together). A proxy in front ends a
     # request over the server's limit as CANCELLED, which would be retried, uploaded each time.
     max_request_bytes: int = 64 * 1024 * 1024
+    # what the channel takes in: grpc's own default of 4 MiB refused an Assemble body with one
+    # 3.5 MB screenshot, RESOURCE_EXHAUSTED, at every later step; the server's default
+    # server.max_response_bytes
+    max_response_bytes: int = 64 * 1024 * 1024
 
     def backoff(self, retry: int) -> float:
         """Seconds to wait before retry number `retry` (1 for the first)."""
@@ -51,11 +55,12 @@ class RetryPolicy:
         return random.uniform(ceiling / 2, ceiling)
 
     def channel_options(self) -> list[tuple[str, int]]:
-        """A channel's reconnect backoff on the same schedule as the retries, and its bound on
-        what it sends."""
+        """A channel's reconnect backoff on the same schedule as the retries, and its bounds on
+        what it sends and takes in."""
         return [("grpc.initial_reconnect_backoff_ms", int(self.initial_backoff * 1000)),
                 ("grpc.max_reconnect_backoff_ms", int(self.max_backoff * 1000)),
-                ("grpc.max_send_message_length", self.max_request_bytes)]
+                ("grpc.max_send_message_length", self.max_request_bytes),
+                ("grpc.max_receive_message_length", self.max_response_bytes)]
 
 
 class _CallDetails(collections.namedtuple(

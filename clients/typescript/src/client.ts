@@ -16,12 +16,16 @@ export interface ConnectOptions {
   channelOptions?: ChannelOptions;
   retry?: boolean | Partial<RetryOptions>; // off unless given; true: RETRY_DEFAULTS
   maxRequestBytes?: number;         // default MAX_REQUEST_BYTES
+  maxResponseBytes?: number;        // default MAX_RESPONSE_BYTES
 }
 
 // A larger request is refused by the channel itself, RESOURCE_EXHAUSTED, never sent: the server's
 // default server.max_request_bytes (raise both together). A proxy in front ends a request over the
 // server's limit as CANCELLED, which would be retried.
 export const MAX_REQUEST_BYTES = 64 * 1024 * 1024;
+// What the channel takes in: grpc's own default of 4 MiB refused an Assemble body with one 3.5 MB
+// screenshot, RESOURCE_EXHAUSTED, at every later step; the server's default server.max_response_bytes.
+export const MAX_RESPONSE_BYTES = 64 * 1024 * 1024;
 
 // Retries (README, "Retries"): a call answered UNAVAILABLE (a server stopping, or not there) or
 // CANCELLED (grpc dropping a call that reached a server in the instant its listener closed; these
@@ -71,7 +75,8 @@ export function connect(address: string, options: ConnectOptions = {}): ContextS
   const reconnect: ChannelOptions = options.retry ? { "grpc.initial_reconnect_backoff_ms": policy.initialBackoffMs,
     "grpc.max_reconnect_backoff_ms": policy.maxBackoffMs } : {};
   const stub = new ContextServiceClient(address, options.credentials ?? grpcCredentials.createInsecure(),
-    { "grpc.max_send_message_length": options.maxRequestBytes ?? MAX_REQUEST_BYTES, ...reconnect,
+    { "grpc.max_send_message_length": options.maxRequestBytes ?? MAX_REQUEST_BYTES,
+      "grpc.max_receive_message_length": options.maxResponseBytes ?? MAX_RESPONSE_BYTES, ...reconnect,
       ...options.channelOptions });
   const defaultDeadlineMs = options.deadlineMs ?? 30_000;
 

@@ -1,7 +1,8 @@
 // One measure() per line read from stdin, its outcome written as a line: the status code name
 // (OK when answered) and the call's seconds. Usage: node dist/test/callsOnRequest.js HOST:PORT
 // [--retry] (the client's retries on, with their defaults). Ends when stdin closes. With
-// --over-max, one measure() of a request over maxRequestBytes instead.
+// --over-max, one measure() of a request over maxRequestBytes instead; with --big-answer, one
+// assemble() whose body is over grpc's default 4 MiB, and the body's bytes.
 import readline from "node:readline";
 import { ServiceError, status } from "@grpc/grpc-js";
 import { connect } from "../src/client";
@@ -22,6 +23,16 @@ async function main() {
     const code = await small.measure(big, 20_000).then(() => "OK", (err: ServiceError) => status[err.code]);
     process.stdout.write(`${code} ${(performance.now() - start) / 1000}\n`);
     small.close();
+    return;
+  }
+  if (process.argv.includes("--big-answer")) {
+    const client = connect(process.argv[2]);
+    const big = { ...request, conversation: { messages: [{ ...request.conversation.messages[0],
+      parts: [{ id: "p1", text: { text: "x".repeat(5 * 1024 * 1024) } }] }] } };
+    const out = await client.assemble(big, 20_000).then((r) => `OK ${r.body.length}`,
+      (err: ServiceError) => `${status[err.code]} ${err.details}`);
+    process.stdout.write(`${out}\n`);
+    client.close();
     return;
   }
   const client = connect(process.argv[2], { retry: process.argv.includes("--retry") });
