@@ -72,6 +72,19 @@ def test_a_step_of_whitespace_alone_sends_nothing(stub, provider):
     assert not [x for x in wire_messages(body) if blank_only(x)]
 
 
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("output", ["\r\n", "\n", "  \t"])
+def test_a_tool_output_of_whitespace_alone_sends_no_blank_text(stub, provider, output):
+    """A shell's "\r\n" went to Anthropic as a tool_result text block of whitespace alone, which
+    the API refuses (reported by agents that met it), at every later request of the session."""
+    conversation = pb.Conversation(session_id="sess-ws", messages=[
+        convo.user("m1", convo.text("p1", "clear the screen")),
+        convo.assistant("m2", convo.tool("p2", "call_1", "bash", {"cmd": "clear"}, output)),
+        convo.user("m3", convo.text("p3", "and now?"))])
+    body = judged(stub, conversation, provider)  # the judges refuse blank text inside a tool_result too
+    assert "and now?" in json.dumps(body)
+
+
 def blank_only(message: dict) -> bool:
     """The message sends blank text and nothing else."""
     if message.get("type", "message") != "message":  # a Responses item other than a message

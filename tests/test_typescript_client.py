@@ -42,29 +42,29 @@ def test_typescript_client_with_retries_calls_across_a_server_restart(tmp_path, 
     assert_outcomes(outcomes, retry)
 
 
-def test_typescript_client_refuses_a_request_over_max_request_bytes_without_sending_it():
-    """A proxy ends a request over the server's limit as CANCELLED, which the retries sent again
-    (ten times 70 MiB through HAProxy); the channel refuses it first, RESOURCE_EXHAUSTED."""
+def _one_call(flag: str) -> str:
+    """What callsOnRequest.js writes for its one call under flag, against a server of its own."""
     node = typescript.build()
     s = start_server()
     try:
-        out = subprocess.run([node, "dist/test/callsOnRequest.js", f"127.0.0.1:{s.port}", "--over-max"],
+        out = subprocess.run([node, "dist/test/callsOnRequest.js", f"127.0.0.1:{s.port}", flag],
                              cwd=typescript.CLIENT, capture_output=True, text=True, timeout=60, env=typescript.ENV)
     finally:
         s.stop(grace=1)
-    code, seconds = out.stdout.split()
-    assert code == "RESOURCE_EXHAUSTED" and float(seconds) < 1, out.stdout + out.stderr
+    return out.stdout + out.stderr
+
+
+def test_typescript_client_refuses_a_request_over_max_request_bytes_without_sending_it():
+    """A proxy ends a request over the server's limit as CANCELLED, which the retries sent again
+    (ten times 70 MiB through HAProxy); the channel refuses it first, RESOURCE_EXHAUSTED."""
+    out = _one_call("--over-max")
+    code, seconds = out.split()[:2]
+    assert code == "RESOURCE_EXHAUSTED" and float(seconds) < 1, out
 
 
 def test_typescript_client_takes_in_an_answer_over_grpc_s_default_4_mib():
     """An Assemble body is as large as its conversation: grpc's own 4 MiB limit on what a channel
     takes in refused a body with one 3.5 MB screenshot, RESOURCE_EXHAUSTED, at every step."""
-    node = typescript.build()
-    s = start_server()
-    try:
-        out = subprocess.run([node, "dist/test/callsOnRequest.js", f"127.0.0.1:{s.port}", "--big-answer"],
-                             cwd=typescript.CLIENT, capture_output=True, text=True, timeout=60, env=typescript.ENV)
-    finally:
-        s.stop(grace=1)
-    code, size = out.stdout.split(maxsplit=1)
-    assert code == "OK" and int(size) > 5 * 2**20, out.stdout + out.stderr
+    out = _one_call("--big-answer")
+    code, size = out.split()[:2]
+    assert code == "OK" and int(size) > 5 * 2**20, out

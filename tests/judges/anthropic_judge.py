@@ -182,9 +182,10 @@ def judge(body: dict, headers: dict | None = None) -> list:
                 inner = b.get("content")
                 if isinstance(inner, list):
                     inner_blocks = [(j, x) for j, x in enumerate(inner) if isinstance(x, dict)]
-                    # Whitespace-only text is documented as refused in message content; inside
-                    # a tool_result only the empty string is checked.
-                    _texts(inner_blocks, f"{where}.content", p, True)
+                    # Whitespace-only text is documented as refused in message content; inside a
+                    # tool_result it is reported refused too (a shell's "\r\n": hermes-agent,
+                    # claude-code #23440)
+                    _texts(inner_blocks, f"{where}.content", p, False)
                     for j, x in inner_blocks:
                         if x.get("type") in ("image", "document"):
                             _media(x, f"{where}.content[{j}]", p, images)

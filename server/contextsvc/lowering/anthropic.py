@@ -41,7 +41,8 @@ def _block(c, ledger: MediaLedger, deadline: Deadline):
         return {"type": "tool_use", "id": wire_id(FORMAT, c.call_id), "name": wire_name(FORMAT, c.name),
                 "input": c.input}
     if isinstance(c, MToolResult):
-        content = [{"type": "text", "text": c.text}] if c.text else []
+        # no text block of whitespace alone ("\r\n" from a shell): refused as in message content
+        content = [{"type": "text", "text": c.text}] if c.text.strip() else []
         content.extend(_media(x, ledger) for x in c.media)
         block = {"type": "tool_result", "tool_use_id": wire_id(FORMAT, c.call_id), "content": content}
         if c.is_error:
