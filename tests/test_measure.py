@@ -500,8 +500,8 @@ def test_a_count_not_known_to_be_of_this_prefix_never_lowers_the_figure():
     """Without the cache_state of the body the count answered; with a count under half our figure;
     after a prune since the count (what the provider counted of the pruned output is not known:
     taken off at the prefix's ratio, a log counted exactly below its margins put a request 3,000
-    tokens over the window); or with another model's answer as the baseline (the factor was read
-    from this model's earlier answer): the whole request's figure stands."""
+    tokens over the window); or with another tokenizer's answer last (the factor was read from
+    this model's earlier answer): the whole request's figure stands."""
     ours = _ours()
     conv = _counted_session(round(0.8 * ours), TAIL)
     whole = _stepped(conv, GPT4O, _sent_then(conv)).decision[0]
@@ -516,7 +516,8 @@ def test_a_count_not_known_to_be_of_this_prefix_never_lowers_the_figure():
     answers[3] = dataclasses.replace(answers[3], model_id="claude-sonnet-4-5")
     mixed = m.Conversation(answers)
     r = _stepped(mixed, GPT4O, _sent_then(mixed))
-    assert r.has_baseline and r.calibration_anchor == "msg_0002" and r.projected >= r.decision[0], r
+    # another tokenizer's count is no baseline of this model's (decision._counted_elsewhere)
+    assert not r.has_baseline and r.calibration_anchor == "msg_0002" and r.projected == r.decision[0], r
 
 
 def test_a_medium_stripped_since_the_count_does_not_scale_what_is_new():
@@ -628,3 +629,26 @@ def test_a_claude_count_under_our_figure_of_its_prefix_scales_nothing():
     assert "prior x1.35" in under.decision[1] and under.decision[0] >= before.decision[0]
     over = answered(9_000)
     assert "anchored x1.6" in over.decision[1]
+
+
+def test_after_a_switch_to_a_smaller_model_a_prune_that_frees_enough_clears_should_compact():
+    """Claude's count (another tokenizer) of the history, less our figure for gpt-4o of what a
+    prune took out, left 14,335 of a 11,904 limit for a body gpt-4o counts at 1,986: the session
+    compacted after a plain model switch. The whole request's figure is this model's reading."""
+    reads = [tool_part(f"t{k}", f"call_{k}", "\n".join(f"line {j}: value = {j * k}" for j in range(1200)))
+             for k in range(3)]
+    conv = m.Conversation([
+        msg(1, m.USER, txt("u1", "read the three files")),
+        finished(2, *reads, usage=m.Usage(input=64_000, output=460), model_id="claude-sonnet-4-5"),
+        msg(3, m.USER, txt("u3", "now fix the bug"))])
+    gpt = mdl(16_000, 0, 4_096, provider=m.OPENAI, id="gpt-4o")
+    settings = m.CompactionSettings(prune=True)
+    before = run(conv, gpt, settings_=settings)
+    assert before.should_compact and not before.has_baseline and not before.overflow
+    pruned = prune.apply(conv, [p.id for p in conv.messages[1].parts], 1_000)
+    after = run(pruned, gpt, settings_=settings)
+    assert after.decision[0] < after.limit and not after.should_compact and not after.overflow, after
+    # the same answer from this model stands as before: its count is the baseline
+    own = m.Conversation([conv.messages[0], dataclasses.replace(conv.messages[1], model_id="gpt-4o"),
+                          conv.messages[2]])
+    assert run(own, gpt, settings_=settings).has_baseline

@@ -52,7 +52,12 @@ _PROVIDER_ALIASES = {
 }
 
 
+def provider_name(stored: str) -> str:
+    """The service's provider name a message's provider_id stands for (itself when it names none)."""
+    return _PROVIDER_ALIASES.get(stored.lower(), stored.lower())
+
+
 def same_provider(stored: str, requested: str) -> bool:
     """stored (a message's provider_id) names requested (a provider name of the service): the
     same name, or an id agents store for it."""
-    return stored == requested or _PROVIDER_ALIASES.get(stored.lower(), stored.lower()) == requested
+    return stored == requested or provider_name(stored) == requested

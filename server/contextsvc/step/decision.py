@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import conversation as m, projection, provider_management, tokenizer_family, tokens
+from .. import conversation as m, model_ids, projection, provider_management, tokenizer_family, tokens
 from .baseline import baseline
 from .figures import Figures
 from .plan import Plan
@@ -67,8 +67,9 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
     # sent, and our figures of the request count it
     reported = base.usage.count_as_sent() if base is not None else 0
     # a projection adds the tail to that count only where the tail is what came after it: a
-    # baseline sent as nothing has no place in the body, so the whole request's figure stands
-    anchored = base is not None and fig.tail_follows_baseline
+    # baseline sent as nothing has no place in the body, so the whole request's figure stands;
+    # so it does where another tokenizer counted it (_counted_elsewhere)
+    anchored = base is not None and fig.tail_follows_baseline and not _counted_elsewhere(base, plan)
 
     def projected_by(method: str) -> int:
         total, tail, overhead = fig.projections[method]
@@ -109,6 +110,8 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
     # when it is the baseline's, so a prune that frees enough clears this check too. What the
     # window held: without what the provider's own clearing kept out of it
     source = backward_overflow_source(messages, last_compaction)
+    if source is not None and _counted_elsewhere(source, plan):
+        source = None  # the whole request's figure above is this model's reading of it
     used = source.usage.count() if source is not None else 0
     if source is not None and source is base:
         used = max(0, used + rebase)
@@ -143,6 +146,19 @@ def _count_stands(figure: str, fig: Figures, base: m.Message, plan: Plan) -> boo
     return (figure == "calibrated" and bool(fig.decision_factor) and fig.prefix_as_counted
             and fig.count_ratio >= _count_floor(_family(plan), plan) and anchor is not None and base is not None
             and anchor.id == base.id)
+
+
+def _counted_elsewhere(answer: m.Message, plan: Plan) -> bool:
+    """answer's usage was counted by another tokenizer than the request's model's (a switch of
+    model mid-session): no count of this model's. After a switch from Claude (64,460 reported) to
+    gpt-4o, that count less our figure of what a prune took out left 14,335 of a 11,904 limit
+    for a body gpt-4o counts at 1,986, and the session compacted. An answer naming no model is
+    taken to be the request's model's, as before."""
+    if not answer.model_id:
+        return False
+    proxy = plan.cfg.measure.exact_encoding
+    theirs = tokenizer_family.for_model(answer.model_id, model_ids.provider_name(answer.provider_id), proxy)
+    return theirs != _family(plan)
 
 
 def _count_floor(fam: tokenizer_family.Family, plan: Plan) -> float:
