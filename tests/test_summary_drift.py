@@ -999,3 +999,23 @@ def test_a_request_opening_with_a_preamble_has_its_ask_as_the_goal():
     assert goals == ["Add a retry budget to src/billing/webhooks.py", ask], goals
     listed = [_user("u1", "Tidy the billing module:\n- rename charge() to capture()\n- drop the v1 client")]
     assert template.parse(offline.summarize(listed))["goal"] == ["Tidy the billing module:"]
+
+
+@pytest.mark.parametrize("request_, last_step, report", [
+    ("Fix the flaky test tests/test_payment.py::test_refund_rounding: EUR refunds are off by one cent. "
+     "Do not change the public API of payments/refund.py. Open a GitHub issue describing the root cause when done.",
+     "Open a GitHub issue describing the root cause when done", "Done: issue #57 opened."),
+    ("Add a --dry-run flag to scripts/deploy.sh. Then update docs/deploy.md. Finally, ping #ops in Slack with "
+     "the PR link.", "ping #ops in Slack with the PR link", "Done: pinged #ops in Slack."),
+    ("Bump lodash to 4.17.21 in package.json. When you are finished, open a PR against the release-2.3 branch.",
+     "open a PR against the release-2.3 branch", "Done: the PR is opened."),
+])
+def test_the_last_steps_of_a_task_said_at_its_start_are_kept_until_done(request_, last_step, report):
+    """Deferred steps ("... when done", "Finally, ping #ops", "When you are finished, open a PR")
+    were in no section of the summary: once the request was summarized, the model never took them."""
+    turns = [_user("u1", request_), _assistant("a1", _bash("git status", output="clean"))]
+    s = template.parse(offline.summarize(turns))
+    assert last_step in s["next_steps"] + s["in_progress"], s
+    # the turn's own report of it done ticks it off
+    s = template.parse(offline.summarize(turns + [_assistant("a2", report)]))
+    assert last_step not in s["next_steps"] + s["in_progress"], s

@@ -110,6 +110,10 @@ ASK_VERBS = (
     "validate", "parse", "generate", "regenerate", "benchmark", "measure", "translate", "pin",
     "rewrite", "inline", "introduce", "switch", "retry", "include", "exclude", "skip", "bundle",
     "package", "ship", "finish", "complete", "find", "print", "explain", "compare",
+    # the last steps of a task, said at its start ("Open a GitHub issue ... when done", "Finally,
+    # ping #ops in Slack"): lost from the summary, the model never took them
+    "open", "ping", "notify", "send", "post", "close", "tag", "announce", "email", "rerun", "restart",
+    "upload", "share", "tell",
 )
 _VERB = "|".join(ASK_VERBS)
 ASK_LEAD = re.compile(  # words before the verb of a request; they are dropped from the bullet
@@ -117,7 +121,11 @@ ASK_LEAD = re.compile(  # words before the verb of a request; they are dropped f
     r"can you|could you|would you|will you|i need you to|i'd like you to|i want you to|"
     r"(?:we|you)(?:'ll| will)?\s+(?:still\s+|also\s+)?(?:need|have)\s+to|still need to|"
     r"remember to|don't forget to|do not forget to|"
-    r"you should|go ahead and)\b[,:]?\s*)+", re.IGNORECASE)
+    r"you should|go ahead and|"
+    # "When you are finished, open a PR", "once that's done, tag the release"
+    r"(?:when|once|after)\s+(?:you(?:'re| are| have)|that(?:'s| is| has been)|it(?:'s| is)|everything(?:'s| is)|"
+    r"all(?: of)? (?:this|that) (?:is|has been))?\s*(?:done|finished|complete|completed|merged|green))\b[,:]?\s*)+",
+    re.IGNORECASE)
 ASK_START = re.compile(rf"^(?:{_VERB})\b", re.IGNORECASE)
 # "... , and then add Y", "...; fix Z", "two more things: add X"; the separator is kept (split)
 CLAUSE_SPLIT = re.compile(
@@ -545,9 +553,16 @@ class _Asks:
         are done (it is the turn's own report, so one topic word or acronym in common is enough,
         unless it is a word every request of a coding session shares: "test", "bug", ...); settled,
         the steps the assistant announced before it, are taken as done or dropped."""
-        said = _report_words(closing) - GENERIC_WORDS
+        said_all = _report_words(closing)
+        said = said_all - GENERIC_WORDS
+        words = {w.lower() for w in WORD_RUN.findall(closing)}
         for a in asks:
-            if a not in self.done and _report_words(a) & said:
+            if a in self.done:
+                continue
+            topic = _report_words(a)
+            # or its verb said done of one of its words, however common ("Open a GitHub issue
+            # about X": "issue #42 opened")
+            if topic & said or (words & _past_forms(a) and topic & said_all):
                 self.done.add(a)
         self.done.update(settled)
 
@@ -671,6 +686,18 @@ def _report_words(text: str) -> set:
 
 
 ACRONYM = re.compile(r"\b[A-Z]{2}\b")
+WORD_RUN = re.compile(r"[A-Za-z]+")
+_IRREGULAR_PAST = {"send": ("sent",), "tell": ("told",), "write": ("wrote", "written"), "run": ("ran",),
+                   "rerun": ("reran",), "make": ("made",), "find": ("found",), "build": ("built",),
+                   "set": ("set",), "split": ("split",), "share": ("shared",)}
+
+
+def _past_forms(ask: str) -> set:
+    """The past forms an ask's verb may be reported done in: "open" opened, "tag" tagged, "send" sent."""
+    verb = ask.split(maxsplit=1)[0].lower() if ask.strip() else ""
+    if verb in _IRREGULAR_PAST:
+        return set(_IRREGULAR_PAST[verb])
+    return {verb + "ed", verb + "d", verb + verb[-1:] + "ed", verb[:-1] + "ied"} if verb else set()
 # topic words too common in a coding session for one of them to tie a report to an ask
 GENERIC_WORDS = frozenset("""test bug error issue code file function method class module feature part step
 page data value line problem case thing change pass fail failure result output input""".split())
