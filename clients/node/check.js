@@ -3,7 +3,7 @@
 "use strict";
 
 const assert = require("node:assert/strict");
-const { connect, status } = require("./client");
+const { connect, credentials, status } = require("./client");
 const { applyCompaction, clientToolName } = require("./apply");
 
 const text = (id, s) => ({ id, text: { text: s } });
@@ -143,8 +143,14 @@ async function main(address) {
       // an Assemble body is as large as its conversation (a screenshot or two)
       const big = { model, conversation: { messages: [{ id: "u1", role: "ROLE_USER",
         parts: [{ id: "p1", text: { text: "x".repeat(5 * 1024 * 1024) } }] }] } };
-      const r = await client.Assemble(big);
-      assert.ok(r.body.length > 5 * 1024 * 1024, `${r.body.length}`);
+      // on a channel made with the credentials the package exports (its own @grpc/grpc-js's)
+      const own = connect(address, { token: process.env.CONTEXTSVC_TOKEN, credentials: credentials.createInsecure() });
+      try {
+        const r = await own.Assemble(big);
+        assert.ok(r.body.length > 5 * 1024 * 1024, `${r.body.length}`);
+      } finally {
+        own.close();
+      }
     });
 
     await check("request over maxRequestBytes", async () => {

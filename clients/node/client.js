@@ -94,4 +94,6 @@ function connect(address, options = {}) {
   return client;
 }
 
-module.exports = { connect, load, status: grpc.status };
+// credentials: this package's own @grpc/grpc-js's (credentials an app makes with a copy of its own
+// are refused: "Channel credentials must be a ChannelCredentials object")
+module.exports = { connect, load, status: grpc.status, credentials: grpc.credentials };

@@ -5,7 +5,7 @@
 // assemble() whose body is over grpc's default 4 MiB, and the body's bytes.
 import readline from "node:readline";
 import { ServiceError, status } from "@grpc/grpc-js";
-import { connect } from "../src/client";
+import { connect, credentials } from "../src";
 import { Provider, Role } from "../src/gen/contextsvc/v1/context";
 
 const request = {
@@ -26,7 +26,7 @@ async function main() {
     return;
   }
   if (process.argv.includes("--big-answer")) {
-    const client = connect(process.argv[2]);
+    const client = connect(process.argv[2], { credentials: credentials.createInsecure() });
     const big = { ...request, conversation: { messages: [{ ...request.conversation.messages[0],
       parts: [{ id: "p1", text: { text: "x".repeat(5 * 1024 * 1024) } }] }] } };
     const out = await client.assemble(big, 20_000).then((r) => `OK ${r.body.length}`,
