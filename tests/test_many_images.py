@@ -36,11 +36,11 @@ def png(w: int, h: int) -> bytes:
 SMALL_SHOT, BIG_SHOT = png(128, 72), png(*BIG)
 
 
-def step_messages(k: int, in_tool: bool) -> tuple[list, list]:
+def step_messages(k: int, in_tool: bool, all_big: bool = False) -> tuple[list, list]:
     """(what step k sends after the history, what the history then keeps) of a computer-use
     session: the screenshot as the person's file (then the model's answer), or as the output of
-    the model's screenshot tool (in_tool); the first screenshot is the big one."""
-    shot = pb.FilePart(mime="image/png", filename=f"shot{k}.png", data=BIG_SHOT if k == 0 else SMALL_SHOT)
+    the model's screenshot tool (in_tool); the first screenshot is the big one (all_big: all)."""
+    shot = pb.FilePart(mime="image/png", filename=f"shot{k}.png", data=BIG_SHOT if k == 0 or all_big else SMALL_SHOT)
     if in_tool:
         call = pb.Message(id=f"a{k}", role=pb.ROLE_ASSISTANT, time_completed_ms=1, parts=[pb.Part(
             id=f"c{k}", tool=pb.ToolPart(call_id=f"call{k}", tool="screenshot", state=pb.ToolState(
@@ -86,18 +86,20 @@ def _images(body: dict) -> list:
     return out
 
 
-@pytest.mark.parametrize("in_tool", [False, True], ids=["files", "tool-outputs"])
-def test_a_session_past_20_screenshots_sends_its_big_one_as_a_note_and_is_accepted(stubs, in_tool):
+def grown(stubs, in_tool: bool, steps: int, all_big: bool = False):
+    """Each step's (body, whether the cache report kept the prefix) of a session grown a
+    screenshot a step over the servers with the memo and without (the same bodies), each body
+    judged by the Anthropic judge."""
     model = pb.Model(id="claude-sonnet-4-5", provider=pb.PROVIDER_ANTHROPIC,
                      limits=pb.ModelLimits(context=200_000, output=8_000))
     tool = pb.ToolDefinition(name="screenshot", description="Takes a screenshot.", input_schema_json="{}")
     history = [pb.Message(id="start", role=pb.ROLE_USER, parts=[pb.Part(id="s", text=pb.TextPart(text="Go."))])]
-    states, kept = [b"", b""], []
-    for k in range(24):
-        sent, keep = step_messages(k, in_tool)
+    states = [b"", b""]
+    for k in range(steps):
+        sent, keep = step_messages(k, in_tool, all_big)
         bodies, reports = [], []
         for i, stub in enumerate(stubs):
-            request = pb.AssembleRequest(conversation=pb.Conversation(session_id=f"shots-{in_tool}",
+            request = pb.AssembleRequest(conversation=pb.Conversation(session_id=f"shots-{in_tool}-{all_big}",
                                                                       messages=history + sent),
                                          model=model, tools=[tool], previous_cache_state=states[i])
             r = stub.Assemble(request, timeout=60)
@@ -105,26 +107,50 @@ def test_a_session_past_20_screenshots_sends_its_big_one_as_a_note_and_is_accept
             bodies.append(r.body)
             reports.append(r.cache_report)
         assert bodies[0] == bodies[1], f"step {k}: the memo changed the body"
-        body = json.loads(bodies[0])
-        assert judge_for(m.ANTHROPIC)(body) == [], f"step {k}"
-        shots = _images(body)
+        assert judge_for(m.ANTHROPIC)(json.loads(bodies[0])) == [], f"step {k}"
+        yield bodies[0], reports[0].prefix_kept
+        history += keep
+
+
+@pytest.mark.parametrize("in_tool", [False, True], ids=["files", "tool-outputs"])
+def test_a_session_past_20_screenshots_sends_its_big_one_as_a_note_and_is_accepted(stubs, in_tool):
+    kept = []
+    for k, (body, prefix_kept) in enumerate(grown(stubs, in_tool, 24)):
+        shots = _images(json.loads(body))
         assert len(shots) == k + 1
         if k + 1 <= RULE.many_images:
             assert shots[0] == BIG  # within the 8000 px of a request of 20 images or fewer
         else:
             assert shots[0] is None and all(s == (128, 72) for s in shots[1:])
-            assert "over the 2000 px anthropic takes per side in a request of more than 20 images" in bodies[0].decode()
-        kept.append(reports[0].prefix_kept)
-        history += keep
+            assert "over the 2000 px anthropic takes per side in a request of more than 20 images" in body.decode()
+        kept.append(prefix_kept)
     # the prefix is rewritten once, at the 21st screenshot, and kept at every other step
     assert [k for k, x in enumerate(kept) if not x] == [0, RULE.many_images]
 
 
+@pytest.mark.parametrize("in_tool", [False, True], ids=["files", "tool-outputs"])
+def test_a_session_of_large_screenshots_keeps_sending_its_newest_ones(stubs, in_tool):
+    """Screenshots of a large display are all over 2000 px: noting them all left the agent blind
+    from the 21st on. The oldest are left out instead, 10 at a time, and the newest 11 to 20 sent
+    whole; the prefix is rewritten where the left-out ones end, once every 10 screenshots."""
+    kept = []
+    for k, (body, prefix_kept) in enumerate(grown(stubs, in_tool, 36, all_big=True)):
+        shots = _images(json.loads(body))
+        n = k + 1
+        left_out = 0 if n <= RULE.many_images else -(-(n - RULE.many_images) // 10) * 10
+        assert shots == [None] * left_out + [BIG] * (n - left_out), k
+        if left_out:
+            assert "an older image: a request of more than 20 images takes none over 2000 px on anthropic" \
+                in body.decode()
+        kept.append(prefix_kept)
+    assert [k for k, x in enumerate(kept) if not x] == [0, 20, 30]
+
+
 def test_20_screenshots_or_other_providers_keep_the_big_one_and_bedrock_does_not():
-    def shots(provider, n):
+    def shots(provider, n, all_big=False):
         msgs = []
         for k in range(n):
-            data = BIG_SHOT if k == 0 else SMALL_SHOT
+            data = BIG_SHOT if k == 0 or all_big else SMALL_SHOT
             msgs += [m.Message(f"u{k}", m.USER, [m.Part(f"f{k}", m.File("image/png", f"s{k}.png", data=data))]),
                      m.Message(f"a{k}", m.ASSISTANT, [m.Part(f"x{k}", m.Text("ok"))], time_completed_ms=1)]
         msgs.append(m.Message("q", m.USER, [m.Part("q", m.Text("go on"))]))
@@ -137,6 +163,8 @@ def test_20_screenshots_or_other_providers_keep_the_big_one_and_bedrock_does_not
     # Claude behind Converse has the rule too: the whole request is lowered at once there
     bedrock = shots(m.BEDROCK, 21)
     assert "over the 2000 px bedrock takes per side" in json.dumps(bedrock) and judge_for(m.BEDROCK)(bedrock) == []
+    bedrock = shots(m.BEDROCK, 21, all_big=True)  # the oldest 10 left out, as on Anthropic
+    assert _images(bedrock) == [None] * 10 + [BIG] * 11 and judge_for(m.BEDROCK)(bedrock) == []
     for provider in (m.OPENAI, m.GEMINI):
         body = shots(provider, 21)
         assert "not sent" not in json.dumps(body) and judge_for(provider)(body) == []

@@ -15,7 +15,7 @@ NO_TOOL_USE = {"type": "none"}  # tools stay defined (history may hold tool bloc
 
 
 def _media(x: MMedia, ledger: MediaLedger) -> dict:
-    src = media.source(FORMAT, x, ledger.image_side)
+    src = media.source(FORMAT, x, ledger.image_side, ledger.leaves_out())
     if isinstance(src, str):  # the attachment note
         return {"type": "text", "text": src}
     if src.url:
@@ -57,6 +57,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     run = None  # joins the messages that follow into wire[-1], of their role
     for msg in messages:
         role = "assistant" if msg.role == "assistant" else "user"
+        ledger.source_id = msg.source_id  # whose media the blocks below lower (MediaLedger.leaves_out)
         blocks = [b for b in (_block(c, ledger, deadline) for c in msg.content) if b is not None]
         if not blocks:
             continue

@@ -74,7 +74,7 @@ class _DocumentNames:
 def _media(x: MMedia, ledger: MediaLedger, names: _DocumentNames) -> dict:
     """Through the shared media table: a type Converse does not take, or a web URL (Converse takes
     bytes or S3 only), becomes the attachment note."""
-    src = media.source(FORMAT, x, ledger.image_side)
+    src = media.source(FORMAT, x, ledger.image_side, ledger.leaves_out())
     if isinstance(src, str):  # the attachment note
         return {"text": src}
     fmt, data = MEDIA_FORMATS[src.mime], src.base64(ledger)
@@ -131,6 +131,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     names = _DocumentNames()
     for msg in messages:
         role = "assistant" if msg.role == "assistant" else "user"
+        ledger.source_id = msg.source_id  # whose media the blocks below lower (MediaLedger.leaves_out)
         blocks = _with_text([b for b in (_block(c, ledger, names, deadline) for c in msg.content) if b is not None])
         if not blocks:
             continue

@@ -40,18 +40,26 @@ _OPAQUE_UNITS = native.json_lengths(OPAQUE_PLACEHOLDER)[1]
 class MediaLedger:
     """Collects media and opaque values while a body is built."""
 
-    __slots__ = ("media_count", "saved_units", "extra", "placeholders", "_pending", "saved_by", "image_side")
+    __slots__ = ("media_count", "saved_units", "extra", "placeholders", "_pending", "saved_by", "image_side",
+                 "left_out", "source_id")
 
-    def __init__(self, placeholders: bool = False, image_side: int = 0):
+    def __init__(self, placeholders: bool = False, image_side: int = 0, left_out: frozenset = frozenset()):
         self.placeholders = placeholders  # build the estimate's text instead of the real body
         # the most pixels an image may have on a side in this request, where the request's own
         # rule is stricter than the format's (WireFormat.many_images_side); 0: the format's
         self.image_side = image_side
+        # the ids of the messages whose images are left out for that rule instead (step.many_images)
+        self.left_out = left_out
+        self.source_id = ""  # the message being lowered (the format's body sets it)
         self.media_count = 0
         self.saved_units = 0  # over the whole body
         self.extra = 0
         self._pending = 0  # saved units not yet attributed to a body element
         self.saved_by = {}  # id(element) -> saved units inside it
+
+    def leaves_out(self) -> bool:
+        """The images of the message being lowered are left out (left_out)."""
+        return bool(self.left_out) and self.source_id in self.left_out
 
     def _save(self, units: int) -> None:
         self.saved_units += units
@@ -198,7 +206,7 @@ class Source:
         return ledger.url(self.url)
 
 
-def source(fmt, x, image_side: int = 0):
+def source(fmt, x, image_side: int = 0, left_out: bool = False):
     """How fmt's provider takes the media part x (neutral.MMedia), or the text that stands for it
     (the attachment note, with why when x's bytes were read).
 
@@ -208,8 +216,9 @@ def source(fmt, x, image_side: int = 0):
     kept only where the provider fetches that type itself. An image goes under the type its
     bytes' signature names, where that differs from the type it was declared with (a PNG saved
     as .jpg), and is the note when it is over fmt's limits (max_image_bytes, max_image_side, or
-    image_side where the request's rule is stricter: WireFormat.many_images_side); a document, when
-    over max_document_bytes.
+    image_side where the request's rule is stricter: WireFormat.many_images_side, or any image when
+    left_out: its message is one of the oldest, whose images are left out for that rule); a
+    document, when over max_document_bytes.
     """
     mime, data, payload, web = media_type(x.mime), x.data, "", ""
     if data is None:
@@ -231,6 +240,9 @@ def source(fmt, x, image_side: int = 0):
     found = kind(fmt, mime)
     if found is None or not (data or payload or web):
         return attachment_note(x)
+    if found == IMAGE and left_out:
+        return attachment_note(x, f"an older image: a request of more than {fmt.many_images} images takes none "
+                                  f"over {fmt.many_images_side} px on {fmt.name}, and the newest are sent whole")
     if found == IMAGE and not web:
         mime, why = _image(fmt, mime, data, payload, image_side)
         if why:

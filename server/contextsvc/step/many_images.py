@@ -1,8 +1,8 @@
 """Whether a request holds so many images that its provider takes only smaller ones (Anthropic:
 over 20 images, none over 2000 px a side; docs/design.md §6). The rule is one of the whole
 request, where the lowering is per message: it is decided first, from what each message holds,
-and the plan carries it (Plan.image_side), so every message lowers under it and its memo entries
-are keyed by it.
+and the plan carries it (Plan.image_side, Plan.images_left_out), so every message lowers under
+it and its memo entries are keyed by it.
 
 Claude Code users met it as a session that could not go on: "At least one of the image
 dimensions exceed max allowed size for many-image requests: 2000 pixels", once a 21st screenshot
@@ -20,17 +20,35 @@ from ..memo import IMAGE_SIDES, Memo
 _HAS_MEDIA = operator.attrgetter("has_media")
 
 
-def image_side(messages: list, fmt, memo: Memo | None = None) -> int:
-    """fmt.many_images_side when messages (the history as sent) hold more than fmt.many_images
-    images fmt takes and one of them is over that side; else 0 (the format's own limits do)."""
+# Where older images are left out, they go in chunks of this many: the prefix is rewritten once
+# every CHUNK screenshots, not at each (the newest 11 to 20 images are sent)
+CHUNK = 10
+NONE_LEFT_OUT = frozenset()
+
+
+def image_rule(messages: list, fmt, memo: Memo | None = None) -> tuple[int, frozenset]:
+    """(side, left_out) for messages (the history as sent): when they hold more than
+    fmt.many_images images fmt takes and one of them is over fmt.many_images_side, either every
+    image over that side is the note (side), or the images of the oldest messages holding any
+    are (left_out: their ids) until at most fmt.many_images are sent, CHUNK at a time; whichever
+    leaves out fewer. (0, NONE_LEFT_OUT) when the format's own limits do. A computer-use agent's
+    screenshots of a large display are all over the side: the first way left it blind from the
+    21st, the second keeps the newest at full size."""
     if not fmt.many_images:
-        return 0
-    count = over = 0
-    for msg in itertools.compress(messages, map(_HAS_MEDIA, messages)):
-        sides = _sides(msg, fmt, memo)
-        count += len(sides)
-        over += sum(side > fmt.many_images_side for side in sides)
-    return fmt.many_images_side if count > fmt.many_images and over else 0
+        return 0, NONE_LEFT_OUT
+    held = [(msg, _sides(msg, fmt, memo)) for msg in itertools.compress(messages, map(_HAS_MEDIA, messages))]
+    count = sum(len(sides) for _, sides in held)
+    over = sum(side > fmt.many_images_side for _, sides in held for side in sides)
+    if count <= fmt.many_images or not over:
+        return 0, NONE_LEFT_OUT
+    keep = count - -(-(count - fmt.many_images) // CHUNK) * CHUNK
+    kept, at = 0, len(held)
+    while at > 0 and kept + len(held[at - 1][1]) <= keep:
+        at -= 1
+        kept += len(held[at][1])
+    if count - kept < over:
+        return 0, frozenset(msg.id for msg, sides in held[:at] if sides)
+    return fmt.many_images_side, NONE_LEFT_OUT
 
 
 def _sides(msg: m.Message, fmt, memo: Memo | None) -> tuple:

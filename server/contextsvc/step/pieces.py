@@ -126,7 +126,7 @@ def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
         lowered, ledger, resume, prefix = _lower_memoized(projected, memo, conv, plan, deadline, digests)
         return Pieces(lowered, ledger, True, resume, prefix.columns, prefix.pruned)
     messages = to_model_messages(projected, mdl, deadline)
-    ledger = MediaLedger(placeholders, plan.image_side)
+    ledger = MediaLedger(placeholders, plan.image_side, plan.images_left_out)
     lowered = lower(
         mdl.provider,
         model_id=mdl.id,
@@ -158,13 +158,13 @@ def memoizable(messages: list, provider: str) -> bool:
 _HAS_MEDIA = operator.attrgetter("has_media")  # read in C: a history is a thousand messages
 
 
-def _piece(msg: m.Message, mdl: m.Model, placeholders: bool, image_side: int,
-           deadline: Deadline = NO_DEADLINE) -> tuple:
+def _piece(msg: m.Message, plan: Plan, deadline: Deadline = NO_DEADLINE) -> tuple:
     """What one stored message lowers to alone (the memo's LOWERED entry): (elements, media_count, extra,
     saved_units, texts), elements a tuple of (role, element, saved units inside it), texts the
     element_entry of each element. The lead user message a format puts first stands for
     no stored message and is left out."""
-    ledger = MediaLedger(placeholders, image_side)
+    mdl = plan.model
+    ledger = MediaLedger(plan.placeholders, plan.image_side, plan.images_left_out)
     low = lower(mdl.provider, model_id=mdl.id, system=[], messages=to_model_messages([msg], mdl, deadline),
                 tools=[], max_output=0, ledger=ledger, deadline=deadline)
     saved = ledger.saved_by
@@ -192,19 +192,19 @@ class MessagePiece:
     texts: tuple  # element_entry of each element: JSON text, (UTF-8 bytes, UTF-16 units), text profile
 
 
-def _piece_key(msg: m.Message, settings: tuple) -> tuple | None:
+def _piece_key(msg: m.Message, plan: Plan) -> tuple | None:
     """The memo's key of msg lowered alone: its digest and what changes its lowering
-    (Plan.lowering_settings); None for a message without a digest (built or changed in the
-    core), lowered afresh every time."""
-    return (LOWERED, msg.digest, settings) if msg.digest else None
+    (Plan.lowering_settings, Plan.left_out); None for a message without a digest (built or
+    changed in the core), lowered afresh every time."""
+    return (LOWERED, msg.digest, plan.lowering_settings, plan.left_out(msg)) if msg.digest else None
 
 
 def message_piece(msg: m.Message, plan: Plan, memo: Memo | None = None) -> MessagePiece:
     """msg lowered alone under plan (its memo entry when seen before)."""
-    key = _piece_key(msg, plan.lowering_settings) if memo is not None else None
+    key = _piece_key(msg, plan) if memo is not None else None
     piece = memo.get(key) if key is not None else None
     if piece is None:
-        piece = _piece(msg, plan.model, plan.placeholders, plan.image_side)
+        piece = _piece(msg, plan)
         if key is not None:
             memo.put(key, piece)
     return MessagePiece(*piece)
@@ -282,7 +282,7 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, plan: Plan, dea
     for the next is its messages up to the first one without a digest (a copy an injection made
     that the client stores: the next step sends that message as stored, and starts there)."""
     mdl, settings = plan.model, plan.lowering_settings
-    ledger = MediaLedger(plan.placeholders, plan.image_side)
+    ledger = MediaLedger(plan.placeholders, plan.image_side, plan.images_left_out)
     system = system_prompt.blocks(plan.system, mdl, plan.cfg.assemble.prompt_dir)
     lowered = lower(mdl.provider, model_id=mdl.id, system=system, messages=[], tools=plan.tools, max_output=0,
                     ledger=ledger, session_id=conv.session_id, tools_disabled=plan.tools_disabled)
@@ -362,8 +362,8 @@ def _put_together(prefix: _Prefix, messages: list, fmt, plan: Plan, memo: Memo, 
     joined = fmt.merged_key
     elements, roles, sources, keys, saved, found, pruned = (prefix.elements, prefix.roles, prefix.sources,
                                                             prefix.keys, prefix.saved, prefix.found, prefix.pruned)
-    mdl, settings = plan.model, plan.lowering_settings
-    piece_keys = [_piece_key(msg, settings) for msg in messages]
+    settings = plan.lowering_settings
+    piece_keys = [_piece_key(msg, plan) for msg in messages]
     prefix.piece_keys += piece_keys
     # what merges into the last element goes into a copy of it and of its sources and keys, made at
     # its first merge here (the pieces' elements and a kept prefix's are the memo's, never changed),
@@ -371,7 +371,7 @@ def _put_together(prefix: _Prefix, messages: list, fmt, plan: Plan, memo: Memo, 
     run, run_keys = None, None
     for msg, pkey, piece in zip(messages, piece_keys, memo.get_many(piece_keys)):
         if piece is None:
-            piece = _piece(msg, mdl, plan.placeholders, plan.image_side, deadline)
+            piece = _piece(msg, plan, deadline)
             if pkey is not None:
                 memo.put(pkey, piece)
         parts, media_count, extra, saved_units, texts = piece

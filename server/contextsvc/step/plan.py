@@ -44,11 +44,19 @@ class Plan:
     # the most pixels an image may have on a side, where the request holds so many images that its
     # provider takes only smaller ones (step.many_images); 0: the format's own limits
     image_side: int = 0
+    # the messages whose images are left out for it instead, the oldest holding any (their ids)
+    images_left_out: frozenset = frozenset()
 
     @property
     def lowering_settings(self) -> tuple:
-        """What a message's lowering alone depends on besides the message (the memo's keys)."""
-        return self.model.provider, self.model.id, self.placeholders, self.image_side
+        """What the lowering of a run of messages depends on besides the messages (the memo's
+        keys): the messages left out are the oldest holding images, so their count tells them
+        apart in one history; a message's own lowering, also whether it is one (left_out)."""
+        return self.model.provider, self.model.id, self.placeholders, self.image_side, len(self.images_left_out)
+
+    def left_out(self, msg) -> bool:
+        """msg's images are left out (images_left_out)."""
+        return bool(self.images_left_out) and msg.id in self.images_left_out
 
     @property
     def usable(self) -> int:
@@ -79,8 +87,10 @@ class Plan:
     def for_images(self, sent: list, memo=None) -> "Plan":
         """The plan for a history as sent (projection.project) holding these images: every image
         within the smaller side its provider takes in a request of that many (many_images)."""
-        side = many_images.image_side(sent, self.fmt, memo)
-        return dataclasses.replace(self, image_side=side) if side != self.image_side else self
+        side, left_out = many_images.image_rule(sent, self.fmt, memo)
+        if (side, left_out) == (self.image_side, self.images_left_out):
+            return self
+        return dataclasses.replace(self, image_side=side, images_left_out=left_out)
 
     @classmethod
     def of(cls, model: m.Model, tools: list, system: m.SystemPrompt, compaction: m.CompactionSettings,
