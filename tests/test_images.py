@@ -165,3 +165,23 @@ def test_the_judges_refuse_what_the_providers_refuse():
     wide = base64.b64encode(picture("PNG", 8001, 1)).decode()
     converse = {"messages": [{"role": "user", "content": [{"image": {"format": "png", "source": {"bytes": wide}}}]}]}
     assert [p.split(":")[0] for p in judge_for(m.BEDROCK)(converse)] == ["image"]
+
+
+@pytest.mark.parametrize("model_id, provider, size, items", [
+    ("claude-opus-4-7", m.ANTHROPIC, (2560, 1600), 3),  # read at 3.75 MP: 5,000 tokens
+    ("claude-opus-4-7", m.ANTHROPIC, (1920, 1080), 2),  # 2,765 tokens
+    ("claude-opus-4-7", m.ANTHROPIC, (1280, 800), 1),  # 1,365 tokens
+    ("anthropic.claude-opus-4-7-v1:0", m.BEDROCK, (2560, 1600), 3),
+    ("claude-sonnet-4-5", m.ANTHROPIC, (2560, 1600), 1),  # resized to 1.15 MP: 1,600 tokens
+    ("gpt-4o", m.OPENAI, (2560, 1600), 1),
+])
+def test_an_image_counts_the_items_its_pixels_cost_the_model(model_id, provider, size, items):
+    """Opus 4.7 reads an image at up to 3.75 MP, about 5,000 tokens: 12 retina screenshots
+    counted at 2,048 each put a request 11,000 tokens over a 64K window with should_compact false."""
+    from contextsvc import measure
+    conv = m.Conversation([m.Message("u1", m.USER, [m.Part("t", m.Text("What is on the screen?")),
+                                                    m.Part("f", m.File("image/png", "s.png",
+                                                                       data=picture("PNG", *size)))])])
+    r = measure.measure(measure.MeasureInput(conv, m.Model(model_id, provider, m.ModelLimits(64_000, 0, 8_192)), [],
+                                             m.SystemPrompt(), m.CompactionSettings()), config.Config())
+    assert r.media_count == items

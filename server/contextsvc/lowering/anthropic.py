@@ -15,7 +15,7 @@ NO_TOOL_USE = {"type": "none"}  # tools stay defined (history may hold tool bloc
 
 
 def _media(x: MMedia, ledger: MediaLedger) -> dict:
-    src = media.source(FORMAT, x, ledger.image_side, ledger.leaves_out())
+    src = media.source(FORMAT, x, ledger)
     if isinstance(src, str):  # the attachment note
         return {"type": "text", "text": src}
     if src.url:

@@ -74,7 +74,7 @@ class _DocumentNames:
 def _media(x: MMedia, ledger: MediaLedger, names: _DocumentNames) -> dict:
     """Through the shared media table: a type Converse does not take, or a web URL (Converse takes
     bytes or S3 only), becomes the attachment note."""
-    src = media.source(FORMAT, x, ledger.image_side, ledger.leaves_out())
+    src = media.source(FORMAT, x, ledger)
     if isinstance(src, str):  # the attachment note
         return {"text": src}
     fmt, data = MEDIA_FORMATS[src.mime], src.base64(ledger)

@@ -41,9 +41,10 @@ class MediaLedger:
     """Collects media and opaque values while a body is built."""
 
     __slots__ = ("media_count", "saved_units", "extra", "placeholders", "_pending", "saved_by", "image_side",
-                 "left_out", "source_id")
+                 "left_out", "source_id", "image_pixels")
 
-    def __init__(self, placeholders: bool = False, image_side: int = 0, left_out: frozenset = frozenset()):
+    def __init__(self, placeholders: bool = False, image_side: int = 0, left_out: frozenset = frozenset(),
+                 image_pixels: tuple | None = None):
         self.placeholders = placeholders  # build the estimate's text instead of the real body
         # the most pixels an image may have on a side in this request, where the request's own
         # rule is stricter than the format's (WireFormat.many_images_side); 0: the format's
@@ -51,6 +52,9 @@ class MediaLedger:
         # the ids of the messages whose images are left out for that rule instead (step.many_images)
         self.left_out = left_out
         self.source_id = ""  # the message being lowered (the format's body sets it)
+        # (the most pixels the model reads an image at, pixels per media item): a model that reads
+        # an image at more tokens than one item counts it as several (Plan.image_pixels); None: one
+        self.image_pixels = image_pixels
         self.media_count = 0
         self.saved_units = 0  # over the whole body
         self.extra = 0
@@ -206,7 +210,7 @@ class Source:
         return ledger.url(self.url)
 
 
-def source(fmt, x, image_side: int = 0, left_out: bool = False):
+def source(fmt, x, ledger: MediaLedger | None = None):
     """How fmt's provider takes the media part x (neutral.MMedia), or the text that stands for it
     (the attachment note, with why when x's bytes were read).
 
@@ -216,10 +220,13 @@ def source(fmt, x, image_side: int = 0, left_out: bool = False):
     kept only where the provider fetches that type itself. An image goes under the type its
     bytes' signature names, where that differs from the type it was declared with (a PNG saved
     as .jpg), and is the note when it is over fmt's limits (max_image_bytes, max_image_side, or
-    image_side where the request's rule is stricter: WireFormat.many_images_side, or any image when
-    left_out: its message is one of the oldest, whose images are left out for that rule); a
-    document, when over max_document_bytes.
+    the ledger's image_side where the request's rule is stricter: WireFormat.many_images_side, or
+    any image of a message whose images the ledger leaves out for that rule); a document, when over
+    max_document_bytes. Its items: a PDF's pages (WireFormat.pages_per_item), an image's pixels
+    where the ledger's model reads it at more than one item (image_pixels).
     """
+    image_side = ledger.image_side if ledger is not None else 0
+    image_pixels = ledger.image_pixels if ledger is not None else None
     mime, data, payload, web = media_type(x.mime), x.data, "", ""
     if data is None:
         parsed = parse_data_url(x.url)
@@ -240,42 +247,47 @@ def source(fmt, x, image_side: int = 0, left_out: bool = False):
     found = kind(fmt, mime)
     if found is None or not (data or payload or web):
         return attachment_note(x)
-    if found == IMAGE and left_out:
+    if found == IMAGE and ledger is not None and ledger.leaves_out():
         return attachment_note(x, f"an older image: a request of more than {fmt.many_images} images takes none "
                                   f"over {fmt.many_images_side} px on {fmt.name}, and the newest are sent whole")
+    items = 1
     if found == IMAGE and not web:
-        mime, why = _image(fmt, mime, data, payload, image_side)
+        mime, why, pixels = _image(fmt, mime, data, payload, image_side, image_pixels is not None)
         if why:
             return attachment_note(x, why)
+        if image_pixels is not None and pixels is not None:
+            most, per_item = image_pixels
+            items = max(1, -(-min(pixels[0] * pixels[1], most) // per_item))
     size = len(data) if data is not None else base64_size(payload)
     if found == DOCUMENT and not web and fmt.max_document_bytes and size > fmt.max_document_bytes:
         return attachment_note(x, f"{size / 1e6:.1f} MB, over the {fmt.max_document_bytes / 1e6:g} MB {fmt.name} "
                                   "takes per document")
-    items = 1
     if mime == PDF and not web:
         pages = documents.pages(data if data is not None else binascii.a2b_base64(payload))
         items = -(-pages // fmt.pages_per_item)
     return Source(found, mime, data, payload, web, items)
 
 
-def _image(fmt, mime: str, data: bytes | None, payload: str, image_side: int = 0) -> tuple[str, str]:
-    """(the type an inline image goes under, why it is not sent: "" when it is)."""
+def _image(fmt, mime: str, data: bytes | None, payload: str, image_side: int = 0,
+           sized: bool = False) -> tuple[str, str, tuple | None]:
+    """(the type an inline image goes under, why it is not sent: "" when it is, its pixels when
+    read: where fmt limits them, or sized)."""
     head, size = image_head(data, payload)
     real = images.kind(head)
     if real is not None and real != mime:
         if kind(fmt, real) != IMAGE:
-            return mime, f"its bytes are {real}, which {fmt.name} does not take"
+            return mime, f"its bytes are {real}, which {fmt.name} does not take", None
         mime = real
     if fmt.max_image_bytes and size > fmt.max_image_bytes:
         return mime, (f"{size / 2**20:.1f} MB, over the {fmt.max_image_bytes / 2**20:g} MB {fmt.name} takes "
-                      "per image")
-    pixels = images.dimensions(head) if fmt.max_image_side else None
-    if pixels is not None and max(pixels) > fmt.max_image_side:
-        return mime, f"{pixels[0]}x{pixels[1]} px, over the {fmt.max_image_side} px {fmt.name} takes per side"
+                      "per image"), None
+    pixels = images.dimensions(head) if fmt.max_image_side or sized else None
+    if pixels is not None and fmt.max_image_side and max(pixels) > fmt.max_image_side:
+        return mime, f"{pixels[0]}x{pixels[1]} px, over the {fmt.max_image_side} px {fmt.name} takes per side", pixels
     if pixels is not None and image_side and max(pixels) > image_side:
         return mime, (f"{pixels[0]}x{pixels[1]} px, over the {image_side} px {fmt.name} takes per side in a "
-                      f"request of more than {fmt.many_images} images")
-    return mime, ""
+                      f"request of more than {fmt.many_images} images"), pixels
+    return mime, "", pixels
 
 
 def image_head(data: bytes | None, payload: str) -> tuple[bytes, int]:

@@ -126,7 +126,7 @@ def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
         lowered, ledger, resume, prefix = _lower_memoized(projected, memo, conv, plan, deadline, digests)
         return Pieces(lowered, ledger, True, resume, prefix.columns, prefix.pruned)
     messages = to_model_messages(projected, mdl, deadline)
-    ledger = MediaLedger(placeholders, plan.image_side, plan.images_left_out)
+    ledger = MediaLedger(placeholders, plan.image_side, plan.images_left_out, plan.image_pixels)
     lowered = lower(
         mdl.provider,
         model_id=mdl.id,
@@ -164,7 +164,7 @@ def _piece(msg: m.Message, plan: Plan, deadline: Deadline = NO_DEADLINE) -> tupl
     element_entry of each element. The lead user message a format puts first stands for
     no stored message and is left out."""
     mdl = plan.model
-    ledger = MediaLedger(plan.placeholders, plan.image_side, plan.images_left_out)
+    ledger = MediaLedger(plan.placeholders, plan.image_side, plan.images_left_out, plan.image_pixels)
     low = lower(mdl.provider, model_id=mdl.id, system=[], messages=to_model_messages([msg], mdl, deadline),
                 tools=[], max_output=0, ledger=ledger, deadline=deadline)
     saved = ledger.saved_by
@@ -282,7 +282,7 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, plan: Plan, dea
     for the next is its messages up to the first one without a digest (a copy an injection made
     that the client stores: the next step sends that message as stored, and starts there)."""
     mdl, settings = plan.model, plan.lowering_settings
-    ledger = MediaLedger(plan.placeholders, plan.image_side, plan.images_left_out)
+    ledger = MediaLedger(plan.placeholders, plan.image_side, plan.images_left_out, plan.image_pixels)
     system = system_prompt.blocks(plan.system, mdl, plan.cfg.assemble.prompt_dir)
     lowered = lower(mdl.provider, model_id=mdl.id, system=system, messages=[], tools=plan.tools, max_output=0,
                     ledger=ledger, session_id=conv.session_id, tools_disabled=plan.tools_disabled)

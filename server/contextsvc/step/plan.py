@@ -5,7 +5,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import breakpoints, conversation as m, encodings, prefix, provider_management, window
+from .. import breakpoints, conversation as m, encodings, prefix, provider_management, tokenizer_family, window
 from ..config import Config
 from ..lowering.registry import FORMATS
 from ..lowering.wire_format import WireFormat
@@ -20,6 +20,14 @@ from . import many_images
 HISTORY_TOOL = m.ToolDefinition(
     "_noop", "Stands for the tools of earlier calls; the request has no tool to call. Never call it.",
     {"type": "object", "properties": {}})
+
+
+# The most pixels a model reads an image at, where that is more than one media item's worth: an
+# image is about pixels / 750 tokens (Anthropic's vision docs). Claude from Opus 4.7 reads up to
+# 3.75 MP (about 5,000 tokens; 12 retina screenshots put a request 11,000 tokens over a 64K
+# window at 2,048 each); earlier ones resize to 1.15 MP (about 1,600 tokens: one item).
+IMAGE_PIXELS = {tokenizer_family.CLAUDE_47: 3_750_000}
+PIXELS_PER_TOKEN = 750
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +61,14 @@ class Plan:
         keys): the messages left out are the oldest holding images, so their count tells them
         apart in one history; a message's own lowering, also whether it is one (left_out)."""
         return self.model.provider, self.model.id, self.placeholders, self.image_side, len(self.images_left_out)
+
+    @property
+    def image_pixels(self) -> tuple | None:
+        """(the most pixels the model reads an image at, pixels per media item) where that is more
+        than one item's worth (lowering.media: the image counts as several), else None."""
+        family = tokenizer_family.for_model(self.model.id, self.model.provider, self.cfg.measure.exact_encoding)
+        most = IMAGE_PIXELS.get(family.name)
+        return (most, PIXELS_PER_TOKEN * self.cfg.measure.media_decision_tokens) if most else None
 
     def left_out(self, msg) -> bool:
         """msg's images are left out (images_left_out)."""
