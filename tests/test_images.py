@@ -185,3 +185,28 @@ def test_an_image_counts_the_items_its_pixels_cost_the_model(model_id, provider,
     r = measure.measure(measure.MeasureInput(conv, m.Model(model_id, provider, m.ModelLimits(64_000, 0, 8_192)), [],
                                              m.SystemPrompt(), m.CompactionSettings()), config.Config())
     assert r.media_count == items
+
+
+def test_chat_completions_names_the_call_of_each_image_a_tool_message_cannot_carry():
+    """Tool messages carry text only: their images follow in a user message, where two parallel
+    screenshots (window A, window B) could not be told apart."""
+    def body_of(calls):
+        parts = [m.Part(f"p{k}", m.Tool(f"call_{k}", "screenshot", m.COMPLETED, {"window": k}, output="taken",
+                                       attachments=[m.File("image/png", f"w{k}.png", data=picture("PNG", 8 + k, 8))]))
+                 for k in calls]
+        inp = assemble.AssembleInput(m.Conversation(session_id="img", messages=[
+            m.Message("u1", m.USER, [m.Part("t", m.Text("Compare the two windows"))]),
+            m.Message("a1", m.ASSISTANT, parts, time_completed_ms=1)]),
+            m.Model("gpt-4o", m.OPENAI, m.ModelLimits(128_000, 0, 16_000)),
+            [m.ToolDefinition("screenshot", "Takes one.", {"type": "object"})], m.SystemPrompt(), m.CompactionSettings())
+        return json.loads(assemble.assemble(inp, config.Config()).body)
+
+    both = body_of([0, 1])
+    moved = both["messages"][-1]
+    assert moved["role"] == "user" and [b["type"] for b in moved["content"]] == ["text", "image_url", "text", "image_url"]
+    assert [b["text"] for b in moved["content"][::2]] == ["Media of tool call call_0:", "Media of tool call call_1:"]
+    assert [PIL.Image.open(io.BytesIO(base64.b64decode(b["image_url"]["url"].split(",")[1]))).size
+            for b in moved["content"][1::2]] == [(8, 8), (9, 8)]
+    assert judge_for(m.OPENAI)(both) == []
+    one = body_of([0])["messages"][-1]
+    assert [b["type"] for b in one["content"]] == ["image_url"]  # one call's: nothing to tell apart

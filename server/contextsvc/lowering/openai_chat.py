@@ -61,16 +61,22 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
             roles.append("assistant")
             sources.append([msg.source_id])
         else:
-            moved = []
+            moved = []  # (the call's id on the wire, its media)
             for r in msg.content:
                 deadline.count("lowering")
                 assert isinstance(r, MToolResult)
                 wire.append({"role": "tool", "tool_call_id": wire_id(fmt, r.call_id), "content": r.text})
                 roles.append("tool")
                 sources.append([msg.source_id])
-                moved.extend(r.media)
+                if r.media:
+                    moved.append((wire[-1]["tool_call_id"], r.media))
             if moved:  # tool messages carry text only: media follows as a user message
-                wire.append({"role": "user", "content": [_media(fmt, x, ledger) for x in moved]})
+                content = []
+                for call_id, found in moved:
+                    if len(moved) > 1:  # whose is which: two parallel screenshots, window A and B
+                        content.append({"type": "text", "text": f"Media of tool call {call_id}:"})
+                    content.extend(_media(fmt, x, ledger) for x in found)
+                wire.append({"role": "user", "content": content})
                 ledger.claim(wire[-1])
                 roles.append("user")
                 sources.append([msg.source_id])
