@@ -198,12 +198,14 @@ def test_chat_completions_names_the_call_of_each_image_a_tool_message_cannot_car
             m.Message("u1", m.USER, [m.Part("t", m.Text("Compare the two windows"))]),
             m.Message("a1", m.ASSISTANT, parts, time_completed_ms=1)]),
             m.Model("gpt-4o", m.OPENAI, m.ModelLimits(128_000, 0, 16_000)),
-            [m.ToolDefinition("screenshot", "Takes one.", {"type": "object"})], m.SystemPrompt(), m.CompactionSettings())
+            [m.ToolDefinition("screenshot", "Takes one.", {"type": "object"})], m.SystemPrompt(),
+            m.CompactionSettings())
         return json.loads(assemble.assemble(inp, config.Config()).body)
 
     both = body_of([0, 1])
     moved = both["messages"][-1]
-    assert moved["role"] == "user" and [b["type"] for b in moved["content"]] == ["text", "image_url", "text", "image_url"]
+    assert moved["role"] == "user"
+    assert [b["type"] for b in moved["content"]] == ["text", "image_url", "text", "image_url"]
     assert [b["text"] for b in moved["content"][::2]] == ["Media of tool call call_0:", "Media of tool call call_1:"]
     assert [PIL.Image.open(io.BytesIO(base64.b64decode(b["image_url"]["url"].split(",")[1]))).size
             for b in moved["content"][1::2]] == [(8, 8), (9, 8)]
