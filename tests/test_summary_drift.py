@@ -1019,3 +1019,19 @@ def test_the_last_steps_of_a_task_said_at_its_start_are_kept_until_done(request_
     # the turn's own report of it done ticks it off
     s = template.parse(offline.summarize(turns + [_assistant("a2", report)]))
     assert last_step not in s["next_steps"] + s["in_progress"], s
+
+
+def test_a_short_first_request_is_the_goal_and_a_question_is_no_constraint():
+    """"Hi, help me debug the worker.", then a pasted log asking "why does job 42 keep
+    retrying?": the goal was the question alone, listed under Constraints too ("keep")."""
+    log = "\n".join(f"2026-12-07T10:{i % 60:02d}:00Z worker-{i % 9} WARN retrying job {i * 13 % 997}"
+                    for i in range(300))
+    turns = [_user("u1", "Hi, help me debug the worker."), _assistant("a1", "Sure, paste the log."),
+             _user("u2", "Here it is, why does job 42 keep retrying?\n" + log)]
+    s = template.parse(offline.summarize(turns))
+    assert s["goal"][0] == "Hi, help me debug the worker." and "why does job 42 keep retrying?" in s["goal"][1]
+    assert s["constraints"] == []
+    # an aside after a goal is an ask, not a goal, as before
+    s = template.parse(offline.summarize([_user("u1", "Build the task API in `app/api.py`."),
+                                          _user("u2", "fix the lint too")]))
+    assert s["goal"] == ["Build the task API in `app/api.py`."]

@@ -121,7 +121,7 @@ ASK_LEAD = re.compile(  # words before the verb of a request; they are dropped f
     r"can you|could you|would you|will you|i need you to|i'd like you to|i want you to|"
     r"(?:we|you)(?:'ll| will)?\s+(?:still\s+|also\s+)?(?:need|have)\s+to|still need to|"
     r"remember to|don't forget to|do not forget to|"
-    r"you should|go ahead and|"
+    r"you should|go ahead and|hi|hello|hey|help me(?: to)?|"
     # "When you are finished, open a PR", "once that's done, tag the release"
     r"(?:when|once|after)\s+(?:you(?:'re| are| have)|that(?:'s| is| has been)|it(?:'s| is)|everything(?:'s| is)|"
     r"all(?: of)? (?:this|that) (?:is|has been))?\s*(?:done|finished|complete|completed|merged|green))\b[,:]?\s*)+",
@@ -742,10 +742,14 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
                 first = next(line.strip() for line in text.splitlines() if line.strip())
                 # a short aside naming nothing ("fix the lint too") is an ask, not the session's goal
                 aside = len(text.split()) <= SHORT_ASIDE and not _keys(text)
-                goal = "" if aside else _clip(_goal_sentence(text, first, asks), limits)
+                sentence = _clip(_goal_sentence(text, first, asks), limits)
+                goal = "" if aside else sentence
                 # and whether it names what it is about (_Asks.ask), worked out once per message
                 names = bool(goal) and ("`" in goal or any(x in goal for x in found))
-                out.append(("goal", goal, tuple(_clip(a, limits) for a in asks), names))
+                # an aside with an ask is the goal of a session that has none yet ("Hi, help me
+                # debug the worker.", then a pasted log: the goal was the log's question alone)
+                out.append(("goal", goal, tuple(_clip(a, limits) for a in asks), names,
+                            sentence if aside and asks else ""))
             for s in sentences:
                 if sup.is_reversal(s):  # the person changed the plan: a decision, and it supersedes
                     out.append(("reversal", _clip(s, limits)))
@@ -754,7 +758,7 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
                     # the person's choice ("Use SQLite for storage (file ...)"): a decision a later
                     # reversal naming what it chose supersedes
                     out.append(("acc", "decisions", _clip(s, limits)))
-                if CONSTRAINT.search(s):
+                if CONSTRAINT.search(s) and not s.rstrip().endswith("?"):  # "why does job 42 keep retrying?"
                     out.append(("constraint", _clip(s, limits)))
             for line in text.splitlines():
                 if ERROR_LINE.search(line):
@@ -1114,6 +1118,8 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
                 closing, announced, reported = "", [], []
                 if fact[1]:
                     goals.append(fact[1])
+                elif fact[4] and not goals and not previous_goals:
+                    goals.append(fact[4])
                 last_user_answered = False
                 asks.ask(list(fact[2]), fact[3])
                 turn = asks.latest
