@@ -4,6 +4,8 @@ a failure's exception line, a linter's codes and an edit's new names are kept; t
 drift benchmark (bench/summary_drift.py) meets the targets."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import summary_drift as drift
@@ -1035,3 +1037,19 @@ def test_a_short_first_request_is_the_goal_and_a_question_is_no_constraint():
     s = template.parse(offline.summarize([_user("u1", "Build the task API in `app/api.py`."),
                                           _user("u2", "fix the lint too")]))
     assert s["goal"] == ["Build the task API in `app/api.py`."]
+
+
+def test_a_file_whose_only_edit_failed_is_not_listed_edited():
+    out = "\n".join(f"line {i}: ok" for i in range(50))
+    failed = m.Tool("c2", "edit_file", m.ERROR, {"path": "payments/vat.py", "old_string": "float(rate)",
+                                                   "new_string": "Decimal(rate)"},
+                    error="Error: payments/vat.py is read-only")
+    turns = [_user("u1", "Use Decimal in payments/vat.py."),
+             _assistant("a1", m.Tool("c1", "read_file", m.COMPLETED, {"path": "payments/vat.py"}, output=out)),
+             _assistant("a2", failed)]
+    files = template.parse(offline.summarize(turns))["files"]
+    assert files == ["`payments/vat.py`: read, edit failed, mentioned"], files
+    # once an edit of it succeeds, it is edited
+    done = dataclasses.replace(failed, call_id="c3", status=m.COMPLETED, error="", output="ok")
+    files = template.parse(offline.summarize(turns + [_assistant("a3", done)]))["files"]
+    assert files == ["`payments/vat.py`: read, edit failed, edited, mentioned"], files

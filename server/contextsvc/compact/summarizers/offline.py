@@ -805,6 +805,8 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
         kind = _kind(t.tool)
         paths = _paths(t.input)
         role = {"edit": "edited", "read": "read"}.get(kind, t.tool)
+        if t.status == m.ERROR and role == "edited":
+            role = "edit failed"  # the file is as it was: a failed edit listed as "edited" said otherwise
         for path in paths:
             out.append(("file", path, role))
         cmd = _command(t.input) if kind == "shell" else ""
