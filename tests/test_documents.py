@@ -13,6 +13,7 @@ import json
 import time
 import zlib
 
+import PIL.Image
 import pikepdf
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -56,9 +57,29 @@ def test_pages_are_the_pdf_library_s(n, mode, linearize):
 
 def test_pages_kept_in_compressed_object_streams_are_read_there():
     data = written(12, pikepdf.ObjectStreamMode.generate)
-    leaves, counted = documents._read(data)  # the file's own bytes alone
-    assert leaves < 12 and counted < 12
+    counted, _ = documents._counted(data, documents.MAX_TREE_NODES)  # the file's own bytes alone
+    assert counted < 12 and data.count(b"/Type /Page") + data.count(b"/Type/Page") < 12
     assert documents.pages(data) == 12
+
+
+def test_an_incremental_update_s_copies_of_pages_are_not_counted_again():
+    """An incremental save appends new copies of the objects it changed: qpdf's 30 pages read
+    60, 90, 120 after 1, 2, 3 saves, where the tree's /Count stays the count."""
+    data = written(30, pikepdf.ObjectStreamMode.disable)
+    copies = b"".join(f"{k + 3} 0 obj\n<< /Type /Page /Parent 2 0 R /Annots [] >>\nendobj\n".encode()
+                      for k in range(30))
+    updated = data + copies + b"trailer\n<< /Root 1 0 R /Prev 9 >>\n%%EOF\n"
+    assert library_pages(updated) == 30 and documents.pages(updated) == 30
+
+
+def test_a_small_file_of_tree_nodes_is_read_in_bounded_time():
+    """33 KB inflating to 16 MiB of /Type/Pages took 6 s of CPU per read."""
+    bomb = zlib.compress(b"/Type/Pages " * (16 * 2**20 // 12), 9)
+    data = (b"%PDF-1.5\n1 0 obj << /Type /ObjStm /Filter /FlateDecode /N 1 /First 4 >>\nstream\n" + bomb
+            + b"\nendstream\nendobj\n")
+    began = time.process_time()
+    assert documents.pages(data) >= 1
+    assert time.process_time() - began < 1.0
 
 
 @settings(max_examples=30, deadline=None)
@@ -71,13 +92,16 @@ def test_generated_pdfs_have_the_library_s_page_count(n, mode, text, sizes):
 
 @pytest.mark.parametrize("data", [
     b"", b"hello", b"%PDF-1.7\n", b"\x89PNG\r\n\x1a\n" + b"/Type /Page " * 5,
-    written(9)[:400],  # cut before its object stream ends
     b"%PDF-1.5\n1 0 obj << /Type /ObjStm /Filter /FlateDecode /N 1 /First 4 >>\nstream\nnot zlib\nendstream",
-], ids=["empty", "text", "header-only", "not-a-pdf", "truncated", "corrupt-stream"])
+], ids=["empty", "text", "header-only", "not-a-pdf", "corrupt-stream"])
 def test_what_cannot_be_read_is_one_page(data):
-    assert documents.pages(data) >= 1
-    if not documents.is_pdf(data) or len(data) < 100:
-        assert documents.pages(data) == 1
+    assert documents.pages(data) == 1
+
+
+@pytest.mark.parametrize("cut", [200, 400, 700, 1000])
+def test_a_cut_pdf_reads_what_its_bytes_say_and_never_more(cut):
+    data = written(9)
+    assert 1 <= documents.pages(data[:cut]) <= 9
 
 
 def test_a_hostile_count_stops_at_the_bound():
@@ -142,10 +166,32 @@ def test_the_trial_s_30_page_pdf_on_gpt_4o_no_longer_fits_the_figure():
 
 
 def test_pdf_items_of_each_element_are_read_back_from_its_placeholders():
-    texts = ['{"a":"[encoded media (30 items)]","b":"[encoded media]"}', '["[encoded media]"]',
-             '"\\"[encoded media (9 items)]\\""']  # a user's own text, escaped, is no placeholder
-    assert media.items_in(texts) == 32
+    texts = ['{"type":"document","source":{"data":"[encoded media (30 items)]"}}', '{"url":"[encoded media]"}',
+             '{"fileUri":"[encoded media (2 items)]","bytes":"[encoded media]"}']
+    assert media.items_in(texts) == 34
     assert media.placeholder(1) == media.MEDIA_PLACEHOLDER
+
+
+@pytest.mark.parametrize("text", ["[encoded media (5000 items)]", "[encoded media (99999999999999999999 items)]",
+                                  "[encoded media]"])
+def test_a_person_s_text_that_reads_as_a_placeholder_counts_no_media(text):
+    """The placeholder is read only where a format puts media: as a person's text beside an image
+    after an answer it asked for 10 million tokens (should_compact true), or crashed the call."""
+    image = m.File("image/png", "a.png", data=_png())
+    for provider in sorted(MODELS):
+        conv = m.Conversation([
+            m.Message("u0", m.USER, [m.Part("t0", m.Text("look at this"))]),
+            m.Message("a0", m.ASSISTANT, [m.Part("x0", m.Text("ok"))], time_completed_ms=1,
+                      usage=m.Usage(input=1000, output=20), model_id=MODELS[provider].id),
+            m.Message("u1", m.USER, [m.Part("f", image), m.Part("t", m.Text(text))])])
+        r = _run(conv, MODELS[provider])
+        assert r.media_count == 1 and not r.should_compact and r.projected < 20_000, (provider, r.projected)
+
+
+def _png() -> bytes:
+    out = io.BytesIO()
+    PIL.Image.new("RGB", (64, 64), (9, 9, 9)).save(out, "PNG")
+    return out.getvalue()
 
 
 def _body(provider: str, data: bytes) -> dict:
@@ -170,3 +216,4 @@ def test_a_document_over_bedrock_s_bytes_is_a_note_saying_so():
         {"document": {"format": "pdf", "name": "x", "source": {"bytes": base64.b64encode(big).decode()}}})
     assert [p.split(":")[0] for p in judge_for(m.BEDROCK)(noted)] == ["document"]
     assert '"document"' in json.dumps(_body(m.ANTHROPIC, big))
+

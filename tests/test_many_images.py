@@ -184,3 +184,31 @@ def test_the_judges_refuse_a_big_image_among_more_than_20():
         for data in [BIG_SHOT] + [SMALL_SHOT] * n]}]}
     assert [p.split(":")[0] for p in judge_for(m.BEDROCK)(converse(RULE.many_images))] == ["image"]
     assert judge_for(m.BEDROCK)(converse(RULE.many_images - 1)) == []
+
+
+def test_a_prune_that_moves_which_messages_are_left_out_sends_the_same_body_with_the_memo(stubs):
+    """A prune of the oldest screenshot outputs moved which messages the rule left out while their
+    count stayed 10; the element joining a tool result and the person's next message was taken
+    from the memo as the step before lowered it: the memo sent a screenshot, no memo its note."""
+    model = pb.Model(id="claude-sonnet-4-5", provider=pb.PROVIDER_ANTHROPIC,
+                     limits=pb.ModelLimits(context=400_000, output=8_000))
+
+    def session(pruned=()):
+        messages = [pb.Message(id="u0", role=pb.ROLE_USER, parts=[pb.Part(id="t0", text=pb.TextPart(text="Go."))])]
+        for k in range(30):
+            state = pb.ToolState(status=pb.TOOL_STATUS_COMPLETED, input_json="{}", output="Clicked.",
+                                 attachments=[pb.FilePart(mime="image/png", filename=f"s{k}.png", data=BIG_SHOT)],
+                                 time_compacted_ms=10_000 if k in pruned else 0)
+            messages.append(pb.Message(id=f"a{k}", role=pb.ROLE_ASSISTANT, time_completed_ms=k + 1, parts=[
+                pb.Part(id=f"c{k}", tool=pb.ToolPart(call_id=f"call{k}", tool="computer", state=state))]))
+            if k == 11:  # the person's word, joined with the screenshot's tool result
+                messages.append(pb.Message(id="y", role=pb.ROLE_USER,
+                                           parts=[pb.Part(id="ty", text=pb.TextPart(text="The blue one."))]))
+        return pb.Conversation(messages=messages, session_id="moved")
+
+    tool = pb.ToolDefinition(name="computer", description="Clicks.", input_schema_json="{}")
+    with_memo, without = stubs
+    with_memo.Assemble(pb.AssembleRequest(conversation=session(), model=model, tools=[tool]), timeout=60)
+    pruned = pb.AssembleRequest(conversation=session(pruned=range(5)), model=model, tools=[tool])
+    a, b = with_memo.Assemble(pruned, timeout=60).body, without.Assemble(pruned, timeout=60).body
+    assert a == b and len(_images(json.loads(a))) == 25 and judge_for(m.ANTHROPIC)(json.loads(a)) == []

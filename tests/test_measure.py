@@ -652,3 +652,14 @@ def test_after_a_switch_to_a_smaller_model_a_prune_that_frees_enough_clears_shou
     own = m.Conversation([conv.messages[0], dataclasses.replace(conv.messages[1], model_id="gpt-4o"),
                           conv.messages[2]])
     assert run(own, gpt, settings_=settings).has_baseline
+
+
+@pytest.mark.parametrize("model_id, provider", [("gpt-6", m.OPENAI), ("gemma-3-27b-it", m.GEMINI)])
+def test_the_same_model_s_answer_stored_without_a_provider_id_is_its_count(model_id, provider):
+    """An answer of the request's own model whose provider id was not stored read as another
+    tokenizer's (a model id naming no family resolved to cl100k): its overflow went unseen."""
+    conv = m.Conversation([msg(1, m.USER, txt("u1", "go")),
+                           finished(2, txt("a2", "done"), usage=m.Usage(input=95_000, output=100), model_id=model_id),
+                           msg(3, m.USER, txt("u3", "next"))])
+    r = run(conv, mdl(120_000, 0, 32_000, provider=provider, id=model_id))  # limit 88,000
+    assert r.has_baseline and r.overflow and r.should_compact

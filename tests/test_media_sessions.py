@@ -70,3 +70,21 @@ def test_compact_keeps_the_screenshot_and_question_the_person_just_sent():
     applied = ed.apply(messages, r.edits)
     sent = figures(applied, off)
     assert sent.media_count >= 1 and not sent.should_compact
+
+
+def test_compact_keeps_the_person_s_question_whose_screenshots_alone_are_over_the_tail_budget():
+    """Sized with its media, the newest message (a question and 3 screenshots, 6,144 tokens
+    against a 5,952 budget) fit nowhere, and nothing was kept: the reference's sizing chooses then."""
+    messages = []
+    for k in range(14):
+        ask = f"step {k}: " + "please look at the dashboard numbers again " * 40
+        answer = "Done. " + "The numbers look right to me. " * 60
+        messages += [m.Message(f"u{k}", m.USER, [m.Part(f"t{k}", m.Text(ask))]),
+                     m.Message(f"a{k}", m.ASSISTANT, [m.Part(f"x{k}", m.Text(answer))], time_completed_ms=k + 1)]
+    shots = [m.Part(f"f{i}", m.File("image/png", f"mine{i}.png", data=png(1440, 900, 40 * i))) for i in range(3)]
+    messages.append(m.Message("last", m.USER, [m.Part("q", m.Text("Why are these three pages misaligned?")), *shots]))
+    off = m.CompactionSettings(prune=False)
+    assert figures(messages, off).should_compact
+    r = compact.compact(compact.CompactInput(m.Conversation(messages, "shots"), MODEL, compaction=off, auto=True),
+                        CFG)
+    assert r.tail_start_id and "last" not in r.summarized_ids

@@ -65,8 +65,20 @@ def select(messages: list, mdl: m.Model, usable: int, settings: m.CompactionSett
            deadline: Deadline = NO_DEADLINE, tail_budget: int | None = None) -> Selection:
     """sizes holds the estimate of every message the walk can reach (the last tail_turns turns);
     the others are never read and are reported as 0. tail_budget: in place of the settings'
-    budget (a tail chosen again, smaller)."""
+    budget (a tail chosen again, smaller). Media count media_decision_tokens an item, unless
+    nothing of the current turn fits so: then the reference's sizing (placeholders) chooses,
+    rather than summarize the screenshots the person just sent with their question."""
     b = budget(usable, settings, cfg) if tail_budget is None else tail_budget
+    chosen = _select(messages, mdl, b, settings, cfg, message_sizes, memo, deadline, cfg.measure.media_decision_tokens)
+    if chosen is None:
+        chosen = _select(messages, mdl, b, settings, cfg, message_sizes, memo, deadline, 0)
+    return chosen
+
+
+def _select(messages: list, mdl: m.Model, b: int, settings: m.CompactionSettings, cfg: Config,
+            message_sizes: list | None, memo, deadline: Deadline, per_medium: int) -> Selection | None:
+    """select with media at per_medium an item; None when nothing of the current turn fits and
+    per_medium could be what keeps it out."""
     turns = tail_turns(settings, cfg)
     starts = native.split_turns([starts_turn(x) for x in messages])
     if message_sizes is not None:
@@ -76,16 +88,18 @@ def select(messages: list, mdl: m.Model, usable: int, settings: m.CompactionSett
             first = len(messages)  # the walk reads nothing
         else:
             first = starts[-min(turns, len(starts))]
-        sz = [0] * first + sizes(messages[first:], mdl, memo, deadline, cfg.measure.media_decision_tokens)
+        sz = [0] * first + sizes(messages[first:], mdl, memo, deadline, per_medium)
     kept = native.select_tail(starts, sz, turns, b) if messages else -1
     if kept < 0 and turns > 0 and starts and len(messages) - 1 > starts[-1]:
         # Nothing of the current turn fits: its newest message is kept anyway with its tool
         # outputs cut to the budget (parallel calls: each to the same length), or the model would
         # read those files again.
         last = messages[-1]
-        cuts = cut_outputs(last, mdl, b, deadline, cfg.measure.media_decision_tokens)
+        cuts = cut_outputs(last, mdl, b, deadline, per_medium)
         if cuts:
             return Selection(list(messages[:-1]), [last], last.id, b, sz, cuts)
+    if kept < 0 and per_medium and message_sizes is None:
+        return None
     if kept <= 0:
         return Selection(list(messages), [], "", b, sz)
     return Selection(list(messages[:kept]), list(messages[kept:]), messages[kept].id, b, sz)

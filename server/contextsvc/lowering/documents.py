@@ -5,12 +5,16 @@ Providers bill a PDF by the page (Anthropic and Bedrock: each page's text and an
 Gemini: 258 tokens a page), so the decision figure counts each page as one media item: a 30-page
 specification at one item's 2,048 tokens sent a request thousands of tokens over the window.
 
-Read: the leaf pages (`/Type /Page`) and the page tree's `/Count`, in the file's own bytes and in
-its compressed object streams (where PDF 1.5 writers put them). The larger figure stands: an
-incremental update keeps a page's older copies, so the leaves can read high, never low.
+Read: the page tree's `/Count` (its root's is the largest), in the file's own bytes and in its
+compressed object streams (where PDF 1.5 writers put them); the leaf pages (`/Type /Page`) only
+where no count is read: an incremental update keeps the older copies of every page it touches, and
+qpdf's 30 pages read 120 after three saves. The work is bounded: a few MiB inflated, a few
+thousand tree nodes looked at, whatever a file holds (a 33 KB file inflating to 16 MiB of tree
+nodes took 6 s).
 """
 from __future__ import annotations
 
+import itertools
 import re
 import zlib
 
@@ -21,14 +25,16 @@ SIGNATURE_WITHIN = 1024  # the header may follow other bytes, up to here (PDF re
 # hostile /Count must not reach a response's 32-bit field
 MAX_PAGES = 10_000
 # The object streams inflated per PDF: page dictionaries are a few hundred bytes each
-MAX_INFLATED = 16 * 2**20
+MAX_INFLATED = 4 * 2**20
+# The page tree nodes whose /Count is looked for: a tree of 10,000 pages has a few hundred
+MAX_TREE_NODES = 2_000
 
 _LEAF = re.compile(rb"/Type\s*/Page(?![A-Za-z0-9#])")
 _TREE = re.compile(rb"/Type\s*/Pages(?![A-Za-z0-9#])")
 _COUNT = re.compile(rb"/Count\s+(\d{1,9})")
 _OBJECT_STREAM = re.compile(rb"/Type\s*/ObjStm(?![A-Za-z0-9#])")
 _STREAM = re.compile(rb"stream\r?\n")
-_DICT_REACH = 4096  # how far from /Type /Pages its dictionary's /Count is looked for
+_DICT_REACH = 1024  # how far from /Type /Pages its dictionary's /Count is looked for
 
 
 def is_pdf(data: bytes) -> bool:
@@ -40,23 +46,33 @@ def pages(data: bytes) -> int:
     cannot be read: encrypted object streams, a filter other than Flate); at most MAX_PAGES."""
     if not is_pdf(data):
         return 1
-    leaves, counted = _read(data)
+    regions = [data]
     budget = MAX_INFLATED
     for start in _object_streams(data):
-        inflated = _inflate(data, start, budget)
-        budget -= len(inflated)
-        more_leaves, more_counted = _read(inflated)
-        leaves, counted = leaves + more_leaves, max(counted, more_counted)
         if budget <= 0:
             break
-    return min(max(1, leaves, counted), MAX_PAGES)
+        regions.append(_inflate(data, start, budget))
+        budget -= len(regions[-1])
+    counted, nodes = 0, MAX_TREE_NODES
+    for text in regions:
+        found, nodes = _counted(text, nodes)
+        counted = max(counted, found)
+    if counted:
+        return min(counted, MAX_PAGES)
+    leaves = 0
+    for text in regions:
+        leaves += sum(1 for _ in itertools.islice(_LEAF.finditer(text), MAX_PAGES - leaves))
+    return min(max(1, leaves), MAX_PAGES)
 
 
-def _read(text: bytes) -> tuple[int, int]:
-    """(leaf pages, the largest /Count of a page tree node) written in text."""
-    leaves = sum(1 for _ in _LEAF.finditer(text))
+def _counted(text: bytes, nodes: int) -> tuple[int, int]:
+    """(the largest /Count of a page tree node written in text, of at most nodes of them; the
+    nodes left to look at)."""
     counted = 0
     for found in _TREE.finditer(text):
+        if nodes <= 0:
+            break
+        nodes -= 1
         # the node's dictionary, as far as no other dictionary opens or closes within it
         opened = text.rfind(b"<<", max(0, found.start() - _DICT_REACH), found.start())
         closed = text.find(b">>", found.end(), found.end() + _DICT_REACH)
@@ -64,7 +80,7 @@ def _read(text: bytes) -> tuple[int, int]:
             continue
         for count in _COUNT.finditer(text, opened, closed):
             counted = max(counted, int(count.group(1)))
-    return leaves, counted
+    return counted, nodes
 
 
 def _object_streams(data: bytes):

@@ -27,7 +27,7 @@ _ACCEPTED = {
 def _media(x: MMedia, ledger: MediaLedger) -> dict:
     """Through the shared media table: a type Gemini does not take (gif, svg, ...) becomes the
     attachment note; an http(s) URL goes as fileData, anything else inline."""
-    src = media.source(FORMAT, x)
+    src = media.source(FORMAT, x, ledger)
     if isinstance(src, str):  # the attachment note
         return {"text": src}
     if src.url:

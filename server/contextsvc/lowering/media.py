@@ -23,8 +23,12 @@ PDF = "application/pdf"
 
 _MEDIA_UNITS = native.json_lengths(MEDIA_PLACEHOLDER)[1]
 # The placeholder of a medium of several items (a PDF's pages): the figures count the items of
-# each element by its placeholders (step.figures), so the text says how many
-ITEMS_PLACEHOLDER = re.compile(r'"\[encoded media(?: \((\d+) items\))?\]"')
+# each element by its placeholders (step.figures), so the text says how many. Read only as the
+# value of a key a format puts media under, and at most MAX_ITEMS: a person's text that is the
+# placeholder ("[encoded media (5000 items)]") asked for 10 million tokens, or crashed the call
+ITEMS_PLACEHOLDER = re.compile(
+    r'"(?:data|url|bytes|file_data|file_url|fileUri|image_url)":"\[encoded media(?: \((\d{1,5}) items\))?\]"')
+MAX_ITEMS = 10_000  # a medium's items: documents.MAX_PAGES
 
 
 def placeholder(items: int) -> str:
@@ -33,7 +37,7 @@ def placeholder(items: int) -> str:
 
 def items_in(texts) -> int:
     """The media items the placeholders in these JSON texts stand for."""
-    return sum(int(found.group(1) or 1) for t in texts for found in ITEMS_PLACEHOLDER.finditer(t))
+    return sum(min(int(found.group(1) or 1), MAX_ITEMS) for t in texts for found in ITEMS_PLACEHOLDER.finditer(t))
 _OPAQUE_UNITS = native.json_lengths(OPAQUE_PLACEHOLDER)[1]
 
 

@@ -14,7 +14,7 @@ from .wire_format import WireFormat
 
 
 def _media(fmt: ChatCompletions, x: MMedia, ledger: MediaLedger) -> dict:
-    src = media.source(fmt, x)
+    src = media.source(fmt, x, ledger)
     if isinstance(src, str):  # the attachment note; a PDF by web URL too: file_data takes a data: URL only
         return {"type": "text", "text": src}
     if src.kind == media.DOCUMENT:

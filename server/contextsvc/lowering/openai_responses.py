@@ -22,7 +22,7 @@ from .wire_format import WireFormat
 
 
 def _media(x: MMedia, ledger: MediaLedger) -> dict:
-    src = media.source(FORMAT, x)
+    src = media.source(FORMAT, x, ledger)
     if isinstance(src, str):  # the attachment note
         return {"type": "input_text", "text": src}
     if src.kind == media.DOCUMENT:

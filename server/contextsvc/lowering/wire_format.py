@@ -53,7 +53,7 @@ class WireFormat:
     # how many of an inline PDF's pages make one media item of the decision figure (design.md §3)
     pages_per_item: int = 1
     # a request of more than many_images images takes none over many_images_side pixels on a side
-    # (0: no such rule): a rule of the whole request, decided before the lowering (step.images)
+    # (0: no such rule): a rule of the whole request, decided before the lowering (step.many_images)
     many_images: int = 0
     many_images_side: int = 0
 

@@ -581,6 +581,9 @@ def prune_settings(p) -> m.PruneSettings:
 _TTLS = {pb.CACHE_TTL_UNSPECIFIED: "", pb.CACHE_TTL_5M: "", pb.CACHE_TTL_1H: "1h"}
 
 
+
+_INT32_MAX = 2**31 - 1  # a response's int32 fields
+
 def cache_policy(hints, ttl: int, path: str = "cache_hints"):
     from .. import breakpoints
 
@@ -810,7 +813,7 @@ def figures(r) -> dict:
         should_compact=r.should_compact,
         max_output_tokens=r.max_output_tokens,
         output_tokens=r.output_tokens,
-        media_count=r.media_count,
+        media_count=min(r.media_count, _INT32_MAX),  # 200,000 PDFs of 10,000 pages overflowed it
         calibrated=token_count(r.calibrated),
         self_calibrated=token_count(r.self_calibrated),
         calibration_factor=r.calibration_factor,

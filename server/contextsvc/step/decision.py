@@ -154,10 +154,11 @@ def _counted_elsewhere(answer: m.Message, plan: Plan) -> bool:
     gpt-4o, that count less our figure of what a prune took out left 14,335 of a 11,904 limit
     for a body gpt-4o counts at 1,986, and the session compacted. An answer naming no model is
     taken to be the request's model's, as before."""
-    if not answer.model_id:
+    if not answer.model_id or model_ids.same_model(answer.model_id, plan.model.id):
         return False
     proxy = plan.cfg.measure.exact_encoding
-    theirs = tokenizer_family.for_model(answer.model_id, model_ids.provider_name(answer.provider_id), proxy)
+    provider = model_ids.provider_name(answer.provider_id) if answer.provider_id else plan.model.provider
+    theirs = tokenizer_family.for_model(answer.model_id, provider, proxy)
     return theirs != _family(plan)
 
 

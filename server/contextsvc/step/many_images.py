@@ -64,7 +64,8 @@ def _sides(msg: m.Message, fmt, memo: Memo | None) -> tuple:
         c = part.content
         files = (c,) if isinstance(c, m.File) else c.attachments if isinstance(c, m.Tool) and not c.compacted else ()
         for f in files:
-            src = media.source(fmt, f) if f.is_media else None
+            # images only: a PDF's pages are not read for this
+            src = media.source(fmt, f) if f.is_media and media.media_type(f.mime) != media.PDF else None
             if src is None or isinstance(src, str) or src.kind != media.IMAGE:
                 continue
             pixels = None if src.url else images.dimensions(media.image_head(src.data, src.payload)[0])

@@ -380,7 +380,9 @@ def _put_together(prefix: _Prefix, messages: list, fmt, plan: Plan, memo: Memo, 
         prefix.saved_units += saved_units
         for j, (role, element, units) in enumerate(parts):
             deadline.count("lowering")
-            key = (msg.digest, j) if pkey is not None else None
+            # the message's own left-out flag too: MERGED keys are made of these, and the settings
+            # tuple holds only how many messages are left out
+            key = (msg.digest, j, pkey[3]) if pkey is not None else None
             if joined and elements and elements[-1]["role"] == element["role"]:
                 if run is None:
                     last = elements[-1] = dict(elements[-1])
