@@ -1003,6 +1003,15 @@ def test_a_request_opening_with_a_preamble_has_its_ask_as_the_goal():
     assert template.parse(offline.summarize(listed))["goal"] == ["Tidy the billing module:"]
 
 
+@pytest.mark.parametrize("text, asks", [
+    ("After that's done, tag v1.2.", ["tag v1.2"]),
+    ("Post-processing is slow on big files.", []),
+    ("Once that's done, tag the release v2.0.", ["tag the release v2.0"]),
+])
+def test_a_lead_before_a_deferred_step_and_a_verb_that_starts_a_word(text, asks):
+    assert offline.asks_in(text) == asks
+
+
 @pytest.mark.parametrize("request_, last_step, report", [
     ("Fix the flaky test tests/test_payment.py::test_refund_rounding: EUR refunds are off by one cent. "
      "Do not change the public API of payments/refund.py. Open a GitHub issue describing the root cause when done.",

@@ -117,16 +117,17 @@ ASK_VERBS = (
 )
 _VERB = "|".join(ASK_VERBS)
 ASK_LEAD = re.compile(  # words before the verb of a request; they are dropped from the bullet
-    r"^(?:(?:please|also|then|and|so|now|next|finally|first|lastly|plus|after that|afterwards|"
+    r"^(?:(?:"
+    # "When you are finished, open a PR", "once that's done, tag the release" (before "after that")
+    r"(?:when|once|after)\s+(?:you(?:'re| are| have)|that(?:'s| is| has been)|it(?:'s| is)|everything(?:'s| is)|"
+    r"all(?: of)? (?:this|that) (?:is|has been))?\s*(?:done|finished|complete|completed|merged|green)|"
+    r"please|also|then|and|so|now|next|finally|first|lastly|plus|after that|afterwards|"
     r"can you|could you|would you|will you|i need you to|i'd like you to|i want you to|"
     r"(?:we|you)(?:'ll| will)?\s+(?:still\s+|also\s+)?(?:need|have)\s+to|still need to|"
     r"remember to|don't forget to|do not forget to|"
-    r"you should|go ahead and|hi|hello|hey|help me(?: to)?|"
-    # "When you are finished, open a PR", "once that's done, tag the release"
-    r"(?:when|once|after)\s+(?:you(?:'re| are| have)|that(?:'s| is| has been)|it(?:'s| is)|everything(?:'s| is)|"
-    r"all(?: of)? (?:this|that) (?:is|has been))?\s*(?:done|finished|complete|completed|merged|green))\b[,:]?\s*)+",
+    r"you should|go ahead and|hi|hello|hey|help me(?: to)?)\b[,:]?\s*)+",
     re.IGNORECASE)
-ASK_START = re.compile(rf"^(?:{_VERB})\b", re.IGNORECASE)
+ASK_START = re.compile(rf"^(?:{_VERB})(?![-\w])", re.IGNORECASE)  # "Post-processing is slow" asks nothing
 # "... , and then add Y", "...; fix Z", "two more things: add X"; the separator is kept (split)
 CLAUSE_SPLIT = re.compile(
     rf"(,?\s+(?:and\s+then|and\s+also|and|then|also|plus)\s+|;\s+|:\s+)"
