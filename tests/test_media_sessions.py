@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 
 import PIL.Image
+import pikepdf
 
 from contextsvc import compact, config, conversation as m, measure, prune
 from contextsvc.compact import edits as ed
@@ -88,3 +89,25 @@ def test_compact_keeps_the_person_s_question_whose_screenshots_alone_are_over_th
     r = compact.compact(compact.CompactInput(m.Conversation(messages, "shots"), MODEL, compaction=off, auto=True),
                         CFG)
     assert r.tail_start_id and "last" not in r.summarized_ids
+
+
+def test_prune_counts_an_attached_pdf_s_items_as_the_model_s_format_does():
+    """A 16-page PDF is 16 items on Anthropic and 2 on Gemini (8 pages an item): Prune read it
+    at 16 everywhere, and on Gemini thought it freed 8 times what the decision figure dropped."""
+    pdf = pikepdf.new()
+    for _ in range(16):
+        pdf.add_blank_page()
+    out = io.BytesIO()
+    pdf.save(out)
+    spec = m.File("application/pdf", "spec.pdf", data=out.getvalue())
+    messages = [m.Message("u0", m.USER, [m.Part("t0", m.Text("Read the specs."))])] + [
+        m.Message(f"a{k}", m.ASSISTANT, [m.Part(f"c{k}", m.Tool(f"call{k}", "fetch", m.COMPLETED, {"k": k},
+                                                                output="fetched", attachments=[spec]))],
+                  time_completed_ms=k + 1) for k in range(3)]
+    per_item = CFG.measure.media_decision_tokens
+    for provider, items in ((m.ANTHROPIC, 16), (m.GEMINI, 2)):
+        model = m.Model("model-x", provider, m.ModelLimits(1_000_000, 0, 8_192))
+        r = prune.prune(m.Conversation(messages, "pdf"), "normal", m.CompactionSettings(
+            prune=True, prune_settings=m.PruneSettings(protected_results=1, protect_tokens=0, minimum_tokens=0)),
+            CFG, model=model)
+        assert r.acted and r.tokens_freed == len(r.part_ids) * (items * per_item + 2), (provider, r)

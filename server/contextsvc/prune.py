@@ -13,6 +13,7 @@ from typing import Optional
 
 from . import conversation as m, native, projection, validate, window
 from .lowering import documents
+from .lowering.registry import FORMATS
 from .config import PRUNE_PROTECT_RULES, Config
 from .errors import BadInput
 from .deadline import NO_DEADLINE, Deadline, ticking
@@ -66,6 +67,7 @@ class Gates:
     # what each media item a tool output carries counts besides its text (measure.media_decision_tokens:
     # the decision figure's; a prune blind to screenshots freed nothing, and the loop compacted)
     media_tokens: int = 0
+    pages_per_item: int = 1  # of an attached PDF, as the model's format counts them (WireFormat)
 
     def key(self) -> tuple:
         """The gates as plain data, for a memo key: a dataclass's __eq__ and __hash__ run as
@@ -94,6 +96,7 @@ def gates(settings: m.CompactionSettings, cfg: Config, mdl: Optional[m.Model] = 
         minimum_tokens=pick(ps.minimum_tokens, minimum_tokens),
         protected_tools=frozenset(pick(ps.protected_tools, pc.protected_tools)),
         media_tokens=cfg.measure.media_decision_tokens,
+        pages_per_item=FORMATS[mdl.provider].pages_per_item if mdl is not None and mdl.provider in FORMATS else 1,
     )
 
 
@@ -127,8 +130,9 @@ def prune(conversation: m.Conversation, reason: str, settings: m.CompactionSetti
     chosen = []  # (message, part index)
     spare = []  # (message, part index, estimate) past the protected results, newest first
     stop = False
-    scans = each(memo, "prune", msgs, (g.media_tokens,),
-                 ticking(lambda msg: tool_outputs(msg, g.media_tokens, deadline), deadline, "prune"))
+    media = (g.media_tokens, g.pages_per_item)
+    scans = each(memo, "prune", msgs, media,
+                 ticking(lambda msg: tool_outputs(msg, *media, deadline), deadline, "prune"))
     for i in range(len(msgs) - 1, -1, -1):
         deadline.tick(i, "prune")
         msg = msgs[i]
@@ -186,15 +190,17 @@ def passed_over(newest: list, g: Gates, memo=None) -> bool:
         if msg.summary or msg.compaction() is not None or (g.protect == TURNS and msg.role == m.USER):
             return False
     return all(tool in g.protected_tools or (not compacted and status != m.COMPLETED)
-               for scan in each(memo, "prune", newest, (g.media_tokens,), lambda msg: tool_outputs(msg, g.media_tokens))
+               for scan in each(memo, "prune", newest, (g.media_tokens, g.pages_per_item),
+                                lambda msg: tool_outputs(msg, g.media_tokens, g.pages_per_item))
                for _, tool, compacted, status, _ in scan)
 
 
-def tool_outputs(msg: m.Message, media_tokens: int = 0, deadline: Deadline = NO_DEADLINE) -> tuple:
+def tool_outputs(msg: m.Message, media_tokens: int = 0, pages_per_item: int = 1,
+                 deadline: Deadline = NO_DEADLINE) -> tuple:
     """What the scan reads of a message: (part index, tool, compacted, status, estimate of the
     output) of each tool part, newest first, an output's estimate holding media_tokens for each
-    media item its attachments carry (a PDF: each page), which marking it drops; only the message
-    and media_tokens decide it."""
+    media item its attachments carry (a PDF: its pages, pages_per_item an item), which marking it
+    drops; only the message and those decide it."""
     estimate = native.estimate_tokens
     out = []
     parts = msg.parts
@@ -204,15 +210,15 @@ def tool_outputs(msg: m.Message, media_tokens: int = 0, deadline: Deadline = NO_
         if isinstance(c, m.Tool):
             cost = 0
             if c.status == m.COMPLETED and not c.compacted:
-                cost = estimate(c.output) + media_tokens * sum(map(_media_items, c.attachments))
+                cost = estimate(c.output) + media_tokens * sum(_media_items(a, pages_per_item) for a in c.attachments)
             out.append((j, c.tool, c.compacted, c.status, cost))
     return tuple(out)
 
 
-def _media_items(f: m.File) -> int:
+def _media_items(f: m.File, pages_per_item: int) -> int:
     if not f.is_media:
         return 0
-    return documents.pages(f.data) if f.data is not None else 1
+    return -(-documents.pages(f.data) // pages_per_item) if f.data is not None else 1
 
 
 def apply(conversation: m.Conversation, part_ids, now_ms: int, deadline: Deadline = NO_DEADLINE) -> m.Conversation:
