@@ -212,33 +212,3 @@ def test_a_prune_that_moves_which_messages_are_left_out_sends_the_same_body_with
     pruned = pb.AssembleRequest(conversation=session(pruned=range(5)), model=model, tools=[tool])
     a, b = with_memo.Assemble(pruned, timeout=60).body, without.Assemble(pruned, timeout=60).body
     assert a == b and len(_images(json.loads(a))) == 25 and judge_for(m.ANTHROPIC)(json.loads(a)) == []
-
-
-def test_a_count_of_images_the_rule_now_leaves_out_is_no_baseline():
-    """The provider counted 20 screenshots at 54,000 of a 56,000 limit; at the 21st the rule
-    leaves 10 out, and that count plus the tail asked to compact a body of 29,104. The count is
-    of another lowering of its prefix: the whole request's figure stands. Before the rule moves,
-    the count stands as ever."""
-    def history(n, counted):
-        messages = []
-        for k in range(n):
-            messages.append(m.Message(f"u{k}", m.USER, [
-                m.Part(f"t{k}", m.Text(f"step {k}: " + "what do you see? " * 20)),
-                m.Part(f"f{k}", m.File("image/png", f"s{k}.png", data=BIG_SHOT))]))
-            if k < n - 1:
-                messages.append(m.Message(f"a{k}", m.ASSISTANT, [m.Part(f"x{k}", m.Text(f"I see screen {k}."))],
-                                          time_completed_ms=1, model_id="claude-sonnet-4-5",
-                                          usage=m.Usage(input=counted if k == n - 2 else 1000 * (k + 1), output=50)))
-        return m.Conversation(messages, "s1")
-
-    from contextsvc import measure
-    model = m.Model("claude-sonnet-4-5", m.ANTHROPIC, m.ModelLimits(64_000, 0, 8_000))
-
-    def figures(conv):
-        return measure.measure(measure.MeasureInput(conv, model, [], m.SystemPrompt(), m.CompactionSettings()),
-                               config.Config())
-
-    r = figures(history(21, 54_000))
-    assert r.media_count == 11 and not r.has_baseline and r.projected == r.decision[0] and not r.should_compact
-    steady = figures(history(20, 40_000))  # 20 images, as counted: the count is the baseline
-    assert steady.has_baseline and steady.reported == 40_050

@@ -69,8 +69,7 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
     # a projection adds the tail to that count only where the tail is what came after it: a
     # baseline sent as nothing has no place in the body, so the whole request's figure stands;
     # so it does where another tokenizer counted it (_counted_elsewhere)
-    anchored = (base is not None and fig.tail_follows_baseline and not _counted_elsewhere(base, plan)
-                and fig.images_as_counted)
+    anchored = base is not None and fig.tail_follows_baseline and not _counted_elsewhere(base, plan)
 
     def projected_by(method: str) -> int:
         total, tail, overhead = fig.projections[method]
@@ -111,7 +110,7 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
     # when it is the baseline's, so a prune that frees enough clears this check too. What the
     # window held: without what the provider's own clearing kept out of it
     source = backward_overflow_source(messages, last_compaction)
-    if source is not None and (_counted_elsewhere(source, plan) or (source is base and not fig.images_as_counted)):
+    if source is not None and _counted_elsewhere(source, plan):
         source = None  # the whole request's figure above is this model's reading of it
     used = source.usage.count() if source is not None else 0
     if source is not None and source is base:

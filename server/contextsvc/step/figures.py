@@ -22,7 +22,7 @@ from ..memo import PROFILES, TOOL_TEXT, Memo
 from ..model_ids import same_model
 from ..positions import positions
 from .baseline import KnownPairs, as_counted, baseline, changed_key, changed_pieces, known_key
-from . import many_images, scripts
+from . import scripts
 from .plan import Plan
 from .request import Request, array_text, tool_schema_list
 
@@ -77,9 +77,6 @@ class Figures:
     # provider's count. Not so for one sent as nothing (a whitespace-only answer): the elements
     # after the last one sent then hold what it counted too (step.decision)
     tail_follows_baseline: bool = False
-    # the many-image rule leaves out or notes the same images of the baseline's prefix as when the
-    # provider counted it (_images_as_counted): where not, the count is of another lowering
-    images_as_counted: bool = True
     # media items in the prefix the anchor's reported input counted, those stripped since
     # included: that count holds what they cost, which our text figures of the prefix do not
     # (step.decision._tokenizer_factor)
@@ -168,11 +165,8 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
         latest = was.scanned.last_compacted_ms if was.scanned is not None else None
         key = known_key(conv.messages, base, known, latest, plan) \
             if before is not None and memo is not None and out.exact is None else None
-        pairs = functools.cache(lambda: as_counted(conv.messages, base, before.messages if before is not None else None,
-                                                   latest))
-        _rebase(out, pairs, plan, model_counter, memo, key, deadline)
-        if plan.fmt.many_images and conv.messages and any(map(_HAS_MEDIA, conv.messages)):
-            out.images_as_counted = _images_as_counted(conv.messages, base, pairs, plan, memo)
+        _rebase(out, lambda: as_counted(conv.messages, base, before.messages if before is not None else None, latest),
+                plan, model_counter, memo, key, deadline)
     anchor = out.decision_anchor
     if anchor is not None:
         # what was pruned before the anchor since was counted whole: compare with the prefix as counted
@@ -193,24 +187,6 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
         if mc.self_calibration_min_factor <= g <= mc.self_calibration_max_factor:
             _self_calibrate(out, g, anchor.id)
     return out
-
-
-_HAS_MEDIA = operator.attrgetter("has_media")
-
-
-def _images_as_counted(messages: list, base: m.Message, pairs_of, plan: Plan, memo: Memo | None) -> bool:
-    """The many-image rule (step.many_images) treats the messages before base as it did in the
-    request base answered: that request's own rule, of its messages as counted (pairs_of(): the
-    changed ones as they were), left out or noted the same images the plan does. The 21st
-    screenshot leaves 10 out that the provider counted whole, and a prune moves which ones: the
-    count less our figure of what changed read 56,393 for a body of 29,104, or 38,244 for one the
-    provider counts over the window."""
-    at = next((i for i in range(len(messages) - 1, -1, -1) if messages[i] is base), 0)
-    was = {id(now): then for now, then in pairs_of()}
-    counted = [was.get(id(x), x) for x in messages[:at]]
-    sent = projection.project(counted)
-    then = many_images.changed_by(sent, plan.fmt, memo, *many_images.image_rule(sent, plan.fmt, memo))
-    return then == many_images.changed_by(sent, plan.fmt, memo, plan.image_side, plan.images_left_out)
 
 
 def _self_calibrate(out: Figures, factor: float, anchor_id: str) -> None:

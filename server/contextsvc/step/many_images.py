@@ -51,14 +51,6 @@ def image_rule(messages: list, fmt, memo: Memo | None = None) -> tuple[int, froz
     return fmt.many_images_side, NONE_LEFT_OUT
 
 
-def changed_by(messages: list, fmt, memo: Memo | None, side: int, left_out: frozenset) -> frozenset:
-    """The ids of the messages whose images a rule (side, left_out: image_rule's) does not send as
-    they are: those it leaves out, and those holding an image over side."""
-    over = frozenset(msg.id for msg in itertools.compress(messages, map(_HAS_MEDIA, messages))
-                     if any(s > side for s in _sides(msg, fmt, memo))) if side else frozenset()
-    return over | (left_out & frozenset(msg.id for msg in messages))
-
-
 def _sides(msg: m.Message, fmt, memo: Memo | None) -> tuple:
     """The longer side in pixels of each image in msg that fmt takes (0 where its header does not
     say, or it is sent as a URL): its media files and the media its tools' outputs still carry
