@@ -57,7 +57,7 @@ def test_pages_are_the_pdf_library_s(n, mode, linearize):
 
 def test_pages_kept_in_compressed_object_streams_are_read_there():
     data = written(12, pikepdf.ObjectStreamMode.generate)
-    counted, _ = documents._counted(data, documents.MAX_TREE_NODES)  # the file's own bytes alone
+    counted = documents._counted(data, documents.MAX_TREE_NODES)[0]  # the file's own bytes alone
     assert counted < 12 and data.count(b"/Type /Page") + data.count(b"/Type/Page") < 12
     assert documents.pages(data) == 12
 
@@ -70,6 +70,24 @@ def test_an_incremental_update_s_copies_of_pages_are_not_counted_again():
                       for k in range(30))
     updated = data + copies + b"trailer\n<< /Root 1 0 R /Prev 9 >>\n%%EOF\n"
     assert library_pages(updated) == 30 and documents.pages(updated) == 30
+
+
+def test_a_root_node_too_long_to_read_leaves_its_count_to_the_leaves():
+    """A root of 200 pages and one node of 5, its /Kids too long to read: the 5 stood for all."""
+    objects = {1: b"<< /Type /Catalog /Pages 2 0 R >>",
+               3: b"<< /Type /Pages /Parent 2 0 R /Count 5 /Kids [" + b" ".join(b"%d 0 R" % k for k in range(4, 9))
+               + b"] >>"}
+    objects.update({k: b"<< /Type /Page /Parent 3 0 R /MediaBox [0 0 612 792] >>" for k in range(4, 9)})
+    objects.update({k: b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] >>" for k in range(9, 209)})
+    objects[2] = b"<< /Type /Pages /Count 205 /Kids [3 0 R " + b" ".join(b"%d 0 R" % k for k in range(9, 209)) + b"] >>"
+    body, offsets = b"%PDF-1.4\n", {}
+    for k in sorted(objects):
+        offsets[k] = len(body)
+        body += b"%d 0 obj\n" % k + objects[k] + b"\nendobj\n"
+    xref = b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1) + b"".join(
+        b"%010d 00000 n \n" % offsets[k] for k in sorted(objects))
+    data = body + xref + b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, len(body))
+    assert library_pages(data) == documents.pages(data) == 205
 
 
 def test_a_small_file_of_tree_nodes_is_read_in_bounded_time():

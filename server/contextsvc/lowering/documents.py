@@ -34,7 +34,7 @@ _TREE = re.compile(rb"/Type\s*/Pages(?![A-Za-z0-9#])")
 _COUNT = re.compile(rb"/Count\s+(\d{1,9})")
 _OBJECT_STREAM = re.compile(rb"/Type\s*/ObjStm(?![A-Za-z0-9#])")
 _STREAM = re.compile(rb"stream\r?\n")
-_DICT_REACH = 1024  # how far from /Type /Pages its dictionary's /Count is looked for
+_DICT_REACH = 4096  # how far from /Type /Pages its dictionary's /Count is looked for
 
 
 def is_pdf(data: bytes) -> bool:
@@ -53,34 +53,37 @@ def pages(data: bytes) -> int:
             break
         regions.append(_inflate(data, start, budget))
         budget -= len(regions[-1])
-    counted, nodes = 0, MAX_TREE_NODES
+    counted, nodes, whole = 0, MAX_TREE_NODES, True
     for text in regions:
-        found, nodes = _counted(text, nodes)
-        counted = max(counted, found)
-    if counted:
+        found, nodes, read_all = _counted(text, nodes)
+        counted, whole = max(counted, found), whole and read_all
+    if counted and whole:
         return min(counted, MAX_PAGES)
     leaves = 0
     for text in regions:
         leaves += sum(1 for _ in itertools.islice(_LEAF.finditer(text), MAX_PAGES - leaves))
-    return min(max(1, leaves), MAX_PAGES)
+    # a tree node not read (its dictionary too long to delimit: a root of 200 kids) may hold the
+    # largest count: the leaves then stand, where larger (a count of 5 read 205 pages as 5)
+    return min(max(1, leaves, counted), MAX_PAGES)
 
 
-def _counted(text: bytes, nodes: int) -> tuple[int, int]:
+def _counted(text: bytes, nodes: int) -> tuple[int, int, bool]:
     """(the largest /Count of a page tree node written in text, of at most nodes of them; the
-    nodes left to look at)."""
-    counted = 0
+    nodes left to look at; whether every node looked at was read)."""
+    counted, whole = 0, True
     for found in _TREE.finditer(text):
         if nodes <= 0:
-            break
+            return counted, nodes, False
         nodes -= 1
         # the node's dictionary, as far as no other dictionary opens or closes within it
         opened = text.rfind(b"<<", max(0, found.start() - _DICT_REACH), found.start())
         closed = text.find(b">>", found.end(), found.end() + _DICT_REACH)
         if opened < 0 or closed < 0:
+            whole = False
             continue
         for count in _COUNT.finditer(text, opened, closed):
             counted = max(counted, int(count.group(1)))
-    return counted, nodes
+    return counted, nodes, whole
 
 
 def _object_streams(data: bytes):
