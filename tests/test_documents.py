@@ -73,21 +73,23 @@ def test_an_incremental_update_s_copies_of_pages_are_not_counted_again():
 
 
 def test_a_root_node_too_long_to_read_leaves_its_count_to_the_leaves():
-    """A root of 200 pages and one node of 5, its /Kids too long to read: the 5 stood for all."""
+    """A root of 800 pages and one node of 5, its /Kids too long to read: the 5 stood for all."""
     objects = {1: b"<< /Type /Catalog /Pages 2 0 R >>",
                3: b"<< /Type /Pages /Parent 2 0 R /Count 5 /Kids [" + b" ".join(b"%d 0 R" % k for k in range(4, 9))
                + b"] >>"}
     objects.update({k: b"<< /Type /Page /Parent 3 0 R /MediaBox [0 0 612 792] >>" for k in range(4, 9)})
-    objects.update({k: b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] >>" for k in range(9, 209)})
-    objects[2] = b"<< /Type /Pages /Count 205 /Kids [3 0 R " + b" ".join(b"%d 0 R" % k for k in range(9, 209)) + b"] >>"
+    objects.update({k: b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] >>" for k in range(9, 809)})
+    kids = b" ".join(b"%d 0 R" % k for k in range(9, 809))
+    objects[2] = b"<< /Type /Pages /Count 805 /Kids [3 0 R " + kids + b"] >>"
     body, offsets = b"%PDF-1.4\n", {}
     for k in sorted(objects):
         offsets[k] = len(body)
         body += b"%d 0 obj\n" % k + objects[k] + b"\nendobj\n"
     xref = b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1) + b"".join(
         b"%010d 00000 n \n" % offsets[k] for k in sorted(objects))
-    data = body + xref + b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, len(body))
-    assert library_pages(data) == documents.pages(data) == 205
+    trailer = b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, len(body))
+    data = body + xref + trailer
+    assert library_pages(data) == documents.pages(data) == 805
 
 
 def test_a_small_file_of_tree_nodes_is_read_in_bounded_time():
