@@ -192,11 +192,13 @@ class MessagePiece:
     texts: tuple  # element_entry of each element: JSON text, (UTF-8 bytes, UTF-16 units), text profile
 
 
-def _piece_key(msg: m.Message, plan: Plan) -> tuple | None:
+def _piece_key(msg: m.Message, plan: Plan, settings: tuple | None = None) -> tuple | None:
     """The memo's key of msg lowered alone: its digest and what changes its lowering
-    (Plan.lowering_settings, Plan.left_out); None for a message without a digest (built or
-    changed in the core), lowered afresh every time."""
-    return (LOWERED, msg.digest, plan.lowering_settings, plan.left_out(msg)) if msg.digest else None
+    (Plan.lowering_settings, the caller's when it has them; Plan.left_out); None for a message
+    without a digest (built or changed in the core), lowered afresh every time."""
+    if not msg.digest:
+        return None
+    return LOWERED, msg.digest, settings or plan.lowering_settings, bool(plan.images_left_out) and plan.left_out(msg)
 
 
 def message_piece(msg: m.Message, plan: Plan, memo: Memo | None = None) -> MessagePiece:
@@ -363,7 +365,7 @@ def _put_together(prefix: _Prefix, messages: list, fmt, plan: Plan, memo: Memo, 
     elements, roles, sources, keys, saved, found, pruned = (prefix.elements, prefix.roles, prefix.sources,
                                                             prefix.keys, prefix.saved, prefix.found, prefix.pruned)
     settings = plan.lowering_settings
-    piece_keys = [_piece_key(msg, plan) for msg in messages]
+    piece_keys = [_piece_key(msg, plan, settings) for msg in messages]
     prefix.piece_keys += piece_keys
     # what merges into the last element goes into a copy of it and of its sources and keys, made at
     # its first merge here (the pieces' elements and a kept prefix's are the memo's, never changed),
