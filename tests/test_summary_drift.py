@@ -1032,6 +1032,18 @@ def test_the_last_steps_of_a_task_said_at_its_start_are_kept_until_done(request_
     assert last_step not in s["next_steps"] + s["in_progress"], s
 
 
+def test_a_pasted_log_keeps_the_lines_naming_what_its_question_asks_about():
+    """3,000 log lines under "why does job 42 keep retrying?" kept none of them."""
+    log = [f"2026-12-07T10:{i % 60:02d}:00Z worker-{i % 9} WARN retrying job {i * 13 % 997}" for i in range(3000)]
+    turns = [_user("u1", "Here it is, why does job 42 keep retrying?\n" + "\n".join(log))]
+    critical = template.parse(offline.summarize(turns))["critical"]
+    kept = [c for c in critical if c.startswith("Pasted: ")]
+    assert len(kept) == 3 and all(c.endswith("retrying job 42") for c in kept), critical
+    # a message of a few lines is no paste; nothing is quoted from it
+    short = [_user("u1", "Why does job 42 keep retrying?\n" + "\n".join(log[:5]))]
+    assert not [c for c in template.parse(offline.summarize(short))["critical"] if c.startswith("Pasted: ")]
+
+
 def test_a_short_first_request_is_the_goal_and_a_question_is_no_constraint():
     """"Hi, help me debug the worker.", then a pasted log asking "why does job 42 keep
     retrying?": the goal was the question alone, listed under Constraints too ("keep")."""

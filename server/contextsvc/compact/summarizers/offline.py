@@ -704,6 +704,35 @@ GENERIC_WORDS = frozenset("""test bug error issue code file function method clas
 page data value line problem case thing change pass fail failure result output input""".split())
 
 
+# A message of more lines than this is a paste (a log, a trace): the lines that name what its
+# question names are kept, PASTED_LINES of them
+PASTE_LINES = 20
+PASTED_LINES = 3
+NAMED_NUMBER = re.compile(r"\b([A-Za-z][\w-]*)\s+#?(\d+)\b")  # "job 42", "worker 3", "PR #17"
+
+
+def _pasted_lines(text: str) -> list:
+    """The lines of a pasted text (more than PASTE_LINES) that name what the message's own words
+    ask about: "Here it is, why does job 42 keep retrying?" over 3,000 log lines kept none of
+    them, and the summary could not say what the log showed of job 42."""
+    lines = text.splitlines()
+    if len(lines) <= PASTE_LINES:
+        return []
+    own = " ".join(line for line in lines[:2] + lines[-1:] if "?" in line) or lines[0]
+    names = [re.compile(rf"\b{re.escape(word)}\s+#?{number}\b", re.IGNORECASE)
+             for word, number in NAMED_NUMBER.findall(own)]
+    names += [re.compile(rf"(?<![\w/.-]){re.escape(x)}(?![\w/-])") for x in identifiers(own) if len(x) >= 4]
+    if not names:
+        return []
+    found = []
+    for line in lines[1:]:
+        if line.strip() and any(n.search(line) for n in names) and line.strip() not in found:
+            found.append(line.strip())
+            if len(found) == PASTED_LINES:
+                break
+    return found
+
+
 def _goal_sentence(text: str, first: str, asks: list) -> str:
     """The sentence a request's goal is: its first; in prose that opens with no ask ("Leave that
     failure for now. Next, add backoff to the retries"), the first that holds one. A headline
@@ -764,6 +793,8 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
             for line in text.splitlines():
                 if ERROR_LINE.search(line):
                     out.append(("acc", "critical", _clip(line, limits)))
+            for line in _pasted_lines(text):
+                out.append(("acc", "critical", _clip(f"Pasted: {line}", limits)))
             for s in sentences:  # "Reproduce with `pytest tests/test_race.py -x -q`"
                 if not CONSTRAINT.search(s):  # "Never run `git push --force`" is a constraint
                     for span in code_spans(s):
