@@ -68,3 +68,10 @@ def test_typescript_client_takes_in_an_answer_over_grpc_s_default_4_mib():
     out = _one_call("--big-answer")
     code, size = out.split()[:2]
     assert code == "OK" and int(size) > 5 * 2**20, out
+
+
+def test_typescript_client_names_a_number_it_cannot_encode_invalid_argument():
+    """NaN in an int64 field (the types allow any number) failed in the client as INTERNAL, which
+    reads as a server fault and names nothing."""
+    out = _one_call("--nan")
+    assert out.startswith("INVALID_ARGUMENT request not sent:") and "NaN" in out, out

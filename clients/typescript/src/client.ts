@@ -68,6 +68,19 @@ export interface ContextService {
 
 interface MessageType<T> { fromPartial(object: DeepPartial<T>): T }
 
+// A request grpc-js could not encode (NaN, Infinity or a fraction in an int64 field: the types
+// allow any number) fails in the client as INTERNAL, which reads as a server fault and names no
+// field; it is the caller's input, INVALID_ARGUMENT, and was never sent.
+function unsendable(err: ServiceError): boolean {
+  return err.code === status.INTERNAL && /serialization failure/i.test(err.details ?? "");
+}
+
+function invalidRequest(err: ServiceError): ServiceError {
+  const details = `request not sent: ${err.details} (a number field holds NaN, Infinity or a fraction ` +
+    "where the proto has an integer)";
+  return Object.assign(new Error(details), { code: status.INVALID_ARGUMENT, details, metadata: err.metadata });
+}
+
 export function connect(address: string, options: ConnectOptions = {}): ContextService {
   const policy = retryPolicy(options.retry);
   // the channel reconnects as often as calls retry (grpc's own backoff grows to 120 s, and a call
@@ -96,6 +109,7 @@ export function connect(address: string, options: ConnectOptions = {}): ContextS
         try {
           return await attempt(message, deadline);
         } catch (err) {
+          if (unsendable(err as ServiceError)) throw invalidRequest(err as ServiceError);
           const pause = backoffMs(policy, retry);
           if (!RETRYABLE.includes((err as ServiceError).code) || retry >= policy.attempts || Date.now() + pause >= deadline) {
             throw err;

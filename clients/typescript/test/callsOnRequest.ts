@@ -25,6 +25,16 @@ async function main() {
     small.close();
     return;
   }
+  if (process.argv.includes("--nan")) {
+    // an int64 the types allow but grpc-js cannot encode: the caller's input, not a server fault
+    const client = connect(process.argv[2]);
+    const bad = { ...request, model: { ...request.model, limits: { context: Number.NaN, output: 64000 } } };
+    const out = await client.measure(bad, 20_000).then(
+      () => "OK", (err: ServiceError) => `${status[err.code]} ${err.details}`);
+    process.stdout.write(`${out}\n`);
+    client.close();
+    return;
+  }
   if (process.argv.includes("--big-answer")) {
     const client = connect(process.argv[2], { credentials: credentials.createInsecure() });
     const big = { ...request, conversation: { messages: [{ ...request.conversation.messages[0],
