@@ -9,6 +9,7 @@ summarized, and with it the screenshot and question the person had just sent.
 from __future__ import annotations
 
 import io
+import os
 
 import PIL.Image
 import pikepdf
@@ -38,8 +39,8 @@ def session(steps: int) -> list:
     return out
 
 
-def figures(messages: list, settings: m.CompactionSettings = ON):
-    return measure.measure(measure.MeasureInput(m.Conversation(messages, "shots"), MODEL, [], m.SystemPrompt(),
+def figures(messages: list, settings: m.CompactionSettings = ON, model: m.Model = MODEL):
+    return measure.measure(measure.MeasureInput(m.Conversation(messages, "shots"), model, [], m.SystemPrompt(),
                                                 settings), CFG)
 
 
@@ -111,3 +112,26 @@ def test_prune_counts_an_attached_pdf_s_items_as_the_model_s_format_does():
             prune=True, prune_settings=m.PruneSettings(protected_results=1, protect_tokens=0, minimum_tokens=0)),
             CFG, model=model)
         assert r.acted and r.tokens_freed == len(r.part_ids) * (items * per_item + 2), (provider, r)
+
+
+def test_a_body_over_the_provider_s_bytes_asks_to_compact_whatever_its_tokens():
+    """A person's screenshots (3.5 MB each) in a 200K session: the body passed Anthropic's 32 MB
+    at 16,000 tokens with should_compact false, and the guard strips no media before a summary
+    exists. Compacted, the history's images become notes and the next body is under it."""
+    model = m.Model("claude-sonnet-4-5", m.ANTHROPIC, m.ModelLimits(200_000, 0, 8_192))
+    noise = io.BytesIO()
+    PIL.Image.frombytes("RGB", (1080, 1080), os.urandom(1080 * 1080 * 3)).save(noise, "PNG")  # 3.5 MB
+    messages = []
+    for k in range(8):
+        shot = m.File("image/png", f"p{k}.png", data=noise.getvalue())
+        ask = [m.Part(f"t{k}", m.Text(f"and this one ({k})?")), m.Part(f"f{k}", shot)]
+        messages += [m.Message(f"u{k}", m.USER, ask),
+                     m.Message(f"a{k}", m.ASSISTANT, [m.Part(f"x{k}", m.Text("Looks fine."))], time_completed_ms=k + 1)]
+    messages.append(m.Message("q", m.USER, [m.Part("q", m.Text("Which one had the bug?"))]))
+    r = figures(messages, m.CompactionSettings(), model)
+    assert r.body_bytes > 32_000_000 and r.decision[0] < r.limit // 4 and r.should_compact
+    done = compact.compact(compact.CompactInput(m.Conversation(messages, "big"), model, auto=True), CFG)
+    after = figures(ed.apply(messages, done.edits), m.CompactionSettings(), model)
+    assert after.body_bytes < 32_000_000 and not after.should_compact
+    fewer = figures(messages[:6] + messages[-1:], m.CompactionSettings(), model)
+    assert fewer.body_bytes < 32_000_000 and not fewer.should_compact

@@ -117,6 +117,7 @@ class Anthropic(WireFormat):
     # pixels": the vision docs' limit for a request of more than 20 images
     many_images = 20
     many_images_side = 2000
+    max_request_bytes = 32_000_000  # "request_too_large": 32 MB (the smaller reading of MB)
     native_auto = True
     longer_ttls_first = True  # the Messages API rejects a 1-hour entry placed after a 5-minute one
     context_strategy = "clear_tool_uses_20250919"

@@ -223,6 +223,7 @@ class Gemini(WireFormat):
     # (one item a page read a 120-page PDF at 246K tokens where Gemini counted 31K, and the
     # person's document was compacted away)
     pages_per_item = 8
+    max_request_bytes = 20_000_000  # a request with inline data: 20 MB in all
     implicit_cache = True
 
     def run(self, blocks: list) -> Run:

@@ -50,6 +50,10 @@ class WireFormat:
     max_image_bytes: int = 0
     max_image_side: int = 0
     max_document_bytes: int = 0  # an inline document of more bytes (0: no limit checked here)
+    # a request body of more bytes, refused whatever its tokens (0: none known): the step asks to
+    # compact a body over it (step.run.finish), whose summary lets the payload guard strip the
+    # history's media
+    max_request_bytes: int = 0
     # how many of an inline PDF's pages make one media item of the decision figure (design.md §3)
     pages_per_item: int = 1
     # a request of more than many_images images takes none over many_images_side pixels on a side

@@ -58,10 +58,10 @@ def mid_tool_round_trip(messages: list) -> bool:
 
 
 def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> Decision:
-    mdl, settings, cfg = plan.model, plan.compaction, plan.cfg
+    mdl, cfg = plan.model, plan.cfg
     lim = plan.limit
     context_known = mdl.limits.context > 0
-    auto = cfg.measure.auto if settings.auto is None else settings.auto
+    auto = plan.auto
     base = baseline(messages)
     # the provider's count of the request as sent: what it cleared itself (provider_managed) was
     # sent, and our figures of the request count it

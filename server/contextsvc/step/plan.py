@@ -75,6 +75,13 @@ class Plan:
         return bool(self.images_left_out) and msg.id in self.images_left_out
 
     @property
+    def auto(self) -> bool:
+        """Whether the request is compacted automatically (the overflow checks run): the
+        request's compaction.auto, else the config's."""
+        auto = self.compaction.auto
+        return self.cfg.measure.auto if auto is None else auto
+
+    @property
     def usable(self) -> int:
         return window.usable(self.model, self.compaction, self.cfg)
 

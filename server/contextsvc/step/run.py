@@ -184,6 +184,12 @@ def finish(conv: m.Conversation, request: Request, plan: Plan, memo: Memo | None
     out_tokens = window.output_budget(mdl, configured, counted, fig.normalized, fig.media_count, cfg)
     request.lowered.set_max_output(out_tokens)
     measurement = gather(request.body_bytes(), fig, dec, plan.usable, plan.limit, max_out, out_tokens)
+    cap = plan.fmt.max_request_bytes
+    if cap and measurement.body_bytes > cap and mdl.limits.context > 0 and plan.auto:
+        # refused whatever its tokens, at every later step too: a summary lets the payload guard
+        # strip the history's media (a session of a person's screenshots reached 36 MB with
+        # should_compact false, the guard unable to strip before a summary exists)
+        measurement.should_compact = True
     endpoints = exact_counters.endpoints if exact_counters is not None else None
     if fig.exact is not None and endpoints:
         # the provider's own count, reported only: the decision above was taken without it
