@@ -543,3 +543,14 @@ def test_tools_the_previous_request_sent_are_not_counted_twice_beside_its_usage(
         compact(b"not a state")
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "previous_cache_state" in e.value.details()
 
+
+
+def test_a_system_block_hint_where_there_is_none_says_so(stub):
+    """It said "(0..-1)": the request sends no system block at all."""
+    conv = pb.Conversation(session_id="hints", messages=[convo.user("msg_001", convo.text("p1", "Fix the parser."))])
+    hint = [pb.CacheHint(system_block=0)]
+    with pytest.raises(grpc.RpcError) as e:
+        stub.Assemble(pb.AssembleRequest(conversation=conv, model=convo.model(), cache_hints=hint), timeout=10)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert e.value.details().endswith("cache_hints[0].system_block: 0 is not a system block index "
+                                      "(the request sends no system block)"), e.value.details()

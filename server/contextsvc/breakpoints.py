@@ -139,8 +139,9 @@ def _hinted(lowered, provider: str, tools: list, policy: Policy, message_ids) ->
                 chosen.append(Breakpoint("message", idx, _segment(lowered, idx), h.ttl))
         else:
             if not 0 <= h.system_block < n_sys:
+                which = f"(0..{n_sys - 1})" if n_sys else "(the request sends no system block)"
                 raise BadInput(f"cache_hints[{k}].system_block",
-                               f"{h.system_block} is not a system block index (0..{n_sys - 1})")
+                               f"{h.system_block} is not a system block index {which}")
             chosen.append(Breakpoint("system", h.system_block, "system", h.ttl))
     if fmt.system_marker_closes_list:
         chosen = [Breakpoint("system", n_sys - 1, "system", b.ttl) if b.kind == "system" else b for b in chosen]
