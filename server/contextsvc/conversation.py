@@ -346,6 +346,8 @@ _CALL_IDS = operator.attrgetter("call_ids")
 # each message's last_compacted_ms(), read in C (a history is a thousand messages): the one reader
 # of the field outside its class, for Scanned and the baseline (step.baseline)
 LAST_COMPACTED_MS = operator.attrgetter("_last_compacted")
+# whether a message carries media (Message.has_media), read in C over a history of a thousand
+HAS_MEDIA = operator.attrgetter("has_media")
 NOTHING_SCANNED = Scanned((), (), b"", {}, ())
 
 

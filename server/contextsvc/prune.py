@@ -218,7 +218,7 @@ def tool_outputs(msg: m.Message, media_tokens: int = 0, pages_per_item: int = 1,
 def _media_items(f: m.File, pages_per_item: int) -> int:
     if not f.is_media:
         return 0
-    return -(-documents.pages(f.data) // pages_per_item) if f.data is not None else 1
+    return documents.items(f.data, pages_per_item) if f.data is not None else 1
 
 
 def apply(conversation: m.Conversation, part_ids, now_ms: int, deadline: Deadline = NO_DEADLINE) -> m.Conversation:

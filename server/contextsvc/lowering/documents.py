@@ -67,6 +67,11 @@ def pages(data: bytes) -> int:
     return min(max(1, leaves, counted), MAX_PAGES)
 
 
+def items(data: bytes, pages_per_item: int) -> int:
+    """The media items of the PDF in data, pages_per_item of its pages an item (WireFormat)."""
+    return -(-pages(data) // pages_per_item)
+
+
 def _counted(text: bytes, nodes: int) -> tuple[int, int, bool]:
     """(the largest /Count of a page tree node written in text, of at most nodes of them; the
     nodes left to look at; whether every node looked at was read)."""

@@ -22,6 +22,8 @@ OPAQUE_PLACEHOLDER = "[opaque reasoning state]"
 PDF = "application/pdf"
 
 _MEDIA_UNITS = native.json_lengths(MEDIA_PLACEHOLDER)[1]
+_OPAQUE_UNITS = native.json_lengths(OPAQUE_PLACEHOLDER)[1]
+
 # The placeholder of a medium of several items (a PDF's pages): the figures count the items of
 # each element by its placeholders (step.figures), so the text says how many. Read only as the
 # value of a key a format puts media under, and at most MAX_ITEMS: a person's text that is the
@@ -38,7 +40,6 @@ def placeholder(items: int) -> str:
 def items_in(texts) -> int:
     """The media items the placeholders in these JSON texts stand for."""
     return sum(min(int(found.group(1) or 1), MAX_ITEMS) for t in texts for found in ITEMS_PLACEHOLDER.finditer(t))
-_OPAQUE_UNITS = native.json_lengths(OPAQUE_PLACEHOLDER)[1]
 
 
 class MediaLedger:
@@ -196,6 +197,7 @@ class Source:
     payload: str = ""  # base64 text from a data: URL
     url: str = ""  # an http(s) URL the provider fetches itself
     items: int = 1  # what it counts as in the decision figure: a PDF's pages (inline only)
+    pixels: tuple | None = None  # an inline image's (width, height), where its header was read
 
     def base64(self, ledger: MediaLedger) -> str:
         if self.data is not None:
@@ -254,7 +256,7 @@ def source(fmt, x, ledger: MediaLedger | None = None):
     if found == IMAGE and ledger is not None and ledger.leaves_out():
         return attachment_note(x, f"an older image: a request of more than {fmt.many_images} images takes none "
                                   f"over {fmt.many_images_side} px on {fmt.name}, and the newest are sent whole")
-    items = 1
+    items, pixels = 1, None
     if found == IMAGE and not web:
         mime, why, pixels = _image(fmt, mime, data, payload, image_side, image_pixels is not None)
         if why:
@@ -267,9 +269,8 @@ def source(fmt, x, ledger: MediaLedger | None = None):
         return attachment_note(x, f"{size / 1e6:.1f} MB, over the {fmt.max_document_bytes / 1e6:g} MB {fmt.name} "
                                   "takes per document")
     if mime == PDF and not web:
-        pages = documents.pages(data if data is not None else binascii.a2b_base64(payload))
-        items = -(-pages // fmt.pages_per_item)
-    return Source(found, mime, data, payload, web, items)
+        items = documents.items(data if data is not None else binascii.a2b_base64(payload), fmt.pages_per_item)
+    return Source(found, mime, data, payload, web, items, pixels)
 
 
 def _image(fmt, mime: str, data: bytes | None, payload: str, image_side: int = 0,

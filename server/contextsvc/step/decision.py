@@ -292,7 +292,6 @@ def _tokenizer_factor(figure: str, fig: Figures, plan: Plan) -> tuple:
             tail = max(anchored, fig.new_text_factor, float(fam.prior))
         else:
             tail = max(anchored, fig.new_text_factor)
-
         if fig.media_prefix:
             # the provider's count holds the media's cost too, which the text it is divided by does
             # not (a screenshot in a short prefix made it 1.73x): the text's factor is at most the

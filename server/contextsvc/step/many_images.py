@@ -11,14 +11,10 @@ joined a history holding a larger one, the same refusal at every later request.
 from __future__ import annotations
 
 import itertools
-import operator
 
 from .. import conversation as m
-from ..lowering import images, media
+from ..lowering import media
 from ..memo import IMAGE_SIDES, Memo
-
-_HAS_MEDIA = operator.attrgetter("has_media")
-
 
 # Where older images are left out, they go in chunks of this many: the prefix is rewritten once
 # every CHUNK screenshots, not at each (the newest 11 to 20 images are sent)
@@ -36,7 +32,7 @@ def image_rule(messages: list, fmt, memo: Memo | None = None) -> tuple[int, froz
     21st, the second keeps the newest at full size."""
     if not fmt.many_images:
         return 0, NONE_LEFT_OUT
-    held = [(msg, _sides(msg, fmt, memo)) for msg in itertools.compress(messages, map(_HAS_MEDIA, messages))]
+    held = [(msg, _sides(msg, fmt, memo)) for msg in itertools.compress(messages, map(m.HAS_MEDIA, messages))]
     count = sum(len(sides) for _, sides in held)
     over = sum(side > fmt.many_images_side for _, sides in held for side in sides)
     if count <= fmt.many_images or not over:
@@ -68,8 +64,7 @@ def _sides(msg: m.Message, fmt, memo: Memo | None) -> tuple:
             src = media.source(fmt, f) if f.is_media and media.media_type(f.mime) != media.PDF else None
             if src is None or isinstance(src, str) or src.kind != media.IMAGE:
                 continue
-            pixels = None if src.url else images.dimensions(media.image_head(src.data, src.payload)[0])
-            sides.append(max(pixels) if pixels else 0)
+            sides.append(max(src.pixels) if src.pixels else 0)
     found = tuple(sides)
     if key is not None:
         memo.put(key, found)

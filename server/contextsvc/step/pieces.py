@@ -118,7 +118,7 @@ def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     per element (Deadline.count). points: projection.compaction_points(conv.messages), and
     digests: memo.message_prefix_digests(conv.messages), when the caller has them."""
     mdl, tools, system = plan.model, plan.tools, plan.system
-    prompt_dir, placeholders, tools_disabled = plan.cfg.assemble.prompt_dir, plan.placeholders, plan.tools_disabled
+    prompt_dir, tools_disabled = plan.cfg.assemble.prompt_dir, plan.tools_disabled
     projected = projection.project(conv.messages, points, deadline)
     if memo is not None and memoizable(projected, mdl.provider):
         if digests is not None and not _same(projected, conv.messages):  # history was cut
@@ -126,7 +126,7 @@ def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
         lowered, ledger, resume, prefix = _lower_memoized(projected, memo, conv, plan, deadline, digests)
         return Pieces(lowered, ledger, True, resume, prefix.columns, prefix.pruned)
     messages = to_model_messages(projected, mdl, deadline)
-    ledger = MediaLedger(placeholders, plan.image_side, plan.images_left_out, plan.image_pixels)
+    ledger = _ledger(plan)
     lowered = lower(
         mdl.provider,
         model_id=mdl.id,
@@ -152,10 +152,9 @@ def _same(a: list, b: list) -> bool:
 def memoizable(messages: list, provider: str) -> bool:
     """Whether each message lowers alone as it does in the whole request. Not so for media on
     Bedrock: its document names are made distinct across the request."""
-    return provider != m.BEDROCK or not any(map(_HAS_MEDIA, messages))
+    return provider != m.BEDROCK or not any(map(m.HAS_MEDIA, messages))
 
 
-_HAS_MEDIA = operator.attrgetter("has_media")  # read in C: a history is a thousand messages
 
 
 def _piece(msg: m.Message, plan: Plan, deadline: Deadline = NO_DEADLINE) -> tuple:
@@ -164,7 +163,7 @@ def _piece(msg: m.Message, plan: Plan, deadline: Deadline = NO_DEADLINE) -> tupl
     element_entry of each element. The lead user message a format puts first stands for
     no stored message and is left out."""
     mdl = plan.model
-    ledger = MediaLedger(plan.placeholders, plan.image_side, plan.images_left_out, plan.image_pixels)
+    ledger = _ledger(plan)
     low = lower(mdl.provider, model_id=mdl.id, system=[], messages=to_model_messages([msg], mdl, deadline),
                 tools=[], max_output=0, ledger=ledger, deadline=deadline)
     saved = ledger.saved_by
@@ -192,13 +191,18 @@ class MessagePiece:
     texts: tuple  # element_entry of each element: JSON text, (UTF-8 bytes, UTF-16 units), text profile
 
 
+def _ledger(plan: Plan) -> MediaLedger:
+    """The media ledger of a lowering under plan: its placeholders and the request's image rules."""
+    return MediaLedger(plan.placeholders, plan.image_side, plan.images_left_out, plan.image_pixels)
+
+
 def _piece_key(msg: m.Message, plan: Plan, settings: tuple | None = None) -> tuple | None:
     """The memo's key of msg lowered alone: its digest and what changes its lowering
     (Plan.lowering_settings, the caller's when it has them; Plan.left_out); None for a message
     without a digest (built or changed in the core), lowered afresh every time."""
     if not msg.digest:
         return None
-    return LOWERED, msg.digest, settings or plan.lowering_settings, bool(plan.images_left_out) and plan.left_out(msg)
+    return LOWERED, msg.digest, settings or plan.lowering_settings, plan.left_out(msg)
 
 
 def message_piece(msg: m.Message, plan: Plan, memo: Memo | None = None) -> MessagePiece:
@@ -284,7 +288,7 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, plan: Plan, dea
     for the next is its messages up to the first one without a digest (a copy an injection made
     that the client stores: the next step sends that message as stored, and starts there)."""
     mdl, settings = plan.model, plan.lowering_settings
-    ledger = MediaLedger(plan.placeholders, plan.image_side, plan.images_left_out, plan.image_pixels)
+    ledger = _ledger(plan)
     system = system_prompt.blocks(plan.system, mdl, plan.cfg.assemble.prompt_dir)
     lowered = lower(mdl.provider, model_id=mdl.id, system=system, messages=[], tools=plan.tools, max_output=0,
                     ledger=ledger, session_id=conv.session_id, tools_disabled=plan.tools_disabled)

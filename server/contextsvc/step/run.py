@@ -29,8 +29,6 @@ from .plan import Plan
 from .request import Request, build
 
 
-_HAS_MEDIA = operator.attrgetter("has_media")
-
 # How far the whole body's bytes, sized from the guard's (Guard.freed), may be from the bytes of
 # the whole body built: the two bodies are their messages' elements, joined the same way, and
 # differ only where the guard's copies do, but for the cache markers (the same places in both,
@@ -86,7 +84,7 @@ def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Mem
             sent.scanned = sent.scanned.renamed(renamed, sent.messages)
     if first_calls and not plan.tools:
         plan = plan.for_history(holds_calls(sent.messages, points))
-    if plan.fmt.many_images and any(map(_HAS_MEDIA, sent.messages)):
+    if plan.fmt.many_images and any(map(m.HAS_MEDIA, sent.messages)):
         plan = plan.for_images(projection.project(sent.messages, points, deadline), memo)
     # what the lowering's keys and the guard's are made of: the digests of the first messages
     digests = None
