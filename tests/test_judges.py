@@ -15,6 +15,7 @@ import pytest
 from contextsvc.lowering.registry import FORMATS, PROVIDERS
 from contextsvc.lowering.tool_ids import wire_name
 from judges import judge_for
+from judges.bedrock_judge import judge as bedrock_judge
 from judges._common import parse_data_url
 
 PNG64 = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 8).decode()
@@ -463,6 +464,33 @@ def _b(change):
 ])
 def test_bedrock_refuses(change, rule, where):
     refuses("bedrock", _b(change), rule, where)
+
+
+@pytest.mark.parametrize("provider,model_id,refused", [
+    ("anthropic", "claude-sonnet-4-6", True), ("anthropic", "claude-opus-4-7", True),
+    ("anthropic", "claude-sonnet-5", True), ("anthropic", "claude-next", True),
+    ("anthropic", "claude-sonnet-4-5", False), ("anthropic", "claude-opus-4-20250514", False),
+    ("bedrock", "us.anthropic.claude-opus-4-6-v1:0", True), ("bedrock", "anthropic.claude-haiku-4-5-20251001-v1:0", False),
+    ("bedrock", "", False),
+    ("openrouter", "anthropic/claude-sonnet-4.6", True), ("copilot", "claude-opus-4.7", True),
+    ("openrouter", "anthropic/claude-3.7-sonnet", False), ("openai", "gpt-5", False),
+])
+def test_a_last_turn_of_the_models_own_where_the_model_refuses_it(provider, model_id, refused):
+    """Claude from 4.6 on refuses a conversation that ends with its own turn (a prefill)."""
+    if provider == "anthropic":
+        body = anthropic_body()
+        body["messages"].append({"role": "assistant", "content": [{"type": "text", "text": "All green."}]})
+        problems = judge_for(provider)({**body, "model": model_id})
+    elif provider == "bedrock":
+        body = bedrock_body()
+        body["messages"].append({"role": "assistant", "content": [{"text": "All green."}]})
+        problems = bedrock_judge(body, model_id=model_id)
+    else:
+        body = chat_body(provider)
+        body["messages"].append({"role": "assistant", "content": "All green."})
+        problems = judge_for(provider)({**body, "model": model_id})
+    assert ("prefill" in rules(problems)) == refused, problems
+    assert rules(problems) <= {"prefill"}, problems
 
 
 # ---- Gemini -------------------------------------------------------------------------------------

@@ -12,16 +12,14 @@ import base64
 import io
 import json
 
-import grpc
 import PIL.Image
 import pytest
 
 from contextsvc import assemble, config, conversation as m
 from contextsvc.lowering.registry import FORMATS
-from helpers.server import start_server
+from helpers.server import stubs_with_and_without_memo
 from judges import judge_for
 from contextsvc.v1 import context_pb2 as pb
-from contextsvc.v1 import context_pb2_grpc as pb_grpc
 
 RULE = FORMATS[m.ANTHROPIC]
 BIG = (2400, 1350)  # a screenshot of a large display: within Anthropic's 8000 px, over its 2000
@@ -55,12 +53,7 @@ def step_messages(k: int, in_tool: bool, all_big: bool = False) -> tuple[list, l
 
 @pytest.fixture(scope="module")
 def stubs():
-    servers = [start_server(), start_server(memo_bytes=0)]
-    channels = [grpc.insecure_channel(f"127.0.0.1:{s.port}") for s in servers]
-    yield [pb_grpc.ContextServiceStub(c) for c in channels]
-    for c, s in zip(channels, servers):
-        c.close()
-        s.stop(grace=1)
+    yield from stubs_with_and_without_memo()
 
 
 def _dicts(v):

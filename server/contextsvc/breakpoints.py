@@ -155,6 +155,10 @@ def _auto(lowered, provider: str, tools: list, ttl: str) -> list:
     """The auto policy's breakpoints, most useful first (the first ones win when the caller's
     hints leave fewer places)."""
     n_sys, n_msg = len(lowered.system), len(lowered.messages)
+    if lowered.closed:
+        # the closing user message stands for no stored message and is gone at the next step:
+        # the marker goes on the model's turn before it, whose entry that step reads
+        n_msg -= 1
     if FORMATS[provider].native_auto:
         # The latest user message is the last *wire* user message, the one carrying the tool
         # results, not the last message a person typed: through a long tool loop the marker
@@ -164,7 +168,7 @@ def _auto(lowered, provider: str, tools: list, ttl: str) -> list:
         # lookback (20 blocks on Anthropic), and every step would be written again in full.
         # Then the last system block (its entry survives a compaction, which rewrites the
         # messages) and the last tool (it survives a change of the system prompt).
-        last_user = _last_user(lowered.roles)
+        last_user = n_msg - 1 if lowered.closed else _last_user(lowered.roles)
         out = [Breakpoint("message", last_user, "tail", ttl)] if last_user >= 0 else []
         if n_sys:
             out.append(Breakpoint("system", n_sys - 1, "system", ttl))

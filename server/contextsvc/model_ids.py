@@ -61,3 +61,32 @@ def same_provider(stored: str, requested: str) -> bool:
     """stored (a message's provider_id) names requested (a provider name of the service): the
     same name, or an id agents store for it."""
     return stored == requested or provider_name(stored) == requested
+
+
+# a Claude model's generation in its id: "claude-3-5-sonnet-20241022", "claude-sonnet-4-5",
+# "anthropic.claude-opus-4-1-20250805-v1:0", "claude-sonnet-4-20250514" (a date is no minor version),
+# "anthropic/claude-sonnet-4.6" (a gateway's)
+_CLAUDE_VERSION = re.compile(r"claude-(?:(?:opus|sonnet|haiku)-)?(\d+)(?:[-.](\d)(?!\d))?")
+
+
+@functools.lru_cache(maxsize=256)
+def claude_generation(model_id: str) -> tuple[int, int] | None:
+    """(major, minor) of the Claude generation a model id names, None where it names none that
+    can be read (a Claude id of that kind is taken to be of the newest generation)."""
+    found = _CLAUDE_VERSION.search(model_id.lower())
+    return (int(found.group(1)), int(found.group(2) or 0)) if found else None
+
+
+# The first Claude generation that refuses a request ending with its own turn: "This model does not
+# support assistant message prefill. The conversation must end with a user message." (Opus 4.6 and
+# Sonnet 4.6 on, through Anthropic, Bedrock, Vertex and the gateways alike)
+NO_PREFILL_FROM = (4, 6)
+
+
+def refuses_prefill(model_id: str) -> bool:
+    """Whether the model refuses a request whose last message is its own: a Claude id of
+    generation NO_PREFILL_FROM or later, or of one that cannot be read."""
+    if "claude" not in model_id.lower():
+        return False
+    generation = claude_generation(model_id)
+    return generation is None or generation >= NO_PREFILL_FROM

@@ -274,7 +274,9 @@ def digests(lowered, chain: Chain, messages: list, fmt, last: int, element_prune
     were placed), messages the conversation the body was built from, fmt its WireFormat; last:
     projection.last_compaction(messages); element_pruned: each message element's compacted
     tool outputs (its messages' Message.compacted_outputs summed), when the lowering put them
-    together (step.pieces.Pieces.pruned)."""
+    together (step.pieces.Pieces.pruned). A closing user message (lowered.closed) is left out:
+    it stands for no stored message, takes no marker, and the next request sends what the
+    client stores in its place, so what is cached for that request ends before it."""
     n_tools, n_system, _ = chain.counts  # Bedrock's system cachePoint block came later
     pruned = [0] * (n_tools + n_system)
     if element_pruned is not None:
@@ -286,8 +288,11 @@ def digests(lowered, chain: Chain, messages: list, fmt, last: int, element_prune
             pruned += map(sum, map(map, itertools.repeat(by_id), lowered.sources))
         else:
             pruned += [0] * len(lowered.sources)
-    return Digests((n_tools, n_system, len(lowered.sources)),
-                   chain.short, pruned,
+    short, n_messages = chain.short, len(lowered.sources)
+    if lowered.closed:
+        short, pruned, n_messages = short[:-1], pruned[:-1], n_messages - 1
+    return Digests((n_tools, n_system, n_messages),
+                   short, pruned,
                    _short(messages[last].id.encode()) if last >= 0 else bytes(DIGEST_BYTES),
                    choice_digest(lowered.body, fmt))
 

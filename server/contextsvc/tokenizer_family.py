@@ -22,17 +22,13 @@ Any other model keeps the calibrated figure as it is (factor 1, the proxy encodi
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import dataclass
 from fractions import Fraction
 
-from . import encodings
+from . import encodings, model_ids
 
 CLAUDE, CLAUDE_47, GEMINI, OPENAI = "claude", "claude-4.7", "gemini", "openai"
 PRIORS = {CLAUDE: Fraction("1.35"), CLAUDE_47: Fraction("1.85"), GEMINI: Fraction("1.35"), OPENAI: Fraction("1.05")}
-# a Claude model's generation in its id: "claude-3-5-sonnet-20241022", "claude-sonnet-4-5",
-# "anthropic.claude-opus-4-1-20250805-v1:0", "claude-sonnet-4-20250514" (a date is no minor version)
-_CLAUDE_VERSION = re.compile(r"claude-(?:(?:opus|sonnet|haiku)-)?(\d+)(?:[-.](\d)(?!\d))?")
 # providers whose API serves only their own family's models, whatever the model id
 _PROVIDER_FAMILY = {"anthropic": CLAUDE, "gemini": GEMINI, "openai": OPENAI, "openai-responses": OPENAI}
 _ID_FAMILY = (("claude", CLAUDE), ("gemini", GEMINI))
@@ -74,8 +70,5 @@ def for_model(model_id: str, provider: str, proxy: str) -> Family:
 
 def _older_claude(model_id: str) -> bool:
     """A Claude of the tokenizer before Opus 4.7's: Claude 2 and 3, and 4 up to 4.6."""
-    m = _CLAUDE_VERSION.search(model_id)
-    if m is None:
-        return False  # no generation to read: taken to be newer (the higher prior)
-    major, minor = int(m.group(1)), int(m.group(2) or 0)
-    return major < 4 or (major == 4 and minor <= 6)
+    generation = model_ids.claude_generation(model_id)
+    return generation is not None and generation <= (4, 6)  # none to read: taken to be newer

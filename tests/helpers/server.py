@@ -83,3 +83,17 @@ def truncate_and_leave(server, stub, text: str, leaves: str, held: HeldAt, metad
     assert wait_for(lambda: scrape(server.metrics_port).get(key, 0) == before + 1, 30), f"not counted {code}"
     held.release.set()
     assert held.returned.wait(30)
+
+
+def stubs_with_and_without_memo():
+    """A generator for a module fixture: yields the stubs of two servers, with the memo and with
+    none (memo_bytes 0), whose bodies a test holds equal; stops them after."""
+    import grpc
+    from contextsvc.v1 import context_pb2_grpc as pb_grpc
+
+    servers = [start_server(), start_server(memo_bytes=0)]
+    channels = [grpc.insecure_channel(f"127.0.0.1:{s.port}") for s in servers]
+    yield [pb_grpc.ContextServiceStub(c) for c in channels]
+    for c, s in zip(channels, servers):
+        c.close()
+        s.stop(grace=1)

@@ -27,6 +27,24 @@ TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 OPENAI_ID_MAX = 40
 # The most cache markers any marker-taking provider accepts in one request (Anthropic, Bedrock).
 MAX_MARKERS = 4
+# Claude from Opus 4.6 and Sonnet 4.6 on (Opus 4.7, Sonnet 5, ...) refuses a request that ends with
+# its own turn, on Anthropic, Bedrock, Vertex and behind the gateways: "This model does not support
+# assistant message prefill. The conversation must end with a user message." (Anthropic's
+# "prefill removal"; reported by opencode #13768 and #29760, vercel/ai #12296). Earlier ones take
+# the turn as the start of their answer. The generation as an id writes it: claude-sonnet-4-6,
+# anthropic.claude-opus-4-6-v1:0, anthropic/claude-sonnet-4.6, claude-sonnet-5.
+_CLAUDE_GENERATION = re.compile(r"claude-(?:(?:opus|sonnet|haiku)-)?(\d+)(?:[-.](\d)(?!\d))?")
+PREFILL_REFUSED = "This model does not support assistant message prefill. The conversation must end with a user message."
+
+
+def refuses_prefill(model_id) -> bool:
+    """Whether the model a body names refuses a last message of its own: Claude 4.6 and later
+    (a Claude id whose generation cannot be read is taken to be a new one)."""
+    model_id = str(model_id or "").lower()
+    if "claude" not in model_id:
+        return False
+    found = _CLAUDE_GENERATION.search(model_id)
+    return found is None or (int(found.group(1)), int(found.group(2) or 0)) >= (4, 6)
 
 
 class Problems(list):

@@ -10,11 +10,15 @@ Then the rules the API documents and enforces beyond the shape.
 """
 from __future__ import annotations
 
+import base64
+import io
+
+import pikepdf
 from anthropic.types.beta.beta_context_management_config_param import BetaContextManagementConfigParam
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 
-from ._common import (ANTHROPIC_ID, MAX_MARKERS, Problems, b64_ok, image_pixels, image_problem, is_http_url,
-                      strict_validator, tool_name_problem, validate)
+from ._common import (ANTHROPIC_ID, MAX_MARKERS, PREFILL_REFUSED, Problems, b64_ok, image_pixels, image_problem,
+                      is_http_url, refuses_prefill, strict_validator, tool_name_problem, validate)
 
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 THINKING = ("thinking", "redacted_thinking")
@@ -25,6 +29,9 @@ MAX_IMAGE_SIDE = 8000
 # "At least one of the image dimensions exceed max allowed size for many-image requests: 2000
 # pixels": a request of more than 20 images (the vision docs)
 MANY_IMAGES, MANY_IMAGES_SIDE = 20, 2000
+# "Too much media: 0 document pages + 102 images > 100": images and PDF pages of one request, up to
+# 100 for a model of a 200K-token window, 600 for the longer ones (the vision docs)
+MAX_MEDIA = 100
 CONTEXT_MANAGEMENT_BETA = "context-management-2025-06-27"
 
 
@@ -49,8 +56,17 @@ def _merged(messages: list) -> list:
     return turns
 
 
-def _media(block: dict, where: str, p: Problems, images: list) -> None:
-    """images: (where, pixels or None) of each image, added to."""
+def _pdf_pages(data: str) -> int:
+    """The pages of a base64 PDF, as qpdf reads them (0 where it cannot)."""
+    try:
+        with pikepdf.open(io.BytesIO(base64.b64decode(data))) as pdf:
+            return len(pdf.pages)
+    except Exception:  # noqa: BLE001 - a PDF the API could not read either
+        return 0
+
+
+def _media(block: dict, where: str, p: Problems, images: list, pages: list | None = None) -> None:
+    """images: (where, pixels or None) of each image, pages: each inline PDF's pages, added to."""
     source = block.get("source") or {}
     kind = source.get("type")
     if block.get("type") == "image":
@@ -72,6 +88,8 @@ def _media(block: dict, where: str, p: Problems, images: list) -> None:
                 p.add("document-media-type", where, f"{source.get('media_type')!r} is not application/pdf")
             if not b64_ok(source.get("data")):
                 p.add("base64", where, "source.data is not valid base64")
+            elif pages is not None:
+                pages.append(_pdf_pages(source["data"]))
         elif kind == "url" and not is_http_url(source.get("url")):
             p.add("media-url", where, f"URL source must be http(s), got {str(source.get('url'))[:40]!r}")
 
@@ -137,8 +155,9 @@ def _context_management(body: dict, headers: dict, p: Problems) -> dict:
     return body
 
 
-def judge(body: dict, headers: dict | None = None) -> list:
-    """headers: the HTTP headers sent with the body (the beta a body feature needs)."""
+def judge(body: dict, headers: dict | None = None, max_media: int = MAX_MEDIA) -> list:
+    """headers: the HTTP headers sent with the body (the beta a body feature needs); max_media:
+    the images and PDF pages the model takes in one request (600 for a window over 200K)."""
     p = Problems()
     if not isinstance(body, dict):
         p.add("schema", "body", "not a JSON object")
@@ -151,10 +170,12 @@ def judge(body: dict, headers: dict | None = None) -> list:
         return p
     if messages[0].get("role") != "user":
         p.add("first-user", "messages[0]", f"the first message must be a user message, not {messages[0].get('role')!r}")
+    if messages[-1].get("role") == "assistant" and refuses_prefill(body.get("model")):
+        p.add("prefill", f"messages[{len(messages) - 1}]", PREFILL_REFUSED)
 
     tool_blocks = False
     ids_seen = set()
-    images = []
+    images, pages = [], []
     for i, msg in enumerate(messages):
         blocks = [(k, b) for k, b in enumerate(_blocks(msg)) if isinstance(b, dict)]
         if isinstance(msg.get("content"), list) and not msg["content"]:
@@ -166,7 +187,7 @@ def judge(body: dict, headers: dict | None = None) -> list:
             where = f"messages[{i}].content[{k}]"
             kind = b.get("type")
             if kind in ("image", "document"):
-                _media(b, where, p, images)
+                _media(b, where, p, images, pages)
             if kind == "tool_use":
                 tool_blocks = True
                 tool_name_problem(b.get("name"), f"{where}.name", p)
@@ -188,7 +209,10 @@ def judge(body: dict, headers: dict | None = None) -> list:
                     _texts(inner_blocks, f"{where}.content", p, False)
                     for j, x in inner_blocks:
                         if x.get("type") in ("image", "document"):
-                            _media(x, f"{where}.content[{j}]", p, images)
+                            _media(x, f"{where}.content[{j}]", p, images, pages)
+    if len(images) + sum(pages) > max_media:
+        p.add("too-much-media", "messages", f"Too much media: {sum(pages)} document pages + {len(images)} images "
+                                            f"> {max_media}")
     if len(images) > MANY_IMAGES:
         for where, pixels in images:
             if pixels is not None and max(pixels) > MANY_IMAGES_SIDE:

@@ -17,7 +17,7 @@ import re
 import botocore.session
 from botocore.validate import ParamValidator
 
-from ._common import MAX_MARKERS, Problems, image_pixels, image_problem
+from ._common import MAX_MARKERS, PREFILL_REFUSED, Problems, image_pixels, image_problem, refuses_prefill
 
 # DocumentBlock.name: "alphanumeric characters, whitespace characters (no more than one in a row),
 # hyphens, parentheses, and square brackets" (Converse API reference).
@@ -162,7 +162,9 @@ def _count_cache_points(body: dict) -> int:
     return n
 
 
-def judge(body: dict) -> list:
+def judge(body: dict, model_id: str = "") -> list:
+    """model_id: the model the body is sent to (Converse takes it in the URL), for the rules of
+    that model alone."""
     p = Problems()
     if not isinstance(body, dict):
         p.add("schema", "body", "not a JSON object")
@@ -187,6 +189,8 @@ def judge(body: dict) -> list:
     elif messages[0].get("role") != "user":
         p.add("first-user", "messages[0]", "A conversation must start with a user message")
     last = messages[-1] if messages else {}
+    if last.get("role") == "assistant" and refuses_prefill(model_id):
+        p.add("prefill", f"messages[{len(messages) - 1}]", PREFILL_REFUSED)
     texts = [b["text"] for b in last.get("content") or [] if isinstance(b, dict) and isinstance(b.get("text"), str)]
     if last.get("role") == "assistant" and texts and texts[-1] != texts[-1].rstrip():
         # Claude behind Converse: "The model returned the following errors: messages: final

@@ -15,8 +15,8 @@ import copy
 
 from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
 
-from ._common import (ANTHROPIC_ID, MAX_MARKERS, OPENAI_ID_MAX, Problems, data_url_problem, is_http_url,
-                      strict_validator, tool_name_problem, validate)
+from ._common import (ANTHROPIC_ID, MAX_MARKERS, OPENAI_ID_MAX, PREFILL_REFUSED, Problems, data_url_problem,
+                      is_http_url, refuses_prefill, strict_validator, tool_name_problem, validate)
 
 PROVIDERS = ("openai", "openai-compatible", "openrouter", "alibaba", "copilot")
 
@@ -130,6 +130,8 @@ def judge(body: dict, provider: str = "openai") -> list:
         p.add("first-user", f"messages[{talk[0][0]}]",
               f"the first non-system message must be a user message, not {talk[0][1].get('role')!r}")
 
+    if talk[-1][1].get("role") == "assistant" and refuses_prefill(body.get("model")):
+        p.add("prefill", f"messages[{talk[-1][0]}]", PREFILL_REFUSED)  # Claude behind a gateway
     gateway = provider != "openai"
     open_calls, seen_ids, tool_history = {}, set(), False
     for i, msg in enumerate(messages):

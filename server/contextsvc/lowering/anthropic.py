@@ -117,6 +117,10 @@ class Anthropic(WireFormat):
     # pixels": the vision docs' limit for a request of more than 20 images
     many_images = 20
     many_images_side = 2000
+    # "Too much media: 0 document pages + 102 images > 100": up to 600 images a request, 100 for a
+    # model of a 200K-token context window (the vision docs); PDF pages count with them. Claude
+    # Code sessions that met it could not go on, nor compact
+    max_media, max_media_long, max_media_window = 100, 600, 200_000
     max_request_bytes = 32_000_000  # "request_too_large": 32 MB (the smaller reading of MB)
     native_auto = True
     longer_ttls_first = True  # the Messages API rejects a 1-hour entry placed after a 5-minute one

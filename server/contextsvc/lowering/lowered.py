@@ -13,6 +13,7 @@ class Lowered:
     sources: list  # per element of messages: the ids of the stored messages lowered into it
     lists: list = field(default_factory=list)  # (dict, key) of the body lists holding elements
     max_output_at: tuple = ()  # (dict, key) where the output-token cap goes
+    closed: bool = False  # the last message element is the closing user message (close_with_user)
 
     def set_max_output(self, tokens: int) -> None:
         parent, key = self.max_output_at
@@ -28,6 +29,20 @@ def open_with_user(wire: list, roles: list, sources: list, lead: dict) -> None:
         wire.insert(0, lead)
         roles.insert(0, "user")
         sources.insert(0, [])
+
+
+def close_with_user(wire: list, roles: list, sources: list, closing: dict) -> bool:
+    """A model that refuses to go on from its own turn (model_ids.refuses_prefill) is sent a
+    conversation that ends with a user message: after a last element of the model's, the closing
+    user message (neutral.CLOSING_USER_TEXT in the format's shape), standing for no stored
+    message. Position decides it, as for trim_final_text: done on the whole request
+    (step.pieces). True when it was added."""
+    if not roles or roles[-1] != "assistant":
+        return False
+    wire.append(closing)
+    roles.append("user")
+    sources.append([])
+    return True
 
 
 def trim_final_text(wire: list, roles: list, key: str) -> bool:

@@ -46,16 +46,19 @@ class MediaLedger:
     """Collects media and opaque values while a body is built."""
 
     __slots__ = ("media_count", "saved_units", "extra", "placeholders", "_pending", "saved_by", "image_side",
-                 "left_out", "source_id", "image_pixels")
+                 "left_out", "source_id", "image_pixels", "media_left_out")
 
     def __init__(self, placeholders: bool = False, image_side: int = 0, left_out: frozenset = frozenset(),
-                 image_pixels: tuple | None = None):
+                 image_pixels: tuple | None = None, media_left_out: frozenset = frozenset()):
         self.placeholders = placeholders  # build the estimate's text instead of the real body
         # the most pixels an image may have on a side in this request, where the request's own
         # rule is stricter than the format's (WireFormat.many_images_side); 0: the format's
         self.image_side = image_side
         # the ids of the messages whose images are left out for that rule instead (step.many_images)
         self.left_out = left_out
+        # the ids of the messages whose media are all left out: the request holds more than its
+        # provider takes (WireFormat.media_cap, step.many_images)
+        self.media_left_out = media_left_out
         self.source_id = ""  # the message being lowered (the format's body sets it)
         # (the most pixels the model reads an image at, pixels per media item): a model that reads
         # an image at more tokens than one item counts it as several (Plan.image_pixels); None: one
@@ -69,6 +72,10 @@ class MediaLedger:
     def leaves_out(self) -> bool:
         """The images of the message being lowered are left out (left_out)."""
         return bool(self.left_out) and self.source_id in self.left_out
+
+    def leaves_out_media(self) -> bool:
+        """Every medium of the message being lowered is left out (media_left_out)."""
+        return bool(self.media_left_out) and self.source_id in self.media_left_out
 
     def _save(self, units: int) -> None:
         self.saved_units += units
@@ -253,6 +260,9 @@ def source(fmt, x, ledger: MediaLedger | None = None):
     found = kind(fmt, mime)
     if found is None or not (data or payload or web):
         return attachment_note(x)
+    if ledger is not None and ledger.leaves_out_media():
+        return attachment_note(x, f"older media: the request holds more images and document pages than {fmt.name} "
+                                  "takes in one, and the newest are sent")
     if found == IMAGE and ledger is not None and ledger.leaves_out():
         return attachment_note(x, f"an older image: a request of more than {fmt.many_images} images takes none "
                                   f"over {fmt.many_images_side} px on {fmt.name}, and the newest are sent whole")

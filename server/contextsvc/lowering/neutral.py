@@ -15,6 +15,10 @@ ABORTED_ERROR = "MessageAbortedError"  # an interrupted message keeps what it pr
 # send, a projection starting at a summary): Bedrock and Gemini refuse a conversation that
 # does not start with a user message. A constant, so the cached prefix stays put.
 LEAD_USER_TEXT = "[Conversation start]"
+# Closes a body that ends with the model's turn (a reply cut off, a last user step of whitespace
+# alone) for a model that refuses to go on from its own turn (model_ids.refuses_prefill). It
+# asks for what such a body asked of the models that take it: the model's turn, continued.
+CLOSING_USER_TEXT = "Continue."
 
 
 @dataclass(slots=True)

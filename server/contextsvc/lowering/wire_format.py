@@ -60,6 +60,18 @@ class WireFormat:
     # (0: no such rule): a rule of the whole request, decided before the lowering (step.many_images)
     many_images: int = 0
     many_images_side: int = 0
+    # the most images and PDF pages one request may hold together (0: no such limit), and that of
+    # a model whose context window is over max_media_window (whole request, step.many_images)
+    max_media: int = 0
+    max_media_long: int = 0
+    max_media_window: int = 0
+
+    def media_cap(self, context_window: int) -> int:
+        """The most images and PDF pages a request to a model of this context window may hold
+        (0: no such limit)."""
+        if self.max_media_long and context_window > self.max_media_window:
+            return self.max_media_long
+        return self.max_media
 
     # -- the provider's own compaction: its opaque items (conversation.ProviderCompaction) go back
     # in the body (lowering/neutral.py drops them for every other provider)

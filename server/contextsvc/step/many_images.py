@@ -1,12 +1,14 @@
-"""Whether a request holds so many images that its provider takes only smaller ones (Anthropic:
-over 20 images, none over 2000 px a side; docs/design.md §6). The rule is one of the whole
-request, where the lowering is per message: it is decided first, from what each message holds,
-and the plan carries it (Plan.image_side, Plan.images_left_out), so every message lowers under
-it and its memo entries are keyed by it.
+"""Whether a request holds more media than its provider takes (Anthropic: 100 images and PDF
+pages, 600 for a model of a longer window), or so many images that it takes only smaller ones
+(Anthropic: over 20 images, none over 2000 px a side; docs/design.md §6). These rules are of the
+whole request, where the lowering is per message: they are decided first, from what each
+message holds, and the plan carries them (Plan.image_side, Plan.images_left_out,
+Plan.media_left_out), so every message lowers under them and its memo entries are keyed by them.
 
-Claude Code users met it as a session that could not go on: "At least one of the image
-dimensions exceed max allowed size for many-image requests: 2000 pixels", once a 21st screenshot
-joined a history holding a larger one, the same refusal at every later request.
+Claude Code users met both as a session that could not go on, nor compact: "At least one of the
+image dimensions exceed max allowed size for many-image requests: 2000 pixels", once a 21st
+screenshot joined a history holding a larger one, and "Too much media: 0 document pages + 102
+images > 100", the same refusal at every later request.
 """
 from __future__ import annotations
 
@@ -22,50 +24,77 @@ CHUNK = 10
 NONE_LEFT_OUT = frozenset()
 
 
-def image_rule(messages: list, fmt, memo: Memo | None = None) -> tuple[int, frozenset]:
-    """(side, left_out) for messages (the history as sent): when they hold more than
-    fmt.many_images images fmt takes and one of them is over fmt.many_images_side, either every
-    image over that side is the note (side), or the images of the oldest messages holding any
-    are (left_out: their ids) until at most fmt.many_images are sent, CHUNK at a time; whichever
-    leaves out fewer. (0, NONE_LEFT_OUT) when the format's own limits do. A computer-use agent's
-    screenshots of a large display are all over the side: the first way left it blind from the
-    21st, the second keeps the newest at full size."""
+def image_rule(messages: list, fmt, memo: Memo | None = None, media_cap: int = 0) -> tuple:
+    """(side, images_left_out, media_left_out) for messages (the history as sent).
+
+    media_left_out: where they hold more images and PDF pages than media_cap (fmt.media_cap of
+    the model's window; 0: no cap), the media of the oldest messages holding any, every image
+    and document of theirs the note, CHUNK items at a time, until at most media_cap are sent.
+    side, images_left_out: then, where the rest hold more than fmt.many_images images fmt takes
+    and one of them is over fmt.many_images_side, either every image over that side is the note
+    (side), or the images of the oldest messages holding any are (images_left_out: their ids)
+    until at most fmt.many_images are sent, CHUNK at a time; whichever leaves out fewer. A
+    computer-use agent's screenshots of a large display are all over the side: the first way
+    left it blind from the 21st, the second keeps the newest at full size.
+    (0, NONE_LEFT_OUT, NONE_LEFT_OUT) when the format's own limits do."""
+    if not (fmt.many_images or media_cap):
+        return 0, NONE_LEFT_OUT, NONE_LEFT_OUT
+    held = [(msg, *_media_held(msg, fmt, memo))
+            for msg in itertools.compress(messages, map(m.HAS_MEDIA, messages))]
+    media_out = NONE_LEFT_OUT
+    total = sum(len(sides) + pages for _, sides, pages in held)
+    if media_cap and total > media_cap:
+        at = _oldest_out(held, total, media_cap, lambda sides, pages: len(sides) + pages)
+        media_out = frozenset(msg.id for msg, sides, pages in held[:at] if sides or pages)
+        held = held[at:]
     if not fmt.many_images:
-        return 0, NONE_LEFT_OUT
-    held = [(msg, _sides(msg, fmt, memo)) for msg in itertools.compress(messages, map(m.HAS_MEDIA, messages))]
-    count = sum(len(sides) for _, sides in held)
-    over = sum(side > fmt.many_images_side for _, sides in held for side in sides)
+        return 0, NONE_LEFT_OUT, media_out
+    count = sum(len(sides) for _, sides, _ in held)
+    over = sum(side > fmt.many_images_side for _, sides, _ in held for side in sides)
     if count <= fmt.many_images or not over:
-        return 0, NONE_LEFT_OUT
-    keep = count - -(-(count - fmt.many_images) // CHUNK) * CHUNK
-    kept, at = 0, len(held)
-    while at > 0 and kept + len(held[at - 1][1]) <= keep:
-        at -= 1
-        kept += len(held[at][1])
+        return 0, NONE_LEFT_OUT, media_out
+    at = _oldest_out(held, count, fmt.many_images, lambda sides, pages: len(sides))
+    kept = sum(len(sides) for _, sides, _ in held[at:])
     if count - kept < over:
-        return 0, frozenset(msg.id for msg, sides in held[:at] if sides)
-    return fmt.many_images_side, NONE_LEFT_OUT
+        return 0, frozenset(msg.id for msg, sides, _ in held[:at] if sides), media_out
+    return fmt.many_images_side, NONE_LEFT_OUT, media_out
 
 
-def _sides(msg: m.Message, fmt, memo: Memo | None) -> tuple:
-    """The longer side in pixels of each image in msg that fmt takes (0 where its header does not
-    say, or it is sent as a URL): its media files and the media its tools' outputs still carry
-    (a compacted output drops them). Kept per message: reading a header decodes its base64."""
+def _oldest_out(held: list, count: int, most: int, items) -> int:
+    """How many of held's oldest messages leave out what they hold so that at most `most` of
+    count items are sent: CHUNK items at a time, whole messages, the newest kept."""
+    keep = count - -(-(count - most) // CHUNK) * CHUNK
+    kept, at = 0, len(held)
+    while at > 0 and kept + items(*held[at - 1][1:]) <= keep:
+        at -= 1
+        kept += items(*held[at][1:])
+    return at
+
+
+def _media_held(msg: m.Message, fmt, memo: Memo | None) -> tuple:
+    """(the longer side in pixels of each image in msg that fmt takes, 0 where its header does not
+    say or it is sent as a URL; the pages of its PDFs) : its media files and the media its tools'
+    outputs still carry (a compacted output drops them). Kept per message: reading a header
+    decodes its base64, a PDF's pages its page tree."""
     key = (IMAGE_SIDES, fmt.name, msg.digest) if memo is not None and msg.digest else None
     found = memo.get(key) if key is not None else None
     if found is not None:
         return found
-    sides = []
+    sides, pages = [], 0
     for part in msg.parts:
         c = part.content
         files = (c,) if isinstance(c, m.File) else c.attachments if isinstance(c, m.Tool) and not c.compacted else ()
         for f in files:
-            # images only: a PDF's pages are not read for this
-            src = media.source(fmt, f) if f.is_media and media.media_type(f.mime) != media.PDF else None
-            if src is None or isinstance(src, str) or src.kind != media.IMAGE:
+            pdf = media.media_type(f.mime) == media.PDF
+            src = media.source(fmt, f) if f.is_media and (fmt.max_media or not pdf) else None
+            if src is None or isinstance(src, str):
                 continue
-            sides.append(max(src.pixels) if src.pixels else 0)
-    found = tuple(sides)
+            if src.kind == media.IMAGE:
+                sides.append(max(src.pixels) if src.pixels else 0)
+            elif src.mime == media.PDF and not src.url:
+                # its items: one a page where a format caps media (pages_per_item 1), as Anthropic does
+                pages += src.items
+    found = (tuple(sides), pages)
     if key is not None:
         memo.put(key, found)
     return found

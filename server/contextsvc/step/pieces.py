@@ -4,11 +4,14 @@ per message (memo.py), so a step lowers only the messages it has not seen.
 
 A message lowers alone as it does in the whole request (but media on Bedrock, whose document
 names are made distinct across the request); what depends on position is put together here
-every step: which consecutive messages merge into one element, the lead user message, and the
-final assistant text's trailing whitespace (lowered.trim_final_text).
+every step: which consecutive messages merge into one element, the lead user message, the
+closing user message for a model that refuses to go on from its own turn
+(lowered.close_with_user), else the final assistant text's trailing whitespace
+(lowered.trim_final_text).
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 import sys
@@ -19,8 +22,8 @@ from typing import Optional
 from .. import conversation as m, native, projection, system_prompt
 from ..deadline import NO_DEADLINE, Deadline
 from ..lowering import MediaLedger, lower, to_model_messages
-from ..lowering.lowered import Lowered, copied, open_with_user, trim_final_text
-from ..lowering.neutral import MMessage, MText
+from ..lowering.lowered import Lowered, close_with_user, copied, open_with_user, trim_final_text
+from ..lowering.neutral import CLOSING_USER_TEXT, MMessage, MText
 from ..lowering.registry import FORMATS
 from ..memo import LEAD, LOWERED, MERGED, PREFIX, Memo, message_prefix_keys
 from ..positions import positions
@@ -139,7 +142,9 @@ def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
         tools_disabled=tools_disabled,
         deadline=deadline,
     )
-    if plan.fmt.trims_final_text:
+    if _closes(plan, lowered.roles):
+        lowered.closed = close_with_user(lowered.messages, lowered.roles, lowered.sources, _closing(mdl.provider))
+    elif plan.fmt.trims_final_text:
         trim_final_text(lowered.messages, lowered.roles, plan.fmt.merged_key)
     return Pieces(lowered, ledger, False)
 
@@ -193,7 +198,8 @@ class MessagePiece:
 
 def _ledger(plan: Plan) -> MediaLedger:
     """The media ledger of a lowering under plan: its placeholders and the request's image rules."""
-    return MediaLedger(plan.placeholders, plan.image_side, plan.images_left_out, plan.image_pixels)
+    return MediaLedger(plan.placeholders, plan.image_side, plan.images_left_out, plan.image_pixels,
+                       plan.media_left_out)
 
 
 def _piece_key(msg: m.Message, plan: Plan, settings: tuple | None = None) -> tuple | None:
@@ -228,6 +234,19 @@ def _lead(provider: str, memo: Memo) -> dict:
         lead = low.messages[0]
         memo.put(key, lead)
     return copied(lead)
+
+
+@functools.lru_cache(maxsize=None)
+def _closing_element(provider: str) -> dict:
+    low = lower(provider, model_id="", system=[], messages=[MMessage("user", [MText(CLOSING_USER_TEXT)], "x")],
+                tools=[], max_output=0, ledger=MediaLedger())
+    assert low.roles == ["user"], "the closing message lowers to one user element"
+    return low.messages[0]
+
+
+def _closing(provider: str) -> dict:
+    """The format's closing user message (lowered.close_with_user), a fresh copy."""
+    return copied(_closing_element(provider))
 
 
 @dataclass(slots=True)
@@ -315,14 +334,16 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, plan: Plan, dea
         # changes, the columns (the request fills in its markers' and new elements' entries),
         # and everything else too for messages past the keyed ones, a lead message or a trimmed
         # final text (the keyed ones are all the messages then: their roles are the body's)
-        prefix = prefix.copy(lists=keyed < len(projected) or _leads(prefix.roles) or _trims(fmt, prefix.roles))
+        prefix = prefix.copy(lists=keyed < len(projected) or _leads(prefix.roles) or _trims(fmt, prefix.roles)
+                             or _closes(plan, prefix.roles))
     if keyed < len(projected):
         _put_together(prefix, projected[keyed:], fmt, plan, memo, deadline,
                       max(0, len(prefix.elements) - 1))
     elements, roles, sources, keys, found, saved = (prefix.elements, prefix.roles, prefix.sources, prefix.keys,
                                                     prefix.found, prefix.saved)
     columns, pruned = prefix.columns, prefix.pruned
-    leads, trims = _leads(roles), _trims(fmt, roles)
+    leads, closes = _leads(roles), _closes(plan, roles)
+    trims = not closes and _trims(fmt, roles)
     lead = 1 if leads else 0
     # the kept elements but the last stand as they were, and so will these for the next step
     resume = Resume(earlier if resolved_up_to else None, lead + resolved_up_to, key, lead + max(0, kept_elements - 1))
@@ -336,6 +357,13 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, plan: Plan, dea
         saved.insert(0, 0)
         columns.insert_missing(0)
         pruned.insert(0, 0)
+    if closes:
+        close_with_user(elements, roles, sources, _closing(mdl.provider))
+        keys.append(None)
+        found.append(None)
+        saved.append(0)
+        columns.append(None)
+        pruned.append(0)
     if trims:
         elements[-1] = dict(elements[-1])  # the memo's element stays as it is
         if trim_final_text(elements, roles, fmt.merged_key):
@@ -344,6 +372,7 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, plan: Plan, dea
     if any(saved):
         ledger.saved_by.update(_where(elements, saved))
     _attach(lowered, elements)
+    lowered.closed = closes
     lowered.roles[:] = roles
     lowered.sources[:] = sources
     return lowered, ledger, resume, prefix
@@ -352,6 +381,12 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, plan: Plan, dea
 def _leads(roles: list) -> bool:
     """Whether a lead user message goes first: the body's first element is not the user's."""
     return bool(roles) and roles[0] != "user"
+
+
+def _closes(plan: Plan, roles: list) -> bool:
+    """Whether the closing user message goes last: the body ends with the model's turn and the
+    model refuses to go on from it."""
+    return bool(roles) and roles[-1] == "assistant" and plan.closes_with_user
 
 
 def _trims(fmt, roles: list) -> bool:

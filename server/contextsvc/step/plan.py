@@ -5,7 +5,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import breakpoints, conversation as m, encodings, prefix, provider_management, tokenizer_family, window
+from .. import (breakpoints, conversation as m, encodings, model_ids, prefix, provider_management, tokenizer_family,
+               window)
 from ..config import Config
 from ..lowering.registry import FORMATS
 from ..lowering.wire_format import WireFormat
@@ -54,13 +55,17 @@ class Plan:
     image_side: int = 0
     # the messages whose images are left out for it instead, the oldest holding any (their ids)
     images_left_out: frozenset = frozenset()
+    # the messages whose media (images and documents) are left out where the request holds more
+    # than its provider takes (WireFormat.media_cap), the oldest holding any (their ids)
+    media_left_out: frozenset = frozenset()
 
     @property
     def lowering_settings(self) -> tuple:
         """What the lowering of a run of messages depends on besides the messages (the memo's
         keys): the messages left out are the oldest holding images, so their count tells them
         apart in one history; a message's own lowering, also whether it is one (left_out)."""
-        return self.model.provider, self.model.id, self.placeholders, self.image_side, len(self.images_left_out)
+        return (self.model.provider, self.model.id, self.placeholders, self.image_side, len(self.images_left_out),
+                len(self.media_left_out))
 
     @property
     def image_pixels(self) -> tuple | None:
@@ -70,9 +75,18 @@ class Plan:
         most = IMAGE_PIXELS.get(family.name)
         return (most, PIXELS_PER_TOKEN * self.cfg.measure.media_decision_tokens) if most else None
 
-    def left_out(self, msg) -> bool:
-        """msg's images are left out (images_left_out)."""
-        return bool(self.images_left_out) and msg.id in self.images_left_out
+    @property
+    def closes_with_user(self) -> bool:
+        """Whether a body ending with the model's turn gets the closing user message: the model
+        refuses to go on from its own turn (lowered.close_with_user)."""
+        return model_ids.refuses_prefill(self.model.id)
+
+    def left_out(self, msg) -> int:
+        """What of msg's media is left out: 2 all of it (media_left_out), 1 its images
+        (images_left_out), 0 none."""
+        if self.media_left_out and msg.id in self.media_left_out:
+            return 2
+        return 1 if self.images_left_out and msg.id in self.images_left_out else 0
 
     @property
     def auto(self) -> bool:
@@ -110,10 +124,11 @@ class Plan:
     def for_images(self, sent: list, memo=None) -> "Plan":
         """The plan for a history as sent (projection.project) holding these images: every image
         within the smaller side its provider takes in a request of that many (many_images)."""
-        side, left_out = many_images.image_rule(sent, self.fmt, memo)
-        if (side, left_out) == (self.image_side, self.images_left_out):
+        side, images_out, media_out = many_images.image_rule(sent, self.fmt, memo,
+                                                             self.fmt.media_cap(self.model.limits.context))
+        if (side, images_out, media_out) == (self.image_side, self.images_left_out, self.media_left_out):
             return self
-        return dataclasses.replace(self, image_side=side, images_left_out=left_out)
+        return dataclasses.replace(self, image_side=side, images_left_out=images_out, media_left_out=media_out)
 
     @classmethod
     def of(cls, model: m.Model, tools: list, system: m.SystemPrompt, compaction: m.CompactionSettings,

@@ -1,0 +1,154 @@
+"""A request holds at most 100 images and PDF pages on Anthropic, 600 for a model of a window over
+200K (step/many_images.py, WireFormat.media_cap).
+
+Claude Code sessions that met "Too much media: 0 document pages + 102 images > 100" could not go
+on, nor compact: every image stays in the history. Here sessions grow a medium a step over real
+servers, with the memo and without (the same bodies), each body judged by the anthropic SDK's
+types and the API's documented media rules (tests/judges/anthropic_judge.py, which counts a
+PDF's pages with qpdf).
+"""
+from __future__ import annotations
+
+import base64
+import io
+import json
+
+import PIL.Image
+import pikepdf
+import pytest
+
+from contextsvc import conversation as m
+from contextsvc.lowering.registry import FORMATS
+from contextsvc.v1 import context_pb2 as pb
+from helpers.server import stubs_with_and_without_memo
+from judges.anthropic_judge import judge
+
+ANTHROPIC = FORMATS[m.ANTHROPIC]
+NOTE = "older media: the request holds more images and document pages than anthropic takes in one"
+
+
+def png(k: int) -> bytes:
+    out = io.BytesIO()
+    PIL.Image.new("RGB", (96, 64), (k % 256, 120, 200)).save(out, "PNG")
+    return out.getvalue()
+
+
+def pdf(pages: int) -> bytes:
+    out = io.BytesIO()
+    with pikepdf.new() as doc:
+        for _ in range(pages):
+            doc.add_blank_page()
+        doc.save(out)
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def stubs():
+    yield from stubs_with_and_without_memo()
+
+
+def shot_step(k: int, in_tool: bool) -> list:
+    shot = pb.FilePart(mime="image/png", filename=f"shot{k}.png", data=png(k))
+    if in_tool:
+        return [pb.Message(id=f"a{k}", role=pb.ROLE_ASSISTANT, time_completed_ms=1, parts=[pb.Part(
+            id=f"c{k}", tool=pb.ToolPart(call_id=f"call{k}", tool="screenshot", state=pb.ToolState(
+                status=pb.TOOL_STATUS_COMPLETED, input_json="{}", output="taken", attachments=[shot])))])]
+    return [pb.Message(id=f"u{k}", role=pb.ROLE_USER, parts=[pb.Part(id=f"t{k}", text=pb.TextPart(text=f"now {k}")),
+                                                              pb.Part(id=f"f{k}", file=shot)]),
+            pb.Message(id=f"a{k}", role=pb.ROLE_ASSISTANT, time_completed_ms=1,
+                       parts=[pb.Part(id=f"x{k}", text=pb.TextPart(text=f"step {k} done"))])]
+
+
+def assembled(stubs, messages: list, context: int, session: str, states: list) -> dict:
+    """The body of the servers with the memo and without (equal), judged for the model's cap."""
+    model = pb.Model(id="claude-sonnet-4-5", provider=pb.PROVIDER_ANTHROPIC,
+                     limits=pb.ModelLimits(context=context, output=8_000))
+    tool = pb.ToolDefinition(name="screenshot", description="Takes a screenshot.", input_schema_json="{}")
+    bodies, reports = [], []
+    for i, stub in enumerate(stubs):
+        r = stub.Assemble(pb.AssembleRequest(conversation=pb.Conversation(session_id=session, messages=messages),
+                                             model=model, tools=[tool], previous_cache_state=states[i]), timeout=60)
+        states[i] = r.cache_state
+        bodies.append(r.body)
+        reports.append(r.cache_report)
+    assert bodies[0] == bodies[1], "the memo changed the body"
+    body = json.loads(bodies[0])
+    assert judge(body, max_media=ANTHROPIC.media_cap(context)) == []
+    return body, reports[0].prefix_kept
+
+
+def images_sent(body: dict) -> list:
+    """The index k (from its colour) of each image sent, in body order."""
+    out = []
+    for block in _blocks(body):
+        if block.get("type") == "image":
+            out.append(PIL.Image.open(io.BytesIO(base64.b64decode(block["source"]["data"]))).getpixel((0, 0))[0])
+    return out
+
+
+def _blocks(v):
+    if isinstance(v, dict):
+        yield v
+    for x in (v.values() if isinstance(v, dict) else v if isinstance(v, list) else ()):
+        yield from _blocks(x)
+
+
+@pytest.mark.parametrize("in_tool", [False, True], ids=["files", "tool-outputs"])
+def test_a_session_past_100_screenshots_sends_its_newest_and_is_accepted(stubs, in_tool):
+    """The oldest screenshots are left out 10 at a time, so the prefix is rewritten once every 10
+    screenshots past the cap, not at each."""
+    history = [pb.Message(id="start", role=pb.ROLE_USER, parts=[pb.Part(id="s", text=pb.TextPart(text="Go."))])]
+    states, rewritten = [b"", b""], []
+    for k in range(115):
+        sent = shot_step(k, in_tool)
+        body, prefix_kept = assembled(stubs, history + sent[:1], 200_000, f"cap-{in_tool}", states)
+        n = k + 1
+        left_out = 0 if n <= ANTHROPIC.max_media else -(-(n - ANTHROPIC.max_media) // 10) * 10
+        assert images_sent(body) == list(range(left_out, n)), k
+        assert (NOTE in json.dumps(body)) == bool(left_out)
+        if not prefix_kept:
+            rewritten.append(k)
+        history += sent
+    assert rewritten == [0, 100, 110]
+
+
+def test_a_model_of_a_longer_window_takes_600(stubs):
+    history = [pb.Message(id="start", role=pb.ROLE_USER, parts=[pb.Part(id="s", text=pb.TextPart(text="Go."))])]
+    for k in range(120):
+        history += shot_step(k, True)
+    body, _ = assembled(stubs, history, 1_000_000, "cap-long", [b"", b""])
+    assert images_sent(body) == list(range(120)) and NOTE not in json.dumps(body)
+    body, _ = assembled(stubs, history, 200_000, "cap-short", [b"", b""])
+    assert images_sent(body) == list(range(20, 120))
+
+
+def test_pdf_pages_count_with_the_images(stubs):
+    """Three 30-page PDFs and 15 screenshots are 105 items: the oldest PDF is left out (its 30
+    pages), the newer ones and every screenshot sent."""
+    history = [pb.Message(id="start", role=pb.ROLE_USER, parts=[pb.Part(id="s", text=pb.TextPart(text="Go."))])]
+    for d in range(3):
+        history.append(pb.Message(id=f"d{d}", role=pb.ROLE_USER, parts=[
+            pb.Part(id=f"dt{d}", text=pb.TextPart(text=f"read report {d}")),
+            pb.Part(id=f"df{d}", file=pb.FilePart(mime="application/pdf", filename=f"report{d}.pdf", data=pdf(30)))]))
+        history.append(pb.Message(id=f"da{d}", role=pb.ROLE_ASSISTANT, time_completed_ms=1,
+                                  parts=[pb.Part(id=f"dx{d}", text=pb.TextPart(text="read"))]))
+    for k in range(15):
+        history += shot_step(k, True)
+    body, _ = assembled(stubs, history, 200_000, "cap-pdf", [b"", b""])
+    documents = [b for b in _blocks(body) if b.get("type") == "document"]
+    assert len(documents) == 2 and images_sent(body) == list(range(15))
+    text = json.dumps(body)
+    assert "report0.pdf (not sent: older media" in text and "report1.pdf (not sent" not in text
+
+
+def test_the_judge_counts_images_and_pages():
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": base64.b64encode(png(1)).decode()}}
+    document = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf",
+                                                "data": base64.b64encode(pdf(30)).decode()}}
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 100,
+            "messages": [{"role": "user", "content": [image] * 70 + [document, {"type": "text", "text": "hi"}]}]}
+    assert judge(body) == []  # 70 images and 30 pages: 100
+    body["messages"][0]["content"].append(image)
+    assert [p.split(":")[0] for p in judge(body)] == ["too-much-media"]
+    assert judge(body, max_media=600) == []

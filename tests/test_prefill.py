@@ -1,0 +1,155 @@
+"""A body that ends with the model's turn, sent to a model that refuses to go on from it (Claude
+from 4.6 on: "This model does not support assistant message prefill. The conversation must end
+with a user message."): the closing user message goes last (docs/design.md §6, "What the body
+must pass"). Through a real server on loopback, every body judged by its provider's library
+with that model's rule (tests/judges/: refuses_prefill).
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from contextsvc import assemble, config, conversation as m
+from contextsvc.lowering.neutral import CLOSING_USER_TEXT
+from contextsvc.v1 import context_pb2 as pb
+from helpers import convo
+from judges import judge_for
+from judges.bedrock_judge import judge as bedrock_judge
+
+SYSTEM = pb.SystemPrompt(soul="You are a coding agent.")
+BASH = pb.ToolDefinition(name="bash", description="Run a command", input_schema_json='{"type":"object"}')
+# a Claude that refuses a last turn of its own, by each provider that serves it, as agents name it
+REFUSING = {"anthropic": "claude-sonnet-4-6", "bedrock": "us.anthropic.claude-opus-4-6-v1:0",
+            "openrouter": "anthropic/claude-sonnet-4.6", "copilot": "claude-opus-4.7"}
+# models that take a last turn of their own as the start of their answer
+TAKING = {"anthropic": "claude-sonnet-4-5", "bedrock": "anthropic.claude-haiku-4-5-20251001-v1:0",
+          "openai": "gpt-4o", "gemini": "gemini-2.5-pro"}
+
+
+def interrupted() -> pb.Conversation:
+    """A reply cut off (the agent's stream failed): the next request goes out with it last."""
+    cut = convo.assistant("m2", convo.text("p2", "Reading the test first. "), finished=False)
+    cut.error.CopyFrom(pb.MessageError(name="MessageAbortedError", message="aborted"))
+    return pb.Conversation(session_id="sess-prefill", messages=[
+        convo.user("m1", convo.text("p1", "fix the failing test")), cut])
+
+
+def blank_last_step() -> pb.Conversation:
+    """The person's last step is whitespace alone, which is sent as nothing."""
+    return pb.Conversation(session_id="sess-prefill-blank", messages=[
+        convo.user("m1", convo.text("p1", "fix the failing test")),
+        convo.assistant("m2", convo.text("p2", "Done: the assertion was off by one."),
+                        convo.tool("p3", "call_1", "bash", {"cmd": "pytest"}, "1 passed")),
+        convo.assistant("m3", convo.text("p4", "All green.")),
+        convo.user("m4", convo.text("p5", " \n "))])
+
+
+SHAPES = {"interrupted": interrupted, "blank-last-step": blank_last_step}
+
+
+def assembled(stub, conversation, provider, model_id, **kw) -> pb.AssembleResponse:
+    model = convo.model(provider=convo.PROVIDERS[provider], id=model_id)
+    return stub.Assemble(pb.AssembleRequest(conversation=conversation, model=model, tools=[BASH], system=SYSTEM,
+                                            step=1, **kw), timeout=10)
+
+
+def judged(body: dict, provider: str, model_id: str) -> list:
+    return bedrock_judge(body, model_id=model_id) if provider == "bedrock" else judge_for(provider)(body)
+
+
+def messages_of(body: dict) -> list:
+    return [x for x in body.get("messages") or body.get("contents") or [] if x.get("role") != "system"]
+
+
+def text_of(message: dict) -> str:
+    content = message.get("content", message.get("parts"))
+    if isinstance(content, str):
+        return content
+    return "".join(b.get("text", "") for b in content)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("provider,model_id", REFUSING.items())
+def test_a_body_ending_with_the_models_turn_is_closed_by_a_user_message(stub, provider, model_id, shape):
+    for _ in range(2):  # the second request takes every lowering from the memo
+        a = assembled(stub, SHAPES[shape](), provider, model_id)
+        body = json.loads(a.body)
+        assert judged(body, provider, model_id) == []
+        wire = messages_of(body)
+        assert wire[-1]["role"] == "user" and text_of(wire[-1]) == CLOSING_USER_TEXT
+        assert wire[-2]["role"] == "assistant"
+        # the figures are the body's: Measure of the same request counts the closing message
+        measured = stub.Measure(pb.MeasureRequest(conversation=SHAPES[shape](), tools=[BASH], system=SYSTEM,
+                                                  model=convo.model(provider=convo.PROVIDERS[provider], id=model_id)),
+                                timeout=10)
+        assert measured.body_bytes == a.body_bytes == len(a.body)
+
+
+@pytest.mark.parametrize("provider,model_id", TAKING.items())
+def test_a_model_that_takes_its_own_turn_last_is_sent_it_last(stub, provider, model_id):
+    body = json.loads(assembled(stub, interrupted(), provider, model_id).body)
+    assert judged(body, provider, model_id) == []
+    wire = messages_of(body)
+    assert wire[-1]["role"] in ("assistant", "model") and CLOSING_USER_TEXT not in json.dumps(body)
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "bedrock"])
+def test_the_same_without_the_memo(stub, provider):
+    """The memo's put-together pieces and the whole request lowered at once give one body."""
+    model_id = REFUSING[provider]
+    served = json.loads(assembled(stub, blank_last_step(), provider, model_id).body)
+    conv = m.Conversation([m.Message("m1", m.USER, [m.Part("p1", m.Text("fix the failing test"))]),
+                           m.Message("m2", m.ASSISTANT, [m.Part("p2", m.Text("Done: the assertion was off by one.")),
+                                                         m.Part("p3", m.Tool("call_1", "bash", m.COMPLETED,
+                                                                             {"cmd": "pytest"}, "1 passed"))],
+                                     time_completed_ms=1),
+                           m.Message("m3", m.ASSISTANT, [m.Part("p4", m.Text("All green."))], time_completed_ms=1),
+                           m.Message("m4", m.USER, [m.Part("p5", m.Text(" \n "))])], "sess-prefill-blank")
+    tools = [m.ToolDefinition("bash", "Run a command", {"type": "object"})]
+    inp = assemble.AssembleInput(conv, m.Model(model_id, provider, m.ModelLimits(200_000, 0, 64_000)), tools,
+                                 m.SystemPrompt(soul="You are a coding agent."), m.CompactionSettings(), step=1)
+    alone = json.loads(assemble.assemble(inp, config.Config()).body)
+    assert alone == served
+
+
+def test_the_marker_goes_on_the_models_turn_and_the_next_step_reads_it(stub):
+    """The closing message is gone at the next step (the person's message is in its place): the
+    cache is written up to the model's turn before it, and the cache report says the next step
+    kept that prefix."""
+    model_id = REFUSING["anthropic"]
+    first = assembled(stub, blank_last_step(), "anthropic", model_id)
+    body = json.loads(first.body)
+    wire = body["messages"]
+    assert text_of(wire[-1]) == CLOSING_USER_TEXT and wire[-2]["role"] == "assistant"
+    assert "cache_control" not in json.dumps(wire[-1])
+    assert "cache_control" in json.dumps(wire[-2]["content"][-1])  # the model's turn before it
+    assert f"messages[{len(wire) - 2}]" in [b.location for b in first.breakpoints]
+    later = blank_last_step()
+    later.messages.append(convo.assistant("m5", convo.text("p6", "Anything else?")))
+    later.messages.append(convo.user("m6", convo.text("p7", "commit it")))
+    second = assembled(stub, later, "anthropic", model_id, previous_cache_state=first.cache_state)
+    assert judged(json.loads(second.body), "anthropic", model_id) == []
+    report = second.cache_report
+    assert report.compared and report.reused_elements > 0
+    # what the first request sent up to its marker is the second's prefix, byte for byte
+    unmarked = [json.dumps(x).replace(', "cache_control": {"type": "ephemeral"}', "") for x in wire[:-1]]
+    again = [json.dumps(x).replace(', "cache_control": {"type": "ephemeral"}', "")
+             for x in json.loads(second.body)["messages"]]
+    assert again[:len(unmarked) - 1] == unmarked[:-1]
+    assert again[len(unmarked) - 1].startswith(unmarked[-1][:-2])  # the reply after it merges in
+
+
+def test_a_person_answering_the_cut_reply_keeps_the_whole_prefix(stub):
+    """The closing message stands for what the person sends next: once they have, the previous
+    request's cached elements all reappear at the head of this one (the closing one is no
+    element of the cache state)."""
+    model_id = REFUSING["anthropic"]
+    first = assembled(stub, interrupted(), "anthropic", model_id)
+    answered = interrupted()
+    answered.messages.append(convo.user("m3", convo.text("p3", "go on")))
+    second = assembled(stub, answered, "anthropic", model_id, previous_cache_state=first.cache_state)
+    report = second.cache_report
+    assert report.compared and report.prefix_kept and report.cause == "new_turn"
+    wire = json.loads(second.body)["messages"]
+    assert wire[-1]["role"] == "user" and text_of(wire[-1]) == "go on"
