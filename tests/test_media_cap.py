@@ -27,9 +27,9 @@ ANTHROPIC = FORMATS[m.ANTHROPIC]
 NOTE = "older media: the request holds more images and document pages than anthropic takes in one"
 
 
-def png(k: int) -> bytes:
+def png(k: int, size: tuple = (96, 64)) -> bytes:
     out = io.BytesIO()
-    PIL.Image.new("RGB", (96, 64), (k % 256, 120, 200)).save(out, "PNG")
+    PIL.Image.new("RGB", size, (k % 256, 120, 200)).save(out, "PNG")
     return out.getvalue()
 
 
@@ -47,8 +47,8 @@ def stubs():
     yield from stubs_with_and_without_memo()
 
 
-def shot_step(k: int, in_tool: bool) -> list:
-    shot = pb.FilePart(mime="image/png", filename=f"shot{k}.png", data=png(k))
+def shot_step(k: int, in_tool: bool, size: tuple = (96, 64)) -> list:
+    shot = pb.FilePart(mime="image/png", filename=f"shot{k}.png", data=png(k, size))
     if in_tool:
         return [pb.Message(id=f"a{k}", role=pb.ROLE_ASSISTANT, time_completed_ms=1, parts=[pb.Part(
             id=f"c{k}", tool=pb.ToolPart(call_id=f"call{k}", tool="screenshot", state=pb.ToolState(
@@ -152,3 +152,50 @@ def test_the_judge_counts_images_and_pages():
     body["messages"][0]["content"].append(image)
     assert [p.split(":")[0] for p in judge(body)] == ["too-much-media"]
     assert judge(body, max_media=600) == []
+
+
+def document_message(mid: str, name: str, **source) -> pb.Message:
+    return pb.Message(id=mid, role=pb.ROLE_USER, parts=[
+        pb.Part(id=f"{mid}t", text=pb.TextPart(text=f"read {name}")),
+        pb.Part(id=f"{mid}f", file=pb.FilePart(mime="application/pdf", filename=name, **source))])
+
+
+def test_a_newest_message_within_the_cap_is_sent_whole(stubs):
+    """5 screenshots, then the person's 96-page PDF: 101 items. Leaving out 10 at a time would
+    leave out the PDF with them; the screenshots go, and the PDF is sent, at the next step too."""
+    history = [pb.Message(id="start", role=pb.ROLE_USER, parts=[pb.Part(id="s", text=pb.TextPart(text="Go."))])]
+    for k in range(5):
+        history += shot_step(k, True)
+    history.append(document_message("d", "contract.pdf", data=pdf(96)))
+    states = [b"", b""]
+    body, _ = assembled(stubs, history, 200_000, "cap-newest", states)
+    assert len([b for b in _blocks(body) if b.get("type") == "document"]) == 1 and images_sent(body) == []
+    assert json.dumps(body).count("(not sent: older media") == 5
+    # the next step's screenshot is sent beside it, and nothing before it changes
+    history += shot_step(5, True)
+    body, prefix_kept = assembled(stubs, history, 200_000, "cap-newest", states)
+    assert len([b for b in _blocks(body) if b.get("type") == "document"]) == 1 and images_sent(body) == [5]
+    assert prefix_kept
+
+
+def test_a_pdf_by_url_counts_a_page_at_least(stubs):
+    """Anthropic fetches a PDF by URL and counts its pages: 100 screenshots and one are 101 at
+    least."""
+    history = [pb.Message(id="start", role=pb.ROLE_USER, parts=[pb.Part(id="s", text=pb.TextPart(text="Go."))])]
+    for k in range(100):
+        history += shot_step(k, True)
+    history.append(document_message("d", "spec.pdf", url="https://example.com/spec.pdf"))
+    body, _ = assembled(stubs, history, 200_000, "cap-url", [b"", b""])
+    documents = [b for b in _blocks(body) if b.get("type") == "document"]
+    assert documents[0]["source"] == {"type": "url", "url": "https://example.com/spec.pdf"}
+    assert images_sent(body) == list(range(10, 100))
+
+
+def test_images_the_many_image_rule_notes_are_not_counted(stubs):
+    """101 screenshots, two of every three over 2000 px: the many-image rule notes those, and the
+    34 it sends are well under the cap, which then leaves nothing out."""
+    history = [pb.Message(id="start", role=pb.ROLE_USER, parts=[pb.Part(id="s", text=pb.TextPart(text="Go."))])]
+    for k in range(101):
+        history += shot_step(k, True, (96, 64) if k % 3 == 0 else (2100, 64))
+    body, _ = assembled(stubs, history, 200_000, "cap-side", [b"", b""])
+    assert images_sent(body) == list(range(0, 101, 3)) and NOTE not in json.dumps(body)

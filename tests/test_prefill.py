@@ -14,6 +14,7 @@ from contextsvc import assemble, config, conversation as m
 from contextsvc.lowering.neutral import CLOSING_USER_TEXT
 from contextsvc.v1 import context_pb2 as pb
 from helpers import convo
+from helpers.server import stubs_with_and_without_memo
 from judges import judge_for
 from judges.bedrock_judge import judge as bedrock_judge
 
@@ -21,10 +22,13 @@ SYSTEM = pb.SystemPrompt(soul="You are a coding agent.")
 BASH = pb.ToolDefinition(name="bash", description="Run a command", input_schema_json='{"type":"object"}')
 # a Claude that refuses a last turn of its own, by each provider that serves it, as agents name it
 REFUSING = {"anthropic": "claude-sonnet-4-6", "bedrock": "us.anthropic.claude-opus-4-6-v1:0",
-            "openrouter": "anthropic/claude-sonnet-4.6", "copilot": "claude-opus-4.7"}
+            "openrouter": "anthropic/claude-sonnet-4.6", "copilot": "claude-opus-4.7",
+            "openai-compatible": "claude-sonnet-5", "openai-responses": "claude-opus-4-6"}
 # models that take a last turn of their own as the start of their answer
 TAKING = {"anthropic": "claude-sonnet-4-5", "bedrock": "anthropic.claude-haiku-4-5-20251001-v1:0",
-          "openai": "gpt-4o", "gemini": "gemini-2.5-pro"}
+          "openai": "gpt-4o", "gemini": "gemini-2.5-pro", "openrouter": "anthropic/claude-3.7-sonnet"}
+# Claude 1 and 2 take it too, under the names Bedrock gives them
+LEGACY = ["anthropic.claude-v2:1", "anthropic.claude-instant-v1"]
 
 
 def interrupted() -> pb.Conversation:
@@ -45,7 +49,21 @@ def blank_last_step() -> pb.Conversation:
         convo.user("m4", convo.text("p5", " \n "))])
 
 
+def reasoning_cut() -> pb.Conversation:
+    """A reply cut off after its signed reasoning: a turn that carries no cache marker."""
+    cut = convo.assistant("m2", pb.Part(id="r2", reasoning=pb.ReasoningPart(
+        text="Look at the test first.", signature="EqQBCkYIBxgCKkD")), finished=False)
+    cut.error.CopyFrom(pb.MessageError(name="MessageAbortedError", message="aborted"))
+    return pb.Conversation(session_id="sess-prefill-thinking", messages=[
+        convo.user("m1", convo.text("p1", "fix the failing test")), cut])
+
+
 SHAPES = {"interrupted": interrupted, "blank-last-step": blank_last_step}
+
+
+@pytest.fixture(scope="module")
+def stubs():
+    yield from stubs_with_and_without_memo()
 
 
 def assembled(stub, conversation, provider, model_id, **kw) -> pb.AssembleResponse:
@@ -59,21 +77,23 @@ def judged(body: dict, provider: str, model_id: str) -> list:
 
 
 def messages_of(body: dict) -> list:
-    return [x for x in body.get("messages") or body.get("contents") or [] if x.get("role") != "system"]
+    return [x for x in body.get("messages") or body.get("contents") or body.get("input") or []
+            if x.get("role") not in ("system", "developer")]
 
 
 def text_of(message: dict) -> str:
     content = message.get("content", message.get("parts"))
     if isinstance(content, str):
         return content
-    return "".join(b.get("text", "") for b in content)
+    return "".join(b.get("text", "") for b in content if isinstance(b.get("text"), str))
 
 
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("provider,model_id", REFUSING.items())
-def test_a_body_ending_with_the_models_turn_is_closed_by_a_user_message(stub, provider, model_id, shape):
-    for _ in range(2):  # the second request takes every lowering from the memo
+def test_a_body_ending_with_the_models_turn_is_closed_by_a_user_message(stubs, provider, model_id, shape):
+    for stub in stubs + stubs[:1]:  # the memo's server twice (the second time from its memo), and none
         a = assembled(stub, SHAPES[shape](), provider, model_id)
+        assert a.body == assembled(stubs[1], SHAPES[shape](), provider, model_id).body
         body = json.loads(a.body)
         assert judged(body, provider, model_id) == []
         wire = messages_of(body)
@@ -86,7 +106,7 @@ def test_a_body_ending_with_the_models_turn_is_closed_by_a_user_message(stub, pr
         assert measured.body_bytes == a.body_bytes == len(a.body)
 
 
-@pytest.mark.parametrize("provider,model_id", TAKING.items())
+@pytest.mark.parametrize("provider,model_id", [*TAKING.items(), *(("bedrock", i) for i in LEGACY)])
 def test_a_model_that_takes_its_own_turn_last_is_sent_it_last(stub, provider, model_id):
     body = json.loads(assembled(stub, interrupted(), provider, model_id).body)
     assert judged(body, provider, model_id) == []
@@ -153,3 +173,24 @@ def test_a_person_answering_the_cut_reply_keeps_the_whole_prefix(stub):
     assert report.compared and report.prefix_kept and report.cause == "new_turn"
     wire = json.loads(second.body)["messages"]
     assert wire[-1]["role"] == "user" and text_of(wire[-1]) == "go on"
+
+
+def test_a_closing_after_a_turn_of_reasoning_alone_leaves_the_marker_on_the_last_user_message(stub):
+    """Reasoning carries no marker: the auto marker goes where it would without the closing."""
+    a = assembled(stub, reasoning_cut(), "anthropic", REFUSING["anthropic"])
+    older = assembled(stub, reasoning_cut(), "anthropic", TAKING["anthropic"])
+    assert judged(json.loads(a.body), "anthropic", REFUSING["anthropic"]) == []
+    assert text_of(json.loads(a.body)["messages"][-1]) == CLOSING_USER_TEXT
+    messages = [(b.location, b.segment) for b in a.breakpoints if b.location.startswith("messages")]
+    assert messages == [(b.location, b.segment) for b in older.breakpoints if b.location.startswith("messages")]
+    assert messages == [("messages[0]", "tail")]
+
+
+@pytest.mark.parametrize("hint", [False, True])
+def test_the_turn_before_the_closing_is_the_tail(stub, hint):
+    """Marked by the auto policy or by a hint, the model's turn before the closing message is
+    the request's tail (its newest stored message)."""
+    kw = {"cache_hints": [pb.CacheHint(message_id="m2")]} if hint else {}
+    a = assembled(stub, interrupted(), "anthropic", REFUSING["anthropic"], **kw)
+    assert [(b.location, b.segment) for b in a.breakpoints if b.location.startswith("messages")] == \
+        [("messages[1]", "tail")]

@@ -173,8 +173,9 @@ def test_clients_that_never_read_their_response_cannot_hold_its_bytes(tmp_path):
         assert statuses.count("8") == 9, statuses  # three of 16 MB (and their framing) fill the 64 MB
         assert all(c.closed for c in clients)  # aged out: what they held is given back
         # before: +447 MB, kept until the connections closed. The peak is mostly the twelve reads
-        # at once (each builds its 16 MB text and response); what stays after is the allocator's
-        assert probe.rss_peak - before < 300, (before, probe.rss_peak)
+        # at once (each builds its 16 MB text and response), as many as overlap: +131 to +312 MB
+        # over runs on one machine. What stays after is the allocator's
+        assert probe.rss_peak - before < 400, (before, probe.rss_peak)
         assert after - before < 160, (before, after)
     finally:
         for c in clients:

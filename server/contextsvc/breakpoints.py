@@ -54,8 +54,14 @@ def _last_user(roles: list) -> int:
     return -1
 
 
+def _stored(lowered) -> int:
+    """The message elements that stand for stored messages at the end of the body: all but a
+    closing user message (lowered.close_with_user), which the next step replaces."""
+    return len(lowered.messages) - (1 if lowered.closed else 0)
+
+
 def _segment(lowered, index: int) -> str:
-    return "tail" if index >= _last_user(lowered.roles) else "history"
+    return "tail" if index >= _last_user(lowered.roles[:_stored(lowered)]) else "history"
 
 
 def takes_auto_markers(provider: str, model_id: str, marker_models=MARKER_MODELS) -> bool:
@@ -154,12 +160,12 @@ def _hinted(lowered, provider: str, tools: list, policy: Policy, message_ids) ->
 def _auto(lowered, provider: str, tools: list, ttl: str) -> list:
     """The auto policy's breakpoints, most useful first (the first ones win when the caller's
     hints leave fewer places)."""
-    n_sys, n_msg = len(lowered.system), len(lowered.messages)
-    if lowered.closed:
-        # the closing user message stands for no stored message and is gone at the next step:
-        # the marker goes on the model's turn before it, whose entry that step reads
-        n_msg -= 1
-    if FORMATS[provider].native_auto:
+    # a closing user message stands for no stored message and is gone at the next step: the
+    # marker goes on the model's turn before it, whose entry that step reads, where that turn can
+    # carry one (not a turn of reasoning alone); else on the last user element before it
+    n_sys, n_msg = len(lowered.system), _stored(lowered)
+    fmt = FORMATS[provider]
+    if fmt.native_auto:
         # The latest user message is the last *wire* user message, the one carrying the tool
         # results, not the last message a person typed: through a long tool loop the marker
         # then advances every step, and each step reads everything before it from the entry
@@ -168,7 +174,8 @@ def _auto(lowered, provider: str, tools: list, ttl: str) -> list:
         # lookback (20 blocks on Anthropic), and every step would be written again in full.
         # Then the last system block (its entry survives a compaction, which rewrites the
         # messages) and the last tool (it survives a change of the system prompt).
-        last_user = n_msg - 1 if lowered.closed else _last_user(lowered.roles)
+        closed_on = lowered.closed and n_msg > 0 and fmt.markable(lowered.messages[n_msg - 1])
+        last_user = n_msg - 1 if closed_on else _last_user(lowered.roles[:n_msg])
         out = [Breakpoint("message", last_user, "tail", ttl)] if last_user >= 0 else []
         if n_sys:
             out.append(Breakpoint("system", n_sys - 1, "system", ttl))

@@ -67,14 +67,21 @@ def same_provider(stored: str, requested: str) -> bool:
 # "anthropic.claude-opus-4-1-20250805-v1:0", "claude-sonnet-4-20250514" (a date is no minor version),
 # "anthropic/claude-sonnet-4.6" (a gateway's)
 _CLAUDE_VERSION = re.compile(r"claude-(?:(?:opus|sonnet|haiku)-)?(\d+)(?:[-.](\d)(?!\d))?")
+# Claude 1 and 2 as Bedrock names them and Claude Instant: anthropic.claude-v2:1,
+# anthropic.claude-instant-v1, claude-instant-1.2
+_LEGACY_CLAUDE = re.compile(r"claude-(?:instant-v?(\d)|v(\d))")
 
 
 @functools.lru_cache(maxsize=256)
 def claude_generation(model_id: str) -> tuple[int, int] | None:
     """(major, minor) of the Claude generation a model id names, None where it names none that
     can be read (a Claude id of that kind is taken to be of the newest generation)."""
-    found = _CLAUDE_VERSION.search(model_id.lower())
-    return (int(found.group(1)), int(found.group(2) or 0)) if found else None
+    model_id = model_id.lower()
+    found = _CLAUDE_VERSION.search(model_id)
+    if found is not None:
+        return int(found.group(1)), int(found.group(2) or 0)
+    legacy = _LEGACY_CLAUDE.search(model_id)
+    return (int(legacy.group(1) or legacy.group(2)), 0) if legacy else None
 
 
 # The first Claude generation that refuses a request ending with its own turn: "This model does not

@@ -34,6 +34,7 @@ MAX_MARKERS = 4
 # the turn as the start of their answer. The generation as an id writes it: claude-sonnet-4-6,
 # anthropic.claude-opus-4-6-v1:0, anthropic/claude-sonnet-4.6, claude-sonnet-5.
 _CLAUDE_GENERATION = re.compile(r"claude-(?:(?:opus|sonnet|haiku)-)?(\d+)(?:[-.](\d)(?!\d))?")
+_CLAUDE_1_AND_2 = re.compile(r"claude-(?:instant|v\d)")  # anthropic.claude-v2:1, claude-instant-1.2
 PREFILL_REFUSED = "This model does not support assistant message prefill. The conversation must end with a user message."
 
 
@@ -44,6 +45,8 @@ def refuses_prefill(model_id) -> bool:
     if "claude" not in model_id:
         return False
     found = _CLAUDE_GENERATION.search(model_id)
+    if found is None and _CLAUDE_1_AND_2.search(model_id):
+        return False
     return found is None or (int(found.group(1)), int(found.group(2) or 0)) >= (4, 6)
 
 

@@ -27,47 +27,65 @@ NONE_LEFT_OUT = frozenset()
 def image_rule(messages: list, fmt, memo: Memo | None = None, media_cap: int = 0) -> tuple:
     """(side, images_left_out, media_left_out) for messages (the history as sent).
 
-    media_left_out: where they hold more images and PDF pages than media_cap (fmt.media_cap of
-    the model's window; 0: no cap), the media of the oldest messages holding any, every image
-    and document of theirs the note, CHUNK items at a time, until at most media_cap are sent.
-    side, images_left_out: then, where the rest hold more than fmt.many_images images fmt takes
-    and one of them is over fmt.many_images_side, either every image over that side is the note
-    (side), or the images of the oldest messages holding any are (images_left_out: their ids)
-    until at most fmt.many_images are sent, CHUNK at a time; whichever leaves out fewer. A
-    computer-use agent's screenshots of a large display are all over the side: the first way
-    left it blind from the 21st, the second keeps the newest at full size.
+    side, images_left_out: where they hold more than fmt.many_images images fmt takes and one of
+    them is over fmt.many_images_side, either every image over that side is the note (side), or
+    the images of the oldest messages holding any are (images_left_out: their ids) until at most
+    fmt.many_images are sent, CHUNK at a time; whichever leaves out fewer. A computer-use agent's
+    screenshots of a large display are all over the side: the first way left it blind from the
+    21st, the second keeps the newest at full size.
+    media_left_out: then, where the images still sent and the PDF pages are more than media_cap
+    (fmt.media_cap of the model's window; 0: no cap), every medium of the oldest messages holding
+    any is the note, CHUNK items at a time, until at most media_cap are sent.
     (0, NONE_LEFT_OUT, NONE_LEFT_OUT) when the format's own limits do."""
     if not (fmt.many_images or media_cap):
         return 0, NONE_LEFT_OUT, NONE_LEFT_OUT
     held = [(msg, *_media_held(msg, fmt, memo))
             for msg in itertools.compress(messages, map(m.HAS_MEDIA, messages))]
-    media_out = NONE_LEFT_OUT
-    total = sum(len(sides) + pages for _, sides, pages in held)
-    if media_cap and total > media_cap:
-        at = _oldest_out(held, total, media_cap, lambda sides, pages: len(sides) + pages)
-        media_out = frozenset(msg.id for msg, sides, pages in held[:at] if sides or pages)
-        held = held[at:]
+    side, images_out = _side_rule(held, fmt)
+    if not media_cap:
+        return side, images_out, NONE_LEFT_OUT
+
+    def sent(msg, sides, pages) -> int:  # the items msg sends under the side rule
+        images = 0 if msg.id in images_out else sum(1 for s in sides if not side or s <= side)
+        return images + pages
+
+    total = sum(sent(*h) for h in held)
+    if total <= media_cap:
+        return side, images_out, NONE_LEFT_OUT
+    at = _oldest_out(held, total, media_cap, sent)
+    return side, images_out, frozenset(h[0].id for h in held[:at] if sent(*h))
+
+
+def _side_rule(held: list, fmt) -> tuple:
+    """(side, images_left_out) of image_rule."""
     if not fmt.many_images:
-        return 0, NONE_LEFT_OUT, media_out
+        return 0, NONE_LEFT_OUT
     count = sum(len(sides) for _, sides, _ in held)
     over = sum(side > fmt.many_images_side for _, sides, _ in held for side in sides)
     if count <= fmt.many_images or not over:
-        return 0, NONE_LEFT_OUT, media_out
-    at = _oldest_out(held, count, fmt.many_images, lambda sides, pages: len(sides))
+        return 0, NONE_LEFT_OUT
+    at = _oldest_out(held, count, fmt.many_images, lambda msg, sides, pages: len(sides))
     kept = sum(len(sides) for _, sides, _ in held[at:])
     if count - kept < over:
-        return 0, frozenset(msg.id for msg, sides, _ in held[:at] if sides), media_out
-    return fmt.many_images_side, NONE_LEFT_OUT, media_out
+        return 0, frozenset(msg.id for msg, sides, _ in held[:at] if sides)
+    return fmt.many_images_side, NONE_LEFT_OUT
 
 
 def _oldest_out(held: list, count: int, most: int, items) -> int:
     """How many of held's oldest messages leave out what they hold so that at most `most` of
-    count items are sent: CHUNK items at a time, whole messages, the newest kept."""
-    keep = count - -(-(count - most) // CHUNK) * CHUNK
-    kept, at = 0, len(held)
-    while at > 0 and kept + items(*held[at - 1][1:]) <= keep:
-        at -= 1
-        kept += items(*held[at][1:])
+    count items are sent: whole messages, oldest first, as many as it takes, then more while the
+    items left out stay within the next multiple of CHUNK (the prefix is rewritten once every
+    CHUNK items, not at each). A large message is left out only where it has to be: 5
+    screenshots and then the person's 96-page PDF send the PDF, at this step and the next."""
+    least = count - most
+    chunked = -(-least // CHUNK) * CHUNK
+    out = at = 0
+    while at < len(held) and out < least:
+        out += items(*held[at])
+        at += 1
+    while at < len(held) and out + items(*held[at]) <= chunked:
+        out += items(*held[at])
+        at += 1
     return at
 
 
@@ -91,9 +109,10 @@ def _media_held(msg: m.Message, fmt, memo: Memo | None) -> tuple:
                 continue
             if src.kind == media.IMAGE:
                 sides.append(max(src.pixels) if src.pixels else 0)
-            elif src.mime == media.PDF and not src.url:
-                # its items: one a page where a format caps media (pages_per_item 1), as Anthropic does
-                pages += src.items
+            elif src.mime == media.PDF:
+                # its items: one a page where a format caps media (pages_per_item 1), as Anthropic
+                # does; one by URL has at least one page, which the provider reads itself
+                pages += src.items if not src.url else 1
     found = (tuple(sides), pages)
     if key is not None:
         memo.put(key, found)

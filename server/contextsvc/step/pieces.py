@@ -143,7 +143,9 @@ def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
         deadline=deadline,
     )
     if _closes(plan, lowered.roles):
-        lowered.closed = close_with_user(lowered.messages, lowered.roles, lowered.sources, _closing(mdl.provider))
+        closing = _closing(mdl.provider)
+        lowered.closed = close_with_user(lowered.messages, lowered.roles, lowered.sources, closing)
+        _attach(lowered, [closing], messages=False)  # the body's other list of them (Chat Completions)
     elif plan.fmt.trims_final_text:
         trim_final_text(lowered.messages, lowered.roles, plan.fmt.merged_key)
     return Pieces(lowered, ledger, False)
@@ -473,10 +475,12 @@ def _where(elements: list, values: list):
     return zip(itertools.compress(map(id, elements), kept), itertools.compress(values, kept))
 
 
-def _attach(lowered: Lowered, elements: list) -> None:
-    """Puts the message elements into a body lowered without messages: its messages list, and a
-    list that holds the system elements and then the messages (Chat Completions) too."""
-    lowered.messages.extend(elements)
+def _attach(lowered: Lowered, elements: list, messages: bool = True) -> None:
+    """Puts the message elements at the end of a body's messages: into its messages list (unless
+    messages is False: put there already), and a list that holds the system elements and then
+    the messages (Chat Completions) too."""
+    if messages:
+        lowered.messages.extend(elements)
     for parent, key in lowered.lists:
         items = parent[key]
         if items is not lowered.messages and items is not lowered.system:
