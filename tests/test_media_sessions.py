@@ -14,7 +14,7 @@ import os
 import PIL.Image
 import pikepdf
 
-from contextsvc import compact, config, conversation as m, measure, prune
+from contextsvc import compact, config, conversation as m, measure, prune, window
 from contextsvc.compact import edits as ed
 
 CFG = config.Config()
@@ -135,3 +135,29 @@ def test_a_body_over_the_provider_s_bytes_asks_to_compact_whatever_its_tokens():
     assert after.body_bytes < 32_000_000 and not after.should_compact
     fewer = figures(messages[:6] + messages[-1:], m.CompactionSettings(), model)
     assert fewer.body_bytes < 32_000_000 and not fewer.should_compact
+
+
+def test_compact_sizes_the_kept_tail_by_the_items_claude_from_opus_4_7_reads_an_image_at():
+    """Opus 4.7 reads a 2560x1600 screenshot at up to 3.75 MP, three media items: a tail sized at
+    one item an image kept three screenshots, 18,432 tokens of media against an 8,000 budget."""
+    from contextsvc.compact import head_tail
+
+    off = m.CompactionSettings(prune=False)
+    kept = {}
+    for mid in ("claude-sonnet-4-5", "claude-opus-4-7"):
+        model = m.Model(mid, m.ANTHROPIC, m.ModelLimits(64_000, 0, 8_192))
+        messages = [m.Message("u0", m.USER, [m.Part("t0", m.Text("Go through the settings pages."))])]
+        for k in range(14):
+            shot = m.File("image/png", f"screen{k}.png", data=png(2560, 1600, k))
+            click = m.Tool(f"call{k}", "computer", m.COMPLETED, {"action": "left_click", "x": k, "y": 2},
+                           output="Clicked.", attachments=[shot])
+            messages.append(m.Message(f"a{k}", m.ASSISTANT, [m.Part(f"c{k}", click)], time_completed_ms=k + 1))
+        r = compact.compact(compact.CompactInput(m.Conversation(messages, "retina"), model, compaction=off,
+                                                 auto=True), CFG)
+        assert r.outcome == compact.COMPACTED and r.tail_start_id
+        tail = messages[[x.id for x in messages].index(r.tail_start_id):]
+        items = figures(tail, off, model).media_count
+        budget = head_tail.budget(window.usable(model, off, CFG), off, CFG)
+        assert items * CFG.measure.media_decision_tokens <= budget, (mid, items, budget)
+        kept[mid] = len(tail)
+    assert kept["claude-opus-4-7"] < kept["claude-sonnet-4-5"]

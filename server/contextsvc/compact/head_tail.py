@@ -10,6 +10,7 @@ from ..config import Config
 from ..deadline import NO_DEADLINE, Deadline
 from ..lowering import MediaLedger, lower, to_model_messages
 from ..memo import each
+from ..step.plan import image_pixels
 from .edits import ReplaceToolOutput, apply
 from .serialize import clip
 
@@ -29,23 +30,31 @@ def starts_turn(msg: m.Message) -> bool:
     return msg.role == m.USER and msg.compaction() is None
 
 
-def message_size(msg: m.Message, mdl: m.Model, deadline: Deadline = NO_DEADLINE, per_medium: int = 0) -> int:
+def message_size(msg: m.Message, mdl: m.Model, deadline: Deadline = NO_DEADLINE, per_medium: int = 0,
+                 pixels: tuple | None = None) -> int:
     """Estimate of the JSON of the message's lowered model messages, media as placeholders, and
     per_medium for each media item they hold (the decision figure's measure.media_decision_tokens:
     a tail sized without its screenshots was kept whole, over the limit, or found to fit from the
-    first message, so the person's newest image and question were summarized away)."""
-    ledger = MediaLedger(placeholders=True)
+    first message, so the person's newest image and question were summarized away). pixels:
+    media_pixels, where the model reads an image at several items (Claude from Opus 4.7)."""
+    ledger = MediaLedger(placeholders=True, image_pixels=pixels)
     lowered = lower(mdl.provider, model_id=mdl.id, system=[], messages=to_model_messages([msg], mdl),
                     tools=[], max_output=0, ledger=ledger, deadline=deadline)
     json_lengths = native.json_lengths
     return native.estimate_tokens(sum(json_lengths(e)[1] for e in lowered.messages)) + ledger.media_count * per_medium
 
 
-def sizes(messages: list, mdl: m.Model, memo=None, deadline: Deadline = NO_DEADLINE, per_medium: int = 0) -> list:
-    """memo (memo.Memo): each message's size kept under its digest, the provider, model and
-    per_medium (message_size)."""
-    return each(memo, "size", messages, (mdl.provider, mdl.id, per_medium),
-                lambda x: message_size(x, mdl, deadline, per_medium))
+def sizes(messages: list, mdl: m.Model, memo=None, deadline: Deadline = NO_DEADLINE, per_medium: int = 0,
+          pixels: tuple | None = None) -> list:
+    """memo (memo.Memo): each message's size kept under its digest, the provider, model,
+    per_medium and pixels (message_size)."""
+    return each(memo, "size", messages, (mdl.provider, mdl.id, per_medium, pixels),
+                lambda x: message_size(x, mdl, deadline, per_medium, pixels))
+
+
+def media_pixels(mdl: m.Model, cfg: Config, per_medium: int) -> tuple | None:
+    """The pixels argument of message_size for media at per_medium an item (the decision's)."""
+    return image_pixels(mdl, per_medium, cfg.measure.exact_encoding)
 
 
 def budget(usable: int, settings: m.CompactionSettings, cfg: Config) -> int:
@@ -80,6 +89,7 @@ def _select(messages: list, mdl: m.Model, b: int, settings: m.CompactionSettings
     """select with media at per_medium an item; None when nothing of the current turn fits and
     per_medium could be what keeps it out."""
     turns = tail_turns(settings, cfg)
+    pixels = media_pixels(mdl, cfg, per_medium)
     starts = native.split_turns([starts_turn(x) for x in messages])
     if message_sizes is not None:
         sz = message_sizes
@@ -88,14 +98,14 @@ def _select(messages: list, mdl: m.Model, b: int, settings: m.CompactionSettings
             first = len(messages)  # the walk reads nothing
         else:
             first = starts[-min(turns, len(starts))]
-        sz = [0] * first + sizes(messages[first:], mdl, memo, deadline, per_medium)
+        sz = [0] * first + sizes(messages[first:], mdl, memo, deadline, per_medium, pixels)
     kept = native.select_tail(starts, sz, turns, b) if messages else -1
     if kept < 0 and turns > 0 and starts and len(messages) - 1 > starts[-1]:
         # Nothing of the current turn fits: its newest message is kept anyway with its tool
         # outputs cut to the budget (parallel calls: each to the same length), or the model would
         # read those files again.
         last = messages[-1]
-        cuts = cut_outputs(last, mdl, b, deadline, per_medium)
+        cuts = cut_outputs(last, mdl, b, deadline, per_medium, pixels)
         if cuts:
             return Selection(list(messages[:-1]), [last], last.id, b, sz, cuts)
     if kept < 0 and per_medium and message_sizes is None:
@@ -114,7 +124,7 @@ def sent_outputs(msg: m.Message) -> list:
 
 
 def cut_outputs(msg: m.Message, mdl: m.Model, budget_: int, deadline: Deadline = NO_DEADLINE,
-                per_medium: int = 0) -> tuple:
+                per_medium: int = 0, pixels: tuple | None = None) -> tuple:
     """ReplaceToolOutput of the tool outputs of msg cut (serialize.clip) to the most characters
     each with which the message's size is within budget_ (an output no longer than that stays
     whole: one output is cut alone, parallel ones each keep their head and tail); () when msg has
@@ -128,7 +138,7 @@ def cut_outputs(msg: m.Message, mdl: m.Model, budget_: int, deadline: Deadline =
                 if len(p.content.output) > chars]
 
     def fits(chars: int) -> bool:
-        return message_size(apply([msg], cut(chars))[0], mdl, deadline, per_medium) <= budget_
+        return message_size(apply([msg], cut(chars))[0], mdl, deadline, per_medium, pixels) <= budget_
 
     if not fits(0):
         return ()

@@ -102,7 +102,8 @@ def _smaller_tail(plan: "_Plan", over_by: int, inp: CompactInput, cfg: Config, d
     a body of one character."""
     mdl = inp.model
     tail = [dataclasses.replace(x, usage=m.Usage()) for x in ed.apply(plan.tail, list(plan.cuts))]
-    estimate = sum(head_tail.sizes(tail, mdl, None, deadline, cfg.measure.media_decision_tokens))
+    per_medium = cfg.measure.media_decision_tokens
+    estimate = sum(head_tail.sizes(tail, mdl, None, deadline, per_medium, head_tail.media_pixels(mdl, cfg, per_medium)))
     alone = _measure(m.Conversation(tail, inp.conversation.session_id), inp, cfg, deadline).decision[0]
     one = m.Message("tail-size", m.USER, [m.Part("tail-size", m.Text("."))])
     empty = _measure(m.Conversation([one], inp.conversation.session_id), inp, cfg, deadline).decision[0]

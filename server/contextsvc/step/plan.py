@@ -31,6 +31,14 @@ IMAGE_PIXELS = {tokenizer_family.CLAUDE_47: 3_750_000}
 PIXELS_PER_TOKEN = 750
 
 
+def image_pixels(model: m.Model, item_tokens: int, proxy: str) -> tuple | None:
+    """(the most pixels the model reads an image at, pixels per media item of item_tokens) where
+    that is more than one item's worth (lowering.media: the image counts as several), else None.
+    proxy: the encoding that counts for a model without its own (tokenizer_family.for_model)."""
+    most = IMAGE_PIXELS.get(tokenizer_family.for_model(model.id, model.provider, proxy).name)
+    return (most, PIXELS_PER_TOKEN * item_tokens) if most and item_tokens else None
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     """What a step is decided with besides the conversation: the model and its wire format, the
@@ -69,11 +77,8 @@ class Plan:
 
     @property
     def image_pixels(self) -> tuple | None:
-        """(the most pixels the model reads an image at, pixels per media item) where that is more
-        than one item's worth (lowering.media: the image counts as several), else None."""
-        family = tokenizer_family.for_model(self.model.id, self.model.provider, self.cfg.measure.exact_encoding)
-        most = IMAGE_PIXELS.get(family.name)
-        return (most, PIXELS_PER_TOKEN * self.cfg.measure.media_decision_tokens) if most else None
+        """image_pixels of the plan's model."""
+        return image_pixels(self.model, self.cfg.measure.media_decision_tokens, self.cfg.measure.exact_encoding)
 
     @property
     def closes_with_user(self) -> bool:
