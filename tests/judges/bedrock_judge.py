@@ -126,9 +126,26 @@ def _content_rules(blocks: list, where: str, p: Problems, names: dict) -> None:
             _content_rules(result["content"], f"{here}.toolResult.content", p, names)
 
 
-def _many_images(body: dict, p: Problems) -> None:
-    """A request of more than MANY_IMAGES images takes none over MANY_IMAGES_SIDE on a side."""
+# Claude up to Sonnet 4 behind Converse: "too many images and documents: 21 + 0 > 20" (cline #1844,
+# Sonnet 3.5/3.7), "19 + 5 > 20" (boto3 #4632, Sonnet 4). Sonnet 5 was measured taking 29.
+MAX_MEDIA_OLD_CLAUDE = 20
+_CLAUDE_GENERATION = re.compile(r"claude-(?:(?:opus|sonnet|haiku)-)?(\d+)(?:[-.](\d)(?!\d))?")
+
+
+def old_claude(model_id: str) -> bool:
+    """A Claude of generation 4.0 or before (Claude 2 and Instant included)."""
+    model_id = (model_id or "").lower()
+    found = _CLAUDE_GENERATION.search(model_id)
+    if found is None:
+        return "claude-v" in model_id or "claude-instant" in model_id
+    return (int(found.group(1)), int(found.group(2) or 0)) <= (4, 0)
+
+
+def _many_images(body: dict, p: Problems, model_id: str = "") -> None:
+    """A request of more than MANY_IMAGES images takes none over MANY_IMAGES_SIDE on a side; to
+    Claude up to Sonnet 4, a request holds at most MAX_MEDIA_OLD_CLAUDE images and documents."""
     found = []  # (where, pixels) of each image block, tool results' included
+    documents = []
 
     def visit(blocks, where):
         for k, b in enumerate(blocks if isinstance(blocks, list) else []):
@@ -137,12 +154,17 @@ def _many_images(body: dict, p: Problems) -> None:
             image = b.get("image")
             if isinstance(image, dict) and isinstance((image.get("source") or {}).get("bytes"), str):
                 found.append((f"{where}[{k}]", image_pixels(image["source"]["bytes"])))
+            if isinstance(b.get("document"), dict):
+                documents.append(f"{where}[{k}]")
             if isinstance(b.get("toolResult"), dict):
                 visit(b["toolResult"].get("content"), f"{where}[{k}].toolResult.content")
 
     for i, msg in enumerate(body.get("messages") or []):
         if isinstance(msg, dict):
             visit(msg.get("content"), f"messages[{i}].content")
+    if old_claude(model_id) and len(found) + len(documents) > MAX_MEDIA_OLD_CLAUDE:
+        p.add("too-many-media", "messages", f"too many images and documents: {len(found)} + {len(documents)} > "
+                                            f"{MAX_MEDIA_OLD_CLAUDE}")
     if len(found) > MANY_IMAGES:
         for where, pixels in found:
             if pixels is not None and max(pixels) > MANY_IMAGES_SIDE:
@@ -179,7 +201,7 @@ def judge(body: dict, model_id: str = "") -> list:
         for line in report.generate_report().splitlines():
             p.add("schema", "body", line.strip())
     _constraints(shape, params, "", p)
-    _many_images(body, p)
+    _many_images(body, p, model_id)
 
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
     # `messages` is optional in the model only for a Prompt management prompt (its ARN as the

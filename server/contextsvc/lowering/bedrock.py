@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from .. import conversation as m
+from .. import conversation as m, model_ids
 from . import media
 from ..deadline import NO_DEADLINE, Deadline
 from .lowered import Lowered, open_with_user
@@ -185,6 +185,15 @@ class Bedrock(WireFormat):
     many_images_side = 2000
     native_auto = True
     system_marker_closes_list = True  # one cachePoint closes the system list
+    # Claude up to Sonnet 4 on Bedrock: "too many images and documents: 21 + 0 > 20" (cline #1844,
+    # Sonnet 3.5 and 3.7), "19 + 5 > 20" (boto3 #4632, Sonnet 4); a document counts one. Sonnet 5
+    # was measured taking 29 images (aws-solutions-library-samples #994); the generations between
+    # are not known to have it
+    media_cap_pages = False
+
+    def media_cap(self, model) -> int:
+        generation = model_ids.claude_generation(model.id)
+        return 20 if generation is not None and generation <= (4, 0) else 0
 
     def opens_turn(self, block: dict) -> bool:
         return "reasoningContent" in block

@@ -261,7 +261,8 @@ def source(fmt, x, ledger: MediaLedger | None = None):
     if found is None or not (data or payload or web):
         return attachment_note(x)
     if ledger is not None and ledger.leaves_out_media():
-        return attachment_note(x, f"older media: the request holds more images and document pages than {fmt.name} "
+        what = "document pages" if fmt.media_cap_pages else "documents"
+        return attachment_note(x, f"older media: the request holds more images and {what} than {fmt.name} "
                                   "takes in one, and the newest are sent")
     if found == IMAGE and ledger is not None and ledger.leaves_out():
         return attachment_note(x, f"an older image: a request of more than {fmt.many_images} images takes none "

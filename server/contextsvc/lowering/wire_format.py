@@ -60,16 +60,18 @@ class WireFormat:
     # (0: no such rule): a rule of the whole request, decided before the lowering (step.many_images)
     many_images: int = 0
     many_images_side: int = 0
-    # the most images and PDF pages one request may hold together (0: no such limit), and that of
-    # a model whose context window is over max_media_window (whole request, step.many_images)
+    # the most images and documents one request may hold together (0: no such limit), and that of
+    # a model whose context window is over max_media_window (whole request, step.many_images); a
+    # document counts its pages (media_cap_pages) or one
     max_media: int = 0
     max_media_long: int = 0
     max_media_window: int = 0
+    media_cap_pages: bool = True
 
-    def media_cap(self, context_window: int) -> int:
-        """The most images and PDF pages a request to a model of this context window may hold
-        (0: no such limit)."""
-        if self.max_media_long and context_window > self.max_media_window:
+    def media_cap(self, model) -> int:
+        """The most images and documents (media_cap_pages: PDF pages) a request to this model
+        (conversation.Model) may hold (0: no such limit)."""
+        if self.max_media_long and model.limits.context > self.max_media_window:
             return self.max_media_long
         return self.max_media
 

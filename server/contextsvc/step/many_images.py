@@ -91,29 +91,31 @@ def _oldest_out(held: list, count: int, most: int, items) -> int:
 
 def _media_held(msg: m.Message, fmt, memo: Memo | None) -> tuple:
     """(the longer side in pixels of each image in msg that fmt takes, 0 where its header does not
-    say or it is sent as a URL; the pages of its PDFs) : its media files and the media its tools'
+    say or it is sent as a URL; what its PDFs count toward fmt's media cap: their pages, or one
+    each where fmt counts documents (media_cap_pages)): its media files and the media its tools'
     outputs still carry (a compacted output drops them). Kept per message: reading a header
     decodes its base64, a PDF's pages its page tree."""
     key = (IMAGE_SIDES, fmt.name, msg.digest) if memo is not None and msg.digest else None
     found = memo.get(key) if key is not None else None
     if found is not None:
         return found
-    sides, pages = [], 0
+    sides, documents = [], 0
     for part in msg.parts:
         c = part.content
         files = (c,) if isinstance(c, m.File) else c.attachments if isinstance(c, m.Tool) and not c.compacted else ()
         for f in files:
-            pdf = media.media_type(f.mime) == media.PDF
-            src = media.source(fmt, f) if f.is_media and (fmt.max_media or not pdf) else None
+            src = media.source(fmt, f) if f.is_media else None  # images and PDFs
             if src is None or isinstance(src, str):
                 continue
             if src.kind == media.IMAGE:
                 sides.append(max(src.pixels) if src.pixels else 0)
+            elif not fmt.media_cap_pages:
+                documents += 1
             elif src.mime == media.PDF:
-                # its items: one a page where a format caps media (pages_per_item 1), as Anthropic
-                # does; one by URL has at least one page, which the provider reads itself
-                pages += src.items if not src.url else 1
-    found = (tuple(sides), pages)
+                # its pages, its items where a format counts them (pages_per_item 1, as Anthropic);
+                # one by URL has at least one page, which the provider reads itself
+                documents += src.items if not src.url else 1
+    found = (tuple(sides), documents)
     if key is not None:
         memo.put(key, found)
     return found

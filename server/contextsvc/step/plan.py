@@ -129,8 +129,7 @@ class Plan:
     def for_images(self, sent: list, memo=None) -> "Plan":
         """The plan for a history as sent (projection.project) holding these images: every image
         within the smaller side its provider takes in a request of that many (many_images)."""
-        side, images_out, media_out = many_images.image_rule(sent, self.fmt, memo,
-                                                             self.fmt.media_cap(self.model.limits.context))
+        side, images_out, media_out = many_images.image_rule(sent, self.fmt, memo, self.fmt.media_cap(self.model))
         if (side, images_out, media_out) == (self.image_side, self.images_left_out, self.media_left_out):
             return self
         return dataclasses.replace(self, image_side=side, images_left_out=images_out, media_left_out=media_out)
