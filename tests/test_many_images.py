@@ -205,3 +205,25 @@ def test_a_prune_that_moves_which_messages_are_left_out_sends_the_same_body_with
     pruned = pb.AssembleRequest(conversation=session(pruned=range(5)), model=model, tools=[tool])
     a, b = with_memo.Assemble(pruned, timeout=60).body, without.Assemble(pruned, timeout=60).body
     assert a == b and len(_images(json.loads(a))) == 25 and judge_for(m.ANTHROPIC)(json.loads(a)) == []
+
+
+@pytest.mark.parametrize("most", [20, 100])
+@pytest.mark.parametrize("per_message", [1, 2, 3, 5, 7, 10])
+def test_the_left_out_messages_change_once_every_10_images_whatever_each_message_holds(most, per_message):
+    """A step adds one message of per_message images; the messages left out (so that at most
+    `most` are sent) change, and the prefix is rewritten, once every CHUNK images past the limit
+    at most: with 3 or 7 screenshots a message, a cut that followed what must go moved at nearly
+    every step."""
+    from contextsvc.step.many_images import CHUNK, _oldest_out
+
+    changes, before, past = 0, None, 0
+    for n in range(1, 400 // per_message + 1):
+        count = n * per_message
+        if count <= most:
+            continue
+        held = [(None, (0,) * per_message, 0)] * n
+        at = _oldest_out(held, count, most, lambda msg, sides, pages: len(sides))
+        assert count - at * per_message <= most  # what is sent keeps to the limit
+        changes += before is not None and at != before
+        before, past = at, count - most
+    assert changes <= -(-past // CHUNK) + 1, (changes, past)

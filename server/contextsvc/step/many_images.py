@@ -73,18 +73,18 @@ def _side_rule(held: list, fmt) -> tuple:
 
 def _oldest_out(held: list, count: int, most: int, items) -> int:
     """How many of held's oldest messages leave out what they hold so that at most `most` of
-    count items are sent: whole messages, oldest first, as many as it takes, then more while the
-    items left out stay within the next multiple of CHUNK (the prefix is rewritten once every
-    CHUNK items, not at each). A large message is left out only where it has to be: 5
+    count items are sent: whole messages, oldest first, up to the next multiple of CHUNK past
+    what must go (the cut moves once every CHUNK items, and the prefix is rewritten then, not at
+    each step), but a message of more than CHUNK items is not left out for that rounding alone: 5
     screenshots and then the person's 96-page PDF send the PDF, at this step and the next."""
     least = count - most
     chunked = -(-least // CHUNK) * CHUNK
     out = at = 0
-    while at < len(held) and out < least:
-        out += items(*held[at])
-        at += 1
-    while at < len(held) and out + items(*held[at]) <= chunked:
-        out += items(*held[at])
+    while at < len(held) and out < chunked:
+        n = items(*held[at])
+        if out >= least and n > CHUNK:
+            break
+        out += n
         at += 1
     return at
 
