@@ -181,7 +181,7 @@ def test_a_version_2_state_is_still_read_with_its_tools_figures_unknown():
     old = prefix.encode(d, 512, prefix.Overhead(11_234, 13_480), version=2)
     assert old[2] == 2 and prefix.decode(old).overhead is None and old == v2 + hashlib.sha256(v2).digest()[:4]
     with pytest.raises(ValueError, match="cache_state_version"):
-        config.AssembleConfig(cache_state_version=4)
+        config.AssembleConfig(cache_state_version=5)
 
 
 # ---- the report against a byte comparison of consecutive bodies ------------------------------

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 
+import grpc
 import pytest
 
 from contextsvc import assemble, config, conversation as m
 from contextsvc.lowering.neutral import CLOSING_USER_TEXT
 from contextsvc.v1 import context_pb2 as pb
+from contextsvc.v1 import context_pb2_grpc as pb_grpc
 from helpers import convo
-from helpers.server import stubs_with_and_without_memo
+from helpers.server import start_server, stubs_with_and_without_memo
 from judges import judge_for
 from judges.bedrock_judge import judge as bedrock_judge
 
@@ -194,3 +196,31 @@ def test_the_turn_before_the_closing_is_the_tail(stub, hint):
     a = assembled(stub, interrupted(), "anthropic", REFUSING["anthropic"], **kw)
     assert [(b.location, b.segment) for b in a.breakpoints if b.location.startswith("messages")] == \
         [("messages[1]", "tail")]
+
+
+def test_a_body_sent_to_another_model_is_reported_written_again_whole(stub):
+    """A provider caches per model: the same body sent to another model reads none of what the
+    previous request's wrote, so the cache report says so (cause "model", from the first element),
+    where it said the prefix was kept; a state written before the model was recorded (version 3)
+    is read as before."""
+    first = assembled(stub, blank_last_step(), "anthropic", "claude-sonnet-4-5")
+    later = blank_last_step()
+    later.messages.append(convo.user("m5", convo.text("p6", "commit it")))
+    same = assembled(stub, later, "anthropic", "claude-sonnet-4-5", previous_cache_state=first.cache_state)
+    assert same.cache_report.prefix_kept and same.cache_report.cause == "new_turn"
+    other = assembled(stub, later, "anthropic", "claude-opus-4-5", previous_cache_state=first.cache_state)
+    report = other.cache_report
+    assert (report.prefix_kept, report.cause, report.segment, report.index, report.reused_elements) == \
+        (False, "model", "tools", 0, 0)
+    whole = json.loads(other.body)
+    assert report.rewrite.tokens >= other.figures.decision.tokens - 1 > 0 and whole["model"] == "claude-opus-4-5"
+
+    # a version 3 state holds no model: read as before (the body unchanged but for appended messages)
+    older = start_server(assemble_overrides={"cache_state_version": 3})
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{older.port}") as channel:
+            v3 = assembled(pb_grpc.ContextServiceStub(channel), blank_last_step(), "anthropic", "claude-sonnet-4-5")
+        report = assembled(stub, later, "anthropic", "claude-opus-4-5", previous_cache_state=v3.cache_state).cache_report
+        assert report.compared and report.prefix_kept and report.cause == "new_turn"
+    finally:
+        older.stop(grace=1)

@@ -187,7 +187,8 @@ DIGEST_BYTES = 8
 # Format of cache_state; a state of another version is refused (the client sends none then).
 # Version 2 adds the tool choice's digest; a version 1 state (a server before it) is still read,
 # its choice unknown. Version 3 adds the figures of the body's tools and system (Overhead); a
-# state before it is read with them unknown.
+# state before it is read with them unknown. Version 4 adds the digest of the provider and model
+# the body was sent to (a provider caches per model: another model reads none of it).
 STATE_VERSION = CACHE_STATE_VERSIONS[-1]
 _READ_VERSIONS = (1, *CACHE_STATE_VERSIONS)
 _MAGIC = b"CX"
@@ -207,6 +208,8 @@ COMPACTION, PRUNE, NEW_TURN, OTHER = "compaction", "prune", "new_turn", "other"
 # (WireFormat.tool_choice_breaks_cache): the messages are written again, tools and system read
 TOOL_CHOICE = "tool_choice"
 NO_CHOICE = bytes(DIGEST_BYTES)  # the choice digest of a format whose choice costs no cache
+# the body goes to another provider or model than the previous request's: its cache serves none
+MODEL = "model"
 
 
 @dataclass(slots=True)
@@ -218,6 +221,12 @@ class Digests:
     pruned: list  # tool outputs marked compacted among each element's source messages
     compaction: bytes  # digest of the last completed compaction's summary id; zeros without one
     choice: bytes = NO_CHOICE  # digest of the tool choice, where changing it costs the cache
+    model: bytes = bytes(DIGEST_BYTES)  # digest of the provider and model (model_digest)
+
+
+def model_digest(provider: str, model_id: str) -> bytes:
+    """The digest of what a provider keeps a cache per: the model, as the request names it."""
+    return _short(f"{provider}\x00{model_id}".encode())
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +249,7 @@ class State:
     compaction: bytes
     choice: bytes | None  # None: not recorded (a version 1 state)
     overhead: Overhead | None = None  # not figured (the calibrated figures off), or before version 3
+    model: bytes | None = None  # None: not recorded (before version 4)
 
     @property
     def elements(self) -> int:
@@ -269,7 +279,8 @@ def choice_digest(body: dict, fmt) -> bytes:
     return _short(json.dumps(body.get(fmt.tool_choice_key), sort_keys=True).encode())
 
 
-def digests(lowered, chain: Chain, messages: list, fmt, last: int, element_pruned: list | None = None) -> Digests:
+def digests(lowered, chain: Chain, messages: list, fmt, last: int, element_pruned: list | None = None,
+            model: bytes = bytes(DIGEST_BYTES)) -> Digests:
     """The digests of a built body: chain is prefix_hashes' result (taken before the markers
     were placed), messages the conversation the body was built from, fmt its WireFormat; last:
     projection.last_compaction(messages); element_pruned: each message element's compacted
@@ -294,7 +305,7 @@ def digests(lowered, chain: Chain, messages: list, fmt, last: int, element_prune
     return Digests((n_tools, n_system, n_messages),
                    short, pruned,
                    _short(messages[last].id.encode()) if last >= 0 else bytes(DIGEST_BYTES),
-                   choice_digest(lowered.body, fmt))
+                   choice_digest(lowered.body, fmt), model)
 
 
 _COMPACTED_OUTPUTS, _ID = operator.attrgetter("compacted_outputs"), operator.attrgetter("id")
@@ -356,6 +367,8 @@ def encode(d: Digests, max_groups: int, overhead: Overhead | None = None, versio
             b"\x01" + varint_bytes(overhead.calibrated) + varint_bytes(overhead.decision)
     out += d.compaction
     out += d.choice
+    if version >= 4:
+        out += d.model
     out += b"".join(ends)
     # a count under 0x80 is its own one-byte varint, and most are 0: bytes() encodes them in C
     out += bytes(pruned) if max(pruned, default=0) < 0x80 else b"".join(map(varint_bytes, pruned))
@@ -416,11 +429,12 @@ def decode(raw: bytes) -> State:
         raise _bad(f"has {groups} digests, more than {_MAX_STATE_GROUPS}")
     compaction = r.take(DIGEST_BYTES)
     choice = r.take(DIGEST_BYTES) if version >= 2 else None
+    model = r.take(DIGEST_BYTES) if version >= 4 else None
     ends = [r.take(DIGEST_BYTES) for _ in range(groups)]
     pruned = [r.varint() for _ in range(groups)]
     if r.at != len(body):
         raise _bad("has trailing bytes")
-    return State(counts, group, ends, pruned, compaction, choice, overhead)
+    return State(counts, group, ends, pruned, compaction, choice, overhead, model)
 
 
 def _segment_of(flat: int, before: tuple, now: tuple) -> tuple:
@@ -447,7 +461,10 @@ def compare(before: State, now: Digests) -> Change | None:
     first that differs, judged on the prefix digests (equal at element i means every element up
     to i is equal), or the first message where the tool choice changed and that invalidates the
     provider's cached messages (a change of the tools or system comes first); None when the two
-    are the same elements under the same choice."""
+    are the same elements under the same choice. Sent to another provider or model, the body is
+    written whole again, from its first element (MODEL)."""
+    if before.model is not None and before.model != now.model:
+        return Change(TOOLS if now.counts[0] else SYSTEM if now.counts[1] else MESSAGES, 0, 0, MODEL, False, 1)
     change = _first_difference(before, now)
     if before.choice is None or before.choice == now.choice:
         return change

@@ -371,7 +371,7 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     deadline.check("measure")
     if plan.hashes:
         request.digests = prefix.digests(lowered, chain, conv.messages, plan.fmt, request.last_compaction,
-                                         pieces.pruned)
+                                         pieces.pruned, prefix.model_digest(plan.model.provider, plan.model.id))
         if plan.previous is not None:
             request.change = prefix.compare(plan.previous, request.digests)
     return request
