@@ -34,20 +34,28 @@ MAX_MARKERS = 4
 # the turn as the start of their answer. The generation as an id writes it: claude-sonnet-4-6,
 # anthropic.claude-opus-4-6-v1:0, anthropic/claude-sonnet-4.6, claude-sonnet-5.
 _CLAUDE_GENERATION = re.compile(r"claude-(?:(?:opus|sonnet|haiku)-)?(\d+)(?:[-.](\d)(?!\d))?")
-_CLAUDE_1_AND_2 = re.compile(r"claude-(?:instant|v\d)")  # anthropic.claude-v2:1, claude-instant-1.2
+# Claude 1 and 2 as Bedrock names them, and Claude Instant: anthropic.claude-v2:1, claude-instant-1.2
+_CLAUDE_1_AND_2 = re.compile(r"claude-(?:instant|v(\d))")
 PREFILL_REFUSED = "This model does not support assistant message prefill. The conversation must end with a user message."
+
+
+def claude_generation(model_id) -> tuple | None:
+    """(major, minor) of the Claude generation a model id names; None where none can be read."""
+    model_id = str(model_id or "").lower()
+    found = _CLAUDE_GENERATION.search(model_id)
+    if found is not None:
+        return int(found.group(1)), int(found.group(2) or 0)
+    legacy = _CLAUDE_1_AND_2.search(model_id)
+    return (int(legacy.group(1) or 1), 0) if legacy else None
 
 
 def refuses_prefill(model_id) -> bool:
     """Whether the model a body names refuses a last message of its own: Claude 4.6 and later
     (a Claude id whose generation cannot be read is taken to be a new one)."""
-    model_id = str(model_id or "").lower()
-    if "claude" not in model_id:
+    if "claude" not in str(model_id or "").lower():
         return False
-    found = _CLAUDE_GENERATION.search(model_id)
-    if found is None and _CLAUDE_1_AND_2.search(model_id):
-        return False
-    return found is None or (int(found.group(1)), int(found.group(2) or 0)) >= (4, 6)
+    generation = claude_generation(model_id)
+    return generation is None or generation >= (4, 6)
 
 
 class Problems(list):

@@ -17,7 +17,8 @@ import re
 import botocore.session
 from botocore.validate import ParamValidator
 
-from ._common import MAX_MARKERS, PREFILL_REFUSED, Problems, image_pixels, image_problem, refuses_prefill
+from ._common import (MAX_MARKERS, PREFILL_REFUSED, Problems, claude_generation, image_pixels, image_problem,
+                      refuses_prefill)
 
 # DocumentBlock.name: "alphanumeric characters, whitespace characters (no more than one in a row),
 # hyphens, parentheses, and square brackets" (Converse API reference).
@@ -129,16 +130,12 @@ def _content_rules(blocks: list, where: str, p: Problems, names: dict) -> None:
 # Claude up to Sonnet 4 behind Converse: "too many images and documents: 21 + 0 > 20" (cline #1844,
 # Sonnet 3.5/3.7), "19 + 5 > 20" (boto3 #4632, Sonnet 4). Sonnet 5 was measured taking 29.
 MAX_MEDIA_OLD_CLAUDE = 20
-_CLAUDE_GENERATION = re.compile(r"claude-(?:(?:opus|sonnet|haiku)-)?(\d+)(?:[-.](\d)(?!\d))?")
 
 
 def old_claude(model_id: str) -> bool:
     """A Claude of generation 4.0 or before (Claude 2 and Instant included)."""
-    model_id = (model_id or "").lower()
-    found = _CLAUDE_GENERATION.search(model_id)
-    if found is None:
-        return "claude-v" in model_id or "claude-instant" in model_id
-    return (int(found.group(1)), int(found.group(2) or 0)) <= (4, 0)
+    generation = claude_generation(model_id)
+    return generation is not None and generation <= (4, 0)
 
 
 def _many_images(body: dict, p: Problems, model_id: str = "") -> None:

@@ -162,8 +162,6 @@ def memoizable(messages: list, provider: str) -> bool:
     return provider != m.BEDROCK or not any(map(m.HAS_MEDIA, messages))
 
 
-
-
 def _piece(msg: m.Message, plan: Plan, deadline: Deadline = NO_DEADLINE) -> tuple:
     """What one stored message lowers to alone (the memo's LOWERED entry): (elements, media_count, extra,
     saved_units, texts), elements a tuple of (role, element, saved units inside it), texts the
