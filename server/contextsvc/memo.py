@@ -40,7 +40,6 @@ MESSAGE = "message"  # (MESSAGE, digest) -> the converted conversation.Message
 CONVERTED = "converted"
 LOWERED = "lowered"  # (LOWERED, digest, settings) -> what the message lowers to alone (step.pieces)
 MERGED = "merged"  # (MERGED, settings, piece keys) -> JSON text and lengths of a merged element
-LEAD = "lead"  # (LEAD, provider) -> the lead user message a format opens with (step.pieces)
 SCHEMA = "schema"  # (SCHEMA, JSON text, depth limit) -> a tool's input schema parsed (rpc.conversion)
 # (TOOLS, the bytes of the request's tool entries, or each tool's (name, description, schema
 # text) when they are not written back to back, depth limit) -> the tool definitions converted

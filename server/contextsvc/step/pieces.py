@@ -25,7 +25,7 @@ from ..lowering import MediaLedger, lower, to_model_messages
 from ..lowering.lowered import Lowered, close_with_user, copied, open_with_user, trim_final_text
 from ..lowering.neutral import CLOSING_USER_TEXT, MMessage, MText
 from ..lowering.registry import FORMATS
-from ..memo import LEAD, LOWERED, MERGED, PREFIX, Memo, message_prefix_keys
+from ..memo import LOWERED, MERGED, PREFIX, Memo, message_prefix_keys
 from ..positions import positions
 from ..prefix import Resume
 from .plan import Plan
@@ -222,31 +222,30 @@ def message_piece(msg: m.Message, plan: Plan, memo: Memo | None = None) -> Messa
     return MessagePiece(*piece)
 
 
-def _lead(provider: str, memo: Memo) -> dict:
-    """The format's lead user message (lowered.open_with_user), a fresh copy: lowered once per
-    provider while the memo keeps it."""
-    key = (LEAD, provider)
-    lead = memo.get(key)
-    if lead is None:
-        low = lower(provider, model_id="", system=[], messages=[MMessage("assistant", [MText("x")], "x")],
-                    tools=[], max_output=0, ledger=MediaLedger())
-        assert low.sources[0] == [], "a body starting with the model's turn opens with the lead"
-        lead = low.messages[0]
-        memo.put(key, lead)
-    return copied(lead)
-
-
 @functools.lru_cache(maxsize=None)
-def _closing_element(provider: str) -> dict:
-    low = lower(provider, model_id="", system=[], messages=[MMessage("user", [MText(CLOSING_USER_TEXT)], "x")],
+def _constant_element(provider: str, closing: bool) -> dict:
+    """The format's lead user message (lowered.open_with_user: what it opens a body starting with
+    the model's turn with), or its closing one (lowered.close_with_user), lowered once per
+    provider: neither depends on the request."""
+    if closing:
+        low = lower(provider, model_id="", system=[], messages=[MMessage("user", [MText(CLOSING_USER_TEXT)], "x")],
+                    tools=[], max_output=0, ledger=MediaLedger())
+        assert low.roles == ["user"], "the closing message lowers to one user element"
+        return low.messages[0]
+    low = lower(provider, model_id="", system=[], messages=[MMessage("assistant", [MText("x")], "x")],
                 tools=[], max_output=0, ledger=MediaLedger())
-    assert low.roles == ["user"], "the closing message lowers to one user element"
+    assert low.sources[0] == [], "a body starting with the model's turn opens with the lead"
     return low.messages[0]
 
 
+def _lead(provider: str) -> dict:
+    """The format's lead user message, a fresh copy (a marker may go in it)."""
+    return copied(_constant_element(provider, False))
+
+
 def _closing(provider: str) -> dict:
-    """The format's closing user message (lowered.close_with_user), a fresh copy."""
-    return copied(_closing_element(provider))
+    """The format's closing user message, a fresh copy."""
+    return copied(_constant_element(provider, True))
 
 
 @dataclass(slots=True)
@@ -351,7 +350,7 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, plan: Plan, dea
     ledger.extra += prefix.extra
     ledger.saved_units += prefix.saved_units
     if leads:
-        open_with_user(elements, roles, sources, _lead(mdl.provider, memo))
+        open_with_user(elements, roles, sources, _lead(mdl.provider))
         keys.insert(0, None)
         found.insert(0, None)
         saved.insert(0, 0)
