@@ -227,3 +227,33 @@ def test_the_left_out_messages_change_once_every_10_images_whatever_each_message
         changes += before is not None and at != before
         before, past = at, count - most
     assert changes <= -(-past // CHUNK) + 1, (changes, past)
+
+
+def test_the_projection_takes_out_the_screenshots_left_out_since_the_last_answer(stubs):
+    """Each answer reports, as its usage, our figure of the request it answered (a provider that
+    counts as we do): the next step's projection from that count is then the figure of its own
+    request, at the steps where the rule leaves out ten more screenshots too. The count still
+    holds those ten (SPEC §3: a medium stripped since is rebased); taken as it was, it read some
+    20K tokens over, and a session that fits its window was compacted at the 41st screenshot."""
+    model = pb.Model(id="claude-sonnet-4-5", provider=pb.PROVIDER_ANTHROPIC,
+                     limits=pb.ModelLimits(context=55_500, output=8_000))
+    history = [pb.Message(id="start", role=pb.ROLE_USER, parts=[pb.Part(id="s", text=pb.TextPart(text="Go."))])]
+    left_out_steps = []
+    for k in range(41):
+        sent, keep = step_messages(k, False, all_big=True)
+        answers = [stub.Measure(pb.MeasureRequest(conversation=pb.Conversation(session_id="rebased-shots",
+                                                                               messages=history + sent),
+                                                  model=model), timeout=60) for stub in stubs]
+        figures = [(r.projected, r.decision.tokens, r.has_baseline, r.should_compact) for r in answers]
+        assert figures[0] == figures[1], f"step {k}: the memo changed the figures"
+        r = answers[0]
+        assert r.decision.tokens < r.limit == 47_500, f"step {k}: the request fits"
+        assert r.has_baseline == (k > 0)
+        if k:
+            assert r.projected == r.decision.tokens, k
+        assert not r.should_compact, k
+        if r.media_count < k + 1:
+            left_out_steps.append(k)
+        keep[-1].usage.input = r.decision.tokens
+        history += keep
+    assert left_out_steps[:1] == [20] and {20, 30, 40} <= set(left_out_steps)

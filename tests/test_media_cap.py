@@ -234,3 +234,28 @@ def test_claude_up_to_sonnet_4_on_bedrock_takes_20_images_and_documents(stubs):
     assert "older media: the request holds more images and documents than bedrock takes" in json.dumps(body)
     body = bedrock_body(stubs, history, "us.anthropic.claude-sonnet-4-5-20250929-v1:0")
     assert bedrock_images(body) == list(range(24)) and [b for b in _blocks(body) if "document" in b]
+
+
+def test_the_projection_takes_out_the_media_left_out_since_the_last_answer(stubs):
+    """As for the many-image rule (test_many_images): an answer whose usage is our figure of
+    its request projects the next request at its own figure, past the cap too, where the count
+    still holds the ten screenshots left out since (some 20K tokens)."""
+    model = pb.Model(id="claude-sonnet-4-5", provider=pb.PROVIDER_ANTHROPIC,
+                     limits=pb.ModelLimits(context=200_000, output=8_000))
+    history = [pb.Message(id="start", role=pb.ROLE_USER, parts=[pb.Part(id="s", text=pb.TextPart(text="Go."))])]
+    for k in range(97):
+        history += shot_step(k, False)
+    sent_counts = []
+    for k in range(97, 112):
+        ask, answer = shot_step(k, False)
+        answers = [stub.Measure(pb.MeasureRequest(conversation=pb.Conversation(session_id="rebased-cap",
+                                                                               messages=history + [ask]),
+                                                  model=model), timeout=60) for stub in stubs]
+        assert [(r.projected, r.decision.tokens) for r in answers][0] == (answers[1].projected,
+                                                                          answers[1].decision.tokens)
+        r = answers[0]
+        assert r.has_baseline == (k > 97) and (k == 97 or r.projected == r.decision.tokens), k
+        sent_counts.append(r.media_count)
+        answer.usage.input = r.decision.tokens
+        history += [ask, answer]
+    assert sent_counts == [98, 99, 100, 91, 92, 93, 94, 95, 96, 97, 98, 99, 100, 91, 92]

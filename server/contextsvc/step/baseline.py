@@ -84,13 +84,44 @@ def _uncompacted(msg: m.Message, since_ms: int) -> m.Message:
     return dataclasses.replace(msg, parts=parts)
 
 
-def changed_pieces(pairs: list, plan: Plan, memo: Memo | None) -> tuple:
+def counted_plan(history: list, base: m.Message, pairs: list, plan: Plan, memo: Memo | None) -> Plan:
+    """The plan of the request base answered, with the rules of a request's media
+    (step.many_images) as they stood for it: plan itself where they stand as now. The rules are
+    of the whole request, so a step past one leaves out media the provider counted at the last
+    (ten screenshots: some 20K tokens its count still holds). history: the messages as sent now
+    (projection.project); pairs: as_counted's, each message as counted in place of the one now."""
+    end = _position(history, base)
+    if end == len(history):
+        return plan
+    was = {id(now): then for now, then in pairs}
+    counted = [was.get(id(x), x) for x in history[:end]] if was else history[:end]
+    then = plan.for_images(counted, memo)
+    if (then.image_side, then.images_left_out, then.media_left_out) == (
+            plan.image_side, plan.images_left_out, plan.media_left_out):
+        return plan
+    return then
+
+
+def with_rules_changed(pairs: list, history: list, base: m.Message, plan: Plan, counted: Plan) -> list:
+    """pairs, and (message, message) for each other one before base that the media rules lower
+    otherwise now (plan) than for base's request (counted)."""
+    if counted is plan:
+        return pairs
+    listed = set(map(id, itertools.chain.from_iterable(pairs)))
+    side = plan.image_side != counted.image_side
+    return pairs + [(x, x) for x in itertools.compress(history[:_position(history, base)], map(m.HAS_MEDIA, history))
+                    if id(x) not in listed and (side or plan.left_out(x) != counted.left_out(x))]
+
+
+def changed_pieces(pairs: list, plan: Plan, memo: Memo | None, counted: Plan | None = None) -> tuple:
     """((JSON text, lengths) of each element now, media items now, the same as counted) of the
-    changed messages, each lowered alone with media as placeholders (the estimate's text)."""
+    changed messages, each lowered alone with media as placeholders (the estimate's text): now
+    under plan, as counted under counted (counted_plan; plan when None)."""
     plan = dataclasses.replace(plan, placeholders=True)
+    then_plan = plan if counted is None else dataclasses.replace(counted, placeholders=True)
     now_texts, then_texts, now_media, then_media = [], [], 0, 0
     for now, then in pairs:
-        a, b = message_piece(now, plan, memo), message_piece(then, plan, memo)
+        a, b = message_piece(now, plan, memo), message_piece(then, then_plan, memo)
         now_texts += a.texts
         then_texts += b.texts
         now_media += a.media_count
@@ -98,15 +129,19 @@ def changed_pieces(pairs: list, plan: Plan, memo: Memo | None) -> tuple:
     return now_texts, now_media, then_texts, then_media
 
 
-def changed_key(pairs: list, plan: Plan) -> tuple | None:
+def changed_key(pairs: list, plan: Plan, counted: Plan | None = None) -> tuple | None:
     """The memo's key of the figures of these changed messages now minus as counted (REBASED):
     the digest of each one's digests now and as counted (pairs_hash), and the settings those
-    figures read; None when a message has no digest."""
+    figures read (with counted, counted_plan's: what its rules and plan's leave out of each);
+    None when a message has no digest."""
     digests = list(map(_DIGEST, itertools.chain.from_iterable(pairs)))  # in C: the guard's pairs are hundreds
     if not all(digests):
         return None
     h = pairs_hash()
     h.update(b"".join(digests))
+    if counted is not None and counted is not plan:
+        h.update(bytes(plan.left_out(now) * 3 + counted.left_out(then) for now, then in pairs))
+        h.update(counted.image_side.to_bytes(4, "little"))
     return _rebased_key(h.digest(), plan)
 
 

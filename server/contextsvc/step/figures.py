@@ -21,7 +21,8 @@ from ..lowering import media
 from ..memo import PROFILES, TOOL_TEXT, Memo
 from ..model_ids import same_model
 from ..positions import positions
-from .baseline import KnownPairs, as_counted, baseline, changed_key, changed_pieces, known_key
+from .baseline import (KnownPairs, as_counted, baseline, changed_key, changed_pieces, counted_plan, known_key,
+                       with_rules_changed)
 from . import scripts
 from .plan import Plan
 from .request import Request, array_text, tool_schema_list
@@ -163,10 +164,19 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
     if base is not None:
         was = before if before is not None else conv  # as the provider may have counted it
         latest = was.scanned.last_compacted_ms if was.scanned is not None else None
+
+        def pairs_of():
+            return as_counted(conv.messages, base, before.messages if before is not None else None, latest)
+
+        counted = plan
+        if plan.media_rules_apply(was.messages):  # the media rules may have moved since base's request
+            pairs, history = pairs_of(), projection.project(conv.messages, conv.scanned.points if conv.scanned else None)
+            counted = counted_plan(history, base, pairs, plan, memo)
+            pairs = with_rules_changed(pairs, history, base, plan, counted)
+            pairs_of = lambda: pairs  # noqa: E731
         key = known_key(conv.messages, base, known, latest, plan) \
-            if before is not None and memo is not None and out.exact is None else None
-        _rebase(out, lambda: as_counted(conv.messages, base, before.messages if before is not None else None, latest),
-                plan, model_counter, memo, key, deadline)
+            if before is not None and memo is not None and out.exact is None and counted is plan else None
+        _rebase(out, pairs_of, plan, model_counter, memo, key, deadline, counted)
     anchor = out.decision_anchor
     if anchor is not None:
         # what was pruned before the anchor since was counted whole: compare with the prefix as counted
@@ -208,13 +218,14 @@ def _self_calibrate(out: Figures, factor: float, anchor_id: str) -> None:
 
 
 def _rebase(out: Figures, pairs_of, plan: Plan, model_counter: tuple, memo: Memo | None, key: tuple | None = None,
-            deadline: Deadline = NO_DEADLINE) -> None:
+            deadline: Deadline = NO_DEADLINE, counted: Plan | None = None) -> None:
     """The figures of the changed messages (pairs_of(): step.baseline.as_counted's pairs) now
     minus as counted, per method, each element's calibrated figures corrected as the request's
     are (step.scripts); with the memo, kept for the same changed messages (REBASED: the payload
     guard's marks on a history it prunes again at every step change the same messages each
     time). key: the pairs' changed_key, when the step knows it without making the pairs
-    (baseline.known_key): a history of a thousand messages is then not read for them."""
+    (baseline.known_key): a history of a thousand messages is then not read for them. counted:
+    the plan of the request the baseline answered (baseline.counted_plan)."""
     mc = plan.cfg.measure
     counter, own = model_counter[0], model_counter[1].native
     change = memo.get(key) if key is not None else None
@@ -223,10 +234,10 @@ def _rebase(out: Figures, pairs_of, plan: Plan, model_counter: tuple, memo: Memo
         pairs = pairs_of()
         if not pairs:
             return
-        key = changed_key(pairs, plan) if memo is not None and out.exact is None else None
+        key = changed_key(pairs, plan, counted) if memo is not None and out.exact is None else None
         change = memo.get(key) if key is not None else None
     if change is None:
-        now, now_media, then, then_media = changed_pieces(pairs, plan, memo)
+        now, now_media, then, then_media = changed_pieces(pairs, plan, memo, counted)
 
         def estimate(pieces):
             return tokens.preflight(tokens.estimate_units(tokens.json_array_units([u for _, (_, u), _ in pieces])),

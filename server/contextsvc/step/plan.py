@@ -126,6 +126,11 @@ class Plan:
             return self
         return dataclasses.replace(self, tools=[HISTORY_TOOL], tools_disabled=True)
 
+    def media_rules_apply(self, messages: list) -> bool:
+        """Whether the format's rules of a request's media (step.many_images) may leave any of
+        messages' out: it has them, and one of messages carries media."""
+        return bool(self.fmt.many_images) and any(map(m.HAS_MEDIA, messages))
+
     def for_images(self, sent: list, memo=None) -> "Plan":
         """The plan for a history as sent (projection.project) holding these images: every image
         within the smaller side its provider takes in a request of that many (many_images)."""

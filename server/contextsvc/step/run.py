@@ -84,7 +84,7 @@ def run(conv: m.Conversation, plan: Plan, turn: Optional[Turn] = None, memo: Mem
             sent.scanned = sent.scanned.renamed(renamed, sent.messages)
     if first_calls and not plan.tools:
         plan = plan.for_history(holds_calls(sent.messages, points))
-    if plan.fmt.many_images and any(map(m.HAS_MEDIA, sent.messages)):
+    if plan.media_rules_apply(sent.messages):
         plan = plan.for_images(projection.project(sent.messages, points, deadline), memo)
     # what the lowering's keys and the guard's are made of: the digests of the first messages
     digests = None
