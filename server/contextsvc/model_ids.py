@@ -97,3 +97,15 @@ def refuses_prefill(model_id: str) -> bool:
         return False
     generation = claude_generation(model_id)
     return generation is None or generation >= NO_PREFILL_FROM
+
+
+# OpenAI's reasoning models (o1, o3, o4-mini, the gpt-5 family, codex) take the output cap as
+# max_completion_tokens alone, wherever they are served: "Unsupported parameter: 'max_tokens' is
+# not supported with this model. Use 'max_completion_tokens' instead." (GitHub Copilot's gpt-5.x and
+# o-series, Azure's gpt-5.1 behind an OpenAI-compatible endpoint)
+_OPENAI_REASONING = re.compile(r"(?:^|[/:.])(?:o[1-9](?:-|$)|gpt-5|(?:gpt-[\d.]+-)?codex)")
+
+
+def takes_completion_tokens(model_id: str) -> bool:
+    """Whether the model refuses max_tokens for max_completion_tokens: an OpenAI reasoning model."""
+    return _OPENAI_REASONING.search(model_id.lower()) is not None

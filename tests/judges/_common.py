@@ -58,6 +58,18 @@ def refuses_prefill(model_id) -> bool:
     return generation is None or generation >= (4, 6)
 
 
+# OpenAI's reasoning models refuse the output cap as max_tokens, wherever they are served (OpenAI,
+# GitHub Copilot, Azure): o1, o3, o4-mini, gpt-5 and its variants, codex-mini
+_OPENAI_REASONING_IDS = re.compile(r"(?:^|[/:.])(?:o[1-9](?:-|$)|gpt-5|codex)")
+MAX_TOKENS_REFUSED = "Unsupported parameter: 'max_tokens' is not supported with this model. " \
+                     "Use 'max_completion_tokens' instead."
+
+
+def refuses_max_tokens(model_id) -> bool:
+    """Whether the model a Chat body names is an OpenAI reasoning model (max_completion_tokens only)."""
+    return _OPENAI_REASONING_IDS.search(str(model_id or "").lower()) is not None
+
+
 class Problems(list):
     """The list a judge returns; add() formats one problem."""
 

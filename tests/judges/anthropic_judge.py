@@ -201,6 +201,8 @@ def judge(body: dict, headers: dict | None = None, max_media: int = MAX_MEDIA) -
                 if not ANTHROPIC_ID.fullmatch(str(b.get("tool_use_id", ""))):
                     p.add("tool-id", where, f"tool_use_id {b.get('tool_use_id')!r} does not match ^[a-zA-Z0-9_-]+$")
                 inner = b.get("content")
+                if b.get("is_error") and not inner:
+                    p.add("tool-result-empty", where, "content cannot be empty if `is_error` is true")
                 if isinstance(inner, list):
                     inner_blocks = [(j, x) for j, x in enumerate(inner) if isinstance(x, dict)]
                     # Whitespace-only text is documented as refused in message content; inside a

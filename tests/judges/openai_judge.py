@@ -15,8 +15,9 @@ import copy
 
 from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
 
-from ._common import (ANTHROPIC_ID, MAX_MARKERS, OPENAI_ID_MAX, PREFILL_REFUSED, Problems, data_url_problem,
-                      is_http_url, refuses_prefill, strict_validator, tool_name_problem, validate)
+from ._common import (ANTHROPIC_ID, MAX_MARKERS, MAX_TOKENS_REFUSED, OPENAI_ID_MAX, PREFILL_REFUSED, Problems,
+                      data_url_problem, is_http_url, refuses_max_tokens, refuses_prefill, strict_validator,
+                      tool_name_problem, validate)
 
 PROVIDERS = ("openai", "openai-compatible", "openrouter", "alibaba", "copilot")
 
@@ -35,6 +36,10 @@ EXTRAS = {
     "alibaba": {"enable_thinking": bool, "thinking_budget": int, "enable_search": bool, "search_options": dict,
                 "vl_high_resolution_images": bool},
 }
+
+# Providers that pass max_tokens to an OpenAI reasoning model as it is, which refuses it (OpenRouter
+# and DashScope take max_tokens for every model they route)
+MAX_TOKENS_PASSED = frozenset({"openai", "openai-compatible", "copilot"})
 
 # Images the Chat Completions image_url part takes (OpenAI: png, jpeg, webp, non-animated gif).
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
@@ -130,6 +135,8 @@ def judge(body: dict, provider: str = "openai") -> list:
         p.add("first-user", f"messages[{talk[0][0]}]",
               f"the first non-system message must be a user message, not {talk[0][1].get('role')!r}")
 
+    if provider in MAX_TOKENS_PASSED and "max_tokens" in body and refuses_max_tokens(body.get("model")):
+        p.add("max-tokens", "max_tokens", MAX_TOKENS_REFUSED)
     if talk[-1][1].get("role") == "assistant" and refuses_prefill(body.get("model")):
         p.add("prefill", f"messages[{talk[-1][0]}]", PREFILL_REFUSED)  # Claude behind a gateway
     gateway = provider != "openai"

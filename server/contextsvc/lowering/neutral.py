@@ -108,7 +108,9 @@ def _tool_result(t: m.Tool) -> MToolResult:
     if t.status in (m.PENDING, m.RUNNING):
         return MToolResult(t.call_id, t.tool, INTERRUPTED_OUTPUT, is_error=True)
     if t.status == m.ERROR:
-        return MToolResult(t.call_id, t.tool, t.error or "error", is_error=True)
+        # an error of whitespace alone says nothing, and Anthropic refuses the empty result it
+        # lowers to: "content cannot be empty if `is_error` is true"
+        return MToolResult(t.call_id, t.tool, "error" if _blank(t.error) else t.error, is_error=True)
     if t.compacted:
         return MToolResult(t.call_id, t.tool, COMPACTED_OUTPUT)
     media = [MMedia(a.mime, a.filename, a.data, a.url) for a in t.attachments if a.is_media]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import hashlib
 
-from .. import conversation as m, native
+from .. import conversation as m, model_ids, native
 from . import media
 from ..deadline import NO_DEADLINE, Deadline
 from .lowered import Lowered, open_with_user
@@ -82,7 +82,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
                 sources.append([msg.source_id])
     open_with_user(wire, roles, sources, {"role": "user", "content": LEAD_USER_TEXT})  # after the system messages
     all_msgs = system_msgs + wire
-    token_field = fmt.token_field
+    token_field = fmt.token_field_for(model_id)
     out = {"model": model_id, "messages": all_msgs, token_field: max_output}
     if tools:
         out["tools"] = [
@@ -119,6 +119,10 @@ _GATEWAY_IDS = id_rule("a-zA-Z0-9_-", 40)
 _ACCEPTED = {**media.WEB_IMAGES, "application/pdf": media.DOCUMENT}  # PDF as file.file_data, a base64 data URL
 
 
+# the providers whose output-cap field follows the model (ChatCompletions.token_field_for)
+_COMPLETION_TOKENS_BY_MODEL = (m.OPENAI_COMPATIBLE, m.COPILOT)
+
+
 class ChatCompletions(WireFormat):
     """Chat Completions and the gateways speaking it: one class, an instance per provider.
     Markers go on message content parts only (the gateways' tool schema refuses one on a tool
@@ -138,6 +142,14 @@ class ChatCompletions(WireFormat):
         self.marker_key = marker_key
         self.token_field = token_field  # where the output-token cap goes
         self.prompt_cache_key = prompt_cache_key  # session_id as prompt_cache_key: routes the session to a warm cache
+
+    def token_field_for(self, model_id: str) -> str:
+        """Where the output-token cap goes for this model: an OpenAI reasoning model served by
+        Copilot or an OpenAI-compatible endpoint (Azure) refuses max_tokens, as OpenAI does.
+        OpenRouter and DashScope take max_tokens for every model they route."""
+        if self.name in _COMPLETION_TOKENS_BY_MODEL and model_ids.takes_completion_tokens(model_id):
+            return "max_completion_tokens"
+        return self.token_field
 
     def marker(self, ttl: str) -> tuple:
         return self.marker_key, {"type": "ephemeral"}

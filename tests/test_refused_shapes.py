@@ -1,0 +1,100 @@
+"""Shapes agents send that a provider refuses, each sent as the provider takes it. Through real
+servers on loopback, with the memo and without (the same bodies), each body judged by its
+provider's judge (tests/judges), which knows the refusal.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from contextsvc.v1 import context_pb2 as pb
+from helpers import convo
+from helpers.server import stubs_with_and_without_memo
+from judges import judge_for
+
+BASH = pb.ToolDefinition(name="bash", description="Run a command", input_schema_json='{"type":"object"}')
+
+
+@pytest.fixture(scope="module")
+def stubs():
+    yield from stubs_with_and_without_memo()
+
+
+def assembled(stubs, provider: str, model_id: str, messages: list, tools=(BASH,)) -> dict:
+    """The body both servers assemble (equal), judged by the provider's judge."""
+    bodies = [stub.Assemble(pb.AssembleRequest(
+        conversation=pb.Conversation(session_id=f"refused-{provider}-{model_id}", messages=messages),
+        model=convo.model(convo.PROVIDERS[provider], id=model_id, output=16_000), tools=list(tools)),
+        timeout=30).body for stub in stubs]
+    assert bodies[0] == bodies[1], "the memo changed the body"
+    body = json.loads(bodies[0])
+    assert judge_for(provider)(body) == [], (provider, model_id)
+    return body
+
+
+def session() -> list:
+    return [convo.user("m1", convo.text("p1", "fix the failing test")),
+            convo.assistant("m2", convo.text("p2", "Running it."),
+                            convo.tool("p3", "call_1", "bash", {"cmd": "pytest"}, "1 failed")),
+            convo.user("m3", convo.text("p4", "go on"))]
+
+
+# OpenAI's reasoning models, as agents name them on Copilot and on Azure's OpenAI-compatible endpoint
+REASONING = ["gpt-5.1", "gpt-5-codex", "o3", "o4-mini", "azure/gpt-5.1", "gpt-5.1-codex-max"]
+
+
+@pytest.mark.parametrize("provider", ["copilot", "openai-compatible", "openai"])
+@pytest.mark.parametrize("model_id", REASONING)
+def test_an_openai_reasoning_model_gets_its_output_cap_as_max_completion_tokens(stubs, provider, model_id):
+    """"Unsupported parameter: 'max_tokens' is not supported with this model. Use
+    'max_completion_tokens' instead.": the first request of every such session, on Copilot's
+    gpt-5.x and o-series and on Azure's gpt-5.1."""
+    body = assembled(stubs, provider, model_id, session())
+    assert "max_tokens" not in body and body["max_completion_tokens"] == 16_000
+
+
+@pytest.mark.parametrize("provider,model_id", [("copilot", "gpt-4o"), ("openai-compatible", "qwen3-coder"),
+                                               ("openai-compatible", "gpt-oss-120b"), ("openrouter", "openai/gpt-5.1"),
+                                               ("alibaba", "qwen3-max")])
+def test_other_models_and_routing_gateways_keep_max_tokens(stubs, provider, model_id):
+    body = assembled(stubs, provider, model_id, session())
+    assert "max_completion_tokens" not in body and body["max_tokens"] == 16_000
+
+
+def test_the_judge_refuses_max_tokens_for_a_reasoning_model():
+    body = {"model": "gpt-5.1", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
+    assert any("max_tokens" in x for x in judge_for("copilot")(body))
+    assert judge_for("openrouter")(body) == []
+    assert judge_for("copilot")({**body, "model": "gpt-4o"}) == []
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "bedrock", "openai", "gemini", "openai-responses"])
+@pytest.mark.parametrize("error", ["", "\n", " \r\n "])
+def test_a_failed_call_whose_error_is_blank_says_error(stubs, provider, error):
+    """A tool that failed with nothing but a newline on stderr: Anthropic refuses the empty result
+    it lowered to ("content cannot be empty if `is_error` is true"), at every later request too."""
+    messages = session()
+    messages[1] = convo.assistant("m2", convo.text("p2", "Running it."),
+                                  convo.tool("p3", "call_1", "bash", {"cmd": "pytest"}, status=pb.TOOL_STATUS_ERROR))
+    messages[1].parts[1].tool.state.error = error
+    model_id = {"anthropic": "claude-sonnet-4-5", "bedrock": "anthropic.claude-sonnet-4-5-20250929-v1:0",
+                "gemini": "gemini-2.5-pro"}.get(provider, "gpt-4o")
+    assert "error" in set(strings(assembled(stubs, provider, model_id, messages)))
+
+
+def strings(v):
+    """Every string value in a JSON value."""
+    if isinstance(v, str):
+        yield v
+    for x in (v.values() if isinstance(v, dict) else v if isinstance(v, list) else ()):
+        yield from strings(x)
+
+
+def test_the_judge_refuses_an_empty_error_result():
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 10, "tools": [{"name": "bash", "input_schema": {"type": "object"}}],
+            "messages": [{"role": "user", "content": "go"},
+                         {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {}}]},
+                         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [],
+                                                       "is_error": True}]}]}
+    assert any("is_error" in x for x in judge_for("anthropic")(body))
