@@ -207,7 +207,7 @@ def test_decision_figure_covers_chinese_text_and_names_itself(stub):
 
 
 def test_media_cost_a_fixed_amount_per_item_in_the_decision(stub):
-    small, big = b"\x89PNG" + b"\x00" * 100, b"\x89PNG" + bytes(range(256)) * 4000
+    small, big = b"\x89PNG\r\n\x1a\n" + b"\x00" * 100, b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4000
     figures = []
     for data in (small, big):
         conv = pb.Conversation(messages=[user("u1", text("u1-t", "What is on this screen?"),

@@ -105,7 +105,7 @@ def test_estimate_matches_reference_text_and_js_rounding():
 
 
 def test_media_counted_twice():
-    image = b"\x00\x01" * 3000  # 6000 bytes -> 1500 tokens of extra
+    image = b"\x89PNG\r\n\x1a\n" + b"\x00\x01" * 2996  # a PNG's signature; 6000 bytes -> 1500 tokens of extra
     conv = m.Conversation([msg(1, m.USER, txt("a", "look"), m.Part("f", m.File("image/png", "a.png", data=image)))])
     r = run(conv, mdl())
     assert r.media_count == 1
@@ -443,7 +443,7 @@ def test_a_prune_made_before_the_answer_is_not_taken_out_again():
 def _counted_session(usage: int, tail_text: str, screenshot: bool = False, pruned: bool = False) -> m.Conversation:
     """A gpt-4o session: two files read (and a screenshot, if asked), an answer whose usage
     reports the provider's count of that prefix, and a new user message (the tail)."""
-    shot = [m.File("image/png", "shot.png", data=b"\x89PNG" + bytes(range(256)) * 40)] if screenshot else []
+    shot = [m.File("image/png", "shot.png", data=b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 40)] if screenshot else []
     messages = [msg(0, m.USER, txt("u0", "read the files")),
                 finished(1, txt("a1", "Reading."), tool_part("t1", "c1", "export const f = (x: number) => x * 2;\n" * 900)),
                 finished(2, txt("a2", "Reading more."), m.Part("t2", m.Tool(

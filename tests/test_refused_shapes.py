@@ -4,6 +4,7 @@ provider's judge (tests/judges), which knows the refusal.
 """
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -98,3 +99,38 @@ def test_the_judge_refuses_an_empty_error_result():
                          {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [],
                                                        "is_error": True}]}]}
     assert any("is_error" in x for x in judge_for("anthropic")(body))
+
+
+LFS_POINTER = b"version https://git-lfs.github.com/spec/v1\noid sha256:4d7a2146\nsize 12345\n"
+ERROR_PAGE = b"<!DOCTYPE html><html><body>403 Forbidden</body></html>"
+MODELS = {"anthropic": "claude-sonnet-4-5", "bedrock": "anthropic.claude-sonnet-4-5-20250929-v1:0",
+          "gemini": "gemini-2.5-pro", "openai": "gpt-4o", "openai-responses": "gpt-4o", "openrouter": "openai/gpt-4o"}
+
+
+@pytest.mark.parametrize("provider", sorted(MODELS))
+@pytest.mark.parametrize("in_tool", [False, True], ids=["file", "tool-output"])
+def test_bytes_that_are_no_image_under_an_image_type_are_the_note(stubs, provider, in_tool):
+    """A Git LFS pointer checked out as logo.png, a 403 page saved as shot.jpg: sent under their
+    image type, Anthropic answered "Could not process image", OpenAI "The image data you provided
+    does not represent a valid image", at every later request of the session too."""
+    files = [pb.FilePart(mime="image/png", filename="logo.png", data=LFS_POINTER),
+             pb.FilePart(mime="image/jpeg", filename="shot.jpg", data=ERROR_PAGE)]
+    messages = session()
+    if in_tool:
+        messages[1].parts[1].tool.state.attachments.extend(files)
+    else:
+        messages[0].parts.extend(pb.Part(id=f"f{i}", file=f) for i, f in enumerate(files))
+    body = assembled(stubs, provider, MODELS[provider], messages)
+    text = json.dumps(body)
+    assert "logo.png" in text and "shot.jpg" in text and "its bytes are not a image/png image" in text
+    assert base64.b64encode(LFS_POINTER).decode()[:40] not in text
+
+
+def test_the_judges_refuse_bytes_that_are_no_image():
+    data = base64.b64encode(ERROR_PAGE).decode()
+    anthropic = {"model": "claude-sonnet-4-5", "max_tokens": 10, "messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": data}}]}]}
+    assert any("Could not process image" in x for x in judge_for("anthropic")(anthropic))
+    chat = {"model": "gpt-4o", "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": f"data:image/jpeg;base64,{data}"}}]}]}
+    assert any("does not represent a valid image" in x for x in judge_for("openai")(chat))

@@ -178,14 +178,28 @@ def b64_ok(data) -> bool:
     return True
 
 
+WEB_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+
+
+def image_signed(raw: bytes) -> bool:
+    """The bytes start with the signature of a PNG, JPEG, GIF or WebP, as every such file does:
+    else the provider cannot read them as an image ("Could not process image"; OpenAI: "The image
+    data you provided does not represent a valid image")."""
+    return raw.startswith((b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a")) or \
+        (raw[:4] == b"RIFF" and raw[8:12] == b"WEBP")
+
+
 def image_problem(data: str, declared: str, max_bytes: int, max_side: int) -> str:
     """What the provider refuses in an inline image (base64 data declared as `declared`): bytes
     of another type than declared ("Image does not match the provided media type"), more than
-    max_bytes raw bytes, more than max_side pixels on a side; "" when none, or when the bytes are
-    no image Pillow reads (a test's stand-in bytes: only the provider could tell)."""
+    max_bytes raw bytes, more than max_side pixels on a side, bytes that are no image at all
+    (image_signed); "" when none, or when the bytes start as an image but Pillow reads no more of
+    them (a test's stand-in bytes: only the provider could tell)."""
     raw = base64.b64decode(data)
     if len(raw) > max_bytes:
         return f"{len(raw):,} bytes, over the {max_bytes:,} taken per image"
+    if declared in WEB_IMAGE_TYPES and not image_signed(raw):
+        return "Could not process image: the bytes start with no image signature"
     try:
         with PIL.Image.open(io.BytesIO(raw)) as image:  # reads the header, decodes no pixels
             real, (w, h) = image.get_format_mimetype() or "", image.size
@@ -241,6 +255,8 @@ def data_url_problem(url: str, allowed_mimes) -> str:
         return f"media type {mime!r} not accepted (accepted: {', '.join(sorted(allowed_mimes))})"
     if not b64_ok(payload):
         return "data: URL payload is not valid base64"
+    if mime in WEB_IMAGE_TYPES and not image_signed(base64.b64decode(payload[:64])):
+        return "The image data you provided does not represent a valid image"
     return ""
 
 

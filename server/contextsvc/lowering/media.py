@@ -290,6 +290,11 @@ def _image(fmt, mime: str, data: bytes | None, payload: str, image_side: int = 0
     read: where fmt limits them, or sized)."""
     head, size = image_head(data, payload)
     real = images.kind(head)
+    if real is None and mime in WEB_IMAGES:
+        # a PNG, JPEG, GIF or WebP starts with its signature: these bytes are something else saved
+        # under an image's name (a Git LFS pointer, an HTML error page), which the provider
+        # refuses ("Could not process image") at every request that holds it
+        return mime, f"its bytes are not a {mime} image", None
     if real is not None and real != mime:
         if kind(fmt, real) != IMAGE:
             return mime, f"its bytes are {real}, which {fmt.name} does not take", None
