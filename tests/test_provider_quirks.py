@@ -164,10 +164,18 @@ def test_openai_data_url_media_costs_its_decoded_size(stub):
         conv = pb.Conversation(messages=[convo.user("m1", convo.text("p1", "Look"), part)])
         return stub.Measure(pb.MeasureRequest(conversation=conv, model=convo.model(provider=pb.PROVIDER_OPENAI)),
                             timeout=10)
+    def png(size: int) -> str:  # a PNG's signature, then zeros: size bytes in base64
+        return base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(size - 8)).decode()
+
+    assert len(png(21)) == len(png(19)) == 28 and png(19).endswith("==")
+    assert len(png(18)) == len(png(16)) == 24 and png(16).endswith("==")
     # ceil(decoded bytes / 4): 28 chars are 21 bytes (6), or 19 with '==' (5); 24 chars are
     # 18 bytes (5), or 16 with '==' (4), where ignoring the padding said 18
-    assert extra("A" * 24 + "AAAA").extra == 6 and extra("A" * 24 + "AA==").extra == 5
-    assert extra("A" * 20 + "AAAA").extra == 5 and extra("A" * 20 + "AA==").extra == 4
+    assert extra(png(21)).extra == 6 and extra(png(19)).extra == 5
+    assert extra(png(18)).extra == 5 and extra(png(16)).extra == 4
+
+
+WHOLE = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(4)).decode()  # a PNG's signature: "iVBORw0KGgoAAAAA"
 
 
 @pytest.mark.parametrize("payload", ["@@@", "QUJD=", "QUJD====", "QUI", "QUJD\nQUJD", "QUJD%0A"])
@@ -183,9 +191,9 @@ def test_a_data_url_that_is_not_base64_is_sent_as_the_attachment_note(stub, payl
     for provider, name in ((pb.PROVIDER_ANTHROPIC, "anthropic"), (pb.PROVIDER_OPENAI, "openai"),
                            (pb.PROVIDER_OPENAI_RESPONSES, "openai-responses"), (pb.PROVIDER_BEDROCK, "bedrock"),
                            (pb.PROVIDER_GEMINI, "gemini")):
-        broken, whole = body(stub, sent(payload), provider), body(stub, sent("QUJD"), provider)
+        broken, whole = body(stub, sent(payload), provider), body(stub, sent(WHOLE), provider)
         assert note in json.dumps(broken) and not judge_for(name)(broken), name
-        assert note not in json.dumps(whole) and "QUJD" in json.dumps(whole), name
+        assert note not in json.dumps(whole) and WHOLE in json.dumps(whole), name
 
 
 def test_reasoning_of_the_snapshot_an_alias_answered_with_keeps_its_signature(stub):

@@ -13,6 +13,7 @@ from contextsvc.v1 import context_pb2 as pb
 from helpers import convo
 from helpers.server import stubs_with_and_without_memo
 from judges import judge_for
+from judges.bedrock_judge import judge as bedrock_judge
 
 BASH = pb.ToolDefinition(name="bash", description="Run a command", input_schema_json='{"type":"object"}')
 
@@ -22,15 +23,17 @@ def stubs():
     yield from stubs_with_and_without_memo()
 
 
-def assembled(stubs, provider: str, model_id: str, messages: list, tools=(BASH,)) -> dict:
-    """The body both servers assemble (equal), judged by the provider's judge."""
+def assembled(stubs, provider: str, model_id: str, messages: list, tools=(BASH,), **request) -> dict:
+    """The body both servers assemble (equal), judged by the provider's judge (Bedrock's given
+    the model, which Converse takes in the URL)."""
     bodies = [stub.Assemble(pb.AssembleRequest(
         conversation=pb.Conversation(session_id=f"refused-{provider}-{model_id}", messages=messages),
-        model=convo.model(convo.PROVIDERS[provider], id=model_id, output=16_000), tools=list(tools)),
+        model=convo.model(convo.PROVIDERS[provider], id=model_id, output=16_000), tools=list(tools), **request),
         timeout=30).body for stub in stubs]
     assert bodies[0] == bodies[1], "the memo changed the body"
     body = json.loads(bodies[0])
-    assert judge_for(provider)(body) == [], (provider, model_id)
+    judged = bedrock_judge(body, model_id=model_id) if provider == "bedrock" else judge_for(provider)(body)
+    assert judged == [], (provider, model_id)
     return body
 
 
@@ -134,3 +137,46 @@ def test_the_judges_refuse_bytes_that_are_no_image():
     chat = {"model": "gpt-4o", "messages": [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": f"data:image/jpeg;base64,{data}"}}]}]}
     assert any("does not represent a valid image" in x for x in judge_for("openai")(chat))
+
+
+SYSTEM = pb.SystemPrompt(soul="You are a coding agent.")
+
+
+def cache_points(body: dict) -> list:
+    """Where the body's cachePoint blocks are: "tools", "system" or "messages"."""
+    found = ["tools" for t in body.get("toolConfig", {}).get("tools", []) if "cachePoint" in t]
+    found += ["system" for b in body.get("system", []) if "cachePoint" in b]
+    return found + ["messages" for msg in body["messages"] for b in msg["content"] if "cachePoint" in b]
+
+
+@pytest.mark.parametrize("model_id", ["qwen.qwen3-coder-480b-a35b-v1:0", "meta.llama4-maverick-17b-instruct-v1:0",
+                                      "us.deepseek.r1-v1:0", "openai.gpt-oss-120b-1:0", "mistral.mistral-large-2407-v1:0",
+                                      "anthropic.claude-3-5-sonnet-20240620-v1:0", "anthropic.claude-3-haiku-20240307-v1:0",
+                                      "anthropic.claude-3-5-sonnet-20241022-v2:0"])
+def test_a_bedrock_model_without_prompt_caching_gets_no_cache_point(stubs, model_id):
+    """"You invoked an unsupported model or your request did not allow prompt caching": every
+    request of a session on Qwen, DeepSeek or Claude 3 behind Bedrock, while each was marked."""
+    assert cache_points(assembled(stubs, "bedrock", model_id, session(), system=SYSTEM)) == []
+
+
+@pytest.mark.parametrize("model_id", ["us.amazon.nova-pro-v1:0", "amazon.nova-premier-v1:0"])
+def test_nova_gets_no_cache_point_in_its_tools(stubs, model_id):
+    """Nova caches system and messages; its tools take none ("extraneous key [cachePoint] is not permitted")."""
+    found = cache_points(assembled(stubs, "bedrock", model_id, session(), system=SYSTEM))
+    assert "tools" not in found and {"system", "messages"} <= set(found)
+
+
+@pytest.mark.parametrize("model_id", ["anthropic.claude-3-7-sonnet-20250219-v1:0", "anthropic.claude-3-5-haiku-20241022-v1:0",
+                                      "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+                                      "arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/a1b2c3"])
+def test_claude_that_caches_on_bedrock_keeps_its_cache_points(stubs, model_id):
+    """Claude from 3.7 Sonnet and 3.5 Haiku on; an inference profile's ARN names no model, and most front Claude."""
+    assert {"tools", "system", "messages"} <= set(cache_points(assembled(stubs, "bedrock", model_id, session(),
+                                                                          system=SYSTEM)))
+
+
+def test_the_bedrock_judge_refuses_a_cache_point_the_model_takes_none_at():
+    body = {"system": [{"text": "x"}, {"cachePoint": {"type": "default"}}],
+            "messages": [{"role": "user", "content": [{"text": "hi"}]}]}
+    assert any("prompt caching" in x for x in bedrock_judge(body, model_id="qwen.qwen3-coder-480b-a35b-v1:0"))
+    assert bedrock_judge(body, model_id="anthropic.claude-3-7-sonnet-20250219-v1:0") == []

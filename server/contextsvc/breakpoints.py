@@ -200,9 +200,11 @@ def choose(lowered, provider: str, tools: list, policy: Policy, max_markers: int
     as nothing finds its nearest neighbour sent (none given: such a hint is refused).
     """
     fmt = FORMATS[provider]
-    if fmt.implicit_cache:
-        # the provider caches on its own and hints are no-ops, but one naming nothing there is
-        # refused as on every other provider: a request is not good on some providers alone
+    kinds = fmt.marker_kinds(model_id)
+    if fmt.implicit_cache or not kinds:
+        # the provider caches on its own (or not at all for this model, which refuses a marker)
+        # and hints are no-ops, but one naming nothing there is refused as on every other
+        # provider: a request is not good on some providers alone
         for k, h in enumerate(policy.hints):
             if h.last_tool and not tools:
                 raise _no_tools(k)
@@ -214,7 +216,8 @@ def choose(lowered, provider: str, tools: list, policy: Policy, max_markers: int
         raise BadInput("cache_hints", f"{len(chosen)} breakpoints; {provider} accepts at most {max_markers}")
     # A message with no block that can carry a marker gets none (say, an assistant step of
     # reasoning alone on Anthropic, or tool calls alone on the gateways).
-    chosen = [b for b in chosen if b.kind != "message" or fmt.markable(lowered.messages[b.index])]
+    # Nor does a place the model takes none in (Nova's tools).
+    chosen = [b for b in chosen if b.kind in kinds and (b.kind != "message" or fmt.markable(lowered.messages[b.index]))]
     if fmt.longer_ttls_first:
         late = _late_hour(chosen)
         if late is not None:
@@ -228,7 +231,7 @@ def choose(lowered, provider: str, tools: list, policy: Policy, max_markers: int
         for b in _auto(lowered, provider, tools, policy.ttl):
             if len(chosen) >= max_markers or added >= limit:
                 break
-            if (b.kind, b.index) in taken or (b.kind == "message" and not fmt.markable(
+            if (b.kind, b.index) in taken or b.kind not in kinds or (b.kind == "message" and not fmt.markable(
                     lowered.messages[b.index])):
                 continue
             # an auto marker that would break the caller's TTL order is left out, not the hint

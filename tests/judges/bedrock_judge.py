@@ -169,6 +169,30 @@ def _many_images(body: dict, p: Problems, model_id: str = "") -> None:
                                       f"of {len(found)} images")
 
 
+# Bedrock model ids of vendors whose models Bedrock caches nothing for
+_UNCACHED_VENDORS = re.compile(r"^(?:(?:us|eu|apac|global|jp|au|ca|us-gov)\.)?(?:meta|mistral|deepseek|qwen|cohere|ai21|"
+                               r"writer|openai|google|minimax|moonshot|moonshotai|amazon\.titan)[.-]")
+
+
+def _cache_point_problem(body: dict, model_id: str, p: Problems) -> None:
+    """Bedrock caches for Claude from 3.7 Sonnet and 3.5 Haiku on and for Nova, whose tools take
+    no checkpoint; any other model refuses a cachePoint."""
+    mid = str(model_id or "").lower()
+    tools = ((body.get("toolConfig") or {}).get("tools") or []) if isinstance(body.get("toolConfig"), dict) else []
+    if "nova" in mid:
+        for i, t in enumerate(tools):
+            if isinstance(t, dict) and "cachePoint" in t:
+                p.add("cache-point", f"toolConfig.tools[{i}]", "extraneous key [cachePoint] is not permitted")
+        return
+    if "claude" in mid:
+        generation = claude_generation(mid)
+        caches = generation is None or generation >= (3, 7) or (generation == (3, 5) and "haiku" in mid)
+    else:
+        caches = not _UNCACHED_VENDORS.match(mid)
+    if not caches and _count_cache_points(body):
+        p.add("cache-point", "body", "You invoked an unsupported model or your request did not allow prompt caching")
+
+
 def _count_cache_points(body: dict) -> int:
     n = 0
     for b in body.get("system") or []:
@@ -229,6 +253,7 @@ def judge(body: dict, model_id: str = "") -> list:
             p.add("alternate", f"messages[{i}]", "roles must alternate between user and assistant")
     if tool_blocks and not (body.get("toolConfig") or {}).get("tools"):
         p.add("tools-defined", "toolConfig", "The toolConfig field must be defined when using toolUse and toolResult content blocks")
+    _cache_point_problem(body, model_id, p)
     n = _count_cache_points(body)
     if n > MAX_MARKERS:
         p.add("marker-count", "body", f"{n} cachePoint blocks; at most {MAX_MARKERS} are accepted")

@@ -24,7 +24,15 @@ from .lowered import Lowered, open_with_user
 from .media import MediaLedger
 from .neutral import LEAD_USER_TEXT, MMedia, MReasoning, MText, MToolCall, MToolResult
 from .tool_ids import WORD, wire_id, wire_name
-from .wire_format import WireFormat
+from .wire_format import MARKER_KINDS, WireFormat
+
+# where Nova takes a cachePoint; what a model Bedrock caches nothing for takes
+NOVA_MARKER_KINDS = frozenset({"system", "message"})
+NO_MARKERS = frozenset()
+# a Bedrock model id of a model provider's own ("meta.llama...", "us.deepseek.r1-v1:0", "global.qwen..."),
+# after an optional cross-region prefix
+_MODEL_PROVIDER = re.compile(r"^(?:[a-z]{2,6}\.)?(?:amazon|meta|mistral|deepseek|qwen|cohere|ai21|writer|openai|"
+                             r"google|minimax|moonshot|moonshotai|nvidia|stability|twelvelabs|luma)\.")
 
 # Converse accepts document names of letters, digits, single spaces, hyphens, parentheses and
 # square brackets; anything else fails the whole request.
@@ -194,6 +202,23 @@ class Bedrock(WireFormat):
     def media_cap(self, model) -> int:
         generation = model_ids.claude_generation(model.id)
         return 20 if generation is not None and generation <= (4, 0) else 0
+
+    def marker_kinds(self, model_id: str) -> frozenset:
+        """Bedrock caches for Claude from 3.7 Sonnet and 3.5 Haiku on, and for Nova (system and
+        messages: no checkpoint in its tools); any other model refuses a cachePoint: "You invoked
+        an unsupported model or your request did not allow prompt caching" (Claude 3, 3.5 Sonnet,
+        Llama, DeepSeek, Qwen, Mistral), "extraneous key [cachePoint] is not permitted" (Nova's tools)."""
+        mid = model_id.lower()
+        if "claude" in mid:
+            generation = model_ids.claude_generation(mid)
+            if generation is None or generation >= (3, 7) or (generation == (3, 5) and "haiku" in mid):
+                return MARKER_KINDS
+            return NO_MARKERS
+        if "nova-" in mid:
+            return NOVA_MARKER_KINDS
+        # another model provider's id ("qwen.qwen3-coder-...", "us.deepseek.r1-v1:0"); an id
+        # that names none (an application inference profile's ARN) keeps the markers
+        return NO_MARKERS if _MODEL_PROVIDER.match(mid) else MARKER_KINDS
 
     def opens_turn(self, block: dict) -> bool:
         return "reasoningContent" in block

@@ -15,6 +15,10 @@ from .tool_ids import IdRule
 TTL_1H = "1h"
 
 
+# every place a cache marker can go
+MARKER_KINDS = frozenset({"tools", "system", "message"})
+
+
 class WireFormat:
     """A provider's wire format. Subclasses set the class attributes and, when the cache takes
     markers, implement marker, markable and place."""
@@ -91,6 +95,11 @@ class WireFormat:
     tool_marker: bool = True  # a tool definition can carry a marker
     system_marker_closes_list: bool = False  # one marker after the last system block stands for all
     longer_ttls_first: bool = False  # a 1h entry after a 5m one is refused
+
+    def marker_kinds(self, model_id: str) -> frozenset:
+        """The places ("tools", "system", "message") a marker may go in a request to this model:
+        all of them, unless the provider refuses a marker to some of its models."""
+        return MARKER_KINDS
 
     def opens_turn(self, block: dict) -> bool:
         """Whether a block is reasoning that must open its message (Run)."""
