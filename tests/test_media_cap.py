@@ -236,10 +236,22 @@ def test_claude_up_to_sonnet_4_on_bedrock_takes_20_images_and_documents(stubs):
     assert bedrock_images(body) == list(range(24)) and [b for b in _blocks(body) if "document" in b]
 
 
+# what the provider's count reads over our figure of a request, in the sessions below
+OVER = 5_000
+
+
+def measured(stubs, session_id: str, messages: list, model) -> pb.MeasureResponse:
+    """The Measure of both servers (the memo's and none's figures equal)."""
+    answers = [stub.Measure(pb.MeasureRequest(conversation=pb.Conversation(session_id=session_id, messages=messages),
+                                              model=model), timeout=60) for stub in stubs]
+    assert len({(r.projected, r.decision.tokens, r.media_count) for r in answers}) == 1, "the memo changed the figures"
+    return answers[0]
+
+
 def test_the_projection_takes_out_the_media_left_out_since_the_last_answer(stubs):
-    """As for the many-image rule (test_many_images): an answer whose usage is our figure of
-    its request projects the next request at its own figure, past the cap too, where the count
-    still holds the ten screenshots left out since (some 20K tokens)."""
+    """As for the many-image rule (test_many_images): an answer whose usage is our figure of its
+    request and OVER more projects the next request at its own figure and OVER, past the cap
+    too, where the count still holds the ten screenshots left out since (some 20K tokens)."""
     model = pb.Model(id="claude-sonnet-4-5", provider=pb.PROVIDER_ANTHROPIC,
                      limits=pb.ModelLimits(context=200_000, output=8_000))
     history = [pb.Message(id="start", role=pb.ROLE_USER, parts=[pb.Part(id="s", text=pb.TextPart(text="Go."))])]
@@ -248,14 +260,32 @@ def test_the_projection_takes_out_the_media_left_out_since_the_last_answer(stubs
     sent_counts = []
     for k in range(97, 112):
         ask, answer = shot_step(k, False)
-        answers = [stub.Measure(pb.MeasureRequest(conversation=pb.Conversation(session_id="rebased-cap",
-                                                                               messages=history + [ask]),
-                                                  model=model), timeout=60) for stub in stubs]
-        assert [(r.projected, r.decision.tokens) for r in answers][0] == (answers[1].projected,
-                                                                          answers[1].decision.tokens)
-        r = answers[0]
-        assert r.has_baseline == (k > 97) and (k == 97 or r.projected == r.decision.tokens), k
+        r = measured(stubs, "rebased-cap", history + [ask], model)
+        assert r.has_baseline == (k > 97) and (k == 97 or abs(r.projected - r.decision.tokens - OVER) <= 64), k
         sent_counts.append(r.media_count)
-        answer.usage.input = r.decision.tokens
+        answer.usage.input = r.decision.tokens + OVER
         history += [ask, answer]
     assert sent_counts == [98, 99, 100, 91, 92, 93, 94, 95, 96, 97, 98, 99, 100, 91, 92]
+
+
+def test_a_switch_to_a_model_of_a_lower_cap_rebases_what_it_leaves_out(stubs):
+    """A Bedrock session answered by Claude Sonnet 4.5 (no cap) goes on with Claude 3.5 Sonnet
+    (20 images and documents): ten screenshots are left out that the last answer's count holds.
+    Counted under the new model's cap, the last request read as leaving them out too, and the
+    projection stayed some 20K tokens over."""
+    sonnet_45, sonnet_35 = "us.anthropic.claude-sonnet-4-5-20250929-v1:0", "anthropic.claude-3-5-sonnet-20240620-v1:0"
+
+    def model(model_id):
+        return pb.Model(id=model_id, provider=pb.PROVIDER_BEDROCK, limits=pb.ModelLimits(context=200_000, output=8_000))
+
+    history = [pb.Message(id="start", role=pb.ROLE_USER, parts=[pb.Part(id="s", text=pb.TextPart(text="Go."))])]
+    for k in range(25):
+        ask, answer = shot_step(k, False)
+        r = measured(stubs, "switched-cap", history + [ask], model(sonnet_45))
+        answer.usage.input = r.decision.tokens + OVER
+        answer.model_id, answer.provider_id = sonnet_45, "amazon-bedrock"
+        history += [ask, answer]
+    ask = pb.Message(id="next", role=pb.ROLE_USER, parts=[pb.Part(id="nt", text=pb.TextPart(text="go on"))])
+    r = measured(stubs, "switched-cap", history + [ask], model(sonnet_35))
+    assert r.media_count == 15 and r.has_baseline
+    assert abs(r.projected - r.decision.tokens - OVER) <= 64, (r.projected, r.decision.tokens)

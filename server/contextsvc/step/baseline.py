@@ -18,6 +18,7 @@ from typing import Optional
 
 from .. import conversation as m, projection
 from ..memo import REBASED, Memo
+from ..model_ids import same_model, same_provider
 from ..positions import positions
 from .pieces import message_piece
 from .plan import Plan
@@ -90,16 +91,38 @@ def counted_plan(history: list, base: m.Message, pairs: list, plan: Plan, memo: 
     of the whole request, so a step past one leaves out media the provider counted at the last
     (ten screenshots: some 20K tokens its count still holds). history: the messages as sent now
     (projection.project); pairs: as_counted's, each message as counted in place of the one now."""
+    switched = bool(base.model_id) and not same_model(base.model_id, plan.model.id) and (
+        not base.provider_id or same_provider(base.provider_id, plan.model.provider))
+    if not (pairs or switched or plan.image_side or leaves_out(plan)):
+        return plan  # within the rules now, and base's request held no more than this one
     end = _position(history, base)
     if end == len(history):
         return plan
+    ruled = plan
+    if switched:  # the rules base's request stood under were its model's (Bedrock's cap of Claude up to Sonnet 4)
+        ruled = dataclasses.replace(plan, model=dataclasses.replace(plan.model, id=base.model_id))
     was = {id(now): then for now, then in pairs}
     counted = [was.get(id(x), x) for x in history[:end]] if was else history[:end]
-    then = plan.for_images(counted, memo)
-    if (then.image_side, then.images_left_out, then.media_left_out) == (
-            plan.image_side, plan.images_left_out, plan.media_left_out):
+    earlier = _earlier_steps(base)
+    if earlier is not None:
+        counted.append(earlier)
+    then = ruled.for_images(counted, memo)
+    rules = (then.image_side, then.images_left_out, then.media_left_out)
+    if rules == (plan.image_side, plan.images_left_out, plan.media_left_out):
         return plan
-    return then
+    return dataclasses.replace(plan, image_side=rules[0], images_left_out=rules[1], media_left_out=rules[2])
+
+
+def _earlier_steps(base: m.Message) -> m.Message | None:
+    """base's steps before its last, where it holds media and has more than one step: the last
+    step's request held them, and its count is base's usage (a computer-use turn of thirty
+    screenshots is one message). None otherwise."""
+    if not base.has_media:
+        return None
+    starts = [i for i, p in enumerate(base.parts) if isinstance(p.content, m.StepStart)]
+    if not starts or starts[-1] == 0:
+        return None
+    return dataclasses.replace(base, parts=base.parts[:starts[-1]])  # a copy of its own: no digest
 
 
 def with_rules_changed(pairs: list, history: list, base: m.Message, plan: Plan, counted: Plan) -> list:
@@ -139,10 +162,17 @@ def changed_key(pairs: list, plan: Plan, counted: Plan | None = None) -> tuple |
         return None
     h = pairs_hash()
     h.update(b"".join(digests))
-    if counted is not None and counted is not plan:
+    counted = plan if counted is None else counted
+    if leaves_out(plan) or leaves_out(counted):
+        # the same messages lower otherwise where the rules leave out some of them: which, now and then
         h.update(bytes(plan.left_out(now) * 3 + counted.left_out(then) for now, then in pairs))
         h.update(counted.image_side.to_bytes(4, "little"))
     return _rebased_key(h.digest(), plan)
+
+
+def leaves_out(plan: Plan) -> bool:
+    """Whether plan's media rules leave out some messages' media (Plan.left_out)."""
+    return bool(plan.images_left_out or plan.media_left_out)
 
 
 def pairs_hash():
@@ -174,6 +204,7 @@ def known_key(messages: list, base: m.Message, known: KnownPairs | None, latest:
     they are the ones known stands for: no tool output of before was compacted since base was
     answered (latest), so the messages that changed are the step's own, and all of them come
     before base. None otherwise."""
-    if known is None or latest is None or latest > base.time_completed_ms or known.last >= _position(messages, base):
+    if known is None or latest is None or latest > base.time_completed_ms or known.last >= _position(messages, base) \
+            or leaves_out(plan):  # its digest holds nothing of what the rules leave out
         return None
     return _rebased_key(known.digest, plan)

@@ -76,7 +76,8 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
         if not anchored:
             return total
         was = fig.counted_overhead.calibrated if method == "calibrated" and fig.counted_overhead else None
-        return max(0, reported + fig.rebase_projections.get(method, 0)) + tail + _resent(overhead, fig, was)
+        rebase = fig.rebase_projections.get(method, 0) + fig.media_rebase * cfg.measure.media_decision_tokens
+        return max(0, reported + rebase) + tail + _resent(overhead, fig, was)
 
     figure = cfg.measure.compaction_figure
     if figure == "exact-where-known":  # Plan.of counted it for every model with its own offline
