@@ -27,6 +27,9 @@ SYSTEM = m.SystemPrompt(soul="You are a careful coding agent.", agent_prompt="Pr
                         env=m.EnvInfo("/repo", True, "linux", "2026-12-02"),
                         instructions=[m.Instruction("AGENTS.md", "Run the tests.")])
 CLAUDE = "claude-sonnet-4-5"
+# the model each provider's loop asks for: Claude where it is served, Gemini's own on Gemini (from
+# Gemini 3 a message sent mid-run goes before the tool results it joins: tested below)
+MODEL = {m.GEMINI: "gemini-2.5-pro"}
 
 
 def grown(old, new) -> bool:
@@ -79,8 +82,9 @@ def store(messages: list, persist: list) -> list:
 class Loop:
     """An agent loop: keeps the history, calls Assemble each step, stores what it returns."""
 
-    def __init__(self, provider: str, model_id: str = CLAUDE, max_steps: int = 0):
-        self.provider, self.model_id, self.max_steps = provider, model_id, max_steps
+    def __init__(self, provider: str, model_id: str = "", max_steps: int = 0):
+        self.provider, self.max_steps = provider, max_steps
+        self.model_id = model_id or MODEL.get(provider, CLAUDE)
         self.messages: list = []
         self.bodies: list = []  # (body, was the last step)
         self.step = 0
@@ -221,6 +225,25 @@ def test_a_wrapped_mid_run_message_stays_wrapped(provider):
         assert text.count("The user sent the following message:") == 1  # wrapped once, never twice
     for k in range(1, len(loop.bodies)):
         assert first_break(provider, loop.bodies[k - 1][0], loop.bodies[k][0], False) == "", k
+
+
+def test_on_gemini_3_a_message_sent_mid_run_rewrites_its_turn_once():
+    """Gemini 3 refuses text after the function responses of a user turn, so the person's
+    message sent mid-run goes before the tool results it joins: the prefix is rewritten from that
+    turn at that step (what the cache had of the tool results is written again), and kept at
+    every other step."""
+    loop = Loop(m.GEMINI, "gemini-3.8-flash")
+    loop.new_turn("Fix the failing test")
+    loop.assemble()
+    loop.assistant_calls("read", {"path": "a.py"}, "x = 1\n")
+    loop.assemble()
+    loop.user("Also keep the public API stable")
+    loop.assemble()
+    for _ in range(2):
+        loop.assistant_calls("grep", {"pattern": "api"}, "none")
+        loop.assemble()
+    breaks = [first_break(m.GEMINI, loop.bodies[k - 1][0], loop.bodies[k][0], False) for k in range(1, len(loop.bodies))]
+    assert breaks[0] == "" and breaks[1] != "" and breaks[2:] == ["", ""], breaks
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)

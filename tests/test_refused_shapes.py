@@ -14,6 +14,7 @@ from helpers import convo
 from helpers.server import stubs_with_and_without_memo
 from judges import judge_for
 from judges.bedrock_judge import judge as bedrock_judge
+from judges.gemini_judge import judge as gemini_judge
 
 BASH = pb.ToolDefinition(name="bash", description="Run a command", input_schema_json='{"type":"object"}')
 
@@ -24,15 +25,16 @@ def stubs():
 
 
 def assembled(stubs, provider: str, model_id: str, messages: list, tools=(BASH,), **request) -> dict:
-    """The body both servers assemble (equal), judged by the provider's judge (Bedrock's given
-    the model, which Converse takes in the URL)."""
+    """The body both servers assemble (equal), judged by the provider's judge (Bedrock's and
+    Gemini's given the model, which their URL names)."""
     bodies = [stub.Assemble(pb.AssembleRequest(
         conversation=pb.Conversation(session_id=f"refused-{provider}-{model_id}", messages=messages),
         model=convo.model(convo.PROVIDERS[provider], id=model_id, output=16_000), tools=list(tools), **request),
         timeout=30).body for stub in stubs]
     assert bodies[0] == bodies[1], "the memo changed the body"
     body = json.loads(bodies[0])
-    judged = bedrock_judge(body, model_id=model_id) if provider == "bedrock" else judge_for(provider)(body)
+    judged = bedrock_judge(body, model_id=model_id) if provider == "bedrock" else \
+        gemini_judge(body, model_id=model_id) if provider == "gemini" else judge_for(provider)(body)
     assert judged == [], (provider, model_id)
     return body
 
@@ -180,3 +182,63 @@ def test_the_bedrock_judge_refuses_a_cache_point_the_model_takes_none_at():
             "messages": [{"role": "user", "content": [{"text": "hi"}]}]}
     assert any("prompt caching" in x for x in bedrock_judge(body, model_id="qwen.qwen3-coder-480b-a35b-v1:0"))
     assert bedrock_judge(body, model_id="anthropic.claude-3-7-sonnet-20250219-v1:0") == []
+
+
+def cut_reply() -> list:
+    """A reply cut off (the agent's stream failed): the next request goes out with it last."""
+    cut = convo.assistant("m2", convo.text("p2", "Reading the test first."), finished=False)
+    cut.error.CopyFrom(pb.MessageError(name="MessageAbortedError", message="aborted"))
+    return [convo.user("m1", convo.text("p1", "fix the failing test")), cut]
+
+
+@pytest.mark.parametrize("model_id", ["gemini-3.6-flash", "gemini-3.5-flash-lite", "gemini-3.8-flash",
+                                      "gemini-flash-latest"])
+def test_gemini_from_3_5_gets_a_closing_user_turn(stubs, model_id):
+    """"Requests ending with a model turn are not supported unless the last part is a function
+    response." (Gemini 3.5 Flash-Lite and 3.6 Flash on, and all later releases)."""
+    contents = assembled(stubs, "gemini", model_id, cut_reply())["contents"]
+    assert contents[-1] == {"role": "user", "parts": [{"text": "Continue."}]}
+    assert contents[-2]["role"] == "model"
+
+
+@pytest.mark.parametrize("model_id", ["gemini-2.5-pro", "gemini-3-pro-preview", "gemini-3.1-pro-preview"])
+def test_earlier_gemini_go_on_from_their_own_turn(stubs, model_id):
+    assert assembled(stubs, "gemini", model_id, cut_reply())["contents"][-1]["role"] == "model"
+
+
+@pytest.mark.parametrize("model_id", ["gemini-2.5-pro", "gemini-3-flash-preview", "gemini-3.8-flash", "gemini-flash-latest"])
+def test_what_the_person_says_after_tool_results_goes_before_the_function_responses(stubs, model_id):
+    """A person's message right after a tool step (sent mid-run) joins the tool results' user
+    turn: after the function responses, Gemini 3 Flash refused it ("Requests ending with a model
+    turn are not supported"); before them, every model takes it. Gemini 2.5 keeps it after them,
+    where the turn's start stays as the last request sent it (its implicit cache)."""
+    messages = session()
+    messages[2] = convo.user("m3", convo.text("p4", "stop, use tox instead"))
+    turn = assembled(stubs, "gemini", model_id, messages)["contents"][-1]
+    assert turn["role"] == "user"
+    order = ["functionResponse", "text"] if model_id.startswith("gemini-2") else ["text", "functionResponse"]
+    assert [next(iter(p)) for p in turn["parts"]] == order
+    assert {"text": "stop, use tox instead"} in turn["parts"]
+
+
+@pytest.mark.parametrize("model_id", ["gemini-2.5-pro", "gemini-3.8-flash"])
+def test_a_tool_output_image_sent_as_its_note_goes_before_the_function_responses_on_gemini_3(stubs, model_id):
+    messages = session()
+    messages[1].parts[1].tool.state.attachments.append(pb.FilePart(mime="image/png", filename="x.png", data=LFS_POINTER))
+    turn = assembled(stubs, "gemini", model_id, messages[:2])["contents"][-1]
+    order = ["functionResponse", "text"] if model_id.startswith("gemini-2") else ["text", "functionResponse"]
+    assert [next(iter(p)) for p in turn["parts"]] == order
+
+
+def test_the_gemini_judge_knows_both_rules():
+    ends_with_model = {"contents": [{"role": "user", "parts": [{"text": "hi"}]},
+                                    {"role": "model", "parts": [{"text": "Hel"}]}]}
+    assert any("model turn" in x for x in gemini_judge(ends_with_model, model_id="gemini-3.6-flash"))
+    assert gemini_judge(ends_with_model, model_id="gemini-2.5-pro") == []
+    after = {"contents": [{"role": "user", "parts": [{"text": "go"}]},
+                          {"role": "model", "parts": [{"functionCall": {"name": "bash", "args": {}}}]},
+                          {"role": "user", "parts": [{"functionResponse": {"name": "bash", "response": {"content": "ok"}}},
+                                                     {"text": "now stop"}]}],
+             "tools": [{"functionDeclarations": [{"name": "bash"}]}]}
+    assert any("function responses" in x for x in gemini_judge(after, model_id="gemini-3-flash-preview"))
+    assert gemini_judge(after, model_id="gemini-2.5-pro") == []

@@ -90,10 +90,41 @@ def claude_generation(model_id: str) -> tuple[int, int] | None:
 NO_PREFILL_FROM = (4, 6)
 
 
+# Gemini's first such generation: "Requests ending with a model turn are not supported unless the
+# last part is a function response." (3.5 Flash-Lite and 3.6 Flash on, measured against 3.5 Flash
+# and 2.5 that take it; Google's notes say all later releases refuse it)
+NO_PREFILL_GEMINI_FROM = (3, 5)
+_GEMINI_VERSION = re.compile(r"gemini-(\d+)(?:\.(\d+))?")
+
+
+def gemini_generation(model_id: str) -> tuple[int, int] | None:
+    """(major, minor) of the Gemini generation a model id names, None where none can be read
+    (an alias of the newest: gemini-flash-latest)."""
+    found = _GEMINI_VERSION.search(model_id.lower())
+    return (int(found.group(1)), int(found.group(2) or 0)) if found else None
+
+
+# Gemini from 3 refuses a user turn whose text follows its function responses ("Requests ending
+# with a model turn are not supported": Gemini 3 Flash, 3.8 Flash on Vertex); every model takes it
+# before them
+TEXT_BEFORE_RESPONSES_FROM = (3, 0)
+
+
+def text_before_responses(model_id: str) -> bool:
+    """Whether a Gemini model's user turn must hold its text before its function responses."""
+    generation = gemini_generation(model_id)
+    return generation is None or generation >= TEXT_BEFORE_RESPONSES_FROM
+
+
 def refuses_prefill(model_id: str) -> bool:
     """Whether the model refuses a request whose last message is its own: a Claude id of
-    generation NO_PREFILL_FROM or later, or of one that cannot be read."""
-    if "claude" not in model_id.lower():
+    generation NO_PREFILL_FROM or later, a Gemini one of NO_PREFILL_GEMINI_FROM or later, or of
+    either whose generation cannot be read (an alias of the newest: gemini-flash-latest)."""
+    mid = model_id.lower()
+    if "gemini" in mid:
+        generation = gemini_generation(mid)
+        return generation is None or generation >= NO_PREFILL_GEMINI_FROM
+    if "claude" not in mid:
         return False
     generation = claude_generation(model_id)
     return generation is None or generation >= NO_PREFILL_FROM

@@ -70,7 +70,27 @@ def _parts(content: dict) -> list:
     return [x for x in content.get("parts") or [] if isinstance(x, dict)]
 
 
-def judge(body: dict) -> list:
+# Gemini from 3.5 Flash-Lite and 3.6 Flash on, and every later release (an alias of the newest
+# too: gemini-flash-latest), refuses a request that ends with its own turn
+_GEMINI_VERSION = re.compile(r"gemini-(\d+)(?:\.(\d+))?")
+MODEL_TURN_REFUSED = "Requests ending with a model turn are not supported unless the last part is a function response."
+
+
+def _from(model_id, generation: tuple) -> bool:
+    """The body goes to a Gemini of this generation or later (an id naming none: the newest)."""
+    mid = str(model_id or "").lower()
+    if "gemini" not in mid:
+        return False
+    found = _GEMINI_VERSION.search(mid)
+    return found is None or (int(found.group(1)), int(found.group(2) or 0)) >= generation
+
+
+def refuses_model_turn(model_id) -> bool:
+    return _from(model_id, (3, 5))
+
+
+def judge(body: dict, model_id: str = "") -> list:
+    """model_id: the model the body is sent to (the URL names it), for the rules of that model alone."""
     p = Problems()
     if not isinstance(body, dict):
         p.add("schema", "body", "not a JSON object")
@@ -97,11 +117,21 @@ def judge(body: dict) -> list:
     for k, part in enumerate(_parts(system) if isinstance(system, dict) else []):
         if part.get("text") == "":
             p.add("empty-text", f"systemInstruction.parts[{k}]", "empty text part")
+    if contents[-1].get("role") == "model" and refuses_model_turn(model_id) and not any(
+            "functionResponse" in x for x in _parts(contents[-1])[-1:]):
+        p.add("model-turn-last", f"contents[{len(contents) - 1}]", MODEL_TURN_REFUSED)
     for i, c in enumerate(contents):
         where = f"contents[{i}]"
+        parts = _parts(c)
+        first = next((k for k, x in enumerate(parts) if "functionResponse" in x), None)
+        if c.get("role") == "user" and first is not None and any("text" in x for x in parts[first:]) \
+                and _from(model_id, (3, 0)):
+            # Gemini 3 Flash (a reminder after tool results, on Vertex too); text before the
+            # responses is taken by every model
+            p.add("text-after-function-response", where,
+                  "Requests ending with a model turn are not supported. (text after the function responses)")
         if c.get("role") not in ("user", "model"):
             p.add("role", where, f"role must be user or model, not {c.get('role')!r}")
-        parts = _parts(c)
         if not parts:
             p.add("empty-parts", where, "a content must have at least one part")
         for k, part in enumerate(parts):

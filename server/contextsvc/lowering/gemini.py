@@ -1,9 +1,7 @@
 """Google Gemini generateContent body (POST /v1beta/models/{model}:generateContent)."""
 from __future__ import annotations
 
-import re
-
-from .. import conversation as m
+from .. import conversation as m, model_ids
 from . import media
 from ..deadline import NO_DEADLINE, Deadline
 from .lowered import Lowered, open_with_user
@@ -39,14 +37,13 @@ def _media(x: MMedia, ledger: MediaLedger) -> dict:
 # wrote, or one whose signature was lost): the validator skips it. Valid base64 (URL-safe), as
 # the bytes field takes it.
 UNSIGNED_CALL = "skip_thought_signature_validator"
-_VERSION = re.compile(r"gemini-(\d+)")
 
 
 def checks_signatures(model_id: str) -> bool:
     """Gemini 3 and later refuse a step's first function call without a thought signature (a
     400 for every request of the turn); an id naming no version is taken as a later model."""
-    found = _VERSION.search(model_id)
-    return found is None or int(found.group(1)) >= 3
+    generation = model_ids.gemini_generation(model_id)
+    return generation is None or generation >= (3, 0)
 
 
 def _sign_first_call(parts: list, unsigned: str = "") -> list:
@@ -95,11 +92,16 @@ class _SignedRun(Run):
     reads of the parts so far is kept (where the first call is, the signed part nearest it,
     whether it is signed), so a message costs its own parts."""
 
-    __slots__ = ("first", "nearest", "settled")
+    __slots__ = ("first", "nearest", "settled", "text_first", "response")
 
-    def __init__(self, fmt: WireFormat, blocks: list):
+    def __init__(self, fmt: WireFormat, blocks: list, text_first: bool = False):
         super().__init__(fmt, blocks)
         self.first = next((i for i, p in enumerate(blocks) if "functionCall" in p), None)
+        # what joins a user turn goes before its function responses (model_ids.text_before_responses):
+        # where the first one is
+        self.text_first = text_first
+        self.response = next((i for i, p in enumerate(blocks) if "functionResponse" in p), None) \
+            if text_first else None
         # a signed first call is never moved again, nor is any other part
         self.settled = self.first is not None and _signed(blocks[self.first])
         signed = [i for i, p in enumerate(blocks) if _signed(p)]
@@ -111,7 +113,16 @@ class _SignedRun(Run):
 
     def add(self, later: list) -> None:
         parts, start = self.blocks, len(self.blocks)
+        if self.response is not None and self.first is None and not any("functionResponse" in p for p in later):
+            # what the person (or a reminder) says after tool results goes before the function
+            # responses: Gemini 3 refuses a user turn whose text follows them ("Requests ending
+            # with a model turn are not supported"), and takes it before them on every model
+            parts[self.response:self.response] = later
+            self.response += len(later)
+            return
         parts += later
+        if self.first is None and self.response is None and self.text_first:
+            self.response = next((start + i for i, p in enumerate(later) if "functionResponse" in p), None)
         if self.settled:
             return
         signed = [start + i for i, p in enumerate(later) if _signed(p)]
@@ -145,6 +156,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     wire, roles, sources = [], [], []
     run = None  # joins the messages that follow into wire[-1], of their role
     unsigned = UNSIGNED_CALL if checks_signatures(model_id) else ""
+    text_first = model_ids.text_before_responses(model_id)
     for msg in messages:
         role = "model" if msg.role == "assistant" else "user"
         parts, moved, signature = [], [], ""
@@ -177,12 +189,19 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
                 parts[-1]["thoughtSignature"] = ledger.opaque(signature)
                 signature = ""
         _sign_first_call(parts, unsigned)
-        parts.extend(_media(x, ledger) for x in moved)
+        if moved:
+            # media follow the function responses; one sent as its note is text, which goes before
+            # them where the model refuses text after them (_SignedRun.add)
+            after = [_media(x, ledger) for x in moved]
+            if text_first:
+                parts[:0] = [x for x in after if "text" in x]
+                after = [x for x in after if "text" not in x]
+            parts.extend(after)
         if not parts:
             continue  # reasoning alone is not replayed to Gemini
         if wire and wire[-1]["role"] == role:  # Gemini wants alternating roles
             if run is None:
-                run = FORMAT.run(wire[-1]["parts"])
+                run = FORMAT.run(wire[-1]["parts"], model_id)
             run.add(parts)
             ledger.claim(wire[-1])
             sources[-1].append(msg.source_id)
@@ -226,13 +245,13 @@ class Gemini(WireFormat):
     max_request_bytes = 20_000_000  # a request with inline data: 20 MB in all
     implicit_cache = True
 
-    def run(self, blocks: list) -> Run:
+    def run(self, blocks: list, model_id: str = "") -> Run:
         """Consecutive messages of one role as one content: one model turn, whose first
         functionCall must carry a thought signature. A signature one message's text carries
         moves to a call the other message makes, as within one message (_sign_first_call): two
         steps in one answer, or two answers once a blank user message between them is dropped,
         left the turn's first call unsigned."""
-        return _SignedRun(self, blocks)
+        return _SignedRun(self, blocks, model_ids.text_before_responses(model_id))
 
 
 FORMAT = Gemini()

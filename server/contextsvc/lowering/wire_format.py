@@ -105,9 +105,9 @@ class WireFormat:
         """Whether a block is reasoning that must open its message (Run)."""
         return False
 
-    def run(self, blocks: list) -> "Run":
+    def run(self, blocks: list, model_id: str = "") -> "Run":
         """Joins the blocks of the messages of one role that follow into blocks (merged_key), a
-        list the caller owns."""
+        list the caller owns; model_id: the request's model, where its rules order them."""
         return Run(self, blocks)
 
     def tool_list(self, body: dict) -> list:

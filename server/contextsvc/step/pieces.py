@@ -426,7 +426,7 @@ def _put_together(prefix: _Prefix, messages: list, fmt, plan: Plan, memo: Memo, 
             if joined and elements and elements[-1]["role"] == element["role"]:
                 if run is None:
                     last = elements[-1] = dict(elements[-1])
-                    run = fmt.run(list(last[joined]))
+                    run = fmt.run(list(last[joined]), plan.model.id)
                     last[joined] = run.blocks
                     sources[-1] = list(sources[-1])
                     run_keys = None if keys[-1] is None else list(keys[-1])
