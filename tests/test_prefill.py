@@ -224,3 +224,25 @@ def test_a_body_sent_to_another_model_is_reported_written_again_whole(stub):
         assert report.compared and report.prefix_kept and report.cause == "new_turn"
     finally:
         older.stop(grace=1)
+
+
+@pytest.mark.parametrize("provider,model_id", TAKING.items())
+def test_a_cut_reply_holding_reasoning_is_closed_for_every_model(stub, provider, model_id):
+    """A model that goes on from its own turn refuses one holding its reasoning there: "When
+    thinking is disabled, an `assistant` message in the final position cannot contain `thinking`"
+    (Claude Sonnet 4.5 and Haiku 4.5, on Anthropic and Bedrock); with thinking on, the turn would
+    have to open with it. The closing user message goes after it, as for Claude from 4.6."""
+    body = json.loads(assembled(stub, reasoning_cut(), provider, model_id).body)
+    assert judged(body, provider, model_id) == []
+    if provider in ("anthropic", "bedrock"):  # the formats that send the reasoning back
+        assert text_of(messages_of(body)[-1]) == CLOSING_USER_TEXT
+
+
+def test_the_judges_refuse_reasoning_in_the_final_assistant_turn():
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 10, "messages": [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "x", "signature": "EqQBCkYIBxgCKkD"}]}]}
+    assert any("final position" in x for x in judge_for("anthropic")(body))
+    converse = {"messages": [{"role": "user", "content": [{"text": "go"}]}, {"role": "assistant", "content": [
+        {"reasoningContent": {"reasoningText": {"text": "x", "signature": "EqQBCkYIBxgCKkD"}}}]}]}
+    assert any("final position" in x for x in bedrock_judge(converse, model_id="anthropic.claude-haiku-4-5-20251001-v1:0"))

@@ -172,6 +172,15 @@ def judge(body: dict, headers: dict | None = None, max_media: int = MAX_MEDIA) -
         p.add("first-user", "messages[0]", f"the first message must be a user message, not {messages[0].get('role')!r}")
     if messages[-1].get("role") == "assistant" and refuses_prefill(body.get("model")):
         p.add("prefill", f"messages[{len(messages) - 1}]", PREFILL_REFUSED)
+    final = messages[-1].get("content") if messages[-1].get("role") == "assistant" else None
+    if isinstance(final, list) and any(isinstance(b, dict) and b.get("type") in ("thinking", "redacted_thinking")
+                                       for b in final):
+        # thinking off: refused outright; on: the turn must open with it, and thinking is on only
+        # with the body's own `thinking` field, which these bodies never set
+        if not (isinstance(body.get("thinking"), dict) and body["thinking"].get("type") == "enabled"
+                and isinstance(final[0], dict) and final[0].get("type") in ("thinking", "redacted_thinking")):
+            p.add("final-thinking", f"messages[{len(messages) - 1}]",
+                  "When thinking is disabled, an `assistant` message in the final position cannot contain `thinking`")
 
     tool_blocks = False
     ids_seen = set()

@@ -234,6 +234,11 @@ def judge(body: dict, model_id: str = "") -> list:
     last = messages[-1] if messages else {}
     if last.get("role") == "assistant" and refuses_prefill(model_id):
         p.add("prefill", f"messages[{len(messages) - 1}]", PREFILL_REFUSED)
+    if last.get("role") == "assistant" and any(isinstance(b, dict) and "reasoningContent" in b
+                                               for b in last.get("content") or []):
+        # Claude behind Converse, thinking off (additionalModelRequestFields, never set here)
+        p.add("final-thinking", f"messages[{len(messages) - 1}]",
+              "When thinking is disabled, an `assistant` message in the final position cannot contain `thinking`")
     texts = [b["text"] for b in last.get("content") or [] if isinstance(b, dict) and isinstance(b.get("text"), str)]
     if last.get("role") == "assistant" and texts and texts[-1] != texts[-1].rstrip():
         # Claude behind Converse: "The model returned the following errors: messages: final

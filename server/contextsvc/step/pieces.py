@@ -5,8 +5,8 @@ per message (memo.py), so a step lowers only the messages it has not seen.
 A message lowers alone as it does in the whole request (but media on Bedrock, whose document
 names are made distinct across the request); what depends on position is put together here
 every step: which consecutive messages merge into one element, the lead user message, the
-closing user message for a model that refuses to go on from its own turn
-(lowered.close_with_user), else the final assistant text's trailing whitespace
+closing user message for a model that refuses to go on from its own turn, or from one holding
+reasoning (lowered.close_with_user), else the final assistant text's trailing whitespace
 (lowered.trim_final_text).
 """
 from __future__ import annotations
@@ -142,7 +142,7 @@ def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
         tools_disabled=tools_disabled,
         deadline=deadline,
     )
-    if _closes(plan, lowered.roles):
+    if _closes(plan, lowered.roles, lowered.messages):
         closing = _closing(mdl.provider)
         lowered.closed = close_with_user(lowered.messages, lowered.roles, lowered.sources, closing)
         _attach(lowered, [closing], messages=False)  # the body's other list of them (Chat Completions)
@@ -334,14 +334,14 @@ def _lower_memoized(projected: list, memo, conv: m.Conversation, plan: Plan, dea
         # and everything else too for messages past the keyed ones, a lead message or a trimmed
         # final text (the keyed ones are all the messages then: their roles are the body's)
         prefix = prefix.copy(lists=keyed < len(projected) or _leads(prefix.roles) or _trims(fmt, prefix.roles)
-                             or _closes(plan, prefix.roles))
+                             or _closes(plan, prefix.roles, prefix.elements))
     if keyed < len(projected):
         _put_together(prefix, projected[keyed:], fmt, plan, memo, deadline,
                       max(0, len(prefix.elements) - 1))
     elements, roles, sources, keys, found, saved = (prefix.elements, prefix.roles, prefix.sources, prefix.keys,
                                                     prefix.found, prefix.saved)
     columns, pruned = prefix.columns, prefix.pruned
-    leads, closes = _leads(roles), _closes(plan, roles)
+    leads, closes = _leads(roles), _closes(plan, roles, elements)
     trims = not closes and _trims(fmt, roles)
     lead = 1 if leads else 0
     # the kept elements but the last stand as they were, and so will these for the next step
@@ -382,10 +382,15 @@ def _leads(roles: list) -> bool:
     return bool(roles) and roles[0] != "user"
 
 
-def _closes(plan: Plan, roles: list) -> bool:
-    """Whether the closing user message goes last: the body ends with the model's turn and the
-    model refuses to go on from it."""
-    return bool(roles) and roles[-1] == "assistant" and plan.closes_with_user
+def _closes(plan: Plan, roles: list, elements: list) -> bool:
+    """Whether the closing user message goes last: the body ends with the model's turn (elements:
+    the message elements) and the model refuses to go on from it, or that turn holds reasoning,
+    which Claude refuses there ("When thinking is disabled, an `assistant` message in the final
+    position cannot contain `thinking`"; with it on, the turn must open with it)."""
+    if not roles or roles[-1] != "assistant":
+        return False
+    key = plan.fmt.merged_key
+    return plan.closes_with_user or (bool(key) and any(map(plan.fmt.opens_turn, elements[-1][key])))
 
 
 def _trims(fmt, roles: list) -> bool:
