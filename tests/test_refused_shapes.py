@@ -242,3 +242,44 @@ def test_the_gemini_judge_knows_both_rules():
              "tools": [{"functionDeclarations": [{"name": "bash"}]}]}
     assert any("function responses" in x for x in gemini_judge(after, model_id="gemini-3-flash-preview"))
     assert gemini_judge(after, model_id="gemini-2.5-pro") == []
+
+
+def thinking_session(model_id: str) -> list:
+    """A thinking model's turn: its reasoning, then a tool call; then the person goes on."""
+    messages = session()
+    reasoning = pb.Part(id="r2", reasoning=pb.ReasoningPart(text="The test runner first."))
+    messages[1] = convo.assistant("m2", reasoning, *messages[1].parts)
+    messages[1].model_id = model_id
+    return messages
+
+
+@pytest.mark.parametrize("model_id", ["deepseek-reasoner", "deepseek-v4-flash", "kimi-k2-thinking",
+                                      "moonshotai/Kimi-K2.5"])
+def test_a_thinking_model_that_wants_its_reasoning_back_gets_it_on_its_turns(stubs, model_id):
+    """DeepSeek's thinking mode and Kimi refuse a turn with tool calls that leaves out its
+    reasoning: "Missing `reasoning_content` field in the assistant message at message index 2",
+    at the second request of every tool-using session. It goes back as reasoning_content, ""
+    where none was kept."""
+    body = assembled(stubs, "openai-compatible", model_id, thinking_session(model_id))
+    turns = [x for x in body["messages"] if x["role"] == "assistant"]
+    assert turns[0]["reasoning_content"] == "The test runner first."
+    kept_none = assembled(stubs, "openai-compatible", model_id, session())
+    assert [x["reasoning_content"] for x in kept_none["messages"] if x["role"] == "assistant"] == [""]
+
+
+@pytest.mark.parametrize("provider,model_id", [("openai-compatible", "qwen3-coder"), ("openai", "gpt-4o"),
+                                               ("openrouter", "deepseek/deepseek-r1")])
+def test_other_models_and_endpoints_get_no_reasoning_content(stubs, provider, model_id):
+    body = assembled(stubs, provider, model_id, thinking_session(model_id))
+    assert "reasoning_content" not in json.dumps(body)
+
+
+def test_the_judge_refuses_a_deepseek_tool_turn_without_reasoning_content():
+    body = {"model": "deepseek-reasoner", "tools": [{"type": "function", "function": {"name": "bash"}}], "messages": [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"}]}
+    assert any("reasoning_content" in x for x in judge_for("openai-compatible")(body))
+    body["messages"][1]["reasoning_content"] = ""
+    assert judge_for("openai-compatible")(body) == []

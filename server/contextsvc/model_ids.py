@@ -140,3 +140,16 @@ _OPENAI_REASONING = re.compile(r"(?:^|[/:.])(?:o[1-9](?:-|$)|gpt-5|(?:gpt-[\d.]+
 def takes_completion_tokens(model_id: str) -> bool:
     """Whether the model refuses max_tokens for max_completion_tokens: an OpenAI reasoning model."""
     return _OPENAI_REASONING.search(model_id.lower()) is not None
+
+
+# Models that want their reasoning back on each of their turns, as reasoning_content beside the
+# content, once a request carries tools: DeepSeek's thinking mode ("Missing `reasoning_content`
+# field in the assistant message at message index 2", "The `reasoning_content` in the thinking mode
+# must be passed back to the API") and Kimi's ("thinking is enabled but reasoning_content is
+# missing in assistant tool call message"); "" stands for none, and without tools it is ignored
+_REASONING_BACK = re.compile(r"deepseek|kimi|moonshot")
+
+
+def wants_reasoning_content(model_id: str) -> bool:
+    """Whether the model's own turns carry reasoning_content (an OpenAI-compatible endpoint)."""
+    return _REASONING_BACK.search(model_id.lower()) is not None

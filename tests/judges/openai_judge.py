@@ -88,6 +88,30 @@ def _take_extras(body: dict, provider: str, p: Problems) -> None:
                 p.add("extension", name, f"must be a JSON {kind.__name__}, got {type(value).__name__}")
 
 
+# Message fields an endpoint documents beyond OpenAI's: DeepSeek's and Moonshot's reasoning_content
+# on the model's turns, behind an OpenAI-compatible endpoint
+MESSAGE_EXTRAS = {"openai-compatible": {"reasoning_content": str}}
+# models that refuse a turn of theirs with tool calls and no reasoning_content, once tools are sent
+_REASONING_BACK = ("deepseek", "kimi", "moonshot")
+
+
+def _take_message_extras(body: dict, provider: str, p: Problems) -> None:
+    extras = MESSAGE_EXTRAS.get(provider, {})
+    wants = bool(extras) and any(x in str(body.get("model", "")).lower() for x in _REASONING_BACK) \
+        and bool(body.get("tools"))
+    for i, msg in enumerate(body.get("messages") or []):
+        if not isinstance(msg, dict) or msg.get("role") != "assistant":
+            continue
+        if wants and msg.get("tool_calls") and "reasoning_content" not in msg:
+            p.add("reasoning-content", f"messages[{i}]",
+                  f"Missing `reasoning_content` field in the assistant message at message index {i}")
+        for name, kind in extras.items():
+            if name in msg:
+                value = msg.pop(name)
+                if not isinstance(value, kind):
+                    p.add("extension", f"messages[{i}].{name}", f"must be a JSON {kind.__name__}")
+
+
 def _parts(msg: dict, i: int, p: Problems) -> None:
     content = msg.get("content")
     if not isinstance(content, list):
@@ -124,6 +148,7 @@ def judge(body: dict, provider: str = "openai") -> list:
     if MARKER_KEY[provider] is not None and markers > MAX_MARKERS:
         p.add("marker-count", "body", f"{markers} cache markers; at most {MAX_MARKERS} are accepted")
     _take_extras(body, provider, p)
+    _take_message_extras(body, provider, p)
     validate(strict_validator(CompletionCreateParamsNonStreaming), body, p, "schema")
 
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]

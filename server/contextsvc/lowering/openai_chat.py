@@ -8,7 +8,7 @@ from . import media
 from ..deadline import NO_DEADLINE, Deadline
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
-from .neutral import LEAD_USER_TEXT, MMedia, MSpacer, MText, MToolCall, MToolResult
+from .neutral import LEAD_USER_TEXT, MMedia, MReasoning, MSpacer, MText, MToolCall, MToolResult
 from .tool_ids import WORD, id_rule, wire_id, wire_name
 from .wire_format import WireFormat
 
@@ -36,6 +36,7 @@ def _user_content(fmt: ChatCompletions, parts: list, ledger: MediaLedger, deadli
 def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="",
          tools_disabled=False, deadline: Deadline = NO_DEADLINE) -> Lowered:
     fmt = _FORMATS[provider]
+    reasoning_back = fmt.reasoning_content and model_ids.wants_reasoning_content(model_id)
     system_msgs = [{"role": "system", "content": s} for s in system]
     wire, roles, sources = [], [], []
     for msg in messages:
@@ -55,6 +56,8 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
             if not text and not calls:
                 continue  # reasoning alone has no place in this format
             out_msg = {"role": "assistant", "content": text or None}
+            if reasoning_back:  # the turn's reasoning, "" where none was kept
+                out_msg["reasoning_content"] = "".join(c.text for c in msg.content if isinstance(c, MReasoning))
             if calls:
                 out_msg["tool_calls"] = calls
             wire.append(out_msg)
@@ -137,8 +140,12 @@ class ChatCompletions(WireFormat):
     tool_marker = False
 
     def __init__(self, name: str, *, ids=_GATEWAY_IDS, implicit_cache=False, gateway=False,
-                 marker_key="cache_control", token_field="max_tokens", prompt_cache_key=False):
+                 marker_key="cache_control", token_field="max_tokens", prompt_cache_key=False,
+                 reasoning_content=False):
         self.name, self.ids, self.implicit_cache, self.gateway = name, ids, implicit_cache, gateway
+        # the model's turns carry their reasoning as reasoning_content where it wants them back
+        # (model_ids.wants_reasoning_content): an endpoint that serves such a model as it is
+        self.reasoning_content = reasoning_content
         self.marker_key = marker_key
         self.token_field = token_field  # where the output-token cap goes
         self.prompt_cache_key = prompt_cache_key  # session_id as prompt_cache_key: routes the session to a warm cache
@@ -174,7 +181,7 @@ class ChatCompletions(WireFormat):
 
 OPENAI = ChatCompletions(m.OPENAI, ids=_CHAT_IDS, implicit_cache=True, token_field="max_completion_tokens",
                          prompt_cache_key=True)
-OPENAI_COMPATIBLE = ChatCompletions(m.OPENAI_COMPATIBLE, gateway=True)
+OPENAI_COMPATIBLE = ChatCompletions(m.OPENAI_COMPATIBLE, gateway=True, reasoning_content=True)
 OPENROUTER = ChatCompletions(m.OPENROUTER, gateway=True, prompt_cache_key=True)
 # Alibaba is not a gateway here: it marks every model, as upstream does.
 ALIBABA = ChatCompletions(m.ALIBABA)
