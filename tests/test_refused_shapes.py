@@ -283,3 +283,11 @@ def test_the_judge_refuses_a_deepseek_tool_turn_without_reasoning_content():
     assert any("reasoning_content" in x for x in judge_for("openai-compatible")(body))
     body["messages"][1]["reasoning_content"] = ""
     assert judge_for("openai-compatible")(body) == []
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "bedrock", "openai", "gemini"])
+def test_a_system_prompt_of_whitespace_alone_is_no_system_block(stubs, provider):
+    """An agent's soul left as a newline: a text block of whitespace alone, which Anthropic
+    refuses as it does in a message."""
+    body = assembled(stubs, provider, MODELS[provider], session(), system=pb.SystemPrompt(soul="\n \n"))
+    assert "\n \n" not in set(strings(body))

@@ -80,7 +80,8 @@ def skills_block(skills: list) -> str:
 
 
 def blocks(system: m.SystemPrompt, model: m.Model, prompt_dir: str = "") -> list:
-    """At most two system texts: [soul, everything else joined by newlines], empties dropped.
+    """At most two system texts: [soul, everything else joined by newlines], empties dropped (and
+    whitespace alone: a provider refuses a text block of it, as in a message).
 
     Two blocks, not five, so that every system byte sits under one of the two system cache
     breakpoints.
@@ -91,5 +92,5 @@ def blocks(system: m.SystemPrompt, model: m.Model, prompt_dir: str = "") -> list
         instructions_block(system.instructions) if system.instructions else "",
         skills_block(system.skills) if system.skills else "",
     ]
-    joined = "\n".join(s for s in rest if s)
-    return [s for s in (system.soul, joined) if s]
+    joined = "\n".join(s for s in rest if s and not s.isspace())
+    return [s for s in (system.soul, joined) if s and not s.isspace()]

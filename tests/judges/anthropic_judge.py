@@ -170,6 +170,9 @@ def judge(body: dict, headers: dict | None = None, max_media: int = MAX_MEDIA) -
         return p
     if messages[0].get("role") != "user":
         p.add("first-user", "messages[0]", f"the first message must be a user message, not {messages[0].get('role')!r}")
+    system = body.get("system")
+    if isinstance(system, list):  # text blocks there are text blocks as in a message
+        _texts([(k, b) for k, b in enumerate(system) if isinstance(b, dict)], "system", p, False)
     if messages[-1].get("role") == "assistant" and refuses_prefill(body.get("model")):
         p.add("prefill", f"messages[{len(messages) - 1}]", PREFILL_REFUSED)
     final = messages[-1].get("content") if messages[-1].get("role") == "assistant" else None
