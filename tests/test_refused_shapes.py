@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 
+import grpc
 import pytest
 
 from contextsvc.v1 import context_pb2 as pb
@@ -291,3 +292,44 @@ def test_a_system_prompt_of_whitespace_alone_is_no_system_block(stubs, provider)
     refuses as it does in a message."""
     body = assembled(stubs, provider, MODELS[provider], session(), system=pb.SystemPrompt(soul="\n \n"))
     assert "\n \n" not in set(strings(body))
+
+
+LOOSE = pb.ToolDefinition(name="read_many", description="Reads files",
+                          input_schema_json='{"type":"object","properties":{"paths":{"type":"array"},'
+                                            '"mode":{"anyOf":[{"type":"array"},{"type":"string"}]}}}')
+
+
+@pytest.mark.parametrize("provider,model_id", [("openai", "gpt-4o"), ("openai-responses", "gpt-5.1"),
+                                               ("copilot", "gpt-5.1")])
+def test_an_array_schema_without_items_gets_any_items_for_openai(stubs, provider, model_id):
+    """An MCP server's `{"type": "array"}`: "Invalid schema for function 'read_many': In
+    context=('properties', 'paths'), array schema missing items", at every request while the
+    server is loaded. `items: {}` says the same: an array of anything."""
+    body = assembled(stubs, provider, model_id, session(), tools=(BASH, LOOSE))
+    text = json.dumps(body)
+    assert '"paths": {"type": "array", "items": {}}' in text
+    assert '{"type": "array", "items": {}}, {"type": "string"}' in text
+
+
+def test_the_tool_definition_as_given_goes_to_other_providers(stubs):
+    body = assembled(stubs, "anthropic", "claude-sonnet-4-5", session(), tools=(BASH, LOOSE))
+    assert '"paths": {"type": "array"}' in json.dumps(body)
+
+
+@pytest.mark.parametrize("provider,model_id,most", [("openai", "gpt-4o", 128), ("openai-responses", "gpt-5.1", 128),
+                                                    ("copilot", "gpt-5.1", 128), ("gemini", "gemini-2.5-pro", 512)])
+def test_more_tools_than_the_provider_takes_is_refused_naming_the_field(stubs, provider, model_id, most):
+    """"Invalid 'tools': array too long. Expected an array with maximum length 128" (Copilot's
+    gpt-5.1 with many MCP servers loaded): refused here with the field and the limit, at Measure
+    too, where the provider would refuse every request."""
+    many = [pb.ToolDefinition(name=f"t{i}", description="d", input_schema_json='{"type":"object"}')
+            for i in range(most + 1)]
+    for stub in stubs:
+        with pytest.raises(grpc.RpcError) as e:
+            stub.Measure(pb.MeasureRequest(conversation=pb.Conversation(messages=session()),
+                                           model=convo.model(convo.PROVIDERS[provider], id=model_id), tools=many),
+                         timeout=30)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert f"{most + 1} tool definitions" in e.value.details() and f"at most {most}" in e.value.details()
+    assembled(stubs, provider, model_id, session(), tools=many[:most])  # as many as it takes: judged, accepted
+    assembled(stubs, "anthropic", "claude-sonnet-4-5", session(), tools=many)  # Anthropic names no such limit

@@ -195,6 +195,10 @@ def request(conv: m.Conversation, mdl: m.Model, tool_defs: list, settings: m.Com
     conversation(conv, memo=memo, deadline=deadline)
     model(mdl)
     fmt = FORMATS.get(mdl.provider)
+    most = fmt.tool_limit(mdl.id) if fmt is not None else 0
+    if most and len(tool_defs) > most:  # refused by the provider whatever else the request holds
+        raise BadInput("tools", f"{len(tool_defs)} tool definitions; {fmt.name} takes at most {most} in a request "
+                                f"to {mdl.id} (so many MCP tools loaded at once: leave some servers out)")
     if memo is None or not tool_defs:
         tools(tool_defs, fmt=fmt)
     else:  # checked once for the same definitions (a refused list is kept by nothing: refused every time)

@@ -70,6 +70,47 @@ def refuses_max_tokens(model_id) -> bool:
     return _OPENAI_REASONING_IDS.search(str(model_id or "").lower()) is not None
 
 
+OPENAI_MAX_TOOLS = 128
+
+
+def openai_tool_problems(tools: list, schema_of, p) -> None:
+    """OpenAI's rules of a request's function definitions (its models, wherever served): at most
+    OPENAI_MAX_TOOLS, and no array schema without items. schema_of: a definition's parameters."""
+    if len(tools) > OPENAI_MAX_TOOLS:
+        p.add("tools-count", "tools", f"Invalid 'tools': array too long. Expected an array with maximum length "
+                                      f"{OPENAI_MAX_TOOLS}, but got an array with length {len(tools)} instead.")
+    for i, t in enumerate(tools):
+        where = _array_without_items(schema_of(t) if isinstance(t, dict) else None, ())
+        if where is not None:
+            p.add("tool-schema", f"tools[{i}]", f"Invalid schema: In context={where}, array schema missing items.")
+
+
+def _array_without_items(schema, path: tuple):
+    if isinstance(schema, list):
+        for k, x in enumerate(schema):
+            found = _array_without_items(x, path + (k,))
+            if found is not None:
+                return found
+        return None
+    if not isinstance(schema, dict):
+        return None
+    kind = schema.get("type")
+    if (kind == "array" or (isinstance(kind, list) and "array" in kind)) and "items" not in schema \
+            and "prefixItems" not in schema:
+        return path
+    for key, value in schema.items():
+        if key in ("properties", "$defs", "definitions", "patternProperties") and isinstance(value, dict):
+            for name, sub in value.items():
+                found = _array_without_items(sub, path + (key, name))
+                if found is not None:
+                    return found
+        elif key in ("items", "anyOf", "allOf", "oneOf", "additionalProperties", "not", "prefixItems"):
+            found = _array_without_items(value, path + (key,))
+            if found is not None:
+                return found
+    return None
+
+
 class Problems(list):
     """The list a judge returns; add() formats one problem."""
 

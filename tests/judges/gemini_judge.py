@@ -117,6 +117,9 @@ def judge(body: dict, model_id: str = "") -> list:
     for k, part in enumerate(_parts(system) if isinstance(system, dict) else []):
         if part.get("text") == "":
             p.add("empty-text", f"systemInstruction.parts[{k}]", "empty text part")
+    declared = sum(len(t.get("functionDeclarations") or []) for t in body.get("tools") or [] if isinstance(t, dict))
+    if declared > 512:
+        p.add("tools-count", "tools", "At most 512 function declarations can be specified.")
     if contents[-1].get("role") == "model" and refuses_model_turn(model_id) and not any(
             "functionResponse" in x for x in _parts(contents[-1])[-1:]):
         p.add("model-turn-last", f"contents[{len(contents) - 1}]", MODEL_TURN_REFUSED)

@@ -16,8 +16,8 @@ import copy
 from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
 
 from ._common import (ANTHROPIC_ID, MAX_MARKERS, MAX_TOKENS_REFUSED, OPENAI_ID_MAX, PREFILL_REFUSED, Problems,
-                      data_url_problem, is_http_url, refuses_max_tokens, refuses_prefill, strict_validator,
-                      tool_name_problem, validate)
+                      data_url_problem, is_http_url, openai_tool_problems, refuses_max_tokens, refuses_prefill,
+                      strict_validator, tool_name_problem, validate)
 
 PROVIDERS = ("openai", "openai-compatible", "openrouter", "alibaba", "copilot")
 
@@ -160,6 +160,9 @@ def judge(body: dict, provider: str = "openai") -> list:
         p.add("first-user", f"messages[{talk[0][0]}]",
               f"the first non-system message must be a user message, not {talk[0][1].get('role')!r}")
 
+    if provider == "openai" or (provider == "copilot" and ("gpt" in str(body.get("model", "")).lower()
+                                                           or refuses_max_tokens(body.get("model")))):
+        openai_tool_problems(body.get("tools") or [], lambda t: (t.get("function") or {}).get("parameters"), p)
     if provider in MAX_TOKENS_PASSED and "max_tokens" in body and refuses_max_tokens(body.get("model")):
         p.add("max-tokens", "max_tokens", MAX_TOKENS_REFUSED)
     if talk[-1][1].get("role") == "assistant" and refuses_prefill(body.get("model")):

@@ -14,7 +14,8 @@ import copy
 
 from openai.types.responses.response_create_params import ResponseCreateParamsNonStreaming
 
-from ._common import Problems, data_url_problem, is_http_url, strict_validator, tool_name_problem, validate
+from ._common import (Problems, data_url_problem, is_http_url, openai_tool_problems, strict_validator,
+                      tool_name_problem, validate)
 
 # call_id: "string_above_max_length" past 64 characters, "empty_string" below 1
 CALL_ID_MAX = 64
@@ -97,6 +98,8 @@ def judge(body: dict) -> list:
     _stateless_items(items, body.get("store") is False, p)
     validate(strict_validator(ResponseCreateParamsNonStreaming), body, p, "schema")
 
+    openai_tool_problems([t for t in body.get("tools") or [] if isinstance(t, dict) and t.get("type") == "function"],
+                         lambda t: t.get("parameters"), p)
     cap = body.get("max_output_tokens")
     if isinstance(cap, int) and cap < MIN_OUTPUT_TOKENS:
         p.add("max-output", "max_output_tokens", f"{cap}; at least {MIN_OUTPUT_TOKENS} is accepted")

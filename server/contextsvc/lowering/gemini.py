@@ -236,6 +236,7 @@ class Gemini(WireFormat):
     # most (the bound the google-genai docs give).
     names = id_rule("a-zA-Z0-9_.:-", 64, lead="a-zA-Z_")
     tool_choice_key = "toolConfig"
+    max_tools = 512
     accepted = _ACCEPTED
     fetched = frozenset(_ACCEPTED)  # fileData.fileUri
     # "each document page is equivalent to 258 tokens": 8 pages make about one 2,048-token item

@@ -10,6 +10,7 @@ from .lowered import Lowered, open_with_user
 from .media import MediaLedger
 from .neutral import LEAD_USER_TEXT, MMedia, MReasoning, MSpacer, MText, MToolCall, MToolResult
 from .tool_ids import WORD, id_rule, wire_id, wire_name
+from .tool_schema import with_array_items
 from .wire_format import WireFormat
 
 
@@ -90,7 +91,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     if tools:
         out["tools"] = [
             {"type": "function", "function": {"name": wire_name(fmt, t.name), "description": t.description,
-                                              "parameters": t.input_schema or {"type": "object"}}}
+                                              "parameters": with_array_items(t.input_schema or {"type": "object"})}}
             for t in tools
         ]
         if tools_disabled:
@@ -122,6 +123,8 @@ _GATEWAY_IDS = id_rule("a-zA-Z0-9_-", 40)
 _ACCEPTED = {**media.WEB_IMAGES, "application/pdf": media.DOCUMENT}  # PDF as file.file_data, a base64 data URL
 
 
+# OpenAI's most tools in a request: "Invalid 'tools': array too long. Expected an array with maximum length 128"
+OPENAI_MAX_TOOLS = 128
 # the providers whose output-cap field follows the model (ChatCompletions.token_field_for)
 _COMPLETION_TOKENS_BY_MODEL = (m.OPENAI_COMPATIBLE, m.COPILOT)
 
@@ -141,14 +144,22 @@ class ChatCompletions(WireFormat):
 
     def __init__(self, name: str, *, ids=_GATEWAY_IDS, implicit_cache=False, gateway=False,
                  marker_key="cache_control", token_field="max_tokens", prompt_cache_key=False,
-                 reasoning_content=False):
+                 reasoning_content=False, max_tools=0):
         self.name, self.ids, self.implicit_cache, self.gateway = name, ids, implicit_cache, gateway
         # the model's turns carry their reasoning as reasoning_content where it wants them back
         # (model_ids.wants_reasoning_content): an endpoint that serves such a model as it is
         self.reasoning_content = reasoning_content
+        self.max_tools = max_tools
         self.marker_key = marker_key
         self.token_field = token_field  # where the output-token cap goes
         self.prompt_cache_key = prompt_cache_key  # session_id as prompt_cache_key: routes the session to a warm cache
+
+    def tool_limit(self, model_id: str) -> int:
+        """OpenAI's 128 for an OpenAI model behind Copilot (its gpt-5.1 refused 130); a gateway's
+        other models: none known."""
+        if self.name == m.COPILOT and ("gpt" in model_id.lower() or model_ids.takes_completion_tokens(model_id)):
+            return OPENAI_MAX_TOOLS
+        return self.max_tools
 
     def token_field_for(self, model_id: str) -> str:
         """Where the output-token cap goes for this model: an OpenAI reasoning model served by
@@ -180,7 +191,7 @@ class ChatCompletions(WireFormat):
 
 
 OPENAI = ChatCompletions(m.OPENAI, ids=_CHAT_IDS, implicit_cache=True, token_field="max_completion_tokens",
-                         prompt_cache_key=True)
+                         prompt_cache_key=True, max_tools=OPENAI_MAX_TOOLS)
 OPENAI_COMPATIBLE = ChatCompletions(m.OPENAI_COMPATIBLE, gateway=True, reasoning_content=True)
 OPENROUTER = ChatCompletions(m.OPENROUTER, gateway=True, prompt_cache_key=True)
 # Alibaba is not a gateway here: it marks every model, as upstream does.

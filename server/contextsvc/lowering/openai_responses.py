@@ -16,8 +16,9 @@ from .media import MediaLedger
 from .neutral import (
     LEAD_USER_TEXT, MMedia, MProviderCompaction, MReasoning, MSpacer, MText, MToolCall, MToolResult,
 )
-from .openai_chat import cache_key
+from .openai_chat import OPENAI_MAX_TOOLS, cache_key
 from .tool_ids import WORD, id_rule, wire_id, wire_name
+from .tool_schema import with_array_items
 from .wire_format import WireFormat
 
 
@@ -118,7 +119,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     if tools:
         # strict: false, since OpenAI's default (true) refuses any schema with an optional property
         out["tools"] = [{"type": "function", "name": wire_name(FORMAT, t.name), "description": t.description,
-                         "parameters": t.input_schema or {"type": "object"}, "strict": False}
+                         "parameters": with_array_items(t.input_schema or {"type": "object"}), "strict": False}
                         for t in tools]
         if tools_disabled:
             out[FORMAT.tool_choice_key] = "none"  # tools stay defined (history may hold calls), none is called
@@ -136,6 +137,7 @@ class Responses(WireFormat):
     ids = id_rule("!-~", 64)
     names = WORD  # function names: ^[a-zA-Z0-9_-]{1,64}$
     tool_choice_key = "tool_choice"
+    max_tools = OPENAI_MAX_TOOLS
     accepted = {**media.WEB_IMAGES, "application/pdf": media.DOCUMENT}  # PDF as input_file
     fetched = frozenset(accepted)  # input_image.image_url and input_file.file_url take http(s) URLs
     implicit_cache = True

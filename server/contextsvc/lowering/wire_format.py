@@ -44,6 +44,10 @@ class WireFormat:
     # change is reported (prefix.TOOL_CHOICE).
     tool_choice_key: str = ""
     tool_choice_breaks_cache: bool = False
+    # the most tool definitions a request may hold (0: none known): OpenAI's "Invalid 'tools':
+    # array too long. Expected an array with maximum length 128", Gemini's "At most 512 function
+    # declarations can be specified"
+    max_tools: int = 0
 
     # -- media (media.py): media type -> media.IMAGE/DOCUMENT/AUDIO/VIDEO, and the types the
     # provider fetches itself from an http(s) URL (the others need the bytes)
@@ -95,6 +99,10 @@ class WireFormat:
     tool_marker: bool = True  # a tool definition can carry a marker
     system_marker_closes_list: bool = False  # one marker after the last system block stands for all
     longer_ttls_first: bool = False  # a 1h entry after a 5m one is refused
+
+    def tool_limit(self, model_id: str) -> int:
+        """The most tool definitions a request to this model may hold (0: none known)."""
+        return self.max_tools
 
     def marker_kinds(self, model_id: str) -> frozenset:
         """The places ("tools", "system", "message") a marker may go in a request to this model:
