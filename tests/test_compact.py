@@ -151,7 +151,7 @@ def test_compaction_marker_does_not_start_a_turn():
 
 def test_serialize_placeholders_exactly():
     c = Conv()
-    c.user("look", parts=[m.File("image/png", "foo.png", data=b"\x89PNG" * 1000)])
+    c.user("look", parts=[m.File("image/png", "foo.png", data=b"\x89PNG\r\n\x1a\n" + b"\x89PNG" * 1000)])
     out = "é" * 1000 + "😀" * 20 + "ë" * 1000  # 2020 characters: the head and the tail are kept
     c.assistant(m.Tool("c1", "read", m.COMPLETED, {"path": "a.py"}, output=out,
                        attachments=[m.File("application/pdf", "spec.pdf", url="http://x/spec.pdf")]))
@@ -478,7 +478,7 @@ def test_compact_result_messages():
 
 def test_overflow_replays_last_user_message_with_placeholders_and_a_media_notice():
     c = working_session()
-    c.user("Now look at this", parts=[m.File("image/png", "shot.png", data=b"123")])
+    c.user("Now look at this", parts=[m.File("image/png", "shot.png", data=b"\x89PNG\r\n\x1a\n123")])
     c.assistant("partial").marker(overflow=True)
     # a tail budget too small for the last turn: the user message goes into the head
     r = run(c.conv(), overflow=True, settings=m.CompactionSettings(preserve_recent_tokens=1))
@@ -490,7 +490,7 @@ def test_overflow_replays_last_user_message_with_placeholders_and_a_media_notice
 
 def test_overflow_keeps_a_user_message_in_the_tail_instead_of_sending_it_twice():
     c = working_session()
-    c.user("Now look at this", parts=[m.File("image/png", "shot.png", data=b"123")])
+    c.user("Now look at this", parts=[m.File("image/png", "shot.png", data=b"\x89PNG\r\n\x1a\n123")])
     c.assistant("partial").marker(overflow=True)
     r = run(c.conv(), overflow=True)
     assert r.tail_start_id == c.messages[5].id and r.continue_message is None

@@ -161,7 +161,7 @@ TOOLS = [m.ToolDefinition("read", "Read a file", {"type": "object", "properties"
 def test_measure_exact_equals_tiktoken_on_the_estimate_text(mdl):
     conv = conversation(30)
     conv.messages.append(m.Message("msg_0100", m.USER, [
-        m.Part("img", m.File("image/png", "a.png", data=b"\x89PNG" * 500))]))  # placeholders
+        m.Part("img", m.File("image/png", "a.png", data=b"\x89PNG\r\n\x1a\n" + b"\x89PNG" * 500))]))  # placeholders
     r = run(conv, mdl, exact_counters=counters(), tools=TOOLS, exact=True)
     text = request.estimate_text(conv, plan(mdl, TOOLS, m.SystemPrompt(soul="Be brief.")))
     assert r.exact == (exact(text), "tiktoken:cl100k_base" + ("" if mdl is GPT4 else " (proxy for claude-sonnet-4-5)"))
@@ -571,7 +571,7 @@ def test_a_count_that_held_media_bounds_the_text_factor_by_the_prior():
     text_only, with_media = anchored(counted), anchored(counted)
     first = with_media.messages[0]
     with_media.messages[0] = m.Message(first.id, m.USER, first.parts + [
-        m.Part("shot", m.File("image/png", "screen.png", data=b"\x89PNG" * 500))])
+        m.Part("shot", m.File("image/png", "screen.png", data=b"\x89PNG\r\n\x1a\n" + b"\x89PNG" * 500))])
     plain, held = (run(c, window(10_000_000), tools=TOOLS) for c in (text_only, with_media))
     factor = float(re.search(r"anchored x([0-9.]+) on msg_0020\)", plain.decision[1]).group(1))
     assert factor > 1.35, plain.decision[1]

@@ -59,12 +59,12 @@ def request(conv=None, provider=pb.PROVIDER_ANTHROPIC, **kw):
 
 def big_conversation_with_summary():
     msgs = [convo.user("msg_001", convo.text("u1", "start"), pb.Part(id="img1", file=pb.FilePart(
-                mime="image/png", filename="shot.png", data=b"\x89PNG" * 50_000))),
+                mime="image/png", filename="shot.png", data=b"\x89PNG\r\n\x1a\n" + b"\x89PNG" * 50_000))),
             convo.assistant("msg_002", convo.text("a2", "looked")),
             pb.Message(id="msg_003", role=pb.ROLE_USER, parts=[pb.Part(id="c3", compaction=pb.CompactionPart(auto=True))]),
             convo.assistant("msg_004", convo.text("s4", "## Goal\n- ship"), summary=True, parent_id="msg_003"),
             convo.user("msg_005", convo.text("u5", "go on"), pb.Part(id="img5", file=pb.FilePart(
-                mime="image/png", filename="after.png", data=b"\x89PNG" * 10_000)))]
+                mime="image/png", filename="after.png", data=b"\x89PNG\r\n\x1a\n" + b"\x89PNG" * 10_000)))]
     n = 5
     for t in range(14):  # 14 outputs of 25,000 tokens: 1.4 MB, over the payload guard
         n += 1
