@@ -333,3 +333,30 @@ def test_more_tools_than_the_provider_takes_is_refused_naming_the_field(stubs, p
         assert f"{most + 1} tool definitions" in e.value.details() and f"at most {most}" in e.value.details()
     assembled(stubs, provider, model_id, session(), tools=many[:most])  # as many as it takes: judged, accepted
     assembled(stubs, "anthropic", "claude-sonnet-4-5", session(), tools=many)  # Anthropic names no such limit
+
+
+@pytest.mark.parametrize("provider,model_id", [("openai-compatible", "devstral-small-latest"),
+                                               ("openai-compatible", "mistralai/mistral-small-4-119b-2603"),
+                                               ("openrouter", "mistralai/codestral-2508")])
+def test_mistral_gets_an_assistant_turn_after_tool_results_and_ids_of_9(stubs, provider, model_id):
+    """"Unexpected role 'user' after role 'tool'": a person's message sent mid-run, or a tool
+    output's screenshot (sent as a user message after the tool messages), at every later request;
+    and "Tool call id was call_1 but must be a-z, A-Z, 0-9, with a length of 9"."""
+    messages = session()
+    messages[1].parts[1].tool.state.attachments.append(
+        pb.FilePart(mime="image/png", filename="s.png", data=b"\x89PNG\r\n\x1a\n" + bytes(32)))
+    messages[2] = convo.user("m3", convo.text("p4", "stop, use tox instead"))
+    wire = assembled(stubs, provider, model_id, messages)["messages"]
+    roles = [x["role"] for x in wire]
+    assert roles == ["user", "assistant", "tool", "assistant", "user"], roles  # the two user turns as one
+    assert wire[3]["content"] == "" and [x["type"] for x in wire[4]["content"]] == ["image_url", "text"]
+    call_id = wire[roles.index("tool")]["tool_call_id"]
+    assert len(call_id) == 9 and call_id.isalnum() and wire[roles.index("tool") - 1]["tool_calls"][0]["id"] == call_id
+
+
+def test_other_models_keep_their_tool_turns_and_ids(stubs):
+    messages = session()
+    messages[2] = convo.user("m3", convo.text("p4", "stop, use tox instead"))
+    wire = assembled(stubs, "openai-compatible", "qwen3-coder", messages)["messages"]
+    assert [x["role"] for x in wire] == ["user", "assistant", "tool", "user"]
+    assert wire[2]["tool_call_id"] == "call_1"

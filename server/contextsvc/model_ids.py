@@ -153,3 +153,13 @@ _REASONING_BACK = re.compile(r"deepseek|kimi|moonshot")
 def wants_reasoning_content(model_id: str) -> bool:
     """Whether the model's own turns carry reasoning_content (an OpenAI-compatible endpoint)."""
     return _REASONING_BACK.search(model_id.lower()) is not None
+
+
+# Mistral's models, wherever served (its API, NIM, vLLM, OpenRouter): a user turn right after a
+# tool result is refused ("Unexpected role 'user' after role 'tool'"), and a call id must be 9
+# letters and digits ("Tool call id was call_abc but must be a-z, A-Z, 0-9, with a length of 9")
+_MISTRAL = re.compile(r"mistral|devstral|codestral|magistral|ministral|pixtral|mixtral")
+
+
+def is_mistral(model_id: str) -> bool:
+    return _MISTRAL.search(model_id.lower()) is not None

@@ -12,6 +12,7 @@ Then the documented rules beyond the shape.
 from __future__ import annotations
 
 import copy
+import re
 
 from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
 
@@ -112,6 +113,30 @@ def _take_message_extras(body: dict, provider: str, p: Problems) -> None:
                     p.add("extension", f"messages[{i}].{name}", f"must be a JSON {kind.__name__}")
 
 
+# Mistral's models, wherever served: no user turn right after a tool result, call ids of exactly
+# 9 letters and digits
+_MISTRAL = re.compile(r"mistral|devstral|codestral|magistral|ministral|pixtral|mixtral")
+_MISTRAL_ID = re.compile(r"[a-zA-Z0-9]{9}")
+
+
+def _mistral_rules(messages: list, p: Problems) -> None:
+    roles = [x.get("role") if isinstance(x, dict) else None for x in messages]
+    for i in range(1, len(roles)):
+        if roles[i] == "user" and roles[i - 1] == "tool":
+            p.add("mistral-order", f"messages[{i}]", "Unexpected role 'user' after role 'tool'")
+        if roles[i] == roles[i - 1] == "user":
+            p.add("mistral-order", f"messages[{i}]", "Conversation roles must alternate user/assistant/user/assistant")
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict):
+            continue
+        ids = [c.get("id") for c in msg.get("tool_calls") or [] if isinstance(c, dict)]
+        if msg.get("role") == "tool":
+            ids.append(msg.get("tool_call_id"))
+        for x in ids:
+            if not _MISTRAL_ID.fullmatch(str(x)):
+                p.add("mistral-id", f"messages[{i}]", f"Tool call id was {x} but must be a-z, A-Z, 0-9, with a length of 9.")
+
+
 def _parts(msg: dict, i: int, p: Problems) -> None:
     content = msg.get("content")
     if not isinstance(content, list):
@@ -163,6 +188,8 @@ def judge(body: dict, provider: str = "openai") -> list:
     if provider == "openai" or (provider == "copilot" and ("gpt" in str(body.get("model", "")).lower()
                                                            or refuses_max_tokens(body.get("model")))):
         openai_tool_problems(body.get("tools") or [], lambda t: (t.get("function") or {}).get("parameters"), p)
+    if _MISTRAL.search(str(body.get("model", "")).lower()):
+        _mistral_rules(body.get("messages") or [], p)
     if provider in MAX_TOKENS_PASSED and "max_tokens" in body and refuses_max_tokens(body.get("model")):
         p.add("max-tokens", "max_tokens", MAX_TOKENS_REFUSED)
     if talk[-1][1].get("role") == "assistant" and refuses_prefill(body.get("model")):

@@ -38,6 +38,8 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
          tools_disabled=False, deadline: Deadline = NO_DEADLINE) -> Lowered:
     fmt = _FORMATS[provider]
     reasoning_back = fmt.reasoning_content and model_ids.wants_reasoning_content(model_id)
+    mistral = fmt.lowers_whole(model_id)
+    ids = MISTRAL_IDS if mistral else None
     system_msgs = [{"role": "system", "content": s} for s in system]
     wire, roles, sources = [], [], []
     for msg in messages:
@@ -52,7 +54,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
             for c in msg.content:
                 deadline.count("lowering")
                 if isinstance(c, MToolCall):  # arguments as JSON.stringify writes them
-                    calls.append({"id": wire_id(fmt, c.call_id), "type": "function",
+                    calls.append({"id": wire_id(fmt, c.call_id, ids), "type": "function",
                                   "function": {"name": wire_name(fmt, c.name), "arguments": native.json_text(c.input)}})
             if not text and not calls:
                 continue  # reasoning alone has no place in this format
@@ -69,7 +71,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
             for r in msg.content:
                 deadline.count("lowering")
                 assert isinstance(r, MToolResult)
-                wire.append({"role": "tool", "tool_call_id": wire_id(fmt, r.call_id), "content": r.text})
+                wire.append({"role": "tool", "tool_call_id": wire_id(fmt, r.call_id, ids), "content": r.text})
                 roles.append("tool")
                 sources.append([msg.source_id])
                 if r.media:
@@ -84,6 +86,8 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
                 ledger.claim(wire[-1])
                 roles.append("user")
                 sources.append([msg.source_id])
+    if mistral:
+        _mistral_turns(wire, roles, sources, ledger)
     open_with_user(wire, roles, sources, {"role": "user", "content": LEAD_USER_TEXT})  # after the system messages
     all_msgs = system_msgs + wire
     token_field = fmt.token_field_for(model_id)
@@ -99,6 +103,31 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     if session_id and fmt.prompt_cache_key:
         out["prompt_cache_key"] = cache_key(session_id)  # routes the session to a warm cache
     return Lowered(out, system_msgs, wire, roles, sources, [(out, "messages")], (out, token_field))
+
+
+def _mistral_turns(wire: list, roles: list, sources: list, ledger: MediaLedger) -> None:
+    """Mistral's order of turns: consecutive user turns joined into one (its chat templates refuse
+    two: "roles must alternate user and assistant"), and an empty assistant turn between a tool
+    result and a user turn that follows it (a person who wrote mid-run, a tool output's media),
+    which Mistral refuses there ("Unexpected role 'user' after role 'tool'"). The assistant turn
+    stands for no stored message, as the lead does."""
+    for i in range(len(roles) - 1, 0, -1):
+        if roles[i] == "user" and roles[i - 1] == "user":
+            wire[i - 1]["content"] = _as_parts(wire[i - 1]["content"]) + _as_parts(wire[i]["content"])
+            sources[i - 1] = sources[i - 1] + sources[i]
+            units = ledger.saved_by.pop(id(wire[i]), 0)  # what its media placeholders save, now the joined turn's
+            if units:
+                ledger.saved_by[id(wire[i - 1])] = ledger.saved_by.get(id(wire[i - 1]), 0) + units
+            del wire[i], roles[i], sources[i]
+    for i in range(len(roles) - 1, 0, -1):
+        if roles[i] == "user" and roles[i - 1] == "tool":
+            wire.insert(i, {"role": "assistant", "content": ""})
+            roles.insert(i, "assistant")
+            sources.insert(i, [])
+
+
+def _as_parts(content) -> list:
+    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
 
 
 # OpenAI refuses a prompt_cache_key over 64 characters (400 string_above_max_length).
@@ -120,6 +149,8 @@ _CHAT_IDS = id_rule("!-~", 40)
 # The gateways forward one body to whichever upstream serves the model, Claude and Bedrock
 # among them: their ids keep to the alphabet those take, within OpenAI's 40 characters.
 _GATEWAY_IDS = id_rule("a-zA-Z0-9_-", 40)
+# Mistral's: exactly 9 letters and digits (an id of another kind goes as 9 hex digits of its digest)
+MISTRAL_IDS = id_rule("a-zA-Z0-9", 9, min_len=9)
 _ACCEPTED = {**media.WEB_IMAGES, "application/pdf": media.DOCUMENT}  # PDF as file.file_data, a base64 data URL
 
 
@@ -153,6 +184,12 @@ class ChatCompletions(WireFormat):
         self.marker_key = marker_key
         self.token_field = token_field  # where the output-token cap goes
         self.prompt_cache_key = prompt_cache_key  # session_id as prompt_cache_key: routes the session to a warm cache
+
+    def lowers_whole(self, model_id: str) -> bool:
+        """Mistral's models: a tool result and a user turn after it, which may be two messages'
+        lowerings, get an assistant turn between them (_mistral_turns), and call ids are
+        Mistral's (MISTRAL_IDS): the request is lowered whole, never from per-message pieces."""
+        return model_ids.is_mistral(model_id)
 
     def tool_limit(self, model_id: str) -> int:
         """OpenAI's 128 for an OpenAI model behind Copilot (its gpt-5.1 refused 130); a gateway's

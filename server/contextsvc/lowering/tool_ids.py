@@ -23,11 +23,12 @@ class IdRule:
     invalid: re.Pattern  # one character outside it
     max_len: int
     lead: re.Pattern | None = None  # what the first character must be, if anything
+    min_len: int = 1
 
 
-def id_rule(char_class: str, max_len: int, lead: str = "") -> IdRule:
+def id_rule(char_class: str, max_len: int, lead: str = "", min_len: int = 1) -> IdRule:
     return IdRule(re.compile(f"[{char_class}]+"), re.compile(f"[^{char_class}]"), max_len,
-                  re.compile(f"[{lead}]") if lead else None)
+                  re.compile(f"[{lead}]") if lead else None, min_len)
 
 
 # Anthropic documents ids ^[a-zA-Z0-9_-]+$; Bedrock the same pattern with 1..64 characters; Gemini
@@ -42,9 +43,10 @@ WORD = id_rule("a-zA-Z0-9_-", 64)
 _HASH_LEN = 12
 
 
-def wire_id(fmt, call_id: str) -> str:
-    """call_id as written in the body of fmt (a WireFormat), for the call and its result alike."""
-    return _wire_id(fmt.ids, call_id)
+def wire_id(fmt, call_id: str, rule: IdRule | None = None) -> str:
+    """call_id as written in the body of fmt (a WireFormat), for the call and its result alike;
+    rule: the model's own, where it has one (Mistral's), else fmt's."""
+    return _wire_id(rule or fmt.ids, call_id)
 
 
 def wire_name(fmt, name: str) -> str:
@@ -76,10 +78,12 @@ def _cached_wire_id(rule: IdRule, call_id: str) -> str:
 
 
 def _write(rule: IdRule, call_id: str) -> str:
-    if (len(call_id) <= rule.max_len and rule.valid.fullmatch(call_id)
+    if (rule.min_len <= len(call_id) <= rule.max_len and rule.valid.fullmatch(call_id)
             and (rule.lead is None or rule.lead.match(call_id))):
         return call_id
     digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:_HASH_LEN]
+    if rule.max_len <= _HASH_LEN:  # no room for a readable part: the digest's hex digits alone
+        return digest[:rule.max_len]
     readable = rule.invalid.sub("_", call_id)
     if rule.lead is not None and not rule.lead.match(readable):
         readable = "_" + readable

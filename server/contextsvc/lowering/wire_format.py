@@ -100,6 +100,11 @@ class WireFormat:
     system_marker_closes_list: bool = False  # one marker after the last system block stands for all
     longer_ttls_first: bool = False  # a 1h entry after a 5m one is refused
 
+    def lowers_whole(self, model_id: str) -> bool:
+        """Whether a request to this model is lowered whole, never from per-message pieces: where
+        what a message lowers to depends on its neighbours beyond merging."""
+        return False
+
     def tool_limit(self, model_id: str) -> int:
         """The most tool definitions a request to this model may hold (0: none known)."""
         return self.max_tools

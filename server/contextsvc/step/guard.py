@@ -204,7 +204,7 @@ def lowering_alone(plan: Plan, msgs: list, points: list | None) -> tuple | None:
     """What the bytes a message lowers to depend on (the LOWERED key's settings), when every
     message is sent (no compaction point: points, projection.compaction_points(msgs)) and each
     one's lowering alone is its share of the body (pieces.memoizable); None otherwise."""
-    if points is None or points or not pieces.memoizable(msgs, plan.model.provider):
+    if points is None or points or not pieces.memoizable(msgs, plan.model):
         return None
     return plan.lowering_settings
 

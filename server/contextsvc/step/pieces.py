@@ -123,7 +123,7 @@ def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     mdl, tools, system = plan.model, plan.tools, plan.system
     prompt_dir, tools_disabled = plan.cfg.assemble.prompt_dir, plan.tools_disabled
     projected = projection.project(conv.messages, points, deadline)
-    if memo is not None and memoizable(projected, mdl.provider):
+    if memo is not None and memoizable(projected, mdl):
         if digests is not None and not _same(projected, conv.messages):  # history was cut
             digests = None
         lowered, ledger, resume, prefix = _lower_memoized(projected, memo, conv, plan, deadline, digests)
@@ -156,10 +156,13 @@ def _same(a: list, b: list) -> bool:
     return len(a) == len(b) and all(map(operator.is_, a, b))
 
 
-def memoizable(messages: list, provider: str) -> bool:
+def memoizable(messages: list, model: m.Model) -> bool:
     """Whether each message lowers alone as it does in the whole request. Not so for media on
-    Bedrock: its document names are made distinct across the request."""
-    return provider != m.BEDROCK or not any(map(m.HAS_MEDIA, messages))
+    Bedrock (its document names are made distinct across the request), nor for a model whose
+    format lowers its requests whole (WireFormat.lowers_whole: Mistral's)."""
+    if FORMATS[model.provider].lowers_whole(model.id):
+        return False
+    return model.provider != m.BEDROCK or not any(map(m.HAS_MEDIA, messages))
 
 
 def _piece(msg: m.Message, plan: Plan, deadline: Deadline = NO_DEADLINE) -> tuple:
