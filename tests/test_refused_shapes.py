@@ -360,3 +360,19 @@ def test_other_models_keep_their_tool_turns_and_ids(stubs):
     wire = assembled(stubs, "openai-compatible", "qwen3-coder", messages)["messages"]
     assert [x["role"] for x in wire] == ["user", "assistant", "tool", "user"]
     assert wire[2]["tool_call_id"] == "call_1"
+
+
+@pytest.mark.parametrize("model_id,url,sent", [
+    ("gemini-2.5-pro", "https://example.com/d.png", True),
+    ("gemini-2.5-pro", "http://example.com/d.png", False),
+    ("gemini-2.0-flash", "https://example.com/d.png", False),
+    ("gemini-2.0-flash", "https://generativelanguage.googleapis.com/v1beta/files/abc123", True),
+    ("gemini-3.8-flash", "https://example.com/d.png", True)])
+def test_gemini_gets_a_file_by_url_only_where_it_fetches_it(stubs, model_id, url, sent):
+    """Gemini fetches a file from any site from 2.5 on, over https alone; earlier ones answer
+    "Unsupported file uri" for one that is not its own Files API's."""
+    messages = session()
+    messages[0].parts.append(pb.Part(id="u", file=pb.FilePart(mime="image/png", filename="d.png", url=url)))
+    first = assembled(stubs, "gemini", model_id, messages)["contents"][0]["parts"]
+    assert any("fileData" in p for p in first) == sent
+    assert sent or any(p.get("text", "").startswith("[Attached image/png: d.png (not sent:") for p in first)

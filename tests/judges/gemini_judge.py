@@ -141,6 +141,11 @@ def judge(body: dict, model_id: str = "") -> list:
             here = f"{where}.parts[{k}]"
             if part.get("text") == "":
                 p.add("empty-text", here, "empty text part")
+            uri = (part.get("fileData") or {}).get("fileUri") if isinstance(part.get("fileData"), dict) else None
+            if isinstance(uri, str) and uri.startswith(("http://", "https://")) and (
+                    not uri.startswith("https://") or (model_id and not _from(model_id, (2, 5)) and not uri.startswith(
+                        ("https://generativelanguage.googleapis.com/", "https://www.youtube.com/", "https://youtu.be/")))):
+                p.add("file-uri", here, "Unsupported file uri")
             blob = part.get("inlineData")
             if isinstance(blob, dict):
                 if blob.get("mimeType") not in INLINE_TYPES:

@@ -9,7 +9,7 @@ from .media import MediaLedger
 from .tool_ids import WORD, id_rule, wire_name
 from .wire_format import Run, WireFormat
 from .neutral import (
-    LEAD_USER_TEXT, MMedia, MReasoning, MSpacer, MText, MToolCall, MToolResult,
+    LEAD_USER_TEXT, MMedia, MReasoning, MSpacer, MText, MToolCall, MToolResult, attachment_note,
 )
 
 
@@ -22,15 +22,40 @@ _ACCEPTED = {
 }
 
 
-def _media(x: MMedia, ledger: MediaLedger) -> dict:
+def _media(x: MMedia, ledger: MediaLedger, fetches_web: bool = True) -> dict:
     """Through the shared media table: a type Gemini does not take (gif, svg, ...) becomes the
-    attachment note; an http(s) URL goes as fileData, anything else inline."""
+    attachment note; an https URL goes as fileData (fetches_web: the model fetches one from any
+    site), anything else inline."""
     src = media.source(FORMAT, x, ledger)
     if isinstance(src, str):  # the attachment note
         return {"text": src}
     if src.url:
+        why = _unfetched(src.url, fetches_web)
+        if why:
+            return {"text": attachment_note(x, why)}
         return {"fileData": {"mimeType": src.mime, "fileUri": src.web_url(ledger)}}
     return {"inlineData": {"mimeType": src.mime, "data": src.base64(ledger)}}
+
+
+# Gemini fetches a file by URL from any site from 2.5 on, over https alone; earlier models read
+# only its own Files API's and YouTube's ("Unsupported file uri")
+FETCHES_WEB_FROM = (2, 5)
+_GOOGLE_URIS = ("https://generativelanguage.googleapis.com/", "https://www.youtube.com/", "https://youtu.be/")
+
+
+def fetches_web(model_id: str) -> bool:
+    """Whether the model fetches a file from any https URL (an id naming no version: a later model)."""
+    generation = model_ids.gemini_generation(model_id)
+    return generation is None or generation >= FETCHES_WEB_FROM
+
+
+def _unfetched(url: str, any_site: bool) -> str:
+    """Why Gemini would not fetch url ("" where it does)."""
+    if not url[:8].lower().startswith("https://"):
+        return "Gemini fetches files over https only"
+    if not any_site and not url.lower().startswith(_GOOGLE_URIS):
+        return "models before Gemini 2.5 fetch no file from a web URL"
+    return ""
 
 
 # What Gemini's documentation gives for a function call it did not sign (history another model
@@ -157,6 +182,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     run = None  # joins the messages that follow into wire[-1], of their role
     unsigned = UNSIGNED_CALL if checks_signatures(model_id) else ""
     text_first = model_ids.text_before_responses(model_id)
+    web = fetches_web(model_id)
     for msg in messages:
         role = "model" if msg.role == "assistant" else "user"
         parts, moved, signature = [], [], ""
@@ -175,7 +201,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
             if isinstance(c, MText):
                 parts.append({"text": c.text})
             elif isinstance(c, MMedia):
-                parts.append(_media(c, ledger))
+                parts.append(_media(c, ledger, web))
             elif isinstance(c, MToolCall):
                 parts.append({"functionCall": {"name": wire_name(FORMAT, c.name), "args": c.input}})
             elif isinstance(c, MToolResult):
@@ -192,7 +218,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
         if moved:
             # media follow the function responses; one sent as its note is text, which goes before
             # them where the model refuses text after them (_SignedRun.add)
-            after = [_media(x, ledger) for x in moved]
+            after = [_media(x, ledger, web) for x in moved]
             if text_first:
                 parts[:0] = [x for x in after if "text" in x]
                 after = [x for x in after if "text" not in x]
