@@ -11,6 +11,7 @@ import grpc
 import pytest
 
 from contextsvc.v1 import context_pb2 as pb
+from contextsvc.lowering.neutral import BRIDGE_ASSISTANT_TEXT, CLOSING_USER_TEXT
 from helpers import convo
 from helpers.server import stubs_with_and_without_memo
 from judges import judge_for
@@ -236,6 +237,7 @@ def test_the_gemini_judge_knows_both_rules():
                                     {"role": "model", "parts": [{"text": "Hel"}]}]}
     assert any("model turn" in x for x in gemini_judge(ends_with_model, model_id="gemini-3.6-flash"))
     assert gemini_judge(ends_with_model, model_id="gemini-2.5-pro") == []
+    assert gemini_judge(ends_with_model, model_id="gemini-3.5-flash") == []  # measured taking it
     after = {"contents": [{"role": "user", "parts": [{"text": "go"}]},
                           {"role": "model", "parts": [{"functionCall": {"name": "bash", "args": {}}}]},
                           {"role": "user", "parts": [{"functionResponse": {"name": "bash", "response": {"content": "ok"}}},
@@ -269,8 +271,14 @@ def test_a_thinking_model_that_wants_its_reasoning_back_gets_it_on_its_turns(stu
 
 
 @pytest.mark.parametrize("provider,model_id", [("openai-compatible", "qwen3-coder"), ("openai", "gpt-4o"),
-                                               ("openrouter", "deepseek/deepseek-r1")])
+                                               ("openrouter", "deepseek/deepseek-r1"),
+                                               ("openai-compatible", "moonshotai/kimi-k2-instruct-0905"),
+                                               ("openai-compatible", "deepseek-r1-distill-llama-70b"),
+                                               ("openai-compatible", "deepseek-r1")])
 def test_other_models_and_endpoints_get_no_reasoning_content(stubs, provider, model_id):
+    """Groq and Cerebras serve Kimi's instruct and DeepSeek's distilled models, with no thinking to
+    give back, and refuse the field ("property 'reasoning_content' is unsupported"); DeepSeek R1
+    refused it in its input."""
     body = assembled(stubs, provider, model_id, thinking_session(model_id))
     assert "reasoning_content" not in json.dumps(body)
 
@@ -349,7 +357,7 @@ def test_mistral_gets_an_assistant_turn_after_tool_results_and_ids_of_9(stubs, p
     wire = assembled(stubs, provider, model_id, messages)["messages"]
     roles = [x["role"] for x in wire]
     assert roles == ["user", "assistant", "tool", "assistant", "user"], roles  # the two user turns as one
-    assert wire[3]["content"] == "" and [x["type"] for x in wire[4]["content"]] == ["image_url", "text"]
+    assert wire[3]["content"] == BRIDGE_ASSISTANT_TEXT and [x["type"] for x in wire[4]["content"]] == ["image_url", "text"]
     call_id = wire[roles.index("tool")]["tool_call_id"]
     assert len(call_id) == 9 and call_id.isalnum() and wire[roles.index("tool") - 1]["tool_calls"][0]["id"] == call_id
 
@@ -376,3 +384,36 @@ def test_gemini_gets_a_file_by_url_only_where_it_fetches_it(stubs, model_id, url
     first = assembled(stubs, "gemini", model_id, messages)["contents"][0]["parts"]
     assert any("fileData" in p for p in first) == sent
     assert sent or any(p.get("text", "").startswith("[Attached image/png: d.png (not sent:") for p in first)
+
+
+@pytest.mark.parametrize("model_id", ["devstral-small-latest", "open-mistral-nemo"])
+def test_mistral_gets_a_closing_user_turn_after_a_cut_reply(stubs, model_id):
+    """"Expected last role User or Tool (or Assistant with prefix True) for serving but got
+    assistant": every Mistral model, without its own prefix flag."""
+    wire = assembled(stubs, "openai-compatible", model_id, cut_reply())["messages"]
+    assert wire[-1] == {"role": "user", "content": CLOSING_USER_TEXT}
+
+
+@pytest.mark.parametrize("model_id", ["us-gov.meta.llama3-8b-instruct-v1:0",
+                                      "arn:aws:bedrock:us-east-1::foundation-model/meta.llama3-3-70b-instruct-v1:0",
+                                      "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.deepseek.r1-v1:0"])
+def test_a_bedrock_arn_or_region_that_names_an_uncached_model_gets_no_cache_point(stubs, model_id):
+    assert cache_points(assembled(stubs, "bedrock", model_id, session(), system=SYSTEM)) == []
+
+
+def test_an_array_schema_in_tuple_form_gets_any_items_too(stubs):
+    pair = pb.ToolDefinition(name="pair", description="d", input_schema_json=(
+        '{"type":"object","properties":{"pair":{"type":"array","items":[{"type":"array"},{"type":"string"}]}}}'))
+    text = json.dumps(assembled(stubs, "openai", "gpt-4o", session(), tools=(BASH, pair)))
+    assert '"items": [{"type": "array", "items": {}}, {"type": "string"}]' in text
+
+
+@pytest.mark.parametrize("provider,model_id", [("openai-compatible", "gpt-5.1"), ("openrouter", "openai/gpt-5.1")])
+def test_an_openai_model_behind_a_gateway_takes_128_tools_too(stubs, provider, model_id):
+    many = [pb.ToolDefinition(name=f"t{i}", description="d", input_schema_json='{"type":"object"}') for i in range(129)]
+    with pytest.raises(grpc.RpcError) as e:
+        stubs[0].Measure(pb.MeasureRequest(conversation=pb.Conversation(messages=session()),
+                                           model=convo.model(convo.PROVIDERS[provider], id=model_id), tools=many),
+                         timeout=30)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "at most 128" in e.value.details()
+    assembled(stubs, provider, "qwen3-coder", session(), tools=many)  # another model there: none known

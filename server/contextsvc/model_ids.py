@@ -91,10 +91,10 @@ NO_PREFILL_FROM = (4, 6)
 
 
 # Gemini's first such generation: "Requests ending with a model turn are not supported unless the
-# last part is a function response." (3.5 Flash-Lite and 3.6 Flash on, measured against 3.5 Flash
-# and 2.5 that take it; Google's notes say all later releases refuse it)
+# last part is a function response." (3.5 Flash-Lite and 3.6 Flash on, and Google's notes say every
+# later release; 3.5 Flash took it in July 2026, and is closed too: a user turn is taken by all)
 NO_PREFILL_GEMINI_FROM = (3, 5)
-_GEMINI_VERSION = re.compile(r"gemini-(\d+)(?:\.(\d+))?")
+_GEMINI_VERSION = re.compile(r"gemini-(?:live-)?(\d+)(?:\.(\d+))?")
 
 
 def gemini_generation(model_id: str) -> tuple[int, int] | None:
@@ -119,8 +119,12 @@ def text_before_responses(model_id: str) -> bool:
 def refuses_prefill(model_id: str) -> bool:
     """Whether the model refuses a request whose last message is its own: a Claude id of
     generation NO_PREFILL_FROM or later, a Gemini one of NO_PREFILL_GEMINI_FROM or later, or of
-    either whose generation cannot be read (an alias of the newest: gemini-flash-latest)."""
+    either whose generation cannot be read (an alias of the newest: gemini-flash-latest); every
+    Mistral model ("Expected last role User or Tool (or Assistant with prefix) for serving but got
+    assistant": the prefix flag is its own, which the body does not set)."""
     mid = model_id.lower()
+    if is_mistral(mid):
+        return True
     if "gemini" in mid:
         generation = gemini_generation(mid)
         return generation is None or generation >= NO_PREFILL_GEMINI_FROM
@@ -145,20 +149,24 @@ def takes_completion_tokens(model_id: str) -> bool:
 # Models that want their reasoning back on each of their turns, as reasoning_content beside the
 # content, once a request carries tools: DeepSeek's thinking mode ("Missing `reasoning_content`
 # field in the assistant message at message index 2", "The `reasoning_content` in the thinking mode
-# must be passed back to the API") and Kimi's ("thinking is enabled but reasoning_content is
-# missing in assistant tool call message"); "" stands for none, and without tools it is ignored
-_REASONING_BACK = re.compile(r"deepseek|kimi|moonshot")
+# must be passed back to the API") and Kimi's thinking models ("thinking is enabled but
+# reasoning_content is missing in assistant tool call message"); "" stands for none, and without
+# tools it is ignored. By their makers' ids: a distilled or instruct model served elsewhere (Groq,
+# Cerebras) has no thinking to give back, and those endpoints refuse the unknown field
+_REASONING_BACK = re.compile(r"deepseek-(?:reasoner|chat|v3[.-][12]|v4)|kimi-k2(?:[.-]?thinking|[.-][5-9])|"
+                             r"kimi-(?:latest|thinking)")
 
 
 def wants_reasoning_content(model_id: str) -> bool:
     """Whether the model's own turns carry reasoning_content (an OpenAI-compatible endpoint)."""
-    return _REASONING_BACK.search(model_id.lower()) is not None
+    mid = model_id.lower()
+    return "distill" not in mid and _REASONING_BACK.search(mid) is not None
 
 
 # Mistral's models, wherever served (its API, NIM, vLLM, OpenRouter): a user turn right after a
 # tool result is refused ("Unexpected role 'user' after role 'tool'"), and a call id must be 9
 # letters and digits ("Tool call id was call_abc but must be a-z, A-Z, 0-9, with a length of 9")
-_MISTRAL = re.compile(r"mistral|devstral|codestral|magistral|ministral|pixtral|mixtral")
+_MISTRAL = re.compile(r"mistral|devstral|codestral|magistral|ministral|pixtral|mixtral|voxtral")
 
 
 def is_mistral(model_id: str) -> bool:

@@ -170,8 +170,8 @@ def _many_images(body: dict, p: Problems, model_id: str = "") -> None:
 
 
 # Bedrock model ids of vendors whose models Bedrock caches nothing for
-_UNCACHED_VENDORS = re.compile(r"^(?:(?:us|eu|apac|global|jp|au|ca|us-gov)\.)?(?:meta|mistral|deepseek|qwen|cohere|ai21|"
-                               r"writer|openai|google|minimax|moonshot|moonshotai|amazon\.titan)[.-]")
+_UNCACHED_VENDORS = re.compile(r"(?:^|/)(?:(?:us|eu|apac|global|jp|au|ca|us-gov)\.)?(?:meta|mistral|deepseek|qwen|cohere|"
+                               r"ai21|writer|openai|google|minimax|moonshot|moonshotai|amazon\.titan)[.-]")
 
 
 def _cache_point_problem(body: dict, model_id: str, p: Problems) -> None:
@@ -188,7 +188,7 @@ def _cache_point_problem(body: dict, model_id: str, p: Problems) -> None:
         generation = claude_generation(mid)
         caches = generation is None or generation >= (3, 7) or (generation == (3, 5) and "haiku" in mid)
     else:
-        caches = not _UNCACHED_VENDORS.match(mid)
+        caches = not _UNCACHED_VENDORS.search(mid)
     if not caches and _count_cache_points(body):
         p.add("cache-point", "body", "You invoked an unsupported model or your request did not allow prompt caching")
 

@@ -72,7 +72,7 @@ def _parts(content: dict) -> list:
 
 # Gemini from 3.5 Flash-Lite and 3.6 Flash on, and every later release (an alias of the newest
 # too: gemini-flash-latest), refuses a request that ends with its own turn
-_GEMINI_VERSION = re.compile(r"gemini-(\d+)(?:\.(\d+))?")
+_GEMINI_VERSION = re.compile(r"gemini-(?:live-)?(\d+)(?:\.(\d+))?")
 MODEL_TURN_REFUSED = "Requests ending with a model turn are not supported unless the last part is a function response."
 
 
@@ -86,7 +86,15 @@ def _from(model_id, generation: tuple) -> bool:
 
 
 def refuses_model_turn(model_id) -> bool:
-    return _from(model_id, (3, 5))
+    """3.5 Flash-Lite, 3.6 Flash and later (3.5 Flash measured taking it)."""
+    mid = str(model_id or "").lower()
+    return _from(mid, (3, 6)) or (_from(mid, (3, 5)) and "lite" in mid)
+
+
+def _before(model_id, generation: tuple) -> bool:
+    """The body goes to a Gemini whose id names a generation before this one."""
+    found = _GEMINI_VERSION.search(str(model_id or "").lower())
+    return found is not None and (int(found.group(1)), int(found.group(2) or 0)) < generation
 
 
 def judge(body: dict, model_id: str = "") -> list:
@@ -143,7 +151,7 @@ def judge(body: dict, model_id: str = "") -> list:
                 p.add("empty-text", here, "empty text part")
             uri = (part.get("fileData") or {}).get("fileUri") if isinstance(part.get("fileData"), dict) else None
             if isinstance(uri, str) and uri.startswith(("http://", "https://")) and (
-                    not uri.startswith("https://") or (model_id and not _from(model_id, (2, 5)) and not uri.startswith(
+                    not uri.startswith("https://") or (_before(model_id, (2, 5)) and not uri.startswith(
                         ("https://generativelanguage.googleapis.com/", "https://www.youtube.com/", "https://youtu.be/")))):
                 p.add("file-uri", here, "Unsupported file uri")
             blob = part.get("inlineData")

@@ -92,14 +92,15 @@ def _take_extras(body: dict, provider: str, p: Problems) -> None:
 # Message fields an endpoint documents beyond OpenAI's: DeepSeek's and Moonshot's reasoning_content
 # on the model's turns, behind an OpenAI-compatible endpoint
 MESSAGE_EXTRAS = {"openai-compatible": {"reasoning_content": str}}
-# models that refuse a turn of theirs with tool calls and no reasoning_content, once tools are sent
-_REASONING_BACK = ("deepseek", "kimi", "moonshot")
+# models that refuse a turn of theirs with tool calls and no reasoning_content, once tools are sent:
+# DeepSeek's thinking models and Kimi's, by their makers' ids (not a distilled or instruct model)
+_REASONING_BACK = re.compile(r"deepseek-(?:reasoner|chat|v3[.-][12]|v4)|kimi-k2(?:[.-]?thinking|[.-][5-9])")
 
 
 def _take_message_extras(body: dict, provider: str, p: Problems) -> None:
     extras = MESSAGE_EXTRAS.get(provider, {})
-    wants = bool(extras) and any(x in str(body.get("model", "")).lower() for x in _REASONING_BACK) \
-        and bool(body.get("tools"))
+    model = str(body.get("model", "")).lower()
+    wants = bool(extras) and bool(body.get("tools")) and "distill" not in model and bool(_REASONING_BACK.search(model))
     for i, msg in enumerate(body.get("messages") or []):
         if not isinstance(msg, dict) or msg.get("role") != "assistant":
             continue
@@ -115,12 +116,19 @@ def _take_message_extras(body: dict, provider: str, p: Problems) -> None:
 
 # Mistral's models, wherever served: no user turn right after a tool result, call ids of exactly
 # 9 letters and digits
-_MISTRAL = re.compile(r"mistral|devstral|codestral|magistral|ministral|pixtral|mixtral")
+_MISTRAL = re.compile(r"mistral|devstral|codestral|magistral|ministral|pixtral|mixtral|voxtral")
 _MISTRAL_ID = re.compile(r"[a-zA-Z0-9]{9}")
 
 
 def _mistral_rules(messages: list, p: Problems) -> None:
     roles = [x.get("role") if isinstance(x, dict) else None for x in messages]
+    if roles and roles[-1] == "assistant":
+        p.add("mistral-last", f"messages[{len(roles) - 1}]",
+              "Expected last role User or Tool (or Assistant with prefix True) for serving but got assistant")
+    for i, msg in enumerate(messages):
+        if isinstance(msg, dict) and msg.get("role") == "assistant" and not msg.get("content") \
+                and not msg.get("tool_calls"):  # mistral_common's validator of its v1 to v3 models
+            p.add("mistral-empty", f"messages[{i}]", "Assistant message must have either content or tool_calls")
     for i in range(1, len(roles)):
         if roles[i] == "user" and roles[i - 1] == "tool":
             p.add("mistral-order", f"messages[{i}]", "Unexpected role 'user' after role 'tool'")

@@ -30,9 +30,9 @@ from .wire_format import MARKER_KINDS, WireFormat
 NOVA_MARKER_KINDS = frozenset({"system", "message"})
 NO_MARKERS = frozenset()
 # a Bedrock model id of a model provider's own ("meta.llama...", "us.deepseek.r1-v1:0", "global.qwen..."),
-# after an optional cross-region prefix
-_MODEL_PROVIDER = re.compile(r"^(?:[a-z]{2,6}\.)?(?:amazon|meta|mistral|deepseek|qwen|cohere|ai21|writer|openai|"
-                             r"google|minimax|moonshot|moonshotai|nvidia|stability|twelvelabs|luma)\.")
+# after an optional cross-region prefix, alone or in an ARN (".../foundation-model/meta.llama...")
+_MODEL_PROVIDER = re.compile(r"(?:^|/)(?:[a-z]{2,6}(?:-gov)?\.)?(?:amazon|meta|mistral|deepseek|qwen|cohere|ai21|"
+                             r"writer|openai|google|minimax|moonshot|moonshotai|nvidia|stability|twelvelabs|luma)\.")
 
 # Converse accepts document names of letters, digits, single spaces, hyphens, parentheses and
 # square brackets; anything else fails the whole request.
@@ -218,7 +218,7 @@ class Bedrock(WireFormat):
             return NOVA_MARKER_KINDS
         # another model provider's id ("qwen.qwen3-coder-...", "us.deepseek.r1-v1:0"); an id
         # that names none (an application inference profile's ARN) keeps the markers
-        return NO_MARKERS if _MODEL_PROVIDER.match(mid) else MARKER_KINDS
+        return NO_MARKERS if _MODEL_PROVIDER.search(mid) else MARKER_KINDS
 
     def opens_turn(self, block: dict) -> bool:
         return "reasoningContent" in block

@@ -19,6 +19,10 @@ LEAD_USER_TEXT = "[Conversation start]"
 # alone) for a model that refuses to go on from its own turn (model_ids.refuses_prefill). It
 # asks for what such a body asked of the models that take it: the model's turn, continued.
 CLOSING_USER_TEXT = "Continue."
+# The model's turn between a tool result and a user turn after it, for a model that refuses the one
+# right after the other (Mistral's: lowering/openai_chat._mistral_turns). Not empty: Mistral's
+# older models refuse an assistant message "must have either content or tool_calls"
+BRIDGE_ASSISTANT_TEXT = "[Tool results received]"
 
 
 @dataclass(slots=True)

@@ -8,7 +8,7 @@ from . import media
 from ..deadline import NO_DEADLINE, Deadline
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
-from .neutral import LEAD_USER_TEXT, MMedia, MReasoning, MSpacer, MText, MToolCall, MToolResult
+from .neutral import BRIDGE_ASSISTANT_TEXT, LEAD_USER_TEXT, MMedia, MReasoning, MSpacer, MText, MToolCall, MToolResult
 from .tool_ids import WORD, id_rule, wire_id, wire_name
 from .tool_schema import with_array_items
 from .wire_format import WireFormat
@@ -107,10 +107,10 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
 
 def _mistral_turns(wire: list, roles: list, sources: list, ledger: MediaLedger) -> None:
     """Mistral's order of turns: consecutive user turns joined into one (its chat templates refuse
-    two: "roles must alternate user and assistant"), and an empty assistant turn between a tool
-    result and a user turn that follows it (a person who wrote mid-run, a tool output's media),
-    which Mistral refuses there ("Unexpected role 'user' after role 'tool'"). The assistant turn
-    stands for no stored message, as the lead does."""
+    two: "roles must alternate user and assistant"), and a constant assistant turn
+    (BRIDGE_ASSISTANT_TEXT) between a tool result and a user turn that follows it (a person who
+    wrote mid-run, a tool output's media), which Mistral refuses there ("Unexpected role 'user'
+    after role 'tool'"). The assistant turn stands for no stored message, as the lead does."""
     for i in range(len(roles) - 1, 0, -1):
         if roles[i] == "user" and roles[i - 1] == "user":
             wire[i - 1]["content"] = _as_parts(wire[i - 1]["content"]) + _as_parts(wire[i]["content"])
@@ -121,7 +121,7 @@ def _mistral_turns(wire: list, roles: list, sources: list, ledger: MediaLedger) 
             del wire[i], roles[i], sources[i]
     for i in range(len(roles) - 1, 0, -1):
         if roles[i] == "user" and roles[i - 1] == "tool":
-            wire.insert(i, {"role": "assistant", "content": ""})
+            wire.insert(i, {"role": "assistant", "content": BRIDGE_ASSISTANT_TEXT})
             roles.insert(i, "assistant")
             sources.insert(i, [])
 
@@ -192,9 +192,9 @@ class ChatCompletions(WireFormat):
         return model_ids.is_mistral(model_id)
 
     def tool_limit(self, model_id: str) -> int:
-        """OpenAI's 128 for an OpenAI model behind Copilot (its gpt-5.1 refused 130); a gateway's
-        other models: none known."""
-        if self.name == m.COPILOT and ("gpt" in model_id.lower() or model_ids.takes_completion_tokens(model_id)):
+        """OpenAI's 128 for an OpenAI model behind a gateway too (Copilot's gpt-5.1 refused 130;
+        Azure's and OpenRouter's are OpenAI's); a gateway's other models: none known."""
+        if self.gateway and ("gpt-" in model_id.lower() or model_ids.takes_completion_tokens(model_id)):
             return OPENAI_MAX_TOOLS
         return self.max_tools
 

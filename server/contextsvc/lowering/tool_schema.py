@@ -23,7 +23,7 @@ def with_array_items(schema):
         out = {**schema, "items": {}}
     for key in _ONE:
         value = schema.get(key)
-        new = with_array_items(value)
+        new = _each(value) if isinstance(value, list) else with_array_items(value)  # items: [..] (tuple form)
         if new is not value:
             out = out if out is not schema else dict(schema)
             out[key] = new
@@ -42,6 +42,11 @@ def with_array_items(schema):
                 out = out if out is not schema else dict(schema)
                 out[key] = new
     return out
+
+
+def _each(schemas: list) -> list:
+    new = [with_array_items(x) for x in schemas]
+    return schemas if all(a is b for a, b in zip(new, schemas)) else new
 
 
 def _is_array(schema: dict) -> bool:
