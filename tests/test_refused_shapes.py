@@ -417,3 +417,22 @@ def test_an_openai_model_behind_a_gateway_takes_128_tools_too(stubs, provider, m
                          timeout=30)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "at most 128" in e.value.details()
     assembled(stubs, provider, "qwen3-coder", session(), tools=many)  # another model there: none known
+
+
+@pytest.mark.parametrize("model_id,apart", [("meta.llama4-maverick-17b-instruct-v1:0", True),
+                                            ("anthropic.claude-3-opus-20240229-v1:0", True),
+                                            ("us.amazon.nova-pro-v1:0", True),
+                                            ("us.anthropic.claude-sonnet-4-5-20250929-v1:0", False)])
+def test_bedrock_models_but_claude_from_3_5_get_tool_results_in_a_turn_of_their_own(stubs, model_id, apart):
+    """"Conversation blocks and tool result blocks cannot be provided in the same turn" (Llama 4,
+    Claude 3 Opus): a message sent mid-run joined the tool results' turn. An assistant turn goes
+    between them there; Claude from 3.5 takes them joined, as before."""
+    messages = session()
+    messages[2] = convo.user("m3", convo.text("p4", "stop, use tox instead"))
+    wire = assembled(stubs, "bedrock", model_id, messages)["messages"]
+    kinds = [(x["role"], sorted({next(iter(b)) for b in x["content"]} - {"cachePoint"})) for x in wire]
+    if apart:
+        assert kinds[2:] == [("user", ["toolResult"]), ("assistant", ["text"]), ("user", ["text"])], kinds
+        assert wire[3]["content"] == [{"text": BRIDGE_ASSISTANT_TEXT}]
+    else:
+        assert kinds[2:] == [("user", ["text", "toolResult"])], kinds

@@ -193,6 +193,26 @@ def _cache_point_problem(body: dict, model_id: str, p: Problems) -> None:
         p.add("cache-point", "body", "You invoked an unsupported model or your request did not allow prompt caching")
 
 
+def _mixed_turns(messages: list, model_id: str, p: Problems) -> None:
+    """Bedrock's models but Claude from 3.5 refuse a turn of tool results and other blocks
+    (Llama 4, Claude 3 Opus); given no model, nothing is told."""
+    mid = str(model_id or "").lower()
+    if not mid:
+        return
+    if "claude" in mid:
+        generation = claude_generation(mid)
+        if generation is None or generation >= (3, 5):
+            return
+    elif not ("nova" in mid or _UNCACHED_VENDORS.search(mid)):
+        return
+    for i, msg in enumerate(messages):
+        blocks = [b for b in msg.get("content") or [] if isinstance(b, dict)]
+        results = [("toolResult" in b) for b in blocks]
+        if any(results) and not all(results):
+            p.add("mixed-turn", f"messages[{i}].content",
+                  "Conversation blocks and tool result blocks cannot be provided in the same turn.")
+
+
 def _count_cache_points(body: dict) -> int:
     n = 0
     for b in body.get("system") or []:
@@ -259,6 +279,7 @@ def judge(body: dict, model_id: str = "") -> list:
     if tool_blocks and not (body.get("toolConfig") or {}).get("tools"):
         p.add("tools-defined", "toolConfig", "The toolConfig field must be defined when using toolUse and toolResult content blocks")
     _cache_point_problem(body, model_id, p)
+    _mixed_turns(messages, model_id, p)
     n = _count_cache_points(body)
     if n > MAX_MARKERS:
         p.add("marker-count", "body", f"{n} cachePoint blocks; at most {MAX_MARKERS} are accepted")

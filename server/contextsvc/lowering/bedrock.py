@@ -22,7 +22,7 @@ from . import media
 from ..deadline import NO_DEADLINE, Deadline
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
-from .neutral import LEAD_USER_TEXT, MMedia, MReasoning, MText, MToolCall, MToolResult
+from .neutral import BRIDGE_ASSISTANT_TEXT, LEAD_USER_TEXT, MMedia, MReasoning, MText, MToolCall, MToolResult
 from .tool_ids import WORD, wire_id, wire_name
 from .wire_format import MARKER_KINDS, WireFormat
 
@@ -130,6 +130,11 @@ def _with_text(blocks: list) -> list:
     return blocks + [{"text": docs[0]}] if docs else blocks
 
 
+def _results(blocks: list) -> bool:
+    """Whether a turn's blocks are tool results."""
+    return any("toolResult" in b for b in blocks)
+
+
 def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="",
          tools_disabled=False, deadline: Deadline = NO_DEADLINE) -> Lowered:
     # Converse's toolChoice has no "none": with tools disabled the tool definitions stay (history
@@ -137,12 +142,19 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     wire, roles, sources = [], [], []
     run = None  # joins the messages that follow into wire[-1], of their role
     names = _DocumentNames()
+    apart = FORMAT.lowers_whole(model_id)  # tool results and other blocks in turns of their own
     for msg in messages:
         role = "assistant" if msg.role == "assistant" else "user"
         ledger.source_id = msg.source_id  # whose media the blocks below lower (MediaLedger.leaves_out)
         blocks = _with_text([b for b in (_block(c, ledger, names, deadline) for c in msg.content) if b is not None])
         if not blocks:
             continue
+        if apart and wire and wire[-1]["role"] == role == "user" and _results(wire[-1]["content"]) != _results(blocks):
+            # "Conversation blocks and tool result blocks cannot be provided in the same turn"
+            wire.append({"role": "assistant", "content": [{"text": BRIDGE_ASSISTANT_TEXT}]})
+            roles.append("assistant")
+            sources.append([])  # stands for no stored message, as the lead does
+            run = None
         if wire and wire[-1]["role"] == role:  # Converse wants alternating roles
             if run is None:
                 run = FORMAT.run(wire[-1]["content"])
@@ -202,6 +214,19 @@ class Bedrock(WireFormat):
     def media_cap(self, model) -> int:
         generation = model_ids.claude_generation(model.id)
         return 20 if generation is not None and generation <= (4, 0) else 0
+
+    def lowers_whole(self, model_id: str) -> bool:
+        """A model other than Claude from 3.5 refuses a turn holding tool results and other blocks
+        ("Conversation blocks and tool result blocks cannot be provided in the same turn": Llama 4,
+        Claude 3 Opus), which a message sent mid-run made by joining the tool results' turn: an
+        assistant turn goes between (BRIDGE_ASSISTANT_TEXT). That depends on the neighbours, so
+        such a request is lowered whole. An id naming no model (an ARN of an application inference
+        profile) is taken for Claude's, as for its cache points."""
+        mid = model_id.lower()
+        if "claude" in mid:
+            generation = model_ids.claude_generation(mid)
+            return generation is not None and generation < (3, 5)
+        return "nova-" in mid or bool(_MODEL_PROVIDER.search(mid))
 
     def marker_kinds(self, model_id: str) -> frozenset:
         """Bedrock caches for Claude from 3.7 Sonnet and 3.5 Haiku on, and for Nova (system and

@@ -20,8 +20,9 @@ LEAD_USER_TEXT = "[Conversation start]"
 # asks for what such a body asked of the models that take it: the model's turn, continued.
 CLOSING_USER_TEXT = "Continue."
 # The model's turn between a tool result and a user turn after it, for a model that refuses the one
-# right after the other (Mistral's: lowering/openai_chat._mistral_turns). Not empty: Mistral's
-# older models refuse an assistant message "must have either content or tool_calls"
+# right after the other (Mistral's: lowering/openai_chat._mistral_turns), or the two in one turn
+# (Bedrock's models but Claude from 3.5: lowering/bedrock.Bedrock.lowers_whole). Not empty:
+# Mistral's older models refuse an assistant message "must have either content or tool_calls"
 BRIDGE_ASSISTANT_TEXT = "[Tool results received]"
 
 
