@@ -436,3 +436,13 @@ def test_bedrock_models_but_claude_from_3_5_get_tool_results_in_a_turn_of_their_
         assert wire[3]["content"] == [{"text": BRIDGE_ASSISTANT_TEXT}]
     else:
         assert kinds[2:] == [("user", ["text", "toolResult"])], kinds
+
+
+def test_nova_gets_no_cache_point_right_after_a_tool_result(stubs):
+    """Nova takes a cachePoint in a turn of tool results, but not right after one
+    (aws-samples/bedrock-engineer #71): a step that ends with tool results, the usual state of a
+    tool loop, leaves that turn unmarked for Nova; Claude's is marked there, as before."""
+    for model_id, marked in (("us.amazon.nova-pro-v1:0", False), ("us.anthropic.claude-sonnet-4-5-20250929-v1:0", True)):
+        last = assembled(stubs, "bedrock", model_id, session()[:2], system=SYSTEM)["messages"][-1]
+        assert "toolResult" in last["content"][0]
+        assert ("cachePoint" in last["content"][-1]) == marked, model_id

@@ -217,7 +217,8 @@ def choose(lowered, provider: str, tools: list, policy: Policy, max_markers: int
     # A message with no block that can carry a marker gets none (say, an assistant step of
     # reasoning alone on Anthropic, or tool calls alone on the gateways).
     # Nor does a place the model takes none in (Nova's tools).
-    chosen = [b for b in chosen if b.kind in kinds and (b.kind != "message" or fmt.markable(lowered.messages[b.index]))]
+    chosen = [b for b in chosen if b.kind in kinds and (b.kind != "message" or fmt.markable_for(lowered.messages[b.index],
+                                                                                                     model_id))]
     if fmt.longer_ttls_first:
         late = _late_hour(chosen)
         if late is not None:
@@ -231,8 +232,8 @@ def choose(lowered, provider: str, tools: list, policy: Policy, max_markers: int
         for b in _auto(lowered, provider, tools, policy.ttl):
             if len(chosen) >= max_markers or added >= limit:
                 break
-            if (b.kind, b.index) in taken or b.kind not in kinds or (b.kind == "message" and not fmt.markable(
-                    lowered.messages[b.index])):
+            if (b.kind, b.index) in taken or b.kind not in kinds or (b.kind == "message" and not fmt.markable_for(
+                    lowered.messages[b.index], model_id)):
                 continue
             # an auto marker that would break the caller's TTL order is left out, not the hint
             if fmt.longer_ttls_first and ttls != {b.ttl} and _late_hour([*chosen, b]) is not None:

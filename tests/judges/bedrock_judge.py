@@ -171,7 +171,7 @@ def _many_images(body: dict, p: Problems, model_id: str = "") -> None:
 
 # Bedrock model ids of vendors whose models Bedrock caches nothing for
 _UNCACHED_VENDORS = re.compile(r"(?:^|/)(?:(?:us|eu|apac|global|jp|au|ca|us-gov)\.)?(?:meta|mistral|deepseek|qwen|cohere|"
-                               r"ai21|writer|openai|google|minimax|moonshot|moonshotai|amazon\.titan)[.-]")
+                               r"ai21|writer|openai|google|minimax|moonshot|moonshotai|nvidia|amazon\.titan)[.-]")
 
 
 def _cache_point_problem(body: dict, model_id: str, p: Problems) -> None:
@@ -183,6 +183,11 @@ def _cache_point_problem(body: dict, model_id: str, p: Problems) -> None:
         for i, t in enumerate(tools):
             if isinstance(t, dict) and "cachePoint" in t:
                 p.add("cache-point", f"toolConfig.tools[{i}]", "extraneous key [cachePoint] is not permitted")
+        for i, msg in enumerate(body.get("messages") or []):
+            blocks = [b for b in (msg.get("content") or []) if isinstance(b, dict)] if isinstance(msg, dict) else []
+            for k in range(1, len(blocks)):  # aws-samples/bedrock-engineer #71: not right after a tool result
+                if "cachePoint" in blocks[k] and "toolResult" in blocks[k - 1]:
+                    p.add("cache-point", f"messages[{i}].content[{k}]", "Nova takes no cachePoint right after a toolResult")
         return
     if "claude" in mid:
         generation = claude_generation(mid)
@@ -207,7 +212,7 @@ def _mixed_turns(messages: list, model_id: str, p: Problems) -> None:
         return
     for i, msg in enumerate(messages):
         blocks = [b for b in msg.get("content") or [] if isinstance(b, dict)]
-        results = [("toolResult" in b) for b in blocks]
+        results = [("toolResult" in b) for b in blocks if "cachePoint" not in b]  # a cachePoint is no content
         if any(results) and not all(results):
             p.add("mixed-turn", f"messages[{i}].content",
                   "Conversation blocks and tool result blocks cannot be provided in the same turn.")

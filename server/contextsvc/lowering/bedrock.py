@@ -257,6 +257,11 @@ class Bedrock(WireFormat):
     def markable(self, element: dict) -> bool:
         return True  # the cachePoint is a block of its own
 
+    def markable_for(self, element: dict, model_id: str) -> bool:
+        """Nova takes no cachePoint right after a tool result (it takes one elsewhere in a turn of
+        tool results, and in the system list): that turn is left unmarked for it."""
+        return not ("nova-" in model_id.lower() and "toolResult" in element["content"][-1])
+
     def place(self, lowered, kind: str, index: int, key: str, value: dict):
         if kind == "tools":
             lowered.body["toolConfig"]["tools"].append({key: value})  # a cachePoint block after the tool specs

@@ -109,6 +109,10 @@ class WireFormat:
         """The most tool definitions a request to this model may hold (0: none known)."""
         return self.max_tools
 
+    def markable_for(self, element: dict, model_id: str) -> bool:
+        """markable, for this model: where a model takes no marker that the format's others do."""
+        return self.markable(element)
+
     def marker_kinds(self, model_id: str) -> frozenset:
         """The places ("tools", "system", "message") a marker may go in a request to this model:
         all of them, unless the provider refuses a marker to some of its models."""
