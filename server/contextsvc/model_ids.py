@@ -104,6 +104,13 @@ def gemini_generation(model_id: str) -> tuple[int, int] | None:
     return (int(found.group(1)), int(found.group(2) or 0)) if found else None
 
 
+def gemini_from(model_id: str, generation: tuple[int, int]) -> bool:
+    """Whether the id names a Gemini of this generation or later, or none that can be read (an
+    alias of the newest is taken to be of the newest)."""
+    found = gemini_generation(model_id)
+    return found is None or found >= generation
+
+
 # Gemini from 3 refuses a user turn whose text follows its function responses ("Requests ending
 # with a model turn are not supported": Gemini 3 Flash, 3.8 Flash on Vertex); every model takes it
 # before them
@@ -112,8 +119,7 @@ TEXT_BEFORE_RESPONSES_FROM = (3, 0)
 
 def text_before_responses(model_id: str) -> bool:
     """Whether a Gemini model's user turn must hold its text before its function responses."""
-    generation = gemini_generation(model_id)
-    return generation is None or generation >= TEXT_BEFORE_RESPONSES_FROM
+    return gemini_from(model_id, TEXT_BEFORE_RESPONSES_FROM)
 
 
 def refuses_prefill(model_id: str) -> bool:
@@ -126,8 +132,7 @@ def refuses_prefill(model_id: str) -> bool:
     if is_mistral(mid):
         return True
     if "gemini" in mid:
-        generation = gemini_generation(mid)
-        return generation is None or generation >= NO_PREFILL_GEMINI_FROM
+        return gemini_from(mid, NO_PREFILL_GEMINI_FROM)
     if "claude" not in mid:
         return False
     generation = claude_generation(model_id)

@@ -45,8 +45,7 @@ _GOOGLE_URIS = ("https://generativelanguage.googleapis.com/", "https://www.youtu
 
 def fetches_web(model_id: str) -> bool:
     """Whether the model fetches a file from any https URL (an id naming no version: a later model)."""
-    generation = model_ids.gemini_generation(model_id)
-    return generation is None or generation >= FETCHES_WEB_FROM
+    return model_ids.gemini_from(model_id, FETCHES_WEB_FROM)
 
 
 def _unfetched(url: str, any_site: bool) -> str:
@@ -67,8 +66,7 @@ UNSIGNED_CALL = "skip_thought_signature_validator"
 def checks_signatures(model_id: str) -> bool:
     """Gemini 3 and later refuse a step's first function call without a thought signature (a
     400 for every request of the turn); an id naming no version is taken as a later model."""
-    generation = model_ids.gemini_generation(model_id)
-    return generation is None or generation >= (3, 0)
+    return model_ids.gemini_from(model_id, (3, 0))
 
 
 def _sign_first_call(parts: list, unsigned: str = "") -> list:
