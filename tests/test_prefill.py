@@ -136,9 +136,9 @@ def test_the_same_without_the_memo(stub, provider):
 
 
 def test_the_marker_goes_on_the_models_turn_and_the_next_step_reads_it(stub):
-    """The closing message is gone at the next step (the person's message is in its place): the
-    cache is written up to the model's turn before it, and the cache report says the next step
-    kept that prefix."""
+    """The cache is written up to the model's turn before the closing message, and the next step,
+    where the model's answer to it follows, keeps that prefix and the closing message after it
+    (closing_between_replies)."""
     model_id = REFUSING["anthropic"]
     first = assembled(stub, blank_last_step(), "anthropic", model_id)
     body = json.loads(first.body)
@@ -158,8 +158,8 @@ def test_the_marker_goes_on_the_models_turn_and_the_next_step_reads_it(stub):
     unmarked = [json.dumps(x).replace(', "cache_control": {"type": "ephemeral"}', "") for x in wire[:-1]]
     again = [json.dumps(x).replace(', "cache_control": {"type": "ephemeral"}', "")
              for x in json.loads(second.body)["messages"]]
-    assert again[:len(unmarked) - 1] == unmarked[:-1]
-    assert again[len(unmarked) - 1].startswith(unmarked[-1][:-2])  # the reply after it merges in
+    assert again[:len(wire)] == unmarked + [json.dumps(wire[-1])]  # the closing message stays
+    assert report.prefix_kept and report.cause == "new_turn"
 
 
 def test_a_person_answering_the_cut_reply_keeps_the_whole_prefix(stub):
@@ -246,3 +246,91 @@ def test_the_judges_refuse_reasoning_in_the_final_assistant_turn():
     converse = {"messages": [{"role": "user", "content": [{"text": "go"}]}, {"role": "assistant", "content": [
         {"reasoningContent": {"reasoningText": {"text": "x", "signature": "EqQBCkYIBxgCKkD"}}}]}]}
     assert any("final position" in x for x in bedrock_judge(converse, model_id="anthropic.claude-haiku-4-5-20251001-v1:0"))
+
+
+def answered_after_closing() -> pb.Conversation:
+    """interrupted(), then the model's answer to the closing message sent after the cut reply,
+    stored right after it (the client never stores the closing message), then the person's."""
+    conv = interrupted()
+    conv.messages.append(convo.assistant("m3", convo.text("p3", "The test expects 3; the code returns 2.")))
+    conv.messages.append(convo.user("m4", convo.text("p4", "go on and fix it")))
+    return conv
+
+
+def unmarked(element: dict) -> str:
+    """An element's JSON without its cache markers (a marker that moves changes no prefix; on the
+    Chat formats a text alone is a string, and a list of its one block where marked)."""
+    text = json.dumps(element)
+    for marker in (', "cache_control": {"type": "ephemeral"}', ', "copilot_cache_control": {"type": "ephemeral"}',
+                   ', {"cachePoint": {"type": "default"}}'):
+        text = text.replace(marker, "")
+    element = json.loads(text)
+    content = element.get("content")
+    if isinstance(content, list) and len(content) == 1 and content[0].keys() == {"type", "text"}:
+        element["content"] = content[0]["text"]
+    return json.dumps(element)
+
+
+@pytest.mark.parametrize("provider,model_id", [*REFUSING.items(), ("gemini", "gemini-3.5-flash"),
+                                               ("openai-compatible", "mistral-large-latest")])
+def test_the_models_answer_to_the_closing_message_follows_it(stubs, provider, model_id):
+    """The body that ended with the cut reply had the closing message after it, and the model
+    answered that: the next body keeps the closing message between the two replies, so that
+    body is this one's prefix (cache report: kept, a new turn), where the two turns used to join
+    into one, a change at the cut reply (and two assistant messages in a row for Mistral)."""
+    first = [assembled(stub, interrupted(), provider, model_id) for stub in stubs]
+    second = [assembled(stub, answered_after_closing(), provider, model_id, previous_cache_state=f.cache_state)
+              for stub, f in zip(stubs, first)]
+    assert second[0].body == second[1].body  # from the memo's pieces and lowered whole
+    before, body = messages_of(json.loads(first[0].body)), json.loads(second[0].body)
+    assert judged(body, provider, model_id) == []
+    wire = messages_of(body)
+    assert text_of(before[-1]) == CLOSING_USER_TEXT
+    assert list(map(unmarked, wire[:len(before)])) == list(map(unmarked, before))
+    assert text_of(wire[len(before)]) == "The test expects 3; the code returns 2."
+    assert wire[len(before)]["role"] in ("assistant", "model")
+    for s in second:
+        report = s.cache_report
+        assert (report.compared, report.prefix_kept, report.cause) == (True, True, "new_turn")
+    measured = stubs[0].Measure(pb.MeasureRequest(conversation=answered_after_closing(), tools=[BASH], system=SYSTEM,
+                                                  model=convo.model(provider=convo.PROVIDERS[provider], id=model_id)),
+                                timeout=10)
+    assert measured.body_bytes == second[0].body_bytes == len(second[0].body)
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "bedrock", "gemini"])
+def test_a_model_that_went_on_from_its_turn_keeps_the_two_replies_joined(stubs, provider):
+    """A model that takes its own turn last continued the cut reply: the joined turn is what it
+    wrote, as before."""
+    model_id = TAKING[provider]
+    bodies = [assembled(stub, answered_after_closing(), provider, model_id).body for stub in stubs]
+    assert bodies[0] == bodies[1]
+    body = json.loads(bodies[0])
+    assert judged(body, provider, model_id) == [] and CLOSING_USER_TEXT not in bodies[0].decode()
+    replies = [x for x in messages_of(body) if x["role"] in ("assistant", "model")]
+    assert len(replies) == 1 and text_of(replies[0]) == "Reading the test first. The test expects 3; the code returns 2."
+
+
+def test_a_summary_and_the_kept_reply_after_it_stay_one_turn(stubs):
+    """A summary followed by the kept tail's first reply never ended a body: no closing message
+    goes between them, for a model that refuses its own turn last too."""
+    from contextsvc_client import apply_compaction
+
+    mdl = convo.model(context=32_000, output=4_096, id=REFUSING["anthropic"])
+    messages = [convo.user("u1", convo.text("u1p", "Refactor app/ to use Postgres."))]
+    for i in range(12):
+        out = "\n".join(f"{n:5}\tdef f{n}_{i}(x): return x * {n}" for n in range(450 if i == 11 else 150))
+        messages.append(convo.assistant(
+            f"a{i}", convo.text(f"a{i}t", f"Reading app/m{i}.py"),
+            convo.tool(f"a{i}x", f"toolu_{i:03d}", "read", {"path": f"app/m{i}.py"}, out),
+            usage=pb.Usage(input=2000 + 1500 * i, output=150), parent_id="u1"))
+    r = stubs[0].Compact(pb.CompactRequest(conversation=pb.Conversation(session_id="sess-kept", messages=messages),
+                                           model=mdl, auto=True), timeout=30)
+    assert r.outcome == pb.COMPACT_OUTCOME_COMPACTED and r.tail_start_id.startswith("a")
+    conv = pb.Conversation(session_id="sess-kept", messages=apply_compaction(messages, r, drop_omittable=True))
+    bodies = [stub.Assemble(pb.AssembleRequest(conversation=conv, model=mdl), timeout=10).body for stub in stubs]
+    assert bodies[0] == bodies[1]
+    wire = json.loads(bodies[0])["messages"]
+    assert judge_for("anthropic")(json.loads(bodies[0])) == [] and CLOSING_USER_TEXT not in bodies[0].decode()
+    summary_turn = next(x for x in wire if x["role"] == "assistant")
+    assert any(b.get("type") == "tool_use" for b in summary_turn["content"])  # the kept reply joined to it

@@ -176,6 +176,25 @@ def _assistant(msg: m.Message, model=None, deadline: Deadline = NO_DEADLINE) -> 
     return out
 
 
+def closing_between_replies(messages: list, is_summary) -> list:
+    """messages with the closing user message (CLOSING_USER_TEXT, standing for no stored message:
+    source_id "") between two replies of the model stored one right after the other: a reply
+    cut off, then the one the model gave to the closing message that followed it. The body that
+    ended with the first had that message after it; keeping it keeps that body's prefix, where
+    the two turns would otherwise join (a change at the first, for the cache and its report).
+    For a model that refuses to go on from its own turn (model_ids.refuses_prefill): one that
+    takes it continued the first, and the joined turn is what it wrote. A summary followed by
+    the kept tail's first reply never ended a body: is_summary(message id) tells it apart."""
+    out = []
+    for msg in messages:
+        before = out[-1] if out else None
+        if (before is not None and msg.role == "assistant" and before.role == "assistant"
+                and before.source_id != msg.source_id and not is_summary(before.source_id)):
+            out.append(MMessage("user", [MText(CLOSING_USER_TEXT)]))
+        out.append(msg)
+    return out
+
+
 def _blank(text: str) -> bool:
     """Empty or whitespace only: such text carries nothing, and Anthropic refuses a message whose
     text is all blank ("text content blocks must contain non-whitespace text"), Bedrock any blank

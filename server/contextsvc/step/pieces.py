@@ -23,7 +23,7 @@ from .. import conversation as m, native, projection, system_prompt
 from ..deadline import NO_DEADLINE, Deadline
 from ..lowering import MediaLedger, lower, to_model_messages
 from ..lowering.lowered import Lowered, close_with_user, copied, open_with_user, trim_final_text
-from ..lowering.neutral import CLOSING_USER_TEXT, MMessage, MText
+from ..lowering.neutral import CLOSING_USER_TEXT, MMessage, MText, closing_between_replies
 from ..lowering.registry import FORMATS
 from ..memo import LOWERED, MERGED, PREFIX, Memo, message_prefix_keys
 from ..positions import positions
@@ -129,6 +129,9 @@ def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
         lowered, ledger, resume, prefix = _lower_memoized(projected, memo, conv, plan, deadline, digests)
         return Pieces(lowered, ledger, True, resume, prefix.columns, prefix.pruned)
     messages = to_model_messages(projected, mdl, deadline)
+    between = len(messages)
+    if plan.closes_with_user:
+        messages = closing_between_replies(messages, _summary_ids(projected))
     ledger = _ledger(plan)
     lowered = lower(
         mdl.provider,
@@ -142,6 +145,8 @@ def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
         tools_disabled=tools_disabled,
         deadline=deadline,
     )
+    if len(messages) != between:  # the closing messages between replies stand for no stored message
+        lowered.sources[:] = [ids if ids != [""] else [] for ids in lowered.sources]
     if _closes(plan, lowered.roles, lowered.messages):
         closing = _closing(mdl.provider)
         lowered.closed = close_with_user(lowered.messages, lowered.roles, lowered.sources, closing)
@@ -149,6 +154,14 @@ def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     elif plan.fmt.trims_final_text:
         trim_final_text(lowered.messages, lowered.roles, plan.fmt.merged_key)
     return Pieces(lowered, ledger, False)
+
+
+def _summary_ids(messages: list):
+    """Whether a message id is a summary's, of messages (worked out at the first question)."""
+    @functools.lru_cache(maxsize=1)
+    def ids() -> frozenset:
+        return frozenset(msg.id for msg in messages if msg.summary)
+    return lambda message_id: message_id in ids()
 
 
 def _same(a: list, b: list) -> bool:
@@ -270,6 +283,7 @@ class _Prefix:
     extra: int = 0
     saved_units: int = 0
     merged: int = 0  # _merged_charge of its elements but the last (which may merge further)
+    ends_with_summary: bool = False  # its last element's last message is a summary
 
     def copy(self, lists: bool = True) -> "_Prefix":
         """A copy with its own columns (the one part a build changes once the memo keeps the
@@ -277,7 +291,7 @@ class _Prefix:
         own = list if lists else _shared
         return _Prefix(own(self.elements), own(self.roles), own(self.sources), own(self.keys), own(self.saved),
                        own(self.found), self.columns.copy(), own(self.piece_keys), own(self.pruned),
-                       self.media_count, self.extra, self.saved_units, self.merged)
+                       self.media_count, self.extra, self.saved_units, self.merged, self.ends_with_summary)
 
     def charge(self) -> int:
         """What it holds beyond the memo's other entries: its lists, and the elements it merged
@@ -402,6 +416,17 @@ def _trims(fmt, roles: list) -> bool:
     return fmt.trims_final_text and bool(roles) and roles[-1] == "assistant"
 
 
+def _append_closing(prefix: _Prefix, provider: str) -> None:
+    """The closing user message after prefix's last element, standing for no stored message."""
+    prefix.elements.append(_closing(provider))
+    prefix.roles.append("user")
+    prefix.sources.append([])
+    prefix.pruned.append(0)
+    prefix.keys.append(None)
+    prefix.found.append(None)
+    prefix.saved.append(0)
+
+
 def _put_together(prefix: _Prefix, messages: list, fmt, plan: Plan, memo: Memo, deadline: Deadline,
                   resolved_up_to: int) -> None:
     """Adds messages' elements to prefix (each message's piece from the memo, or lowered and
@@ -417,6 +442,7 @@ def _put_together(prefix: _Prefix, messages: list, fmt, plan: Plan, memo: Memo, 
     # its first merge here (the pieces' elements and a kept prefix's are the memo's, never changed),
     # then added to in place: a copy at every merge made a run of k messages of one role cost k²
     run, run_keys = None, None
+    closes_between = plan.closes_with_user  # closing_between_replies, as the whole request's lowering does
     for msg, pkey, piece in zip(messages, piece_keys, memo.get_many(piece_keys)):
         if piece is None:
             piece = _piece(msg, plan, deadline)
@@ -426,6 +452,14 @@ def _put_together(prefix: _Prefix, messages: list, fmt, plan: Plan, memo: Memo, 
         prefix.media_count += media_count
         prefix.extra += extra
         prefix.saved_units += saved_units
+        if (closes_between and parts and parts[0][0] == "assistant" and roles and roles[-1] == "assistant"
+                and not prefix.ends_with_summary):
+            if run is not None:
+                keys[-1] = None if run_keys is None else tuple(run_keys)
+                run, run_keys = None, None
+            _append_closing(prefix, plan.model.provider)
+        if parts:
+            prefix.ends_with_summary = msg.summary
         for j, (role, element, units) in enumerate(parts):
             deadline.count("lowering")
             # the message's own left-out flag too: MERGED keys are made of these, and the settings
