@@ -324,6 +324,74 @@ def test_the_tool_definition_as_given_goes_to_other_providers(stubs):
     assert '"paths": {"type": "array"}' in json.dumps(body)
 
 
+# Notion's remote MCP server's attachment tool (August 2026): a root of alternatives, no root properties
+CHOICES = pb.ToolDefinition(name="notion-create-attachment", description="Attach a file", input_schema_json=json.dumps({
+    "type": "object", "anyOf": [
+        {"properties": {"content": {"type": "string"}}, "required": ["content"]},
+        {"properties": {"source_url": {"type": "string"}, "content": {"type": "integer"}}, "required": ["source_url"]}]}))
+UNTYPED = pb.ToolDefinition(name="get_status", description="Status of a job",
+                            input_schema_json='{"properties":{"id":{"type":"string"}},"required":["id"]}')
+BOTH = pb.ToolDefinition(name="merge", description="d", input_schema_json=json.dumps({
+    "properties": {"a": {"type": "string"}}, "required": ["a"],
+    "allOf": [{"properties": {"b": {"type": "number"}}, "required": ["b"]}, True]}))
+ROOT_PROVIDERS = [("anthropic", "claude-sonnet-4-5"), ("bedrock", "us.anthropic.claude-sonnet-4-5-20250929-v1:0"),
+                  ("bedrock", "us.amazon.nova-pro-v1:0"), ("openai", "gpt-4o"), ("openai-responses", "gpt-5.1"),
+                  ("openrouter", "anthropic/claude-sonnet-4.5"), ("copilot", "gpt-5.1")]
+
+
+def schemas(body: dict) -> dict:
+    """Each tool's input schema in a body, by name."""
+    out = {}
+    for t in body.get("tools") or (body.get("toolConfig") or {}).get("tools") or []:
+        if "toolSpec" in t:
+            out[t["toolSpec"]["name"]] = t["toolSpec"]["inputSchema"]["json"]
+        elif "function" in t:
+            out[t["function"]["name"]] = t["function"]["parameters"]
+        elif "name" in t:  # not a cachePoint
+            out[t["name"]] = t.get("input_schema", t.get("parameters"))
+    return out
+
+
+@pytest.mark.parametrize("provider,model_id", ROOT_PROVIDERS)
+def test_a_root_of_alternatives_or_without_a_type_becomes_an_object(stubs, provider, model_id):
+    """"input_schema does not support oneOf, allOf, or anyOf at the top level" (Notion's MCP
+    server broke every Claude Code, Kiro and opencode session that loaded it) and a root without
+    `type` ("input_schema.type: Field required", Bedrock's "must be one of the following: object",
+    OpenAI's "got 'type: \"None\"'"): the tool's input is an object, with every branch's
+    properties (the root's own first); those the branches require stay required under allOf,
+    where every branch applies."""
+    body = assembled(stubs, provider, model_id, session(), tools=(BASH, CHOICES, UNTYPED, BOTH))
+    found = schemas(body)
+    assert found["notion-create-attachment"] == {
+        "type": "object", "properties": {"content": {"type": "string"}, "source_url": {"type": "string"}}}
+    assert found["get_status"] == {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}
+    assert found["merge"] == {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "number"}},
+                              "required": ["a", "b"]}
+
+
+def test_gemini_keeps_a_root_of_alternatives_and_gets_its_type(stubs):
+    """Gemini's parametersJsonSchema takes anyOf at the root: only the missing type is added."""
+    body = assembled(stubs, "gemini", "gemini-2.5-pro", session(), tools=(BASH, CHOICES, UNTYPED))
+    declared = {d["name"]: d["parametersJsonSchema"] for t in body["tools"] for d in t["functionDeclarations"]}
+    assert declared["notion-create-attachment"] == json.loads(CHOICES.input_schema_json)
+    assert declared["get_status"]["type"] == "object"
+
+
+@pytest.mark.parametrize("judge,body", [
+    (judge_for("anthropic"), {"model": "claude-sonnet-4-5", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}],
+                              "tools": [{"name": "x", "input_schema": {"type": "object", "anyOf": []}}]}),
+    (judge_for("anthropic"), {"model": "claude-sonnet-4-5", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}],
+                              "tools": [{"name": "x", "input_schema": {"properties": {}}}]}),
+    (judge_for("openai"), {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}],
+                           "tools": [{"type": "function", "function": {"name": "x", "parameters": {"oneOf": []}}}]}),
+    (lambda b: bedrock_judge(b, model_id="us.amazon.nova-pro-v1:0"),
+     {"messages": [{"role": "user", "content": [{"text": "hi"}]}],
+      "toolConfig": {"tools": [{"toolSpec": {"name": "x", "inputSchema": {"json": {"properties": {}}}}}]}}),
+])
+def test_the_judges_refuse_a_root_that_is_no_plain_object(judge, body):
+    assert any("tool-schema" in x for x in judge(body))
+
+
 @pytest.mark.parametrize("provider,model_id,most", [("openai", "gpt-4o", 128), ("openai-responses", "gpt-5.1", 128),
                                                     ("copilot", "gpt-5.1", 128), ("gemini", "gemini-2.5-pro", 512)])
 def test_more_tools_than_the_provider_takes_is_refused_naming_the_field(stubs, provider, model_id, most):

@@ -85,6 +85,21 @@ def openai_tool_problems(tools: list, schema_of, p) -> None:
             p.add("tool-schema", f"tools[{i}]", f"Invalid schema: In context={where}, array schema missing items.")
 
 
+def schema_root_problem(schema, where: str, p) -> None:
+    """A tool's input schema must be an object at its root, without anyOf, oneOf or allOf there:
+    Anthropic ("input_schema.type: Field required"; "input_schema does not support oneOf, allOf,
+    or anyOf at the top level"), Bedrock ("inputSchema.json.type must be one of the following:
+    object") and OpenAI ("schema must be a JSON Schema of 'type: \"object\"'") alike."""
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        kind = schema.get("type") if isinstance(schema, dict) else None
+        p.add("tool-schema", where, f"schema must be a JSON Schema of 'type: \"object\"', got 'type: \"{kind}\"'")
+        return
+    for key in ("oneOf", "allOf", "anyOf"):
+        if key in schema:
+            p.add("tool-schema", where, "input_schema does not support oneOf, allOf, or anyOf at the top level")
+            return
+
+
 def _array_without_items(schema, path: tuple):
     if isinstance(schema, list):
         for k, x in enumerate(schema):

@@ -18,7 +18,7 @@ import botocore.session
 from botocore.validate import ParamValidator
 
 from ._common import (MAX_MARKERS, PREFILL_REFUSED, Problems, claude_generation, image_pixels, image_problem,
-                      refuses_prefill)
+                      refuses_prefill, schema_root_problem)
 
 # DocumentBlock.name: "alphanumeric characters, whitespace characters (no more than one in a row),
 # hyphens, parentheses, and square brackets" (Converse API reference).
@@ -281,6 +281,10 @@ def judge(body: dict, model_id: str = "") -> list:
         tool_blocks = tool_blocks or any("toolUse" in b or "toolResult" in b for b in blocks)
         if i > 0 and messages[i - 1].get("role") == msg.get("role"):
             p.add("alternate", f"messages[{i}]", "roles must alternate between user and assistant")
+    for k, t in enumerate(((body.get("toolConfig") or {}).get("tools") or []) if isinstance(body.get("toolConfig"), dict) else []):
+        if isinstance(t, dict) and isinstance(t.get("toolSpec"), dict):
+            schema_root_problem(((t["toolSpec"].get("inputSchema") or {}).get("json")),
+                                f"toolConfig.tools.{k}.toolSpec.inputSchema.json", p)
     if tool_blocks and not (body.get("toolConfig") or {}).get("tools"):
         p.add("tools-defined", "toolConfig", "The toolConfig field must be defined when using toolUse and toolResult content blocks")
     _cache_point_problem(body, model_id, p)

@@ -18,7 +18,7 @@ from openai.types.chat.completion_create_params import CompletionCreateParamsNon
 
 from ._common import (ANTHROPIC_ID, MAX_MARKERS, MAX_TOKENS_REFUSED, OPENAI_ID_MAX, PREFILL_REFUSED, Problems,
                       data_url_problem, is_http_url, openai_tool_problems, refuses_max_tokens, refuses_prefill,
-                      strict_validator, tool_name_problem, validate)
+                      schema_root_problem, strict_validator, tool_name_problem, validate)
 
 PROVIDERS = ("openai", "openai-compatible", "openrouter", "alibaba", "copilot")
 
@@ -243,4 +243,6 @@ def judge(body: dict, provider: str = "openai") -> list:
     for k, tool in enumerate(body.get("tools") or []):
         name = ((tool or {}).get("function") or {}).get("name") if isinstance(tool, dict) else None
         tool_name_problem(name, f"tools[{k}].function.name", p)
+        if isinstance(tool, dict) and isinstance(tool.get("function"), dict) and "parameters" in tool["function"]:
+            schema_root_problem(tool["function"]["parameters"], f"tools[{k}].function.parameters", p)
     return p

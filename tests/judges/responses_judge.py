@@ -14,8 +14,8 @@ import copy
 
 from openai.types.responses.response_create_params import ResponseCreateParamsNonStreaming
 
-from ._common import (Problems, data_url_problem, is_http_url, openai_tool_problems, strict_validator,
-                      tool_name_problem, validate)
+from ._common import (Problems, data_url_problem, is_http_url, openai_tool_problems, schema_root_problem,
+                      strict_validator, tool_name_problem, validate)
 
 # call_id: "string_above_max_length" past 64 characters, "empty_string" below 1
 CALL_ID_MAX = 64
@@ -145,4 +145,6 @@ def judge(body: dict) -> list:
     for k, tool in enumerate(body.get("tools") or []):
         if isinstance(tool, dict) and tool.get("type") == "function":
             tool_name_problem(tool.get("name"), f"tools[{k}].name", p)
+            if "parameters" in tool:
+                schema_root_problem(tool["parameters"], f"tools[{k}].parameters", p)
     return p

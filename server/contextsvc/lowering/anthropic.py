@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from .. import conversation as m
 from . import media
+from .tool_schema import object_root
 from ..deadline import NO_DEADLINE, Deadline
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
@@ -85,7 +86,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     if tools:
         out["tools"] = [
             {"name": wire_name(FORMAT, t.name), "description": t.description,
-             "input_schema": t.input_schema or {"type": "object"}}
+             "input_schema": object_root(t.input_schema)}
             for t in tools
         ]
         if tools_disabled:

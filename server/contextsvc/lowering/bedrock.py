@@ -19,6 +19,7 @@ import re
 
 from .. import conversation as m, model_ids
 from . import media
+from .tool_schema import object_root
 from ..deadline import NO_DEADLINE, Deadline
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
@@ -178,7 +179,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     if tools:
         out["toolConfig"] = {"tools": [
             {"toolSpec": {"name": wire_name(FORMAT, t.name), "description": t.description if (t.description or "").strip() else t.name,
-                          "inputSchema": {"json": t.input_schema or {"type": "object"}}}}
+                          "inputSchema": {"json": object_root(t.input_schema)}}}
             for t in tools
         ]}
     return Lowered(out, system_blocks, wire, roles, sources, lists, (out["inferenceConfig"], "maxTokens"))

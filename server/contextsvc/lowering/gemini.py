@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from .. import conversation as m, model_ids
 from . import media
+from .tool_schema import object_root
 from ..deadline import NO_DEADLINE, Deadline
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
@@ -171,7 +172,7 @@ def _declaration(t) -> dict:
     # `parameters` takes only an OpenAPI subset and refuses the rest, so the schema goes as is
     # in `parametersJsonSchema`, which takes JSON Schema: nothing the tool says is lost.
     return {"name": wire_name(FORMAT, t.name), "description": t.description,
-            "parametersJsonSchema": t.input_schema or {"type": "object"}}
+            "parametersJsonSchema": object_root(t.input_schema, fold_choices=False)}
 
 
 def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="",

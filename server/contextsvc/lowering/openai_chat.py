@@ -10,7 +10,7 @@ from .lowered import Lowered, open_with_user
 from .media import MediaLedger
 from .neutral import BRIDGE_ASSISTANT_TEXT, LEAD_USER_TEXT, MMedia, MReasoning, MSpacer, MText, MToolCall, MToolResult
 from .tool_ids import WORD, id_rule, wire_id, wire_name
-from .tool_schema import with_array_items
+from .tool_schema import object_root, with_array_items
 from .wire_format import WireFormat
 
 
@@ -95,7 +95,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     if tools:
         out["tools"] = [
             {"type": "function", "function": {"name": wire_name(fmt, t.name), "description": t.description,
-                                              "parameters": with_array_items(t.input_schema or {"type": "object"})}}
+                                              "parameters": with_array_items(object_root(t.input_schema))}}
             for t in tools
         ]
         if tools_disabled:

@@ -18,7 +18,7 @@ from .neutral import (
 )
 from .openai_chat import OPENAI_MAX_TOOLS, cache_key
 from .tool_ids import WORD, id_rule, wire_id, wire_name
-from .tool_schema import with_array_items
+from .tool_schema import object_root, with_array_items
 from .wire_format import WireFormat
 
 
@@ -119,7 +119,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     if tools:
         # strict: false, since OpenAI's default (true) refuses any schema with an optional property
         out["tools"] = [{"type": "function", "name": wire_name(FORMAT, t.name), "description": t.description,
-                         "parameters": with_array_items(t.input_schema or {"type": "object"}), "strict": False}
+                         "parameters": with_array_items(object_root(t.input_schema)), "strict": False}
                         for t in tools]
         if tools_disabled:
             out[FORMAT.tool_choice_key] = "none"  # tools stay defined (history may hold calls), none is called

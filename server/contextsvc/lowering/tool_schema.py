@@ -1,9 +1,21 @@
 """A tool's input schema as a provider takes it.
 
-OpenAI refuses a function whose schema has an array without `items`, strict mode or not:
-"Invalid schema for function 'x': In context=('properties', 'paths'), array schema missing
-items." MCP servers write such schemas (an array of anything), and the request is refused as long
-as the server's tools are loaded. `items: {}` says the same: an array of any items.
+MCP servers write schemas that JSON Schema allows and the providers refuse, and the request is
+refused for as long as the server's tools are loaded (every request of the session):
+- OpenAI refuses an array without `items`, strict mode or not: "Invalid schema for function 'x':
+  In context=('properties', 'paths'), array schema missing items". `items: {}` says the same: an
+  array of any items (with_array_items).
+- A root without `type`: Anthropic "tools.0.custom.input_schema.type: Field required", Bedrock
+  "inputSchema.json.type must be one of the following: object", OpenAI "schema must be a JSON
+  Schema of 'type: "object"', got 'type: "None"'". A tool's input is an object: `type: "object"`
+  says so (object_root).
+- `anyOf`, `oneOf` or `allOf` at the root (Notion's remote MCP server, August 2026): Anthropic
+  and Claude on Bedrock "input_schema does not support oneOf, allOf, or anyOf at the top level",
+  OpenAI likewise. The branches' properties join the root's (its own first); their required
+  ones stay required where every branch applies (allOf), and go where one of them does: the
+  model may then send an input the tool refuses, which it is told (object_root).
+Each a function of the schema alone, copy on write: the request's own schema stays as it is, and
+the very object comes back where nothing changes.
 """
 from __future__ import annotations
 
@@ -52,3 +64,45 @@ def _each(schemas: list) -> list:
 def _is_array(schema: dict) -> bool:
     kind = schema.get("type")
     return kind == "array" or (isinstance(kind, list) and "array" in kind)
+
+
+_ROOT_CHOICES = ("anyOf", "oneOf", "allOf")
+
+
+def object_root(schema, fold_choices: bool = True):
+    """schema with an object root: `type: "object"` where it has no type, and with fold_choices,
+    the branches of a root anyOf, oneOf or allOf folded into the root (the module's doc); the
+    very object where nothing changes. None or {} is the empty object schema."""
+    if not schema:
+        return {"type": "object"}
+    if not isinstance(schema, dict):
+        return schema
+    out = schema
+    if "type" not in schema:
+        out = {"type": "object", **schema}
+    if fold_choices and any(k in schema for k in _ROOT_CHOICES):
+        out = _folded(out)
+    return out
+
+
+def _folded(schema: dict) -> dict:
+    """schema (a copy) with its root anyOf, oneOf and allOf folded in."""
+    out = {k: v for k, v in schema.items() if k not in _ROOT_CHOICES}
+    properties = dict(out.get("properties") or {}) if isinstance(out.get("properties"), dict) else {}
+    required = list(out.get("required") or []) if isinstance(out.get("required"), list) else []
+    for key in _ROOT_CHOICES:
+        branches = schema.get(key)
+        if not isinstance(branches, list):
+            continue
+        for branch in branches:
+            if not isinstance(branch, dict):
+                continue
+            for name, value in (branch.get("properties") or {}).items() if isinstance(branch.get("properties"), dict) else ():
+                properties.setdefault(name, value)
+            if key == "allOf" and isinstance(branch.get("required"), list):
+                required += [x for x in branch["required"] if x not in required]
+    if properties or "properties" in out:
+        out["properties"] = properties
+    if required or "required" in out:
+        out["required"] = required
+    return out
