@@ -392,6 +392,31 @@ def test_the_judges_refuse_a_root_that_is_no_plain_object(judge, body):
     assert any("tool-schema" in x for x in judge(body))
 
 
+DOCUMENTED = pb.ToolDefinition(name="search_issues", description="Search the tracker. " + "Qualifiers: is:open, label:x. " * 60,
+                               input_schema_json='{"type":"object"}')
+
+
+@pytest.mark.parametrize("provider,model_id", [("openai", "gpt-4o"), ("copilot", "gpt-5.1"),
+                                               ("openai-compatible", "azure/gpt-5.1"), ("openrouter", "openai/gpt-5")])
+def test_a_long_tool_description_is_cut_for_openai_models(stubs, provider, model_id):
+    """"Invalid 'tools[1].function.description': string too long. Expected a string with maximum
+    length 1024" (OpenHands, sentry-mcp, LibreChat: an MCP server's tool documented at length),
+    at every request of the session: the first 1,023 characters and an ellipsis."""
+    body = assembled(stubs, provider, model_id, session(), tools=(BASH, DOCUMENTED))
+    text = body["tools"][1]["function"]["description"]
+    assert len(text) == 1024 and text == DOCUMENTED.description[:1023] + "\u2026"
+    assert body["tools"][0]["function"]["description"] == BASH.description
+
+
+def test_a_long_tool_description_goes_whole_to_other_models(stubs):
+    for provider, model_id in (("openrouter", "anthropic/claude-sonnet-4.5"), ("anthropic", "claude-sonnet-4-5")):
+        body = assembled(stubs, provider, model_id, session(), tools=(BASH, DOCUMENTED))
+        assert DOCUMENTED.description in json.dumps(body)
+    judged = judge_for("openai")({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}], "tools": [
+        {"type": "function", "function": {"name": "x", "description": "d" * 1025, "parameters": {"type": "object"}}}]})
+    assert any("maximum length 1024" in x for x in judged)
+
+
 @pytest.mark.parametrize("provider,model_id,most", [("openai", "gpt-4o", 128), ("openai-responses", "gpt-5.1", 128),
                                                     ("copilot", "gpt-5.1", 128), ("gemini", "gemini-2.5-pro", 512)])
 def test_more_tools_than_the_provider_takes_is_refused_naming_the_field(stubs, provider, model_id, most):

@@ -92,6 +92,7 @@ def _take_extras(body: dict, provider: str, p: Problems) -> None:
 # Message fields an endpoint documents beyond OpenAI's: DeepSeek's and Moonshot's reasoning_content
 # on the model's turns, behind an OpenAI-compatible endpoint
 MESSAGE_EXTRAS = {"openai-compatible": {"reasoning_content": str}}
+MAX_DESCRIPTION = 1024  # OpenAI's function descriptions ("string_above_max_length")
 # models that refuse a turn of theirs with tool calls and no reasoning_content, once tools are sent:
 # DeepSeek's thinking models and Kimi's, by their makers' ids (not a distilled or instruct model)
 _REASONING_BACK = re.compile(r"deepseek-(?:reasoner|chat|v3[.-][12]|v4)|kimi-k2(?:[.-]?thinking|[.-][5-9])")
@@ -196,6 +197,12 @@ def judge(body: dict, provider: str = "openai") -> list:
     if provider == "openai" or (provider == "copilot" and ("gpt" in str(body.get("model", "")).lower()
                                                            or refuses_max_tokens(body.get("model")))):
         openai_tool_problems(body.get("tools") or [], lambda t: (t.get("function") or {}).get("parameters"), p)
+        for k, tool in enumerate(body.get("tools") or []):
+            text = ((tool.get("function") or {}) if isinstance(tool, dict) else {}).get("description")
+            if isinstance(text, str) and len(text) > MAX_DESCRIPTION:
+                p.add("tool-description", f"tools[{k}].function.description",
+                      f"string too long. Expected a string with maximum length {MAX_DESCRIPTION}, "
+                      f"but got a string with length {len(text)} instead.")
     if _MISTRAL.search(str(body.get("model", "")).lower()):
         _mistral_rules(body.get("messages") or [], p)
     if provider in MAX_TOKENS_PASSED and "max_tokens" in body and refuses_max_tokens(body.get("model")):

@@ -94,7 +94,8 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     out = {"model": model_id, "messages": all_msgs, token_field: max_output}
     if tools:
         out["tools"] = [
-            {"type": "function", "function": {"name": wire_name(fmt, t.name), "description": t.description,
+            {"type": "function", "function": {"name": wire_name(fmt, t.name),
+                                              "description": fmt.tool_description(t.description, model_id),
                                               "parameters": with_array_items(object_root(t.input_schema))}}
             for t in tools
         ]
@@ -156,6 +157,9 @@ _ACCEPTED = {**media.WEB_IMAGES, "application/pdf": media.DOCUMENT}  # PDF as fi
 
 # OpenAI's most tools in a request: "Invalid 'tools': array too long. Expected an array with maximum length 128"
 OPENAI_MAX_TOOLS = 128
+# OpenAI's longest function description: "Invalid 'tools[1].function.description': string too long.
+# Expected a string with maximum length 1024" (an MCP server's tool documented at length)
+OPENAI_MAX_DESCRIPTION = 1024
 # the providers whose output-cap field follows the model (ChatCompletions.token_field_for)
 _COMPLETION_TOKENS_BY_MODEL = (m.OPENAI_COMPATIBLE, m.COPILOT)
 
@@ -191,12 +195,23 @@ class ChatCompletions(WireFormat):
         Mistral's (MISTRAL_IDS): the request is lowered whole, never from per-message pieces."""
         return model_ids.is_mistral(model_id)
 
+    def serves_openai_model(self, model_id: str) -> bool:
+        """Whether the model is OpenAI's, whose limits apply wherever it is served: every model
+        of OpenAI's own API, and an OpenAI model behind a gateway (Copilot's gpt-5.1 refused 130
+        tools; Azure's and OpenRouter's are OpenAI's)."""
+        return self.name == m.OPENAI or (self.gateway and ("gpt-" in model_id.lower()
+                                                           or model_ids.takes_completion_tokens(model_id)))
+
     def tool_limit(self, model_id: str) -> int:
-        """OpenAI's 128 for an OpenAI model behind a gateway too (Copilot's gpt-5.1 refused 130;
-        Azure's and OpenRouter's are OpenAI's); a gateway's other models: none known."""
-        if self.gateway and ("gpt-" in model_id.lower() or model_ids.takes_completion_tokens(model_id)):
-            return OPENAI_MAX_TOOLS
-        return self.max_tools
+        """OpenAI's 128 for an OpenAI model; a gateway's other models: none known."""
+        return OPENAI_MAX_TOOLS if self.serves_openai_model(model_id) else self.max_tools
+
+    def tool_description(self, description: str, model_id: str) -> str:
+        """A tool's description as the model takes it: cut to OPENAI_MAX_DESCRIPTION characters,
+        the last an ellipsis, for an OpenAI model (refused whole at every request of the session)."""
+        if len(description) <= OPENAI_MAX_DESCRIPTION or not self.serves_openai_model(model_id):
+            return description
+        return description[:OPENAI_MAX_DESCRIPTION - 1] + "\u2026"
 
     def token_field_for(self, model_id: str) -> str:
         """Where the output-token cap goes for this model: an OpenAI reasoning model served by
