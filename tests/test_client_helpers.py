@@ -189,7 +189,7 @@ def test_client_tool_name_turns_a_mapped_name_back_and_keeps_any_other():
 
 
 def test_node_helpers_pass_their_unit_tests():
-    """clients/node/apply.js: the same cases, on proto-loader's plain objects (node --test)."""
+    """clients/node/apply.js and usage.js: the same cases, on proto-loader's plain objects (node --test)."""
     import pathlib
     import shutil
     import subprocess
@@ -197,6 +197,6 @@ def test_node_helpers_pass_their_unit_tests():
     node = shutil.which("node")
     assert node, "node not installed: run .ci/deps (the README's test command does)"
     client = pathlib.Path(__file__).resolve().parent.parent / "clients" / "node"
-    out = subprocess.run([node, "--test", "apply.test.js"], cwd=client, capture_output=True, text=True,
+    out = subprocess.run([node, "--test", "apply.test.js", "usage.test.js"], cwd=client, capture_output=True, text=True,
                          timeout=60, env={"PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stdout + out.stderr

@@ -24,8 +24,8 @@ def test_typescript_client_builds_from_the_proto_with_camel_case_types():
 
 def test_typescript_apply_helpers_pass_their_unit_tests():
     node = typescript.build()
-    out = subprocess.run([node, "--test", "dist/test/apply.test.js"], cwd=typescript.CLIENT, capture_output=True,
-                         text=True, timeout=120, env=typescript.ENV)
+    out = subprocess.run([node, "--test", "dist/test/apply.test.js", "dist/test/usage.test.js"], cwd=typescript.CLIENT,
+                         capture_output=True, text=True, timeout=120, env=typescript.ENV)
     assert out.returncode == 0, out.stdout + out.stderr
     counts = dict(re.findall(r"^# (tests|pass|fail) (\d+)$", out.stdout, re.M))
     assert int(counts["tests"]) > 0 and counts["pass"] == counts["tests"] and counts["fail"] == "0", out.stdout

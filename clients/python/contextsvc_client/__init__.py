@@ -22,6 +22,11 @@ The model calls a tool by the name the body gave it, which for a name the provid
 (`github.create_issue` on Anthropic or OpenAI) is a mapped one; client_tool_name turns it back:
 
     tool = tools_by_name[client_tool_name(a, call.name)]
+
+The answer's usage, as the provider reported it, is stored as usage_from makes it (each provider
+splits its count its own way: usage.py):
+
+    answer_message.usage.CopyFrom(usage_from(model.provider, response.usage))
 """
 from __future__ import annotations
 
@@ -29,6 +34,10 @@ import time
 from typing import Iterable, Sequence
 
 from contextsvc.v1 import context_pb2 as pb
+
+from .usage import usage_from
+
+__all__ = ["apply_assemble", "apply_compaction", "apply_persist", "apply_prune", "client_tool_name", "usage_from"]
 
 
 def apply_compaction(messages: Sequence[pb.Message], response: pb.CompactResponse,

@@ -7,4 +7,5 @@ export {
 // ChannelCredentials object")
 export { ChannelCredentials, Metadata, ServiceError, credentials, status } from "@grpc/grpc-js";
 export { applyAssemble, applyCompaction, applyPrune, applyPersist, clientToolName } from "./apply";
+export { ProviderUsage, usageFrom } from "./usage";
 export * from "./gen/contextsvc/v1/context";
