@@ -133,6 +133,42 @@ def test_bytes_that_are_no_image_under_an_image_type_are_the_note(stubs, provide
     assert base64.b64encode(LFS_POINTER).decode()[:40] not in text
 
 
+SCREENSHOT = pb.FilePart(mime="image/png", filename="s.png", data=b"\x89PNG\r\n\x1a\n" + bytes(32))
+PAPER = pb.FilePart(mime="application/pdf", filename="spec.pdf", data=b"%PDF-1.4\n1 0 obj<</Type/Page>>endobj\n%%EOF")
+
+
+@pytest.mark.parametrize("provider,model_id", [("openai-compatible", "deepseek-chat"),
+                                               ("openai-compatible", "deepseek-v4-flash"),
+                                               ("openrouter", "deepseek/deepseek-r1-0528"),
+                                               ("openai-compatible", "deepseek-reasoner")])
+def test_deepseeks_text_models_get_the_note_for_every_medium(stubs, provider, model_id):
+    """"Failed to deserialize the JSON body into the target type: messages[3]: unknown variant
+    `image_url`, expected `text`" (DeepSeek V3, R1 and V4: Zoo-Code, hermes-webui, rikkahub), at
+    every request once a screenshot is in the history: each medium is its attachment note."""
+    messages = session()
+    messages[1].parts[1].tool.state.attachments.append(SCREENSHOT)
+    messages[0].parts.append(pb.Part(id="f1", file=PAPER))
+    text = json.dumps(assembled(stubs, provider, model_id, messages))
+    assert "image_url" not in text and '"file"' not in text
+    assert f"s.png (not sent: {model_id} takes text alone)" in text and f"spec.pdf (not sent: {model_id} takes text alone)" in text
+    measured = stubs[0].Measure(pb.MeasureRequest(conversation=pb.Conversation(messages=messages),
+                                                  model=convo.model(convo.PROVIDERS[provider], id=model_id)), timeout=10)
+    assert measured.media_count == 0
+
+
+@pytest.mark.parametrize("model_id", ["deepseek-vl2", "deepseek-ocr", "qwen3-vl-235b-a22b"])
+def test_deepseeks_vision_models_and_others_get_the_image(stubs, model_id):
+    messages = session()
+    messages[1].parts[1].tool.state.attachments.append(SCREENSHOT)
+    assert "image_url" in json.dumps(assembled(stubs, "openai-compatible", model_id, messages))
+
+
+def test_the_judge_refuses_an_image_to_deepseeks_text_models():
+    judged = judge_for("openai-compatible")({"model": "deepseek-chat", "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "x"}, {"type": "image_url", "image_url": {"url": "https://x/y.png"}}]}]})
+    assert any("expected `text`" in x for x in judged)
+
+
 def test_the_judges_refuse_bytes_that_are_no_image():
     data = base64.b64encode(ERROR_PAGE).decode()
     anthropic = {"model": "claude-sonnet-4-5", "max_tokens": 10, "messages": [{"role": "user", "content": [

@@ -168,6 +168,19 @@ def wants_reasoning_content(model_id: str) -> bool:
     return "distill" not in mid and _REASONING_BACK.search(mid) is not None
 
 
+# Models that take text alone, wherever served: DeepSeek's chat and reasoning models refuse an
+# image ("Failed to deserialize the JSON body into the target type: messages[3]: unknown variant
+# `image_url`, expected `text`": V3, R1 and V4, at every request once a screenshot is in the
+# history); its vision and OCR models (deepseek-vl2, deepseek-ocr, Janus) take them
+_TEXT_ALONE = re.compile(r"deepseek")
+_SEES = re.compile(r"deepseek-(?:vl|ocr)|janus")
+
+
+def takes_text_alone(model_id: str) -> bool:
+    mid = model_id.lower()
+    return _TEXT_ALONE.search(mid) is not None and _SEES.search(mid) is None
+
+
 # Mistral's models, wherever served (its API, NIM, vLLM, OpenRouter): a user turn right after a
 # tool result is refused ("Unexpected role 'user' after role 'tool'"), and a call id must be 9
 # letters and digits ("Tool call id was call_abc but must be a-z, A-Z, 0-9, with a length of 9")

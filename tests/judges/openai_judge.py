@@ -117,6 +117,9 @@ def _take_message_extras(body: dict, provider: str, p: Problems) -> None:
 
 # Mistral's models, wherever served: no user turn right after a tool result, call ids of exactly
 # 9 letters and digits
+# DeepSeek's chat and reasoning models take text alone; its vision and OCR models take images
+_TEXT_ALONE = re.compile(r"deepseek")
+_SEES = re.compile(r"deepseek-(?:vl|ocr)|janus")
 _MISTRAL = re.compile(r"mistral|devstral|codestral|magistral|ministral|pixtral|mixtral|voxtral")
 _MISTRAL_ID = re.compile(r"[a-zA-Z0-9]{9}")
 
@@ -205,6 +208,14 @@ def judge(body: dict, provider: str = "openai") -> list:
                       f"but got a string with length {len(text)} instead.")
     if _MISTRAL.search(str(body.get("model", "")).lower()):
         _mistral_rules(body.get("messages") or [], p)
+    if _TEXT_ALONE.search(str(body.get("model", "")).lower()) and not _SEES.search(str(body.get("model", "")).lower()):
+        for i, msg in enumerate(body.get("messages") or []):
+            for j, part in enumerate(msg.get("content") if isinstance(msg, dict) and isinstance(msg.get("content"), list)
+                                     else []):
+                if isinstance(part, dict) and part.get("type") not in ("text", None):
+                    p.add("text-alone", f"messages[{i}].content[{j}]",
+                          "Failed to deserialize the JSON body into the target type: "
+                          f"messages[{i}]: unknown variant `{part.get('type')}`, expected `text`")
     if provider in MAX_TOKENS_PASSED and "max_tokens" in body and refuses_max_tokens(body.get("model")):
         p.add("max-tokens", "max_tokens", MAX_TOKENS_REFUSED)
     if talk[-1][1].get("role") == "assistant" and refuses_prefill(body.get("model")):

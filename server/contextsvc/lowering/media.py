@@ -46,10 +46,10 @@ class MediaLedger:
     """Collects media and opaque values while a body is built."""
 
     __slots__ = ("media_count", "saved_units", "extra", "placeholders", "_pending", "saved_by", "image_side",
-                 "left_out", "source_id", "image_pixels", "media_left_out")
+                 "left_out", "source_id", "image_pixels", "media_left_out", "refused")
 
     def __init__(self, placeholders: bool = False, image_side: int = 0, left_out: frozenset = frozenset(),
-                 image_pixels: tuple | None = None, media_left_out: frozenset = frozenset()):
+                 image_pixels: tuple | None = None, media_left_out: frozenset = frozenset(), refused: str = ""):
         self.placeholders = placeholders  # build the estimate's text instead of the real body
         # the most pixels an image may have on a side in this request, where the request's own
         # rule is stricter than the format's (WireFormat.many_images_side); 0: the format's
@@ -59,6 +59,8 @@ class MediaLedger:
         # the ids of the messages whose media are all left out: the request holds more than its
         # provider takes (WireFormat.media_cap, step.many_images)
         self.media_left_out = media_left_out
+        # why the request's model takes no media at all ("" when it takes them): each is its note
+        self.refused = refused
         self.source_id = ""  # the message being lowered (the format's body sets it)
         # (the most pixels the model reads an image at, pixels per media item): a model that reads
         # an image at more tokens than one item counts it as several (Plan.image_pixels); None: one
@@ -260,6 +262,8 @@ def source(fmt, x, ledger: MediaLedger | None = None):
     found = kind(fmt, mime)
     if found is None or not (data or payload or web):
         return attachment_note(x)
+    if ledger is not None and ledger.refused:
+        return attachment_note(x, ledger.refused)
     if ledger is not None and ledger.leaves_out_media():
         what = "document pages" if fmt.media_cap_pages else "documents"
         return attachment_note(x, f"older media: the request holds more images and {what} than {fmt.name} "

@@ -215,7 +215,7 @@ class MessagePiece:
 def _ledger(plan: Plan) -> MediaLedger:
     """The media ledger of a lowering under plan: its placeholders and the request's image rules."""
     return MediaLedger(plan.placeholders, plan.image_side, plan.images_left_out, plan.image_pixels,
-                       plan.media_left_out)
+                       plan.media_left_out, plan.media_refused)
 
 
 def _piece_key(msg: m.Message, plan: Plan, settings: tuple | None = None) -> tuple | None:

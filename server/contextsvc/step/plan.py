@@ -86,6 +86,12 @@ class Plan:
         refuses to go on from its own turn (lowered.close_with_user)."""
         return model_ids.refuses_prefill(self.model.id)
 
+    @property
+    def media_refused(self) -> str:
+        """Why the model takes no media, which the attachment notes then say; "" when it takes
+        them (model_ids.takes_text_alone)."""
+        return f"{self.model.id} takes text alone" if model_ids.takes_text_alone(self.model.id) else ""
+
     def left_out(self, msg) -> int:
         """What of msg's media is left out: 2 all of it (media_left_out), 1 its images
         (images_left_out), 0 none."""
