@@ -169,6 +169,49 @@ def test_the_judge_refuses_an_image_to_deepseeks_text_models():
     assert any("expected `text`" in x for x in judged)
 
 
+@pytest.mark.parametrize("model_id", ["mistral.pixtral-large-2502-v1:0", "us.qwen.qwen3-vl-235b-a22b-v1:0",
+                                      "us.meta.llama3-2-90b-instruct-v1:0"])
+def test_bedrock_models_but_claude_nova_and_llama_4_get_tool_media_in_a_turn_of_their_own(stubs, model_id):
+    """Converse takes an image inside a toolResult for Claude, Nova and Llama 4 alone; Pixtral,
+    Qwen3-VL and the others refuse it ("This model doesn't support the image field for user
+    messages": opencode #49443): a screenshot tool's output goes after the tool results, in a user
+    turn of its own (the assistant turn of lowers_whole between), each call's named where two
+    calls have media."""
+    messages = session()
+    messages[1].parts[1].tool.state.attachments.append(SCREENSHOT)
+    messages[1].parts.append(convo.tool("p3b", "call_2", "bash", {"cmd": "shot B"}, "window B"))
+    messages[1].parts[2].tool.state.attachments.append(PAPER)
+    wire = assembled(stubs, "bedrock", model_id, messages)["messages"]
+    results = next(i for i, x in enumerate(wire) if any("toolResult" in b for b in x["content"]))
+    assert '"image"' not in json.dumps(wire[results]) and '"document"' not in json.dumps(wire[results])
+    bridge, moved = wire[results + 1], wire[results + 2]
+    assert bridge == {"role": "assistant", "content": [{"text": BRIDGE_ASSISTANT_TEXT}]}
+    kinds = [next(iter(b)) for b in moved["content"]]
+    assert moved["role"] == "user" and kinds[:4] == ["text", "image", "text", "document"], kinds
+    assert moved["content"][0]["text"] == "Media of tool call call_1:"
+
+
+@pytest.mark.parametrize("model_id", ["us.anthropic.claude-sonnet-4-5-20250929-v1:0", "us.amazon.nova-pro-v1:0",
+                                      "us.meta.llama4-maverick-17b-instruct-v1:0"])
+def test_claude_nova_and_llama_4_keep_tool_media_in_the_tool_result(stubs, model_id):
+    messages = session()
+    messages[1].parts[1].tool.state.attachments.append(SCREENSHOT)
+    wire = assembled(stubs, "bedrock", model_id, messages)["messages"]
+    result = next(b["toolResult"] for x in wire for b in x["content"] if "toolResult" in b)
+    assert any("image" in b for b in result["content"])
+
+
+def test_gpt_oss_takes_text_alone():
+    """gpt-oss reads text alone, on Bedrock ("This model doesn't support the image field") and elsewhere."""
+    from contextsvc import model_ids
+    assert model_ids.takes_text_alone("openai.gpt-oss-120b-1:0") and model_ids.takes_text_alone("openai/gpt-oss-20b")
+    assert not model_ids.takes_text_alone("gpt-5.1") and not model_ids.takes_text_alone("deepseek-vl2-small")
+    judged = bedrock_judge({"messages": [{"role": "user", "content": [{"toolResult": {"toolUseId": "t", "content": [
+        {"image": {"format": "png", "source": {"bytes": base64.b64encode(SCREENSHOT.data).decode()}}}]}}]}]},
+        model_id="mistral.pixtral-large-2502-v1:0")
+    assert any("image field" in x for x in judged)
+
+
 def test_the_judges_refuse_bytes_that_are_no_image():
     data = base64.b64encode(ERROR_PAGE).decode()
     anthropic = {"model": "claude-sonnet-4-5", "max_tokens": 10, "messages": [{"role": "user", "content": [

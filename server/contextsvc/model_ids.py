@@ -171,8 +171,9 @@ def wants_reasoning_content(model_id: str) -> bool:
 # Models that take text alone, wherever served: DeepSeek's chat and reasoning models refuse an
 # image ("Failed to deserialize the JSON body into the target type: messages[3]: unknown variant
 # `image_url`, expected `text`": V3, R1 and V4, at every request once a screenshot is in the
-# history); its vision and OCR models (deepseek-vl2, deepseek-ocr, Janus) take them
-_TEXT_ALONE = re.compile(r"deepseek")
+# history); its vision and OCR models (deepseek-vl2, deepseek-ocr, Janus) take them. OpenAI's
+# open-weight gpt-oss reads text alone (Bedrock: "This model doesn't support the image field")
+_TEXT_ALONE = re.compile(r"deepseek|gpt-oss")
 _SEES = re.compile(r"deepseek-(?:vl|ocr)|janus")
 
 

@@ -218,6 +218,21 @@ def _mixed_turns(messages: list, model_id: str, p: Problems) -> None:
                   "Conversation blocks and tool result blocks cannot be provided in the same turn.")
 
 
+def _media_in_results(messages: list, model_id: str, p: Problems) -> None:
+    """Converse takes images and documents inside a toolResult for Claude, Nova and Llama 4
+    alone ("only supported by Amazon Nova and Anthropic Claude 3 and 4 models"; Llama 4 measured);
+    given no model, or one naming no vendor, nothing is told."""
+    mid = str(model_id or "").lower()
+    if not mid or "claude" in mid or "nova" in mid or "llama4" in mid or not _UNCACHED_VENDORS.search(mid):
+        return
+    for i, msg in enumerate(messages):
+        for j, b in enumerate(msg.get("content") or []):
+            inner = (b.get("toolResult") or {}).get("content") if isinstance(b, dict) else None
+            if any(isinstance(x, dict) and ("image" in x or "document" in x) for x in inner or []):
+                p.add("tool-result-media", f"messages[{i}].content[{j}]",
+                      "This model doesn't support the image field for user messages. Remove image and try again.")
+
+
 def _count_cache_points(body: dict) -> int:
     n = 0
     for b in body.get("system") or []:
@@ -289,6 +304,7 @@ def judge(body: dict, model_id: str = "") -> list:
         p.add("tools-defined", "toolConfig", "The toolConfig field must be defined when using toolUse and toolResult content blocks")
     _cache_point_problem(body, model_id, p)
     _mixed_turns(messages, model_id, p)
+    _media_in_results(messages, model_id, p)
     n = _count_cache_points(body)
     if n > MAX_MARKERS:
         p.add("marker-count", "body", f"{n} cachePoint blocks; at most {MAX_MARKERS} are accepted")

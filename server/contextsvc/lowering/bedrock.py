@@ -96,7 +96,9 @@ def _text(text: str):
     return {"text": text} if text.strip() else None
 
 
-def _block(c, ledger: MediaLedger, names: _DocumentNames, deadline: Deadline):
+def _block(c, ledger: MediaLedger, names: _DocumentNames, deadline: Deadline, in_results: bool = True):
+    """c's Converse block; in_results: a tool result's media go inside it (else the caller moves
+    them: _moved_media)."""
     deadline.count("lowering")
     if isinstance(c, MText):  # the reasoning spacer too: it is blank
         return _text(c.text)
@@ -117,7 +119,8 @@ def _block(c, ledger: MediaLedger, names: _DocumentNames, deadline: Deadline):
                             "input": c.input}}
     if isinstance(c, MToolResult):
         content = [b for b in [_text(c.text)] if b is not None]
-        content.extend(_media(x, ledger, names) for x in c.media)
+        if in_results:
+            content.extend(_media(x, ledger, names) for x in c.media)
         return {"toolResult": {"toolUseId": wire_id(FORMAT, c.call_id), "content": content or [{"text": NO_OUTPUT}],
                                "status": "error" if c.is_error else "success"}}
     raise TypeError(type(c).__name__)
@@ -129,6 +132,19 @@ def _with_text(blocks: list) -> list:
         return blocks
     docs = [b["document"]["name"] for b in blocks if "document" in b]
     return blocks + [{"text": docs[0]}] if docs else blocks
+
+
+def _moved_media(msg, wire_ids: list, ledger: MediaLedger, names: _DocumentNames) -> list:
+    """The blocks of a user turn holding the media of msg's tool results (wire_ids: their
+    toolUseIds), for a model that takes none inside a toolResult; each call's named where two
+    or more have media (two parallel screenshots, window A and B)."""
+    found = [(call_id, r.media) for call_id, r in zip(wire_ids, msg.content) if r.media]
+    blocks = []
+    for call_id, media_of in found:
+        if len(found) > 1:
+            blocks.append({"text": f"Media of tool call {call_id}:"})
+        blocks.extend(_media(x, ledger, names) for x in media_of)
+    return _with_text(blocks) if blocks else []
 
 
 def _results(blocks: list) -> bool:
@@ -144,12 +160,10 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     run = None  # joins the messages that follow into wire[-1], of their role
     names = _DocumentNames()
     apart = FORMAT.lowers_whole(model_id)  # tool results and other blocks in turns of their own
-    for msg in messages:
-        role = "assistant" if msg.role == "assistant" else "user"
-        ledger.source_id = msg.source_id  # whose media the blocks below lower (MediaLedger.leaves_out)
-        blocks = _with_text([b for b in (_block(c, ledger, names, deadline) for c in msg.content) if b is not None])
-        if not blocks:
-            continue
+    in_results = FORMAT.media_in_tool_results(model_id)
+
+    def add(role: str, blocks: list, source_id: str) -> None:
+        nonlocal run
         if apart and wire and wire[-1]["role"] == role == "user" and _results(wire[-1]["content"]) != _results(blocks):
             # "Conversation blocks and tool result blocks cannot be provided in the same turn"
             wire.append({"role": "assistant", "content": [{"text": BRIDGE_ASSISTANT_TEXT}]})
@@ -161,13 +175,25 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
                 run = FORMAT.run(wire[-1]["content"])
             run.add(blocks)
             ledger.claim(wire[-1])
-            sources[-1].append(msg.source_id)
-            continue
+            sources[-1].append(source_id)
+            return
         run = None
         wire.append({"role": role, "content": blocks})
         ledger.claim(wire[-1])
         roles.append(role)
-        sources.append([msg.source_id])
+        sources.append([source_id])
+
+    for msg in messages:
+        role = "assistant" if msg.role == "assistant" else "user"
+        ledger.source_id = msg.source_id  # whose media the blocks below lower (MediaLedger.leaves_out)
+        blocks = _with_text([b for b in (_block(c, ledger, names, deadline, in_results) for c in msg.content)
+                             if b is not None])
+        if blocks:
+            add(role, blocks, msg.source_id)
+        if not in_results and msg.role == "tool":
+            moved = _moved_media(msg, [b["toolResult"]["toolUseId"] for b in blocks], ledger, names)
+            if moved:
+                add("user", moved, msg.source_id)
     open_with_user(wire, roles, sources, {"role": "user", "content": [{"text": LEAD_USER_TEXT}]})
     system_blocks = [{"text": s} for s in system if s.strip()]
     out = {"messages": wire}
@@ -215,6 +241,15 @@ class Bedrock(WireFormat):
     def media_cap(self, model) -> int:
         generation = model_ids.claude_generation(model.id)
         return 20 if generation is not None and generation <= (4, 0) else 0
+
+    def media_in_tool_results(self, model_id: str) -> bool:
+        """Whether the model takes images and documents inside a toolResult: Claude, Nova and
+        Llama 4 (measured); the others refuse them there ("This model doesn't support the image
+        field for user messages": Pixtral, gpt-oss, Qwen3-VL) and get them in a user turn after
+        the tool results, which lowers_whole puts apart. An id naming no model (an application
+        inference profile's ARN) is taken for Claude's, as for its cache points."""
+        mid = model_id.lower()
+        return "claude" in mid or "nova-" in mid or "llama4" in mid or not _MODEL_PROVIDER.search(mid)
 
     def lowers_whole(self, model_id: str) -> bool:
         """A model other than Claude from 3.5 refuses a turn holding tool results and other blocks
