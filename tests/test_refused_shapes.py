@@ -448,6 +448,29 @@ def test_a_root_of_alternatives_or_without_a_type_becomes_an_object(stubs, provi
                               "required": ["a", "b"]}
 
 
+NO_ARGUMENTS = pb.ToolDefinition(name="namespaces_list", description="List the namespaces",
+                                 input_schema_json='{"type":"object"}')
+
+
+@pytest.mark.parametrize("provider,model_id", [("openai", "gpt-4o"), ("openai-responses", "gpt-5.1"),
+                                               ("copilot", "gpt-5.1"), ("openrouter", "openai/gpt-5")])
+def test_a_tool_without_arguments_gets_empty_properties_for_openai(stubs, provider, model_id):
+    """"Invalid schema for function 'namespaces_list': In context=(), object schema missing
+    properties" (kubernetes-mcp-server, mongodb-mcp-server, forgecode on gpt-5): an MCP tool that
+    takes no arguments, refused at every request while its server is loaded."""
+    found = schemas(assembled(stubs, provider, model_id, session(), tools=(BASH, NO_ARGUMENTS)))
+    assert found["namespaces_list"] == {"type": "object", "properties": {}}
+
+
+def test_a_tool_without_arguments_goes_as_given_to_other_models(stubs):
+    for provider, model_id in (("openrouter", "google/gemini-2.5-pro"), ("anthropic", "claude-sonnet-4-5")):
+        found = schemas(assembled(stubs, provider, model_id, session(), tools=(BASH, NO_ARGUMENTS)))
+        assert found["namespaces_list"] == {"type": "object"}
+    judged = judge_for("openai")({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}], "tools": [
+        {"type": "function", "function": {"name": "x", "parameters": {"type": "object"}}}]})
+    assert any("object schema missing properties" in x for x in judged)
+
+
 def test_gemini_keeps_a_root_of_alternatives_and_gets_its_type(stubs):
     """Gemini's parametersJsonSchema takes anyOf at the root: only the missing type is added."""
     body = assembled(stubs, "gemini", "gemini-2.5-pro", session(), tools=(BASH, CHOICES, UNTYPED))

@@ -75,14 +75,18 @@ OPENAI_MAX_TOOLS = 128
 
 def openai_tool_problems(tools: list, schema_of, p) -> None:
     """OpenAI's rules of a request's function definitions (its models, wherever served): at most
-    OPENAI_MAX_TOOLS, and no array schema without items. schema_of: a definition's parameters."""
+    OPENAI_MAX_TOOLS, no array schema without items, and an object root with properties (a tool
+    taking no arguments: "object schema missing properties"). schema_of: a definition's parameters."""
     if len(tools) > OPENAI_MAX_TOOLS:
         p.add("tools-count", "tools", f"Invalid 'tools': array too long. Expected an array with maximum length "
                                       f"{OPENAI_MAX_TOOLS}, but got an array with length {len(tools)} instead.")
     for i, t in enumerate(tools):
-        where = _array_without_items(schema_of(t) if isinstance(t, dict) else None, ())
+        schema = schema_of(t) if isinstance(t, dict) else None
+        where = _array_without_items(schema, ())
         if where is not None:
             p.add("tool-schema", f"tools[{i}]", f"Invalid schema: In context={where}, array schema missing items.")
+        if isinstance(schema, dict) and schema.get("type") == "object" and "properties" not in schema:
+            p.add("tool-schema", f"tools[{i}]", "Invalid schema: In context=(), object schema missing properties.")
 
 
 def schema_root_problem(schema, where: str, p) -> None:

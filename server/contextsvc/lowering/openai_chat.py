@@ -96,7 +96,8 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
         out["tools"] = [
             {"type": "function", "function": {"name": wire_name(fmt, t.name),
                                               "description": fmt.tool_description(t.description, model_id),
-                                              "parameters": with_array_items(object_root(t.input_schema))}}
+                                              "parameters": with_array_items(object_root(
+                                                  t.input_schema, properties=fmt.serves_openai_model(model_id)))}}
             for t in tools
         ]
         if tools_disabled:

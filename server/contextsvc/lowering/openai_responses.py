@@ -119,7 +119,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     if tools:
         # strict: false, since OpenAI's default (true) refuses any schema with an optional property
         out["tools"] = [{"type": "function", "name": wire_name(FORMAT, t.name), "description": t.description,
-                         "parameters": with_array_items(object_root(t.input_schema)), "strict": False}
+                         "parameters": with_array_items(object_root(t.input_schema, properties=True)), "strict": False}
                         for t in tools]
         if tools_disabled:
             out[FORMAT.tool_choice_key] = "none"  # tools stay defined (history may hold calls), none is called

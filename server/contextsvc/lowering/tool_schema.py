@@ -9,6 +9,9 @@ refused for as long as the server's tools are loaded (every request of the sessi
   "inputSchema.json.type must be one of the following: object", OpenAI "schema must be a JSON
   Schema of 'type: "object"', got 'type: "None"'". A tool's input is an object: `type: "object"`
   says so (object_root).
+- An object root without `properties` (a tool that takes no arguments): OpenAI "Invalid schema for
+  function 'namespaces_list': In context=(), object schema missing properties", on Chat
+  Completions and Responses alike. `properties: {}` says the same (object_root's properties).
 - `anyOf`, `oneOf` or `allOf` at the root (Notion's remote MCP server, August 2026): Anthropic
   and Claude on Bedrock "input_schema does not support oneOf, allOf, or anyOf at the top level",
   OpenAI likewise. The branches' properties join the root's (its own first); their required
@@ -69,12 +72,13 @@ def _is_array(schema: dict) -> bool:
 _ROOT_CHOICES = ("anyOf", "oneOf", "allOf")
 
 
-def object_root(schema, fold_choices: bool = True):
-    """schema with an object root: `type: "object"` where it has no type, and with fold_choices,
-    the branches of a root anyOf, oneOf or allOf folded into the root (the module's doc); the
-    very object where nothing changes. None or {} is the empty object schema."""
+def object_root(schema, fold_choices: bool = True, properties: bool = False):
+    """schema with an object root: `type: "object"` where it has no type, with fold_choices the
+    branches of a root anyOf, oneOf or allOf folded into the root, and with properties an
+    object root given `properties: {}` where it has none (the module's doc); the very object
+    where nothing changes. None or {} is the empty object schema."""
     if not schema:
-        return {"type": "object"}
+        return {"type": "object", "properties": {}} if properties else {"type": "object"}
     if not isinstance(schema, dict):
         return schema
     out = schema
@@ -82,6 +86,8 @@ def object_root(schema, fold_choices: bool = True):
         out = {"type": "object", **schema}
     if fold_choices and any(k in schema for k in _ROOT_CHOICES):
         out = _folded(out)
+    if properties and out.get("type") == "object" and "properties" not in out:
+        out = {**out, "properties": {}}
     return out
 
 
