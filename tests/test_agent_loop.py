@@ -302,7 +302,8 @@ def test_fake_provider_reads_responses_bodies():
     image = {"type": "input_image", "image_url": "data:image/png;base64," + PNG_BASE64, "detail": "auto"}
     call = {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"}
     body = {"model": "gpt-5", "max_output_tokens": 100, "store": False,
-            "tools": [{"type": "function", "name": "read", "parameters": {"type": "object"}, "strict": False}],
+            "tools": [{"type": "function", "name": "read", "parameters": {"type": "object", "properties": {}},
+                       "strict": False}],
             "input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}, image]}, call,
                       {"type": "function_call_output", "call_id": "c1", "output": "ok"}]}
     with FakeProvider() as fp:
