@@ -2,9 +2,14 @@
 
 It fills every section of the template from the head: the person's goals and constraints from
 user messages, files from tool inputs, commands from shell tool inputs, error strings from tool
-errors and error-looking lines, decisions stated by the assistant. In Progress names the request
+errors and error-looking lines, decisions stated by the assistant, and the facts the person states
+("the dev server port is 8080", "The deploy ticket is ZX-4471") verbatim in Critical Context, each
+until a later statement changes it (supersede.fact_clauses, superseded_facts: "the port is now
+9090", "renamed to beta_db", "X instead of Y"), its old name leaving Identifiers with it; a
+statement of fact is no request. In Progress names the request
 being worked on and the last step taken; Next Steps lists what the person asked (and the assistant
-announced) that no later step has done (see _Asks). Everything it copies is copied verbatim.
+announced) that no later step, nor the turn's closing report ("Root cause found in rollout.py.",
+"PR opened.", "All green."), has done (see _Asks). Everything it copies is copied verbatim.
 Given a previous summary it updates that document (rolling update): previous bullets and new ones
 are merged, duplicates dropped, each section bounded, oldest first out; the previous Next Steps
 and request in progress are carried through the new messages, so a step done later ticks them off,
@@ -150,6 +155,17 @@ SHORT_ASIDE = 6  # words: a user message this short that names nothing is no goa
 WORKING = "Working on: "  # In Progress: the request being worked on
 LAST_STEP = "Last step: "  # In Progress: the last step taken
 FIXED = " (since fixed)"  # Critical Context: an error line of a failure a later run of the same call cleared
+FACT = "Fact: "  # Critical Context: a fact the person stated, verbatim (supersede.fact_clauses)
+# a label before a fact that says only that it is one: "Important facts: the dev server port is 8080"
+FACT_LABEL = re.compile(r"^(?:(?:(?:also|and|so|btw|fyi|some|important|key|other|more|a few)\s+)*"
+                        r"(?:facts?|notes?|note that|info|context|details?|fyi|btw|for reference|reminder)\s*:\s+|"
+                        r"(?:and|also|plus|so)\s+(?=[a-z]))", re.IGNORECASE)
+# what, in a sentence that asks for something, makes it a constraint too: "Add retries, but never
+# more than 3", "Refactor it and don't touch the API"; not "keep its tests green" or "only the
+# parser", which say what the task is ("refactor module X and keep its tests green" is a task)
+STRONG_CONSTRAINT = re.compile(
+    r"\b(?:must(?:n'?t)?|never|always|don'?t|do not|shouldn'?t|should not|prefer(?:ably)?|avoid|no more than|"
+    r"at most|without (?:breaking|changing|touching))\b", re.IGNORECASE)
 
 
 def identifiers(text: str) -> list:
@@ -406,6 +422,22 @@ def edit_identifiers(inp) -> list:
 CODE_SPAN = re.compile(r"`([^`\n]+)`")
 
 
+# a verb that labels a statement, no ask: "Update: the port is now 9090", "Change: the DB is beta_db"
+STATED = re.compile(rf"^(?:{_VERB})\s*:\s+(?!(?:please\s+)?(?:{_VERB})\b).*"
+                    r"\b(?:is|are|was|were|has been|have been|isn't|aren't|wasn't)\b", re.IGNORECASE)
+
+
+# a verb opening an imperative: "Check the port is 9090" asks; "Deploy config lives in X" tells
+IMPERATIVE = re.compile(rf"^(?:{_VERB})\s+(?:the|that|a|an|all|every|each|our|my|your|its|this|these|those|"
+                        r"whether|if|how|why|where|what|which)\b", re.IGNORECASE)
+
+
+def _states(clause: str) -> bool:
+    """The clause states a fact (supersede.fact_clauses) though its first word is a verb of
+    asking ("Deploy config lives in `config/deploy.yaml`", "Test results are in out/")."""
+    return not IMPERATIVE.match(clause) and bool(sup.fact_clauses(clause))
+
+
 def asks_in(text: str) -> list:
     """The requests in a user message, one clause each and verbatim but for the words before the
     verb ("please", "and then", ...). A headline followed by a list of asks is the goal, not an
@@ -430,7 +462,7 @@ def asks_in(text: str) -> list:
             if "and" in joined_by.lower().split() and BARE_VERBS.match(clause):
                 verbs = clause + joined_by
             elif ASK_START.match(clause) and not clause.lower().startswith(("make sure", "change of plan")) \
-                    and not VAGUE_OBJECT.match(clause):
+                    and not VAGUE_OBJECT.match(clause) and not STATED.match(clause) and not _states(clause):
                 out.append(clause)
     return out
 
@@ -557,13 +589,20 @@ class _Asks:
         said_all = _report_words(closing)
         said = said_all - GENERIC_WORDS
         words = {w.lower() for w in WORD_RUN.findall(closing)}
+        strong = _says_done(closing)  # else a report of what was found or how a run ended (_reports)
+        passed = PASSED_SAID.search(closing) and not FAILED_SAID.search(closing)
         for a in asks:
             if a in self.done:
                 continue
             topic = _report_words(a)
             # or its verb said done of one of its words, however common ("Open a GitHub issue
-            # about X": "issue #42 opened")
-            if topic & said or (words & _past_forms(a) and topic & said_all):
+            # about X": "issue #42 opened"); a run of the tests reported green ("All green."); a
+            # look reported on ("Check the logs": "No errors.")
+            if strong and (topic & said or words & _past_forms(a) and topic & said_all) \
+                    or (not strong and words & _past_forms(a, last=True) and topic & said) \
+                    or (passed and _asks_tests(a)) \
+                    or (not strong and len(topic & said) >= 2) \
+                    or (_last_verb(a) in LOOK_ASKS and (topic & said or LOOKED_SAID.search(closing))):
                 self.done.add(a)
         self.done.update(settled)
 
@@ -693,9 +732,13 @@ _IRREGULAR_PAST = {"send": ("sent",), "tell": ("told",), "write": ("wrote", "wri
                    "set": ("set",), "split": ("split",), "share": ("shared",)}
 
 
-def _past_forms(ask: str) -> set:
-    """The past forms an ask's verb may be reported done in: "open" opened, "tag" tagged, "send" sent."""
+def _past_forms(ask: str, last: bool = False) -> set:
+    """The past forms an ask's verb may be reported done in: "open" opened, "tag" tagged, "send" sent;
+    last: of its last verb ("find and fix": fixed)."""
     verb = ask.split(maxsplit=1)[0].lower() if ask.strip() else ""
+    mt = ASK_VERB_PREFIX.match(ask) if last else None
+    if mt:  # of "find and fix the bug", the last: what is found is not yet fixed
+        verb = re.findall(rf"{_VERB}", mt.group(1), re.IGNORECASE)[-1].lower()
     if verb in _IRREGULAR_PAST:
         return set(_IRREGULAR_PAST[verb])
     return {verb + "ed", verb + "d", verb + verb[-1:] + "ed", verb[:-1] + "ied"} if verb else set()
@@ -767,7 +810,10 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
         if text.strip() and not sup.is_ack(text):
             sentences = _sentences(text)
             asks = asks_in(text)
-            if asks or not all(CONSTRAINT.search(s) or sup.is_reversal(s) for s in sentences):
+            stated = [sup.fact_clauses(s) for s in sentences]
+            # a message that only sets constraints, changes the plan or states facts is no request
+            if asks or not all(CONSTRAINT.search(s) or sup.is_reversal(s) or said
+                               for s, said in zip(sentences, stated)):
                 # the request's first sentence; a message that only sets a constraint is none
                 first = next(line.strip() for line in text.splitlines() if line.strip())
                 # a short aside naming nothing ("fix the lint too") is an ask, not the session's goal
@@ -780,6 +826,15 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
                 # debug the worker.", then a pasted log: the goal was the log's question alone)
                 out.append(("goal", goal, tuple(_clip(a, limits) for a in asks), names,
                             sentence if aside and asks else ""))
+            else:  # the turn under way goes on; what the assistant reported before it is settled
+                out.append(("told",))
+            for s, said in zip(sentences, stated):
+                # the facts it states, and the values it says are gone ("we moved off 8080"): not
+                # in a request ("Rename alpha_db to beta_db" is a step, not done yet), but in a change of plan
+                gone = sup.old_values(s) if not asks_in(s) or sup.is_reversal(s) else frozenset()
+                if said or gone:
+                    out.append(("fact", s, tuple(_clip(FACT + FACT_LABEL.sub("", c), limits) for c, _ in said),
+                                tuple(gone)))
             for s in sentences:
                 if sup.is_reversal(s):  # the person changed the plan: a decision, and it supersedes
                     out.append(("reversal", _clip(s, limits)))
@@ -788,7 +843,9 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
                     # the person's choice ("Use SQLite for storage (file ...)"): a decision a later
                     # reversal naming what it chose supersedes
                     out.append(("acc", "decisions", _clip(s, limits)))
-                if CONSTRAINT.search(s) and not s.rstrip().endswith("?"):  # "why does job 42 keep retrying?"
+                # not "why does job 42 keep retrying?", nor a task ("refactor X and keep its tests green")
+                if CONSTRAINT.search(s) and not s.rstrip().endswith("?") and (
+                        STRONG_CONSTRAINT.search(s) or not asks_in(s)):
                     out.append(("constraint", _clip(s, limits)))
             for line in text.splitlines():
                 if ERROR_LINE.search(line):
@@ -800,6 +857,8 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
                     for span in code_spans(s):
                         if _is_command(span):
                             out.append(("acc", "critical", _clip(f"Command: `{span}`", limits)))
+        elif text.strip():  # "Fix it.", "thanks": the turn goes on, what was reported before is settled
+            out.append(("told",))
         for p in msg.parts:
             deadline.count("compact")
             if isinstance(p.content, m.File) and p.content.filename:
@@ -920,7 +979,53 @@ def _report(msg: m.Message, limits: OfflineLimits) -> tuple:
         if _says_done(sentences[i]):
             later = tuple(_clip(x, limits) for x in sentences[i + 1:] if _announces(x))
             return ("report", _clip(sentences[i], limits), later)
+    if sentences and _reports(sentences[-1]):  # "PR opened.", "All green.", "No errors in the logs."
+        return ("report", _clip(sentences[-1], limits), ())
+    if sentences and not NOT_YET.search(sentences[-1]) and not sentences[-1].rstrip().endswith("?") \
+            and not _announces(sentences[-1]):
+        return ("answer", _clip(sentences[-1], limits))
     return ()
+
+
+# what a turn's last sentence reports done or found, besides what _says_done reads ("Root cause
+# found in rollout.py.", "PR opened.", "All green.", "No errors."): it closes the turn's asks its
+# verb or outcome is about (_Asks.closed_by), and no more: "found" said mid-turn is no step done
+REPORTED = re.compile(
+    r"\b(?:root cause|the cause|caused by|culprit|found|opened|sent|posted|pushed|tagged|released|published|"
+    r"deployed|shipped|committed|filed|drafted|"
+    r"noted|confirmed|verified|checked|reviewed|succeeded|green|pass(?:es|ed|ing)?|clean|"
+    r"no (?:errors?|failures?|issues?|problems?|warnings?)|nothing (?:left|found|wrong|else)|all good|"
+    r"looks? (?:good|fine|clean|ok))\b", re.IGNORECASE)
+# a run of the tests reported passing ("All green.", "tests pass"), with no failure beside it
+PASSED_SAID = re.compile(r"\b(?:green|pass(?:es|ed|ing)?|succeeded|all good)\b", re.IGNORECASE)
+FAILED_SAID = re.compile(r"\b(?:fail(?:s|ed|ing|ures?)?|errors?|red|broken|not|n't)\b", re.IGNORECASE)
+# a look reported on: "No errors.", "Nothing wrong in the config.", "Confirmed: port 9090 everywhere."
+LOOKED_SAID = re.compile(r"\b(?:no (?:errors?|failures?|issues?|problems?|warnings?)|nothing|all good|clean|"
+                         r"confirmed|verified|looks? (?:good|fine|clean|ok)|fine)\b", re.IGNORECASE)
+LOOK_ASKS = ("check", "verify", "review", "inspect", "investigate", "look", "scan", "audit", "find")
+# requests to tell something, which the turn's last sentence answers ("summarize the failures":
+# "2 failures remain: test_a, test_b.")
+ANSWER_ASKS = ("explain", "tell", "compare", "find", "print")
+# ... and the verbs of telling that are no verbs of asking (ASK_VERBS), said first or after "and"
+ANSWER_WORDS = re.compile(r"(?:^|\b(?:and|then)\s+)(?:summari[sz]e|list|show|report|describe|count|tell|explain)\b",
+                          re.IGNORECASE)
+
+
+def _asks_answer(ask: str) -> bool:
+    """The ask asks to tell something ("find where X is set", "run the suite and summarize failures"):
+    the turn's last sentence answers it."""
+    return _last_verb(ask) in ANSWER_ASKS or bool(ANSWER_WORDS.search(ask))
+
+
+def _last_verb(ask: str) -> str:
+    """The last of the verbs an ask opens with ("find and fix the bug": fix), lowercased."""
+    mt = ASK_VERB_PREFIX.match(ask)
+    return re.findall(rf"{_VERB}", mt.group(1), re.IGNORECASE)[-1].lower() if mt else ""
+
+
+def _reports(sentence: str) -> bool:
+    """The sentence reports something done or found (REPORTED), saying nothing is to come."""
+    return bool(REPORTED.search(sentence)) and not NOT_YET.search(sentence) and not sentence.rstrip().endswith("?")
 
 
 def _says_done(sentence: str) -> bool:
@@ -945,12 +1050,20 @@ class Stale:
     sections: tuple
     changed_by: str = ""
     exact: bool = False  # a path: this path alone, not a path it ends (a deleted file's base name)
+    name: bool = False  # a name of the Identifiers bullets (Critical Context) a later fact superseded
 
 
 def _stale_in(item: str, stale: list, key: str) -> bool:
-    return any(key in s.sections and (item == s.probe or _names_path(item, s.probe) if key == "files"
+    return any(_names_stale(item, s, key) if s.name
+               else key in s.sections and (item == s.probe or _names_path(item, s.probe) if key == "files"
                                       else item == s.probe if key == "critical" else s.probe in item)
                for s in stale)
+
+
+def _names_stale(item: str, s: Stale, key: str) -> bool:
+    """item is an Identifiers bullet listing the superseded name s.probe (drop_stale takes out the
+    name, not the bullet)."""
+    return key in s.sections and item.startswith(IDENTIFIERS) and s.probe in CODE_SPAN.findall(item)
 
 
 def _names_path(bullet: str, path: str) -> bool:
@@ -967,6 +1080,8 @@ def drop_stale(sections: dict, stale: list) -> dict:
     """sections without the items stale says are superseded (Done keeps its record of what
     happened, but for the files since deleted or renamed away in its Edited bullets: the next
     model would take them for files that exist)."""
+    renamed = {s.probe for s in stale if s.name}  # "alpha_db", once "renamed to beta_db"
+    stale = [s for s in stale if not s.name]
     changed = [s for s in stale if s.changed_by]
     if changed:
         stale = [s for s in stale if not s.changed_by]
@@ -976,6 +1091,8 @@ def drop_stale(sections: dict, stale: list) -> dict:
     if gone and "done" in out:
         out["done"] = [_without_names(x, EDITED, gone) for x in out["done"]]
         out["done"] = [x for x in out["done"] if x]
+    if renamed and "critical" in out:
+        out["critical"] = [x for x in (_without_names(x, IDENTIFIERS, renamed) for x in out["critical"]) if x]
     return out
 
 
@@ -1091,8 +1208,10 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
                 failing[line] = failing.get(line, 0) + 1
     constraints = list(previous.get("constraints", []))
     decisions = list(previous.get("decisions", []))
+    stated = [x[len(FACT):] for x in previous.get("critical", []) if x.startswith(FACT)]  # facts that hold
     last_user_answered = True
     closing = ""  # the assistant's latest sentence saying what it did, if no step came after it
+    answer = ""  # else its latest text's last sentence, which answers a request to tell something
     announced = []  # what the assistant announced in the turn under way
     reported = []  # ... of it, what it announced before its closing report
     mentioned, names = [], []  # paths and identifiers in prose
@@ -1119,6 +1238,11 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
         if closing and sup.topic(closing):
             acc.add("done", closing)
             asks.closed_by(closing, turn, reported)
+        elif answer and sup.topic(answer):  # "2 failures remain: ...": the answer to "summarize the failures"
+            answered = [a for a in turn if a not in asks.done and _asks_answer(a)]
+            if answered:
+                acc.add("done", answer)
+                asks.done.update(answered)
 
     for message_facts in each(memo, "offline", messages, settings, facts):
         reversed_here = set()  # this message's reversals: one change of plan, unless one replaces what another chose
@@ -1129,7 +1253,7 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
                 acc.add(fact[1], fact[2])
             elif kind == "step":
                 asks.step(fact[1], set(fact[2]), set(fact[3]), *fact[4:])
-                closing = ""
+                closing = answer = ""
             elif kind == "file":
                 files.setdefault(fact[1], {})[fact[2]] = None
             elif kind == "identifiers":
@@ -1137,19 +1261,39 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
                     (mentioned if is_path else names).append(item)
             elif kind == "answered":
                 last_user_answered = True
+            elif kind == "told":
+                close_turn()
+                closing, answer, announced, reported = "", "", [], []
+            elif kind == "fact":
+                new = [b[len(FACT):] for b in fact[2]]
+                for old in sup.superseded_facts(stated, new, frozenset(fact[3])):
+                    stated.remove(old)
+                    if old in new:  # said again: it stands, once
+                        continue
+                    acc.items["critical"].pop(FACT + old, None)
+                    stale.append(Stale(FACT + old, ("critical",)))
+                    now = {v for x in new for f in (sup.fact(x),) if f for v in f.values}
+                    stale.extend(Stale(v, ("critical",), name=True) for v in sup.fact(old).values - now)
+                for b in new:
+                    stated.append(b)
+                    acc.add("critical", FACT + b)
+                    values = sup.fact(b).values
+                    stale[:] = [x for x in stale if not (x.probe == FACT + b or x.name and x.probe in values)]
             elif kind == "said":
                 asks.said_with(fact[1], set(fact[2]), fact[3])
                 if fact[3]:
                     asks.done_by(fact[1])
             elif kind == "report":
-                closing = fact[1]
+                closing, answer = fact[1], ""
                 reported = [a for a in announced if a not in fact[2]]
+            elif kind == "answer":
+                closing, answer = "", fact[1]
             elif kind == "announced":
                 asks.add(fact[1])
                 announced.append(fact[1])
             elif kind == "goal":
                 close_turn()
-                closing, announced, reported = "", [], []
+                closing, answer, announced, reported = "", "", [], []
                 if fact[1]:
                     goals.append(fact[1])
                 elif fact[4] and not goals and not previous_goals:
@@ -1339,7 +1483,13 @@ def _bounded(key: str, items: list, limits: OfflineLimits) -> list:
     if key in PACKED:
         items = _repack(key, items, limits)
     if key == "critical":  # error lines and names copied verbatim: the agent's evidence
-        return items[-limits.max_items * CRITICAL_FACTOR:]
+        # the facts the person stated (the newest max_items) go last: error lines come and go,
+        # a port or a ticket number said once is said nowhere else
+        facts = [x for x in items if x.startswith(FACT)][-limits.max_items:]
+        room = max(0, limits.max_items * CRITICAL_FACTOR - len(facts))
+        others = [x for x in items if not x.startswith(FACT)]
+        keep = set(facts) | set(others[max(0, len(others) - room):] if room else ())
+        return [x for x in items if x in keep]
     if key == "files":
         items = _files(items)
         over = len(items) - limits.max_items
@@ -1379,8 +1529,33 @@ def merge(previous: dict, new: dict, limits: OfflineLimits = DEFAULT_LIMITS) -> 
             if key != "goal":  # the first goal keeps its place: it is the session's
                 bucket.pop(item, None)
             bucket[item] = None
-        out[key] = _bounded(key, list(bucket), limits)
+        items = list(bucket)
+        if key == "critical" and old and fresh:
+            items = _current_facts(items)
+        out[key] = _bounded(key, items, limits)
     return out
+
+
+def _current_facts(items: list) -> list:
+    """Critical Context with the facts a later fact supersedes left out (supersede.superseded_facts),
+    and the names they alone gave from its Identifiers: two summaries merged, the later one's
+    "the port is now 9090" and the earlier one's "the dev server port is 8080" are not both current."""
+    current, gone = [], set()
+    for item in items:
+        if not item.startswith(FACT):
+            continue
+        said = item[len(FACT):]
+        for old in sup.superseded_facts(current, [said], sup.old_values(said)):
+            current.remove(old)
+            if old != said:
+                gone.add(old)
+        current.append(said)
+    if not gone:
+        return items
+    kept = {v for x in current for f in (sup.fact(x),) if f for v in f.values}
+    names = {v for x in gone for f in (sup.fact(x),) if f for v in f.values} - kept
+    items = [x for x in items if not (x.startswith(FACT) and x[len(FACT):] in gone and x[len(FACT):] not in current)]
+    return [x for x in (_without_names(x, IDENTIFIERS, names) for x in items) if x]
 
 
 def summarize(messages: list, previous: str = "", limits: OfflineLimits = DEFAULT_LIMITS, memo=None,

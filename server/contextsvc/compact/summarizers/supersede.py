@@ -1,4 +1,5 @@
-"""What makes an earlier fact of a session stale, and which lines of a failure matter
+"""What makes an earlier fact of a session stale (a decision reversed, a constraint replaced, a
+value the person stated changed), and which lines of a failure matter
 (docs/design.md §5, "What the offline summarizer recognizes").
 
 Pure text rules, shared by the offline summarizer (which drops what is stale from the sections
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import dataclass
 from functools import lru_cache
 from types import MappingProxyType
 
@@ -199,6 +201,9 @@ def replaces(new: str, old: str) -> bool:
     number ("at most 3 retries" then "at most 5 retries")."""
     if reverses(new, old):
         return True
+    # a task's or a step's own number ("Next task 2: ...") is no value or version of a constraint:
+    # two tasks in a row are two tasks, not one changed
+    new, old = ORDINAL.sub(" ", new), ORDINAL.sub(" ", old)
     versions = {w.lower(): v for w, v in VERSION.findall(old)}
     for w, v in VERSION.findall(new):
         if versions.get(w.lower(), v) != v:  # the same thing at another version, said of the same rest
@@ -207,6 +212,10 @@ def replaces(new: str, old: str) -> bool:
                 return True
     n_new, n_old = set(NUMBER.findall(new)), set(NUMBER.findall(old))
     return bool(n_new and n_old and n_new != n_old) and same_topic(NUMBER.sub("", new), NUMBER.sub("", old))
+
+
+ORDINAL = re.compile(r"\b(?:tasks?|steps?|items?|parts?|phases?|stages?|points?|questions?|issues?|tickets?|"
+                     r"PRs?|pull requests?|no\.|numbers?|#)\s*#?\d+\b|(?<!\w)#\d+\b", re.IGNORECASE)
 
 
 def done_by(step: str, evidence: str) -> bool:
@@ -354,3 +363,144 @@ def moves_in_tool(tool: str, inp) -> list:
         return [(p, "") for p in paths if isinstance(p, str) and p]
     return []
 
+
+
+# Facts the person states: a subject, a link and a value that names something ("the dev server
+# port is 8080", "The deploy ticket is ZX-4471", "The database was renamed to beta_db", "Deploy
+# config lives in `config/deploy.yaml`"). The summary keeps them verbatim; a later statement of
+# the same subject with another value ("the port is now 9090"), or one naming the value as gone
+# ("we moved off 8080", "use X instead of Y", "Y is no longer used"), supersedes them.
+FACT_LINK = re.compile(
+    r"\s(?:(?:(?:is|are|was|were|has been|have been|got|gets)\s+)?(?:now\s+|just\s+)?"
+    r"(?:renamed|changed|moved|switched|bumped|updated|migrated|pinned|upgraded|downgraded|set)\s+(?:to|as)"
+    r"|(?:is|are|was|were)(?:\s+(?:now|still|currently|always|actually))?(?:\s+(?:set to|named|called|at|on|in))?"
+    r"|(?:lives?|sits?|is kept|is stored|are kept|are stored)\s+(?:in|at|on|under)|(?:runs?|listens?)\s+on"
+    r"|points?\s+(?:to|at))\s+", re.IGNORECASE)
+# what a value may be: a `code span`, a URL, a number ("8080", "3.11", "10.0.0.5"), a ticket
+# ("ZX-4471"), a name with a separator ("alpha_db", "config/deploy.yaml", "release/2026.12") or a
+# hyphen and a digit ("redis-1", "us-east-1"), a capitalized name ("Postgres", "Priya Raman"); not a
+# plain word ("broken", "fixing", "slow")
+FACT_VALUE = re.compile(
+    r"`[^`]+`|[A-Za-z][\w+.-]*://\S+|\d[\w.:/%+-]*|[A-Z][A-Z0-9]+-\d+|"
+    r"(?=[\w./-]*[A-Za-z])[\w.-]*\w[_./][\w./-]*\w|(?=[\w-]*\d)[A-Za-z]\w*-[\w-]*\w|"
+    r"[A-Z][^\W_]*(?:[-'][^\W_]+)*(?:\s+[A-Z][^\W_]*(?:[-'][^\W_]+)*)*")
+FACT_FILLER = re.compile(r"^(?:(?:the|a|an|our|my|now|port|version|v|number|no\.|ticket|branch|named|called)\s+)+",
+                         re.IGNORECASE)
+# a subject that names nothing: "it is now ...", "this is Bob", "we are fixing ...", "what is 8080?"
+FACT_PRONOUNS = frozenset("""it this that there here which what who whom whose why how when where he she
+they we i you everything something nothing anything someone everyone all both each one""".split())
+SUBJECT_LEAD = re.compile(r"^(?:(?:also|and|so|but|btw|fyi|note|note that|please note|remember|remember that|"
+                          r"now|then|oh|ok|okay|the|our|my|its|their|your|a|an)\b[,:]?\s*)+", re.IGNORECASE)
+# "The on-call engineer changed: it is now Tomasz": the subject is said before the label
+CHANGED_LABEL = re.compile(r"^(?P<subject>.+?)\s+(?:has\s+)?(?:changed|moved|was renamed|is different|"
+                           r"was updated|got updated|was replaced)$", re.IGNORECASE)
+# where one sentence states two facts: "the database name is alpha_db and the on-call engineer is Priya"
+FACT_SPLIT = re.compile(r",?\s+and\s+(?=(?:the|our|my|its|their)\s)|;\s+|,\s+(?=(?:the|our|my|its|their)\s)",
+                        re.IGNORECASE)
+MAX_SUBJECT_WORDS = 6
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One fact a clause states: the topic words of its subject and its value's words."""
+    subject: frozenset
+    values: frozenset
+
+
+def fact_clauses(sentence: str) -> list:
+    """[(clause, Fact)] of the facts a sentence of the person states, each clause verbatim (a
+    sentence stating two facts gives two); [] for a question or a sentence stating none."""
+    if sentence.rstrip().endswith("?"):
+        return []
+    out = []
+    for clause in FACT_SPLIT.split(sentence):
+        f = fact(clause)
+        if f is not None:
+            out.append((clause.strip(), f))
+    return out
+
+
+def fact(clause: str) -> "Fact | None":
+    """The fact a clause states, or None."""
+    mt = FACT_LINK.search(clause)
+    if mt is None:
+        return None
+    subject, rest = clause[:mt.start()], clause[mt.end():]
+    label, _, own = subject.rpartition(":")
+    own = SUBJECT_LEAD.sub("", own.strip())
+    if label and (not own or own.split()[0].lower() in FACT_PRONOUNS):
+        said = CHANGED_LABEL.match(label.strip().rsplit(":", 1)[-1].strip())
+        if said is None:
+            return None
+        own = SUBJECT_LEAD.sub("", said["subject"])
+    words = own.split()
+    if not words or len(words) > MAX_SUBJECT_WORDS or words[0].lower().strip(",") in FACT_PRONOUNS:
+        return None
+    if "(" in own or '"' in own:
+        return None
+    topic_words = frozenset(topic(own))
+    if not topic_words:
+        return None
+    named = re.search(r"\b(?:named|called|renamed|rename|name)\s*$", clause[:mt.end()], re.IGNORECASE)
+    rest = FACT_FILLER.sub("", rest.strip())
+    value = FACT_VALUE.match(rest)
+    if value is None and named:  # "the branch is named main": any word
+        value = re.match(r"[\w.-]+", rest)
+    if value is None or not value.group(0).strip(".-"):
+        return None
+    text = value.group(0).rstrip(".,;:!?")
+    return Fact(topic_words, _value_words(text))
+
+
+def _value_words(text: str) -> frozenset:
+    return frozenset(w.strip("`'\".,;:!?()") for w in text.split() if w.strip("`'\".,;:!?()"))
+
+
+# what a change names as the old value: "moved off 8080", "instead of alpha_db", "not Priya",
+# "no longer ZX-1", "renamed alpha_db to beta_db", "from 8080 to 9090", "replace X with Y",
+# "X is no longer used", "was 8080", "formerly X"
+_OLD_AFTER = re.compile(
+    r"\b(?:instead of|rather than|not|no longer(?:\s+(?:use|using|on|at|in|called|named|is|be))?|"
+    r"(?:moved|move|moving) off|"
+    r"off of|away from|formerly|previously|used to be|was previously|no more)\s+((?:[^\s,;()]+\s*){1,3})",
+    re.IGNORECASE)
+_OLD_BEFORE = re.compile(
+    r"\b(?:from|renam(?:e|es|ed|ing)|replac(?:e|es|ed|ing)|chang(?:e|es|ed|ing)|swap(?:s|ped|ping)?)\s+"
+    r"((?:[^\s,;()]+\s+){1,3}?)(?:to|with|by|for)\b|"
+    r"([^\s,;()]+)\s+(?:is|are)\s+(?:no longer|not)\s+(?:used|needed|in use|current|valid|right|correct)\b",
+    re.IGNORECASE)
+_OLD_STOP = frozenset(("to", "with", "by", "for", "and", "or", "in", "on", "at", "the", "a", "an", "port",
+                       "use", "using", "yesterday", "today", "anymore", "now", "any", "more", "be"))
+
+
+def old_values(sentence: str) -> frozenset:
+    """The values a sentence of the person names as no longer current (each one a value as
+    FACT_VALUE reads it: "do not touch the parser" names none)."""
+    out = []
+    for mt in _OLD_AFTER.finditer(sentence):
+        words = [w.strip("`'\".,;:!?()") for w in mt.group(1).split()]
+        while words and words[0].lower() in ("the", "a", "an", "port", "use", "using"):
+            words = words[1:]
+        if words:
+            out.append(words[0])
+    for mt in _OLD_BEFORE.finditer(sentence):
+        for g in mt.groups():
+            if g:
+                out.extend(w.strip("`'\".,;:!?()") for w in g.split() if w.lower() not in _OLD_STOP)
+    return frozenset(w for w in out if w and FACT_VALUE.fullmatch(w))
+
+
+def superseded_facts(current: list, new: list = (), gone: frozenset = frozenset()) -> list:
+    """The fact clauses of current (verbatim, each stating one fact) that a later sentence
+    supersedes: those whose value it names as gone (gone: old_values), and the one (or those) whose
+    subject a fact clause of new states again ("the port is now 9090" after "the dev server port
+    is 8080": its subject's words are among theirs; of several such, those of the same words)."""
+    parsed = [(c, fact(c)) for c in current]
+    facts = [f for f in map(fact, new) if f is not None]
+    now = {v for f in facts for v in f.values}
+    out = [c for c, f in parsed if f is not None and f.values & gone and not f.values <= now]
+    for f_new in facts:
+        same = [c for c, f in parsed if f is not None and c not in out and f_new.subject <= f.subject]
+        exact = [c for c in same if fact(c).subject == f_new.subject]
+        out.extend(exact or (same if len(same) == 1 else []))  # the newer stands, its value again or another
+    return list(dict.fromkeys(out))
