@@ -334,3 +334,35 @@ def test_a_summary_and_the_kept_reply_after_it_stay_one_turn(stubs):
     assert judge_for("anthropic")(json.loads(bodies[0])) == [] and CLOSING_USER_TEXT not in bodies[0].decode()
     summary_turn = next(x for x in wire if x["role"] == "assistant")
     assert any(b.get("type") == "tool_use" for b in summary_turn["content"])  # the kept reply joined to it
+
+
+def reasoning_cut_unsigned() -> pb.Conversation:
+    """A reply cut off in its thinking, before the signature: sent as nothing (no turn)."""
+    cut = convo.assistant("m2", pb.Part(id="r2", reasoning=pb.ReasoningPart(text="Look at the test first.")),
+                          finished=False)
+    cut.error.CopyFrom(pb.MessageError(name="MessageAbortedError", message="aborted"))
+    return pb.Conversation(session_id="sess-prefill-unsigned", messages=[
+        convo.user("m1", convo.text("p1", "fix the failing test")), cut])
+
+
+@pytest.mark.parametrize("provider,model_id", [*REFUSING.items(), ("gemini", "gemini-3.5-flash")])
+def test_a_reply_sent_as_nothing_is_no_turn_to_close(stubs, provider, model_id):
+    """The cut reply held unsigned reasoning alone, which the format sends as nothing: the first
+    body ended with the person's message, so no closing message was sent and none goes before the
+    answer stored after it; a reply of such reasoning between two others is no turn either (one
+    closing message, not two). Both lowerings agree, and the prefix is kept."""
+    later = reasoning_cut_unsigned()
+    later.messages.append(convo.assistant("m3", convo.text("p3", "The test expects 3; the code returns 2.")))
+    later.messages.append(convo.user("m4", convo.text("p4", "go on and fix it")))
+    middle = answered_after_closing()
+    middle.messages.insert(2, convo.assistant("m2b", pb.Part(id="r2b", reasoning=pb.ReasoningPart(text="Hmm."))))
+    for stub in stubs:
+        first = assembled(stub, reasoning_cut_unsigned(), provider, model_id)
+        second = assembled(stub, later, provider, model_id, previous_cache_state=first.cache_state)
+        assert CLOSING_USER_TEXT not in second.body.decode()
+        report = second.cache_report
+        assert (report.prefix_kept, report.cause) == (True, "new_turn")
+        assert second.body == assembled(stubs[0], later, provider, model_id).body
+        body = assembled(stub, middle, provider, model_id).body
+        assert body.decode().count(CLOSING_USER_TEXT) == 1 and body == assembled(stubs[0], middle, provider, model_id).body
+        assert judged(json.loads(body), provider, model_id) == []

@@ -156,6 +156,18 @@ def test_deepseeks_text_models_get_the_note_for_every_medium(stubs, provider, mo
     assert measured.media_count == 0
 
 
+def test_compaction_sizes_a_text_models_media_as_their_notes():
+    """Compact's head and tail split sizes each message as the body sends it: a screenshot sent to
+    deepseek-chat as its note is not 2,048 tokens of the tail's budget."""
+    from contextsvc import conversation as m
+    from contextsvc.compact.head_tail import message_size
+    shot = m.Message("u1", m.USER, [m.Part("p1", m.Text("see the screenshot")),
+                                    m.Part("f1", m.File("image/png", "s.png", data=SCREENSHOT.data))])
+    sizes = {mid: message_size(shot, m.Model(mid, m.OPENAI_COMPATIBLE, m.ModelLimits(128_000, 0, 8_000)), per_medium=2_048)
+             for mid in ("deepseek-chat", "gpt-4o")}
+    assert sizes["deepseek-chat"] < 200 and sizes["gpt-4o"] >= 2_048
+
+
 @pytest.mark.parametrize("model_id", ["deepseek-vl2", "deepseek-ocr", "qwen3-vl-235b-a22b"])
 def test_deepseeks_vision_models_and_others_get_the_image(stubs, model_id):
     messages = session()

@@ -10,7 +10,7 @@ from ..config import Config
 from ..deadline import NO_DEADLINE, Deadline
 from ..lowering import MediaLedger, lower, to_model_messages
 from ..memo import each
-from ..step.plan import image_pixels
+from ..step.plan import image_pixels, media_refused
 from .edits import ReplaceToolOutput, apply
 from .serialize import clip
 
@@ -36,8 +36,9 @@ def message_size(msg: m.Message, mdl: m.Model, deadline: Deadline = NO_DEADLINE,
     per_medium for each media item they hold (the decision figure's measure.media_decision_tokens:
     a tail sized without its screenshots was kept whole, over the limit, or found to fit from the
     first message, so the person's newest image and question were summarized away). pixels:
-    media_pixels, where the model reads an image at several items (Claude from Opus 4.7)."""
-    ledger = MediaLedger(placeholders=True, image_pixels=pixels)
+    media_pixels, where the model reads an image at several items (Claude from Opus 4.7). A model
+    that takes text alone is sent each medium as its note (Plan.media_refused), and so sized."""
+    ledger = MediaLedger(placeholders=True, image_pixels=pixels, refused=media_refused(mdl))
     lowered = lower(mdl.provider, model_id=mdl.id, system=[], messages=to_model_messages([msg], mdl),
                     tools=[], max_output=0, ledger=ledger, deadline=deadline)
     json_lengths = native.json_lengths

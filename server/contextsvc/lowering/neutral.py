@@ -176,7 +176,7 @@ def _assistant(msg: m.Message, model=None, deadline: Deadline = NO_DEADLINE) -> 
     return out
 
 
-def closing_between_replies(messages: list, is_summary) -> list:
+def closing_between_replies(messages: list, is_summary, sent) -> list:
     """messages with the closing user message (CLOSING_USER_TEXT, standing for no stored message:
     source_id "") between two replies of the model stored one right after the other: a reply
     cut off, then the one the model gave to the closing message that followed it. The body that
@@ -184,14 +184,26 @@ def closing_between_replies(messages: list, is_summary) -> list:
     the two turns would otherwise join (a change at the first, for the cache and its report).
     For a model that refuses to go on from its own turn (model_ids.refuses_prefill): one that
     takes it continued the first, and the joined turn is what it wrote. A summary followed by
-    the kept tail's first reply never ended a body: is_summary(message id) tells it apart."""
+    the kept tail's first reply never ended a body: is_summary(message id) tells it apart. A reply
+    the format sends as nothing (reasoning cut off before its signature) is no turn:
+    sent(message) tells, asked only of replies next to another's."""
     out = []
-    for msg in messages:
-        before = out[-1] if out else None
-        if (before is not None and msg.role == "assistant" and before.role == "assistant"
-                and before.source_id != msg.source_id and not is_summary(before.source_id)):
+    last = None  # the last message sent as something
+    for i, msg in enumerate(messages):
+        if msg.role != "assistant":
+            out.append(msg)
+            last = msg
+            continue
+        beside = any(0 <= j < len(messages) and messages[j].role == "assistant"
+                     and messages[j].source_id != msg.source_id for j in (i - 1, i + 1))
+        if beside and not sent(msg):
+            out.append(msg)
+            continue
+        if (last is not None and last.role == "assistant" and last.source_id != msg.source_id
+                and not is_summary(last.source_id)):
             out.append(MMessage("user", [MText(CLOSING_USER_TEXT)]))
         out.append(msg)
+        last = msg
     return out
 
 

@@ -131,7 +131,7 @@ def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     messages = to_model_messages(projected, mdl, deadline)
     between = len(messages)
     if plan.closes_with_user:
-        messages = closing_between_replies(messages, _summary_ids(projected))
+        messages = closing_between_replies(messages, _summary_ids(projected), lambda msg: _sent(msg, plan))
     ledger = _ledger(plan)
     lowered = lower(
         mdl.provider,
@@ -154,6 +154,14 @@ def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     elif plan.fmt.trims_final_text:
         trim_final_text(lowered.messages, lowered.roles, plan.fmt.merged_key)
     return Pieces(lowered, ledger, False)
+
+
+def _sent(msg: MMessage, plan: Plan) -> bool:
+    """Whether the format sends a neutral message as something, lowered alone (a reply of
+    reasoning cut off before its signature is sent as nothing)."""
+    low = lower(plan.model.provider, model_id=plan.model.id, system=[], messages=[msg], tools=[], max_output=0,
+                ledger=MediaLedger())
+    return any(low.sources)
 
 
 def _summary_ids(messages: list):

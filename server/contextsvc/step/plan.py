@@ -39,6 +39,12 @@ def image_pixels(model: m.Model, item_tokens: int, proxy: str) -> tuple | None:
     return (most, PIXELS_PER_TOKEN * item_tokens) if most and item_tokens else None
 
 
+def media_refused(model: m.Model) -> str:
+    """Why the model takes no media, which the attachment notes then say; "" when it takes
+    them (model_ids.takes_text_alone)."""
+    return f"{model.id} takes text alone" if model_ids.takes_text_alone(model.id) else ""
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     """What a step is decided with besides the conversation: the model and its wire format, the
@@ -88,9 +94,8 @@ class Plan:
 
     @property
     def media_refused(self) -> str:
-        """Why the model takes no media, which the attachment notes then say; "" when it takes
-        them (model_ids.takes_text_alone)."""
-        return f"{self.model.id} takes text alone" if model_ids.takes_text_alone(self.model.id) else ""
+        """media_refused of the plan's model."""
+        return media_refused(self.model)
 
     def left_out(self, msg) -> int:
         """What of msg's media is left out: 2 all of it (media_left_out), 1 its images
