@@ -522,6 +522,27 @@ def test_a_long_tool_description_is_cut_for_openai_models(stubs, provider, model
     assert body["tools"][0]["function"]["description"] == BASH.description
 
 
+def test_a_long_description_of_emoji_is_cut_within_the_limit_in_utf16_units_too(stubs):
+    wide = pb.ToolDefinition(name="react", description="\U0001F600" * 700, input_schema_json='{"type":"object"}')
+    text = assembled(stubs, "openai", "gpt-4o", session(), tools=(BASH, wide))["tools"][1]["function"]["description"]
+    assert len(text.encode("utf-16-le")) // 2 <= 1024 and text == "\U0001F600" * 511 + "\u2026"
+
+
+def test_a_root_typed_object_or_null_and_a_referenced_branch_are_read(stubs):
+    """`type: ["object", "null"]` is an object input; a root allOf of a local $ref brings the
+    referenced properties and their required ones."""
+    nullable = pb.ToolDefinition(name="nullable", description="d", input_schema_json=json.dumps(
+        {"type": ["object", "null"], "properties": {"q": {"type": "string"}}}))
+    referenced = pb.ToolDefinition(name="referenced", description="d", input_schema_json=json.dumps(
+        {"allOf": [{"$ref": "#/$defs/Args"}], "$defs": {"Args": {"type": "object", "properties": {"path": {
+            "type": "string"}}, "required": ["path"]}}}))
+    for provider, model_id in (("anthropic", "claude-sonnet-4-5"), ("openai", "gpt-4o")):
+        found = schemas(assembled(stubs, provider, model_id, session(), tools=(BASH, nullable, referenced)))
+        assert found["nullable"]["type"] == "object"
+        assert found["referenced"]["properties"] == {"path": {"type": "string"}}
+        assert found["referenced"]["required"] == ["path"] and "allOf" not in found["referenced"]
+
+
 def test_a_long_tool_description_goes_whole_to_other_models(stubs):
     for provider, model_id in (("openrouter", "anthropic/claude-sonnet-4.5"), ("anthropic", "claude-sonnet-4-5")):
         body = assembled(stubs, provider, model_id, session(), tools=(BASH, DOCUMENTED))

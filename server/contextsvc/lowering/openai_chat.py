@@ -209,10 +209,18 @@ class ChatCompletions(WireFormat):
 
     def tool_description(self, description: str, model_id: str) -> str:
         """A tool's description as the model takes it: cut to OPENAI_MAX_DESCRIPTION characters,
-        the last an ellipsis, for an OpenAI model (refused whole at every request of the session)."""
-        if len(description) <= OPENAI_MAX_DESCRIPTION or not self.serves_openai_model(model_id):
+        the last an ellipsis, for an OpenAI model (refused whole at every request of the session).
+        Counted in UTF-16 units, which are never fewer than the code points: within the limit
+        however it is counted."""
+        if native.utf16_len(description) <= OPENAI_MAX_DESCRIPTION or not self.serves_openai_model(model_id):
             return description
-        return description[:OPENAI_MAX_DESCRIPTION - 1] + "\u2026"
+        units = end = 0
+        for ch in description:
+            units += 2 if ord(ch) > 0xFFFF else 1
+            if units > OPENAI_MAX_DESCRIPTION - 1:
+                break
+            end += 1
+        return description[:end] + "\u2026"
 
     def token_field_for(self, model_id: str) -> str:
         """Where the output-token cap goes for this model: an OpenAI reasoning model served by

@@ -82,8 +82,11 @@ def object_root(schema, fold_choices: bool = True, properties: bool = False):
     if not isinstance(schema, dict):
         return schema
     out = schema
-    if "type" not in schema:
+    kind = schema.get("type")
+    if kind is None:
         out = {"type": "object", **schema}
+    elif isinstance(kind, list) and "object" in kind:  # ["object", "null"]: the input is an object
+        out = {**schema, "type": "object"}
     if fold_choices and any(k in schema for k in _ROOT_CHOICES):
         out = _folded(out)
     if properties and out.get("type") == "object" and "properties" not in out:
@@ -101,6 +104,7 @@ def _folded(schema: dict) -> dict:
         if not isinstance(branches, list):
             continue
         for branch in branches:
+            branch = _resolved(branch, schema)
             if not isinstance(branch, dict):
                 continue
             for name, value in (branch.get("properties") or {}).items() if isinstance(branch.get("properties"), dict) else ():
@@ -112,3 +116,15 @@ def _folded(schema: dict) -> dict:
     if required or "required" in out:
         out["required"] = required
     return out
+
+
+def _resolved(branch, root: dict):
+    """A branch that is a local reference ("$ref": "#/$defs/Args") as the schema it names in root;
+    any other as it is."""
+    if not isinstance(branch, dict) or not isinstance(branch.get("$ref"), str) or not branch["$ref"].startswith("#/"):
+        return branch
+    target = root
+    for key in branch["$ref"][2:].split("/"):
+        key = key.replace("~1", "/").replace("~0", "~")
+        target = target.get(key) if isinstance(target, dict) else None
+    return target if isinstance(target, dict) else branch
