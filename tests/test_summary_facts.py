@@ -200,3 +200,76 @@ def test_two_compactions_through_the_server_keep_the_current_facts(stub):
     steps = "\n".join(s2["next_steps"])
     for done in ("Run the tests again", "find the root cause", "Update:", "Open a PR"):
         assert done not in steps, (done, steps)
+
+
+def test_a_diagnosis_closes_an_ask_to_find_not_one_to_fix_or_add():
+    """Review 29c: a turn ending on what was found ("... is caused by ...", "Found X: ...") took
+    "Fix the login redirect loop" for done, sharing two of its words; it answers an ask to find."""
+    read = m.Tool("call-1", "read", m.COMPLETED, {"filePath": "src/auth.py"}, output="def login(): ...\n" * 5)
+    for closing in ("The login redirect loop is caused by the session cookie being dropped in the middleware.",
+                    "Found the login redirect loop: the session cookie is dropped by the middleware.",
+                    "Root cause of the login redirect loop: the middleware drops the session cookie."):
+        msgs = [_user("u1", "Fix the login redirect loop and add a regression test for it."),
+                _assistant("a1", "Reading the auth code.", read), _assistant("a2", closing),
+                _user("u2", "ok, what options do we have?"),
+                _assistant("a3", "We can set SameSite=Lax or move the cookie write before the redirect.")]
+        s = template.parse(offline.summarize(msgs))
+        assert any("Fix the login redirect loop" in x for x in s["next_steps"] + s["in_progress"]), (closing, s)
+        assert any("add a regression test" in x for x in s["next_steps"] + s["in_progress"]), (closing, s)
+    # an ask to find what it found is answered
+    msgs = [_user("u1", "Find out why the login redirect loop happens."), _assistant("a1", "Reading.", read),
+            _assistant("a2", "The login redirect loop is caused by the session cookie being dropped in the middleware.")]
+    s = template.parse(offline.summarize(msgs))
+    assert not any("login redirect loop happens" in x for x in s["next_steps"] + s["in_progress"]), s
+
+
+def test_a_value_named_gone_supersedes_only_a_fact_of_its_subject():
+    """Review 29c: "not X", "changed X to", "from X to" said of something else dropped a fact
+    whose value is X; the sentence must be about the fact's subject, or name X replaced."""
+    cases = (
+        (["We are adding a job queue. The main database is Postgres 16. The deploy ticket is ZX-4471.",
+          "Do not use Postgres for the job queue, use Redis instead."], "The main database is Postgres 16."),
+        (["The entry point is main.py. The dev server port is 8080.",
+          "FYI I changed main.py to use asyncio, please update the tests."], "The entry point is main.py."),
+        (["The deploy ticket is ZX-4471. Fix the rollout script.",
+          "New bug: the login page 500s. This is not ZX-4471, it's a separate bug."], "The deploy ticket is ZX-4471."),
+    )
+    for (first, second), kept in cases:
+        msgs = [_user("u1", first), _assistant("a1", "Understood."), _user("u2", second), _assistant("a2", "OK.")]
+        for s in (template.parse(offline.summarize(msgs)),
+                  template.parse(offline.summarize(msgs[2:], offline.summarize(msgs[:2])))):
+            assert any(x.endswith(kept) for x in s["critical"]), (second, s["critical"])
+    # what still supersedes: the subject stated, or the value named replaced, with nothing else named
+    port, db = "the dev server port is 8080.", "The database name is alpha_db."
+    for said, old in (("Update: the port is now 9090 (we moved off 8080).", port),
+                      ("The dev server port is no longer 8080, it is 9090.", port),
+                      ("The database was renamed to beta_db.", db), ("Use beta_db instead of alpha_db.", db),
+                      ("We no longer use alpha_db.", db), ("alpha_db is no longer used; it is beta_db now.", db),
+                      ("The deploy ticket is not ZX-4471 but ZX-4480.", "The deploy ticket is ZX-4471.")):
+        new = [c for c, _ in supersede.fact_clauses(said)]
+        assert supersede.superseded_facts([old], new, said) == [old], said
+    for said, old in (("The metrics port is 9100, not 8080.", port),
+                      ("Use Redis instead of Postgres for the job queue.", "The main database is Postgres 16."),
+                      ("Rename the alpha_db fixture to use the new schema.", db)):
+        new = [c for c, _ in supersede.fact_clauses(said)]
+        assert supersede.superseded_facts([old], new, said) == [], said
+
+
+def test_pasted_log_lines_and_code_fences_state_no_facts():
+    """Review 29c: lines of a pasted log ("... INFO worker started, pid is 4411", "Exit status was
+    137") or of a code fence became "Fact:" bullets, kept across every compaction."""
+    paste = ("Why does the worker crash? The queue host is redis-1. Here is the output:\n\n"
+             "2026-12-07 10:42:01 INFO worker started, pid is 4411\n"
+             "2026-12-07 10:42:03 WARN retry 3: upstream is 10.0.0.7:6379\n"
+             "Job 8812 was at step 4\nExit status was 137\n\n"
+             "And the config:\n```\nThe port is 8080\nowner is Priya\n```\n"
+             "Output:\nThe exit code is 137\n")
+    msgs = [_user("u1", paste), _assistant("a1", "Exit 137 means the OOM killer; the worker is out of memory."),
+            _user("u2", "ok, raise the memory limit in deploy/worker.yaml"),
+            _assistant("a2", "Raised the memory limit in deploy/worker.yaml.")]
+    s = template.parse(offline.summarize(msgs))
+    facts = [x for x in s["critical"] if x.startswith(offline.FACT)]
+    assert facts == [f"{offline.FACT}The queue host is redis-1."], s["critical"]
+    for line in ("2026-12-07 10:42:01 INFO worker started, pid is 4411", "WARN retry 3: upstream is 10.0.0.7:6379",
+                 "[12:01:07] the port is 8080", "level=info msg=started port=8080"):
+        assert supersede.fact_clauses(line) == [], line

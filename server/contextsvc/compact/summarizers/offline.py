@@ -591,6 +591,9 @@ class _Asks:
         words = {w.lower() for w in WORD_RUN.findall(closing)}
         strong = _says_done(closing)  # else a report of what was found or how a run ended (_reports)
         passed = PASSED_SAID.search(closing) and not FAILED_SAID.search(closing)
+        # what was found ("The redirect loop is caused by ...", "Found the redirect loop: ..."):
+        # it answers an ask to find, not one to fix or add what it is about
+        diagnosis = not strong and DIAGNOSED.search(closing)
         for a in asks:
             if a in self.done:
                 continue
@@ -601,7 +604,7 @@ class _Asks:
             if strong and (topic & said or words & _past_forms(a) and topic & said_all) \
                     or (not strong and words & _past_forms(a, last=True) and topic & said) \
                     or (passed and _asks_tests(a)) \
-                    or (not strong and len(topic & said) >= 2) \
+                    or (not strong and len(topic & said) >= 2 and (not diagnosis or _last_verb(a) in DIAGNOSIS_ASKS)) \
                     or (_last_verb(a) in LOOK_ASKS and (topic & said or LOOKED_SAID.search(closing))):
                 self.done.add(a)
         self.done.update(settled)
@@ -776,6 +779,43 @@ def _pasted_lines(text: str) -> list:
     return found
 
 
+FENCE = re.compile(r"^\s*(?:```|~~~)")
+# a line that says what follows is a program's output: "Here is the output:", "Logs:", "stderr:"
+PASTE_INTRO = re.compile(r"\b(?:output|outputs|logs?|trace(?:back)?|stack ?trace|stdout|stderr|console|dump|"
+                         r"response|journal|journalctl|dmesg)\b[^:]*:\s*$", re.IGNORECASE)
+INDENTED_CODE = re.compile(r"^(?: {4}|\t)(?!\s*(?:[-*\u2022]|\d+[.)])\s)")
+
+
+def _prose_sentences(text: str) -> set:
+    """The sentences of a user message (_sentences) the person wrote, not pasted: none from a code
+    fence or an indented code block; none from a pasted log: of a run of lines (between blank
+    lines), those from its first log line on (sup.LOG_LINE: "2026-12-07 10:42:01 INFO worker
+    started, pid is 4411", and then "Exit status was 137"), the run after a line introducing
+    output ("Here is the output:"), error lines, a long paste's lines (_pasted_lines). A value
+    these give is what a program said: no fact the person states (sup.fact_clauses)."""
+    pasted = set(_pasted_lines(text))
+    kept, fenced, in_paste, after_intro = [], False, False, False
+    for line in text.splitlines():
+        if FENCE.match(line):
+            fenced = not fenced
+            continue
+        if not line.strip():
+            in_paste = after_intro  # a blank line ends a run; the one after an intro is pasted
+            after_intro = False
+            continue
+        if fenced or INDENTED_CODE.match(line):
+            continue
+        if after_intro or sup.LOG_LINE.search(line) or line.strip() == sup.TRACEBACK or sup.error_lines(line, cap=1):
+            in_paste = True
+        if in_paste or line.strip() in pasted:
+            after_intro = False
+            continue
+        after_intro = bool(PASTE_INTRO.search(line))
+        in_paste = False
+        kept.append(line)
+    return set(_sentences("\n".join(kept)))
+
+
 def _goal_sentence(text: str, first: str, asks: list) -> str:
     """The sentence a request's goal is: its first; in prose that opens with no ask ("Leave that
     failure for now. Next, add backoff to the retries"), the first that holds one. A headline
@@ -810,7 +850,8 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
         if text.strip() and not sup.is_ack(text):
             sentences = _sentences(text)
             asks = asks_in(text)
-            stated = [sup.fact_clauses(s) for s in sentences]
+            prose = _prose_sentences(text)  # not a pasted log's lines, nor a code fence's
+            stated = [sup.fact_clauses(s) if s in prose else [] for s in sentences]
             # a message that only sets constraints, changes the plan or states facts is no request
             if asks or not all(CONSTRAINT.search(s) or sup.is_reversal(s) or said
                                for s, said in zip(sentences, stated)):
@@ -831,7 +872,7 @@ def _facts(msg: m.Message, limits: OfflineLimits, deadline: Deadline = NO_DEADLI
             for s, said in zip(sentences, stated):
                 # the facts it states, and the values it says are gone ("we moved off 8080"): not
                 # in a request ("Rename alpha_db to beta_db" is a step, not done yet), but in a change of plan
-                gone = sup.old_values(s) if not asks_in(s) or sup.is_reversal(s) else frozenset()
+                gone = sup.old_values(s) if s in prose and (not asks_in(s) or sup.is_reversal(s)) else frozenset()
                 if said or gone:
                     out.append(("fact", s, tuple(_clip(FACT + FACT_LABEL.sub("", c), limits) for c, _ in said),
                                 tuple(gone)))
@@ -1003,6 +1044,11 @@ FAILED_SAID = re.compile(r"\b(?:fail(?:s|ed|ing|ures?)?|errors?|red|broken|not|n
 LOOKED_SAID = re.compile(r"\b(?:no (?:errors?|failures?|issues?|problems?|warnings?)|nothing|all good|clean|"
                          r"confirmed|verified|looks? (?:good|fine|clean|ok)|fine)\b", re.IGNORECASE)
 LOOK_ASKS = ("check", "verify", "review", "inspect", "investigate", "look", "scan", "audit", "find")
+# a report of what was found, no step done: it closes an ask to find or look (DIAGNOSIS_ASKS) that
+# shares its words, never "Fix the login redirect loop" ("The login redirect loop is caused by ...")
+DIAGNOSED = re.compile(r"\b(?:root cause|the cause|caused by|cause (?:is|was)|culprit|found|comes? from|"
+                       r"due to|because|traced)\b", re.IGNORECASE)
+DIAGNOSIS_ASKS = LOOK_ASKS + ("diagnose", "explain")
 # requests to tell something, which the turn's last sentence answers ("summarize the failures":
 # "2 failures remain: test_a, test_b.")
 ANSWER_ASKS = ("explain", "tell", "compare", "find", "print")
@@ -1266,7 +1312,7 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
                 closing, answer, announced, reported = "", "", [], []
             elif kind == "fact":
                 new = [b[len(FACT):] for b in fact[2]]
-                for old in sup.superseded_facts(stated, new, frozenset(fact[3])):
+                for old in sup.superseded_facts(stated, new, fact[1] if fact[3] else ""):
                     stated.remove(old)
                     if old in new:  # said again: it stands, once
                         continue
@@ -1545,7 +1591,7 @@ def _current_facts(items: list) -> list:
         if not item.startswith(FACT):
             continue
         said = item[len(FACT):]
-        for old in sup.superseded_facts(current, [said], sup.old_values(said)):
+        for old in sup.superseded_facts(current, [said], said):
             current.remove(old)
             if old != said:
                 gone.add(old)

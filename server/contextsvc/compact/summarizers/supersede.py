@@ -407,10 +407,23 @@ class Fact:
     values: frozenset
 
 
+# a line of a log, of a tool's output or of a shell session: a timestamp, a level, a prompt, key=value
+# fields ("2026-12-07 10:42:01 INFO worker started, pid is 4411", "WARN retry 3: upstream is
+# 10.0.0.7:6379", "[12:01:07] ...", "level=info msg=..."): what a program said, no fact the person states
+LOG_LINE = re.compile(
+    r"^\s*(?:\[?\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}|\[?\d{1,2}:\d{2}:\d{2}\b|"
+    r"[A-Z][a-z]{2}\s+\d{1,2}\s+\d{1,2}:\d{2}:\d{2}\b|"
+    r"[\[<]?(?:TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|ERR|FATAL|CRITICAL|CRIT|PANIC|SEVERE)[\]>]?(?=[\s:\]|])|"
+    r"[$#%]\s+\S|\w+=\S+\s+\w+=\S+)"
+    r"|\b(?:level|lvl|severity)=\w+", re.UNICODE)
+
+
 def fact_clauses(sentence: str) -> list:
     """[(clause, Fact)] of the facts a sentence of the person states, each clause verbatim (a
-    sentence stating two facts gives two); [] for a question or a sentence stating none."""
-    if sentence.rstrip().endswith("?"):
+    sentence stating two facts gives two); [] for a question, a sentence stating none, or a line
+    of a log (LOG_LINE: the person pasted it, the program said it). The offline summarizer gives
+    it the person's own prose alone: no line of a code fence or of a pasted log."""
+    if sentence.rstrip().endswith("?") or LOG_LINE.search(sentence):
         return []
     out = []
     for clause in FACT_SPLIT.split(sentence):
@@ -456,49 +469,87 @@ def _value_words(text: str) -> frozenset:
     return frozenset(w.strip("`'\".,;:!?()") for w in text.split() if w.strip("`'\".,;:!?()"))
 
 
-# what a change names as the old value: "moved off 8080", "instead of alpha_db", "not Priya",
-# "no longer ZX-1", "renamed alpha_db to beta_db", "from 8080 to 9090", "replace X with Y",
-# "X is no longer used", "was 8080", "formerly X"
+# what a change names as the old value: "moved off 8080", "instead of alpha_db", "use beta_db, not
+# alpha_db", "no longer ZX-1", "formerly X", "was previously X", "renamed alpha_db to beta_db",
+# "from 8080 to 9090", "replace X with Y", "X is no longer used" name it replaced or gone; a bare
+# "not X" only denies it of what the sentence is about ("This is not ZX-4471, it's a separate bug",
+# "Do not use Postgres for the job queue"), and a change of X to no value changes X, replacing
+# nothing ("I changed main.py to use asyncio")
 _OLD_AFTER = re.compile(
-    r"\b(?:instead of|rather than|not|no longer(?:\s+(?:use|using|on|at|in|called|named|is|be))?|"
-    r"(?:moved|move|moving) off|"
-    r"off of|away from|formerly|previously|used to be|was previously|no more)\s+((?:[^\s,;()]+\s*){1,3})",
+    r"(?:(?P<comma>,\s*not)|\b(?:instead of|rather than|(?P<not>not)|"
+    r"no longer(?:\s+(?:use|using|on|at|in|called|named|is|be))?|(?:moved|move|moving) off|"
+    r"off of|away from|formerly|previously|used to be|was previously|no more))\s+((?:[^\s,;()]+\s*){1,3})",
     re.IGNORECASE)
 _OLD_BEFORE = re.compile(
     r"\b(?:from|renam(?:e|es|ed|ing)|replac(?:e|es|ed|ing)|chang(?:e|es|ed|ing)|swap(?:s|ped|ping)?)\s+"
-    r"((?:[^\s,;()]+\s+){1,3}?)(?:to|with|by|for)\b|"
+    r"((?:[^\s,;()]+\s+){1,3}?)(?:to|with|by|for)\s+([^\s,;()]+)|"
     r"([^\s,;()]+)\s+(?:is|are)\s+(?:no longer|not)\s+(?:used|needed|in use|current|valid|right|correct)\b",
     re.IGNORECASE)
 _OLD_STOP = frozenset(("to", "with", "by", "for", "and", "or", "in", "on", "at", "the", "a", "an", "port",
                        "use", "using", "yesterday", "today", "anymore", "now", "any", "more", "be"))
 
 
-def old_values(sentence: str) -> frozenset:
-    """The values a sentence of the person names as no longer current (each one a value as
-    FACT_VALUE reads it: "do not touch the parser" names none)."""
+def _strip(word: str) -> str:
+    return word.strip("`'\".,;:!?()")
+
+
+def _named_old(sentence: str) -> list:
+    """[(value, replaced)] of the values a sentence names as no longer current, each one a value as
+    FACT_VALUE reads it ("do not touch the parser" names none); replaced: named replaced or gone
+    ("instead of", "moved off", "renamed X to Y"), not only denied ("not X")."""
     out = []
     for mt in _OLD_AFTER.finditer(sentence):
-        words = [w.strip("`'\".,;:!?()") for w in mt.group(1).split()]
+        words = [_strip(w) for w in mt.group(3).split()]
         while words and words[0].lower() in ("the", "a", "an", "port", "use", "using"):
             words = words[1:]
         if words:
-            out.append(words[0])
+            out.append((words[0], not mt.group("not")))
     for mt in _OLD_BEFORE.finditer(sentence):
-        for g in mt.groups():
-            if g:
-                out.extend(w.strip("`'\".,;:!?()") for w in g.split() if w.lower() not in _OLD_STOP)
-    return frozenset(w for w in out if w and FACT_VALUE.fullmatch(w))
+        if mt.group(1):
+            new = _strip(mt.group(2))
+            if not (FACT_VALUE.fullmatch(new) and new.lower() not in STOP):  # "changed main.py to use asyncio"
+                continue
+            out.extend((_strip(w), True) for w in mt.group(1).split() if w.lower() not in _OLD_STOP)
+        else:
+            out.append((_strip(mt.group(3)), True))
+    return [(w, replaced) for w, replaced in out if w and FACT_VALUE.fullmatch(w)]
 
 
-def superseded_facts(current: list, new: list = (), gone: frozenset = frozenset()) -> list:
+def old_values(sentence: str) -> frozenset:
+    """The values a sentence of the person names as no longer current (_named_old); whether they
+    are a fact's value no more depends on what the sentence is about (superseded_facts)."""
+    return frozenset(w for w, _ in _named_old(sentence))
+
+
+def _names_gone(sentence: str, f: Fact) -> bool:
+    """sentence names a value of the fact f gone, and of f's subject: the words it says besides its
+    values are f's subject's (the subject stated, with no fact of another subject: "the port is
+    now 9090 (we moved off 8080)" of "the dev server port is 8080", not "the metrics port is 9100,
+    not 8080"), or none ("use beta_db instead of alpha_db", "We no longer use alpha_db": the value
+    itself replaced); a value only denied ("not X") needs all of the subject's words ("The deploy
+    ticket is not ZX-4471", not "This is not ZX-4471")."""
+    named = [replaced for w, replaced in _named_old(sentence) if w in f.values]
+    if not named:
+        return False
+    values = " ".join(w for w in map(_strip, sentence.split()) if w and FACT_VALUE.fullmatch(w))
+    said = topic(sentence).keys() - topic(values).keys()
+    if any(not g.subject <= f.subject for _, g in fact_clauses(sentence)):
+        return False  # a fact of another subject: "the metrics port is 9100, not 8080"
+    if f.subject <= said:
+        return True
+    return any(named) and (not said or bool(said & f.subject))
+
+
+def superseded_facts(current: list, new: list = (), said: str = "") -> list:
     """The fact clauses of current (verbatim, each stating one fact) that a later sentence
-    supersedes: those whose value it names as gone (gone: old_values), and the one (or those) whose
-    subject a fact clause of new states again ("the port is now 9090" after "the dev server port
-    is 8080": its subject's words are among theirs; of several such, those of the same words)."""
+    supersedes: those whose value said (the sentence) names as gone, of their subject
+    (_names_gone), and the one (or those) whose subject a fact clause of new states again ("the
+    port is now 9090" after "the dev server port is 8080": its subject's words are among theirs;
+    of several such, those of the same words)."""
     parsed = [(c, fact(c)) for c in current]
     facts = [f for f in map(fact, new) if f is not None]
     now = {v for f in facts for v in f.values}
-    out = [c for c, f in parsed if f is not None and f.values & gone and not f.values <= now]
+    out = [c for c, f in parsed if f is not None and said and not f.values <= now and _names_gone(said, f)]
     for f_new in facts:
         same = [c for c, f in parsed if f is not None and c not in out and f_new.subject <= f.subject]
         exact = [c for c in same if fact(c).subject == f_new.subject]
