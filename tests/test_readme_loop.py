@@ -275,3 +275,53 @@ def test_the_readme_node_loop_runs_a_32k_session(tmp_path):
             assert calls["Prune"] and calls["Compact"], calls  # the session needed both
     finally:
         server.stop(grace=1)
+
+
+STORED_ANSWER = r"```python\n(import json\nimport time\nfrom contextsvc_client import client_tool_name, usage_from.*?)```"
+
+
+def test_the_readmes_stored_answer_is_what_the_next_assemble_sends_back(stub):
+    """The README's stored_answer and tool_ran, as written: an Anthropic answer (the SDK's own
+    type) of thinking, text and a call of a tool whose name the body mapped, stored and its tool
+    run; the next body, judged by the anthropic judge, sends the thinking signed, the call by its
+    mapped name with its result, and the usage stored reads the provider's count once."""
+    import anthropic.types as at
+
+    from judges import judge_for
+
+    code = readme_block(STORED_ANSWER, "the stored-answer helpers")
+    ns = {}
+    exec(compile(code, "README.md", "exec"), ns)  # noqa: S102 - the README's own code, as written
+    model = pb.Model(id="claude-sonnet-4-5", provider=pb.PROVIDER_ANTHROPIC,
+                     limits=pb.ModelLimits(context=200_000, output=16_000))
+    tools = [pb.ToolDefinition(name="github.create_issue", description="File an issue",
+                               input_schema_json='{"type":"object","properties":{"title":{"type":"string"}}}')]
+    user = pb.Message(id="u1", role=pb.ROLE_USER, parts=[pb.Part(id="u1p", text=pb.TextPart(text="file the bug"))])
+    a = stub.Assemble(pb.AssembleRequest(conversation=pb.Conversation(session_id="stored", messages=[user]),
+                                         model=model, tools=tools), timeout=10)
+    wire_name = json.loads(a.body)["tools"][0]["name"]
+    assert wire_name != "github.create_issue" and a.tool_names[wire_name] == "github.create_issue"
+    response = at.Message.model_validate({
+        "id": "msg_01", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+        "stop_reason": "tool_use", "stop_sequence": None,
+        "content": [{"type": "thinking", "thinking": "File it with a clear title.", "signature": "EqQBCkYIBxgCKkD"},
+                    {"type": "text", "text": "Filing it."},
+                    {"type": "tool_use", "id": "toolu_01", "name": wire_name, "input": {"title": "Crash on save"}}],
+        "usage": {"input_tokens": 40, "cache_read_input_tokens": 1_000, "cache_creation_input_tokens": 200,
+                  "output_tokens": 90}})
+    stored = ns["stored_answer"](a, response, model, "u1")
+    assert stored.usage.input + stored.usage.cache_read + stored.usage.cache_write == 1_240
+    done = ns["tool_ran"](stored, "toolu_01", "issue #42 opened")
+    assert stored.parts[2].tool.state.status == pb.TOOL_STATUS_RUNNING  # the stored one is not changed
+    follow = pb.Message(id="u2", role=pb.ROLE_USER, parts=[pb.Part(id="u2p", text=pb.TextPart(text="thanks"))])
+    nxt = stub.Assemble(pb.AssembleRequest(conversation=pb.Conversation(session_id="stored",
+                                                                        messages=[user, done, follow]),
+                                           model=model, tools=tools, previous_cache_state=a.cache_state), timeout=10)
+    body = json.loads(nxt.body)
+    assert judge_for("anthropic")(body) == []
+    turn = body["messages"][1]["content"]
+    assert [b["type"] for b in turn] == ["thinking", "text", "tool_use"]
+    assert turn[2]["name"] == wire_name and turn[0]["signature"] == "EqQBCkYIBxgCKkD"
+    result = body["messages"][2]["content"][0]
+    assert result["type"] == "tool_result" and "issue #42 opened" in json.dumps(result)
+    assert nxt.cache_report.prefix_kept
