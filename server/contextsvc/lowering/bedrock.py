@@ -15,6 +15,7 @@ model and the Converse documentation):
 """
 from __future__ import annotations
 
+import functools
 import re
 
 from .. import conversation as m, model_ids
@@ -34,6 +35,26 @@ NO_MARKERS = frozenset()
 # after an optional cross-region prefix, alone or in an ARN (".../foundation-model/meta.llama...")
 _MODEL_PROVIDER = re.compile(r"(?:^|/)(?:[a-z]{2,6}(?:-gov)?\.)?(?:amazon|meta|mistral|deepseek|qwen|cohere|ai21|"
                              r"writer|openai|google|minimax|moonshot|moonshotai|nvidia|stability|twelvelabs|luma)\.")
+
+# what the Bedrock rules tell a model id apart by (model_family)
+CLAUDE, NOVA, LLAMA_4, VENDOR, UNNAMED = "claude", "nova", "llama4", "vendor", "unnamed"
+
+
+@functools.lru_cache(maxsize=256)
+def model_family(model_id: str) -> tuple:
+    """(family, Claude's generation or None) of a Bedrock model id, what its rules (cache points,
+    turns apart, media in tool results, Nova's markers) read: CLAUDE, NOVA, LLAMA_4, VENDOR
+    (another model provider's id: "qwen.qwen3-coder-...", "us.deepseek.r1-v1:0") or UNNAMED (an
+    id naming no model, an application inference profile's ARN, taken for Claude's)."""
+    mid = model_id.lower()
+    if "claude" in mid:
+        return CLAUDE, model_ids.claude_generation(mid)
+    if "nova-" in mid:
+        return NOVA, None
+    if _MODEL_PROVIDER.search(mid):
+        return (LLAMA_4 if "llama4" in mid else VENDOR), None
+    return UNNAMED, None
+
 
 # Converse accepts document names of letters, digits, single spaces, hyphens, parentheses and
 # square brackets; anything else fails the whole request.
@@ -248,8 +269,7 @@ class Bedrock(WireFormat):
         field for user messages": Pixtral, gpt-oss, Qwen3-VL) and get them in a user turn after
         the tool results, which lowers_whole puts apart. An id naming no model (an application
         inference profile's ARN) is taken for Claude's, as for its cache points."""
-        mid = model_id.lower()
-        return "claude" in mid or "nova-" in mid or "llama4" in mid or not _MODEL_PROVIDER.search(mid)
+        return model_family(model_id)[0] != VENDOR
 
     def lowers_whole(self, model_id: str) -> bool:
         """A model other than Claude from 3.5 refuses a turn holding tool results and other blocks
@@ -258,28 +278,26 @@ class Bedrock(WireFormat):
         assistant turn goes between (BRIDGE_ASSISTANT_TEXT). That depends on the neighbours, so
         such a request is lowered whole. An id naming no model (an ARN of an application inference
         profile) is taken for Claude's, as for its cache points."""
-        mid = model_id.lower()
-        if "claude" in mid:
-            generation = model_ids.claude_generation(mid)
+        family, generation = model_family(model_id)
+        if family == CLAUDE:
             return generation is not None and generation < (3, 5)
-        return "nova-" in mid or bool(_MODEL_PROVIDER.search(mid))
+        return family != UNNAMED
 
     def marker_kinds(self, model_id: str) -> frozenset:
         """Bedrock caches for Claude from 3.7 Sonnet and 3.5 Haiku on, and for Nova (system and
         messages: no checkpoint in its tools); any other model refuses a cachePoint: "You invoked
         an unsupported model or your request did not allow prompt caching" (Claude 3, 3.5 Sonnet,
         Llama, DeepSeek, Qwen, Mistral), "extraneous key [cachePoint] is not permitted" (Nova's tools)."""
-        mid = model_id.lower()
-        if "claude" in mid:
-            generation = model_ids.claude_generation(mid)
-            if generation is None or generation >= (3, 7) or (generation == (3, 5) and "haiku" in mid):
+        family, generation = model_family(model_id)
+        if family == CLAUDE:
+            if generation is None or generation >= (3, 7) or (generation == (3, 5) and "haiku" in model_id.lower()):
                 return MARKER_KINDS
             return NO_MARKERS
-        if "nova-" in mid:
+        if family == NOVA:
             return NOVA_MARKER_KINDS
         # another model provider's id ("qwen.qwen3-coder-...", "us.deepseek.r1-v1:0"); an id
         # that names none (an application inference profile's ARN) keeps the markers
-        return NO_MARKERS if _MODEL_PROVIDER.search(mid) else MARKER_KINDS
+        return MARKER_KINDS if family == UNNAMED else NO_MARKERS
 
     def opens_turn(self, block: dict) -> bool:
         return "reasoningContent" in block
@@ -296,7 +314,7 @@ class Bedrock(WireFormat):
     def markable_for(self, element: dict, model_id: str) -> bool:
         """Nova takes no cachePoint right after a tool result (it takes one elsewhere in a turn of
         tool results, and in the system list): that turn is left unmarked for it."""
-        return not ("nova-" in model_id.lower() and "toolResult" in element["content"][-1])
+        return not (model_family(model_id)[0] == NOVA and "toolResult" in element["content"][-1])
 
     def place(self, lowered, kind: str, index: int, key: str, value: dict):
         if kind == "tools":
