@@ -738,10 +738,8 @@ _IRREGULAR_PAST = {"send": ("sent",), "tell": ("told",), "write": ("wrote", "wri
 def _past_forms(ask: str, last: bool = False) -> set:
     """The past forms an ask's verb may be reported done in: "open" opened, "tag" tagged, "send" sent;
     last: of its last verb ("find and fix": fixed)."""
-    verb = ask.split(maxsplit=1)[0].lower() if ask.strip() else ""
-    mt = ASK_VERB_PREFIX.match(ask) if last else None
-    if mt:  # of "find and fix the bug", the last: what is found is not yet fixed
-        verb = re.findall(rf"{_VERB}", mt.group(1), re.IGNORECASE)[-1].lower()
+    # of "find and fix the bug", the last: what is found is not yet fixed
+    verb = (_last_verb(ask) if last else "") or (ask.split(maxsplit=1)[0].lower() if ask.strip() else "")
     if verb in _IRREGULAR_PAST:
         return set(_IRREGULAR_PAST[verb])
     return {verb + "ed", verb + "d", verb + verb[-1:] + "ed", verb[:-1] + "ied"} if verb else set()
@@ -1031,18 +1029,18 @@ def _report(msg: m.Message, limits: OfflineLimits) -> tuple:
 # what a turn's last sentence reports done or found, besides what _says_done reads ("Root cause
 # found in rollout.py.", "PR opened.", "All green.", "No errors."): it closes the turn's asks its
 # verb or outcome is about (_Asks.closed_by), and no more: "found" said mid-turn is no step done
+# a look that found nothing wrong: "No errors.", "All good.", "Looks clean."
+_NOTHING_WRONG = r"no (?:errors?|failures?|issues?|problems?|warnings?)|all good|clean|looks? (?:good|fine|clean|ok)"
 REPORTED = re.compile(
     r"\b(?:root cause|the cause|caused by|culprit|found|opened|sent|posted|pushed|tagged|released|published|"
     r"deployed|shipped|committed|filed|drafted|"
-    r"noted|confirmed|verified|checked|reviewed|succeeded|green|pass(?:es|ed|ing)?|clean|"
-    r"no (?:errors?|failures?|issues?|problems?|warnings?)|nothing (?:left|found|wrong|else)|all good|"
-    r"looks? (?:good|fine|clean|ok))\b", re.IGNORECASE)
+    r"noted|confirmed|verified|checked|reviewed|succeeded|green|pass(?:es|ed|ing)?|"
+    rf"nothing (?:left|found|wrong|else)|{_NOTHING_WRONG})\b", re.IGNORECASE)
 # a run of the tests reported passing ("All green.", "tests pass"), with no failure beside it
 PASSED_SAID = re.compile(r"\b(?:green|pass(?:es|ed|ing)?|succeeded|all good)\b", re.IGNORECASE)
 FAILED_SAID = re.compile(r"\b(?:fail(?:s|ed|ing|ures?)?|errors?|red|broken|not|n't)\b", re.IGNORECASE)
 # a look reported on: "No errors.", "Nothing wrong in the config.", "Confirmed: port 9090 everywhere."
-LOOKED_SAID = re.compile(r"\b(?:no (?:errors?|failures?|issues?|problems?|warnings?)|nothing|all good|clean|"
-                         r"confirmed|verified|looks? (?:good|fine|clean|ok)|fine)\b", re.IGNORECASE)
+LOOKED_SAID = re.compile(rf"\b(?:nothing|confirmed|verified|fine|{_NOTHING_WRONG})\b", re.IGNORECASE)
 LOOK_ASKS = ("check", "verify", "review", "inspect", "investigate", "look", "scan", "audit", "find")
 # a report of what was found, no step done: it closes an ask to find or look (DIAGNOSIS_ASKS) that
 # shares its words, never "Fix the login redirect loop" ("The login redirect loop is caused by ...")
@@ -1312,16 +1310,12 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
                 closing, answer, announced, reported = "", "", [], []
             elif kind == "fact":
                 new = [b[len(FACT):] for b in fact[2]]
-                for old in sup.superseded_facts(stated, new, fact[1] if fact[3] else ""):
-                    stated.remove(old)
-                    if old in new:  # said again: it stands, once
-                        continue
+                now = sup.fact_values(new)
+                for old in _restate(stated, new, fact[1] if fact[3] else ""):
                     acc.items["critical"].pop(FACT + old, None)
                     stale.append(Stale(FACT + old, ("critical",)))
-                    now = {v for x in new for f in (sup.fact(x),) if f for v in f.values}
                     stale.extend(Stale(v, ("critical",), name=True) for v in sup.fact(old).values - now)
                 for b in new:
-                    stated.append(b)
                     acc.add("critical", FACT + b)
                     values = sup.fact(b).values
                     stale[:] = [x for x in stale if not (x.probe == FACT + b or x.name and x.probe in values)]
@@ -1582,24 +1576,30 @@ def merge(previous: dict, new: dict, limits: OfflineLimits = DEFAULT_LIMITS) -> 
     return out
 
 
+def _restate(stated: list, new: list, said: str) -> list:
+    """stated (the fact clauses that hold, in order) with the clauses new, stated in the sentence
+    said ("" where it names no value gone), after it: those they supersede leave
+    (supersede.superseded_facts), a fact said again stands once. The facts that left."""
+    gone = []
+    for old in sup.superseded_facts(stated, new, said):
+        stated.remove(old)
+        if old not in new:
+            gone.append(old)
+    stated.extend(new)
+    return gone
+
+
 def _current_facts(items: list) -> list:
     """Critical Context with the facts a later fact supersedes left out (supersede.superseded_facts),
     and the names they alone gave from its Identifiers: two summaries merged, the later one's
     "the port is now 9090" and the earlier one's "the dev server port is 8080" are not both current."""
     current, gone = [], set()
     for item in items:
-        if not item.startswith(FACT):
-            continue
-        said = item[len(FACT):]
-        for old in sup.superseded_facts(current, [said], said):
-            current.remove(old)
-            if old != said:
-                gone.add(old)
-        current.append(said)
+        if item.startswith(FACT):
+            gone.update(_restate(current, [item[len(FACT):]], item[len(FACT):]))
     if not gone:
         return items
-    kept = {v for x in current for f in (sup.fact(x),) if f for v in f.values}
-    names = {v for x in gone for f in (sup.fact(x),) if f for v in f.values} - kept
+    names = sup.fact_values(gone) - sup.fact_values(current)
     items = [x for x in items if not (x.startswith(FACT) and x[len(FACT):] in gone and x[len(FACT):] not in current)]
     return [x for x in (_without_names(x, IDENTIFIERS, names) for x in items) if x]
 

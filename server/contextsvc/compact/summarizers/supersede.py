@@ -540,6 +540,11 @@ def _names_gone(sentence: str, f: Fact) -> bool:
     return any(named) and (not said or bool(said & f.subject))
 
 
+def fact_values(clauses) -> set:
+    """The values the fact clauses state (each one's fact)."""
+    return {v for c in clauses for f in (fact(c),) if f for v in f.values}
+
+
 def superseded_facts(current: list, new: list = (), said: str = "") -> list:
     """The fact clauses of current (verbatim, each stating one fact) that a later sentence
     supersedes: those whose value said (the sentence) names as gone, of their subject
@@ -551,7 +556,7 @@ def superseded_facts(current: list, new: list = (), said: str = "") -> list:
     now = {v for f in facts for v in f.values}
     out = [c for c, f in parsed if f is not None and said and not f.values <= now and _names_gone(said, f)]
     for f_new in facts:
-        same = [c for c, f in parsed if f is not None and c not in out and f_new.subject <= f.subject]
-        exact = [c for c in same if fact(c).subject == f_new.subject]
-        out.extend(exact or (same if len(same) == 1 else []))  # the newer stands, its value again or another
+        same = [(c, f) for c, f in parsed if f is not None and c not in out and f_new.subject <= f.subject]
+        exact = [c for c, f in same if f.subject == f_new.subject]
+        out.extend(exact or ([same[0][0]] if len(same) == 1 else []))  # the newer stands, its value again or another
     return list(dict.fromkeys(out))
