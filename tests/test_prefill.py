@@ -311,6 +311,31 @@ def test_a_model_that_went_on_from_its_turn_keeps_the_two_replies_joined(stubs, 
     assert len(replies) == 1 and text_of(replies[0]) == "Reading the test first. The test expects 3; the code returns 2."
 
 
+@pytest.mark.parametrize("provider", ["anthropic", "bedrock"])
+def test_an_answer_after_a_cut_reply_closed_for_its_reasoning_follows_the_closing_message(stubs, provider):
+    """A model that takes its own turn last, sent a cut reply holding its reasoning, was sent the
+    closing message after it (a turn must not end with reasoning): the model's answer to it keeps
+    that message before it in the next body, as for a model that refuses its own turn last, so
+    the body before is this one's prefix, where the two replies used to join (reported "other")."""
+    model_id = TAKING[provider]
+    later = reasoning_cut()
+    later.messages.append(convo.assistant("m3", convo.text("p3", "The test expects 3; the code returns 2.")))
+    later.messages.append(convo.user("m4", convo.text("p4", "go on and fix it")))
+    first = [assembled(stub, reasoning_cut(), provider, model_id) for stub in stubs]
+    second = [assembled(stub, later, provider, model_id, previous_cache_state=f.cache_state)
+              for stub, f in zip(stubs, first)]
+    assert second[0].body == second[1].body  # from the memo's pieces and lowered whole
+    before, body = messages_of(json.loads(first[0].body)), json.loads(second[0].body)
+    assert judged(body, provider, model_id) == []
+    wire = messages_of(body)
+    assert text_of(before[-1]) == CLOSING_USER_TEXT
+    assert list(map(unmarked, wire[:len(before)])) == list(map(unmarked, before))
+    assert text_of(wire[len(before)]) == "The test expects 3; the code returns 2."
+    for s in second:
+        report = s.cache_report
+        assert (report.compared, report.prefix_kept, report.cause) == (True, True, "new_turn")
+
+
 def test_a_summary_and_the_kept_reply_after_it_stay_one_turn(stubs):
     """A summary followed by the kept tail's first reply never ended a body: no closing message
     goes between them, for a model that refuses its own turn last too."""
