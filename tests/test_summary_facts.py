@@ -203,12 +203,16 @@ def test_two_compactions_through_the_server_keep_the_current_facts(stub):
 
 
 def test_a_diagnosis_closes_an_ask_to_find_not_one_to_fix_or_add():
-    """Review 29c: a turn ending on what was found ("... is caused by ...", "Found X: ...") took
-    "Fix the login redirect loop" for done, sharing two of its words; it answers an ask to find."""
+    """Review 29c: a turn ending on what was found ("... is caused by ...", "Found X: ...") or
+    looked at ("Checked X: ...") took "Fix the login redirect loop" for done, sharing two of its
+    words; it answers an ask to find or look."""
     read = m.Tool("call-1", "read", m.COMPLETED, {"filePath": "src/auth.py"}, output="def login(): ...\n" * 5)
     for closing in ("The login redirect loop is caused by the session cookie being dropped in the middleware.",
                     "Found the login redirect loop: the session cookie is dropped by the middleware.",
-                    "Root cause of the login redirect loop: the middleware drops the session cookie."):
+                    "Root cause of the login redirect loop: the middleware drops the session cookie.",
+                    # a look reported on answers an ask to look, as a diagnosis does
+                    "Checked the login redirect loop: the middleware drops the session cookie.",
+                    "Reviewed the login redirect loop code path; the cookie write comes after the redirect."):
         msgs = [_user("u1", "Fix the login redirect loop and add a regression test for it."),
                 _assistant("a1", "Reading the auth code.", read), _assistant("a2", closing),
                 _user("u2", "ok, what options do we have?"),
@@ -221,6 +225,10 @@ def test_a_diagnosis_closes_an_ask_to_find_not_one_to_fix_or_add():
             _assistant("a2", "The login redirect loop is caused by the session cookie being dropped in the middleware.")]
     s = template.parse(offline.summarize(msgs))
     assert not any("login redirect loop happens" in x for x in s["next_steps"] + s["in_progress"]), s
+    msgs = [_user("u1", "Check the login redirect loop in staging."), _assistant("a1", "Reading.", read),
+            _assistant("a2", "Checked the login redirect loop: the middleware drops the session cookie.")]
+    s = template.parse(offline.summarize(msgs))
+    assert not any("Check the login redirect loop" in x for x in s["next_steps"] + s["in_progress"]), s
 
 
 def test_a_value_named_gone_supersedes_only_a_fact_of_its_subject():

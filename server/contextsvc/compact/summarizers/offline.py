@@ -590,10 +590,12 @@ class _Asks:
         said = said_all - GENERIC_WORDS
         words = {w.lower() for w in WORD_RUN.findall(closing)}
         strong = _says_done(closing)  # else a report of what was found or how a run ended (_reports)
+        looked = LOOKED_AT.search(closing)
         passed = PASSED_SAID.search(closing) and not FAILED_SAID.search(closing)
-        # what was found ("The redirect loop is caused by ...", "Found the redirect loop: ..."):
-        # it answers an ask to find, not one to fix or add what it is about
-        diagnosis = not strong and DIAGNOSED.search(closing)
+        # what was found ("The redirect loop is caused by ...", "Found the redirect loop: ...") or
+        # looked at ("Checked the redirect loop: ..."): it answers an ask to find or look, not one
+        # to fix or add what it is about
+        diagnosis = not strong and (DIAGNOSED.search(closing) or looked)
         for a in asks:
             if a in self.done:
                 continue
@@ -1047,6 +1049,9 @@ LOOK_ASKS = ("check", "verify", "review", "inspect", "investigate", "look", "sca
 DIAGNOSED = re.compile(r"\b(?:root cause|the cause|caused by|cause (?:is|was)|culprit|found|comes? from|"
                        r"due to|because|traced)\b", re.IGNORECASE)
 DIAGNOSIS_ASKS = LOOK_ASKS + ("diagnose", "explain")
+# ... and so is a report of a look ("Checked the login redirect loop: ...")
+LOOKED_AT = re.compile(r"\b(?:checked|reviewed|inspected|investigated|examined|audited|scanned|looked (?:at|into|over))\b",
+                       re.IGNORECASE)
 # requests to tell something, which the turn's last sentence answers ("summarize the failures":
 # "2 failures remain: test_a, test_b.")
 ANSWER_ASKS = ("explain", "tell", "compare", "find", "print")
@@ -1074,8 +1079,10 @@ def _reports(sentence: str) -> bool:
 
 def _says_done(sentence: str) -> bool:
     """The assistant says something is done: a past-tense lead or a word like "fixed", nothing
-    like "will" or "next", and no question."""
-    return bool(DONE_SAID.search(sentence) and not NOT_YET.search(sentence)) and not sentence.rstrip().endswith("?")
+    like "will" or "next", and no question. A look is no step done ("Checked the login redirect
+    loop: ..." is a report of what was found, _reports)."""
+    said = LOOKED_AT.sub(" ", sentence)
+    return bool(DONE_SAID.search(said) and not NOT_YET.search(said)) and not said.rstrip().endswith("?")
 
 
 def _announces(sentence: str) -> bool:
