@@ -168,7 +168,35 @@ def test_compaction_sizes_a_text_models_media_as_their_notes():
     assert sizes["deepseek-chat"] < 200 and sizes["gpt-4o"] >= 2_048
 
 
-@pytest.mark.parametrize("model_id", ["deepseek-vl2", "deepseek-ocr", "qwen3-vl-235b-a22b"])
+# text-only by their makers' model cards, and refused an image where served: OpenRouter's "No
+# endpoints found that support image input", vLLM's "is not a multimodal model", Z.ai's code 1210
+# (opencode #2944), DashScope's "Unexpected item type in content" (aliyun/iac-code #54)
+TEXT_MODELS = ["moonshotai/kimi-k2-instruct-0905", "kimi-k2-thinking", "moonshot-v1-32k", "z-ai/glm-4.6", "glm-4.5-air",
+               "glm-5.1", "MiniMax-M2.1", "minimax/minimax-m1", "qwen/qwen3-coder", "qwen3-235b-a22b-2507", "qwen3-max",
+               "qwen3.7-max", "grok-code-fast-1", "codestral-2508", "meta-llama/llama-3.3-70b-instruct",
+               "meta.llama3-3-70b-instruct-v1:0", "llama3.1:8b"]
+SEEING_MODELS = ["deepseek-vl2", "deepseek-ocr", "deepseek-flash", "qwen3-vl-235b-a22b", "moonshotai/kimi-k2.5",
+                 "accounts/fireworks/models/kimi-k2p6", "kimi-k2-5", "moonshot-v1-8k-vision-preview", "z-ai/glm-4.6v",
+                 "glm-5v-turbo", "MiniMax-VL-01", "qwen3-omni-flash", "qwen3.6-plus", "meta-llama/llama-3.2-11b-vision-instruct",
+                 "us.meta.llama3-2-90b-instruct-v1:0", "meta-llama/llama-4-maverick", "grok-4", "pixtral-large-latest"]
+
+
+def test_text_models_are_known_by_their_ids():
+    from contextsvc import model_ids
+    assert [x for x in TEXT_MODELS if not model_ids.takes_text_alone(x)] == []
+    assert [x for x in SEEING_MODELS if model_ids.takes_text_alone(x)] == []
+
+
+@pytest.mark.parametrize("model_id", ["z-ai/glm-4.6", "qwen/qwen3-coder", "minimax/minimax-m2", "moonshotai/kimi-k2-0905"])
+def test_other_text_models_get_the_note(stubs, model_id):
+    messages = session()
+    messages[1].parts[1].tool.state.attachments.append(SCREENSHOT)
+    text = json.dumps(assembled(stubs, "openrouter", model_id, messages))
+    assert "image_url" not in text and f"s.png (not sent: {model_id} takes text alone)" in text
+
+
+@pytest.mark.parametrize("model_id", ["deepseek-vl2", "deepseek-ocr", "qwen3-vl-235b-a22b", "deepseek-flash",
+                                      "moonshotai/kimi-k2.5", "z-ai/glm-4.6v"])
 def test_deepseeks_vision_models_and_others_get_the_image(stubs, model_id):
     messages = session()
     messages[1].parts[1].tool.state.attachments.append(SCREENSHOT)
@@ -347,17 +375,24 @@ def thinking_session(model_id: str) -> list:
     return messages
 
 
-@pytest.mark.parametrize("model_id", ["deepseek-reasoner", "deepseek-v4-flash", "kimi-k2-thinking",
-                                      "moonshotai/Kimi-K2.5"])
-def test_a_thinking_model_that_wants_its_reasoning_back_gets_it_on_its_turns(stubs, model_id):
+@pytest.mark.parametrize("provider,model_id", [
+    ("openai-compatible", "deepseek-reasoner"), ("openai-compatible", "deepseek-v4-flash"),
+    ("openai-compatible", "kimi-k2-thinking"), ("openai-compatible", "moonshotai/Kimi-K2.5"),
+    # DeepSeek V4.1's ids; Kimi Code's (Kilo Code #10986, opencode #10996) and Fireworks'
+    ("openai-compatible", "deepseek-flash"), ("openai-compatible", "deepseek-pro"),
+    ("openai-compatible", "kimi-for-coding"), ("openai-compatible", "k2p5"),
+    ("openai-compatible", "accounts/fireworks/models/kimi-k2p6"),
+    # through OpenRouter too (LibreChat #13366, inspect_ai #4079)
+    ("openrouter", "deepseek/deepseek-v4-flash"), ("openrouter", "moonshotai/kimi-k2.6")])
+def test_a_thinking_model_that_wants_its_reasoning_back_gets_it_on_its_turns(stubs, provider, model_id):
     """DeepSeek's thinking mode and Kimi refuse a turn with tool calls that leaves out its
     reasoning: "Missing `reasoning_content` field in the assistant message at message index 2",
     at the second request of every tool-using session. It goes back as reasoning_content, ""
     where none was kept."""
-    body = assembled(stubs, "openai-compatible", model_id, thinking_session(model_id))
+    body = assembled(stubs, provider, model_id, thinking_session(model_id))
     turns = [x for x in body["messages"] if x["role"] == "assistant"]
     assert turns[0]["reasoning_content"] == "The test runner first."
-    kept_none = assembled(stubs, "openai-compatible", model_id, session())
+    kept_none = assembled(stubs, provider, model_id, session())
     assert [x["reasoning_content"] for x in kept_none["messages"] if x["role"] == "assistant"] == [""]
 
 
@@ -573,7 +608,7 @@ def test_more_tools_than_the_provider_takes_is_refused_naming_the_field(stubs, p
 
 @pytest.mark.parametrize("provider,model_id", [("openai-compatible", "devstral-small-latest"),
                                                ("openai-compatible", "mistralai/mistral-small-4-119b-2603"),
-                                               ("openrouter", "mistralai/codestral-2508")])
+                                               ("openrouter", "mistralai/mistral-medium-3.1")])
 def test_mistral_gets_an_assistant_turn_after_tool_results_and_ids_of_9(stubs, provider, model_id):
     """"Unexpected role 'user' after role 'tool'": a person's message sent mid-run, or a tool
     output's screenshot (sent as a user message after the tool messages), at every later request;

@@ -154,12 +154,14 @@ def takes_completion_tokens(model_id: str) -> bool:
 # Models that want their reasoning back on each of their turns, as reasoning_content beside the
 # content, once a request carries tools: DeepSeek's thinking mode ("Missing `reasoning_content`
 # field in the assistant message at message index 2", "The `reasoning_content` in the thinking mode
-# must be passed back to the API") and Kimi's thinking models ("thinking is enabled but
-# reasoning_content is missing in assistant tool call message"); "" stands for none, and without
-# tools it is ignored. By their makers' ids: a distilled or instruct model served elsewhere (Groq,
-# Cerebras) has no thinking to give back, and those endpoints refuse the unknown field
-_REASONING_BACK = re.compile(r"deepseek-(?:reasoner|chat|v3[.-][12]|v4)|kimi-k2(?:[.-]?thinking|[.-][5-9])|"
-                             r"kimi-(?:latest|thinking)")
+# must be passed back to the API"; V4.1's ids deepseek-flash and deepseek-pro too) and Kimi's
+# thinking models ("thinking is enabled but reasoning_content is missing in assistant tool call
+# message": K2.5 on, Fireworks' kimi-k2p5, Kimi Code's kimi-for-coding and k2p5: Kilo Code #10986,
+# opencode #10996); "" stands for none, and without tools it is ignored. By their makers' ids: a
+# distilled or instruct model served elsewhere (Groq, Cerebras) has no thinking to give back, and
+# those endpoints refuse the unknown field
+_REASONING_BACK = re.compile(r"deepseek-(?:reasoner|chat|v3[.-][12]|v4|flash|pro)|"
+                             r"kimi-k2(?:[.-]?thinking|[.p-][5-9])|(?:^|/)k2p[5-9]|kimi-(?:latest|thinking|for-coding)")
 
 
 def wants_reasoning_content(model_id: str) -> bool:
@@ -171,10 +173,24 @@ def wants_reasoning_content(model_id: str) -> bool:
 # Models that take text alone, wherever served: DeepSeek's chat and reasoning models refuse an
 # image ("Failed to deserialize the JSON body into the target type: messages[3]: unknown variant
 # `image_url`, expected `text`": V3, R1 and V4, at every request once a screenshot is in the
-# history); its vision and OCR models (deepseek-vl2, deepseek-ocr, Janus) take them. OpenAI's
-# open-weight gpt-oss reads text alone (Bedrock: "This model doesn't support the image field")
-_TEXT_ALONE = re.compile(r"deepseek|gpt-oss")
-_SEES = re.compile(r"deepseek-(?:vl|ocr)|janus")
+# history); its vision and OCR models (deepseek-vl2, deepseek-ocr, Janus) and V4.1's
+# deepseek-flash take them. OpenAI's open-weight gpt-oss reads text alone (Bedrock: "This model
+# doesn't support the image field"). So do, by their makers' model cards, and refused wherever
+# they are served (OpenRouter: "No endpoints found that support image input"; vLLM: "is not a
+# multimodal model"; Ollama: "this model does not support image input"):
+# - Kimi K2 before K2.5 (k2, -0905, -thinking, -turbo) and moonshot-v1 but its vision previews;
+# - GLM 4.5 to 5.2 but the V models (Z.ai: "Invalid API parameter", code 1210; opencode #2944);
+# - MiniMax M1, M2.x and Text-01; Qwen3's coder, max, next and open-weight sizes (DashScope:
+#   "Unexpected item type in content"), not Qwen3-VL, Omni or 3.5 on;
+# - Codestral and Mistral NeMo; xAI's grok-code (Copilot: "image media type not supported");
+# - Llama 3.x but 3.2's 11B and 90B vision models
+_TEXT_ALONE = re.compile(r"deepseek|gpt-oss|grok-code|codestral|mistral-nemo"
+                         r"|kimi-k2(?![.p_][0-9]|-[1-9](?![0-9]))|moonshot-v1-(?:8k|32k|128k|auto)(?!-vision)"
+                         r"|glm-(?:4[.p][5-7]|5(?:[.p][0-2])?)(?![0-9v]|[.p][0-9])"
+                         r"|minimax-(?:m[12]|text-01)"
+                         r"|qwen3-(?:coder|max|next|[0-9.]+b)|qwen3[.p][67]-max"
+                         r"|llama-?v?3(?:[.p-]?[0-9])?(?:[-:_.]|$)")
+_SEES = re.compile(r"deepseek-(?:vl|ocr|flash)|janus|vision|-vl\b|llama-?v?3[.p-]?2-(?:11|90)b")
 
 
 def takes_text_alone(model_id: str) -> bool:

@@ -91,11 +91,13 @@ def _take_extras(body: dict, provider: str, p: Problems) -> None:
 
 # Message fields an endpoint documents beyond OpenAI's: DeepSeek's and Moonshot's reasoning_content
 # on the model's turns, behind an OpenAI-compatible endpoint
-MESSAGE_EXTRAS = {"openai-compatible": {"reasoning_content": str}}
+MESSAGE_EXTRAS = {"openai-compatible": {"reasoning_content": str}, "openrouter": {"reasoning_content": str}}
 MAX_DESCRIPTION = 1024  # OpenAI's function descriptions ("string_above_max_length")
 # models that refuse a turn of theirs with tool calls and no reasoning_content, once tools are sent:
-# DeepSeek's thinking models and Kimi's, by their makers' ids (not a distilled or instruct model)
-_REASONING_BACK = re.compile(r"deepseek-(?:reasoner|chat|v3[.-][12]|v4)|kimi-k2(?:[.-]?thinking|[.-][5-9])")
+# DeepSeek's thinking models (V4.1: deepseek-flash, deepseek-pro) and Kimi's (K2 thinking, K2.5
+# on, Kimi Code's kimi-for-coding and k2p5), by their makers' ids (not a distilled or instruct model)
+_REASONING_BACK = re.compile(r"deepseek-(?:reasoner|chat|v3[.-][12]|v4|flash|pro)|kimi-k2(?:[.-]?thinking|[.p-][5-9])"
+                             r"|(?:^|/)k2p[5-9]|kimi-for-coding")
 
 
 def _take_message_extras(body: dict, provider: str, p: Problems) -> None:
@@ -117,9 +119,12 @@ def _take_message_extras(body: dict, provider: str, p: Problems) -> None:
 
 # Mistral's models, wherever served: no user turn right after a tool result, call ids of exactly
 # 9 letters and digits
-# DeepSeek's chat and reasoning models take text alone; its vision and OCR models take images
-_TEXT_ALONE = re.compile(r"deepseek")
-_SEES = re.compile(r"deepseek-(?:vl|ocr)|janus")
+# Models that take text alone, by their makers' model cards: DeepSeek's chat and reasoning models
+# (not its vision and OCR ones, nor V4.1's deepseek-flash), Kimi K2 before K2.5, GLM 4.5 to 5.2
+# (not the V ones), MiniMax M1 and M2, Qwen3's coder, max and open-weight sizes, xAI's grok-code
+_TEXT_ALONE = re.compile(r"deepseek|grok-code|kimi-k2(?:$|[-:/](?![1-9](?![0-9])))|glm-(?:4\.[5-7]|5(?:\.[0-2])?)(?![0-9v.])"
+                         r"|minimax-m[12]|qwen3-(?:coder|max|next|[0-9]+b)")
+_SEES = re.compile(r"deepseek-(?:vl|ocr|flash)|janus|vision|-vl\b")
 _MISTRAL = re.compile(r"mistral|devstral|codestral|magistral|ministral|pixtral|mixtral|voxtral")
 _MISTRAL_ID = re.compile(r"[a-zA-Z0-9]{9}")
 

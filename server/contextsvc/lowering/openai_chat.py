@@ -254,7 +254,10 @@ class ChatCompletions(WireFormat):
 OPENAI = ChatCompletions(m.OPENAI, ids=_CHAT_IDS, implicit_cache=True, token_field="max_completion_tokens",
                          prompt_cache_key=True, max_tools=OPENAI_MAX_TOOLS)
 OPENAI_COMPATIBLE = ChatCompletions(m.OPENAI_COMPATIBLE, gateway=True, reasoning_content=True)
-OPENROUTER = ChatCompletions(m.OPENROUTER, gateway=True, prompt_cache_key=True)
+# OpenRouter passes reasoning_content on to DeepSeek's and Kimi's thinking models, which refuse a
+# tool turn without it there too ("Provider returned error ... The `reasoning_content` in the
+# thinking mode must be passed back to the API": LibreChat #13366, inspect_ai #4079)
+OPENROUTER = ChatCompletions(m.OPENROUTER, gateway=True, prompt_cache_key=True, reasoning_content=True)
 # Alibaba is not a gateway here: it marks every model, as upstream does.
 ALIBABA = ChatCompletions(m.ALIBABA)
 COPILOT = ChatCompletions(m.COPILOT, gateway=True, marker_key="copilot_cache_control")
