@@ -409,6 +409,55 @@ def test_other_models_and_endpoints_get_no_reasoning_content(stubs, provider, mo
     assert "reasoning_content" not in json.dumps(body)
 
 
+@pytest.mark.parametrize("provider,model_id", [("openrouter", "google/gemini-3-pro-preview"),
+                                               ("openrouter", "google/gemini-3-flash-preview"),
+                                               ("openai-compatible", "gemini-3.6-flash"),
+                                               ("openai-compatible", "gemini-3-pro-preview")])
+def test_gemini_3_behind_an_openai_endpoint_gets_its_thought_signature_back(stubs, provider, model_id):
+    """"Function call is missing a thought_signature in functionCall parts" at every request of a
+    session with a tool call, through OpenRouter ("Gemini models require OpenRouter reasoning
+    details to be preserved in each request": LibreChat-AI/agents #37, claude-code-router #1024)
+    and Google's OpenAI-compatible endpoint (securo-finance/securo #884): the step's signature
+    goes back on its first call as each takes it, the stand-in where none was kept, as the native
+    format does (gemini.UNSIGNED_CALL)."""
+    from contextsvc.lowering.gemini import UNSIGNED_CALL
+    messages = thinking_session(model_id)
+    messages[1].parts[0].reasoning.signature = "CiQBjz1rX0sigAAA"
+
+    def signatures(body):
+        out = []
+        for x in body["messages"]:
+            if x["role"] == "assistant" and x.get("tool_calls"):
+                first = x["tool_calls"][0]
+                out.append(first["extra_content"]["google"]["thought_signature"] if provider == "openai-compatible"
+                           else next(d["data"] for d in x["reasoning_details"] if d["id"] == first["id"]))
+        return out
+    assert signatures(assembled(stubs, provider, model_id, messages)) == ["CiQBjz1rX0sigAAA"]
+    assert signatures(assembled(stubs, provider, model_id, session())) == [UNSIGNED_CALL]
+
+
+@pytest.mark.parametrize("provider,model_id", [("openrouter", "google/gemini-2.5-pro"), ("openrouter", "openai/gpt-5"),
+                                               ("openai-compatible", "qwen3-coder"), ("openai", "gpt-4o")])
+def test_other_models_get_no_thought_signature(stubs, provider, model_id):
+    messages = thinking_session(model_id)
+    messages[1].parts[0].reasoning.signature = "CiQBjz1rX0sigAAA"
+    text = json.dumps(assembled(stubs, provider, model_id, messages))
+    assert "thought_signature" not in text and "reasoning_details" not in text
+
+
+def test_the_judge_refuses_a_gemini_3_call_without_its_signature():
+    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+    body = {"model": "google/gemini-3-pro-preview", "tools": [{"type": "function", "function": {"name": "bash"}}],
+            "messages": [{"role": "user", "content": "go"}, {"role": "assistant", "content": None, "tool_calls": [call]},
+                         {"role": "tool", "tool_call_id": "c1", "content": "ok"}]}
+    assert any("thought_signature" in x for x in judge_for("openrouter")(body))
+    assert any("thought_signature" in x for x in judge_for("openai-compatible")({**body, "model": "gemini-3.6-flash"}))
+    assert judge_for("openrouter")({**body, "model": "google/gemini-2.5-pro"}) == []
+    body["messages"][1]["reasoning_details"] = [{"type": "reasoning.encrypted", "data": "x", "id": "c1",
+                                                 "format": "google-gemini-v1", "index": 0}]
+    assert judge_for("openrouter")(body) == []
+
+
 def test_the_judge_refuses_a_deepseek_tool_turn_without_reasoning_content():
     body = {"model": "deepseek-reasoner", "tools": [{"type": "function", "function": {"name": "bash"}}], "messages": [
         {"role": "user", "content": "go"},

@@ -104,6 +104,11 @@ def gemini_generation(model_id: str) -> tuple[int, int] | None:
     return (int(found.group(1)), int(found.group(2) or 0)) if found else None
 
 
+def is_gemini(model_id: str) -> bool:
+    """Whether the id names a Gemini model (behind a gateway too: google/gemini-3-pro-preview)."""
+    return "gemini" in model_id.lower()
+
+
 def gemini_from(model_id: str, generation: tuple[int, int]) -> bool:
     """Whether the id names a Gemini of this generation or later, or none that can be read (an
     alias of the newest is taken to be of the newest)."""

@@ -100,7 +100,59 @@ _REASONING_BACK = re.compile(r"deepseek-(?:reasoner|chat|v3[.-][12]|v4|flash|pro
                              r"|(?:^|/)k2p[5-9]|kimi-for-coding")
 
 
+# Gemini from 3 behind an OpenAI-shaped endpoint wants each step's thought signature back on its
+# first function call: Google's endpoint as the call's extra_content.google.thought_signature,
+# OpenRouter as an encrypted reasoning_details item naming the call ("Gemini models require
+# OpenRouter reasoning details to be preserved in each request"); other reasoning_details items
+# (reasoning.text, reasoning.summary) OpenRouter documents for every model
+SIGNATURE_AT = {"openai-compatible": "extra_content", "openrouter": "reasoning_details"}
+MISSING_SIGNATURE = "Function call is missing a thought_signature in functionCall parts."
+_GEMINI = re.compile(r"gemini(?:-(?:live-)?(\d+))?")
+REASONING_DETAILS = {"reasoning.encrypted": {"type", "data", "id", "format", "index"},
+                     "reasoning.text": {"type", "text", "signature", "id", "format", "index"},
+                     "reasoning.summary": {"type", "summary", "id", "format", "index"}}
+
+
+def _checks_signatures(model: str) -> bool:
+    found = _GEMINI.search(model)
+    return bool(found) and (found.group(1) is None or int(found.group(1)) >= 3)
+
+
+def _take_thought_signatures(body: dict, provider: str, p: Problems) -> None:
+    at = SIGNATURE_AT.get(provider)
+    if at is None:
+        return
+    wants = _checks_signatures(str(body.get("model", "")).lower())
+    for i, msg in enumerate(body.get("messages") or []):
+        if not isinstance(msg, dict) or msg.get("role") != "assistant":
+            continue
+        calls = [c for c in msg.get("tool_calls") or [] if isinstance(c, dict)]
+        signature = None
+        if at == "extra_content":
+            for k, call in enumerate(calls):
+                if "extra_content" in call:
+                    extra = call.pop("extra_content")
+                    value = (extra.get("google") or {}).get("thought_signature") if isinstance(extra, dict) else None
+                    if not isinstance(value, str) or not value or set(extra) != {"google"} \
+                            or set(extra["google"]) != {"thought_signature"}:
+                        p.add("extension", f"messages[{i}].tool_calls[{k}].extra_content", "not a thought signature")
+                    elif k == 0:
+                        signature = value
+        elif "reasoning_details" in msg:
+            details = msg.pop("reasoning_details")
+            for k, item in enumerate(details if isinstance(details, list) else [None]):
+                keys = REASONING_DETAILS.get(item.get("type")) if isinstance(item, dict) else None
+                if keys is None or not set(item) <= keys:
+                    p.add("extension", f"messages[{i}].reasoning_details[{k}]", "not a reasoning detail OpenRouter documents")
+                elif item["type"] == "reasoning.encrypted" and calls and item.get("id") == calls[0].get("id") \
+                        and isinstance(item.get("data"), str) and item["data"]:
+                    signature = item["data"]
+        if wants and calls and signature is None:
+            p.add("thought-signature", f"messages[{i}].tool_calls[0]", MISSING_SIGNATURE)
+
+
 def _take_message_extras(body: dict, provider: str, p: Problems) -> None:
+    _take_thought_signatures(body, provider, p)
     extras = MESSAGE_EXTRAS.get(provider, {})
     model = str(body.get("model", "")).lower()
     wants = bool(extras) and bool(body.get("tools")) and "distill" not in model and bool(_REASONING_BACK.search(model))

@@ -96,7 +96,7 @@ def _signed(part: dict) -> bool:
     return part.get("thoughtSignature") not in (None, UNSIGNED_CALL)
 
 
-def _closeness_to(first: int):
+def closeness_to(first: int):
     """The key that orders the parts by how near they are to the part at first, before it first."""
     return lambda i: (abs(i - first), i > first)
 
@@ -104,7 +104,7 @@ def _closeness_to(first: int):
 def _move_signature(parts: list, first: int, signed: list) -> None:
     """Moves the signature of the signed part nearest the first call (parts at indices signed)
     to that call, on copies of both parts."""
-    nearest = min(signed, key=_closeness_to(first))
+    nearest = min(signed, key=closeness_to(first))
     donor = dict(parts[nearest])
     parts[first] = {**parts[first], "thoughtSignature": donor.pop("thoughtSignature")}
     parts[nearest] = donor
@@ -133,7 +133,7 @@ class _SignedRun(Run):
         # one while there is none
         self.nearest = None
         if signed:
-            self.nearest = signed[-1] if self.first is None else min(signed, key=_closeness_to(self.first))
+            self.nearest = signed[-1] if self.first is None else min(signed, key=closeness_to(self.first))
 
     def add(self, later: list) -> None:
         parts, start = self.blocks, len(self.blocks)

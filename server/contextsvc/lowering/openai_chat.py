@@ -4,7 +4,7 @@ from __future__ import annotations
 import hashlib
 
 from .. import conversation as m, model_ids, native
-from . import media
+from . import gemini, media
 from ..deadline import NO_DEADLINE, Deadline
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
@@ -38,6 +38,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
          tools_disabled=False, deadline: Deadline = NO_DEADLINE) -> Lowered:
     fmt = _FORMATS[provider]
     reasoning_back = fmt.reasoning_content and model_ids.wants_reasoning_content(model_id)
+    signs = bool(fmt.thought_signatures) and model_ids.is_gemini(model_id) and gemini.checks_signatures(model_id)
     mistral = fmt.lowers_whole(model_id)
     ids = MISTRAL_IDS if mistral else None
     system_msgs = [{"role": "system", "content": s} for s in system]
@@ -63,6 +64,8 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
                 out_msg["reasoning_content"] = "".join(c.text for c in msg.content if isinstance(c, MReasoning))
             if calls:
                 out_msg["tool_calls"] = calls
+                if signs:
+                    fmt.sign_first_call(out_msg, ledger.opaque(_thought_signature(msg.content)))
             wire.append(out_msg)
             roles.append("assistant")
             sources.append([msg.source_id])
@@ -105,6 +108,16 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     if session_id and fmt.prompt_cache_key:
         out["prompt_cache_key"] = cache_key(session_id)  # routes the session to a warm cache
     return Lowered(out, system_msgs, wire, roles, sources, [(out, "messages")], (out, token_field))
+
+
+def _thought_signature(content: list) -> str:
+    """The thought signature Gemini wants on a step's first function call (gemini._sign_first_call):
+    that of the signed reasoning nearest the call, before it first; the stand-in where the step
+    kept none (another model's calls, a signature lost)."""
+    first = next(i for i, c in enumerate(content) if isinstance(c, MToolCall))
+    signed = [i for i, c in enumerate(content) if isinstance(c, MReasoning) and c.signature
+              and media.is_base64(c.signature, url_safe=True)]
+    return content[min(signed, key=gemini.closeness_to(first))].signature if signed else gemini.UNSIGNED_CALL
 
 
 def _mistral_turns(wire: list, roles: list, sources: list, ledger: MediaLedger) -> None:
@@ -180,11 +193,14 @@ class ChatCompletions(WireFormat):
 
     def __init__(self, name: str, *, ids=_GATEWAY_IDS, implicit_cache=False, gateway=False,
                  marker_key="cache_control", token_field="max_tokens", prompt_cache_key=False,
-                 reasoning_content=False, max_tools=0):
+                 reasoning_content=False, max_tools=0, thought_signatures=""):
         self.name, self.ids, self.implicit_cache, self.gateway = name, ids, implicit_cache, gateway
         # the model's turns carry their reasoning as reasoning_content where it wants them back
         # (model_ids.wants_reasoning_content): an endpoint that serves such a model as it is
         self.reasoning_content = reasoning_content
+        # where a Gemini 3 step's thought signature goes on its first tool call (sign_first_call):
+        # "" where the endpoint takes none
+        self.thought_signatures = thought_signatures
         self.max_tools = max_tools
         self.marker_key = marker_key
         self.token_field = token_field  # where the output-token cap goes
@@ -222,6 +238,20 @@ class ChatCompletions(WireFormat):
             end += 1
         return description[:end] + "\u2026"
 
+    def sign_first_call(self, message: dict, signature: str) -> None:
+        """Gemini from 3 refuses a step whose first function call comes back without its thought
+        signature ("Function call is missing a thought_signature in functionCall parts"), at every
+        request of the session. Google's OpenAI-compatible endpoint takes it on the call, as
+        extra_content.google.thought_signature; OpenRouter as an encrypted item of the message's
+        reasoning_details, named by the call's id ("Gemini models require OpenRouter reasoning
+        details to be preserved in each request")."""
+        call = message["tool_calls"][0]
+        if self.thought_signatures == "extra_content":
+            call["extra_content"] = {"google": {"thought_signature": signature}}
+        else:
+            message["reasoning_details"] = [{"type": "reasoning.encrypted", "data": signature, "id": call["id"],
+                                             "format": "google-gemini-v1", "index": 0}]
+
     def token_field_for(self, model_id: str) -> str:
         """Where the output-token cap goes for this model: an OpenAI reasoning model served by
         Copilot or an OpenAI-compatible endpoint (Azure) refuses max_tokens, as OpenAI does.
@@ -253,11 +283,13 @@ class ChatCompletions(WireFormat):
 
 OPENAI = ChatCompletions(m.OPENAI, ids=_CHAT_IDS, implicit_cache=True, token_field="max_completion_tokens",
                          prompt_cache_key=True, max_tools=OPENAI_MAX_TOOLS)
-OPENAI_COMPATIBLE = ChatCompletions(m.OPENAI_COMPATIBLE, gateway=True, reasoning_content=True)
+OPENAI_COMPATIBLE = ChatCompletions(m.OPENAI_COMPATIBLE, gateway=True, reasoning_content=True,
+                                     thought_signatures="extra_content")
 # OpenRouter passes reasoning_content on to DeepSeek's and Kimi's thinking models, which refuse a
 # tool turn without it there too ("Provider returned error ... The `reasoning_content` in the
 # thinking mode must be passed back to the API": LibreChat #13366, inspect_ai #4079)
-OPENROUTER = ChatCompletions(m.OPENROUTER, gateway=True, prompt_cache_key=True, reasoning_content=True)
+OPENROUTER = ChatCompletions(m.OPENROUTER, gateway=True, prompt_cache_key=True, reasoning_content=True,
+                             thought_signatures="reasoning_details")
 # Alibaba is not a gateway here: it marks every model, as upstream does.
 ALIBABA = ChatCompletions(m.ALIBABA)
 COPILOT = ChatCompletions(m.COPILOT, gateway=True, marker_key="copilot_cache_control")
