@@ -436,6 +436,26 @@ def test_gemini_3_behind_an_openai_endpoint_gets_its_thought_signature_back(stub
     assert signatures(assembled(stubs, provider, model_id, session())) == [UNSIGNED_CALL]
 
 
+def test_claude_behind_openrouter_gets_its_signed_thinking_back(stubs):
+    """With thinking on, Claude refuses a tool loop whose last turn does not open with its
+    thinking ("a final `assistant` message must start with a thinking block": OpenRouter's
+    ai-sdk-provider #162); OpenRouter rebuilds the blocks from the turn's reasoning_details: the
+    signed thinking as a reasoning.text item with its signature, redacted thinking as an
+    encrypted one. Unsigned reasoning (another model's) is no block Claude signed."""
+    model_id = "anthropic/claude-sonnet-4.5"
+    messages = thinking_session(model_id)
+    messages[1].parts[0].reasoning.signature = "EqQBCkYIBxgCKkD"
+    messages[1].parts.insert(1, pb.Part(id="r3", reasoning=pb.ReasoningPart(redacted_data="EmwKAhgBEgy3va3pzix")))
+    turn = next(x for x in assembled(stubs, "openrouter", model_id, messages)["messages"] if x["role"] == "assistant")
+    assert turn["reasoning_details"] == [
+        {"type": "reasoning.text", "text": "The test runner first.", "signature": "EqQBCkYIBxgCKkD",
+         "format": "anthropic-claude-v1", "index": 0},
+        {"type": "reasoning.encrypted", "data": "EmwKAhgBEgy3va3pzix", "format": "anthropic-claude-v1", "index": 1}]
+    unsigned = next(x for x in assembled(stubs, "openrouter", model_id, thinking_session(model_id))["messages"]
+                    if x["role"] == "assistant")
+    assert "reasoning_details" not in unsigned
+
+
 @pytest.mark.parametrize("provider,model_id", [("openrouter", "google/gemini-2.5-pro"), ("openrouter", "openai/gpt-5"),
                                                ("openai-compatible", "qwen3-coder"), ("openai", "gpt-4o")])
 def test_other_models_get_no_thought_signature(stubs, provider, model_id):

@@ -39,6 +39,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     fmt = _FORMATS[provider]
     reasoning_back = fmt.reasoning_content and model_ids.wants_reasoning_content(model_id)
     signs = bool(fmt.thought_signatures) and model_ids.is_gemini(model_id) and gemini.checks_signatures(model_id)
+    thinking_back = fmt.thought_signatures == "reasoning_details" and "claude" in model_id.lower()
     mistral = fmt.lowers_whole(model_id)
     ids = MISTRAL_IDS if mistral else None
     system_msgs = [{"role": "system", "content": s} for s in system]
@@ -62,6 +63,8 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
             out_msg = {"role": "assistant", "content": text or None}
             if reasoning_back:  # the turn's reasoning, "" where none was kept
                 out_msg["reasoning_content"] = "".join(c.text for c in msg.content if isinstance(c, MReasoning))
+            if thinking_back and any(isinstance(c, MReasoning) and (c.signature or c.redacted) for c in msg.content):
+                out_msg["reasoning_details"] = _claude_thinking(msg.content, ledger)
             if calls:
                 out_msg["tool_calls"] = calls
                 if signs:
@@ -108,6 +111,28 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     if session_id and fmt.prompt_cache_key:
         out["prompt_cache_key"] = cache_key(session_id)  # routes the session to a warm cache
     return Lowered(out, system_msgs, wire, roles, sources, [(out, "messages")], (out, token_field))
+
+
+def _claude_thinking(content: list, ledger: MediaLedger) -> list:
+    """Claude's signed thinking (and redacted thinking) of a turn, as OpenRouter's reasoning_details
+    take it back: with thinking on, Claude refuses a tool loop's last turn that does not open with
+    its thinking ("When `thinking` is enabled, a final `assistant` message must start with a
+    thinking block": OpenRouter's ai-sdk-provider #162), and OpenRouter rebuilds those blocks from
+    these items alone."""
+    items = []
+    for c in content:
+        if not isinstance(c, MReasoning) or not (c.signature or c.redacted):
+            continue  # unsigned reasoning (cut off, another model's) is no thinking block Claude signed
+        if c.redacted:
+            item = {"type": "reasoning.encrypted", "data": ledger.opaque(c.redacted)}
+        else:
+            item = {"type": "reasoning.text", "text": c.text, "signature": ledger.opaque(c.signature)}
+        items.append({**item, "format": CLAUDE_DETAILS, "index": len(items)})
+    return items
+
+
+# the format OpenRouter names Claude's reasoning_details items with
+CLAUDE_DETAILS = "anthropic-claude-v1"
 
 
 def _thought_signature(content: list) -> str:
