@@ -238,6 +238,34 @@ def test_a_cut_reply_holding_reasoning_is_closed_for_every_model(stub, provider,
         assert text_of(messages_of(body)[-1]) == CLOSING_USER_TEXT
 
 
+def test_claudes_cut_reply_behind_openrouter_is_closed_for_its_thinking(stubs):
+    """Claude's signed thinking goes back through OpenRouter's reasoning_details: a cut reply
+    holding it, last, is closed as on Anthropic ("an `assistant` message in the final position
+    cannot contain `thinking`"), and the answer to the closing message keeps it before it."""
+    model_id = "anthropic/claude-3.7-sonnet"  # takes its own turn last
+    cut = convo.assistant("m2", pb.Part(id="r2", reasoning=pb.ReasoningPart(
+        text="Look at the test first.", signature="EqQBCkYIBxgCKkD")), convo.text("t2", "Reading the test"),
+        finished=False)
+    cut.error.CopyFrom(pb.MessageError(name="MessageAbortedError", message="aborted"))
+    first = pb.Conversation(session_id="sess-openrouter-thinking", messages=[
+        convo.user("m1", convo.text("p1", "fix the failing test")), cut])
+    bodies = [assembled(stub, first, "openrouter", model_id) for stub in stubs]
+    assert bodies[0].body == bodies[1].body
+    wire = messages_of(json.loads(bodies[0].body))
+    assert judged(json.loads(bodies[0].body), "openrouter", model_id) == []
+    assert wire[-2]["reasoning_details"][0]["signature"] == "EqQBCkYIBxgCKkD" and text_of(wire[-1]) == CLOSING_USER_TEXT
+    later = pb.Conversation()
+    later.CopyFrom(first)
+    later.messages.append(convo.assistant("m3", convo.text("p3", "The test expects 3.")))
+    later.messages.append(convo.user("m4", convo.text("p4", "go on")))
+    second = [assembled(stub, later, "openrouter", model_id, previous_cache_state=b.cache_state)
+              for stub, b in zip(stubs, bodies)]
+    assert second[0].body == second[1].body
+    assert [text_of(x) for x in messages_of(json.loads(second[0].body))] == [
+        "fix the failing test", "Reading the test", CLOSING_USER_TEXT, "The test expects 3.", "go on"]
+    assert all(s.cache_report.prefix_kept for s in second)
+
+
 def test_the_judges_refuse_reasoning_in_the_final_assistant_turn():
     body = {"model": "claude-sonnet-4-5", "max_tokens": 10, "messages": [
         {"role": "user", "content": "go"},

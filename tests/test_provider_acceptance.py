@@ -11,6 +11,7 @@ import pytest
 from contextsvc import assemble, breakpoints, config, conversation as m
 from contextsvc.errors import BadInput
 from contextsvc.lowering import anthropic, bedrock, gemini, media, registry, tool_ids
+from contextsvc.lowering.neutral import CLOSING_USER_TEXT
 from judges import judge_for
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 8
@@ -279,8 +280,8 @@ def signed(text, sig="sig-1"):
 
 
 def test_anthropic_never_marks_a_thinking_block():
-    conv = [user("m1", m.Text("Q")), assistant("m2", signed("a"), m.Text("answer"), signed("b")),
-            assistant("m3", signed("only thinking")), user("m4", m.Text("Go on"))]
+    conv = [user("m1", m.Text("Q")), assistant("m2", signed("a"), m.Text("answer"), signed("b"), signed("only thinking")),
+            user("m4", m.Text("Go on"))]
     a = run(m.ANTHROPIC, conv, hints=[breakpoints.Hint(message_id="m2"), breakpoints.Hint(message_id="m4")])
     b = json.loads(a.body)
     blocks = b["messages"][1]["content"]
@@ -288,8 +289,7 @@ def test_anthropic_never_marks_a_thinking_block():
     assert "cache_control" in blocks[1]  # the nearest block that takes one
     assert all("cache_control" not in x for x in blocks if x["type"] in ("thinking", "redacted_thinking"))
     conv[1] = assistant("m2", signed("only thinking"))
-    conv[2] = assistant("m3", m.Text("later"))
-    a = run(m.ANTHROPIC, conv[:2] + [user("m4", m.Text("Go on"))], hints=[breakpoints.Hint(message_id="m2")])
+    a = run(m.ANTHROPIC, conv, hints=[breakpoints.Hint(message_id="m2")])
     # the hint has nowhere to go: dropped; the auto policy still fills the other places
     assert "cache_control" not in json.dumps(json.loads(a.body)["messages"][1])
     assert [b.location for b in a.breakpoints] == ["tools[0]", "system[1]", "messages[2]"]
@@ -302,10 +302,13 @@ def test_anthropic_sends_reasoning_another_model_signed_as_plain_text():
             assistant("m4", m.Reasoning("", redacted_data="opaque"), m.Text("three"), provider_id=m.BEDROCK),
             user("m5", m.Text("Go on"))]
     b = body(m.ANTHROPIC, conv)
-    blocks = b["messages"][1]["content"]
-    assert blocks[0] == {"type": "thinking", "thinking": "mine", "signature": "sig-1"}
-    assert blocks[2:] == [{"type": "text", "text": "theirs"}, {"type": "text", "text": "two"},
-                          {"type": "text", "text": "three"}]
+    # the reply holding this model's signed thinking would have been closed had it been sent last:
+    # the closing message goes after it (neutral.closing_between_replies); the others join
+    mine, closing, theirs = (x["content"] for x in b["messages"][1:4])
+    assert mine[0] == {"type": "thinking", "thinking": "mine", "signature": "sig-1"}
+    assert closing == [{"type": "text", "text": CLOSING_USER_TEXT}]
+    assert theirs == [{"type": "text", "text": "theirs"}, {"type": "text", "text": "two"},
+                      {"type": "text", "text": "three"}]
 
 
 # ---- OpenAI Responses ---------------------------------------------------------------------------

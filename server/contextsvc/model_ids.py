@@ -104,6 +104,11 @@ def gemini_generation(model_id: str) -> tuple[int, int] | None:
     return (int(found.group(1)), int(found.group(2) or 0)) if found else None
 
 
+def is_claude(model_id: str) -> bool:
+    """Whether the id names a Claude model (behind a gateway too: anthropic/claude-sonnet-4.5)."""
+    return "claude" in model_id.lower()
+
+
 def is_gemini(model_id: str) -> bool:
     """Whether the id names a Gemini model (behind a gateway too: google/gemini-3-pro-preview)."""
     return "gemini" in model_id.lower()
@@ -133,12 +138,11 @@ def refuses_prefill(model_id: str) -> bool:
     either whose generation cannot be read (an alias of the newest: gemini-flash-latest); every
     Mistral model ("Expected last role User or Tool (or Assistant with prefix) for serving but got
     assistant": the prefix flag is its own, which the body does not set)."""
-    mid = model_id.lower()
-    if is_mistral(mid):
+    if is_mistral(model_id):
         return True
-    if "gemini" in mid:
-        return gemini_from(mid, NO_PREFILL_GEMINI_FROM)
-    if "claude" not in mid:
+    if is_gemini(model_id):
+        return gemini_from(model_id, NO_PREFILL_GEMINI_FROM)
+    if not is_claude(model_id):
         return False
     generation = claude_generation(model_id)
     return generation is None or generation >= NO_PREFILL_FROM
@@ -165,7 +169,7 @@ def takes_completion_tokens(model_id: str) -> bool:
 # opencode #10996); "" stands for none, and without tools it is ignored. By their makers' ids: a
 # distilled or instruct model served elsewhere (Groq, Cerebras) has no thinking to give back, and
 # those endpoints refuse the unknown field
-_REASONING_BACK = re.compile(r"deepseek-(?:reasoner|chat|v3[.-][12]|v4|flash|pro)|"
+_REASONING_BACK = re.compile(r"deepseek-(?:reasoner|chat|v3[.-][12]|v4|flash(?![a-z])|pro(?![a-z]))|"
                              r"kimi-k2(?:[.-]?thinking|[.p-][5-9])|(?:^|/)k2p[5-9]|kimi-(?:latest|thinking|for-coding)")
 
 
@@ -194,8 +198,8 @@ _TEXT_ALONE = re.compile(r"deepseek|gpt-oss|grok-code|codestral|mistral-nemo"
                          r"|glm-(?:4[.p][5-7]|5(?:[.p][0-2])?)(?![0-9v]|[.p][0-9])"
                          r"|minimax-(?:m[12]|text-01)"
                          r"|qwen3-(?:coder|max|next|[0-9.]+b)|qwen3[.p][67]-max"
-                         r"|llama-?v?3(?:[.p-]?[0-9])?(?:[-:_.]|$)")
-_SEES = re.compile(r"deepseek-(?:vl|ocr|flash)|janus|vision|-vl\b|llama-?v?3[.p-]?2-(?:11|90)b")
+                         r"|(?:^|[/.])(?:meta-)?llama-?v?3(?:[.p-]?[0-9])?(?:[-:_.]|$)")
+_SEES = re.compile(r"deepseek-(?:vl|ocr|flash)|janus|vision|-vl\b|llava|minicpm|llama-?v?3[.p-]?2-(?:11|90)b")
 
 
 def takes_text_alone(model_id: str) -> bool:

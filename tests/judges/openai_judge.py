@@ -96,8 +96,8 @@ MAX_DESCRIPTION = 1024  # OpenAI's function descriptions ("string_above_max_leng
 # models that refuse a turn of theirs with tool calls and no reasoning_content, once tools are sent:
 # DeepSeek's thinking models (V4.1: deepseek-flash, deepseek-pro) and Kimi's (K2 thinking, K2.5
 # on, Kimi Code's kimi-for-coding and k2p5), by their makers' ids (not a distilled or instruct model)
-_REASONING_BACK = re.compile(r"deepseek-(?:reasoner|chat|v3[.-][12]|v4|flash|pro)|kimi-k2(?:[.-]?thinking|[.p-][5-9])"
-                             r"|(?:^|/)k2p[5-9]|kimi-for-coding")
+_REASONING_BACK = re.compile(r"deepseek-(?:reasoner|chat|v3[.-][12]|v4|flash(?![a-z])|pro(?![a-z]))"
+                             r"|kimi-k2(?:[.-]?thinking|[.p-][5-9])|(?:^|/)k2p[5-9]|kimi-(?:latest|thinking|for-coding)")
 
 
 # Gemini from 3 behind an OpenAI-shaped endpoint wants each step's thought signature back on its
@@ -151,7 +151,18 @@ def _take_thought_signatures(body: dict, provider: str, p: Problems) -> None:
             p.add("thought-signature", f"messages[{i}].tool_calls[0]", MISSING_SIGNATURE)
 
 
+def _final_thinking(body: dict, provider: str, p: Problems) -> None:
+    """Claude's thinking, which OpenRouter sends back from a turn's reasoning_details, refused in
+    the final position (the anthropic judge's rule, through OpenRouter)."""
+    messages = [x for x in body.get("messages") or [] if isinstance(x, dict)]
+    if provider == "openrouter" and messages and messages[-1].get("role") == "assistant" \
+            and "claude" in str(body.get("model", "")).lower() and messages[-1].get("reasoning_details"):
+        p.add("final-thinking", f"messages[{len(messages) - 1}]",
+              "When thinking is disabled, an `assistant` message in the final position cannot contain `thinking`")
+
+
 def _take_message_extras(body: dict, provider: str, p: Problems) -> None:
+    _final_thinking(body, provider, p)
     _take_thought_signatures(body, provider, p)
     extras = MESSAGE_EXTRAS.get(provider, {})
     model = str(body.get("model", "")).lower()

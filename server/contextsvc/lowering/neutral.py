@@ -176,39 +176,43 @@ def _assistant(msg: m.Message, model=None, deadline: Deadline = NO_DEADLINE) -> 
     return out
 
 
-def closing_between_replies(messages: list, is_summary, sent, closed) -> list:
+def closing_between_replies(messages: list, is_summary, sent, closes) -> list:
     """messages with the closing user message (CLOSING_USER_TEXT, standing for no stored message:
     source_id "") between two replies of the model stored one right after the other: a reply
     cut off, then the one the model gave to the closing message that followed it. The body that
     ended with the first had that message after it; keeping it keeps that body's prefix, where
     the two turns would otherwise join (a change at the first, for the cache and its report).
-    closed(replies) tells whether a body ending with the turn these replies make was closed: for
-    a model that refuses to go on from its own turn (model_ids.refuses_prefill) always; for one
-    that takes it, where the turn holds reasoning, which such a turn must not end with (a model
+    closes(reply) tells whether a body ending with a turn holding the reply was closed: for a
+    model that refuses to go on from its own turn (model_ids.refuses_prefill) always; for one
+    that takes it, where the reply holds reasoning, which such a turn must not end with (a model
     that went on from a turn without it continued the first reply, and the joined turn is what
     it wrote). A summary followed by the kept tail's first reply never ended a body: is_summary(
     message id) tells it apart. A reply the format sends as nothing (reasoning cut off before its
-    signature) is no turn: sent(message) tells, asked only of replies next to another's."""
+    signature) is no turn: sent(message) tells, asked only of replies next to another's. Each
+    question is asked of a reply once at most."""
     out = []
     last = None  # the last message sent as something
-    turn = []  # the replies the turn `last` ends with is made of
+    closed, unread = False, []  # the turn `last` ends: closed by a reply read so far, replies not yet read
     for i, msg in enumerate(messages):
         if msg.role != "assistant":
             out.append(msg)
-            last, turn = msg, []
+            last, closed, unread = msg, False, []
             continue
         beside = any(0 <= j < len(messages) and messages[j].role == "assistant"
                      and messages[j].source_id != msg.source_id for j in (i - 1, i + 1))
         if beside and not sent(msg):
             out.append(msg)
             continue
-        if (last is not None and last.role == "assistant" and last.source_id != msg.source_id
-                and not is_summary(last.source_id) and closed(turn)):
-            out.append(MMessage("user", [MText(CLOSING_USER_TEXT)]))
-            turn = []
+        if last is not None and last.role == "assistant" and last.source_id != msg.source_id \
+                and not is_summary(last.source_id):
+            closed = closed or any(map(closes, unread))
+            unread = []
+            if closed:
+                out.append(MMessage("user", [MText(CLOSING_USER_TEXT)]))
+                closed = False
         out.append(msg)
         last = msg
-        turn.append(msg)
+        unread.append(msg)
     return out
 
 

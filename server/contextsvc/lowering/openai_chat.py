@@ -14,6 +14,14 @@ from .tool_schema import object_root, with_array_items
 from .wire_format import WireFormat
 
 
+# the formats OpenRouter names its reasoning_details items with, by the model that wrote them
+CLAUDE_DETAILS = "anthropic-claude-v1"
+GEMINI_DETAILS = "google-gemini-v1"
+# where a Gemini 3 step's thought signature goes on its first tool call (ChatCompletions.sign_first_call)
+ON_THE_CALL = "extra_content"  # Google's OpenAI-compatible endpoint
+IN_REASONING_DETAILS = "reasoning_details"  # OpenRouter
+
+
 def _media(fmt: ChatCompletions, x: MMedia, ledger: MediaLedger) -> dict:
     src = media.source(fmt, x, ledger)
     if isinstance(src, str):  # the attachment note; a PDF by web URL too: file_data takes a data: URL only
@@ -39,7 +47,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     fmt = _FORMATS[provider]
     reasoning_back = fmt.reasoning_content and model_ids.wants_reasoning_content(model_id)
     signs = bool(fmt.thought_signatures) and model_ids.is_gemini(model_id) and gemini.checks_signatures(model_id)
-    thinking_back = fmt.thought_signatures == "reasoning_details" and "claude" in model_id.lower()
+    thinking_back = fmt.reasoning_details and model_ids.is_claude(model_id)
     mistral = fmt.lowers_whole(model_id)
     ids = MISTRAL_IDS if mistral else None
     system_msgs = [{"role": "system", "content": s} for s in system]
@@ -70,6 +78,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
                 if signs:
                     fmt.sign_first_call(out_msg, ledger.opaque(_thought_signature(msg.content)))
             wire.append(out_msg)
+            ledger.claim(wire[-1])  # the opaque reasoning state placed in it
             roles.append("assistant")
             sources.append([msg.source_id])
         else:
@@ -129,10 +138,6 @@ def _claude_thinking(content: list, ledger: MediaLedger) -> list:
             item = {"type": "reasoning.text", "text": c.text, "signature": ledger.opaque(c.signature)}
         items.append({**item, "format": CLAUDE_DETAILS, "index": len(items)})
     return items
-
-
-# the format OpenRouter names Claude's reasoning_details items with
-CLAUDE_DETAILS = "anthropic-claude-v1"
 
 
 def _thought_signature(content: list) -> str:
@@ -218,14 +223,16 @@ class ChatCompletions(WireFormat):
 
     def __init__(self, name: str, *, ids=_GATEWAY_IDS, implicit_cache=False, gateway=False,
                  marker_key="cache_control", token_field="max_tokens", prompt_cache_key=False,
-                 reasoning_content=False, max_tools=0, thought_signatures=""):
+                 reasoning_content=False, max_tools=0, thought_signatures="", reasoning_details=False):
         self.name, self.ids, self.implicit_cache, self.gateway = name, ids, implicit_cache, gateway
         # the model's turns carry their reasoning as reasoning_content where it wants them back
         # (model_ids.wants_reasoning_content): an endpoint that serves such a model as it is
         self.reasoning_content = reasoning_content
         # where a Gemini 3 step's thought signature goes on its first tool call (sign_first_call):
-        # "" where the endpoint takes none
+        # ON_THE_CALL, IN_REASONING_DETAILS, or "" where the endpoint takes none
         self.thought_signatures = thought_signatures
+        # Claude's signed thinking goes back as the turn's reasoning_details (_claude_thinking)
+        self.reasoning_details = reasoning_details
         self.max_tools = max_tools
         self.marker_key = marker_key
         self.token_field = token_field  # where the output-token cap goes
@@ -271,11 +278,15 @@ class ChatCompletions(WireFormat):
         reasoning_details, named by the call's id ("Gemini models require OpenRouter reasoning
         details to be preserved in each request")."""
         call = message["tool_calls"][0]
-        if self.thought_signatures == "extra_content":
+        if self.thought_signatures == ON_THE_CALL:
             call["extra_content"] = {"google": {"thought_signature": signature}}
-        else:
+        elif self.thought_signatures == IN_REASONING_DETAILS:
             message["reasoning_details"] = [{"type": "reasoning.encrypted", "data": signature, "id": call["id"],
-                                             "format": "google-gemini-v1", "index": 0}]
+                                             "format": GEMINI_DETAILS, "index": 0}]
+
+    def holds_reasoning(self, element: dict) -> bool:
+        """A turn that carries reasoning back in its reasoning_details (Claude's thinking)."""
+        return bool(element.get("reasoning_details"))
 
     def token_field_for(self, model_id: str) -> str:
         """Where the output-token cap goes for this model: an OpenAI reasoning model served by
@@ -309,12 +320,12 @@ class ChatCompletions(WireFormat):
 OPENAI = ChatCompletions(m.OPENAI, ids=_CHAT_IDS, implicit_cache=True, token_field="max_completion_tokens",
                          prompt_cache_key=True, max_tools=OPENAI_MAX_TOOLS)
 OPENAI_COMPATIBLE = ChatCompletions(m.OPENAI_COMPATIBLE, gateway=True, reasoning_content=True,
-                                     thought_signatures="extra_content")
+                                     thought_signatures=ON_THE_CALL)
 # OpenRouter passes reasoning_content on to DeepSeek's and Kimi's thinking models, which refuse a
 # tool turn without it there too ("Provider returned error ... The `reasoning_content` in the
 # thinking mode must be passed back to the API": LibreChat #13366, inspect_ai #4079)
 OPENROUTER = ChatCompletions(m.OPENROUTER, gateway=True, prompt_cache_key=True, reasoning_content=True,
-                             thought_signatures="reasoning_details")
+                             thought_signatures=IN_REASONING_DETAILS, reasoning_details=True)
 # Alibaba is not a gateway here: it marks every model, as upstream does.
 ALIBABA = ChatCompletions(m.ALIBABA)
 COPILOT = ChatCompletions(m.COPILOT, gateway=True, marker_key="copilot_cache_control")

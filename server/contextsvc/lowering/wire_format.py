@@ -122,6 +122,12 @@ class WireFormat:
         """Whether a block is reasoning that must open its message (Run)."""
         return False
 
+    def holds_reasoning(self, element: dict) -> bool:
+        """Whether a message element of the model's holds reasoning, which a body must not end
+        with (a block that opens its turn: opens_turn)."""
+        key = self.merged_key
+        return bool(key) and any(map(self.opens_turn, element[key]))
+
     def run(self, blocks: list, model_id: str = "") -> "Run":
         """Joins the blocks of the messages of one role that follow into blocks (merged_key), a
         list the caller owns; model_id: the request's model, where its rules order them."""

@@ -130,9 +130,9 @@ def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
         return Pieces(lowered, ledger, True, resume, prefix.columns, prefix.pruned)
     messages = to_model_messages(projected, mdl, deadline)
     between = len(messages)
-    if plan.closes_with_user or plan.fmt.merged_key:
-        messages = closing_between_replies(messages, _summary_ids(projected), lambda msg: _sent(msg, plan),
-                                           lambda turn: _closed(turn, plan))
+    alone = _alone(plan)
+    messages = closing_between_replies(messages, _summary_ids(projected), lambda msg: any(alone(msg).sources),
+                                       lambda msg: _closes_reply(alone(msg), plan))
     ledger = _ledger(plan)
     lowered = lower(
         mdl.provider,
@@ -157,26 +157,25 @@ def lower_request(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     return Pieces(lowered, ledger, False)
 
 
-def _sent(msg: MMessage, plan: Plan) -> bool:
-    """Whether the format sends a neutral message as something, lowered alone (a reply of
-    reasoning cut off before its signature is sent as nothing)."""
-    return any(_alone(msg, plan).sources)
+def _alone(plan: Plan):
+    """What a neutral message lowers to alone (its media ledger's totals aside), worked out once a
+    message: asked whether the format sends a reply as something (a reply of reasoning cut off
+    before its signature is sent as nothing) and whether it holds reasoning."""
+    done: dict = {}
+
+    def lowered(msg: MMessage):
+        low = done.get(id(msg))
+        if low is None:
+            low = done[id(msg)] = lower(plan.model.provider, model_id=plan.model.id, system=[], messages=[msg],
+                                        tools=[], max_output=0, ledger=MediaLedger())
+        return low
+    return lowered
 
 
-def _closed(turn: list, plan: Plan) -> bool:
-    """Whether a body ending with the turn of these neutral replies is closed (_closes), each
-    lowered alone."""
-    if plan.closes_with_user:
-        return True
-    key, opens = plan.fmt.merged_key, plan.fmt.opens_turn
-    return any(opens(block) for msg in turn for element in _alone(msg, plan).messages
-               for block in element.get(key) or ())
-
-
-def _alone(msg: MMessage, plan: Plan):
-    """A neutral message lowered alone, without its media ledger's totals."""
-    return lower(plan.model.provider, model_id=plan.model.id, system=[], messages=[msg], tools=[], max_output=0,
-                 ledger=MediaLedger())
+def _closes_reply(low, plan: Plan) -> bool:
+    """Whether a body ending with a turn holding this reply (lowered alone) is closed (_closes)."""
+    return plan.closes_with_user or any(role == "assistant" and plan.fmt.holds_reasoning(e)
+                                        for role, e in zip(low.roles, low.messages))
 
 
 def _summary_ids(messages: list):
@@ -429,13 +428,7 @@ def _closes(plan: Plan, roles: list, elements: list) -> bool:
     position cannot contain `thinking`"; with it on, the turn must open with it)."""
     if not roles or roles[-1] != "assistant":
         return False
-    return plan.closes_with_user or _holds_reasoning(plan.fmt, elements[-1])
-
-
-def _holds_reasoning(fmt, element: dict) -> bool:
-    """Whether a message element holds a block that must open its turn (WireFormat.opens_turn)."""
-    key = fmt.merged_key
-    return bool(key) and any(map(fmt.opens_turn, element[key]))
+    return plan.closes_with_user or plan.fmt.holds_reasoning(elements[-1])
 
 
 def _trims(fmt, roles: list) -> bool:
@@ -470,7 +463,9 @@ def _put_together(prefix: _Prefix, messages: list, fmt, plan: Plan, memo: Memo, 
     # its first merge here (the pieces' elements and a kept prefix's are the memo's, never changed),
     # then added to in place: a copy at every merge made a run of k messages of one role cost k²
     run, run_keys = None, None
-    closes_all = plan.closes_with_user  # closing_between_replies, as the whole request's lowering does
+    # the closing message between two replies, as closing_between_replies puts it in the whole
+    # request's lowering: always for a model that refuses its own turn last, else after reasoning
+    closes_all = plan.closes_with_user
     for msg, pkey, piece in zip(messages, piece_keys, memo.get_many(piece_keys)):
         if piece is None:
             piece = _piece(msg, plan, deadline)
@@ -481,7 +476,7 @@ def _put_together(prefix: _Prefix, messages: list, fmt, plan: Plan, memo: Memo, 
         prefix.extra += extra
         prefix.saved_units += saved_units
         if (parts and parts[0][0] == "assistant" and roles and roles[-1] == "assistant"
-                and not prefix.ends_with_summary and (closes_all or _holds_reasoning(fmt, elements[-1]))):
+                and not prefix.ends_with_summary and (closes_all or fmt.holds_reasoning(elements[-1]))):
             if run is not None:
                 keys[-1] = None if run_keys is None else tuple(run_keys)
                 run, run_keys = None, None
