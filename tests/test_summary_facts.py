@@ -281,3 +281,34 @@ def test_pasted_log_lines_and_code_fences_state_no_facts():
     for line in ("2026-12-07 10:42:01 INFO worker started, pid is 4411", "WARN retry 3: upstream is 10.0.0.7:6379",
                  "[12:01:07] the port is 8080", "level=info msg=started port=8080"):
         assert supersede.fact_clauses(line) == [], line
+
+
+def test_an_e_mail_address_is_a_value_kept_whole():
+    """Review 30: "The owner is alice@example.com." stated no fact (an address was no value), and
+    the summary kept `example.com` alone among its identifiers, the owner lost at the first
+    compaction; its retention read 1.0 all the same."""
+    msgs = [_user("u1", "The owner is alice@example.com. The project codename is BLUEFIN. Please fix the flaky test."),
+            _assistant("a1", "Looking at it.")]
+    s = template.parse(offline.summarize(msgs))
+    critical = "\n".join(s["critical"])
+    assert "The owner is alice@example.com." in critical and "The project codename is BLUEFIN." in critical, critical
+    assert "`example.com`" not in critical, critical
+    assert offline.identifiers("mail alice@example.com, see https://bob@x.org/a") == [
+        "alice@example.com", "https://bob@x.org/a"]
+    # a later owner supersedes it
+    later = msgs + [_user("u2", "The owner is now bob@example.com."), _assistant("a2", "Noted.")]
+    critical = "\n".join(template.parse(offline.summarize(later))["critical"])
+    assert "bob@example.com" in critical and "alice@example.com" not in critical, critical
+
+
+def test_a_look_reported_closes_the_asks_to_look_beside_the_steps_done():
+    """Review 30: a look reported ("Checked X: ...", "Investigated X: ...") closes an ask to look,
+    in a turn's report and said mid-turn, beside the steps said done, as it did before looks
+    stopped closing asks to fix."""
+    for ask, reply in (
+            ("Fix the typo in the README and check the login redirect loop.",
+             "Fixed the typo in the README. Checked the login redirect loop: the cookie is dropped."),
+            ("Investigate the flaky payment test.", "Investigated the flaky payment test: a race in the retry loop."),
+            ("Review src/auth.py, then update the docs.", "Reviewed src/auth.py: it is fine. Updated the docs.")):
+        s = template.parse(offline.summarize([_user("u1", ask), _assistant("a1", reply)]))
+        assert s["next_steps"] + s["in_progress"] == [], (ask, s)

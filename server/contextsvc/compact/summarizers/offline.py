@@ -168,11 +168,20 @@ STRONG_CONSTRAINT = re.compile(
     r"at most|without (?:breaking|changing|touching))\b", re.IGNORECASE)
 
 
+def _blank(mt: re.Match) -> str:
+    """A match's span as spaces (masked: read no further)."""
+    return " " * len(mt.group(0))
+
+
 def identifiers(text: str) -> list:
     """Paths, identifiers, URLs and issue numbers in prose, in order of appearance (with repeats)."""
     found = [(mt.start(), CREDENTIALS.sub(r"\1:***@", mt.group(0).rstrip(URL_END))) for mt in URL.finditer(text)]
     found += [(mt.start(mt.lastindex), mt.group(mt.lastindex)) for mt in ISSUE_REF.finditer(text)]
-    masked = URL.sub(lambda mt: " " * len(mt.group(0)), text) if found else text
+    masked = URL.sub(_blank, text) if found else text
+    emails = [(mt.start(), mt.group(0)) for mt in sup.EMAIL.finditer(masked)]  # an address whole, not its domain
+    if emails:
+        found += emails
+        masked = sup.EMAIL.sub(_blank, masked)
     for mt in TOKEN.finditer(masked):
         tok = mt.group(0).strip(".,:!?*")
         if len(tok) < 3:
@@ -589,8 +598,10 @@ class _Asks:
         said_all = _report_words(closing)
         said = said_all - GENERIC_WORDS
         words = {w.lower() for w in WORD_RUN.findall(closing)}
-        strong = _says_done(closing)  # else a report of what was found or how a run ended (_reports)
-        looked = LOOKED_AT.search(closing)
+        # else a report of what was found or how a run ended (_reports); a look reported
+        # ("Checked X: ...") is what was found, no step done
+        looked = LOOKED_AT.match(closing)
+        strong = _says_done(closing) and not looked
         passed = PASSED_SAID.search(closing) and not FAILED_SAID.search(closing)
         # what was found ("The redirect loop is caused by ...", "Found the redirect loop: ...") or
         # looked at ("Checked the redirect loop: ..."): it answers an ask to find or look, not one
@@ -611,11 +622,13 @@ class _Asks:
                 self.done.add(a)
         self.done.update(settled)
 
-    def done_by(self, evidence: str) -> None:
+    def done_by(self, evidence: str, looks: bool = False) -> None:
         """Asks with nothing to tie them (no path, identifier or code span) that evidence (a
-        sentence saying something is done, a blocker resolved) is about are done."""
+        sentence saying something is done, a blocker resolved) is about are done; of a look
+        reported (looks: "Checked X: ..."), the asks to look or find alone."""
         for a, keys in self.keys.items():
-            if not keys and a not in self.done and (sup.done_by(a, evidence) or _generic_ask_done(a, evidence)):
+            if not keys and a not in self.done and (not looks or _last_verb(a) in DIAGNOSIS_ASKS) \
+                    and (sup.done_by(a, evidence) or _generic_ask_done(a, evidence)):
                 self.done.add(a)
 
     def working_on(self) -> str:
@@ -1049,9 +1062,9 @@ LOOK_ASKS = ("check", "verify", "review", "inspect", "investigate", "look", "sca
 DIAGNOSED = re.compile(r"\b(?:root cause|the cause|caused by|cause (?:is|was)|culprit|found|comes? from|"
                        r"due to|because|traced)\b", re.IGNORECASE)
 DIAGNOSIS_ASKS = LOOK_ASKS + ("diagnose", "explain")
-# ... and so is a report of a look ("Checked the login redirect loop: ...")
-LOOKED_AT = re.compile(r"\b(?:checked|reviewed|inspected|investigated|examined|audited|scanned|looked (?:at|into|over))\b",
-                       re.IGNORECASE)
+# ... and so is a report that leads with a look ("Checked the login redirect loop: ...")
+LOOKED_AT = re.compile(r"\s*(?:I(?:'ve| have)?\s+)?(?:checked|reviewed|inspected|investigated|examined|audited|scanned|"
+                       r"looked (?:at|into|over))\b", re.IGNORECASE)
 # requests to tell something, which the turn's last sentence answers ("summarize the failures":
 # "2 failures remain: test_a, test_b.")
 ANSWER_ASKS = ("explain", "tell", "compare", "find", "print")
@@ -1079,10 +1092,8 @@ def _reports(sentence: str) -> bool:
 
 def _says_done(sentence: str) -> bool:
     """The assistant says something is done: a past-tense lead or a word like "fixed", nothing
-    like "will" or "next", and no question. A look is no step done ("Checked the login redirect
-    loop: ..." is a report of what was found, _reports)."""
-    said = LOOKED_AT.sub(" ", sentence)
-    return bool(DONE_SAID.search(said) and not NOT_YET.search(said)) and not said.rstrip().endswith("?")
+    like "will" or "next", and no question."""
+    return bool(DONE_SAID.search(sentence) and not NOT_YET.search(sentence)) and not sentence.rstrip().endswith("?")
 
 
 def _announces(sentence: str) -> bool:
@@ -1329,7 +1340,7 @@ def extract_with_stale(messages: list, limits: OfflineLimits = DEFAULT_LIMITS, p
             elif kind == "said":
                 asks.said_with(fact[1], set(fact[2]), fact[3])
                 if fact[3]:
-                    asks.done_by(fact[1])
+                    asks.done_by(fact[1], looks=bool(LOOKED_AT.match(fact[1])))
             elif kind == "report":
                 closing, answer = fact[1], ""
                 reported = [a for a in announced if a not in fact[2]]

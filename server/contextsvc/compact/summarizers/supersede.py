@@ -380,8 +380,10 @@ FACT_LINK = re.compile(
 # ("ZX-4471"), a name with a separator ("alpha_db", "config/deploy.yaml", "release/2026.12") or a
 # hyphen and a digit ("redis-1", "us-east-1"), a capitalized name ("Postgres", "Priya Raman"); not a
 # plain word ("broken", "fixing", "slow")
+# an e-mail address, whole (its domain alone is no value of "the owner is alice@example.com")
+EMAIL = re.compile(r"\b[\w.+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
 FACT_VALUE = re.compile(
-    r"`[^`]+`|[A-Za-z][\w+.-]*://\S+|\d[\w.:/%+-]*|[A-Z][A-Z0-9]+-\d+|"
+    rf"`[^`]+`|{EMAIL.pattern}|[A-Za-z][\w+.-]*://\S+|\d[\w.:/%+-]*|[A-Z][A-Z0-9]+-\d+|"
     r"(?=[\w./-]*[A-Za-z])[\w.-]*\w[_./][\w./-]*\w|(?=[\w-]*\d)[A-Za-z]\w*-[\w-]*\w|"
     r"[A-Z][^\W_]*(?:[-'][^\W_]+)*(?:\s+[A-Z][^\W_]*(?:[-'][^\W_]+)*)*")
 FACT_FILLER = re.compile(r"^(?:(?:the|a|an|our|my|now|port|version|v|number|no\.|ticket|branch|named|called)\s+)+",
