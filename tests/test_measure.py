@@ -605,6 +605,36 @@ def test_the_answer_as_sent_again_is_never_less_than_it_generated_nor_counted_tw
     assert r.has_baseline and counted < r.projected < counted + 10_000, (r.projected, counted)
 
 
+def test_reasoning_that_does_not_go_back_is_no_part_of_the_next_request():
+    """A gpt-5 answer that reasoned 15,000 tokens (Chat Completions: its reasoning is never sent
+    back) read its next request 15,000 over: a session pruned at 69% of its limit and its output
+    cap shrank. Its reasoning is left out of the projection, with a count that decides and with
+    one that does not, and out of the output budget; an answer that goes back with opaque
+    reasoning state (Claude's redacted thinking) keeps it: its count may hold it."""
+    gpt5 = mdl(64_000, 0, 16_000, provider=m.OPENAI, id="gpt-5")
+
+    def answered(reasoning: int, thinking=None, model_=gpt5):
+        # o200k counts about 0.8x our figure of code, Claude about 1.3x
+        conv = _counted_session(round((0.8 if model_ is gpt5 else 1.3) * _ours()), TAIL)
+        answer = conv.messages[3]
+        parts = ([m.Part("r3", thinking)] if thinking else []) + answer.parts
+        conv.messages[3] = dataclasses.replace(answer, parts=parts, model_id=model_.id,
+                                               usage=m.Usage(input=answer.usage.input, output=50, reasoning=reasoning))
+        return conv
+
+    for previous in (True, False):  # the count decides (the cache_state passed back), or does not
+        plain, reasoned = (_stepped(c, gpt5, _sent_then(c) if previous else None) for c in (answered(0), answered(15_000)))
+        assert plain.has_baseline and reasoned.has_baseline
+        assert reasoned.projected == plain.projected and reasoned.should_compact == plain.should_compact, previous
+        assert reasoned.output_tokens == plain.output_tokens
+    # redacted thinking goes back as its placeholder: what it stands for is counted
+    claude = mdl(200_000, 0, 4_000, provider=m.ANTHROPIC, id="claude-sonnet-4-5")
+    redacted = m.Reasoning("", redacted_data="EuYBCkQYAiJA" * 20)
+    plain, reasoned = (_stepped(c, claude, _sent_then(c)) for c in (answered(0, redacted, claude),
+                                                                    answered(15_000, redacted, claude)))
+    assert reasoned.projected >= plain.projected + 14_000, (plain.projected, reasoned.projected)
+
+
 def test_a_claude_count_under_our_figure_of_its_prefix_scales_nothing():
     """Claude counts more than cl100k does: a reported count under our calibrated figure of the
     prefix it counted is text we over-read (pytest's dots) or cache reads the client left out,

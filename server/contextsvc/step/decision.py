@@ -24,6 +24,7 @@ class Decision:
     figure: str  # the method's name in config (measure.compaction_figure), as applied
     reported: int  # the baseline's reported usage; 0 without one
     rebased: int  # reported, rebased on what changed before the baseline since (step.baseline)
+    unsent: int  # of reported: what the baseline's answer reasoned that does not go back (_unsent)
     has_baseline: bool  # the projection starts from reported (Figures.tail_follows_baseline)
     overflow: bool  # backward-looking: the last answer's real usage reached the limit
     projected: int
@@ -66,6 +67,7 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
     # the provider's count of the request as sent: what it cleared itself (provider_managed) was
     # sent, and our figures of the request count it
     reported = base.usage.count_as_sent() if base is not None else 0
+    unsent = _unsent(base, fig)
     # a projection adds the tail to that count only where the tail is what came after it: a
     # baseline sent as nothing has no place in the body, so the whole request's figure stands;
     # so it does where another tokenizer counted it (_counted_elsewhere)
@@ -102,11 +104,11 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
             # request's, the answer's output being less than its function call as sent
             # (and never less than what it generated: opaque reasoning goes in as its placeholder)
             usage = base.usage
-            generated = usage.output + usage.reasoning
+            generated = usage.output + usage.reasoning - unsent
             projected = (usage.input_as_sent() + (generated if answer is None else max(answer, generated))
                          + new_since + resent)
         else:
-            projected = max(projected, rebased + tail + resent)
+            projected = max(projected, rebased - unsent + tail + resent)
     # backward-looking: the last answer's real usage reached the limit; rebased the same way
     # when it is the baseline's, so a prune that frees enough clears this check too. What the
     # window held: without what the provider's own clearing kept out of it
@@ -121,10 +123,20 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
     outlook = provider_management.outlook(plan.management, messages, projected, lim, plan.usable,
                                           should and not overflow)
     should = should and not outlook.relied_on
-    return Decision(total, tail, overhead, method, rewrite, figure, reported, rebased, anchored, overflow,
+    return Decision(total, tail, overhead, method, rewrite, figure, reported, rebased, unsent, anchored, overflow,
                     projected, projected_by("calibrated"), projected_by("self-calibrated"),
                     projected_by("exact") if fig.exact is not None else 0, mid_tool_round_trip(messages),
                     should, outlook)
+
+
+def _unsent(base: m.Message | None, fig: Figures) -> int:
+    """The reasoning tokens of the baseline's answer that the next request does not hold: all of
+    them unless the answer goes back with opaque reasoning state (fig.answer_opaque: Claude's
+    signed or redacted thinking, Responses' encrypted items, Gemini's signatures), which may stand
+    for them. Chat Completions sends no reasoning back (reasoning_content is text, figured as
+    such): a gpt-5 answer that reasoned 15,000 tokens read its next request 15,000 over, pruned it
+    at 69% of its limit and cut its output cap."""
+    return base.usage.reasoning if base is not None and not fig.answer_opaque else 0
 
 
 def _count_stands(figure: str, fig: Figures, base: m.Message, plan: Plan) -> bool:

@@ -87,6 +87,9 @@ class Figures:
     # provider drops), before the tokenizer's factor; and its media items
     answer: Optional[int] = None
     media_answer: int = 0
+    # the baseline's answer goes back holding opaque reasoning state (a signature, redacted or
+    # encrypted reasoning): what the model reasoned may be in the next count (step.decision)
+    answer_opaque: bool = False
     # the anchor's reported input over the decision figure of the prefix as it counted it; 0 = none
     decision_factor: float = 0.0
     decision_anchor: Optional[m.Message] = None  # the assistant whose reported input it is
@@ -161,6 +164,10 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
     if base is not None:  # what the baseline's count holds of the tools and system, where known
         out.counted_overhead = _counted_overhead(out, plan, lambda: _first_element_from_end(low.sources, base.id))
     out.tail_follows_baseline = base is not None and last_assistant >= 0 and base.id in low.sources[last_assistant]
+    if out.tail_follows_baseline and request.estimated is not None:  # opaque state is a placeholder there
+        first = _first_element_from_end(low.sources, base.id)
+        out.answer_opaque = any(media.OPAQUE_PLACEHOLDER in native.json_text(e)
+                                for e in request.estimated.messages[first:last_assistant + 1])
     if base is not None:
         was = before if before is not None else conv  # as the provider may have counted it
         latest = was.scanned.last_compacted_ms if was.scanned is not None else None

@@ -178,7 +178,9 @@ def finish(conv: m.Conversation, request: Request, plan: Plan, memo: Memo | None
     configured = plan.configured_output_tokens or max_out
     # the provider's count stands for what it counted: after a prune (a rebase), without what the
     # prune took out; the rebase subtracts an estimate, so never below the decision figure then
-    counted = max(dec.rebased, dec.total) if dec.has_baseline and dec.rebased != dec.reported else dec.reported
+    # (what the answer reasoned that does not go back is no part of it: Decision.unsent)
+    counted = max(dec.rebased - dec.unsent, dec.total) if dec.has_baseline and dec.rebased != dec.reported \
+        else dec.reported - dec.unsent
     out_tokens = window.output_budget(mdl, configured, counted, fig.normalized, fig.media_count, cfg)
     request.lowered.set_max_output(out_tokens)
     measurement = gather(request.body_bytes(), fig, dec, plan.usable, plan.limit, max_out, out_tokens)
