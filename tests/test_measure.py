@@ -627,12 +627,16 @@ def test_reasoning_that_does_not_go_back_is_no_part_of_the_next_request():
         assert plain.has_baseline and reasoned.has_baseline
         assert reasoned.projected == plain.projected and reasoned.should_compact == plain.should_compact, previous
         assert reasoned.output_tokens == plain.output_tokens
-    # redacted thinking goes back as its placeholder: what it stands for is counted
-    claude = mdl(200_000, 0, 4_000, provider=m.ANTHROPIC, id="claude-sonnet-4-5")
+    # redacted thinking goes back as its placeholder to a Claude that keeps its earlier thinking:
+    # what it stands for is counted; Sonnet 4.5's is taken out of the request (the next turn has
+    # begun), and is not
     redacted = m.Reasoning("", redacted_data="EuYBCkQYAiJA" * 20)
-    plain, reasoned = (_stepped(c, claude, _sent_then(c)) for c in (answered(0, redacted, claude),
-                                                                    answered(15_000, redacted, claude)))
-    assert reasoned.projected >= plain.projected + 14_000, (plain.projected, reasoned.projected)
+    for model_id, kept in (("claude-opus-4-6", True), ("claude-sonnet-4-5", False)):
+        claude = mdl(200_000, 0, 4_000, provider=m.ANTHROPIC, id=model_id)
+        plain, reasoned = (_stepped(c, claude, _sent_then(c)) for c in (answered(0, redacted, claude),
+                                                                        answered(15_000, redacted, claude)))
+        assert (reasoned.projected >= plain.projected + 14_000) == kept, (model_id, plain.projected, reasoned.projected)
+        assert kept or reasoned.projected == plain.projected
 
 
 def test_a_claude_count_under_our_figure_of_its_prefix_scales_nothing():
@@ -693,3 +697,43 @@ def test_the_same_model_s_answer_stored_without_a_provider_id_is_its_count(model
                            msg(3, m.USER, txt("u3", "next"))])
     r = run(conv, mdl(120_000, 0, 32_000, provider=provider, id=model_id))  # limit 88,000
     assert r.has_baseline and r.overflow and r.should_compact
+
+
+def _thinking_session(model_id: str) -> m.Conversation:
+    """A turn of six tool steps, each with long signed thinking, its answer, then a new user turn
+    whose first step thinks briefly."""
+    thought = "Let me weigh the retry budget against the queue depth before touching the worker. " * 150
+    steps = [finished(10 + k, m.Part(f"r{k}", m.Reasoning(thought, signature=f"sig{k}" * 40)),
+                      tool_part(f"t{k}", f"c{k}", f"line {k}\n" * 200), model_id=model_id) for k in range(6)]
+    return m.Conversation([msg(0, m.USER, txt("u0", "Audit the retry logic."))] + steps + [
+        finished(20, m.Part("r9", m.Reasoning("Done.", signature="sig9" * 40)), txt("a9", "The audit is done."),
+                 model_id=model_id),
+        msg(21, m.USER, txt("u21", "Now fix the flaky test.")),
+        finished(22, m.Part("r22", m.Reasoning("Short thought.", signature="sigb" * 40)),
+                 tool_part("t22", "d1", "FAILED test_retry\n" * 40), model_id=model_id)])
+
+
+@pytest.mark.parametrize("provider,model_id", [(m.ANTHROPIC, "claude-sonnet-4-5"), (m.BEDROCK,
+                                               "us.anthropic.claude-haiku-4-5-20251001-v1:0"),
+                                               (m.OPENROUTER, "anthropic/claude-sonnet-4.5")])
+def test_thinking_the_provider_strips_from_earlier_turns_is_not_figured(provider, model_id):
+    """Anthropic leaves the thinking of turns before the last user turn out of the request it
+    counts (context_window = (input_tokens - previous_thinking_tokens) + current_turn_tokens) for
+    Claude before Opus 4.5: figured as sent, a Sonnet 4.5 session's requests read three times what
+    Anthropic counted, the count under our figure was discarded and the session compacted at a
+    third of its window. The current turn's thinking is figured (it goes in); a model that keeps
+    earlier thinking (Opus 4.5 on) has it all figured."""
+    conv = _thinking_session(model_id)
+    bare = m.Conversation([dataclasses.replace(x, parts=[p for p in x.parts if not isinstance(p.content, m.Reasoning)])
+                           if i < 8 else x for i, x in enumerate(conv.messages)])
+    stripping, without = (run(c, mdl(200_000, 0, 16_000, provider=provider, id=model_id)) for c in (conv, bare))
+    assert stripping.decision[0] == without.decision[0], (stripping.decision, without.decision)
+    keeping = run(conv, mdl(200_000, 0, 16_000, provider=provider, id=model_id.replace("sonnet-4-5", "opus-4-6")
+                            .replace("haiku-4-5-20251001", "opus-4-6").replace("sonnet-4.5", "opus-4.6")))
+    assert keeping.decision[0] > 2 * stripping.decision[0], (keeping.decision, stripping.decision)
+    # the current turn's thinking goes in: it is figured
+    current = m.Conversation(conv.messages[:7])  # the audit turn, its tool loop under way
+    cut = m.Conversation([dataclasses.replace(x, parts=[p for p in x.parts if not isinstance(p.content, m.Reasoning)])
+                          for x in current.messages])
+    model_ = mdl(200_000, 0, 16_000, provider=provider, id=model_id)
+    assert run(current, model_).decision[0] > 2 * run(cut, model_).decision[0]

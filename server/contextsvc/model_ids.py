@@ -109,6 +109,26 @@ def is_claude(model_id: str) -> bool:
     return "claude" in model_id.lower()
 
 
+# Claude from Opus 4.5 on keeps the thinking of its earlier turns in its context; the models
+# before it (Sonnet and Haiku 4.5 too) have the API strip it: "previous thinking blocks are
+# automatically stripped from the context window calculation ... context_window = (input_tokens -
+# previous_thinking_tokens) + current_turn_tokens" (Anthropic, context windows)
+KEEPS_EARLIER_THINKING_FROM = (4, 5)
+
+
+def strips_earlier_thinking(model_id: str) -> bool:
+    """Whether the provider leaves a Claude model's thinking of turns before the last user turn
+    out of the request (and its count): Claude before 4.5, and Sonnet and Haiku 4.5; an id whose
+    generation cannot be read (an alias of the newest) keeps it."""
+    if not is_claude(model_id):
+        return False
+    generation = claude_generation(model_id)
+    if generation is None:
+        return False
+    return generation < KEEPS_EARLIER_THINKING_FROM or (
+        generation == KEEPS_EARLIER_THINKING_FROM and "opus" not in model_id.lower())
+
+
 def is_gemini(model_id: str) -> bool:
     """Whether the id names a Gemini model (behind a gateway too: google/gemini-3-pro-preview)."""
     return "gemini" in model_id.lower()

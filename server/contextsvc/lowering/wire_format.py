@@ -122,6 +122,18 @@ class WireFormat:
         """Whether a block is reasoning that must open its message (Run)."""
         return False
 
+    def opens_user_turn(self, element: dict) -> bool:
+        """Whether a message element opens a turn of the person's: a user message holding no tool
+        result (one that holds both may go on the model's turn: its reasoning is then figured)."""
+        return element.get("role") == "user"
+
+    def without_reasoning(self, element: dict) -> dict | None:
+        """A copy of a model's message element without its reasoning, None when it holds none."""
+        key = self.merged_key
+        if not key or not any(map(self.opens_turn, element[key])):
+            return None
+        return {**element, key: [b for b in element[key] if not self.opens_turn(b)]}
+
     def holds_reasoning(self, element: dict) -> bool:
         """Whether a message element of the model's holds reasoning, which a body must not end
         with (a block that opens its turn: opens_turn)."""

@@ -13,7 +13,7 @@ import sys
 from array import array
 from dataclasses import dataclass
 
-from .. import breakpoints, conversation as m, native, prefix, projection, provider_management
+from .. import breakpoints, conversation as m, model_ids, native, prefix, projection, provider_management
 from ..deadline import NO_DEADLINE, Deadline
 from ..errors import BadInput
 from ..lowering import MediaLedger
@@ -457,7 +457,22 @@ def estimate_lowered(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     points: projection.compaction_points(conv.messages), when the caller has them."""
     pieces = lower_request(conv, dataclasses.replace(plan, placeholders=True), memo, points=points)
     place(pieces.lowered, pieces.ledger, plan.model.provider, _choose(pieces.lowered, plan, conv), pieces.shared)
+    if model_ids.strips_earlier_thinking(plan.model.id):
+        _strip_earlier_reasoning(pieces.lowered, plan.fmt)
     return pieces.lowered
+
+
+def _strip_earlier_reasoning(lowered: Lowered, fmt) -> None:
+    """The model's reasoning before the last user turn taken out, as its provider takes it out of
+    the request it counts (model_ids.strips_earlier_thinking): Claude Sonnet 4.5's thinking of
+    earlier turns, figured as sent, read a session's requests at three times what Anthropic
+    counted and compacted them at a third of their window. The elements changed are copies, in a
+    list of the figures' own (the body's, and a memo's, stay as they are)."""
+    messages, roles = lowered.messages, lowered.roles
+    last = next((i for i in range(len(messages) - 1, -1, -1) if fmt.opens_user_turn(messages[i])), -1)
+    stripped = [fmt.without_reasoning(e) if roles[i] == "assistant" else None for i, e in enumerate(messages[:last])]
+    if any(x is not None for x in stripped):
+        lowered.messages = [e if x is None else x for e, x in zip(messages, stripped)] + messages[max(last, 0):]
 
 
 def tool_schema_list(tools: list) -> list:
