@@ -737,3 +737,29 @@ def test_thinking_the_provider_strips_from_earlier_turns_is_not_figured(provider
                           for x in current.messages])
     model_ = mdl(200_000, 0, 16_000, provider=provider, id=model_id)
     assert run(current, model_).decision[0] > 2 * run(cut, model_).decision[0]
+
+
+def test_the_thinking_of_the_last_turn_leaves_the_count_once_the_next_turn_begins():
+    """Inside its tool loop, Claude's thinking of the current turn goes in, and the count holds it;
+    at the next user turn Anthropic strips it (before Opus 4.5): the count of the turn's last
+    request is rebased without it, as for a prune, and the whole request's figure bounds the
+    projection. The first request of a Sonnet 4.5 turn after six steps that thought 16,000 tokens
+    read that much over its size."""
+    sonnet = mdl(200_000, 0, 16_000, provider=m.ANTHROPIC, id="claude-sonnet-4-5")
+
+    def turn_then_ask(thinking: bool):
+        conv = _thinking_session(sonnet.id)
+        messages = conv.messages[:8] if thinking else [
+            dataclasses.replace(x, parts=[p for p in x.parts if not isinstance(p.content, m.Reasoning)])
+            for x in conv.messages[:8]]
+        sent = m.Conversation(messages[:7])  # the request the turn's last answer came from
+        count = round(1.3 * run(sent, sonnet).calibrated[0])  # Claude's count of it, its thinking in
+        messages[7] = dataclasses.replace(messages[7], usage=m.Usage(input=count, output=40))
+        asked = m.Conversation(messages + [msg(21, m.USER, txt("u21", "Now fix the flaky test."))])
+        return _stepped(asked, sonnet, sent), count
+
+    (thought, count), (plain, plain_count) = turn_then_ask(True), turn_then_ask(False)
+    assert count > plain_count + 15_000  # the count held the turn's thinking
+    assert thought.has_baseline and plain.has_baseline
+    assert abs(thought.projected - plain.projected) < 0.1 * plain.projected, (thought.projected, plain.projected)
+    assert thought.projected < count, (thought.projected, count)

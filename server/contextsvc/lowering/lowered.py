@@ -14,6 +14,9 @@ class Lowered:
     lists: list = field(default_factory=list)  # (dict, key) of the body lists holding elements
     max_output_at: tuple = ()  # (dict, key) where the output-token cap goes
     closed: bool = False  # the last message element is the closing user message (close_with_user)
+    # the figures' lowering alone: per message element index, the reasoning it left out, as the
+    # provider leaves it out of the request (step.request._strip_earlier_reasoning)
+    stripped: dict = field(default_factory=dict)
 
     def set_max_output(self, tokens: int) -> None:
         parent, key = self.max_output_at

@@ -288,10 +288,10 @@ class ChatCompletions(WireFormat):
         """A turn that carries reasoning back in its reasoning_details (Claude's thinking)."""
         return bool(element.get("reasoning_details"))
 
-    def without_reasoning(self, element: dict) -> dict | None:
+    def without_reasoning(self, element: dict) -> tuple | None:
         if "reasoning_details" not in element:
             return None
-        return {k: v for k, v in element.items() if k != "reasoning_details"}
+        return {k: v for k, v in element.items() if k != "reasoning_details"}, element["reasoning_details"]
 
     def token_field_for(self, model_id: str) -> str:
         """Where the output-token cap goes for this model: an OpenAI reasoning model served by

@@ -127,12 +127,14 @@ class WireFormat:
         result (one that holds both may go on the model's turn: its reasoning is then figured)."""
         return element.get("role") == "user"
 
-    def without_reasoning(self, element: dict) -> dict | None:
-        """A copy of a model's message element without its reasoning, None when it holds none."""
+    def without_reasoning(self, element: dict) -> tuple | None:
+        """(a copy of a model's message element without its reasoning, the reasoning taken out),
+        None when it holds none."""
         key = self.merged_key
         if not key or not any(map(self.opens_turn, element[key])):
             return None
-        return {**element, key: [b for b in element[key] if not self.opens_turn(b)]}
+        return ({**element, key: [b for b in element[key] if not self.opens_turn(b)]},
+                [b for b in element[key] if self.opens_turn(b)])
 
     def holds_reasoning(self, element: dict) -> bool:
         """Whether a message element of the model's holds reasoning, which a body must not end

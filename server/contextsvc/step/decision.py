@@ -149,14 +149,15 @@ def _count_stands(figure: str, fig: Figures, base: m.Message, plan: Plan) -> boo
     answer is no count of this one's), and the body is the one it answered with messages appended
     (fig.prefix_as_counted: the previous_cache_state the client passed back, so nothing a prune,
     the payload guard or a media strip changed since is taken off the count at a ratio that is
-    not the provider's). What is new since it keeps its margins and a tokenizer factor of at
-    least the family's prior (_figure). A Claude model counts more than cl100k does: a count
+    not the provider's), nor, a new turn having begun, reasoning the provider strips since
+    (fig.stripped_since: the rebase takes it out). What is new since it keeps its margins and a
+    tokenizer factor of at least the family's prior (_figure). A Claude model counts more than cl100k does: a count
     under our calibrated figure of the prefix (no margins) is not its count of it (a client that
     left out the cache reads, which Anthropic reports apart) or one of text we over-read
     (pytest's dots), whose ratio would scale nothing else right. Otherwise the projection never
     reads below the whole request's figure."""
     anchor = fig.decision_anchor
-    return (figure == "calibrated" and bool(fig.decision_factor) and fig.prefix_as_counted
+    return (figure == "calibrated" and bool(fig.decision_factor) and fig.prefix_as_counted and not fig.stripped_since
             and fig.count_ratio >= _count_floor(_family(plan), plan) and anchor is not None and base is not None
             and anchor.id == base.id)
 

@@ -73,6 +73,9 @@ class Figures:
     # the body is the previous request's (the cache_state the client sent back: the body the
     # reported usage answered) with elements appended, nothing before them changed (step.decision)
     prefix_as_counted: bool = False
+    # reasoning the baseline's count holds that the provider leaves out now, a new turn having
+    # begun since (_stripped_since): in the rebase, and the count no longer decides (step.decision)
+    stripped_since: bool = False
     exact_tokenizer: Optional[encodings.ExactTokenizer] = None  # what the exact figures counted with
     # the baseline's message is in the last assistant element sent: the tail is what follows the
     # provider's count. Not so for one sent as nothing (a whitespace-only answer): the elements
@@ -184,6 +187,7 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
         key = known_key(conv.messages, base, known, latest, plan) \
             if before is not None and memo is not None and out.exact is None and counted is plan else None
         _rebase(out, pairs_of, plan, model_counter, memo, key, deadline, counted)
+        _stripped_since(out, request, base, plan, model_counter)
     anchor = out.decision_anchor
     if anchor is not None:
         # what was pruned before the anchor since was counted whole: compare with the prefix as counted
@@ -204,6 +208,43 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
         if mc.self_calibration_min_factor <= g <= mc.self_calibration_max_factor:
             _self_calibrate(out, g, anchor.id)
     return out
+
+
+def _stripped_since(out: Figures, request: Request, base: m.Message, plan: Plan, model_counter: tuple) -> None:
+    """The reasoning of the baseline's own turn, which its count holds (the current turn's goes
+    in), taken out of the rebase once a new user turn has begun and the provider leaves it out
+    (request._strip_earlier_reasoning): the provider's count minus our figure of what it no
+    longer counts, as for a prune (SPEC §3). The count no longer decides alone (stripped_since):
+    the whole request's figure bounds the projection. A Sonnet 4.5 turn of six steps that thought
+    16,000 tokens read the next turn's first request that much over."""
+    est = request.estimated
+    if est is None or not est.stripped:
+        return
+    low = request.lowered
+    first = _first_element_from_end(low.sources, base.id)
+    if first < 0:
+        return
+    opens = plan.fmt.opens_user_turn
+    start = next((i + 1 for i in range(first - 1, -1, -1) if opens(low.messages[i])), 0)
+    removed = [x for i, x in est.stripped.items() if start <= i < first]
+    if not removed:
+        return
+    mc = plan.cfg.measure
+    units = [native.json_lengths(x)[1] for x in removed]
+    estimate = tokens.preflight(tokens.estimate_units(tokens.json_array_units(units)), mc.factor)
+    cal, margined = stretch_pair([native.json_profile(x) for x in removed]) if mc.calibrated_figures else (0.0, 0.0)
+    cal = tokens.round_half_up(cal)
+    decide = tokens.round_half_up(margined) if mc.measured_margins else cal
+    projections, stretches = out.rebase_projections, out.rebase_stretches
+    for figure, less in (("calibrated", cal), ("self-calibrated", cal)):
+        projections[figure] = projections.get(figure, 0) - less
+    for figure, less in (("estimate", estimate), ("calibrated", decide), ("self-calibrated", decide)):
+        stretches[figure] = stretches.get(figure, 0) - less
+    if out.exact is not None:
+        counted = model_counter[0].count(native.json_text(removed))
+        projections["exact"] = projections.get("exact", 0) - counted
+        stretches["exact"] = stretches.get("exact", 0) - counted
+    out.stripped_since = True
 
 
 def _self_calibrate(out: Figures, factor: float, anchor_id: str) -> None:

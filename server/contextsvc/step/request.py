@@ -472,7 +472,8 @@ def _strip_earlier_reasoning(lowered: Lowered, fmt) -> None:
     last = next((i for i in range(len(messages) - 1, -1, -1) if fmt.opens_user_turn(messages[i])), -1)
     stripped = [fmt.without_reasoning(e) if roles[i] == "assistant" else None for i, e in enumerate(messages[:last])]
     if any(x is not None for x in stripped):
-        lowered.messages = [e if x is None else x for e, x in zip(messages, stripped)] + messages[max(last, 0):]
+        lowered.messages = [e if x is None else x[0] for e, x in zip(messages, stripped)] + messages[max(last, 0):]
+        lowered.stripped = {i: x[1] for i, x in enumerate(stripped) if x is not None}
 
 
 def tool_schema_list(tools: list) -> list:
