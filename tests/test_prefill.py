@@ -306,20 +306,7 @@ def test_the_models_answer_to_the_closing_message_follows_it(stubs, provider, mo
     answered that: the next body keeps the closing message between the two replies, so that
     body is this one's prefix (cache report: kept, a new turn), where the two turns used to join
     into one, a change at the cut reply (and two assistant messages in a row for Mistral)."""
-    first = [assembled(stub, interrupted(), provider, model_id) for stub in stubs]
-    second = [assembled(stub, answered_after_closing(), provider, model_id, previous_cache_state=f.cache_state)
-              for stub, f in zip(stubs, first)]
-    assert second[0].body == second[1].body  # from the memo's pieces and lowered whole
-    before, body = messages_of(json.loads(first[0].body)), json.loads(second[0].body)
-    assert judged(body, provider, model_id) == []
-    wire = messages_of(body)
-    assert text_of(before[-1]) == CLOSING_USER_TEXT
-    assert list(map(unmarked, wire[:len(before)])) == list(map(unmarked, before))
-    assert text_of(wire[len(before)]) == "The test expects 3; the code returns 2."
-    assert wire[len(before)]["role"] in ("assistant", "model")
-    for s in second:
-        report = s.cache_report
-        assert (report.compared, report.prefix_kept, report.cause) == (True, True, "new_turn")
+    second = _answer_follows_closing(stubs, interrupted(), answered_after_closing(), provider, model_id)
     measured = stubs[0].Measure(pb.MeasureRequest(conversation=answered_after_closing(), tools=[BASH], system=SYSTEM,
                                                   model=convo.model(provider=convo.PROVIDERS[provider], id=model_id)),
                                 timeout=10)
@@ -345,11 +332,18 @@ def test_an_answer_after_a_cut_reply_closed_for_its_reasoning_follows_the_closin
     closing message after it (a turn must not end with reasoning): the model's answer to it keeps
     that message before it in the next body, as for a model that refuses its own turn last, so
     the body before is this one's prefix, where the two replies used to join (reported "other")."""
-    model_id = TAKING[provider]
     later = reasoning_cut()
     later.messages.append(convo.assistant("m3", convo.text("p3", "The test expects 3; the code returns 2.")))
     later.messages.append(convo.user("m4", convo.text("p4", "go on and fix it")))
-    first = [assembled(stub, reasoning_cut(), provider, model_id) for stub in stubs]
+    _answer_follows_closing(stubs, reasoning_cut(), later, provider, TAKING[provider])
+
+
+def _answer_follows_closing(stubs, first_conversation, later, provider: str, model_id: str) -> list:
+    """The AssembleResponses of later (first_conversation, whose body ended with the closing
+    message, then the model's answer and the person's message), each server's given the cache
+    state of first_conversation's body: the closing message stays before the answer, the body
+    before is this one's prefix, and the report says so."""
+    first = [assembled(stub, first_conversation, provider, model_id) for stub in stubs]
     second = [assembled(stub, later, provider, model_id, previous_cache_state=f.cache_state)
               for stub, f in zip(stubs, first)]
     assert second[0].body == second[1].body  # from the memo's pieces and lowered whole
@@ -359,9 +353,11 @@ def test_an_answer_after_a_cut_reply_closed_for_its_reasoning_follows_the_closin
     assert text_of(before[-1]) == CLOSING_USER_TEXT
     assert list(map(unmarked, wire[:len(before)])) == list(map(unmarked, before))
     assert text_of(wire[len(before)]) == "The test expects 3; the code returns 2."
+    assert wire[len(before)]["role"] in ("assistant", "model")
     for s in second:
         report = s.cache_report
         assert (report.compared, report.prefix_kept, report.cause) == (True, True, "new_turn")
+    return second
 
 
 def test_a_summary_and_the_kept_reply_after_it_stay_one_turn(stubs):
