@@ -763,3 +763,43 @@ def test_the_thinking_of_the_last_turn_leaves_the_count_once_the_next_turn_begin
     assert thought.has_baseline and plain.has_baseline
     assert abs(thought.projected - plain.projected) < 0.1 * plain.projected, (thought.projected, plain.projected)
     assert thought.projected < count, (thought.projected, count)
+
+
+def test_reasoning_that_goes_back_as_text_stays_in_the_projection():
+    """DeepSeek's and Kimi's reasoning goes back as reasoning_content, which the provider counts:
+    an answer of two steps (its figure not taken alone) projected 30,956 for a request the
+    provider counts at about 37,000 when it was left out as reasoning that does not go back."""
+    thought = "The import fails because items re-exports compute lazily; check __init__ ordering. " * 400
+    model_ = mdl(128_000, 0, 8_000, provider=m.OPENROUTER, id="deepseek/deepseek-v3.2")
+    step1 = [m.Part("s1", m.StepStart()), m.Part("r1", m.Reasoning("Look at the handler first. " * 40)),
+             txt("a3", "Reading the handler."), tool_part("t3", "c3", "def handler(event):\n    return 1\n" * 600)]
+    step2 = [m.Part("s2", m.StepStart()), m.Part("r2", m.Reasoning(thought)), txt("a3b", "Read it.")]
+    base = _counted_session(1, TAIL)
+    sent = m.Conversation(base.messages[:3] + [dataclasses.replace(base.messages[3], parts=step1, usage=m.Usage())])
+    counted = run(sent, model_).calibrated[0]  # the provider's count of the last step's request
+    reasoned = run(m.Conversation([msg(0, m.USER, txt("x", thought))]), model_).calibrated[0]
+    conv = m.Conversation(base.messages[:3] + [dataclasses.replace(
+        base.messages[3], parts=step1 + step2, model_id=model_.id,
+        usage=m.Usage(input=counted, output=40, reasoning=reasoned))] + base.messages[4:])
+    r = _stepped(conv, model_, sent)
+    assert r.has_baseline and r.projected >= r.calibrated[0], (r.projected, r.calibrated)
+
+
+def test_a_tool_s_media_after_its_results_opens_no_turn():
+    """On the Chat formats a tool's screenshot goes after the tool messages as a user message, and
+    a message typed mid-run follows them too; a gateway joins both to the tool results, and
+    Anthropic keeps the thinking before them: it is figured (taken for a new turn, a request of
+    31,000 tokens projected 9,267 behind OpenRouter)."""
+    model_ = mdl(200_000, 0, 16_000, provider=m.OPENROUTER, id="anthropic/claude-sonnet-4.5")
+    conv = _thinking_session(model_.id)
+    shot = m.File("image/png", "shot.png", data=b"\x89PNG\r\n\x1a\n" + bytes(64))
+    steps = conv.messages[:7]
+    last = steps[-1]
+    tool = dataclasses.replace(last.parts[1].content, attachments=[shot])
+    with_media = steps[:-1] + [dataclasses.replace(last, parts=[last.parts[0], m.Part("t5", tool)])]
+    typed = steps + [msg(30, m.USER, txt("u30", "also check the retry test"))]
+    for messages in (with_media, typed):
+        bare = [dataclasses.replace(x, parts=[p for p in x.parts if not isinstance(p.content, m.Reasoning)])
+                for x in messages]
+        full, cut = run(m.Conversation(messages), model_), run(m.Conversation(bare), model_)
+        assert full.decision[0] > 2 * cut.decision[0], (full.decision, cut.decision)

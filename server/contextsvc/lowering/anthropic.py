@@ -148,10 +148,9 @@ class Anthropic(WireFormat):
     def opens_turn(self, block: dict) -> bool:
         return block.get("type") in _UNMARKABLE
 
-    def opens_user_turn(self, element: dict) -> bool:
-        content = element.get("content")
-        return element.get("role") == "user" and (
-            isinstance(content, str) or all(b.get("type") != "tool_result" for b in content))
+    def opens_user_turn(self, messages: list, roles: list, i: int) -> bool:
+        content = messages[i].get("content")
+        return roles[i] == "user" and (isinstance(content, str) or all(b.get("type") != "tool_result" for b in content))
 
     def markable(self, element: dict) -> bool:
         return any(b.get("type") not in _UNMARKABLE for b in element.get("content"))

@@ -302,8 +302,8 @@ class Bedrock(WireFormat):
     def opens_turn(self, block: dict) -> bool:
         return "reasoningContent" in block
 
-    def opens_user_turn(self, element: dict) -> bool:
-        return element.get("role") == "user" and all("toolResult" not in b for b in element["content"])
+    def opens_user_turn(self, messages: list, roles: list, i: int) -> bool:
+        return roles[i] == "user" and all("toolResult" not in b for b in messages[i]["content"])
 
     def tool_list(self, body: dict) -> list:
         return (body.get("toolConfig") or {}).get("tools", [])

@@ -271,6 +271,11 @@ class Gemini(WireFormat):
     max_request_bytes = 20_000_000  # a request with inline data: 20 MB in all
     implicit_cache = True
 
+    def carries_reasoning(self, element: dict) -> bool:
+        """A part with the step's thought signature (the thoughts themselves do not go back: their
+        tokens are figured all the same, as before any answer that left them out)."""
+        return any("thoughtSignature" in part for part in element.get("parts") or ())
+
     def run(self, blocks: list, model_id: str = "") -> Run:
         """Consecutive messages of one role as one content: one model turn, whose first
         functionCall must carry a thought signature. A signature one message's text carries

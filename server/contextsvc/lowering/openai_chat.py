@@ -288,6 +288,12 @@ class ChatCompletions(WireFormat):
         """A turn that carries reasoning back in its reasoning_details (Claude's thinking)."""
         return bool(element.get("reasoning_details"))
 
+    def carries_reasoning(self, element: dict) -> bool:
+        """Claude's thinking in reasoning_details, DeepSeek's and Kimi's reasoning_content, a Gemini
+        step's thought signature on its call."""
+        return bool(element.get("reasoning_details") or element.get("reasoning_content")
+                    or any("extra_content" in c for c in element.get("tool_calls") or ()))
+
     def without_reasoning(self, element: dict) -> tuple | None:
         if "reasoning_details" not in element:
             return None

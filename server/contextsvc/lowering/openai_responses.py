@@ -144,6 +144,10 @@ class Responses(WireFormat):
     compaction_items = True  # its server-side compaction's items go back in `input`
     context_strategy = "compaction"
 
+    def carries_reasoning(self, element: dict) -> bool:
+        """A reasoning item (its encrypted state)."""
+        return element.get("type") == "reasoning"
+
     def context_management(self, mg, wire_names: dict) -> tuple:
         """Server-side compaction past the threshold (guides/compaction); no header needed."""
         return {"context_management": [{"type": mg.strategy, "compact_threshold": mg.trigger}]}, {}

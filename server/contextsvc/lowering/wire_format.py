@@ -122,10 +122,22 @@ class WireFormat:
         """Whether a block is reasoning that must open its message (Run)."""
         return False
 
-    def opens_user_turn(self, element: dict) -> bool:
-        """Whether a message element opens a turn of the person's: a user message holding no tool
-        result (one that holds both may go on the model's turn: its reasoning is then figured)."""
-        return element.get("role") == "user"
+    def opens_user_turn(self, messages: list, roles: list, i: int) -> bool:
+        """Whether message element i opens a turn of the person's: a user message holding no tool
+        result (one that holds both may go on the model's turn: its reasoning is then figured).
+        Here, where tool results are messages of their own: a user message not right after them
+        (a tool's media, a message typed mid-run, which a gateway joins to the results)."""
+        if roles[i] != "user":
+            return False
+        j = i - 1
+        while j >= 0 and roles[j] == "user":
+            j -= 1
+        return j < 0 or roles[j] != "tool"
+
+    def carries_reasoning(self, element: dict) -> bool:
+        """Whether a model's message element goes back with its reasoning (text or opaque state),
+        which the provider's next count may hold."""
+        return self.holds_reasoning(element)
 
     def without_reasoning(self, element: dict) -> tuple | None:
         """(a copy of a model's message element without its reasoning, the reasoning taken out),

@@ -131,12 +131,12 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
 
 def _unsent(base: m.Message | None, fig: Figures) -> int:
     """The reasoning tokens of the baseline's answer that the next request does not hold: all of
-    them unless the answer goes back with opaque reasoning state (fig.answer_opaque: Claude's
-    signed or redacted thinking, Responses' encrypted items, Gemini's signatures), which may stand
-    for them. Chat Completions sends no reasoning back (reasoning_content is text, figured as
-    such): a gpt-5 answer that reasoned 15,000 tokens read its next request 15,000 over, pruned it
-    at 69% of its limit and cut its output cap."""
-    return base.usage.reasoning if base is not None and not fig.answer_opaque else 0
+    them unless the answer goes back with its reasoning (fig.answer_reasoning: Claude's signed or
+    redacted thinking, DeepSeek's reasoning_content, Responses' encrypted items, Gemini's
+    signatures), which may stand for them; none goes back to gpt-5 on Chat Completions, nor of a
+    turn the provider strips: a gpt-5 answer that reasoned 15,000 tokens read its next request
+    15,000 over, pruned it at 69% of its limit and cut its output cap."""
+    return base.usage.reasoning if base is not None and not fig.answer_reasoning else 0
 
 
 def _count_stands(figure: str, fig: Figures, base: m.Message, plan: Plan) -> bool:

@@ -90,9 +90,10 @@ class Figures:
     # provider drops), before the tokenizer's factor; and its media items
     answer: Optional[int] = None
     media_answer: int = 0
-    # the baseline's answer goes back holding opaque reasoning state (a signature, redacted or
-    # encrypted reasoning): what the model reasoned may be in the next count (step.decision)
-    answer_opaque: bool = False
+    # the baseline's answer goes back with its reasoning (WireFormat.carries_reasoning: text, a
+    # signature, redacted or encrypted reasoning): what the model reasoned may be in the next
+    # count (step.decision)
+    answer_reasoning: bool = False
     # the anchor's reported input over the decision figure of the prefix as it counted it; 0 = none
     decision_factor: float = 0.0
     decision_anchor: Optional[m.Message] = None  # the assistant whose reported input it is
@@ -167,10 +168,10 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
     if base is not None:  # what the baseline's count holds of the tools and system, where known
         out.counted_overhead = _counted_overhead(out, plan, lambda: _first_element_from_end(low.sources, base.id))
     out.tail_follows_baseline = base is not None and last_assistant >= 0 and base.id in low.sources[last_assistant]
-    if out.tail_follows_baseline and request.estimated is not None:  # opaque state is a placeholder there
+    if out.tail_follows_baseline:  # as the figures read the body: what the provider strips is gone
         first = _first_element_from_end(low.sources, base.id)
-        out.answer_opaque = any(media.OPAQUE_PLACEHOLDER in native.json_text(e)
-                                for e in request.estimated.messages[first:last_assistant + 1])
+        out.answer_reasoning = any(map(plan.fmt.carries_reasoning,
+                                       (request.estimated or low).messages[first:last_assistant + 1]))
     if base is not None:
         was = before if before is not None else conv  # as the provider may have counted it
         latest = was.scanned.last_compacted_ms if was.scanned is not None else None
@@ -225,7 +226,7 @@ def _stripped_since(out: Figures, request: Request, base: m.Message, plan: Plan,
     if first < 0:
         return
     opens = plan.fmt.opens_user_turn
-    start = next((i + 1 for i in range(first - 1, -1, -1) if opens(low.messages[i])), 0)
+    start = next((i + 1 for i in range(first - 1, -1, -1) if opens(low.messages, low.roles, i)), 0)
     removed = [x for i, x in est.stripped.items() if start <= i < first]
     if not removed:
         return

@@ -469,10 +469,12 @@ def _strip_earlier_reasoning(lowered: Lowered, fmt) -> None:
     counted and compacted them at a third of their window. The elements changed are copies, in a
     list of the figures' own (the body's, and a memo's, stay as they are)."""
     messages, roles = lowered.messages, lowered.roles
-    last = next((i for i in range(len(messages) - 1, -1, -1) if fmt.opens_user_turn(messages[i])), -1)
+    last = next((i for i in range(len(messages) - 1, -1, -1) if fmt.opens_user_turn(messages, roles, i)), -1)
+    if last <= 0:
+        return
     stripped = [fmt.without_reasoning(e) if roles[i] == "assistant" else None for i, e in enumerate(messages[:last])]
     if any(x is not None for x in stripped):
-        lowered.messages = [e if x is None else x[0] for e, x in zip(messages, stripped)] + messages[max(last, 0):]
+        lowered.messages = [e if x is None else x[0] for e, x in zip(messages, stripped)] + messages[last:]
         lowered.stripped = {i: x[1] for i, x in enumerate(stripped) if x is not None}
 
 
