@@ -997,3 +997,36 @@ def test_the_kept_ids_hide_those_of_the_messages_a_step_no_longer_holds():
     assert edited.holds("x", ("pc",)) and edited.holds("c", ())
     assert again.holds("b", ()) and again.holds("x", ("pb2",)) and not again.holds("x", ("pb",))
     assert edited.flat() == ({"a", "c"}, {"pa", "pc"}) and again.flat() == ({"a", "b", "c"}, {"pa", "pb2", "pc"})
+
+
+@pytest.mark.parametrize("provider,model_id", [(pb.PROVIDER_ANTHROPIC, "claude-sonnet-4-5"),
+                                               (pb.PROVIDER_ANTHROPIC, "claude-opus-4-6"),
+                                               (pb.PROVIDER_BEDROCK, "us.anthropic.claude-haiku-4-5-20251001-v1:0"),
+                                               (pb.PROVIDER_OPENROUTER, "anthropic/claude-sonnet-4.5")])
+def test_a_thinking_session_measures_the_same_with_the_memo(provider, model_id):
+    """Signed thinking (opaque state) makes the figures read a lowering of their own, whose
+    element profiles the memo keeps, and Claude before Opus 4.5 has its earlier turns' thinking
+    stripped there (kept by the memo too): each step of a growing session measures and assembles
+    the same with the memo and without, the cache state passed back."""
+    rng = random.Random(5)
+    with_memo, without = servicer.ContextService(config.Config()), servicer.ContextService(memo_config(0))
+    mdl = model(context=200_000, provider=provider, id=model_id)
+    msgs, state = [user("u0", text("u0p", "Audit the retry logic."))], b""
+    for n in range(24):
+        if n % 6 == 5:  # the turn's answer was given: the person's next turn
+            msgs.append(user(f"u{n}", text(f"u{n}p", _words(rng, 12).capitalize() + ".")))
+        else:
+            thought = pb.Part(id=f"r{n}", reasoning=pb.ReasoningPart(text=_words(rng, 80), signature=f"sig{n}" * 30))
+            ran = [] if n % 6 == 4 else [tool(f"a{n}x", f"c{n}", "bash", {"command": "ls"},
+                                              "out line\n" * rng.randint(5, 200))]
+            msgs.append(assistant(f"a{n}", thought, text(f"a{n}t", _words(rng, 10)), *ran,
+                                  usage=pb.Usage(input=2_000 + 900 * n, output=120, reasoning=300)))
+            msgs[-1].model_id = model_id
+        conv = pb.Conversation(session_id="thinking", messages=msgs)
+        _same(with_memo.Measure(pb.MeasureRequest(conversation=conv, model=mdl), None),
+              without.Measure(pb.MeasureRequest(conversation=conv, model=mdl), None))
+        a, b = (svc.Assemble(pb.AssembleRequest(conversation=conv, model=mdl, previous_cache_state=state), None)
+                for svc in (with_memo, without))
+        _same(a, b)
+        state = a.cache_state
+    assert with_memo._memo.hits > 0

@@ -99,6 +99,10 @@ BODY = "body"
 # built from those messages, and their sum (step.figures): the next step adds only the profiles
 # that are not the very same ones, and its own entry takes this one's place (Memo.supersede)
 PROFILES = "profiles"
+# (STRIPPED, JSON text of a model's message element, format name) -> the element without the
+# reasoning its provider strips from earlier turns, that reasoning, and (text profile, UTF-8 less
+# UTF-16 length) of the element without it (step.request._strip_earlier_reasoning)
+STRIPPED = "stripped"
 # (SCRIPT, encoding, element JSON) -> what the exact count of an element of mostly non-Latin,
 # non-CJK text adds to its calibrated figure and to its decision figure (step.figures)
 SCRIPT = "script"

@@ -17,6 +17,10 @@ class Lowered:
     # the figures' lowering alone: per message element index, the reasoning it left out, as the
     # provider leaves it out of the request (step.request._strip_earlier_reasoning)
     stripped: dict = field(default_factory=dict)
+    # ... and per message element, (text profile, UTF-8 less UTF-16 length) of its JSON where the
+    # memo kept them (None where not, or where a marker or a strip changed it): the figures
+    # profile only the others (step.request.estimate_lowered)
+    known: list | None = None
 
     def set_max_output(self, tokens: int) -> None:
         parent, key = self.max_output_at

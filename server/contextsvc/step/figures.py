@@ -18,6 +18,7 @@ from typing import Optional
 from .. import conversation as m, encodings, native, prefix, projection, tokens
 from ..deadline import NO_DEADLINE, Deadline
 from ..lowering import media
+from ..lowering.lowered import Lowered
 from ..memo import PROFILES, TOOL_TEXT, Memo
 from ..model_ids import same_model
 from ..positions import positions
@@ -246,6 +247,22 @@ def _stripped_since(out: Figures, request: Request, base: m.Message, plan: Plan,
         projections["exact"] = projections.get("exact", 0) - counted
         stretches["exact"] = stretches.get("exact", 0) - counted
     out.stripped_since = True
+
+
+def _profiled(texts: _Estimated, estimated: Lowered | None) -> tuple:
+    """(text profiles, UTF-8 less UTF-16 lengths) of the estimate's elements: of its message
+    elements, what the memo kept of them (Lowered.known), the others profiled here (a session
+    with signed thinking or media otherwise profiled its whole history at every step)."""
+    known = estimated.known if estimated is not None and estimated.known is not None \
+        else [None] * len(texts.messages)
+    profiles, wide = [], []
+    for e, k in zip(texts.system + texts.messages, [None] * len(texts.system) + known):
+        if k is None:
+            utf8, utf16 = native.json_lengths(e)
+            k = (native.json_profile(e), utf8 - utf16)
+        profiles.append(k[0])
+        wide.append(k[1])
+    return profiles, wide
 
 
 def _self_calibrate(out: Figures, factor: float, anchor_id: str) -> None:
@@ -602,8 +619,7 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
                 deadline, own=own) + message_fixes
             _keep_profiles(message_profiles, max(at, 0), head, message_fixes, request.resume, memo)
         else:
-            profiles = [native.json_profile(e) for e in elements]
-            wide = [b - u for b, u in map(native.json_lengths, elements)]
+            profiles, wide = _profiled(texts, request.estimated)
             fixes = scripts.corrections(profiles, lambda indices: list(map(wide.__getitem__, indices)),
                                         lambda indices: [native.json_text(elements[i]) for i in indices],
                                         counter, memo, deadline, own=own)

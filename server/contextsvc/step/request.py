@@ -19,7 +19,7 @@ from ..errors import BadInput
 from ..lowering import MediaLedger
 from ..lowering.lowered import Lowered, copied
 from ..lowering.registry import FORMATS
-from ..memo import BODY, SYSTEM, TOOL_JSON, Memo
+from ..memo import BODY, STRIPPED, SYSTEM, TOOL_JSON, Memo
 from ..positions import positions
 from .pieces import Columns, element_entry, lower_request
 from .plan import Plan
@@ -456,26 +456,58 @@ def estimate_lowered(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     """The lowered request whose elements estimate_text serializes (media as placeholders);
     points: projection.compaction_points(conv.messages), when the caller has them."""
     pieces = lower_request(conv, dataclasses.replace(plan, placeholders=True), memo, points=points)
-    place(pieces.lowered, pieces.ledger, plan.model.provider, _choose(pieces.lowered, plan, conv), pieces.shared)
+    chosen = _choose(pieces.lowered, plan, conv)
+    place(pieces.lowered, pieces.ledger, plan.model.provider, chosen, pieces.shared)
+    lowered, columns = pieces.lowered, pieces.columns
+    if columns is not None:  # what the memo kept of each element, but those a marker changed
+        lowered.known = [None if p is None else (p, b - u)
+                         for p, b, u in zip(columns.profiles, columns.lengths, columns.units)]
+        for b in chosen:
+            if b.kind == "message":
+                lowered.known[b.index] = None
     if model_ids.strips_earlier_thinking(plan.model.id):
-        _strip_earlier_reasoning(pieces.lowered, plan.fmt)
-    return pieces.lowered
+        _strip_earlier_reasoning(lowered, plan.fmt, columns.texts if columns is not None else None, memo)
+    return lowered
 
 
-def _strip_earlier_reasoning(lowered: Lowered, fmt) -> None:
+def _strip_earlier_reasoning(lowered: Lowered, fmt, texts: list | None = None, memo: Memo | None = None) -> None:
     """The model's reasoning before the last user turn taken out, as its provider takes it out of
     the request it counts (model_ids.strips_earlier_thinking): Claude Sonnet 4.5's thinking of
     earlier turns, figured as sent, read a session's requests at three times what Anthropic
     counted and compacted them at a third of their window. The elements changed are copies, in a
-    list of the figures' own (the body's, and a memo's, stay as they are)."""
+    list of the figures' own (the body's, and a memo's, stay as they are); with the memo and each
+    element's JSON text (texts: the pieces' column), each element's copy and its profile are kept
+    (STRIPPED) and found again by the very same text at the next step."""
     messages, roles = lowered.messages, lowered.roles
     last = next((i for i in range(len(messages) - 1, -1, -1) if fmt.opens_user_turn(messages, roles, i)), -1)
     if last <= 0:
         return
-    stripped = [fmt.without_reasoning(e) if roles[i] == "assistant" else None for i, e in enumerate(messages[:last])]
-    if any(x is not None for x in stripped):
-        lowered.messages = [e if x is None else x[0] for e, x in zip(messages, stripped)] + messages[last:]
-        lowered.stripped = {i: x[1] for i, x in enumerate(stripped) if x is not None}
+    known = lowered.known
+    out = None
+    for i in range(last):
+        if roles[i] != "assistant" or not fmt.holds_reasoning(messages[i]):
+            continue
+        # the very element the memo kept (not one a marker changed): its text names it
+        as_kept = texts is not None and memo is not None and known is not None and known[i] is not None
+        key = (STRIPPED, texts[i], fmt.name) if as_kept and texts[i] is not None else None
+        found = memo.get(key) if key is not None else None
+        if found is None:
+            element, reasoning = fmt.without_reasoning(messages[i])
+            utf8, utf16 = native.json_lengths(element)
+            found = (element, reasoning, (native.json_profile(element), utf8 - utf16))
+            if key is not None:  # the blocks are the piece's, charged there
+                memo.put_charged(key, found, STRIPPED_CHARGE + 16 * len(element))
+        if out is None:
+            out = list(messages)
+        out[i], lowered.stripped[i] = found[0], found[1]
+        if known is not None:
+            known[i] = found[2]
+    if out is not None:
+        lowered.messages = out
+
+
+# what a STRIPPED entry is charged beside its key: the element's own dict and list, the profile
+STRIPPED_CHARGE = 1024
 
 
 def tool_schema_list(tools: list) -> list:
