@@ -495,8 +495,9 @@ def _strip_earlier_reasoning(lowered: Lowered, fmt, texts: list | None = None, m
             element, reasoning = fmt.without_reasoning(messages[i])
             utf8, utf16 = native.json_lengths(element)
             found = (element, reasoning, (native.json_profile(element), utf8 - utf16))
-            if key is not None:  # the blocks are the piece's, charged there
-                memo.put_charged(key, found, STRIPPED_CHARGE + 16 * len(element))
+            if key is not None:  # the blocks are the piece's, charged there: their references here
+                refs = sum(len(v) for v in element.values() if isinstance(v, list))
+                memo.put_charged(key, found, STRIPPED_CHARGE + 8 * (refs + len(element)))
         if out is None:
             out = list(messages)
         out[i], lowered.stripped[i] = found[0], found[1]
@@ -506,7 +507,8 @@ def _strip_earlier_reasoning(lowered: Lowered, fmt, texts: list | None = None, m
         lowered.messages = out
 
 
-# what a STRIPPED entry is charged beside its key: the element's own dict and list, the profile
+# what a STRIPPED entry is charged beside its key and its references: the element's own dict and
+# list, the tuples, the profile
 STRIPPED_CHARGE = 1024
 
 
