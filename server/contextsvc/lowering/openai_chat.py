@@ -71,8 +71,9 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
             out_msg = {"role": "assistant", "content": text or None}
             if reasoning_back:  # the turn's reasoning, "" where none was kept
                 out_msg["reasoning_content"] = "".join(c.text for c in msg.content if isinstance(c, MReasoning))
-            if thinking_back and any(isinstance(c, MReasoning) and (c.signature or c.redacted) for c in msg.content):
-                out_msg["reasoning_details"] = _claude_thinking(msg.content, ledger)
+            thinking = _claude_thinking(msg.content, ledger) if thinking_back else []
+            if thinking:
+                out_msg["reasoning_details"] = thinking
             if calls:
                 out_msg["tool_calls"] = calls
                 if signs:
@@ -291,8 +292,8 @@ class ChatCompletions(WireFormat):
     def carries_reasoning(self, element: dict) -> bool:
         """Claude's thinking in reasoning_details, DeepSeek's and Kimi's reasoning_content, a Gemini
         step's thought signature on its call."""
-        return bool(element.get("reasoning_details") or element.get("reasoning_content")
-                    or any("extra_content" in c for c in element.get("tool_calls") or ()))
+        return self.holds_reasoning(element) or bool(element.get("reasoning_content")) \
+            or any("extra_content" in c for c in element.get("tool_calls") or ())
 
     def without_reasoning(self, element: dict) -> tuple | None:
         if "reasoning_details" not in element:

@@ -142,9 +142,9 @@ class WireFormat:
     def without_reasoning(self, element: dict) -> tuple | None:
         """(a copy of a model's message element without its reasoning, the reasoning taken out),
         None when it holds none."""
-        key = self.merged_key
-        if not key or not any(map(self.opens_turn, element[key])):
+        if not self.holds_reasoning(element):
             return None
+        key = self.merged_key
         return ({**element, key: [b for b in element[key] if not self.opens_turn(b)]},
                 [b for b in element[key] if self.opens_turn(b)])
 

@@ -169,10 +169,14 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
     if base is not None:  # what the baseline's count holds of the tools and system, where known
         out.counted_overhead = _counted_overhead(out, plan, lambda: _first_element_from_end(low.sources, base.id))
     out.tail_follows_baseline = base is not None and last_assistant >= 0 and base.id in low.sources[last_assistant]
+    # the baseline's first element, where something reads it (a scan from the end: found at once
+    # when the tail follows it)
+    stripped = request.estimated is not None and bool(request.estimated.stripped)
+    base_at = _first_element_from_end(low.sources, base.id) \
+        if base is not None and (out.tail_follows_baseline or stripped) else -1
     if out.tail_follows_baseline:  # as the figures read the body: what the provider strips is gone
-        first = _first_element_from_end(low.sources, base.id)
         out.answer_reasoning = any(map(plan.fmt.carries_reasoning,
-                                       (request.estimated or low).messages[first:last_assistant + 1]))
+                                       (request.estimated or low).messages[base_at:last_assistant + 1]))
     if base is not None:
         was = before if before is not None else conv  # as the provider may have counted it
         latest = was.scanned.last_compacted_ms if was.scanned is not None else None
@@ -189,7 +193,7 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
         key = known_key(conv.messages, base, known, latest, plan) \
             if before is not None and memo is not None and out.exact is None and counted is plan else None
         _rebase(out, pairs_of, plan, model_counter, memo, key, deadline, counted)
-        _stripped_since(out, request, base, plan, model_counter)
+        _stripped_since(out, request, base_at, plan, model_counter)
     anchor = out.decision_anchor
     if anchor is not None:
         # what was pruned before the anchor since was counted whole: compare with the prefix as counted
@@ -212,20 +216,18 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
     return out
 
 
-def _stripped_since(out: Figures, request: Request, base: m.Message, plan: Plan, model_counter: tuple) -> None:
+def _stripped_since(out: Figures, request: Request, first: int, plan: Plan, model_counter: tuple) -> None:
     """The reasoning of the baseline's own turn, which its count holds (the current turn's goes
     in), taken out of the rebase once a new user turn has begun and the provider leaves it out
     (request._strip_earlier_reasoning): the provider's count minus our figure of what it no
     longer counts, as for a prune (SPEC §3). The count no longer decides alone (stripped_since):
     the whole request's figure bounds the projection. A Sonnet 4.5 turn of six steps that thought
-    16,000 tokens read the next turn's first request that much over."""
+    16,000 tokens read the next turn's first request that much over. first: the baseline's first
+    element."""
     est = request.estimated
-    if est is None or not est.stripped:
+    if est is None or not est.stripped or first < 0:
         return
     low = request.lowered
-    first = _first_element_from_end(low.sources, base.id)
-    if first < 0:
-        return
     opens = plan.fmt.opens_user_turn
     start = next((i + 1 for i in range(first - 1, -1, -1) if opens(low.messages, low.roles, i)), 0)
     removed = [x for i, x in est.stripped.items() if start <= i < first]
