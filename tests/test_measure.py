@@ -785,6 +785,71 @@ def test_reasoning_that_goes_back_as_text_stays_in_the_projection():
     assert r.has_baseline and r.projected >= r.calibrated[0], (r.projected, r.calibrated)
 
 
+def _responses_turn(counts: dict, reasoned: int, new_turn: bool, one_message: bool) -> m.Conversation:
+    """A gpt-5 turn on Responses of three steps, each reasoning `reasoned` tokens that go back as
+    encrypted items, the first two reading a file; counts: each step's reported input; then, if
+    asked, the next user turn. one_message: the steps as one answer with StepFinish parts."""
+    code = "export const f = (x: number) => x * 2;\n" * 300
+    steps = []
+    for s in (1, 2, 3):
+        parts = [m.Part(f"r{s}", m.Reasoning("", redacted_data="gAAAAB" + "Zm9vYmFy" * 2_000 + str(s))),
+                 txt(f"a{s}", f"Reading {s}." if s < 3 else "Read them all.")]
+        if s < 3:
+            parts.append(tool_part(f"t{s}", f"c{s}", code + str(s)))
+        steps.append((parts, m.Usage(input=counts[s], output=50, reasoning=reasoned)))
+    if one_message:
+        parts = [p for s, (own, usage) in enumerate(steps, 1)
+                 for p in [m.Part(f"s{s}", m.StepStart())] + own + [m.Part(f"f{s}", m.StepFinish("stop", usage))]]
+        answers = [finished(1, *parts, usage=steps[-1][1])]
+    else:
+        answers = [finished(s, *own, usage=usage) for s, (own, usage) in enumerate(steps, 1)]
+    turn = [msg(99, m.USER, txt("u99", "Why does the import fail?"))] if new_turn else []
+    return m.Conversation([msg(0, m.USER, txt("u0", "read the files"))] + answers + turn)
+
+
+def test_a_responses_turn_s_reasoning_is_left_out_once_the_next_turn_begins():
+    """OpenAI counts a turn's encrypted reasoning items within the turn and drops them once a new
+    user turn begins ("in turn 2, any reasoning items from turn 1 are ignored and removed"); our
+    figure of an item is its placeholder. The next turn's first request of a gpt-5 turn of three
+    steps that reasoned 8,000 tokens each was read from the last step's count (which holds the
+    first two steps' reasoning) plus the answer's reasoning: 32,500 for about 8,500, and a
+    session compacted at a third of its window. Within the turn the count holds them still."""
+    gpt5 = mdl(128_000, 0, 16_000, provider=m.OPENAI_RESPONSES, id="gpt-5")
+    reasoned = 8_000
+
+    def stepped(conv, previous):
+        return assemble.run(assemble.AssembleInput(conv, gpt5, [], m.SystemPrompt(), m.CompactionSettings(),
+                                                   previous_cache_state=previous), CFG, serialize=False, hashes=True)
+
+    # each step's count: o200k's 0.8x of our figure of what it was sent, and the turn's reasoning so far
+    zero = {s: 0 for s in (1, 2, 3)}
+    counts = {}
+    for s in (1, 2, 3):
+        sent = m.Conversation(_responses_turn(zero, reasoned, False, False).messages[:s])
+        counts[s] = round(0.8 * stepped(sent, b"").measurement.decision[0]) + (s - 1) * reasoned
+    for one_message in (False, True):
+        conv = _responses_turn(counts, reasoned, True, one_message)
+        if one_message:  # the last step's request: the answer's first two steps
+            answer = conv.messages[1]
+            cut = next(i for i, p in enumerate(answer.parts) if p.id == "s3")
+            sent = m.Conversation([conv.messages[0], dataclasses.replace(answer, parts=answer.parts[:cut], usage=m.Usage())])
+        else:
+            sent = m.Conversation(conv.messages[:-2])
+        previous = stepped(sent, b"").cache_state
+        r = stepped(conv, previous).measurement
+        text_alone = counts[3] - 2 * reasoned
+        # one answer of three steps: its last step's count is no anchor of the prefix before the
+        # answer, and the whole request's figure decides, never the count with the reasoning
+        bound = r.decision[0] if one_message else text_alone + 500
+        assert r.has_baseline and text_alone <= r.projected <= bound, (one_message, r.projected, counts)
+        assert r.reported == counts[3] + 50 + reasoned  # the usage as reported
+        # within the turn, the count and the answer's reasoning stand
+        mid = _responses_turn(counts, reasoned, False, one_message)
+        mid.messages[-1].parts.append(tool_part("t3", "c3", "total = compute(items, 1)\n" * 40))
+        r = stepped(mid, previous).measurement
+        assert r.projected >= counts[3] + reasoned, (one_message, r.projected, counts)
+
+
 def test_a_tool_s_media_after_its_results_opens_no_turn():
     """On the Chat formats a tool's screenshot goes after the tool messages as a user message, and
     a message typed mid-run follows them too; a gateway joins both to the tool results, and

@@ -142,6 +142,9 @@ class Responses(WireFormat):
     fetched = frozenset(accepted)  # input_image.image_url and input_file.file_url take http(s) URLs
     implicit_cache = True
     compaction_items = True  # its server-side compaction's items go back in `input`
+    # "In turn 2, any reasoning items from turn 1 are ignored and removed" (OpenAI's cookbook,
+    # reasoning_items): a turn's encrypted reasoning is counted within it, then dropped
+    drops_earlier_turns_reasoning = True
     context_strategy = "compaction"
 
     def carries_reasoning(self, element: dict) -> bool:

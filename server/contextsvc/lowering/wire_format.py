@@ -86,6 +86,9 @@ class WireFormat:
     # -- the provider's own compaction: its opaque items (conversation.ProviderCompaction) go back
     # in the body (lowering/neutral.py drops them for every other provider)
     compaction_items: bool = False
+    # -- reasoning that goes back as opaque items the provider counts within the turn they were
+    # made in and leaves out once a new user turn begins (step.figures.held_reasoning)
+    drops_earlier_turns_reasoning: bool = False
     # -- the provider's own context management (provider_management.py): its strategy's name, ""
     # where it has none this service configures
     context_strategy: str = ""

@@ -67,6 +67,8 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
     # the provider's count of the request as sent: what it cleared itself (provider_managed) was
     # sent, and our figures of the request count it
     reported = base.usage.count_as_sent() if base is not None else 0
+    # of which the provider leaves out now the reasoning of the baseline's turn (figures.held_reasoning)
+    dropped = fig.dropped_reasoning
     unsent = _unsent(base, fig)
     # a projection adds the tail to that count only where the tail is what came after it: a
     # baseline sent as nothing has no place in the body, so the whole request's figure stands;
@@ -79,7 +81,7 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
             return total
         was = fig.counted_overhead.calibrated if method == "calibrated" and fig.counted_overhead else None
         rebase = fig.rebase_projections.get(method, 0) + fig.media_rebase * cfg.measure.media_decision_tokens
-        return max(0, reported + rebase) + tail + _resent(overhead, fig, was)
+        return max(0, reported - dropped + rebase) + tail + _resent(overhead, fig, was)
 
     figure = cfg.measure.compaction_figure
     if figure == "exact-where-known":  # Plan.of counted it for every model with its own offline
@@ -96,7 +98,7 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
     # round-trip included. The reported usage stands only for what the provider counted: what was
     # pruned or stripped before it since is taken out (rebased).
     projected = total
-    rebased = max(0, reported + rebase) if anchored else 0
+    rebased = max(0, reported - dropped + rebase) if anchored else 0
     if anchored:
         if _count_stands(figure, fig, base, plan):
             # the count of the request the answer came from, then the answer as it is sent again
@@ -105,7 +107,7 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
             # (and never less than what it generated: opaque reasoning goes in as its placeholder)
             usage = base.usage
             generated = usage.output + usage.reasoning - unsent
-            projected = (usage.input_as_sent() + (generated if answer is None else max(answer, generated))
+            projected = (max(0, usage.input_as_sent() - dropped) + (generated if answer is None else max(answer, generated))
                          + new_since + resent)
         else:
             projected = max(projected, rebased - unsent + tail + resent)
@@ -117,7 +119,7 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
         source = None  # the whole request's figure above is this model's reading of it
     used = source.usage.count() if source is not None else 0
     if source is not None and source is base:
-        used = max(0, used + rebase)
+        used = max(0, used - dropped + rebase)
     overflow = bool(auto and context_known and source is not None and used >= lim)
     should = context_known and auto and (overflow or projected >= lim)
     outlook = provider_management.outlook(plan.management, messages, projected, lim, plan.usable,

@@ -95,6 +95,11 @@ class Figures:
     # signature, redacted or encrypted reasoning): what the model reasoned may be in the next
     # count (step.decision)
     answer_reasoning: bool = False
+    # reasoning tokens the baseline's count holds of its turn's earlier steps that the provider
+    # leaves out now, a new user turn having begun (WireFormat.drops_earlier_turns_reasoning: the
+    # answer's own reasoning is then left out too, answer_reasoning being False): taken off the
+    # count (step.decision)
+    dropped_reasoning: int = 0
     # the anchor's reported input over the decision figure of the prefix as it counted it; 0 = none
     decision_factor: float = 0.0
     decision_anchor: Optional[m.Message] = None  # the assistant whose reported input it is
@@ -177,6 +182,10 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
     if out.tail_follows_baseline:  # as the figures read the body: what the provider strips is gone
         out.answer_reasoning = any(map(plan.fmt.carries_reasoning,
                                        (request.estimated or low).messages[base_at:last_assistant + 1]))
+        if plan.fmt.drops_earlier_turns_reasoning and any(
+                plan.fmt.opens_user_turn(low.messages, low.roles, i) for i in range(last_assistant + 1, len(low.roles))):
+            out.answer_reasoning = False
+            out.dropped_reasoning = held_reasoning(conv.messages, base)
     if base is not None:
         was = before if before is not None else conv  # as the provider may have counted it
         latest = was.scanned.last_compacted_ms if was.scanned is not None else None
@@ -206,6 +215,8 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
             out.media_prefix -= out.media_rebase
         mc = plan.cfg.measure
         sent = anchor.usage.input_as_sent()
+        if plan.fmt.drops_earlier_turns_reasoning:  # our figure of a reasoning item is its placeholder
+            sent -= held_reasoning(conv.messages, anchor)
         f = sent / float(counted) if counted > 0 else 0.0
         out.decision_factor = f if mc.self_calibration_min_factor <= f <= mc.self_calibration_max_factor else 0.0
         g = sent / float(counted_calibrated) if counted_calibrated > 0 else 0.0
@@ -249,6 +260,36 @@ def _stripped_since(out: Figures, request: Request, first: int, plan: Plan, mode
         projections["exact"] = projections.get("exact", 0) - counted
         stretches["exact"] = stretches.get("exact", 0) - counted
     out.stripped_since = True
+
+
+def held_reasoning(msgs: list, answer: m.Message) -> int:
+    """The reasoning tokens answer's reported input holds of its own turn's earlier steps, where
+    their reasoning went back as opaque items (WireFormat.drops_earlier_turns_reasoning): each
+    step's reported reasoning (its StepFinish; an answer without them is one step, its usage), for
+    the steps since the turn's user message whose reasoning holds encrypted state. Our figure of
+    such an item is its placeholder: a gpt-5 turn of three steps that reasoned 8,000 tokens each
+    read the next turn's first request at 32,500 where OpenAI counts about 8,500."""
+    at = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i] is answer), -1)
+    start = next((i + 1 for i in range(at - 1, -1, -1) if msgs[i].role == m.USER), 0)
+    steps = []
+    for msg in msgs[start:at + 1]:
+        if msg.role == m.ASSISTANT:
+            steps += _step_reasoning(msg)
+    return sum(n for n, went_back in steps[:-1] if went_back)
+
+
+def _step_reasoning(msg: m.Message) -> list:
+    """(reported reasoning tokens, whether its reasoning holds encrypted state) of each of msg's
+    steps."""
+    steps, went_back, finished = [], False, False
+    for p in msg.parts:
+        c = p.content
+        if isinstance(c, m.Reasoning):
+            went_back = went_back or bool(c.redacted_data)
+        elif isinstance(c, m.StepFinish):
+            steps.append((c.tokens.reasoning, went_back))
+            went_back, finished = False, True
+    return steps if finished else [(msg.usage.reasoning, went_back)]
 
 
 def _profiled(texts: _Estimated, estimated: Lowered | None) -> tuple:
