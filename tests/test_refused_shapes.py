@@ -647,6 +647,87 @@ def test_a_root_typed_object_or_null_and_a_referenced_branch_are_read(stubs):
         assert found["referenced"]["required"] == ["path"] and "allOf" not in found["referenced"]
 
 
+# zod-to-json-schema: a named schema (a root reference into draft-07 definitions), and a schema
+# used twice, written as a reference to where it first appears (figma-mcp-bridge's colours)
+NAMED = pb.ToolDefinition(name="create_page", description="d", input_schema_json=json.dumps({
+    "$ref": "#/definitions/CreatePage", "$schema": "http://json-schema.org/draft-07/schema#",
+    "definitions": {"CreatePage": {"type": "object", "properties": {
+        "title": {"type": "string"}, "parent": {"$ref": "#/definitions/Parent"}}, "required": ["title"]},
+        "Parent": {"type": "object", "properties": {"id": {"type": "string"}}}}}))
+REUSED = pb.ToolDefinition(name="set_fill", description="d", input_schema_json=json.dumps({
+    "type": "object", "properties": {"fillHex": {"type": "string", "pattern": "^#[0-9a-f]{6}$"},
+                                     "strokeHex": {"$ref": "#/properties/fillHex"},
+                                     "children": {"type": "array", "items": {"$ref": "#"}}}}))
+
+
+@pytest.mark.parametrize("provider,model_id", [("openai-compatible", "kimi-k2.5"), ("openrouter", "moonshotai/kimi-k2.5"),
+                                               ("openai-compatible", "kimi-for-coding"), ("openai", "gpt-4o")])
+def test_a_schema_s_references_go_under_defs(stubs, provider, model_id):
+    """"tools.function.parameters is not a valid moonshot flavored json schema. At path
+    'properties.strokeHex.$ref': references must start with #/$defs/" (figma-mcp-bridge,
+    ms-365-mcp-server: an MCP server's Zod schema used twice), at every request while the server
+    is loaded: the referenced schemas are moved under $defs, the same schema still. A root that is
+    a reference is the schema it names (the type added beside it said nothing of its properties)."""
+    found = schemas(assembled(stubs, provider, model_id, session(), tools=(BASH, NAMED, REUSED)))
+    named, reused = found["create_page"], found["set_fill"]
+    assert named["type"] == "object" and named["required"] == ["title"] and "$ref" not in named
+    assert named["properties"]["parent"] == {"$ref": "#/$defs/Parent"}
+    assert named["$defs"]["Parent"] == {"type": "object", "properties": {"id": {"type": "string"}}}
+    assert reused["properties"]["strokeHex"] == {"$ref": "#/$defs/properties_fillHex"}
+    assert reused["$defs"]["properties_fillHex"] == reused["properties"]["fillHex"]
+    assert reused["properties"]["children"]["items"] == {"$ref": "#/$defs/root"}
+    assert reused["$defs"]["root"]["properties"]["children"]["items"] == {"$ref": "#/$defs/root"}
+
+
+def test_a_root_reference_is_resolved_for_every_format(stubs):
+    for provider, model_id in (("anthropic", "claude-sonnet-4-5"), ("bedrock", "us.anthropic.claude-sonnet-4-5-20250929-v1:0"),
+                               ("openai-responses", "gpt-5.1")):
+        named = schemas(assembled(stubs, provider, model_id, session(), tools=(BASH, NAMED)))["create_page"]
+        assert named["type"] == "object" and "title" in named["properties"] and "$ref" not in named, provider
+    # elsewhere the references stay where they point (only Moonshot asks for $defs)
+    reused = schemas(assembled(stubs, "anthropic", "claude-sonnet-4-5", session(), tools=(BASH, REUSED)))["set_fill"]
+    assert reused == json.loads(REUSED.input_schema_json)
+
+
+def test_a_tool_object_s_schema_is_taken_once_per_format_and_its_own_kept():
+    """A session's tool definitions are the same objects at every step (the memo keeps them), so
+    each format's reading of a schema is made once for the object (40 MCP tools' schemas walked at
+    every step cost 5 ms of it on the OpenAI formats: bench/bench_tools.py); each format and
+    model kind keeps its own, the request's schema stays as it was, and a copy of the definition
+    with another schema does not inherit it."""
+    import dataclasses
+    from contextsvc import conversation as cm
+    from contextsvc.lowering import MediaLedger, lower
+    schema = {"properties": {"paths": {"type": "array"}, "also": {"$ref": "#/properties/paths"}}}
+    tool = cm.ToolDefinition("read_many", "Read files", schema)
+    given = json.dumps(schema)
+
+    def taken(provider, model_id, t=tool):
+        body = lower(provider, model_id=model_id, system=[], messages=[], tools=[t], max_output=1,
+                     ledger=MediaLedger()).body
+        return schemas(body)["read_many"]
+
+    for _ in range(2):  # the second time from the object's own
+        assert taken("openai", "gpt-4o") == {"type": "object", "properties": {
+            "paths": {"type": "array", "items": {}}, "also": {"$ref": "#/$defs/properties_paths"}},
+            "$defs": {"properties_paths": {"type": "array", "items": {}}}}
+        assert taken("anthropic", "claude-sonnet-4-5") == {"type": "object", **schema}
+    assert json.dumps(schema) == given and len(tool.taken) == 2
+    other = dataclasses.replace(tool, input_schema={"type": "object", "properties": {"q": {"type": "string"}}})
+    assert taken("anthropic", "claude-sonnet-4-5", other) == other.input_schema
+
+
+def test_the_judges_refuse_a_reference_moonshot_refuses_or_none_resolves():
+    def tools(schema, model="kimi-k2.5"):
+        return {"model": model, "messages": [{"role": "user", "content": "hi"}],
+                "tools": [{"type": "function", "function": {"name": "x", "parameters": schema}}]}
+    reused = json.loads(REUSED.input_schema_json)
+    assert any("must start with #/$defs/" in x for x in judge_for("openai-compatible")(tools(reused)))
+    assert judge_for("openai-compatible")(tools(reused, "gpt-4o")) == []
+    dangling = {"type": "object", "properties": {"f": {"$ref": "#/$defs/Filter"}}}
+    assert any("can't be resolved" in x for x in judge_for("openai")(tools(dangling, "gpt-4o")))
+
+
 def test_a_long_tool_description_goes_whole_to_other_models(stubs):
     for provider, model_id in (("openrouter", "anthropic/claude-sonnet-4.5"), ("anthropic", "claude-sonnet-4-5")):
         body = assembled(stubs, provider, model_id, session(), tools=(BASH, DOCUMENTED))

@@ -382,6 +382,10 @@ class ToolDefinition:
     name: str
     description: str = ""
     input_schema: object = field(default_factory=dict)
+    # its input schema as each wire format takes it (lowering.tool_schema.as_taken), made once for
+    # the object: a session's definitions are the same objects at every step (memo TOOLS), and 40
+    # MCP tools' schemas walked again at every step cost 5 ms of it
+    taken: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
 
 @dataclass(slots=True)

@@ -89,6 +89,34 @@ def openai_tool_problems(tools: list, schema_of, p) -> None:
             p.add("tool-schema", f"tools[{i}]", "Invalid schema: In context=(), object schema missing properties.")
 
 
+def schema_ref_problems(schema, where: str, p, defs_only: bool = False) -> None:
+    """Every local reference in a tool's schema must name a subschema of it (OpenAI: "reference
+    can't be resolved"); with defs_only, one under #/$defs/ (Moonshot, for Kimi: "references must
+    start with #/$defs/")."""
+    def refs(value, path):
+        if isinstance(value, dict):
+            if isinstance(value.get("$ref"), str) and value["$ref"].startswith("#"):
+                yield value["$ref"], path
+            for k, v in value.items():
+                yield from refs(v, path + (k,))
+        elif isinstance(value, list):
+            for k, v in enumerate(value):
+                yield from refs(v, path + (k,))
+
+    for ref, path in refs(schema, ()):
+        at = ".".join(map(str, path + ("$ref",)))
+        target = schema
+        for key in ref[2:].split("/") if ref != "#" else ():
+            key = key.replace("~1", "/").replace("~0", "~")
+            target = target.get(key) if isinstance(target, dict) else (
+                target[int(key)] if isinstance(target, list) and key.isdigit() and int(key) < len(target) else None)
+        if not isinstance(target, (dict, bool)):
+            p.add("tool-schema", where, f"At path '{at}': reference {ref!r} can't be resolved")
+        elif defs_only and not ref.startswith("#/$defs/"):
+            p.add("tool-schema", where, f"is not a valid moonshot flavored json schema. At path '{at}': "
+                                        "references must start with #/$defs/")
+
+
 def schema_root_problem(schema, where: str, p) -> None:
     """A tool's input schema must be an object at its root, without anyOf, oneOf or allOf there:
     Anthropic ("input_schema.type: Field required"; "input_schema does not support oneOf, allOf,

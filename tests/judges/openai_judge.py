@@ -18,7 +18,10 @@ from openai.types.chat.completion_create_params import CompletionCreateParamsNon
 
 from ._common import (ANTHROPIC_ID, MAX_MARKERS, MAX_TOKENS_REFUSED, OPENAI_ID_MAX, PREFILL_REFUSED, Problems,
                       data_url_problem, is_http_url, openai_tool_problems, refuses_max_tokens, refuses_prefill,
-                      schema_root_problem, strict_validator, tool_name_problem, validate)
+                      schema_ref_problems, schema_root_problem, strict_validator, tool_name_problem, validate)
+
+# Kimi's own endpoint (directly, or a gateway's Moonshot upstream) validates tool schemas its way
+_MOONSHOT = re.compile(r"kimi|moonshot|(?:^|/)k2p[0-9]")
 
 PROVIDERS = ("openai", "openai-compatible", "openrouter", "alibaba", "copilot")
 
@@ -331,4 +334,6 @@ def judge(body: dict, provider: str = "openai") -> list:
         tool_name_problem(name, f"tools[{k}].function.name", p)
         if isinstance(tool, dict) and isinstance(tool.get("function"), dict) and "parameters" in tool["function"]:
             schema_root_problem(tool["function"]["parameters"], f"tools[{k}].function.parameters", p)
+            schema_ref_problems(tool["function"]["parameters"], f"tools[{k}].function.parameters", p,
+                                defs_only=bool(_MOONSHOT.search(str(body.get("model", "")).lower())))
     return p

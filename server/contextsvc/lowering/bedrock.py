@@ -20,7 +20,7 @@ import re
 
 from .. import conversation as m, model_ids
 from . import media
-from .tool_schema import object_root
+from .tool_schema import as_taken, object_root
 from ..deadline import NO_DEADLINE, Deadline
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
@@ -226,7 +226,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     if tools:
         out["toolConfig"] = {"tools": [
             {"toolSpec": {"name": wire_name(FORMAT, t.name), "description": t.description if (t.description or "").strip() else t.name,
-                          "inputSchema": {"json": object_root(t.input_schema)}}}
+                          "inputSchema": {"json": as_taken(t, ("bedrock",), object_root)}}}
             for t in tools
         ]}
     return Lowered(out, system_blocks, wire, roles, sources, lists, (out["inferenceConfig"], "maxTokens"))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .. import conversation as m, model_ids
 from . import media
-from .tool_schema import object_root
+from .tool_schema import as_taken, object_root
 from ..deadline import NO_DEADLINE, Deadline
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
@@ -172,7 +172,12 @@ def _declaration(t) -> dict:
     # `parameters` takes only an OpenAPI subset and refuses the rest, so the schema goes as is
     # in `parametersJsonSchema`, which takes JSON Schema: nothing the tool says is lost.
     return {"name": wire_name(FORMAT, t.name), "description": t.description,
-            "parametersJsonSchema": object_root(t.input_schema, fold_choices=False)}
+            "parametersJsonSchema": as_taken(t, ("gemini",), _gemini_schema)}
+
+
+def _gemini_schema(schema):
+    """parametersJsonSchema takes a root of alternatives: only the missing type is added."""
+    return object_root(schema, fold_choices=False)
 
 
 def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="",

@@ -10,7 +10,7 @@ from .lowered import Lowered, open_with_user
 from .media import MediaLedger
 from .neutral import BRIDGE_ASSISTANT_TEXT, LEAD_USER_TEXT, MMedia, MReasoning, MSpacer, MText, MToolCall, MToolResult
 from .tool_ids import WORD, id_rule, wire_id, wire_name
-from .tool_schema import object_root, with_array_items
+from .tool_schema import as_taken, object_root, with_array_items, with_refs_under_defs
 from .wire_format import WireFormat
 
 
@@ -41,6 +41,15 @@ def _user_content(fmt: ChatCompletions, parts: list, ledger: MediaLedger, deadli
         return blocks[0]["text"]  # a lone text goes as a plain string
     return blocks
 
+
+
+def _chat_schema(schema):
+    """An OpenAI model's: an object root with properties, arrays with items, references under $defs."""
+    return with_refs_under_defs(with_array_items(object_root(schema, properties=True)))
+
+
+def _other_chat_schema(schema):
+    return with_refs_under_defs(with_array_items(object_root(schema)))
 
 def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="",
          tools_disabled=False, deadline: Deadline = NO_DEADLINE) -> Lowered:
@@ -109,11 +118,12 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     token_field = fmt.token_field_for(model_id)
     out = {"model": model_id, "messages": all_msgs, token_field: max_output}
     if tools:
+        openai_model = fmt.serves_openai_model(model_id)
         out["tools"] = [
             {"type": "function", "function": {"name": wire_name(fmt, t.name),
                                               "description": fmt.tool_description(t.description, model_id),
-                                              "parameters": with_array_items(object_root(
-                                                  t.input_schema, properties=fmt.serves_openai_model(model_id)))}}
+                                              "parameters": as_taken(t, ("chat", openai_model), _chat_schema
+                                                                     if openai_model else _other_chat_schema)}}
             for t in tools
         ]
         if tools_disabled:

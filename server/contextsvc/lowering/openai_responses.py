@@ -18,7 +18,7 @@ from .neutral import (
 )
 from .openai_chat import OPENAI_MAX_TOOLS, cache_key
 from .tool_ids import WORD, id_rule, wire_id, wire_name
-from .tool_schema import object_root, with_array_items
+from .tool_schema import as_taken, object_root, with_array_items
 from .wire_format import WireFormat
 
 
@@ -95,6 +95,10 @@ def _assistant_items(msg, ledger: MediaLedger, deadline: Deadline) -> list:
     return items
 
 
+def _responses_schema(schema):
+    return with_array_items(object_root(schema, properties=True))
+
+
 def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="",
          tools_disabled=False, deadline: Deadline = NO_DEADLINE) -> Lowered:
     system_items = [{"role": "developer", "content": s} for s in system]
@@ -119,7 +123,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     if tools:
         # strict: false, since OpenAI's default (true) refuses any schema with an optional property
         out["tools"] = [{"type": "function", "name": wire_name(FORMAT, t.name), "description": t.description,
-                         "parameters": with_array_items(object_root(t.input_schema, properties=True)), "strict": False}
+                         "parameters": as_taken(t, ("responses",), _responses_schema), "strict": False}
                         for t in tools]
         if tools_disabled:
             out[FORMAT.tool_choice_key] = "none"  # tools stay defined (history may hold calls), none is called

@@ -17,10 +17,29 @@ refused for as long as the server's tools are loaded (every request of the sessi
   OpenAI likewise. The branches' properties join the root's (its own first); their required
   ones stay required where every branch applies (allOf), and go where one of them does: the
   model may then send an input the tool refuses, which it is told (object_root).
+- A root that is a reference (`{"$ref": "#/definitions/Args", "definitions": {...}}`, as
+  zod-to-json-schema writes a named schema): no `type` there, so the one added would sit beside
+  the reference and OpenAI's `properties: {}` tell the model the tool takes nothing. The root is
+  the schema it names (object_root).
+- Moonshot's endpoint, for Kimi: "tools.function.parameters is not a valid moonshot flavored json
+  schema. At path 'properties.strokeHex.$ref': references must start with #/$defs/" (an MCP
+  server's Zod schema used twice, which zod-to-json-schema writes as `#/properties/fillHex`; and
+  `#/definitions/X`, its draft-07 form). On Chat Completions every reference is moved under
+  `$defs` (with_refs_under_defs).
 Each a function of the schema alone, copy on write: the request's own schema stays as it is, and
 the very object comes back where nothing changes.
 """
 from __future__ import annotations
+
+def as_taken(tool, key: tuple, make):
+    """make(tool.input_schema): tool's schema as the format named by key takes it (key holds every
+    setting make reads), made once for the tool object (ToolDefinition.taken). The functions here
+    never change a schema in place, nor may what reads their result."""
+    found = tool.taken.get(key)
+    if found is None:
+        found = tool.taken[key] = make(tool.input_schema)
+    return found
+
 
 # the keywords whose value is one schema, and those whose value is a list or a map of them
 _ONE = ("items", "additionalProperties", "not", "contains", "propertyNames", "if", "then", "else")
@@ -81,7 +100,7 @@ def object_root(schema, fold_choices: bool = True, properties: bool = False):
         return {"type": "object", "properties": {}} if properties else {"type": "object"}
     if not isinstance(schema, dict):
         return schema
-    out = schema
+    out = schema = _root_resolved(schema)
     kind = schema.get("type")
     if kind is None:
         out = {"type": "object", **schema}
@@ -128,3 +147,94 @@ def _resolved(branch, root: dict):
         key = key.replace("~1", "/").replace("~0", "~")
         target = target.get(key) if isinstance(target, dict) else None
     return target if isinstance(target, dict) else branch
+
+
+def _root_resolved(schema: dict) -> dict:
+    """A root that is a local reference as the schema it names, the root's other keys kept where
+    that schema has none (its definitions, which the target's own references name)."""
+    for _ in range(8):  # a chain of references; one that leads nowhere, or round, stays
+        target = _resolved(schema, schema)
+        if target is schema or not isinstance(target, dict):
+            return schema
+        schema = {**{k: v for k, v in schema.items() if k != "$ref"}, **target}
+    return schema
+
+
+_DEFS = "#/$defs/"
+
+
+def with_refs_under_defs(schema):
+    """schema with every local reference under #/$defs/ (the module's doc): a draft-07
+    `definitions` map joins `$defs` (a name both hold, differently, is copied under a name of its
+    own), and any other subschema referenced (#/properties/x, # itself) is copied into `$defs`
+    under a name made of its path. The very object where every reference is there already, or
+    where one leads nowhere (left for the provider to name)."""
+    if not isinstance(schema, dict):
+        return schema
+    refs = sorted({r for r in _refs(schema) if not r.startswith(_DEFS)})
+    if not refs:
+        return schema
+    defs = dict(schema["$defs"]) if isinstance(schema.get("$defs"), dict) else {}
+    old = schema.get("definitions") if isinstance(schema.get("definitions"), dict) else {}
+    moved = {}  # a definitions name -> its name under $defs
+    for name, value in old.items():
+        if defs.get(name, value) == value:
+            defs[name] = value
+            moved[name] = name
+    mapping = {}
+    for ref in refs:
+        if ref.startswith("#/definitions/"):
+            name, _, rest = ref[len("#/definitions/"):].partition("/")
+            if _pointer_key(name) in moved:
+                mapping[ref] = _DEFS + _pointer_name(moved[_pointer_key(name)]) + ("/" + rest if rest else "")
+                continue
+        target = _resolved({"$ref": ref}, schema) if ref != "#" else schema
+        if target is None or (isinstance(target, dict) and target.get("$ref") == ref and ref != "#"):
+            return schema
+        name = _free_name("".join(c if c.isalnum() or c in "_-." else "_" for c in ref[2:]) or "root", defs)
+        defs[name] = {k: v for k, v in target.items() if k not in ("$defs", "definitions")} \
+            if target is schema else target
+        mapping[ref] = _DEFS + name
+    out = {k: v for k, v in schema.items() if k not in ("$defs", "definitions")}
+    if old and len(moved) < len(old):  # names both maps held differently stay where they were
+        out["definitions"] = {k: v for k, v in old.items() if k not in moved}
+    out["$defs"] = defs
+    return _repointed(out, mapping)
+
+
+def _refs(value):
+    if isinstance(value, dict):
+        ref = value.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#"):
+            yield ref
+        for v in value.values():
+            yield from _refs(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _refs(v)
+
+
+def _repointed(value, mapping: dict):
+    if isinstance(value, dict):
+        out = {k: _repointed(v, mapping) for k, v in value.items()}
+        if isinstance(value.get("$ref"), str) and value["$ref"] in mapping:
+            out["$ref"] = mapping[value["$ref"]]
+        return out
+    if isinstance(value, list):
+        return [_repointed(v, mapping) for v in value]
+    return value
+
+
+def _pointer_key(segment: str) -> str:
+    return segment.replace("~1", "/").replace("~0", "~")
+
+
+def _pointer_name(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _free_name(name: str, taken: dict) -> str:
+    out, n = name, 2
+    while out in taken:
+        out, n = f"{name}_{n}", n + 1
+    return out
