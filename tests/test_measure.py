@@ -627,6 +627,13 @@ def test_reasoning_that_does_not_go_back_is_no_part_of_the_next_request():
         assert plain.has_baseline and reasoned.has_baseline
         assert reasoned.projected == plain.projected and reasoned.should_compact == plain.should_compact, previous
         assert reasoned.output_tokens == plain.output_tokens
+    # nor of the backward look: the answer's input, output and reasoning passed the limit, and the
+    # next request holds its input and output alone (the limit keeps room for the next answer's
+    # reasoning): a gpt-5 session compacted at 59-82% of its limit at every such answer
+    over = answered(plain.limit)
+    for previous in (True, False):
+        r = _stepped(over, gpt5, _sent_then(over) if previous else None)
+        assert r.has_baseline and not r.overflow and not r.should_compact, (previous, r.projected, r.limit)
     # redacted thinking goes back as its placeholder to a Claude that keeps its earlier thinking:
     # what it stands for is counted; Sonnet 4.5's is taken out of the request (the next turn has
     # begun), and is not

@@ -112,14 +112,17 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
         else:
             projected = max(projected, rebased - unsent + tail + resent)
     # backward-looking: the last answer's real usage reached the limit; rebased the same way
-    # when it is the baseline's, so a prune that frees enough clears this check too. What the
-    # window held: without what the provider's own clearing kept out of it
+    # when it is the baseline's, so a prune that frees enough clears this check too, and without
+    # the reasoning the next request does not hold (the limit keeps room for the next answer's:
+    # a gpt-5 session on Chat Completions compacted at 59-82% of its limit, each time its last
+    # answer's input, output and reasoning passed it). What the window held: without what the
+    # provider's own clearing kept out of it
     source = backward_overflow_source(messages, last_compaction)
     if source is not None and _counted_elsewhere(source, plan):
         source = None  # the whole request's figure above is this model's reading of it
     used = source.usage.count() if source is not None else 0
     if source is not None and source is base:
-        used = max(0, used - dropped + rebase)
+        used = max(0, used - dropped - unsent + rebase)
     overflow = bool(auto and context_known and source is not None and used >= lim)
     should = context_known and auto and (overflow or projected >= lim)
     outlook = provider_management.outlook(plan.management, messages, projected, lim, plan.usable,
