@@ -857,6 +857,50 @@ def test_a_responses_turn_s_reasoning_is_left_out_once_the_next_turn_begins():
         assert r.projected >= counts[3] + reasoned, (one_message, r.projected, counts)
 
 
+def test_only_the_reasoning_items_sent_are_taken_off_and_the_current_turn_s_are_figured():
+    """What the count holds is what the body sent: the first step answered by another model
+    (gpt-5-mini: its encrypted item is not sent to gpt-5) or an answer the lowering drops (an
+    error) sent no item, and taking its reasoning off put a request OpenAI counts at 35,000 under
+    a 34,000 limit unseen; items before the provider's own compaction item are not taken off
+    (whether it counts them is not known). With no count to anchor on, the whole request's
+    figure holds the current turn's items as placeholders: their reported reasoning is added (a
+    request OpenAI counts at 75,000 read as 54,000)."""
+    gpt5 = mdl(128_000, 0, 16_000, provider=m.OPENAI_RESPONSES, id="gpt-5")
+    reasoned = 8_000
+
+    def stepped(conv, previous=b""):
+        return assemble.run(assemble.AssembleInput(conv, gpt5, [], m.SystemPrompt(), m.CompactionSettings(),
+                                                   previous_cache_state=previous), CFG, serialize=False, hashes=True)
+
+    def turn(counts, new_turn, first=None):
+        conv = _responses_turn(counts, reasoned, new_turn, False)
+        if first is not None:
+            conv.messages[1] = first(conv.messages[1])
+        return conv
+
+    switched = lambda answer: dataclasses.replace(answer, model_id="gpt-5-mini")  # noqa: E731
+    errored = lambda answer: dataclasses.replace(answer, error=m.MessageError("APIError", "overloaded"))  # noqa: E731
+    compacted = lambda answer: dataclasses.replace(answer, parts=answer.parts + [  # noqa: E731
+        m.Part("pc1", m.ProviderCompaction(m.OPENAI_RESPONSES, "gAAAAB" + "Y29t" * 200))])
+    zero = {s: 0 for s in (1, 2, 3)}
+    for first, sent_items in ((switched, 1), (errored, 1), (compacted, 1), (None, 2)):
+        counts = {}
+        for s in (1, 2, 3):  # o200k's 0.8x of our figure of what was sent, and the items sent before
+            counts[s] = round(0.8 * stepped(m.Conversation(turn(zero, False, first).messages[:s])).measurement.decision[0])
+            counts[s] += min(s - 1, sent_items) * reasoned if first is not errored or s > 2 else 0
+        conv = turn(counts, True, first)
+        r = stepped(conv, stepped(m.Conversation(conv.messages[:-2])).cache_state).measurement
+        text_alone = counts[3] - sent_items * reasoned
+        assert text_alone <= r.projected < text_alone + 500, (first, r.projected, counts)
+    # mid-turn, the last answer stored without its usage: no count decides, and the two steps'
+    # reasoning known (the third's is not reported) goes on the whole request's figure
+    conv = turn(counts, False)
+    conv.messages[-1] = dataclasses.replace(conv.messages[-1], usage=m.Usage())
+    conv.messages[-1].parts.append(tool_part("t3", "c3", "total = compute(items, 1)\n" * 40))
+    r = stepped(conv).measurement
+    assert not r.has_baseline and r.projected == r.decision[0] + 2 * reasoned, (r.projected, r.decision)
+
+
 def test_a_tool_s_media_after_its_results_opens_no_turn():
     """On the Chat formats a tool's screenshot goes after the tool messages as a user message, and
     a message typed mid-run follows them too; a gateway joins both to the tool results, and

@@ -151,6 +151,9 @@ class Responses(WireFormat):
     drops_earlier_turns_reasoning = True
     context_strategy = "compaction"
 
+    def is_compaction_item(self, element: dict) -> bool:
+        return element.get("type") == "compaction"
+
     def carries_reasoning(self, element: dict) -> bool:
         """A reasoning item (its encrypted state)."""
         return element.get("type") == "reasoning"

@@ -137,6 +137,11 @@ class WireFormat:
             j -= 1
         return j < 0 or roles[j] != "tool"
 
+    def is_compaction_item(self, element: dict) -> bool:
+        """Whether a message element is the provider's own compaction item (compaction_items),
+        which stands for what came before it."""
+        return False
+
     def carries_reasoning(self, element: dict) -> bool:
         """Whether a model's message element goes back with its reasoning (text or opaque state),
         which the provider's next count may hold."""

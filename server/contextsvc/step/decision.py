@@ -97,7 +97,7 @@ def decide(messages: list, fig: Figures, plan: Plan, last_compaction: int) -> De
     # decision figure of the whole request, or the projection when that is higher. Mid tool
     # round-trip included. The reported usage stands only for what the provider counted: what was
     # pruned or stripped before it since is taken out (rebased).
-    projected = total
+    projected = total + fig.unseen_reasoning
     rebased = max(0, reported - dropped + rebase) if anchored else 0
     if anchored:
         if _count_stands(figure, fig, base, plan):

@@ -100,6 +100,10 @@ class Figures:
     # answer's own reasoning is then left out too, answer_reasoning being False): taken off the
     # count (step.decision)
     dropped_reasoning: int = 0
+    # reasoning tokens of the current turn's steps whose encrypted items this request sends, which
+    # the whole request's figure holds as placeholders (the same format): added to that figure
+    # where it decides (step.decision)
+    unseen_reasoning: int = 0
     # the anchor's reported input over the decision figure of the prefix as it counted it; 0 = none
     decision_factor: float = 0.0
     decision_anchor: Optional[m.Message] = None  # the assistant whose reported input it is
@@ -185,7 +189,9 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
         if plan.fmt.drops_earlier_turns_reasoning and any(
                 plan.fmt.opens_user_turn(low.messages, low.roles, i) for i in range(last_assistant + 1, len(low.roles))):
             out.answer_reasoning = False
-            out.dropped_reasoning = held_reasoning(conv.messages, base)
+            out.dropped_reasoning = held_reasoning(low, conv.messages, plan.fmt, last_assistant, base)
+    if plan.fmt.drops_earlier_turns_reasoning:
+        out.unseen_reasoning = held_reasoning(low, conv.messages, plan.fmt, len(low.messages) - 1)
     if base is not None:
         was = before if before is not None else conv  # as the provider may have counted it
         latest = was.scanned.last_compacted_ms if was.scanned is not None else None
@@ -216,7 +222,8 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
         mc = plan.cfg.measure
         sent = anchor.usage.input_as_sent()
         if plan.fmt.drops_earlier_turns_reasoning:  # our figure of a reasoning item is its placeholder
-            sent -= held_reasoning(conv.messages, anchor)
+            sent -= held_reasoning(low, conv.messages, plan.fmt, _last_element(low.sources, anchor.id, base_at
+                                                                                if base is anchor else -1), anchor)
         f = sent / float(counted) if counted > 0 else 0.0
         out.decision_factor = f if mc.self_calibration_min_factor <= f <= mc.self_calibration_max_factor else 0.0
         g = sent / float(counted_calibrated) if counted_calibrated > 0 else 0.0
@@ -262,20 +269,46 @@ def _stripped_since(out: Figures, request: Request, first: int, plan: Plan, mode
     out.stripped_since = True
 
 
-def held_reasoning(msgs: list, answer: m.Message) -> int:
-    """The reasoning tokens answer's reported input holds of its own turn's earlier steps, where
-    their reasoning went back as opaque items (WireFormat.drops_earlier_turns_reasoning): each
-    step's reported reasoning (its StepFinish; an answer without them is one step, its usage), for
-    the steps since the turn's user message whose reasoning holds encrypted state. Our figure of
-    such an item is its placeholder: a gpt-5 turn of three steps that reasoned 8,000 tokens each
-    read the next turn's first request at 32,500 where OpenAI counts about 8,500."""
-    at = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i] is answer), -1)
-    start = next((i + 1 for i in range(at - 1, -1, -1) if msgs[i].role == m.USER), 0)
-    steps = []
-    for msg in msgs[start:at + 1]:
-        if msg.role == m.ASSISTANT:
-            steps += _step_reasoning(msg)
-    return sum(n for n, went_back in steps[:-1] if went_back)
+def held_reasoning(low: Lowered, msgs: list, fmt, end: int, answer: m.Message | None = None) -> int:
+    """The reported reasoning tokens of the encrypted reasoning items the body sends in the turn
+    element end is in, up to it (WireFormat.drops_earlier_turns_reasoning: counted within their
+    turn, left out after it): of each message with such an item between the turn's user message
+    and end (as sent: an answer of another model, or one the lowering drops, sends none), the
+    steps whose reasoning holds encrypted state, by their reported reasoning (StepFinish; an
+    answer without them is one step, its usage); answer's last step left out (it is the answer's
+    output). Our figure of such an item is its placeholder: a gpt-5 turn of three steps that
+    reasoned 8,000 tokens each read the next turn's first request at 32,500 where OpenAI counts
+    about 8,500."""
+    elements, opens = low.messages, fmt.opens_user_turn
+    # from the turn's user message, or the provider's compaction item since: whether the provider
+    # counts what precedes that item is not known, and what is left out here stays counted
+    start = next((i + 1 for i in range(end, -1, -1)
+                  if opens(elements, low.roles, i) or fmt.is_compaction_item(elements[i])), 0)
+    ids = []
+    for i in range(start, end + 1):
+        if fmt.carries_reasoning(elements[i]):
+            ids += [x for x in low.sources[i] if x not in ids]
+    if not ids:
+        return 0
+    found = {}
+    for msg in reversed(msgs):  # the turn is near the end
+        if msg.id in ids:
+            found[msg.id] = msg
+            if len(found) == len(ids):
+                break
+    total = 0
+    for msg in found.values():
+        steps = _step_reasoning(msg)
+        total += sum(n for n, went_back in (steps[:-1] if msg is answer else steps) if went_back)
+    return total
+
+
+def _last_element(low_sources: list, message_id: str, first: int) -> int:
+    """The index of the last element of message_id's (first: its first, where known)."""
+    at = first if first >= 0 else _first_element_from_end(low_sources, message_id)
+    while at + 1 < len(low_sources) and message_id in low_sources[at + 1]:
+        at += 1
+    return at
 
 
 def _step_reasoning(msg: m.Message) -> list:

@@ -181,6 +181,7 @@ def finish(conv: m.Conversation, request: Request, plan: Plan, memo: Memo | None
     # (what the answer reasoned that does not go back is no part of it: Decision.unsent)
     counted = max(dec.rebased - dec.unsent, dec.total) if dec.has_baseline and dec.rebased != dec.reported \
         else dec.reported - dec.unsent
+    counted = max(counted, dec.total + fig.unseen_reasoning) if fig.unseen_reasoning else counted
     out_tokens = window.output_budget(mdl, configured, counted, fig.normalized, fig.media_count, cfg)
     request.lowered.set_max_output(out_tokens)
     measurement = gather(request.body_bytes(), fig, dec, plan.usable, plan.limit, max_out, out_tokens)
