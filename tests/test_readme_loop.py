@@ -325,3 +325,49 @@ def test_the_readmes_stored_answer_is_what_the_next_assemble_sends_back(stub):
     result = body["messages"][2]["content"][0]
     assert result["type"] == "tool_result" and "issue #42 opened" in json.dumps(result)
     assert nxt.cache_report.prefix_kept
+
+
+STORED_RESPONSE = r"```python\n(def stored_response\(a, response, model, parent_id\):.*?)```"
+
+
+def test_the_readmes_stored_response_is_what_the_next_assemble_sends_back(stub):
+    """The README's stored_response, as written, after its stored_answer block (the imports): a
+    Responses answer (the SDK's own type) of encrypted reasoning, text and a call, stored with its
+    reasoning tokens; the next body, judged by the Responses judge, carries the reasoning item
+    with its state, the call by its mapped name and its output."""
+    from openai.types.responses import Response
+
+    from judges import judge_for
+
+    ns = {}
+    exec(compile(readme_block(STORED_ANSWER, "the stored-answer helpers"), "README.md", "exec"), ns)  # noqa: S102
+    exec(compile(readme_block(STORED_RESPONSE, "the Responses stored answer"), "README.md", "exec"), ns)  # noqa: S102
+    model = pb.Model(id="gpt-5", provider=pb.PROVIDER_OPENAI_RESPONSES, limits=pb.ModelLimits(context=400_000, output=128_000))
+    tools = [pb.ToolDefinition(name="github.create_issue", description="File an issue",
+                               input_schema_json='{"type":"object","properties":{"title":{"type":"string"}}}')]
+    user = pb.Message(id="u1", role=pb.ROLE_USER, parts=[pb.Part(id="u1p", text=pb.TextPart(text="file the bug"))])
+    a = stub.Assemble(pb.AssembleRequest(conversation=pb.Conversation(session_id="stored-r", messages=[user]),
+                                         model=model, tools=tools), timeout=10)
+    wire_name = json.loads(a.body)["tools"][0]["name"]
+    response = Response.model_validate({
+        "id": "resp_01", "object": "response", "created_at": 1, "model": "gpt-5", "parallel_tool_calls": True,
+        "tool_choice": "auto", "tools": [], "output": [
+            {"type": "reasoning", "id": "rs_01", "summary": [{"type": "summary_text", "text": "File it."}],
+             "encrypted_content": "gAAAAABo" + "x" * 40},
+            {"type": "message", "id": "msg_01", "role": "assistant", "status": "completed",
+             "content": [{"type": "output_text", "text": "Filing it.", "annotations": []}]},
+            {"type": "function_call", "id": "fc_01", "call_id": "call_01", "name": wire_name,
+             "arguments": '{"title": "Crash on save"}'}],
+        "usage": {"input_tokens": 1_240, "input_tokens_details": {"cached_tokens": 1_000, "cache_write_tokens": 0}, "output_tokens": 900,
+                  "output_tokens_details": {"reasoning_tokens": 800}, "total_tokens": 2_140}})
+    stored = ns["stored_response"](a, response, model, "u1")
+    assert stored.usage.reasoning == 800 and stored.usage.input + stored.usage.cache_read == 1_240
+    done = ns["tool_ran"](stored, "call_01", "issue #42 opened")
+    nxt = stub.Assemble(pb.AssembleRequest(conversation=pb.Conversation(session_id="stored-r", messages=[user, done]),
+                                           model=model, tools=tools, previous_cache_state=a.cache_state), timeout=10)
+    body = json.loads(nxt.body)
+    assert judge_for("openai-responses")(body) == []
+    items = body["input"][1:]
+    assert [x.get("type", x.get("role")) for x in items] == ["reasoning", "assistant", "function_call", "function_call_output"]
+    assert items[0]["encrypted_content"] == "gAAAAABo" + "x" * 40 and items[2]["name"] == wire_name
+    assert "issue #42 opened" in items[3]["output"]
