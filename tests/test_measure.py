@@ -855,6 +855,13 @@ def test_a_responses_turn_s_reasoning_is_left_out_once_the_next_turn_begins():
         mid.messages[-1].parts.append(tool_part("t3", "c3", "total = compute(items, 1)\n" * 40))
         r = stepped(mid, previous).measurement
         assert r.projected >= counts[3] + reasoned, (one_message, r.projected, counts)
+    # another server speaking the format (xAI's Grok asks for every item back) is not known to drop them
+    grok = mdl(128_000, 0, 16_000, provider=m.OPENAI_RESPONSES, id="grok-4")
+    conv = _responses_turn(counts, reasoned, True, False)
+    r = assemble.run(assemble.AssembleInput(conv, grok, [], m.SystemPrompt(), m.CompactionSettings(),
+                                            previous_cache_state=stepped(m.Conversation(conv.messages[:-2]), b"").cache_state),
+                     CFG, serialize=False, hashes=True).measurement
+    assert r.projected >= counts[3] + reasoned, (r.projected, counts)
 
 
 def test_only_the_reasoning_items_sent_are_taken_off_and_the_current_turn_s_are_figured():

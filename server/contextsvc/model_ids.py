@@ -180,6 +180,14 @@ def takes_completion_tokens(model_id: str) -> bool:
     return _OPENAI_REASONING.search(model_id.lower()) is not None
 
 
+def drops_earlier_turns_reasoning(model_id: str) -> bool:
+    """Whether the provider leaves the model's reasoning items of earlier turns out of what it
+    counts (lowering.WireFormat.drops_earlier_turns_reasoning): OpenAI's reasoning models ("in turn
+    2, any reasoning items from turn 1 are ignored and removed"). Another server speaking the
+    format (xAI's Grok asks for every item back) is not known to."""
+    return _OPENAI_REASONING.search(model_id.lower()) is not None
+
+
 # Models that want their reasoning back on each of their turns, as reasoning_content beside the
 # content, once a request carries tools: DeepSeek's thinking mode ("Missing `reasoning_content`
 # field in the assistant message at message index 2", "The `reasoning_content` in the thinking mode

@@ -87,7 +87,8 @@ class WireFormat:
     # in the body (lowering/neutral.py drops them for every other provider)
     compaction_items: bool = False
     # -- reasoning that goes back as opaque items the provider counts within the turn they were
-    # made in and leaves out once a new user turn begins (step.figures.held_reasoning)
+    # made in (step.figures.held_reasoning), and leaves out once a new user turn begins where the
+    # model's provider does (model_ids.drops_earlier_turns_reasoning)
     drops_earlier_turns_reasoning: bool = False
     # -- the provider's own context management (provider_management.py): its strategy's name, ""
     # where it has none this service configures

@@ -20,7 +20,7 @@ from ..deadline import NO_DEADLINE, Deadline
 from ..lowering import media
 from ..lowering.lowered import Lowered
 from ..memo import PROFILES, TOOL_TEXT, Memo
-from ..model_ids import same_model
+from ..model_ids import drops_earlier_turns_reasoning, same_model
 from ..positions import positions
 from .baseline import (KnownPairs, as_counted, baseline, changed_key, changed_pieces, counted_plan, known_key,
                        with_rules_changed)
@@ -186,7 +186,7 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
     if out.tail_follows_baseline:  # as the figures read the body: what the provider strips is gone
         out.answer_reasoning = any(map(plan.fmt.carries_reasoning,
                                        (request.estimated or low).messages[base_at:last_assistant + 1]))
-        if plan.fmt.drops_earlier_turns_reasoning and any(
+        if plan.fmt.drops_earlier_turns_reasoning and drops_earlier_turns_reasoning(plan.model.id) and any(
                 plan.fmt.opens_user_turn(low.messages, low.roles, i) for i in range(last_assistant + 1, len(low.roles))):
             out.answer_reasoning = False
             out.dropped_reasoning = held_reasoning(low, conv.messages, plan.fmt, last_assistant, base)
