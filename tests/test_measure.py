@@ -855,6 +855,15 @@ def test_a_responses_turn_s_reasoning_is_left_out_once_the_next_turn_begins():
         mid.messages[-1].parts.append(tool_part("t3", "c3", "total = compute(items, 1)\n" * 40))
         r = stepped(mid, previous).measurement
         assert r.projected >= counts[3] + reasoned, (one_message, r.projected, counts)
+    # a user message right after the tool outputs (typed mid-run, or the "Continue" after a
+    # compaction that kept the turn) is the last user message all the same: the reasoning before
+    # it is dropped (an after-compaction request read 27,375 where OpenAI counts 7,517, and
+    # compacted again at 14-42% of its limit)
+    typed = _responses_turn(counts, reasoned, False, False)
+    typed.messages[-1].parts.append(tool_part("t3", "c3", "total = compute(items, 1)\n" * 40))
+    typed.messages.append(msg(98, m.USER, txt("u98", "Continue if you have next steps.")))
+    r = stepped(typed, stepped(m.Conversation(typed.messages[:-2]), b"").cache_state).measurement
+    assert counts[3] - 2 * reasoned <= r.projected < counts[3] - 2 * reasoned + 1_500, (r.projected, counts)
     # another server speaking the format (xAI's Grok asks for every item back) is not known to drop them
     grok = mdl(128_000, 0, 16_000, provider=m.OPENAI_RESPONSES, id="grok-4")
     conv = _responses_turn(counts, reasoned, True, False)

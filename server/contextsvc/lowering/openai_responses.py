@@ -151,6 +151,13 @@ class Responses(WireFormat):
     drops_earlier_turns_reasoning = True
     context_strategy = "compaction"
 
+    def opens_user_turn(self, messages: list, roles: list, i: int) -> bool:
+        """Any user message: a tool's media go inside its function_call_output, so one after the
+        outputs is typed (mid-run, or the "Continue" after a compaction), and OpenAI's turn is
+        what follows the last user message ("include all reasoning items between the function
+        call and the last user message"): the reasoning before it is dropped."""
+        return roles[i] == "user"
+
     def is_compaction_item(self, element: dict) -> bool:
         return element.get("type") == "compaction"
 
