@@ -661,8 +661,8 @@ REUSED = pb.ToolDefinition(name="set_fill", description="d", input_schema_json=j
 
 
 @pytest.mark.parametrize("provider,model_id", [("openai-compatible", "kimi-k2.5"), ("openrouter", "moonshotai/kimi-k2.5"),
-                                               ("openai-compatible", "kimi-for-coding"), ("openai", "gpt-4o")])
-def test_a_schema_s_references_go_under_defs(stubs, provider, model_id):
+                                               ("openai-compatible", "kimi-for-coding")])
+def test_a_schema_s_references_go_under_defs_for_kimi(stubs, provider, model_id):
     """"tools.function.parameters is not a valid moonshot flavored json schema. At path
     'properties.strokeHex.$ref': references must start with #/$defs/" (figma-mcp-bridge,
     ms-365-mcp-server: an MCP server's Zod schema used twice), at every request while the server
@@ -685,8 +685,31 @@ def test_a_root_reference_is_resolved_for_every_format(stubs):
         named = schemas(assembled(stubs, provider, model_id, session(), tools=(BASH, NAMED)))["create_page"]
         assert named["type"] == "object" and "title" in named["properties"] and "$ref" not in named, provider
     # elsewhere the references stay where they point (only Moonshot asks for $defs)
-    reused = schemas(assembled(stubs, "anthropic", "claude-sonnet-4-5", session(), tools=(BASH, REUSED)))["set_fill"]
-    assert reused == json.loads(REUSED.input_schema_json)
+    for provider, model_id in (("anthropic", "claude-sonnet-4-5"), ("openai", "gpt-4o")):
+        reused = schemas(assembled(stubs, provider, model_id, session(), tools=(BASH, REUSED)))["set_fill"]
+        assert reused == json.loads(REUSED.input_schema_json), provider
+
+
+def test_a_root_reference_keeps_every_definition_and_what_is_said_beside_it():
+    """The root's definitions join the target's own (the target's replaced them: a reference to
+    one of the root's led nowhere); a root that says more beside the reference (2020-12 applies
+    both) or a name both define differently stays as written; a `$ref` inside data (`const`,
+    `enum`, `default`) is no reference."""
+    from contextsvc.lowering.tool_schema import object_root, with_refs_under_defs
+    nested = {"$ref": "#/$defs/Args", "$defs": {
+        "Args": {"type": "object", "properties": {"mode": {"$ref": "#/$defs/Mode"}}, "$defs": {"Local": {"type": "string"}}},
+        "Mode": {"enum": ["fast", "safe"]}}}
+    out = object_root(nested)
+    assert out["properties"] == {"mode": {"$ref": "#/$defs/Mode"}} and set(out["$defs"]) == {"Args", "Mode", "Local"}
+    beside = {"$ref": "#/$defs/A", "required": ["b"], "$defs": {"A": {"type": "object", "required": ["a"]}}}
+    assert object_root(beside) == {"type": "object", **beside}
+    clash = {"$ref": "#/$defs/A", "$defs": {"A": {"type": "object", "$defs": {"B": {"type": "string"}}}, "B": {"type": "integer"}}}
+    assert object_root(clash) == {"type": "object", **clash}
+    data = {"type": "object", "properties": {"b": {"type": "string"}, "c": {"const": {"$ref": "#/properties/b"}},
+                                             "d": {"$ref": "#/properties/b", "default": {"$ref": "#/nowhere"}}}}
+    moved = with_refs_under_defs(data)
+    assert moved["properties"]["c"] == data["properties"]["c"]
+    assert moved["properties"]["d"] == {"$ref": "#/$defs/properties_b", "default": {"$ref": "#/nowhere"}}
 
 
 def test_a_tool_object_s_schema_is_taken_once_per_format_and_its_own_kept():
@@ -708,11 +731,13 @@ def test_a_tool_object_s_schema_is_taken_once_per_format_and_its_own_kept():
         return schemas(body)["read_many"]
 
     for _ in range(2):  # the second time from the object's own
-        assert taken("openai", "gpt-4o") == {"type": "object", "properties": {
+        assert taken("openai-compatible", "kimi-k2.5") == {"type": "object", "properties": {
             "paths": {"type": "array", "items": {}}, "also": {"$ref": "#/$defs/properties_paths"}},
             "$defs": {"properties_paths": {"type": "array", "items": {}}}}
+        assert taken("openai", "gpt-4o") == {"type": "object", "properties": {
+            "paths": {"type": "array", "items": {}}, "also": {"$ref": "#/properties/paths"}}}
         assert taken("anthropic", "claude-sonnet-4-5") == {"type": "object", **schema}
-    assert json.dumps(schema) == given and len(tool.taken) == 2
+    assert json.dumps(schema) == given and len(tool.taken) == 3
     other = dataclasses.replace(tool, input_schema={"type": "object", "properties": {"q": {"type": "string"}}})
     assert taken("anthropic", "claude-sonnet-4-5", other) == other.input_schema
 

@@ -188,6 +188,16 @@ def drops_earlier_turns_reasoning(model_id: str) -> bool:
     return _OPENAI_REASONING.search(model_id.lower()) is not None
 
 
+# Kimi's own endpoint (Moonshot's, directly or a gateway's upstream) validates tool schemas its way:
+# "references must start with #/$defs/" (lowering.tool_schema.with_refs_under_defs)
+_MOONSHOT = re.compile(r"kimi|moonshot|(?:^|/)k2p[0-9]")
+
+
+def wants_refs_under_defs(model_id: str) -> bool:
+    """Whether the model's endpoint refuses a schema reference not under #/$defs/: Kimi's."""
+    return _MOONSHOT.search(model_id.lower()) is not None
+
+
 # Models that want their reasoning back on each of their turns, as reasoning_content beside the
 # content, once a request carries tools: DeepSeek's thinking mode ("Missing `reasoning_content`
 # field in the assistant message at message index 2", "The `reasoning_content` in the thinking mode

@@ -43,13 +43,18 @@ def _user_content(fmt: ChatCompletions, parts: list, ledger: MediaLedger, deadli
 
 
 
-def _chat_schema(schema):
-    """An OpenAI model's: an object root with properties, arrays with items, references under $defs."""
-    return with_refs_under_defs(with_array_items(object_root(schema, properties=True)))
+def _chat_schema(properties: bool, under_defs: bool):
+    """A schema as Chat Completions takes it: arrays with items, an OpenAI model's object root with
+    properties, and for Kimi's endpoint every reference under $defs."""
+    def made(schema):
+        out = with_array_items(object_root(schema, properties=properties))
+        return with_refs_under_defs(out) if under_defs else out
+    return made
 
 
-def _other_chat_schema(schema):
-    return with_refs_under_defs(with_array_items(object_root(schema)))
+_SCHEMAS = {(properties, under_defs): _chat_schema(properties, under_defs)
+            for properties in (False, True) for under_defs in (False, True)}
+
 
 def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="",
          tools_disabled=False, deadline: Deadline = NO_DEADLINE) -> Lowered:
@@ -118,12 +123,12 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     token_field = fmt.token_field_for(model_id)
     out = {"model": model_id, "messages": all_msgs, token_field: max_output}
     if tools:
-        openai_model = fmt.serves_openai_model(model_id)
+        openai_model, under_defs = fmt.serves_openai_model(model_id), model_ids.wants_refs_under_defs(model_id)
         out["tools"] = [
             {"type": "function", "function": {"name": wire_name(fmt, t.name),
                                               "description": fmt.tool_description(t.description, model_id),
-                                              "parameters": as_taken(t, ("chat", openai_model), _chat_schema
-                                                                     if openai_model else _other_chat_schema)}}
+                                              "parameters": as_taken(t, ("chat", openai_model, under_defs),
+                                                                     _SCHEMAS[openai_model, under_defs])}}
             for t in tools
         ]
         if tools_disabled:

@@ -20,12 +20,12 @@ refused for as long as the server's tools are loaded (every request of the sessi
 - A root that is a reference (`{"$ref": "#/definitions/Args", "definitions": {...}}`, as
   zod-to-json-schema writes a named schema): no `type` there, so the one added would sit beside
   the reference and OpenAI's `properties: {}` tell the model the tool takes nothing. The root is
-  the schema it names (object_root).
+  the schema it names, where nothing beside the reference speaks of the input (object_root).
 - Moonshot's endpoint, for Kimi: "tools.function.parameters is not a valid moonshot flavored json
   schema. At path 'properties.strokeHex.$ref': references must start with #/$defs/" (an MCP
   server's Zod schema used twice, which zod-to-json-schema writes as `#/properties/fillHex`; and
-  `#/definitions/X`, its draft-07 form). On Chat Completions every reference is moved under
-  `$defs` (with_refs_under_defs).
+  `#/definitions/X`, its draft-07 form). For Kimi every reference is moved under `$defs`
+  (with_refs_under_defs); others take the schema as written (a hoisted `#` would double it).
 Each a function of the schema alone, copy on write: the request's own schema stays as it is, and
 the very object comes back where nothing changes.
 """
@@ -149,14 +149,27 @@ def _resolved(branch, root: dict):
     return target if isinstance(target, dict) else branch
 
 
+# what a root that is a reference may hold beside it and still be the schema it names: keys that
+# say nothing of the input (under JSON Schema 2020-12 the others apply beside the reference)
+_BESIDE_A_ROOT_REF = frozenset(("$ref", "$schema", "$id", "$comment", "title", "description", "$defs", "definitions"))
+
+
 def _root_resolved(schema: dict) -> dict:
-    """A root that is a local reference as the schema it names, the root's other keys kept where
-    that schema has none (its definitions, which the target's own references name)."""
+    """A root that is a local reference as the schema it names, the root's definitions joined to
+    the target's (its own references name them); as it is where the root says more of the input
+    beside the reference, or a name both define differently."""
     for _ in range(8):  # a chain of references; one that leads nowhere, or round, stays
         target = _resolved(schema, schema)
-        if target is schema or not isinstance(target, dict):
+        if target is schema or not isinstance(target, dict) or not _BESIDE_A_ROOT_REF.issuperset(schema):
             return schema
-        schema = {**{k: v for k, v in schema.items() if k != "$ref"}, **target}
+        out = {**{k: v for k, v in schema.items() if k != "$ref"}, **target}
+        for key in ("$defs", "definitions"):
+            mine, its = schema.get(key), target.get(key)
+            if isinstance(mine, dict) and isinstance(its, dict):
+                if any(k in mine and mine[k] != v for k, v in its.items()):
+                    return schema
+                out[key] = {**mine, **its}
+        schema = out
     return schema
 
 
@@ -202,27 +215,58 @@ def with_refs_under_defs(schema):
     return _repointed(out, mapping)
 
 
-def _refs(value):
-    if isinstance(value, dict):
-        ref = value.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#"):
-            yield ref
-        for v in value.values():
-            yield from _refs(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _refs(v)
+def _subschemas(schema: dict):
+    """The schemas schema holds where a schema goes (not inside const, enum, default or
+    examples, whose values are data)."""
+    for key in _ONE + _SCHEMA_ONE:
+        value = schema.get(key)
+        if isinstance(value, dict):
+            yield value
+        elif key == "items" and isinstance(value, list):  # the tuple form
+            yield from (x for x in value if isinstance(x, dict))
+    for key in _LIST:
+        value = schema.get(key)
+        if isinstance(value, list):
+            yield from (x for x in value if isinstance(x, dict))
+    for key in _MAP + _SCHEMA_MAP:
+        value = schema.get(key)
+        if isinstance(value, dict):
+            yield from (x for x in value.values() if isinstance(x, dict))
 
 
-def _repointed(value, mapping: dict):
-    if isinstance(value, dict):
-        out = {k: _repointed(v, mapping) for k, v in value.items()}
-        if isinstance(value.get("$ref"), str) and value["$ref"] in mapping:
-            out["$ref"] = mapping[value["$ref"]]
-        return out
-    if isinstance(value, list):
-        return [_repointed(v, mapping) for v in value]
-    return value
+# beside those with_array_items walks: the other keywords whose value is a schema, or a map of them
+_SCHEMA_ONE = ("additionalItems", "unevaluatedItems", "unevaluatedProperties", "contentSchema")
+_SCHEMA_MAP = ("dependentSchemas",)
+
+
+def _refs(schema: dict):
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#"):
+        yield ref
+    for sub in _subschemas(schema):
+        yield from _refs(sub)
+
+
+def _repointed(schema: dict, mapping: dict) -> dict:
+    """A copy of schema, each reference in a schema position it holds pointed as mapping says."""
+    out = dict(schema)
+    if isinstance(schema.get("$ref"), str) and schema["$ref"] in mapping:
+        out["$ref"] = mapping[schema["$ref"]]
+    for key in _ONE + _SCHEMA_ONE:
+        value = schema.get(key)
+        if isinstance(value, dict):
+            out[key] = _repointed(value, mapping)
+        elif key == "items" and isinstance(value, list):
+            out[key] = [_repointed(x, mapping) if isinstance(x, dict) else x for x in value]
+    for key in _LIST:
+        value = schema.get(key)
+        if isinstance(value, list):
+            out[key] = [_repointed(x, mapping) if isinstance(x, dict) else x for x in value]
+    for key in _MAP + _SCHEMA_MAP:
+        value = schema.get(key)
+        if isinstance(value, dict):
+            out[key] = {k: _repointed(x, mapping) if isinstance(x, dict) else x for k, x in value.items()}
+    return out
 
 
 def _pointer_key(segment: str) -> str:

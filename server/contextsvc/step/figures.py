@@ -298,6 +298,8 @@ def held_reasoning(low: Lowered, msgs: list, fmt, end: int, answer: m.Message | 
                 break
     total = 0
     for msg in found.values():
+        if answer is not None and answer.model_id and msg.model_id and not same_model(msg.model_id, answer.model_id):
+            continue  # sent now, but not to the answer's model: its count held none of it
         steps = _step_reasoning(msg)
         total += sum(n for n, went_back in (steps[:-1] if msg is answer else steps) if went_back)
     return total
