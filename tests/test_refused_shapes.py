@@ -742,6 +742,42 @@ def test_a_tool_object_s_schema_is_taken_once_per_format_and_its_own_kept():
     assert taken("anthropic", "claude-sonnet-4-5", other) == other.input_schema
 
 
+# An MCP server's schema of an older draft (Dokploy's, fastapi_mcp's): draft 4's boolean
+# exclusiveMinimum, draft 3's required on a property, the tuple form of items
+OLD_DRAFT = pb.ToolDefinition(name="set_port", description="d", input_schema_json=json.dumps({
+    "type": "object", "properties": {
+        "port": {"type": "integer", "minimum": 1024, "exclusiveMinimum": True, "maximum": 65536, "exclusiveMaximum": True},
+        "host": {"type": "string", "required": True}, "note": {"type": "string", "required": False},
+        "pair": {"type": "array", "items": [{"type": "string"}, {"type": "integer"}], "additionalItems": False}},
+    "required": ["port"]}))
+
+
+@pytest.mark.parametrize("provider,model_id", [("anthropic", "claude-sonnet-4-5"),
+                                               ("bedrock", "us.anthropic.claude-sonnet-4-5-20250929-v1:0"),
+                                               ("openrouter", "anthropic/claude-sonnet-4.5"), ("copilot", "claude-sonnet-4.5")])
+def test_a_schema_of_an_older_draft_is_written_as_2020_12_for_claude(stubs, provider, model_id):
+    """"tools.18.custom.input_schema: JSON schema is invalid. It must match JSON Schema draft
+    2020-12" (Dokploy's MCP server, fastapi_mcp, Claude Code #586; on Bedrock too), at every
+    request while the server is loaded: the same constraints as 2020-12 writes them."""
+    found = schemas(assembled(stubs, provider, model_id, session(), tools=(BASH, OLD_DRAFT)))["set_port"]
+    assert found["properties"]["port"] == {"type": "integer", "exclusiveMinimum": 1024, "exclusiveMaximum": 65536}
+    assert found["required"] == ["port", "host"] and "required" not in found["properties"]["note"]
+    assert found["properties"]["pair"] == {"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}],
+                                           "items": False}
+
+
+def test_other_models_get_an_older_draft_s_schema_as_written(stubs):
+    for provider, model_id in (("openai", "gpt-4o"), ("gemini", "gemini-2.5-pro"), ("bedrock", "us.amazon.nova-pro-v1:0")):
+        body = assembled(stubs, provider, model_id, session(), tools=(BASH, OLD_DRAFT))
+        found = schemas(body).get("set_port") or next(
+            d["parametersJsonSchema"] for t in body["tools"] for d in t["functionDeclarations"] if d["name"] == "set_port")
+        assert found["properties"]["port"]["exclusiveMinimum"] is True, provider
+    judged = judge_for("anthropic")({"model": "claude-sonnet-4-5", "max_tokens": 10,
+                                     "messages": [{"role": "user", "content": "hi"}],
+                                     "tools": [{"name": "x", "input_schema": json.loads(OLD_DRAFT.input_schema_json)}]})
+    assert any("draft 2020-12" in x for x in judged)
+
+
 def test_the_judges_refuse_a_reference_moonshot_refuses_or_none_resolves():
     def tools(schema, model="kimi-k2.5"):
         return {"model": model, "messages": [{"role": "user", "content": "hi"}],

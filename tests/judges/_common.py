@@ -117,6 +117,18 @@ def schema_ref_problems(schema, where: str, p, defs_only: bool = False) -> None:
                                         "references must start with #/$defs/")
 
 
+def schema_draft_problem(schema, where: str, p) -> None:
+    """Anthropic validates a tool's input schema against JSON Schema draft 2020-12 (every Claude
+    model, on Bedrock too): "tools.18.custom.input_schema: JSON schema is invalid. It must match
+    JSON Schema draft 2020-12"."""
+    import jsonschema
+
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.exceptions.SchemaError as e:
+        p.add("tool-schema", where, f"JSON schema is invalid. It must match JSON Schema draft 2020-12 ({e.message})")
+
+
 def schema_root_problem(schema, where: str, p) -> None:
     """A tool's input schema must be an object at its root, without anyOf, oneOf or allOf there:
     Anthropic ("input_schema.type: Field required"; "input_schema does not support oneOf, allOf,

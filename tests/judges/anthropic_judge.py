@@ -18,7 +18,7 @@ from anthropic.types.beta.beta_context_management_config_param import BetaContex
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 
 from ._common import (ANTHROPIC_ID, MAX_MARKERS, PREFILL_REFUSED, Problems, b64_ok, image_pixels, image_problem,
-                      is_http_url, refuses_prefill, schema_root_problem, strict_validator, tool_name_problem,
+                      is_http_url, refuses_prefill, schema_draft_problem, schema_root_problem, strict_validator, tool_name_problem,
                       validate)
 
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
@@ -238,6 +238,7 @@ def judge(body: dict, headers: dict | None = None, max_media: int = MAX_MEDIA) -
             tool_name_problem(tool.get("name"), f"tools[{k}].name", p)
             if tool.get("type") in (None, "custom"):  # a client tool (server tools have no schema)
                 schema_root_problem(tool.get("input_schema"), f"tools.{k}.custom.input_schema", p)
+                schema_draft_problem(tool.get("input_schema"), f"tools.{k}.custom.input_schema", p)
     if tool_blocks and not body.get("tools"):
         p.add("tools-defined", "tools", "requests which include tool_use or tool_result blocks must define tools")
 

@@ -18,7 +18,7 @@ import botocore.session
 from botocore.validate import ParamValidator
 
 from ._common import (MAX_MARKERS, PREFILL_REFUSED, Problems, claude_generation, image_pixels, image_problem,
-                      refuses_prefill, schema_root_problem)
+                      refuses_prefill, schema_draft_problem, schema_root_problem)
 
 # DocumentBlock.name: "alphanumeric characters, whitespace characters (no more than one in a row),
 # hyphens, parentheses, and square brackets" (Converse API reference).
@@ -300,6 +300,9 @@ def judge(body: dict, model_id: str = "") -> list:
         if isinstance(t, dict) and isinstance(t.get("toolSpec"), dict):
             schema_root_problem(((t["toolSpec"].get("inputSchema") or {}).get("json")),
                                 f"toolConfig.tools.{k}.toolSpec.inputSchema.json", p)
+            if "claude" in model_id.lower():  # Anthropic's own validation, behind Bedrock
+                schema_draft_problem(((t["toolSpec"].get("inputSchema") or {}).get("json")),
+                                     f"toolConfig.tools.{k}.toolSpec.inputSchema.json", p)
     if tool_blocks and not (body.get("toolConfig") or {}).get("tools"):
         p.add("tools-defined", "toolConfig", "The toolConfig field must be defined when using toolUse and toolResult content blocks")
     _cache_point_problem(body, model_id, p)

@@ -18,7 +18,7 @@ from openai.types.chat.completion_create_params import CompletionCreateParamsNon
 
 from ._common import (ANTHROPIC_ID, MAX_MARKERS, MAX_TOKENS_REFUSED, OPENAI_ID_MAX, PREFILL_REFUSED, Problems,
                       data_url_problem, is_http_url, openai_tool_problems, refuses_max_tokens, refuses_prefill,
-                      schema_ref_problems, schema_root_problem, strict_validator, tool_name_problem, validate)
+                      schema_draft_problem, schema_ref_problems, schema_root_problem, strict_validator, tool_name_problem, validate)
 
 # Kimi's own endpoint (directly, or a gateway's Moonshot upstream) validates tool schemas its way
 _MOONSHOT = re.compile(r"kimi|moonshot|(?:^|/)k2p[0-9]")
@@ -336,4 +336,6 @@ def judge(body: dict, provider: str = "openai") -> list:
             schema_root_problem(tool["function"]["parameters"], f"tools[{k}].function.parameters", p)
             schema_ref_problems(tool["function"]["parameters"], f"tools[{k}].function.parameters", p,
                                 defs_only=bool(_MOONSHOT.search(str(body.get("model", "")).lower())))
+            if "claude" in str(body.get("model", "")).lower():  # the gateway's Anthropic upstream validates it
+                schema_draft_problem(tool["function"]["parameters"], f"tools[{k}].function.parameters", p)
     return p

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .. import conversation as m
 from . import media
-from .tool_schema import as_taken, object_root
+from .tool_schema import as_taken, claude_schema
 from ..deadline import NO_DEADLINE, Deadline
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
@@ -86,7 +86,7 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     if tools:
         out["tools"] = [
             {"name": wire_name(FORMAT, t.name), "description": t.description,
-             "input_schema": as_taken(t, ("anthropic",), object_root)}
+             "input_schema": as_taken(t, ("anthropic",), claude_schema)}
             for t in tools
         ]
         if tools_disabled:

@@ -20,7 +20,7 @@ import re
 
 from .. import conversation as m, model_ids
 from . import media
-from .tool_schema import as_taken, object_root
+from .tool_schema import as_taken, claude_schema, object_root
 from ..deadline import NO_DEADLINE, Deadline
 from .lowered import Lowered, open_with_user
 from .media import MediaLedger
@@ -224,9 +224,10 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
         lists.append((out, "system"))
     out["inferenceConfig"] = {"maxTokens": max_output}
     if tools:
+        claude = model_ids.is_claude(model_id)  # Anthropic validates Claude's schemas (2020-12)
         out["toolConfig"] = {"tools": [
             {"toolSpec": {"name": wire_name(FORMAT, t.name), "description": t.description if (t.description or "").strip() else t.name,
-                          "inputSchema": {"json": as_taken(t, ("bedrock",), object_root)}}}
+                          "inputSchema": {"json": as_taken(t, ("bedrock", claude), claude_schema if claude else object_root)}}}
             for t in tools
         ]}
     return Lowered(out, system_blocks, wire, roles, sources, lists, (out["inferenceConfig"], "maxTokens"))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 
 from .. import conversation as m, model_ids, native
 from . import gemini, media
@@ -10,7 +11,7 @@ from .lowered import Lowered, open_with_user
 from .media import MediaLedger
 from .neutral import BRIDGE_ASSISTANT_TEXT, LEAD_USER_TEXT, MMedia, MReasoning, MSpacer, MText, MToolCall, MToolResult
 from .tool_ids import WORD, id_rule, wire_id, wire_name
-from .tool_schema import as_taken, object_root, with_array_items, with_refs_under_defs
+from .tool_schema import as_2020_12, as_taken, object_root, with_array_items, with_refs_under_defs
 from .wire_format import WireFormat
 
 
@@ -43,17 +44,17 @@ def _user_content(fmt: ChatCompletions, parts: list, ledger: MediaLedger, deadli
 
 
 
-def _chat_schema(properties: bool, under_defs: bool):
+def _chat_schema(properties: bool, under_defs: bool, claude: bool):
     """A schema as Chat Completions takes it: arrays with items, an OpenAI model's object root with
-    properties, and for Kimi's endpoint every reference under $defs."""
+    properties, for Kimi's endpoint every reference under $defs, for Claude JSON Schema 2020-12."""
     def made(schema):
         out = with_array_items(object_root(schema, properties=properties))
-        return with_refs_under_defs(out) if under_defs else out
+        out = with_refs_under_defs(out) if under_defs else out
+        return as_2020_12(out) if claude else out
     return made
 
 
-_SCHEMAS = {(properties, under_defs): _chat_schema(properties, under_defs)
-            for properties in (False, True) for under_defs in (False, True)}
+_SCHEMAS = {flags: _chat_schema(*flags) for flags in itertools.product((False, True), repeat=3)}
 
 
 def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="",
@@ -124,11 +125,12 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     out = {"model": model_id, "messages": all_msgs, token_field: max_output}
     if tools:
         openai_model, under_defs = fmt.serves_openai_model(model_id), model_ids.wants_refs_under_defs(model_id)
+        claude = model_ids.is_claude(model_id)  # behind a gateway, Anthropic validates its schemas
         out["tools"] = [
             {"type": "function", "function": {"name": wire_name(fmt, t.name),
                                               "description": fmt.tool_description(t.description, model_id),
-                                              "parameters": as_taken(t, ("chat", openai_model, under_defs),
-                                                                     _SCHEMAS[openai_model, under_defs])}}
+                                              "parameters": as_taken(t, ("chat", openai_model, under_defs, claude),
+                                                                     _SCHEMAS[openai_model, under_defs, claude])}}
             for t in tools
         ]
         if tools_disabled:

@@ -26,10 +26,22 @@ refused for as long as the server's tools are loaded (every request of the sessi
   server's Zod schema used twice, which zod-to-json-schema writes as `#/properties/fillHex`; and
   `#/definitions/X`, its draft-07 form). For Kimi every reference is moved under `$defs`
   (with_refs_under_defs); others take the schema as written (a hoisted `#` would double it).
+- Anthropic, for every Claude model there and on Bedrock: "tools.18.custom.input_schema: JSON
+  schema is invalid. It must match JSON Schema draft 2020-12" (Dokploy's MCP server, fastapi_mcp,
+  Claude Code #586), at every request, compaction included, from an MCP server's schema written
+  to an older draft: `exclusiveMinimum: true` beside `minimum` (draft 4), `required: true` on a
+  property (draft 3), `items` as a list of schemas (before 2020-12's `prefixItems`). Each is
+  written as 2020-12 says the same (as_2020_12).
 Each a function of the schema alone, copy on write: the request's own schema stays as it is, and
 the very object comes back where nothing changes.
 """
 from __future__ import annotations
+
+def claude_schema(schema):
+    """A schema as Anthropic takes it, for Claude wherever it is served: an object root, written
+    to JSON Schema 2020-12."""
+    return as_2020_12(object_root(schema))
+
 
 def as_taken(tool, key: tuple, make):
     """make(tool.input_schema): tool's schema as the format named by key takes it (key holds every
@@ -281,4 +293,73 @@ def _free_name(name: str, taken: dict) -> str:
     out, n = name, 2
     while out in taken:
         out, n = f"{name}_{n}", n + 1
+    return out
+
+
+def as_2020_12(schema):
+    """schema with what older drafts wrote and JSON Schema 2020-12 writes otherwise rewritten, the
+    same constraints (the module's doc): `exclusiveMinimum: true` with `minimum: x` becomes
+    `exclusiveMinimum: x` (false, or true without a bound, says nothing), likewise for the
+    maximum; a property's `required: true` joins its object's `required` list; `items: [..]`
+    becomes `prefixItems`, and `additionalItems` then `items`. The very object where nothing
+    changes."""
+    if not isinstance(schema, dict):
+        return schema
+    out = schema
+    for key in _ONE + _SCHEMA_ONE:
+        value = schema.get(key)
+        if isinstance(value, dict):
+            new = as_2020_12(value)
+        elif key == "items" and isinstance(value, list):
+            new = [as_2020_12(x) for x in value]
+            new = value if all(a is b for a, b in zip(new, value)) else new
+        else:
+            continue
+        if new is not value:
+            out = out if out is not schema else dict(schema)
+            out[key] = new
+    for key in _LIST:
+        value = schema.get(key)
+        if isinstance(value, list):
+            new = [as_2020_12(x) for x in value]
+            if any(a is not b for a, b in zip(new, value)):
+                out = out if out is not schema else dict(schema)
+                out[key] = new
+    for key in _MAP + _SCHEMA_MAP:
+        value = schema.get(key)
+        if isinstance(value, dict):
+            new = {k: as_2020_12(v) for k, v in value.items()}
+            if any(new[k] is not v for k, v in value.items()):
+                out = out if out is not schema else dict(schema)
+                out[key] = new
+    return _node_2020_12(out, schema)
+
+
+def _node_2020_12(node: dict, given: dict) -> dict:
+    """node (given, its subschemas rewritten) itself as 2020-12 writes it; a copy where it changes
+    (given is the request's own). A property's `required: true` is read from given's properties:
+    their rewriting took it off."""
+    props = given.get("properties") if isinstance(given.get("properties"), dict) else {}
+    named = [k for k, v in props.items() if isinstance(v, dict) and v.get("required") is True]
+    if not (named or isinstance(node.get("items"), list)
+            or any(isinstance(node.get(k), bool) for k in ("exclusiveMinimum", "exclusiveMaximum", "required"))):
+        return node
+    out = dict(node) if node is given else node
+    for exclusive, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        flag = out.get(exclusive)
+        if isinstance(flag, bool):
+            del out[exclusive]
+            limit = out.get(bound)
+            if flag and isinstance(limit, (int, float)) and not isinstance(limit, bool):
+                out[exclusive] = out.pop(bound)
+    if isinstance(out.get("required"), bool):  # a property's: said on its object (named)
+        del out["required"]
+    if named:
+        required = list(out["required"]) if isinstance(out.get("required"), list) else []
+        out["required"] = required + [k for k in named if k not in required]
+    if isinstance(out.get("items"), list):
+        tuple_items = out.pop("items")
+        out.setdefault("prefixItems", tuple_items)
+        if "additionalItems" in out:
+            out["items"] = out.pop("additionalItems")
     return out
