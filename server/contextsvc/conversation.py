@@ -217,12 +217,21 @@ class Message:
     has_media: bool = field(default=False, init=False, repr=False, compare=False)
     # the call ids of its tool parts, in order: what Scanned reads for the ids used again
     call_ids: tuple = field(default=(), init=False, repr=False, compare=False)
+    # (reported reasoning tokens, whether its reasoning holds encrypted state) of each of its
+    # steps (StepFinish; without them it is one step, its usage): step.figures.held_reasoning
+    step_reasoning: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         compaction, compacted, outputs, media, calls = None, 0, 0, False, []
+        steps, encrypted, finished = [], False, False
         for part in self.parts:
             c = part.content
-            if isinstance(c, Compaction):
+            if isinstance(c, Reasoning):
+                encrypted = encrypted or bool(c.redacted_data)
+            elif isinstance(c, StepFinish):
+                steps.append((c.tokens.reasoning, encrypted))
+                encrypted, finished = False, True
+            elif isinstance(c, Compaction):
                 compaction = compaction or c
             elif isinstance(c, Tool):
                 if c.time_compacted_ms > 0:
@@ -235,6 +244,7 @@ class Message:
         self._compaction, self._last_compacted, self.compacted_outputs = compaction, compacted, outputs
         self.has_media = media
         self.call_ids = tuple(calls)
+        self.step_reasoning = tuple(steps) if finished else ((self.usage.reasoning, encrypted),)
         self.may_cut = (compaction is not None and self.role == USER) or (self.summary and self.role == ASSISTANT)
 
     @property

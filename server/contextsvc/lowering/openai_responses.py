@@ -158,6 +158,24 @@ class Responses(WireFormat):
         call and the last user message"): the reasoning before it is dropped."""
         return roles[i] == "user"
 
+    def turn_start(self, messages: list, roles: list, end: int) -> int:
+        """After the last user message up to end, found in C (a turn of 600 steps is scanned at
+        every step)."""
+        if end < 0:
+            return 0
+        try:
+            return end - roles[end::-1].index("user") + 1
+        except ValueError:
+            return 0
+
+    def reasoning_items(self, messages: list, start: int, end: int) -> list:
+        """As WireFormat's, by the items' types read in one pass."""
+        types = [e.get("type") for e in messages[start:end + 1]]
+        if "compaction" in types:
+            cut = len(types) - types[::-1].index("compaction")
+            types, start = types[cut:], start + cut
+        return [start + k for k, kind in enumerate(types) if kind == "reasoning"]
+
     def is_compaction_item(self, element: dict) -> bool:
         return element.get("type") == "compaction"
 

@@ -138,6 +138,22 @@ class WireFormat:
             j -= 1
         return j < 0 or roles[j] != "tool"
 
+    def turn_start(self, messages: list, roles: list, end: int) -> int:
+        """The first message element of the turn element end is in: after the last one up to it
+        that opens a turn of the person's (opens_user_turn), 0 where none does."""
+        return next((i + 1 for i in range(end, -1, -1) if self.opens_user_turn(messages, roles, i)), 0)
+
+    def reasoning_items(self, messages: list, start: int, end: int) -> list:
+        """The indices of the message elements from start to end that carry reasoning
+        (carries_reasoning), from after the last provider's compaction item among them on."""
+        out = []
+        for i in range(start, end + 1):
+            if self.carries_reasoning(messages[i]):
+                out.append(i)
+            elif self.is_compaction_item(messages[i]):
+                out.clear()
+        return out
+
     def is_compaction_item(self, element: dict) -> bool:
         """Whether a message element is the provider's own compaction item (compaction_items),
         which stands for what came before it."""

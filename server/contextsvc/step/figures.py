@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import operator
 import sys
 from dataclasses import dataclass
@@ -183,15 +184,16 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
     stripped = request.estimated is not None and bool(request.estimated.stripped)
     base_at = _first_element_from_end(low.sources, base.id) \
         if base is not None and (out.tail_follows_baseline or stripped) else -1
+    walks = {}  # held_reasoning's walks of this body's turns
     if out.tail_follows_baseline:  # as the figures read the body: what the provider strips is gone
         out.answer_reasoning = any(map(plan.fmt.carries_reasoning,
                                        (request.estimated or low).messages[base_at:last_assistant + 1]))
         if plan.fmt.drops_earlier_turns_reasoning and drops_earlier_turns_reasoning(plan.model.id) and any(
                 plan.fmt.opens_user_turn(low.messages, low.roles, i) for i in range(last_assistant + 1, len(low.roles))):
             out.answer_reasoning = False
-            out.dropped_reasoning = held_reasoning(low, conv.messages, plan.fmt, last_assistant, base)
+            out.dropped_reasoning = held_reasoning(low, conv.messages, plan.fmt, last_assistant, base, walks)
     if plan.fmt.drops_earlier_turns_reasoning:
-        out.unseen_reasoning = held_reasoning(low, conv.messages, plan.fmt, len(low.messages) - 1)
+        out.unseen_reasoning = held_reasoning(low, conv.messages, plan.fmt, len(low.messages) - 1, walks=walks)
     if base is not None:
         was = before if before is not None else conv  # as the provider may have counted it
         latest = was.scanned.last_compacted_ms if was.scanned is not None else None
@@ -223,7 +225,7 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
         sent = anchor.usage.input_as_sent()
         if plan.fmt.drops_earlier_turns_reasoning:  # our figure of a reasoning item is its placeholder
             sent -= held_reasoning(low, conv.messages, plan.fmt, _last_element(low.sources, anchor.id, base_at
-                                                                                if base is anchor else -1), anchor)
+                                                                                if base is anchor else -1), anchor, walks)
         f = sent / float(counted) if counted > 0 else 0.0
         out.decision_factor = f if mc.self_calibration_min_factor <= f <= mc.self_calibration_max_factor else 0.0
         g = sent / float(counted_calibrated) if counted_calibrated > 0 else 0.0
@@ -269,40 +271,51 @@ def _stripped_since(out: Figures, request: Request, first: int, plan: Plan, mode
     out.stripped_since = True
 
 
-def held_reasoning(low: Lowered, msgs: list, fmt, end: int, answer: m.Message | None = None) -> int:
+def held_reasoning(low: Lowered, msgs: list, fmt, end: int, answer: m.Message | None = None,
+                   walks: dict | None = None) -> int:
     """The reported reasoning tokens of the encrypted reasoning items the body sends in the turn
     element end is in, up to it (WireFormat.drops_earlier_turns_reasoning: counted within their
     turn, left out after it): of each message with such an item between the turn's user message
     and end (as sent: an answer of another model, or one the lowering drops, sends none), the
     steps whose reasoning holds encrypted state, by their reported reasoning (StepFinish; an
     answer without them is one step, its usage); answer's last step left out (it is the answer's
-    output). Our figure of such an item is its placeholder: a gpt-5 turn of three steps that
-    reasoned 8,000 tokens each read the next turn's first request at 32,500 where OpenAI counts
-    about 8,500."""
-    elements, opens = low.messages, fmt.opens_user_turn
-    # from the turn's user message, or the provider's compaction item since: whether the provider
-    # counts what precedes that item is not known, and what is left out here stays counted
-    start = next((i + 1 for i in range(end, -1, -1)
-                  if opens(elements, low.roles, i) or fmt.is_compaction_item(elements[i])), 0)
-    ids = []
-    for i in range(start, end + 1):
-        if fmt.carries_reasoning(elements[i]):
-            ids += [x for x in low.sources[i] if x not in ids]
-    if not ids:
-        return 0
+    output), and with answer only what was sent to its model. Our figure of such an item is its
+    placeholder: a gpt-5 turn of three steps that reasoned 8,000 tokens each read the next turn's
+    first request at 32,500 where OpenAI counts about 8,500. walks: the step's walks of its turns
+    (by their first element), so that a second reading of one turn (the anchor's, mid-turn) does
+    not walk it again."""
+    total = 0
+    for msg in _turn_messages(low, msgs, fmt, end, {} if walks is None else walks):
+        if answer is not None and answer.model_id and msg.model_id and not same_model(msg.model_id, answer.model_id):
+            continue  # sent now, but not to the answer's model: its count held none of it
+        steps = msg.step_reasoning
+        total += sum(n for n, went_back in (steps[:-1] if msg is answer else steps) if went_back)
+    return total
+
+
+def _turn_messages(low: Lowered, msgs: list, fmt, end: int, walks: dict) -> list:
+    """The messages with a reasoning item from the start of end's turn to end, in the body's
+    order (held_reasoning)."""
+    elements, sources = low.messages, low.sources
+    start = fmt.turn_start(elements, low.roles, end)
+    walked = walks.get(start)
+    # a walk of the same turn further on, with no reasoning item past end: the same messages
+    if walked is not None and walked[0] >= end and not fmt.reasoning_items(elements, end + 1, walked[0]):
+        return walked[1]
+    # (from the provider's compaction item on, if any: whether it counts what precedes that item
+    # is not known, and what is left out here stays counted)
+    items = fmt.reasoning_items(elements, start, end)
+    # the messages' ids, in order (a dict: a turn of 600 steps was quadratic in a list)
+    ids = dict.fromkeys(itertools.chain.from_iterable(map(sources.__getitem__, items)))
     found = {}
-    for msg in reversed(msgs):  # the turn is near the end
+    for msg in reversed(msgs) if ids else ():  # the turn is near the end
         if msg.id in ids:
             found[msg.id] = msg
             if len(found) == len(ids):
                 break
-    total = 0
-    for msg in found.values():
-        if answer is not None and answer.model_id and msg.model_id and not same_model(msg.model_id, answer.model_id):
-            continue  # sent now, but not to the answer's model: its count held none of it
-        steps = _step_reasoning(msg)
-        total += sum(n for n, went_back in (steps[:-1] if msg is answer else steps) if went_back)
-    return total
+    out = [found[x] for x in ids if x in found]
+    walks[start] = (end, out)
+    return out
 
 
 def _last_element(low_sources: list, message_id: str, first: int) -> int:
@@ -311,20 +324,6 @@ def _last_element(low_sources: list, message_id: str, first: int) -> int:
     while at + 1 < len(low_sources) and message_id in low_sources[at + 1]:
         at += 1
     return at
-
-
-def _step_reasoning(msg: m.Message) -> list:
-    """(reported reasoning tokens, whether its reasoning holds encrypted state) of each of msg's
-    steps."""
-    steps, went_back, finished = [], False, False
-    for p in msg.parts:
-        c = p.content
-        if isinstance(c, m.Reasoning):
-            went_back = went_back or bool(c.redacted_data)
-        elif isinstance(c, m.StepFinish):
-            steps.append((c.tokens.reasoning, went_back))
-            went_back, finished = False, True
-    return steps if finished else [(msg.usage.reasoning, went_back)]
 
 
 def _profiled(texts: _Estimated, estimated: Lowered | None) -> tuple:
