@@ -217,9 +217,11 @@ class Message:
     has_media: bool = field(default=False, init=False, repr=False, compare=False)
     # the call ids of its tool parts, in order: what Scanned reads for the ids used again
     call_ids: tuple = field(default=(), init=False, repr=False, compare=False)
-    # (reported reasoning tokens, whether its reasoning holds encrypted state) of each of its
-    # steps (StepFinish; without them it is one step, its usage): step.figures.held_reasoning
-    step_reasoning: tuple = field(default=(), init=False, repr=False, compare=False)
+    # the reported reasoning tokens of its steps whose reasoning holds encrypted state (each step's
+    # StepFinish; without them it is one step, its usage), and of its last step alone (0 where that
+    # holds none): step.figures.held_reasoning
+    encrypted_reasoning: int = field(default=0, init=False, repr=False, compare=False)
+    last_step_encrypted_reasoning: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         compaction, compacted, outputs, media, calls = None, 0, 0, False, []
@@ -244,7 +246,9 @@ class Message:
         self._compaction, self._last_compacted, self.compacted_outputs = compaction, compacted, outputs
         self.has_media = media
         self.call_ids = tuple(calls)
-        self.step_reasoning = tuple(steps) if finished else ((self.usage.reasoning, encrypted),)
+        steps = steps if finished else [(self.usage.reasoning, encrypted)]
+        self.encrypted_reasoning = sum(n for n, went_back in steps if went_back)
+        self.last_step_encrypted_reasoning = steps[-1][0] if steps[-1][1] else 0
         self.may_cut = (compaction is not None and self.role == USER) or (self.summary and self.role == ASSISTANT)
 
     @property

@@ -284,12 +284,14 @@ def held_reasoning(low: Lowered, msgs: list, fmt, end: int, answer: m.Message | 
     first request at 32,500 where OpenAI counts about 8,500. walks: the step's walks of its turns
     (by their first element), so that a second reading of one turn (the anchor's, mid-turn) does
     not walk it again."""
+    found = _turn_messages(low, msgs, fmt, end, {} if walks is None else walks)
+    if answer is None:
+        return sum(msg.encrypted_reasoning for msg in found)
     total = 0
-    for msg in _turn_messages(low, msgs, fmt, end, {} if walks is None else walks):
-        if answer is not None and answer.model_id and msg.model_id and not same_model(msg.model_id, answer.model_id):
+    for msg in found:
+        if answer.model_id and msg.model_id and not same_model(msg.model_id, answer.model_id):
             continue  # sent now, but not to the answer's model: its count held none of it
-        steps = msg.step_reasoning
-        total += sum(n for n, went_back in (steps[:-1] if msg is answer else steps) if went_back)
+        total += msg.encrypted_reasoning - (msg.last_step_encrypted_reasoning if msg is answer else 0)
     return total
 
 
