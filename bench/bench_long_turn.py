@@ -13,16 +13,13 @@ Usage: python bench/bench_long_turn.py [--text-bytes 800000] [--steps 14] [--ite
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import workload  # noqa: E402
 
-from contextsvc import config  # noqa: E402
-from contextsvc.rpc import conversion, servicer  # noqa: E402
+from in_process import timed  # noqa: E402
 from contextsvc.v1 import context_pb2 as pb  # noqa: E402
 
 
@@ -60,18 +57,6 @@ def grown_steps(request: pb.MeasureRequest, steps: int) -> list:
     return out
 
 
-def later_median(requests: list) -> float:
-    """The median of the calls after the second, in ms, on a fresh servicer."""
-    service = servicer.ContextService(config.Config())
-    parse, call = conversion.parser(pb.MeasureRequest, service.memo), service.serialized("Measure")
-    times = []
-    for data in requests:
-        start = time.perf_counter()
-        call(parse(data), None)
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times[2:])
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--text-bytes", type=int, default=800_000)
@@ -82,7 +67,7 @@ def main() -> int:
     for reasoning in (0, 500):
         request = one_turn(args.text_bytes, reasoning, args.item_chars)
         requests = grown_steps(request, args.steps)
-        rows.append(later_median(requests))
+        rows.append(timed(requests)[1])
         print(f"one turn of {len(request.conversation.messages)} messages, {len(requests[-1]) / 1e6:.2f} MB, "
               f"{'with' if reasoning else 'without'} reasoning items: later median {rows[-1]:.2f} ms")
     print(f"with / without: {rows[1] / rows[0]:.2f}x")

@@ -13,17 +13,14 @@ from __future__ import annotations
 
 import argparse
 import base64
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import workload  # noqa: E402
 from bench_step import grown  # noqa: E402
 
-from contextsvc import config  # noqa: E402
-from contextsvc.rpc import conversion, servicer  # noqa: E402
+from in_process import timed  # noqa: E402
 from contextsvc.v1 import context_pb2 as pb  # noqa: E402
 
 # Claude that has its earlier turns' thinking stripped, and one that keeps it
@@ -40,18 +37,6 @@ def with_thinking(request: pb.MeasureRequest, chars: int) -> pb.MeasureRequest:
         if msg.role == pb.ROLE_ASSISTANT:
             msg.parts.insert(0, pb.Part(id=f"th{i}", reasoning=pb.ReasoningPart(text=thought, signature=SIGNATURE)))
     return out
-
-
-def timed(requests: list) -> tuple:
-    """(first call, median of the calls after the second) in ms, on a fresh servicer."""
-    service = servicer.ContextService(config.Config())
-    parse, call = conversion.parser(pb.MeasureRequest, service.memo), service.serialized("Measure")
-    times = []
-    for data in requests:
-        start = time.perf_counter()
-        call(parse(data), None)
-        times.append((time.perf_counter() - start) * 1e3)
-    return times[0], statistics.median(times[2:])
 
 
 def main() -> int:

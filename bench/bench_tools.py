@@ -13,17 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import workload  # noqa: E402
 from bench_step import grown  # noqa: E402
 
-from contextsvc import config  # noqa: E402
-from contextsvc.rpc import conversion, servicer  # noqa: E402
+from in_process import timed  # noqa: E402
 from contextsvc.v1 import context_pb2 as pb  # noqa: E402
 
 FORMATS = (("anthropic", pb.PROVIDER_ANTHROPIC, "claude-sonnet-4-5"), ("openai", pb.PROVIDER_OPENAI, "gpt-5"),
@@ -50,18 +47,6 @@ def with_tools(request: pb.MeasureRequest, count: int, properties: int) -> pb.Me
     return out
 
 
-def later_median(requests: list) -> float:
-    """The median of the calls after the second, in ms, on a fresh servicer."""
-    service = servicer.ContextService(config.Config())
-    parse, call = conversion.parser(pb.MeasureRequest, service.memo), service.serialized("Measure")
-    times = []
-    for data in requests:
-        start = time.perf_counter()
-        call(parse(data), None)
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times[2:])
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tools", type=int, default=40)
@@ -73,7 +58,7 @@ def main() -> int:
     for name, provider, model_id in FORMATS:
         base = workload.measure_request(10_000)
         base.model.provider, base.model.id = provider, model_id
-        rows = [later_median([r.SerializeToString() for r in grown(with_tools(base, n, args.properties), args.steps)])
+        rows = [timed([r.SerializeToString() for r in grown(with_tools(base, n, args.properties), args.steps)])[1]
                 for n in (0, args.tools)]
         print(f"  {name:18} 1 tool {rows[0]:6.3f} ms   {args.tools} tools {rows[1]:6.3f} ms   "
               f"difference {rows[1] - rows[0]:6.3f} ms a step")

@@ -53,10 +53,42 @@ def as_taken(tool, key: tuple, make):
     return found
 
 
-# the keywords whose value is one schema, and those whose value is a list or a map of them
-_ONE = ("items", "additionalProperties", "not", "contains", "propertyNames", "if", "then", "else")
+# the keywords whose value is one schema (items also a list of them: its tuple form), and those
+# whose value is a list or a map of them
+_ONE = ("items", "additionalProperties", "not", "contains", "propertyNames", "if", "then", "else",
+        "additionalItems", "unevaluatedItems", "unevaluatedProperties", "contentSchema")
 _LIST = ("anyOf", "allOf", "oneOf", "prefixItems")
-_MAP = ("properties", "patternProperties", "$defs", "definitions")
+_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+
+
+def _with_subschemas(schema: dict, change) -> dict:
+    """schema with change(x) in place of each schema x it holds where a schema goes (not inside
+    const, enum, default or examples, whose values are data): the very object where change
+    returns each as it is, else a copy (the request's own stays as it is)."""
+    out = schema
+    for key in _ONE + _LIST + _MAP:
+        value = schema.get(key)
+        if isinstance(value, dict) and key in _MAP:
+            new = {k: change(v) if isinstance(v, dict) else v for k, v in value.items()}
+            new = value if all(new[k] is v for k, v in value.items()) else new
+        elif isinstance(value, dict):
+            new = change(value)
+        elif isinstance(value, list) and (key in _LIST or key == "items"):
+            new = [change(x) if isinstance(x, dict) else x for x in value]
+            new = value if all(a is b for a, b in zip(new, value)) else new
+        else:
+            continue
+        if new is not value:
+            out = out if out is not schema else dict(schema)
+            out[key] = new
+    return out
+
+
+def _subschemas(schema: dict):
+    """The schemas schema holds where a schema goes (_with_subschemas)."""
+    found = []
+    _with_subschemas(schema, lambda x: found.append(x) or x)
+    return found
 
 
 def with_array_items(schema):
@@ -64,35 +96,10 @@ def with_array_items(schema):
     none lacks them (a copy of what changed otherwise: the request's own stays as it is)."""
     if not isinstance(schema, dict):
         return schema
-    out = schema
+    out = _with_subschemas(schema, with_array_items)
     if _is_array(schema) and "items" not in schema and "prefixItems" not in schema:
-        out = {**schema, "items": {}}
-    for key in _ONE:
-        value = schema.get(key)
-        new = _each(value) if isinstance(value, list) else with_array_items(value)  # items: [..] (tuple form)
-        if new is not value:
-            out = out if out is not schema else dict(schema)
-            out[key] = new
-    for key in _LIST:
-        value = schema.get(key)
-        if isinstance(value, list):
-            new = [with_array_items(x) for x in value]
-            if any(a is not b for a, b in zip(new, value)):
-                out = out if out is not schema else dict(schema)
-                out[key] = new
-    for key in _MAP:
-        value = schema.get(key)
-        if isinstance(value, dict):
-            new = {k: with_array_items(v) for k, v in value.items()}
-            if any(new[k] is not v for k, v in value.items()):
-                out = out if out is not schema else dict(schema)
-                out[key] = new
+        out = {**out, "items": {}}
     return out
-
-
-def _each(schemas: list) -> list:
-    new = [with_array_items(x) for x in schemas]
-    return schemas if all(a is b for a, b in zip(new, schemas)) else new
 
 
 def _is_array(schema: dict) -> bool:
@@ -227,30 +234,6 @@ def with_refs_under_defs(schema):
     return _repointed(out, mapping)
 
 
-def _subschemas(schema: dict):
-    """The schemas schema holds where a schema goes (not inside const, enum, default or
-    examples, whose values are data)."""
-    for key in _ONE + _SCHEMA_ONE:
-        value = schema.get(key)
-        if isinstance(value, dict):
-            yield value
-        elif key == "items" and isinstance(value, list):  # the tuple form
-            yield from (x for x in value if isinstance(x, dict))
-    for key in _LIST:
-        value = schema.get(key)
-        if isinstance(value, list):
-            yield from (x for x in value if isinstance(x, dict))
-    for key in _MAP + _SCHEMA_MAP:
-        value = schema.get(key)
-        if isinstance(value, dict):
-            yield from (x for x in value.values() if isinstance(x, dict))
-
-
-# beside those with_array_items walks: the other keywords whose value is a schema, or a map of them
-_SCHEMA_ONE = ("additionalItems", "unevaluatedItems", "unevaluatedProperties", "contentSchema")
-_SCHEMA_MAP = ("dependentSchemas",)
-
-
 def _refs(schema: dict):
     ref = schema.get("$ref")
     if isinstance(ref, str) and ref.startswith("#"):
@@ -260,25 +243,10 @@ def _refs(schema: dict):
 
 
 def _repointed(schema: dict, mapping: dict) -> dict:
-    """A copy of schema, each reference in a schema position it holds pointed as mapping says."""
-    out = dict(schema)
-    if isinstance(schema.get("$ref"), str) and schema["$ref"] in mapping:
-        out["$ref"] = mapping[schema["$ref"]]
-    for key in _ONE + _SCHEMA_ONE:
-        value = schema.get(key)
-        if isinstance(value, dict):
-            out[key] = _repointed(value, mapping)
-        elif key == "items" and isinstance(value, list):
-            out[key] = [_repointed(x, mapping) if isinstance(x, dict) else x for x in value]
-    for key in _LIST:
-        value = schema.get(key)
-        if isinstance(value, list):
-            out[key] = [_repointed(x, mapping) if isinstance(x, dict) else x for x in value]
-    for key in _MAP + _SCHEMA_MAP:
-        value = schema.get(key)
-        if isinstance(value, dict):
-            out[key] = {k: _repointed(x, mapping) if isinstance(x, dict) else x for k, x in value.items()}
-    return out
+    """schema, each reference in a schema position it holds pointed as mapping says."""
+    out = _with_subschemas(schema, lambda x: _repointed(x, mapping))
+    ref = schema.get("$ref")
+    return {**out, "$ref": mapping[ref]} if isinstance(ref, str) and ref in mapping else out
 
 
 def _pointer_key(segment: str) -> str:
@@ -305,34 +273,7 @@ def as_2020_12(schema):
     changes."""
     if not isinstance(schema, dict):
         return schema
-    out = schema
-    for key in _ONE + _SCHEMA_ONE:
-        value = schema.get(key)
-        if isinstance(value, dict):
-            new = as_2020_12(value)
-        elif key == "items" and isinstance(value, list):
-            new = [as_2020_12(x) for x in value]
-            new = value if all(a is b for a, b in zip(new, value)) else new
-        else:
-            continue
-        if new is not value:
-            out = out if out is not schema else dict(schema)
-            out[key] = new
-    for key in _LIST:
-        value = schema.get(key)
-        if isinstance(value, list):
-            new = [as_2020_12(x) for x in value]
-            if any(a is not b for a, b in zip(new, value)):
-                out = out if out is not schema else dict(schema)
-                out[key] = new
-    for key in _MAP + _SCHEMA_MAP:
-        value = schema.get(key)
-        if isinstance(value, dict):
-            new = {k: as_2020_12(v) for k, v in value.items()}
-            if any(new[k] is not v for k, v in value.items()):
-                out = out if out is not schema else dict(schema)
-                out[key] = new
-    return _node_2020_12(out, schema)
+    return _node_2020_12(_with_subschemas(schema, as_2020_12), schema)
 
 
 def _node_2020_12(node: dict, given: dict) -> dict:
