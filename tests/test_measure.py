@@ -180,6 +180,38 @@ def test_an_answer_sent_as_nothing_is_no_baseline(provider):
             assert r.projected == r.decision[0]
 
 
+def test_an_answer_counted_before_a_prune_scales_nothing_when_another_is_the_baseline():
+    """A prune, then a whitespace-only answer (sent as nothing, so no anchor): the answer before
+    it, whose count held the pruned output whole, anchored the tokenizer's factor against our
+    figure of the prefix as pruned (x1.55), and a request of 36,600 tokens read 63,091 and was
+    compacted. Only the baseline's count is rebased for what was pruned since; another answer's
+    then scales nothing, and the figure is the one without usage (the family's prior)."""
+    claude = mdl(200_000, 0, 8_000, provider=m.ANTHROPIC, id="claude-sonnet-4-5")
+    code = "def handle(request):\n    return ROUTES[request.path](request)\n" * 250
+    logs = "2026-12-07 19:00:01 INFO worker started pid=4242 queue=default\n" * 500
+
+    def session(counted: int, pruned: bool) -> m.Conversation:
+        read = tool_part("t2", "call_2", code)
+        if pruned:
+            read = m.Part("t2", dataclasses.replace(read.content, time_compacted_ms=30))
+        usage = (lambda n: m.Usage(input=n, output=40)) if counted else (lambda n: m.Usage())
+        return m.Conversation([
+            msg(1, m.USER, txt("a", "Read the router and the logs.")),
+            msg(2, m.ASSISTANT, txt("b", "Reading."), read, tool_part("t2b", "call_2b", logs), usage=usage(200),
+                time_completed_ms=10),
+            msg(3, m.ASSISTANT, txt("c", "Read both."), usage=usage(counted), time_completed_ms=20),  # the router whole
+            msg(4, m.ASSISTANT, txt("d", " \n "), usage=usage(counted // 2), time_completed_ms=40),  # as pruned
+            msg(5, m.USER, txt("e", "Go on.")),
+        ])
+
+    # Claude's count of the prefix before the answer, the router whole: 1.3x our calibrated figure
+    counted = round(1.3 * run(m.Conversation(session(0, False).messages[:2]), claude).calibrated[0])
+    unpruned = run(session(counted, False), claude)
+    assert "anchored x1.1" in unpruned.decision[1] and "on msg_0003" in unpruned.decision[1]  # as ever
+    r, prior = run(session(counted, True), claude), run(session(0, True), claude)
+    assert "prior x1.35" in r.decision[1] and abs(r.decision[0] - prior.decision[0]) <= 5, (r.decision, prior.decision)
+
+
 def test_mid_tool_round_trip_compacts_when_the_next_request_would_not_fit():
     # Compact keeps a tool call with its result, so a round trip in progress is no reason to
     # send a request over the window (the reference suppresses the check here)

@@ -212,6 +212,13 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
         _rebase(out, pairs_of, plan, model_counter, memo, key, deadline, counted)
         _stripped_since(out, request, base_at, plan, model_counter)
     anchor = out.decision_anchor
+    if anchor is not None and anchor is not base and _pruned_since(conv, anchor):
+        # its count held whole what was pruned since, and only the baseline's count is rebased for
+        # that: a whitespace-only answer after a prune, sent as nothing, left the answer before it
+        # to anchor, whose factor (x1.55) read a request of 36,600 tokens at 63,091 and compacted it
+        out.decision_anchor, out.decision_prefix, out.calibrated_prefix = None, 0.0, 0.0
+        out.between_factor, out.overhead_heavy = 0.0, False
+        anchor = None
     if anchor is not None:
         # what was pruned before the anchor since was counted whole: compare with the prefix as counted
         counted, counted_calibrated = out.decision_prefix, out.calibrated_prefix
@@ -234,6 +241,14 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
         if mc.self_calibration_min_factor <= g <= mc.self_calibration_max_factor:
             _self_calibrate(out, g, anchor.id)
     return out
+
+
+def _pruned_since(conv: m.Conversation, answer: m.Message) -> bool:
+    """Whether a tool part was marked compacted after answer was stored (its count held it whole)."""
+    scanned = conv.scanned
+    latest = scanned.last_compacted_ms if scanned is not None else max(map(m.LAST_COMPACTED_MS, conv.messages),
+                                                                       default=0)
+    return latest > answer.time_completed_ms
 
 
 def _stripped_since(out: Figures, request: Request, first: int, plan: Plan, model_counter: tuple) -> None:
