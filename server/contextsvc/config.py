@@ -341,7 +341,7 @@ class CompactConfig:
 
 
 # the cache_state versions this server writes (prefix.encode), the newest last; it reads 1 too
-CACHE_STATE_VERSIONS = (2, 3, 4)
+CACHE_STATE_VERSIONS = (2, 3, 4, 5)
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,13 @@ class Chain:
     counts: tuple  # elements per segment: (tools, system, messages)
     digests: list
     short: list  # each digest's first DIGEST_BYTES (the cache state's)
+    # the short prefix digest at the element prefix_hashes was asked to extend (extend), that
+    # element cut to as many blocks as the previous request's last element had; None: not asked,
+    # or not known (the hashing resumed past it, or the element holds no more blocks)
+    extended: bytes | None = None
+    # the blocks (the format's merged_key list, before any marker) of its last two message
+    # elements, 0 for one that holds none: what Digests.last_blocks reads
+    tail_blocks: tuple = (0, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +69,8 @@ class _Hashed:
 
 def prefix_hashes(lowered, provider: str, breakpoints: list, entries: list | None = None,
                   made: dict | None = None, deadline: Deadline = NO_DEADLINE, memo: Memo | None = None,
-                  resume: Resume | None = None, tool_json: dict | None = None) -> Chain:
+                  resume: Resume | None = None, tool_json: dict | None = None,
+                  extend: tuple | None = None) -> Chain:
     """Fills prefix_bytes/prefix_sha256: the canonical JSON of the elements the cache covers,
     in prefix order (tools, then system, then messages), up to and including each marked one.
     Returns the prefix digest at every element: the next request of the session checks its old
@@ -76,6 +84,9 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, entries: list | Non
     an earlier step of the session hashed after the same tools and system are not hashed again
     (CHAIN, under the digest of tools and system and the PREFIX key of those messages).
     tool_json: id(element) -> (JSON text, UTF-8 bytes) of tool definitions the memo keeps.
+    extend: (index in cache order, blocks, the format's merged key): Chain.extended is asked for
+    that element, cut to that many blocks (the previous request's last element, which this one
+    may hold with blocks appended: compare).
     """
     body = lowered.body
     tools = FORMATS[provider].tool_list(body)
@@ -104,8 +115,11 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, entries: list | Non
                     b.prefix_bytes, b.prefix_sha256 = head_size + sizes[b.index], found.digests[b.index].hex()
     keep = resume.elements if memo is not None and resume is not None and resume.key is not None else -1
     kept = None
+    extended, cut_at = None, extend[0] - len(heads) if extend is not None else -1
     for i in range(start, len(messages)):
         deadline.tick(i - start, "prefix hashing")
+        if i == cut_at:
+            extended = _cut_digest(h, messages[i], extend[1], extend[2])
         chunk = _text(messages[i], entries[i] if entries is not None else None, made).encode()
         h.update(chunk)
         size += len(chunk)
@@ -122,7 +136,21 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, entries: list | Non
         kept = found
     if kept is not None:  # in place of the one it resumed from: each serves the session's next step
         memo.supersede((CHAIN, head, resume.kept_key), (CHAIN, head, resume.key), kept, keep * _HASHED_PER_ELEMENT)
-    return Chain((len(tools), len(lowered.system), len(messages)), out, short)
+    key = FORMATS[provider].merged_key
+    tail_blocks = tuple(len(x) if isinstance(x, list) else 0
+                        for x in ((e.get(key) if key else None) for e in [{}, {}, *messages[-2:]][-2:]))
+    return Chain((len(tools), len(lowered.system), len(messages)), out, short, extended, tail_blocks)
+
+
+def _cut_digest(h, element: dict, blocks: int, key: str) -> bytes | None:
+    """The short prefix digest after element cut to its first `blocks` blocks (h: the hashing
+    before it, not changed); None where it holds no more than that many."""
+    held = element.get(key) if key else None
+    if not isinstance(held, list) or len(held) <= blocks:
+        return None
+    cut = h.copy()
+    cut.update(native.json_text({**element, key: held[:blocks]}).encode())
+    return cut.digest()[:DIGEST_BYTES]
 
 
 # what CHAIN keeps per element: a 32-byte digest (65 bytes as a Python object), its first
@@ -188,7 +216,8 @@ DIGEST_BYTES = 8
 # Version 2 adds the tool choice's digest; a version 1 state (a server before it) is still read,
 # its choice unknown. Version 3 adds the figures of the body's tools and system (Overhead); a
 # state before it is read with them unknown. Version 4 adds the digest of the provider and model
-# the body was sent to (a provider caches per model: another model reads none of it).
+# the body was sent to (a provider caches per model: another model reads none of it). Version 5
+# adds the blocks of the last message element (Digests.last_blocks).
 STATE_VERSION = CACHE_STATE_VERSIONS[-1]
 _READ_VERSIONS = (1, *CACHE_STATE_VERSIONS)
 _MAGIC = b"CX"
@@ -222,6 +251,10 @@ class Digests:
     compaction: bytes  # digest of the last completed compaction's summary id; zeros without one
     choice: bytes = NO_CHOICE  # digest of the tool choice, where changing it costs the cache
     model: bytes = bytes(DIGEST_BYTES)  # digest of the provider and model (model_digest)
+    # the blocks of its last message element, where the format joins blocks in one (merged_key);
+    # 0 otherwise: the next request may hold that element with blocks appended (compare)
+    last_blocks: int = 0
+    extended: bytes | None = None  # Chain.extended
 
 
 def model_digest(provider: str, model_id: str) -> bytes:
@@ -250,6 +283,7 @@ class State:
     choice: bytes | None  # None: not recorded (a version 1 state)
     overhead: Overhead | None = None  # not figured (the calibrated figures off), or before version 3
     model: bytes | None = None  # None: not recorded (before version 4)
+    last_blocks: int = 0  # Digests.last_blocks; 0 before version 5
 
     @property
     def elements(self) -> int:
@@ -263,7 +297,9 @@ class Change:
     index: int  # within the segment, in this body
     flat: int  # in cache order, in this body
     cause: str  # COMPACTION, PRUNE, TOOL_CHOICE, NEW_TURN or OTHER
-    prefix_kept: bool  # only appended: everything the previous request had is unchanged
+    # only appended: everything the previous request had is unchanged (its last element may hold
+    # blocks appended: what the provider cached of it is read)
+    prefix_kept: bool
     resolution: int  # elements per previous digest (1 = index is exact)
 
 
@@ -305,7 +341,8 @@ def digests(lowered, chain: Chain, messages: list, fmt, last: int, element_prune
     return Digests((n_tools, n_system, n_messages),
                    short, pruned,
                    _short(messages[last].id.encode()) if last >= 0 else bytes(DIGEST_BYTES),
-                   choice_digest(lowered.body, fmt), model)
+                   choice_digest(lowered.body, fmt), model, chain.tail_blocks[-2 if lowered.closed else -1],
+                   chain.extended)
 
 
 _COMPACTED_OUTPUTS, _ID = operator.attrgetter("compacted_outputs"), operator.attrgetter("id")
@@ -369,6 +406,8 @@ def encode(d: Digests, max_groups: int, overhead: Overhead | None = None, versio
     out += d.choice
     if version >= 4:
         out += d.model
+    if version >= 5:
+        out += varint_bytes(d.last_blocks if group == 1 else 0)
     out += b"".join(ends)
     # a count under 0x80 is its own one-byte varint, and most are 0: bytes() encodes them in C
     out += bytes(pruned) if max(pruned, default=0) < 0x80 else b"".join(map(varint_bytes, pruned))
@@ -430,11 +469,12 @@ def decode(raw: bytes) -> State:
     compaction = r.take(DIGEST_BYTES)
     choice = r.take(DIGEST_BYTES) if version >= 2 else None
     model = r.take(DIGEST_BYTES) if version >= 4 else None
+    last_blocks = r.varint() if version >= 5 else 0
     ends = [r.take(DIGEST_BYTES) for _ in range(groups)]
     pruned = [r.varint() for _ in range(groups)]
     if r.at != len(body):
         raise _bad("has trailing bytes")
-    return State(counts, group, ends, pruned, compaction, choice, overhead, model)
+    return State(counts, group, ends, pruned, compaction, choice, overhead, model, last_blocks)
 
 
 def _segment_of(flat: int, before: tuple, now: tuple) -> tuple:
@@ -485,6 +525,12 @@ def _first_difference(before: State, now: Digests) -> Change | None:
         if end < n_now and now.chain[end] == end_digest:
             continue
         segment, index = _segment_of(start, before.counts, now.counts)
+        if g == 1 and end == n_before - 1 and before.last_blocks and now.extended == end_digest:
+            # its last element, now with blocks appended: a provider caches blocks, so what the
+            # previous request wrote is read (a whitespace-only answer, sent as nothing, joins the
+            # next user text to the tool results; a cut reply joins the next one). The rewrite
+            # is still figured from that element whole
+            return Change(segment, index, start, NEW_TURN, True, g)
         if segment == MESSAGES and now.compaction != before.compaction and any(now.compaction):
             cause = COMPACTION
         elif segment == MESSAGES and sum(now.pruned[start:end + 1]) > before.pruned[k]:

@@ -122,6 +122,12 @@ def cache_steps(provider):
                                              convo.tool(f"t{n}", f"call_{n}", "read", {"path": f"src/p{k}.py"},
                                                         f"def f{k}():\n    return {k}\n" * 200)))
         steps.append((f"tool step {k}", copy.deepcopy(conv), copy.deepcopy(system), "new_turn"))
+        if k == 4:  # an answer of whitespace alone, sent as nothing: the next user text joins the results
+            n += 1
+            conv.messages.append(convo.assistant(f"msg_{n:03d}", convo.text(f"a{n}", " \n ")))
+            n += 1
+            conv.messages.append(convo.user(f"msg_{n:03d}", convo.text(f"u{n}", "Go on.")))
+            steps.append(("whitespace answer", copy.deepcopy(conv), copy.deepcopy(system), "new_turn"))
         if k % 3 == 0:
             n += 1
             conv.messages.append(convo.assistant(f"msg_{n:03d}", convo.text(f"a{n}", "Done with this part.")))

@@ -339,8 +339,11 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     entries = columns.entries if columns is not None else [None] * len(lowered.messages)
     hashed = {}  # id(element) -> JSON text the prefix hashing made, of elements without an entry
     tool_json, tools_at = _tool_json(lowered, plan, memo)
+    previous = plan.previous  # its last element may come back with blocks appended (prefix.compare)
+    extend = (previous.elements - 1, previous.last_blocks, plan.fmt.merged_key) \
+        if previous is not None and previous.group == 1 and previous.last_blocks else None
     chain = prefix.prefix_hashes(lowered, mdl.provider, chosen, entries, hashed, deadline, memo, pieces.resume,
-                                 tool_json) if plan.hashes else None
+                                 tool_json, extend) if plan.hashes else None
     for element in place(lowered, ledger, mdl.provider, chosen, pieces.shared):
         hashed.pop(id(element), None)  # a marker changed it
     for b in chosen:
