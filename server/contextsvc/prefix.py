@@ -51,7 +51,7 @@ class Chain:
     short: list  # each digest's first DIGEST_BYTES (the cache state's)
     # the short prefix digest at the element prefix_hashes was asked to extend (extend), that
     # element cut to as many blocks as the previous request's last element had; None: not asked,
-    # or not known (the hashing resumed past it, or the element holds no more blocks)
+    # or the element holds no more blocks
     extended: bytes | None = None
     # the blocks (the format's merged_key list, before any marker) of its last two message
     # elements, 0 for one that holds none: what Digests.last_blocks reads
@@ -84,9 +84,9 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, entries: list | Non
     an earlier step of the session hashed after the same tools and system are not hashed again
     (CHAIN, under the digest of tools and system and the PREFIX key of those messages).
     tool_json: id(element) -> (JSON text, UTF-8 bytes) of tool definitions the memo keeps.
-    extend: (index in cache order, blocks, the format's merged key): Chain.extended is asked for
-    that element, cut to that many blocks (the previous request's last element, which this one
-    may hold with blocks appended: compare).
+    extend: (index in cache order, blocks): Chain.extended is asked for that element, cut to that
+    many blocks of the format's merged_key list (the previous request's last element, which this
+    one may hold with blocks appended: compare).
     """
     body = lowered.body
     tools = FORMATS[provider].tool_list(body)
@@ -115,11 +115,12 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, entries: list | Non
                     b.prefix_bytes, b.prefix_sha256 = head_size + sizes[b.index], found.digests[b.index].hex()
     keep = resume.elements if memo is not None and resume is not None and resume.key is not None else -1
     kept = None
+    key = FORMATS[provider].merged_key
     extended, cut_at = None, extend[0] - len(heads) if extend is not None else -1
     for i in range(start, len(messages)):
         deadline.tick(i - start, "prefix hashing")
         if i == cut_at:
-            extended = _cut_digest(h, messages[i], extend[1], extend[2])
+            extended = _cut_digest(h, messages[i], extend[1], key)
         chunk = _text(messages[i], entries[i] if entries is not None else None, made).encode()
         h.update(chunk)
         size += len(chunk)
@@ -129,6 +130,11 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, entries: list | Non
         _mark(wanted.get(("message", i)), size, h.hexdigest)
         if i + 1 == keep:
             kept = h.copy()
+    if 0 <= cut_at < start:  # the hashing resumed past it: hashed again up to it, as without the memo
+        again = hashed.state.copy()
+        for i in range(cut_at):
+            again.update(_text(messages[i], entries[i] if entries is not None else None, made).encode())
+        extended = _cut_digest(again, messages[cut_at], extend[1], key)
     if kept is not None:
         at = len(out) - len(messages)
         kept = _Hashed(kept, tuple(out[at:at + keep]), tuple(short[at:at + keep]), tuple(sizes[:keep]))
@@ -136,7 +142,6 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, entries: list | Non
         kept = found
     if kept is not None:  # in place of the one it resumed from: each serves the session's next step
         memo.supersede((CHAIN, head, resume.kept_key), (CHAIN, head, resume.key), kept, keep * _HASHED_PER_ELEMENT)
-    key = FORMATS[provider].merged_key
     tail_blocks = tuple(len(x) if isinstance(x, list) else 0
                         for x in ((e.get(key) if key else None) for e in [{}, {}, *messages[-2:]][-2:]))
     return Chain((len(tools), len(lowered.system), len(messages)), out, short, extended, tail_blocks)
