@@ -188,8 +188,9 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
     if out.tail_follows_baseline:  # as the figures read the body: what the provider strips is gone
         out.answer_reasoning = any(map(plan.fmt.carries_reasoning,
                                        (request.estimated or low).messages[base_at:last_assistant + 1]))
-        if plan.fmt.drops_earlier_turns_reasoning and drops_earlier_turns_reasoning(plan.model.id) and any(
-                plan.fmt.opens_user_turn(low.messages, low.roles, i) for i in range(last_assistant + 1, len(low.roles))):
+        # a user turn opens after the answer: the current turn starts past its first element
+        if plan.fmt.drops_earlier_turns_reasoning and drops_earlier_turns_reasoning(plan.model.id) and \
+                plan.fmt.turn_start(low.messages, low.roles, len(low.roles) - 1) > last_assistant + 1:
             out.answer_reasoning = False
             out.dropped_reasoning = held_reasoning(low, conv.messages, plan.fmt, last_assistant, base, walks)
     if plan.fmt.drops_earlier_turns_reasoning:
@@ -263,8 +264,7 @@ def _stripped_since(out: Figures, request: Request, first: int, plan: Plan, mode
     if est is None or not est.stripped or first < 0:
         return
     low = request.lowered
-    opens = plan.fmt.opens_user_turn
-    start = next((i + 1 for i in range(first - 1, -1, -1) if opens(low.messages, low.roles, i)), 0)
+    start = plan.fmt.turn_start(low.messages, low.roles, first - 1)
     removed = [x for i, x in est.stripped.items() if start <= i < first]
     if not removed:
         return

@@ -482,7 +482,7 @@ def _strip_earlier_reasoning(lowered: Lowered, fmt, texts: list | None = None, m
     element's JSON text (texts: the pieces' column), each element's copy and its profile are kept
     (STRIPPED) and found again by the very same text at the next step."""
     messages, roles = lowered.messages, lowered.roles
-    last = next((i for i in range(len(messages) - 1, -1, -1) if fmt.opens_user_turn(messages, roles, i)), -1)
+    last = fmt.turn_start(messages, roles, len(messages) - 1) - 1  # the last user turn's message, -1: none
     if last <= 0:
         return
     known = lowered.known
