@@ -25,6 +25,8 @@ PROVIDERS = {pb.PROVIDER_ANTHROPIC: "anthropic", pb.PROVIDER_OPENAI: "openai", p
              pb.PROVIDER_OPENAI_RESPONSES: "openai-responses"}
 STEP_FIELDS = ("editor", "step", "max_steps", "plan_reminder", "cache_hints", "cache_ttl", "tools_disabled",
                "exact", "previous_cache_state")
+# the formats that join consecutive messages of one role into one element's blocks (merged_key)
+BLOCKS_APPENDED = {pb.PROVIDER_ANTHROPIC, pb.PROVIDER_BEDROCK, pb.PROVIDER_GEMINI}
 
 
 def step_fields(**over):
@@ -251,7 +253,7 @@ def test_report_and_metric_agree_with_a_byte_comparison_of_consecutive_bodies(pr
     try:
         with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
             stub = pb_grpc.ContextServiceStub(ch)
-            state, before, breaks = b"", None, {}
+            state, before, breaks, appended = b"", None, {}, 0
             for label, conv, system, cause in cache_steps(provider):
                 r = stub.Assemble(pb.AssembleRequest(conversation=conv, model=convo.model(provider=provider),
                                                      tools=TOOLS, system=system, previous_cache_state=state),
@@ -269,6 +271,20 @@ def test_report_and_metric_agree_with_a_byte_comparison_of_consecutive_bodies(pr
                                                       < ["tools", "system", "messages"].index(segment)) + index, label
                     assert 0 < rep.rewrite.tokens <= r.figures.decision.tokens, label
                     assert rep.rewrite.method == r.figures.decision.method
+                    if kept and segment == "messages":
+                        # what the provider writes to its cache: the elements appended, or the
+                        # blocks appended to the last one (it reads the blocks it cached); a figure
+                        # under twice their bytes as compared (markers out: a marker is written with
+                        # its element; margins and the tokenizer's prior included), where the
+                        # element before them is thousands
+                        written = sum(len(x.encode()) for x in now["messages"][index:])
+                        if index == len(before["messages"]) - 1:
+                            was, grown = json.loads(before["messages"][index]), json.loads(now["messages"][index])
+                            key = "parts" if "parts" in grown else "content"
+                            written += len(json.dumps(grown[key][len(was[key]):]).encode()) - len(
+                                now["messages"][index].encode())
+                            appended += 1
+                        assert rep.rewrite.tokens <= 2 * written + 16, (label, rep.rewrite.tokens, written)
                     if not kept:
                         breaks[(segment, cause)] = breaks.get((segment, cause), 0) + 1
                     if label == "compaction":
@@ -278,6 +294,8 @@ def test_report_and_metric_agree_with_a_byte_comparison_of_consecutive_bodies(pr
                     if label == "prune":  # the element that held the pruned output
                         assert "def f1()" in before["messages"][index] and "def f1()" not in now["messages"][index]
                 before, state = now, r.cache_state
+        # where the format joins the next user text to the results (its blocks: merged_key)
+        assert appended == (1 if provider in BLOCKS_APPENDED else 0)
         samples = scrape(s.metrics_port)
         got = {(dict(k[1])["segment"], dict(k[1])["cause"]): v for k, v in samples.items()
                if k[0] == "contextsvc_prefix_breaks_total"}

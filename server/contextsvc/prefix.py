@@ -306,6 +306,9 @@ class Change:
     # blocks appended: what the provider cached of it is read)
     prefix_kept: bool
     resolution: int  # elements per previous digest (1 = index is exact)
+    # the element at index is the previous request's last with blocks appended: the blocks of it
+    # (the format's merged_key list) the provider had cached; 0 otherwise
+    kept_blocks: int = 0
 
 
 def _short(data: bytes) -> bytes:
@@ -533,9 +536,9 @@ def _first_difference(before: State, now: Digests) -> Change | None:
         if g == 1 and end == n_before - 1 and before.last_blocks and now.extended == end_digest:
             # its last element, now with blocks appended: a provider caches blocks, so what the
             # previous request wrote is read (a whitespace-only answer, sent as nothing, joins the
-            # next user text to the tool results; a cut reply joins the next one). The rewrite
-            # is still figured from that element whole
-            return Change(segment, index, start, NEW_TURN, True, g)
+            # next user text to the tool results; a cut reply joins the next one), and the
+            # rewrite starts after its cached blocks
+            return Change(segment, index, start, NEW_TURN, True, g, before.last_blocks)
         if segment == MESSAGES and now.compaction != before.compaction and any(now.compaction):
             cause = COMPACTION
         elif segment == MESSAGES and sum(now.pruned[start:end + 1]) > before.pruned[k]:

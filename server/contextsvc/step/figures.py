@@ -124,12 +124,42 @@ class Figures:
 
 
 def rewrite_from(request: Request) -> Optional[int]:
-    """Where the rewrite starts: an index into system + message elements; -1 = the whole request,
-    tools included; None = nothing compared or nothing changed."""
+    """Where the rewrite starts: an index into system + message elements of the body (a marker
+    among the system elements, as Bedrock's cachePoint, is one, which the cache order leaves
+    out); -1 = the whole request, tools included; None = nothing compared or nothing changed."""
     change = request.change
     if change is None:
         return None
-    return -1 if change.segment == "tools" else change.flat - request.digests.counts[0]
+    if change.segment == "tools":
+        return -1
+    return change.index if change.segment == "system" else len(request.lowered.system) + change.index
+
+
+@dataclass(frozen=True, slots=True)
+class _Appended:
+    """The blocks appended to the element the rewrite starts at, when that element is the
+    previous request's last one grown (prefix.Change.kept_blocks): the provider reads the blocks
+    it cached from its cache and writes these and what follows."""
+    text: str  # their JSON, media as their placeholders
+    media: int  # media items in them
+
+
+def appended_blocks(request: Request, plan: Plan) -> Optional[_Appended]:
+    change = request.change
+    if change is None or not change.kept_blocks or change.segment != "messages":
+        return None
+    key, kept = plan.fmt.merged_key, change.kept_blocks
+
+    def blocks(element: dict) -> Optional[list]:
+        held = element.get(key) if key else None
+        return held[kept:] if isinstance(held, list) and len(held) > kept else None
+
+    estimated = blocks((request.estimated or request.lowered).messages[change.index])
+    if estimated is None:
+        return None
+    media = _media_in([native.json_text(blocks(request.lowered.messages[change.index]))]) \
+        if request.ledger.media_count else 0
+    return _Appended(native.json_text(estimated), media)
 
 
 def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=None, memo: Memo | None = None,
@@ -159,12 +189,14 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
     overhead = tokens.preflight(tool_tokens + system_tokens, factor)
     extra = request.ledger.extra
     normalized = tokens.preflight(estimate + tool_tokens, factor)
-    rewrite = 0
+    rewrite, appended = 0, appended_blocks(request, plan)
     if since is not None:
         rewritten = (system_units + message_units)[since:]
         if since < 0:
             rewrite = normalized
         elif rewritten:  # nothing when the previous request was longer and this one is its prefix
+            if appended is not None:
+                rewritten[0] = native.utf16_len(appended.text)
             rewrite = tokens.preflight(tokens.estimate_units(tokens.json_array_units(rewritten)), factor)
     raw = tokens.preflight(estimate + extra + tool_tokens, factor)
     out = Figures(estimate, tool_tokens, tail, overhead, normalized, raw, extra, rewrite, bool(tail_messages),
@@ -173,7 +205,8 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
     out.overhead_counted = prefix.head_unchanged(plan.previous, request.digests, request.change)
     out.prefix_as_counted = plan.previous is not None and request.digests is not None and (
         request.change is None or request.change.prefix_kept)
-    _calibrated_and_exact(out, conv, request, plan, model_counter, last_assistant, since, tool_text, deadline, memo)
+    _calibrated_and_exact(out, conv, request, plan, model_counter, last_assistant, since, appended, tool_text, deadline,
+                          memo)
     out.stretches["estimate"] = (normalized, tail, overhead, rewrite)
     base = baseline(conv.messages)
     if base is not None:  # what the baseline's count holds of the tools and system, where known
@@ -667,12 +700,13 @@ def _media_in(element_texts) -> int:
 
 
 def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, plan: Plan, model_counter: tuple,
-                          last_assistant: int, rewrite_from, tool_text: _ToolText, deadline: Deadline,
-                          memo: Memo | None = None) -> None:
+                          last_assistant: int, rewrite_from, appended: Optional[_Appended], tool_text: _ToolText,
+                          deadline: Deadline, memo: Memo | None = None) -> None:
     """The calibrated, self-calibrated and (when asked) exact figures, summed over the same
     stretches as the reference agent's (tail after the last assistant element, overhead = system
     + tools), and the rewrite: the elements from rewrite_from on (an index into system +
-    messages; -1 = the whole request, tools included; None = none)."""
+    messages; -1 = the whole request, tools included; None = none), of the first its appended
+    blocks alone when it has grown (appended_blocks)."""
     msgs, mdl, low = conv.messages, plan.model, request.lowered
     mc = plan.cfg.measure
     has_tail = out.has_tail
@@ -735,7 +769,17 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
         if rewrite_from < 0:
             cal_rewrite, margined_rewrite = cal_total, sum(margined)
         elif rewrite_from < len(elements):
-            cal_rewrite, margined_rewrite = fixes.added(stretch_pair(profiles[rewrite_from:]), rewrite_from)
+            if appended is None:
+                cal_rewrite, margined_rewrite = fixes.added(stretch_pair(profiles[rewrite_from:]), rewrite_from)
+            else:
+                # the appended blocks profiled alone, with the element's script correction in the
+                # share of its calibrated figure they take
+                own = native.text_profile(appended.text)
+                pair = fixes.added(stretch_pair([own] + profiles[rewrite_from + 1:]), rewrite_from + 1)
+                whole = tokens.calibrated_pair(profiles[rewrite_from])[0]
+                share = min(1.0, tokens.calibrated_pair(own)[0] / whole) if whole > 0 else 0.0
+                fix = fixes.added((0.0, 0.0), rewrite_from, rewrite_from + 1)
+                cal_rewrite, margined_rewrite = pair[0] + fix[0] * share, pair[1] + fix[1] * share
 
     # the prefix the provider's count of the anchor covers: its figures give this model's factors
     # once what changed in it since is taken out (figures(): _self_calibrate, decision_factor)
@@ -778,6 +822,9 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
         ex_rewrite = 0
         if rewrite_from is not None:
             ex_rewrite = exact[0] if rewrite_from < 0 else sum(counts[rewrite_from:n_el])
+            if appended is not None and 0 <= rewrite_from < n_el:
+                ex_rewrite -= counts[rewrite_from] - min(counts[rewrite_from],
+                                                         counter.count_cached(appended.text, deadline))
 
     # the decision figure's stretches: with the per-class margins unless a fixed one is configured
     if mc.measured_margins:
@@ -803,7 +850,8 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
         if has_tail:
             media_tail = media_from(tail_from)
         if rewrite_from is not None:
-            media_rewrite = request.ledger.media_count if rewrite_from < 0 else media_from(rewrite_from)
+            media_rewrite = request.ledger.media_count if rewrite_from < 0 else \
+                media_from(rewrite_from) if appended is None else appended.media + media_from(rewrite_from + 1)
         if anchor is not None:  # in the prefix the anchor's count held: before its own elements
             since = media_from(n_sys + max(at, 0))
             out.media_prefix = request.ledger.media_count - since
