@@ -529,6 +529,11 @@ UNTYPED = pb.ToolDefinition(name="get_status", description="Status of a job",
 BOTH = pb.ToolDefinition(name="merge", description="d", input_schema_json=json.dumps({
     "properties": {"a": {"type": "string"}}, "required": ["a"],
     "allOf": [{"properties": {"b": {"type": "number"}}, "required": ["b"]}, True]}))
+# alternatives that all need one argument: it stays required
+SHARED = pb.ToolDefinition(name="create-page", description="Create a page", input_schema_json=json.dumps({
+    "properties": {"parent": {"type": "string"}}, "oneOf": [
+        {"properties": {"title": {"type": "string"}}, "required": ["title", "parent"]},
+        {"properties": {"template": {"type": "string"}}, "required": ["parent", "template"]}]}))
 ROOT_PROVIDERS = [("anthropic", "claude-sonnet-4-5"), ("bedrock", "us.anthropic.claude-sonnet-4-5-20250929-v1:0"),
                   ("bedrock", "us.amazon.nova-pro-v1:0"), ("openai", "gpt-4o"), ("openai-responses", "gpt-5.1"),
                   ("openrouter", "anthropic/claude-sonnet-4.5"), ("copilot", "gpt-5.1")]
@@ -554,14 +559,17 @@ def test_a_root_of_alternatives_or_without_a_type_becomes_an_object(stubs, provi
     `type` ("input_schema.type: Field required", Bedrock's "must be one of the following: object",
     OpenAI's "got 'type: \"None\"'"): the tool's input is an object, with every branch's
     properties (the root's own first); those the branches require stay required under allOf,
-    where every branch applies."""
-    body = assembled(stubs, provider, model_id, session(), tools=(BASH, CHOICES, UNTYPED, BOTH))
+    where every branch applies, and those every branch of an anyOf or oneOf requires."""
+    body = assembled(stubs, provider, model_id, session(), tools=(BASH, CHOICES, UNTYPED, BOTH, SHARED))
     found = schemas(body)
     assert found["notion-create-attachment"] == {
         "type": "object", "properties": {"content": {"type": "string"}, "source_url": {"type": "string"}}}
     assert found["get_status"] == {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}
     assert found["merge"] == {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "number"}},
                               "required": ["a", "b"]}
+    assert found["create-page"] == {"type": "object", "properties": {
+        "parent": {"type": "string"}, "title": {"type": "string"}, "template": {"type": "string"}},
+        "required": ["parent"]}
 
 
 NO_ARGUMENTS = pb.ToolDefinition(name="namespaces_list", description="List the namespaces",

@@ -15,8 +15,9 @@ refused for as long as the server's tools are loaded (every request of the sessi
 - `anyOf`, `oneOf` or `allOf` at the root (Notion's remote MCP server, August 2026): Anthropic
   and Claude on Bedrock "input_schema does not support oneOf, allOf, or anyOf at the top level",
   OpenAI likewise. The branches' properties join the root's (its own first); their required
-  ones stay required where every branch applies (allOf), and go where one of them does: the
-  model may then send an input the tool refuses, which it is told (object_root).
+  ones stay required where every branch applies (allOf), and where every branch of an anyOf or
+  oneOf requires them; the others go, so the model may send an input the tool refuses, which
+  the tool's error tells it (object_root).
 - A root that is a reference (`{"$ref": "#/definitions/Args", "definitions": {...}}`, as
   zod-to-json-schema writes a named schema): no `type` there, so the one added would sit beside
   the reference and OpenAI's `properties: {}` tell the model the tool takes nothing. The root is
@@ -141,14 +142,20 @@ def _folded(schema: dict) -> dict:
         branches = schema.get(key)
         if not isinstance(branches, list):
             continue
+        every = None  # of anyOf and oneOf: the names every branch requires
         for branch in branches:
             branch = _resolved(branch, schema)
             if not isinstance(branch, dict):
+                every = []
                 continue
             for name, value in (branch.get("properties") or {}).items() if isinstance(branch.get("properties"), dict) else ():
                 properties.setdefault(name, value)
-            if key == "allOf" and isinstance(branch.get("required"), list):
-                required += [x for x in branch["required"] if x not in required]
+            named = branch["required"] if isinstance(branch.get("required"), list) else []
+            if key == "allOf":
+                required += [x for x in named if x not in required]
+            else:
+                every = [x for x in (named if every is None else every) if x in named]
+        required += [x for x in every or () if x not in required]
     if properties or "properties" in out:
         out["properties"] = properties
     if required or "required" in out:
