@@ -247,16 +247,19 @@ def expected_report(before: dict, now: dict):
     return True, "", 0
 
 
+@pytest.mark.parametrize("figure", ["calibrated", "exact"])
 @pytest.mark.parametrize("provider", list(PROVIDERS))
-def test_report_and_metric_agree_with_a_byte_comparison_of_consecutive_bodies(provider):
-    s = start_server()
+def test_report_and_metric_agree_with_a_byte_comparison_of_consecutive_bodies(provider, figure):
+    """figure: the decision figure (measure.compaction_figure) the rewrite is given in."""
+    s = start_server(measure_overrides={"compaction_figure": figure})
     try:
         with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
             stub = pb_grpc.ContextServiceStub(ch)
             state, before, breaks, appended = b"", None, {}, 0
             for label, conv, system, cause in cache_steps(provider):
                 r = stub.Assemble(pb.AssembleRequest(conversation=conv, model=convo.model(provider=provider),
-                                                     tools=TOOLS, system=system, previous_cache_state=state),
+                                                     tools=TOOLS, system=system, previous_cache_state=state,
+                                                     exact=figure == "exact"),
                                   timeout=10)
                 now = cache_order(json.loads(r.body), provider)
                 if before is None:
