@@ -310,6 +310,60 @@ def test_report_and_metric_agree_with_a_byte_comparison_of_consecutive_bodies(pr
         s.stop(grace=1)
 
 
+def _whitespace_step(stub, provider, conv_steps, **request):
+    """The cache report of the step where a whitespace-only answer joined the next user text to
+    the tool results (cache_steps' "whitespace answer"), with the bodies of it and the step before."""
+    state, before = b"", None
+    for label, conv, system, _ in conv_steps:
+        r = stub.Assemble(pb.AssembleRequest(conversation=conv, model=convo.model(provider=provider), tools=TOOLS,
+                                             system=system, previous_cache_state=state, **request), timeout=10)
+        now = cache_order(json.loads(r.body), provider)
+        if label == "whitespace answer":
+            return r, before, now
+        before, state = now, r.cache_state
+    raise AssertionError("no whitespace answer step")
+
+
+@pytest.mark.parametrize("provider", sorted(BLOCKS_APPENDED & set(PROVIDERS)))
+def test_a_grown_last_element_is_read_in_a_grouped_state_too(provider):
+    """A long session's state groups its elements (assemble.cache_state_groups): the element that
+    came back with blocks appended is still known exactly (the digest is of everything up to its
+    cached blocks), the prefix kept, and the rewrite of the appended blocks alone (reported as a
+    break of the whole group, with that element whole, before)."""
+    s = start_server(assemble_overrides={"cache_state_groups": 3})
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
+            r, before, now = _whitespace_step(pb_grpc.ContextServiceStub(ch), provider, cache_steps(provider))
+    finally:
+        s.stop(grace=1)
+    rep = r.cache_report
+    assert expected_report(before, now) == (True, "messages", len(before["messages"]) - 1)
+    assert (rep.prefix_kept, rep.cause, rep.segment, rep.index, rep.resolution) == (
+        True, "new_turn", "messages", len(before["messages"]) - 1, 1)
+    assert 0 < rep.rewrite.tokens < 100
+
+
+@pytest.mark.parametrize("provider", sorted(BLOCKS_APPENDED & set(PROVIDERS)))
+def test_media_in_the_appended_blocks_are_in_the_rewrite(provider):
+    """An image the next user message brings, joined to the tool results by a whitespace-only
+    answer: the provider writes it to its cache, at the decision figure's cost per media item."""
+    steps = list(cache_steps(provider))
+    image = pb.Part(id="img", file=pb.FilePart(mime="image/png", filename="shot.png",
+                                               data=b"\x89PNG\r\n\x1a\n" + bytes(2000)))
+    for label, conv, _, _ in steps:
+        if label == "whitespace answer":
+            conv.messages[-1].parts.append(image)
+    s = start_server()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
+            r, _, _ = _whitespace_step(pb_grpc.ContextServiceStub(ch), provider, steps)
+    finally:
+        s.stop(grace=1)
+    per_item = config.MeasureConfig().media_decision_tokens
+    assert r.cache_report.prefix_kept
+    assert per_item <= r.cache_report.rewrite.tokens < per_item + 100, r.cache_report
+
+
 @pytest.mark.parametrize("varints,why", [
     (b"\x81", "is truncated"),  # a count whose continuation byte never comes
     (b"\x80" * 10 + b"\x01", "has an overlong number"),  # a count over 64 bits

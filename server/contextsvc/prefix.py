@@ -415,7 +415,7 @@ def encode(d: Digests, max_groups: int, overhead: Overhead | None = None, versio
     if version >= 4:
         out += d.model
     if version >= 5:
-        out += varint_bytes(d.last_blocks if group == 1 else 0)
+        out += varint_bytes(d.last_blocks)
     out += b"".join(ends)
     # a count under 0x80 is its own one-byte varint, and most are 0: bytes() encodes them in C
     out += bytes(pruned) if max(pruned, default=0) < 0x80 else b"".join(map(varint_bytes, pruned))
@@ -532,13 +532,15 @@ def _first_difference(before: State, now: Digests) -> Change | None:
         end = min(start + g, n_before) - 1
         if end < n_now and now.chain[end] == end_digest:
             continue
-        segment, index = _segment_of(start, before.counts, now.counts)
-        if g == 1 and end == n_before - 1 and before.last_blocks and now.extended == end_digest:
+        if end == n_before - 1 and before.last_blocks and now.extended == end_digest:
             # its last element, now with blocks appended: a provider caches blocks, so what the
             # previous request wrote is read (a whitespace-only answer, sent as nothing, joins the
             # next user text to the tool results; a cut reply joins the next one), and the
-            # rewrite starts after its cached blocks
-            return Change(segment, index, start, NEW_TURN, True, g, before.last_blocks)
+            # rewrite starts after its cached blocks. The digest is of everything up to them:
+            # the element is known in a group too
+            segment, index = _segment_of(end, before.counts, now.counts)
+            return Change(segment, index, end, NEW_TURN, True, 1, before.last_blocks)
+        segment, index = _segment_of(start, before.counts, now.counts)
         if segment == MESSAGES and now.compaction != before.compaction and any(now.compaction):
             cause = COMPACTION
         elif segment == MESSAGES and sum(now.pruned[start:end + 1]) > before.pruned[k]:

@@ -141,7 +141,7 @@ class _Appended:
     previous request's last one grown (prefix.Change.kept_blocks): the provider reads the blocks
     it cached from its cache and writes these and what follows."""
     text: str  # their JSON, media as their placeholders
-    media: int  # media items in them
+    media: int  # media items in them (their placeholders say how many)
 
 
 def appended_blocks(request: Request, plan: Plan) -> Optional[_Appended]:
@@ -157,9 +157,8 @@ def appended_blocks(request: Request, plan: Plan) -> Optional[_Appended]:
     estimated = blocks((request.estimated or request.lowered).messages[change.index])
     if estimated is None:
         return None
-    media = _media_in([native.json_text(blocks(request.lowered.messages[change.index]))]) \
-        if request.ledger.media_count else 0
-    return _Appended(native.json_text(estimated), media)
+    text = native.json_text(estimated)
+    return _Appended(text, _media_in([text]) if request.ledger.media_count else 0)
 
 
 def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=None, memo: Memo | None = None,

@@ -340,8 +340,7 @@ def build(conv: m.Conversation, plan: Plan, memo: Memo | None = None,
     hashed = {}  # id(element) -> JSON text the prefix hashing made, of elements without an entry
     tool_json, tools_at = _tool_json(lowered, plan, memo)
     previous = plan.previous  # its last element may come back with blocks appended (prefix.compare)
-    extend = (previous.elements - 1, previous.last_blocks) \
-        if previous is not None and previous.group == 1 and previous.last_blocks else None
+    extend = (previous.elements - 1, previous.last_blocks) if previous is not None and previous.last_blocks else None
     chain = prefix.prefix_hashes(lowered, mdl.provider, chosen, entries, hashed, deadline, memo, pieces.resume,
                                  tool_json, extend) if plan.hashes else None
     for element in place(lowered, ledger, mdl.provider, chosen, pieces.shared):
