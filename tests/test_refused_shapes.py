@@ -534,6 +534,12 @@ SHARED = pb.ToolDefinition(name="create-page", description="Create a page", inpu
     "properties": {"parent": {"type": "string"}}, "oneOf": [
         {"properties": {"title": {"type": "string"}}, "required": ["title", "parent"]},
         {"properties": {"template": {"type": "string"}}, "required": ["parent", "template"]}]}))
+# Linear-style alternatives told apart by a constant, and an allOf that narrows the root's own
+VARIANTS = pb.ToolDefinition(name="issue", description="Create or delete an issue", input_schema_json=json.dumps({
+    "type": "object", "properties": {"q": {"type": "string"}},
+    "oneOf": [{"properties": {"action": {"const": "create"}, "title": {"type": "string"}}, "required": ["action"]},
+              {"properties": {"action": {"const": "delete"}, "id": {"type": "string"}}, "required": ["action", "id"]}],
+    "allOf": [{"properties": {"q": {"maxLength": 256}}}]}))
 ROOT_PROVIDERS = [("anthropic", "claude-sonnet-4-5"), ("bedrock", "us.anthropic.claude-sonnet-4-5-20250929-v1:0"),
                   ("bedrock", "us.amazon.nova-pro-v1:0"), ("openai", "gpt-4o"), ("openai-responses", "gpt-5.1"),
                   ("openrouter", "anthropic/claude-sonnet-4.5"), ("copilot", "gpt-5.1")]
@@ -558,15 +564,22 @@ def test_a_root_of_alternatives_or_without_a_type_becomes_an_object(stubs, provi
     server broke every Claude Code, Kiro and opencode session that loaded it) and a root without
     `type` ("input_schema.type: Field required", Bedrock's "must be one of the following: object",
     OpenAI's "got 'type: \"None\"'"): the tool's input is an object, with every branch's
-    properties (the root's own first); those the branches require stay required under allOf,
-    where every branch applies, and those every branch of an anyOf or oneOf requires."""
-    body = assembled(stubs, provider, model_id, session(), tools=(BASH, CHOICES, UNTYPED, BOTH, SHARED))
+    properties (the root's own first; one the branches give differently takes any of theirs,
+    not the first branch's alone); those the branches require stay required under allOf, where
+    every branch applies, and those every branch of an anyOf or oneOf requires."""
+    body = assembled(stubs, provider, model_id, session(), tools=(BASH, CHOICES, UNTYPED, BOTH, SHARED, VARIANTS))
     found = schemas(body)
-    assert found["notion-create-attachment"] == {
-        "type": "object", "properties": {"content": {"type": "string"}, "source_url": {"type": "string"}}}
+    assert found["notion-create-attachment"] == {"type": "object", "properties": {
+        "content": {"anyOf": [{"type": "string"}, {"type": "integer"}]}, "source_url": {"type": "string"}}}
     assert found["get_status"] == {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}
     assert found["merge"] == {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "number"}},
                               "required": ["a", "b"]}
+    # a property the branches give differently takes any of theirs (each variant can be sent),
+    # and the root's own with allOf's together
+    assert found["issue"] == {"type": "object", "properties": {
+        "q": {"allOf": [{"type": "string"}, {"maxLength": 256}]},
+        "action": {"anyOf": [{"const": "create"}, {"const": "delete"}]},
+        "title": {"type": "string"}, "id": {"type": "string"}}, "required": ["action"]}
     assert found["create-page"] == {"type": "object", "properties": {
         "parent": {"type": "string"}, "title": {"type": "string"}, "template": {"type": "string"}},
         "required": ["parent"]}

@@ -14,10 +14,11 @@ refused for as long as the server's tools are loaded (every request of the sessi
   Completions and Responses alike. `properties: {}` says the same (object_root's properties).
 - `anyOf`, `oneOf` or `allOf` at the root (Notion's remote MCP server, August 2026): Anthropic
   and Claude on Bedrock "input_schema does not support oneOf, allOf, or anyOf at the top level",
-  OpenAI likewise. The branches' properties join the root's (its own first); their required
-  ones stay required where every branch applies (allOf), and where every branch of an anyOf or
-  oneOf requires them; the others go, so the model may send an input the tool refuses, which
-  the tool's error tells it (object_root).
+  OpenAI likewise. The branches' properties join the root's (its own first; one that branches
+  give differently, as an `action` constant of each, takes any of theirs: anyOf of them, allOf
+  of allOf's); their required ones stay required where every branch applies (allOf), and where
+  every branch of an anyOf or oneOf requires them; the others go, so the model may send an input
+  the tool refuses, which the tool's error tells it (object_root).
 - A root that is a reference (`{"$ref": "#/definitions/Args", "definitions": {...}}`, as
   zod-to-json-schema writes a named schema): no `type` there, so the one added would sit beside
   the reference and OpenAI's `properties: {}` tell the model the tool takes nothing. The root is
@@ -137,7 +138,9 @@ def _folded(schema: dict) -> dict:
     """schema (a copy) with its root anyOf, oneOf and allOf folded in."""
     out = {k: v for k, v in schema.items() if k not in _ROOT_CHOICES}
     properties = dict(out.get("properties") or {}) if isinstance(out.get("properties"), dict) else {}
+    own = dict(properties)
     required = list(out.get("required") or []) if isinstance(out.get("required"), list) else []
+    given = {}  # property -> the schemas the branches give it, one list per keyword that gives it
     for key in _ROOT_CHOICES:
         branches = schema.get(key)
         if not isinstance(branches, list):
@@ -149,18 +152,36 @@ def _folded(schema: dict) -> dict:
                 every = []
                 continue
             for name, value in (branch.get("properties") or {}).items() if isinstance(branch.get("properties"), dict) else ():
-                properties.setdefault(name, value)
+                if name not in own or key == "allOf":  # the root's own holds for anyOf's and oneOf's
+                    found = given.setdefault(name, {}).setdefault(key, [own[name]] if name in own else [])
+                    if value not in found:
+                        found.append(value)
             named = branch["required"] if isinstance(branch.get("required"), list) else []
             if key == "allOf":
                 required += [x for x in named if x not in required]
             else:
                 every = [x for x in (named if every is None else every) if x in named]
         required += [x for x in every or () if x not in required]
+    for name, by_key in given.items():
+        properties[name] = _joined(by_key)
     if properties or "properties" in out:
         out["properties"] = properties
     if required or "required" in out:
         out["required"] = required
     return out
+
+
+def _joined(by_key: dict):
+    """One property's schema from the different ones the root's branches give it (the root's own
+    first among allOf's): those of one anyOf or oneOf as its alternatives (a property each
+    branch gives a constant of its own takes any of them, not the first branch's alone), those of
+    allOf all at once."""
+    parts = list(by_key.get("allOf", ()))
+    for key in ("anyOf", "oneOf"):
+        found = by_key.get(key)
+        if found:
+            parts.append(found[0] if len(found) == 1 else {"anyOf": found})
+    return parts[0] if len(parts) == 1 else {"allOf": parts}
 
 
 def _resolved(branch, root: dict):
