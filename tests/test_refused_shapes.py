@@ -775,11 +775,18 @@ OLD_DRAFT = pb.ToolDefinition(name="set_port", description="d", input_schema_jso
 
 @pytest.mark.parametrize("provider,model_id", [("anthropic", "claude-sonnet-4-5"),
                                                ("bedrock", "us.anthropic.claude-sonnet-4-5-20250929-v1:0"),
-                                               ("openrouter", "anthropic/claude-sonnet-4.5"), ("copilot", "claude-sonnet-4.5")])
-def test_a_schema_of_an_older_draft_is_written_as_2020_12_for_claude(stubs, provider, model_id):
+                                               ("openrouter", "anthropic/claude-sonnet-4.5"), ("copilot", "claude-sonnet-4.5"),
+                                               ("openai", "gpt-4o"), ("openai-responses", "gpt-5.1"),
+                                               ("copilot", "gpt-5.1"), ("openrouter", "openai/gpt-5"),
+                                               ("openai-compatible", "devstral-medium-2507"),
+                                               ("openrouter", "mistralai/mistral-large-2411")])
+def test_a_schema_of_an_older_draft_is_written_as_2020_12_for_claude_openai_and_mistral(stubs, provider, model_id):
     """"tools.18.custom.input_schema: JSON schema is invalid. It must match JSON Schema draft
     2020-12" (Dokploy's MCP server, fastapi_mcp, Claude Code #586; on Bedrock too), at every
-    request while the server is loaded: the same constraints as 2020-12 writes them."""
+    request while the server is loaded; OpenAI's "Invalid schema for function 'x': True is not of
+    type 'array'" and Mistral's "Invalid tool schema: {... 'exclusiveMinimum': True, 'minimum': 0
+    ...} is not valid under any of the given schemas" likewise: the same constraints as 2020-12
+    writes them."""
     found = schemas(assembled(stubs, provider, model_id, session(), tools=(BASH, OLD_DRAFT)))["set_port"]
     assert found["properties"]["port"] == {"type": "integer", "exclusiveMinimum": 1024, "exclusiveMaximum": 65536}
     assert found["required"] == ["port", "host"] and "required" not in found["properties"]["note"]
@@ -788,7 +795,8 @@ def test_a_schema_of_an_older_draft_is_written_as_2020_12_for_claude(stubs, prov
 
 
 def test_other_models_get_an_older_draft_s_schema_as_written(stubs):
-    for provider, model_id in (("openai", "gpt-4o"), ("gemini", "gemini-2.5-pro"), ("bedrock", "us.amazon.nova-pro-v1:0")):
+    for provider, model_id in (("gemini", "gemini-2.5-pro"), ("bedrock", "us.amazon.nova-pro-v1:0"),
+                               ("openrouter", "qwen/qwen3-coder")):
         body = assembled(stubs, provider, model_id, session(), tools=(BASH, OLD_DRAFT))
         found = schemas(body).get("set_port") or next(
             d["parametersJsonSchema"] for t in body["tools"] for d in t["functionDeclarations"] if d["name"] == "set_port")
@@ -797,6 +805,29 @@ def test_other_models_get_an_older_draft_s_schema_as_written(stubs):
                                      "messages": [{"role": "user", "content": "hi"}],
                                      "tools": [{"name": "x", "input_schema": json.loads(OLD_DRAFT.input_schema_json)}]})
     assert any("draft 2020-12" in x for x in judged)
+    for model in ("gpt-4o", "devstral-medium-2507"):
+        judged = judge_for("openai")({"model": model, "messages": [{"role": "user", "content": "hi"}], "tools": [
+            {"type": "function", "function": {"name": "x", "parameters": json.loads(OLD_DRAFT.input_schema_json)}}]})
+        assert any("draft 2020-12" in x for x in judged), model
+
+
+IDENTIFIED = pb.ToolDefinition(name="lookup", description="d", input_schema_json=json.dumps({
+    "$schema": "http://json-schema.org/draft-07/schema#", "$id": "https://example.com/lookup.json",
+    "type": "object", "properties": {"q": {"type": "string"}}}))
+
+
+def test_mistral_gets_a_schema_without_its_id_and_draft_uri(stubs):
+    """Mistral's API refuses `$id` and `$schema` in a function's parameters ("Grammar error: at
+    3(11): failed to compile JSON schema", August 2025): its models get the schema without them;
+    others as written."""
+    for provider, model_id in (("openai-compatible", "devstral-medium-2507"), ("openrouter", "mistralai/codestral-2508")):
+        assert schemas(assembled(stubs, provider, model_id, session(), tools=(BASH, IDENTIFIED)))["lookup"] == {
+            "type": "object", "properties": {"q": {"type": "string"}}}
+    assert schemas(assembled(stubs, "openai", "gpt-4o", session(), tools=(BASH, IDENTIFIED)))["lookup"]["$id"]
+    judged = judge_for("openai-compatible")({"model": "devstral-medium-2507", "messages": [{"role": "user", "content": "hi"}],
+                                             "tools": [{"type": "function", "function": {
+                                                 "name": "x", "parameters": json.loads(IDENTIFIED.input_schema_json)}}]})
+    assert any("$schema" in x for x in judged) and any("$id" in x for x in judged)
 
 
 def test_the_judges_refuse_a_reference_moonshot_refuses_or_none_resolves():
@@ -900,7 +931,7 @@ def test_an_array_schema_in_tuple_form_gets_any_items_too(stubs):
     pair = pb.ToolDefinition(name="pair", description="d", input_schema_json=(
         '{"type":"object","properties":{"pair":{"type":"array","items":[{"type":"array"},{"type":"string"}]}}}'))
     text = json.dumps(assembled(stubs, "openai", "gpt-4o", session(), tools=(BASH, pair)))
-    assert '"items": [{"type": "array", "items": {}}, {"type": "string"}]' in text
+    assert '"prefixItems": [{"type": "array", "items": {}}, {"type": "string"}]' in text  # 2020-12's tuple
 
 
 @pytest.mark.parametrize("provider,model_id", [("openai-compatible", "gpt-5.1"), ("openrouter", "openai/gpt-5.1")])

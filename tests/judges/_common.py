@@ -75,8 +75,11 @@ OPENAI_MAX_TOOLS = 128
 
 def openai_tool_problems(tools: list, schema_of, p) -> None:
     """OpenAI's rules of a request's function definitions (its models, wherever served): at most
-    OPENAI_MAX_TOOLS, no array schema without items, and an object root with properties (a tool
-    taking no arguments: "object schema missing properties"). schema_of: a definition's parameters."""
+    OPENAI_MAX_TOOLS, no array schema without items, an object root with properties (a tool
+    taking no arguments: "object schema missing properties"), and a schema JSON Schema 2020-12
+    takes: "Invalid schema for function 'x': True is not of type 'array'" (a property's draft-3
+    `required: true`), "[] is not of type 'object', 'boolean'" (a list where 2020-12's `items` is
+    one schema). schema_of: a definition's parameters."""
     if len(tools) > OPENAI_MAX_TOOLS:
         p.add("tools-count", "tools", f"Invalid 'tools': array too long. Expected an array with maximum length "
                                       f"{OPENAI_MAX_TOOLS}, but got an array with length {len(tools)} instead.")
@@ -87,6 +90,8 @@ def openai_tool_problems(tools: list, schema_of, p) -> None:
             p.add("tool-schema", f"tools[{i}]", f"Invalid schema: In context={where}, array schema missing items.")
         if isinstance(schema, dict) and schema.get("type") == "object" and "properties" not in schema:
             p.add("tool-schema", f"tools[{i}]", "Invalid schema: In context=(), object schema missing properties.")
+        if isinstance(schema, dict):
+            schema_draft_problem(schema, f"tools[{i}]", p)
 
 
 def schema_ref_problems(schema, where: str, p, defs_only: bool = False) -> None:
@@ -120,13 +125,27 @@ def schema_ref_problems(schema, where: str, p, defs_only: bool = False) -> None:
 def schema_draft_problem(schema, where: str, p) -> None:
     """Anthropic validates a tool's input schema against JSON Schema draft 2020-12 (every Claude
     model, on Bedrock too): "tools.18.custom.input_schema: JSON schema is invalid. It must match
-    JSON Schema draft 2020-12"."""
+    JSON Schema draft 2020-12"; so do OpenAI and Mistral (openai_tool_problems, mistral_tool_problems)."""
     import jsonschema
 
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.exceptions.SchemaError as e:
         p.add("tool-schema", where, f"JSON schema is invalid. It must match JSON Schema draft 2020-12 ({e.message})")
+
+
+def mistral_tool_problems(tools: list, schema_of, p) -> None:
+    """Mistral's API validates a function's parameters as JSON Schema 2020-12 ("Invalid tool
+    schema: {... 'exclusiveMinimum': True, 'minimum': 0 ...} is not valid under any of the given
+    schemas") and refuses `$id` and `$schema` in it ("Grammar error: at 3(11): failed to compile
+    JSON schema")."""
+    for i, t in enumerate(tools):
+        schema = schema_of(t) if isinstance(t, dict) else None
+        if isinstance(schema, dict):
+            schema_draft_problem(schema, f"tools[{i}]", p)
+            for key in ("$id", "$schema"):
+                if key in schema:
+                    p.add("tool-schema", f"tools[{i}]", f"Grammar error: failed to compile JSON schema ({key})")
 
 
 def schema_root_problem(schema, where: str, p) -> None:

@@ -17,8 +17,9 @@ import re
 from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
 
 from ._common import (ANTHROPIC_ID, MAX_MARKERS, MAX_TOKENS_REFUSED, OPENAI_ID_MAX, PREFILL_REFUSED, Problems,
-                      data_url_problem, is_http_url, openai_tool_problems, refuses_max_tokens, refuses_prefill,
-                      schema_draft_problem, schema_ref_problems, schema_root_problem, strict_validator, tool_name_problem, validate)
+                      data_url_problem, is_http_url, mistral_tool_problems, openai_tool_problems, refuses_max_tokens,
+                      refuses_prefill, schema_draft_problem, schema_ref_problems, schema_root_problem, strict_validator,
+                      tool_name_problem, validate)
 
 # Kimi's own endpoint (directly, or a gateway's Moonshot upstream) validates tool schemas its way
 _MOONSHOT = re.compile(r"kimi|moonshot|(?:^|/)k2p[0-9]")
@@ -279,6 +280,7 @@ def judge(body: dict, provider: str = "openai") -> list:
                       f"but got a string with length {len(text)} instead.")
     if _MISTRAL.search(str(body.get("model", "")).lower()):
         _mistral_rules(body.get("messages") or [], p)
+        mistral_tool_problems(body.get("tools") or [], lambda t: (t.get("function") or {}).get("parameters"), p)
     if _TEXT_ALONE.search(str(body.get("model", "")).lower()) and not _SEES.search(str(body.get("model", "")).lower()):
         for i, msg in enumerate(body.get("messages") or []):
             for j, part in enumerate(msg.get("content") if isinstance(msg, dict) and isinstance(msg.get("content"), list)

@@ -11,7 +11,7 @@ from .lowered import Lowered, open_with_user
 from .media import MediaLedger
 from .neutral import BRIDGE_ASSISTANT_TEXT, LEAD_USER_TEXT, MMedia, MReasoning, MSpacer, MText, MToolCall, MToolResult
 from .tool_ids import WORD, id_rule, wire_id, wire_name
-from .tool_schema import as_2020_12, as_taken, object_root, with_array_items, with_refs_under_defs
+from .tool_schema import as_2020_12, as_taken, object_root, with_array_items, with_refs_under_defs, without_schema_ids
 from .wire_format import WireFormat
 
 
@@ -44,17 +44,20 @@ def _user_content(fmt: ChatCompletions, parts: list, ledger: MediaLedger, deadli
 
 
 
-def _chat_schema(properties: bool, under_defs: bool, claude: bool):
+def _chat_schema(properties: bool, under_defs: bool, draft_2020_12: bool, mistral: bool):
     """A schema as Chat Completions takes it: arrays with items, an OpenAI model's object root with
-    properties, for Kimi's endpoint every reference under $defs, for Claude JSON Schema 2020-12."""
+    properties, for Kimi's endpoint every reference under $defs, JSON Schema 2020-12 for the
+    providers that validate it so (OpenAI's, Anthropic's behind a gateway, Mistral's), and for
+    Mistral's no $id or $schema (tool_schema's doc)."""
     def made(schema):
         out = with_array_items(object_root(schema, properties=properties))
         out = with_refs_under_defs(out) if under_defs else out
-        return as_2020_12(out) if claude else out
+        out = as_2020_12(out) if draft_2020_12 else out
+        return without_schema_ids(out) if mistral else out
     return made
 
 
-_SCHEMAS = {flags: _chat_schema(*flags) for flags in itertools.product((False, True), repeat=3)}
+_SCHEMAS = {flags: _chat_schema(*flags) for flags in itertools.product((False, True), repeat=4)}
 
 
 def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="",
@@ -125,12 +128,14 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     out = {"model": model_id, "messages": all_msgs, token_field: max_output}
     if tools:
         openai_model, under_defs = fmt.serves_openai_model(model_id), model_ids.wants_refs_under_defs(model_id)
-        claude = model_ids.is_claude(model_id)  # behind a gateway, Anthropic validates its schemas
+        # behind a gateway, Anthropic validates its schemas; so do OpenAI and Mistral theirs
+        draft_2020_12 = openai_model or mistral or model_ids.is_claude(model_id)
         out["tools"] = [
             {"type": "function", "function": {"name": wire_name(fmt, t.name),
                                               "description": fmt.tool_description(t.description, model_id),
-                                              "parameters": as_taken(t, ("chat", openai_model, under_defs, claude),
-                                                                     _SCHEMAS[openai_model, under_defs, claude])}}
+                                              "parameters": as_taken(
+                                                  t, ("chat", openai_model, under_defs, draft_2020_12, mistral),
+                                                  _SCHEMAS[openai_model, under_defs, draft_2020_12, mistral])}}
             for t in tools
         ]
         if tools_disabled:

@@ -18,7 +18,7 @@ from .neutral import (
 )
 from .openai_chat import OPENAI_MAX_TOOLS, cache_key
 from .tool_ids import WORD, id_rule, wire_id, wire_name
-from .tool_schema import as_taken, object_root, with_array_items
+from .tool_schema import as_2020_12, as_taken, object_root, with_array_items
 from .wire_format import WireFormat
 
 
@@ -96,7 +96,9 @@ def _assistant_items(msg, ledger: MediaLedger, deadline: Deadline) -> list:
 
 
 def _responses_schema(schema):
-    return with_array_items(object_root(schema, properties=True))
+    """As OpenAI validates a function's parameters: arrays with items, an object root with
+    properties, JSON Schema 2020-12 (tool_schema's doc)."""
+    return as_2020_12(with_array_items(object_root(schema, properties=True)))
 
 
 def body(*, provider, model_id, system, messages, tools, max_output, ledger, session_id="",

@@ -33,7 +33,15 @@ refused for as long as the server's tools are loaded (every request of the sessi
   Claude Code #586), at every request, compaction included, from an MCP server's schema written
   to an older draft: `exclusiveMinimum: true` beside `minimum` (draft 4), `required: true` on a
   property (draft 3), `items` as a list of schemas (before 2020-12's `prefixItems`). Each is
-  written as 2020-12 says the same (as_2020_12).
+  written as 2020-12 says the same (as_2020_12). OpenAI validates its functions' parameters
+  against 2020-12 too ("Invalid schema for function 'x': True is not of type 'array'" for a
+  property's `required: true`; "[] is not of type 'object', 'boolean'" for a list as `items`),
+  on Chat Completions and Responses, and so does Mistral's API ("Invalid tool schema: {...
+  'exclusiveMinimum': True, 'minimum': 0 ...} is not valid under any of the given schemas"):
+  their models get the same rewriting.
+- Mistral's API refuses `$id` and `$schema` in a function's parameters ("Grammar error: at
+  3(11): failed to compile JSON schema", since August 2025): its models get the schema without
+  them at the root (without_schema_ids).
 Each a function of the schema alone, copy on write: the request's own schema stays as it is, and
 the very object comes back where nothing changes.
 """
@@ -302,6 +310,13 @@ def as_2020_12(schema):
     if not isinstance(schema, dict):
         return schema
     return _node_2020_12(_with_subschemas(schema, as_2020_12), schema)
+
+
+def without_schema_ids(schema):
+    """schema without `$id` and `$schema` at its root (Mistral's API: the module's doc)."""
+    if not isinstance(schema, dict) or not ("$id" in schema or "$schema" in schema):
+        return schema
+    return {k: v for k, v in schema.items() if k not in ("$id", "$schema")}
 
 
 def _node_2020_12(node: dict, given: dict) -> dict:
