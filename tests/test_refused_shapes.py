@@ -713,8 +713,10 @@ def test_a_root_reference_is_resolved_for_every_format(stubs):
 
 def test_a_root_reference_keeps_every_definition_and_what_is_said_beside_it():
     """The root's definitions join the target's own (the target's replaced them: a reference to
-    one of the root's led nowhere); a root that says more beside the reference (2020-12 applies
-    both) or a name both define differently stays as written; a `$ref` inside data (`const`,
+    one of the root's led nowhere); what a root says beside the reference joins the target (2020-12
+    applies both: a `required` list beside it was left with `type` and OpenAI's `properties: {}`
+    added, the model told the tool takes nothing), unless the two say different things of one
+    keyword or define a name differently: it then stays as written; a `$ref` inside data (`const`,
     `enum`, `default`) is no reference."""
     from contextsvc.lowering.tool_schema import object_root, with_refs_under_defs
     nested = {"$ref": "#/$defs/Args", "$defs": {
@@ -722,8 +724,13 @@ def test_a_root_reference_keeps_every_definition_and_what_is_said_beside_it():
         "Mode": {"enum": ["fast", "safe"]}}}
     out = object_root(nested)
     assert out["properties"] == {"mode": {"$ref": "#/$defs/Mode"}} and set(out["$defs"]) == {"Args", "Mode", "Local"}
-    beside = {"$ref": "#/$defs/A", "required": ["b"], "$defs": {"A": {"type": "object", "required": ["a"]}}}
-    assert object_root(beside) == {"type": "object", **beside}
+    beside = {"$ref": "#/$defs/A", "required": ["b"], "title": "Args", "minProperties": 1, "$defs": {"A": {
+        "type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"], "title": "A"}}}
+    assert object_root(beside, properties=True) == {
+        "type": "object", "properties": {"a": {"type": "string"}}, "required": ["a", "b"], "title": "A",
+        "minProperties": 1, "$defs": beside["$defs"]}
+    other = {"$ref": "#/$defs/A", "type": "array", "$defs": {"A": {"type": "object"}}}
+    assert object_root(other) == other
     clash = {"$ref": "#/$defs/A", "$defs": {"A": {"type": "object", "$defs": {"B": {"type": "string"}}}, "B": {"type": "integer"}}}
     assert object_root(clash) == {"type": "object", **clash}
     data = {"type": "object", "properties": {"b": {"type": "string"}, "c": {"const": {"$ref": "#/properties/b"}},

@@ -22,7 +22,8 @@ refused for as long as the server's tools are loaded (every request of the sessi
 - A root that is a reference (`{"$ref": "#/definitions/Args", "definitions": {...}}`, as
   zod-to-json-schema writes a named schema): no `type` there, so the one added would sit beside
   the reference and OpenAI's `properties: {}` tell the model the tool takes nothing. The root is
-  the schema it names, where nothing beside the reference speaks of the input (object_root).
+  the schema it names, with what the root says beside the reference joined to it (a `required`
+  list, a keyword the target does not hold): as written where the two disagree (object_root).
 - Moonshot's endpoint, for Kimi: "tools.function.parameters is not a valid moonshot flavored json
   schema. At path 'properties.strokeHex.$ref': references must start with #/$defs/" (an MCP
   server's Zod schema used twice, which zod-to-json-schema writes as `#/properties/fillHex`; and
@@ -211,19 +212,30 @@ _BESIDE_A_ROOT_REF = frozenset(("$ref", "$schema", "$id", "$comment", "title", "
 
 def _root_resolved(schema: dict) -> dict:
     """A root that is a local reference as the schema it names, the root's definitions joined to
-    the target's (its own references name them); as it is where the root says more of the input
-    beside the reference, or a name both define differently."""
+    the target's (its own references name them), and what the root says beside the reference
+    joined to it (2020-12 applies both): its required names to the target's, its properties to
+    the target's where none is both's, any other keyword the target does not hold. As it is where
+    the two say different things of one keyword, or define one name differently."""
     for _ in range(8):  # a chain of references; one that leads nowhere, or round, stays
         target = _resolved(schema, schema)
-        if target is schema or not isinstance(target, dict) or not _BESIDE_A_ROOT_REF.issuperset(schema):
+        if target is schema or not isinstance(target, dict):
             return schema
-        out = {**{k: v for k, v in schema.items() if k != "$ref"}, **target}
-        for key in ("$defs", "definitions"):
-            mine, its = schema.get(key), target.get(key)
-            if isinstance(mine, dict) and isinstance(its, dict):
-                if any(k in mine and mine[k] != v for k, v in its.items()):
+        out = dict(target)
+        for key, value in schema.items():
+            its = target.get(key)
+            if key == "$ref" or value == its or (key in target and key in _BESIDE_A_ROOT_REF
+                                                   and key not in ("$defs", "definitions")):
+                continue  # a title or description says nothing of the input: the target's own stands
+            if key in ("$defs", "definitions", "properties") and isinstance(value, dict) and isinstance(its, dict):
+                if any(k in value and value[k] != v for k, v in its.items()):
                     return schema
-                out[key] = {**mine, **its}
+                out[key] = {**value, **its}
+            elif key == "required" and isinstance(value, list) and isinstance(its, list):
+                out[key] = its + [x for x in value if x not in its]
+            elif key in target:
+                return schema
+            else:
+                out[key] = value
         schema = out
     return schema
 
