@@ -25,8 +25,9 @@ PROVIDERS = {pb.PROVIDER_ANTHROPIC: "anthropic", pb.PROVIDER_OPENAI: "openai", p
              pb.PROVIDER_OPENAI_RESPONSES: "openai-responses"}
 STEP_FIELDS = ("editor", "step", "max_steps", "plan_reminder", "cache_hints", "cache_ttl", "tools_disabled",
                "exact", "previous_cache_state")
-# the formats that join consecutive messages of one role into one element's blocks (merged_key)
-BLOCKS_APPENDED = {pb.PROVIDER_ANTHROPIC, pb.PROVIDER_BEDROCK, pb.PROVIDER_GEMINI}
+# the formats here that join the next user text to the tool results as appended blocks (merged_key;
+# Gemini's puts it before the function responses: a change, not an append)
+BLOCKS_APPENDED = {pb.PROVIDER_ANTHROPIC, pb.PROVIDER_BEDROCK}
 
 
 def step_fields(**over):

@@ -740,6 +740,42 @@ def test_a_root_reference_keeps_every_definition_and_what_is_said_beside_it():
     assert moved["properties"]["d"] == {"$ref": "#/$defs/properties_b", "default": {"$ref": "#/nowhere"}}
 
 
+def test_folding_and_rewriting_keep_what_the_tool_accepts():
+    """What a review found the rewriting got wrong: a branch that is a chain of references, or a
+    reference with properties beside it, lost its variant; a `false` branch (nothing matches it)
+    emptied the names every branch requires; properties beside a root reference joined a target
+    that bounds its properties (the tool refuses `extra`, the rewriting accepted it); an empty
+    tuple became an empty `prefixItems`, which 2020-12 refuses; a `$schema` naming draft 4 was left
+    on a schema holding 2020-12's `exclusiveMinimum: 0`."""
+    import jsonschema
+    from contextsvc.lowering.tool_schema import as_2020_12, object_root
+    chain = {"anyOf": [{"$ref": "#/$defs/A"}, {"$ref": "#/$defs/B"}], "$defs": {
+        "A": {"$ref": "#/$defs/A2"}, "A2": {"properties": {"p": {"const": 1}}}, "B": {"properties": {"p": {"const": 2}}}}}
+    assert object_root(chain)["properties"] == {"p": {"anyOf": [{"const": 1}, {"const": 2}]}}
+    beside = {"oneOf": [{"$ref": "#/$defs/Base", "properties": {"action": {"const": "create"}}, "required": ["action"]},
+                        {"$ref": "#/$defs/Base", "properties": {"action": {"const": "delete"}}, "required": ["action"]}],
+              "$defs": {"Base": {"properties": {"id": {"type": "string"}}}}}
+    folded = object_root(beside)
+    assert folded["properties"]["action"] == {"anyOf": [{"const": "create"}, {"const": "delete"}]}
+    assert folded["required"] == ["action"] and folded["properties"]["id"] == {"type": "string"}
+    never = {"properties": {"a": {"type": "string"}}, "oneOf": [False, {"required": ["a"]}]}
+    assert object_root(never)["required"] == ["a"]
+    bounded = {"$ref": "#/$defs/A", "properties": {"extra": {"type": "string"}},
+               "$defs": {"A": {"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": False}}}
+    assert object_root(bounded) == {"type": "object", **bounded}
+    empty = {"type": "object", "properties": {"tags": {"type": "array", "items": []}}}
+    assert as_2020_12(empty)["properties"]["tags"] == {"type": "array"}
+    old = {"$schema": "http://json-schema.org/draft-04/schema#", "type": "object",
+           "properties": {"n": {"type": "integer", "minimum": 0, "exclusiveMinimum": True}}}
+    new = as_2020_12(old)
+    assert new["$schema"] == "https://json-schema.org/draft/2020-12/schema" and new["properties"]["n"] == {
+        "type": "integer", "exclusiveMinimum": 0}
+    for schema in (new, as_2020_12(empty)):
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    plain = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object"}
+    assert as_2020_12(plain) is plain  # nothing rewritten: its draft stands
+
+
 def test_a_tool_object_s_schema_is_taken_once_per_format_and_its_own_kept():
     """A session's tool definitions are the same objects at every step (the memo keeps them), so
     each format's reading of a schema is made once for the object (40 MCP tools' schemas walked at

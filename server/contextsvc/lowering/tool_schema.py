@@ -156,7 +156,9 @@ def _folded(schema: dict) -> dict:
             continue
         every = None  # of anyOf and oneOf: the names every branch requires
         for branch in branches:
-            branch = _resolved(branch, schema)
+            if branch is False:
+                continue  # no input matches it: it requires nothing of the others
+            branch = _reference_resolved(branch, schema)
             if not isinstance(branch, dict):
                 every = []
                 continue
@@ -213,31 +215,59 @@ _BESIDE_A_ROOT_REF = frozenset(("$ref", "$schema", "$id", "$comment", "title", "
 def _root_resolved(schema: dict) -> dict:
     """A root that is a local reference as the schema it names, the root's definitions joined to
     the target's (its own references name them), and what the root says beside the reference
-    joined to it (2020-12 applies both): its required names to the target's, its properties to
-    the target's where none is both's, any other keyword the target does not hold. As it is where
-    the two say different things of one keyword, or define one name differently."""
-    for _ in range(8):  # a chain of references; one that leads nowhere, or round, stays
-        target = _resolved(schema, schema)
-        if target is schema or not isinstance(target, dict):
-            return schema
-        out = dict(target)
-        for key, value in schema.items():
-            its = target.get(key)
-            if key == "$ref" or value == its or (key in target and key in _BESIDE_A_ROOT_REF
-                                                   and key not in ("$defs", "definitions")):
-                continue  # a title or description says nothing of the input: the target's own stands
-            if key in ("$defs", "definitions", "properties") and isinstance(value, dict) and isinstance(its, dict):
-                if any(k in value and value[k] != v for k, v in its.items()):
-                    return schema
-                out[key] = {**value, **its}
-            elif key == "required" and isinstance(value, list) and isinstance(its, list):
-                out[key] = its + [x for x in value if x not in its]
-            elif key in target:
-                return schema
-            else:
-                out[key] = value
-        schema = out
-    return schema
+    joined to it (_beside_joined). As it is where the two cannot be joined."""
+    return _reference_resolved(schema, None)
+
+
+def _reference_resolved(node, root: dict | None):
+    """node, a local reference (its chain followed), as the schema it names in root (None: node
+    is the root) with what node says beside the reference joined to it (_beside_joined); as it is
+    where they cannot be joined, or the reference leads nowhere or round."""
+    for _ in range(8):
+        target = _resolved(node, node if root is None else root)
+        if target is node or not isinstance(target, dict):
+            return node
+        out = _beside_joined(node, target)
+        if out is None:
+            return node
+        node = out
+    return node
+
+
+# the keywords that bound which properties an object may hold: a schema's own properties are the
+# ones they leave out, so two schemas' properties join only where neither holds one
+_PROPERTY_BOUNDS = ("additionalProperties", "patternProperties", "unevaluatedProperties")
+
+
+def _beside_joined(node: dict, target: dict) -> dict | None:
+    """target with what node says beside its reference, the same constraints as both (2020-12
+    applies both): its required names joined to the target's, its properties and definitions to
+    the target's where none is both's, any other keyword the target does not hold; a title or
+    description the target has stands. None where they say different things of one keyword, or
+    where properties would join under a bound on which properties an object may hold."""
+    out = dict(target)
+    for key, value in node.items():
+        its = target.get(key)
+        if key == "$ref" or value == its or (key in target and key in _BESIDE_A_ROOT_REF
+                                               and key not in ("$defs", "definitions")):
+            continue
+        if key in ("$defs", "definitions", "properties") and isinstance(value, dict) and isinstance(its, dict):
+            if any(k in value and value[k] != v for k, v in its.items()):
+                return None
+            out[key] = {**value, **its}
+        elif key == "required" and isinstance(value, list) and isinstance(its, list):
+            out[key] = its + [x for x in value if x not in its]
+        elif key in target:
+            return None
+        else:
+            out[key] = value
+    if _bounded(node) and target.get("properties") or _bounded(target) and node.get("properties"):
+        return None
+    return out
+
+
+def _bounded(schema: dict) -> bool:
+    return any(schema.get(k) not in (None, True, {}) for k in _PROPERTY_BOUNDS)
 
 
 _DEFS = "#/$defs/"
@@ -317,11 +347,19 @@ def as_2020_12(schema):
     same constraints (the module's doc): `exclusiveMinimum: true` with `minimum: x` becomes
     `exclusiveMinimum: x` (false, or true without a bound, says nothing), likewise for the
     maximum; a property's `required: true` joins its object's `required` list; `items: [..]`
-    becomes `prefixItems`, and `additionalItems` then `items`. The very object where nothing
-    changes."""
+    becomes `prefixItems`, and `additionalItems` then `items`; a `$schema` naming an older draft
+    then names 2020-12. The very object where nothing changes."""
     if not isinstance(schema, dict):
         return schema
-    return _node_2020_12(_with_subschemas(schema, as_2020_12), schema)
+    out = _node_2020_12(_with_subschemas(schema, as_2020_12), schema)
+    if out is not schema and isinstance(out.get("$schema"), str) and "2020-12" not in out["$schema"]:
+        # what it now holds is 2020-12's, invalid under the older draft it named (a validator
+        # that honours $schema would refuse it)
+        out = {**out, "$schema": DRAFT_2020_12}
+    return out
+
+
+DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 
 
 def without_schema_ids(schema):
@@ -355,7 +393,8 @@ def _node_2020_12(node: dict, given: dict) -> dict:
         out["required"] = required + [k for k in named if k not in required]
     if isinstance(out.get("items"), list):
         tuple_items = out.pop("items")
-        out.setdefault("prefixItems", tuple_items)
+        if tuple_items:  # an empty tuple bounds nothing (2020-12 refuses an empty prefixItems)
+            out.setdefault("prefixItems", tuple_items)
         if "additionalItems" in out:
             out["items"] = out.pop("additionalItems")
     return out
