@@ -693,7 +693,7 @@ def test_a_schema_s_references_go_under_defs_for_kimi(stubs, provider, model_id)
     named, reused = found["create_page"], found["set_fill"]
     assert named["type"] == "object" and named["required"] == ["title"] and "$ref" not in named
     assert named["properties"]["parent"] == {"$ref": "#/$defs/Parent"}
-    assert named["$defs"]["Parent"] == {"type": "object", "properties": {"id": {"type": "string"}}}
+    assert named["$defs"]["Parent"] == {"type": "object", "properties": {"id": {"type": "string"}}, "required": []}
     assert reused["properties"]["strokeHex"] == {"$ref": "#/$defs/properties_fillHex"}
     assert reused["$defs"]["properties_fillHex"] == reused["properties"]["fillHex"]
     assert reused["properties"]["children"]["items"] == {"$ref": "#/$defs/root"}
@@ -797,7 +797,7 @@ def test_a_tool_object_s_schema_is_taken_once_per_format_and_its_own_kept():
     for _ in range(2):  # the second time from the object's own
         assert taken("openai-compatible", "kimi-k2.5") == {"type": "object", "properties": {
             "paths": {"type": "array", "items": {}}, "also": {"$ref": "#/$defs/properties_paths"}},
-            "$defs": {"properties_paths": {"type": "array", "items": {}}}}
+            "$defs": {"properties_paths": {"type": "array", "items": {}}}, "required": []}
         assert taken("openai", "gpt-4o") == {"type": "object", "properties": {
             "paths": {"type": "array", "items": {}}, "also": {"$ref": "#/properties/paths"}}}
         assert taken("anthropic", "claude-sonnet-4-5") == {"type": "object", **schema}
@@ -871,6 +871,43 @@ def test_mistral_gets_a_schema_without_its_id_and_draft_uri(stubs):
                                              "tools": [{"type": "function", "function": {
                                                  "name": "x", "parameters": json.loads(IDENTIFIED.input_schema_json)}}]})
     assert any("$schema" in x for x in judged) and any("$id" in x for x in judged)
+
+
+# what MCP servers write and Moonshot's validator refuses (vercel/ai #18921, hermes-agent #27104 and
+# #68154, kimi-cli #2531): type beside a nested anyOf, a tuple, a property's description beside a
+# reference, an object without required, null among a type's or an enum's values
+FLAVOURS = pb.ToolDefinition(name="browser_act", description="d", input_schema_json=json.dumps({
+    "type": "object", "properties": {
+        "target": {"type": "string", "anyOf": [{"format": "uri"}, {"pattern": "^#"}]},
+        "point": {"type": "array", "items": [{"type": "number"}, {"type": "number"}], "additionalItems": False},
+        "options": {"$ref": "#/$defs/Options", "description": "how to act"},
+        "mode": {"type": ["string", "null"], "enum": ["fast", "safe", None]}},
+    "$defs": {"Options": {"type": "object", "properties": {"wait": {"type": "integer", "nullable": True}}}}}))
+
+
+@pytest.mark.parametrize("provider,model_id", [("openai-compatible", "kimi-k2.5"), ("openrouter", "moonshotai/kimi-k2.5"),
+                                               ("openai-compatible", "kimi-k3")])
+def test_kimi_gets_a_schema_in_moonshot_s_flavour(stubs, provider, model_id):
+    """"tools.function.parameters is not a valid moonshot flavored json schema, details: <At path
+    'properties.target': when using anyOf, type should be defined in anyOf items instead of the
+    parent schema>", "items must be an object", "required must be an array": refused at every
+    request while the MCP server is loaded. Each is written as Moonshot's validator takes it, the
+    same input accepted but null (which the model then does not send)."""
+    found = schemas(assembled(stubs, provider, model_id, session(), tools=(BASH, FLAVOURS)))["browser_act"]
+    props = found["properties"]
+    assert props["target"] == {"anyOf": [{"format": "uri", "type": "string"}, {"pattern": "^#", "type": "string"}]}
+    assert props["point"] == {"type": "array", "prefixItems": [{"type": "number"}, {"type": "number"}]}
+    assert props["options"] == {"$ref": "#/$defs/Options"}
+    assert props["mode"] == {"type": "string", "enum": ["fast", "safe"]}
+    assert found["required"] == [] and found["$defs"]["Options"] == {
+        "type": "object", "properties": {"wait": {"type": "integer"}}, "required": []}
+    judged = judge_for("openai-compatible")({"model": "kimi-k2.5", "messages": [{"role": "user", "content": "hi"}],
+                                             "tools": [{"type": "function", "function": {
+                                                 "name": "x", "parameters": json.loads(FLAVOURS.input_schema_json)}}]})
+    assert len(judged) >= 6, judged
+    # the others take it as written
+    assert schemas(assembled(stubs, "openrouter", "qwen/qwen3-coder", session(), tools=(BASH, FLAVOURS)))[
+        "browser_act"]["properties"]["mode"] == {"type": ["string", "null"], "enum": ["fast", "safe", None]}
 
 
 def test_the_judges_refuse_a_reference_moonshot_refuses_or_none_resolves():

@@ -148,6 +148,43 @@ def mistral_tool_problems(tools: list, schema_of, p) -> None:
                     p.add("tool-schema", f"tools[{i}]", f"Grammar error: failed to compile JSON schema ({key})")
 
 
+_ONE_SCHEMA = ("items", "additionalProperties", "not", "contains", "propertyNames", "if", "then", "else")
+_SCHEMA_LISTS = ("anyOf", "allOf", "oneOf", "prefixItems")
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions")
+
+
+def moonshot_schema_problems(schema, where: str, p, root: bool = True) -> None:
+    """Moonshot Flavoured JSON Schema, which Kimi's endpoint validates a function's parameters
+    against ("tools.function.parameters is not a valid moonshot flavored json schema, details:
+    <At path ...: ...>"): a `$ref` alone, `type` in an anyOf's items rather than beside it, `items`
+    one schema (not a tuple, not false), every object's `required` a list, one type and no null
+    among an enum's values (vercel/ai #18921, probing the live validator; hermes-agent #27104,
+    #68154)."""
+    if not isinstance(schema, dict):
+        return
+    if isinstance(schema.get("$ref"), str) and len(schema) > 1:
+        p.add("tool-schema", where, "$ref must stand alone (its siblings are refused)")
+    if not root and "type" in schema and "anyOf" in schema:
+        p.add("tool-schema", where, "when using anyOf, type should be defined in anyOf items instead of the parent schema")
+    if isinstance(schema.get("items"), list) or schema.get("items") is False:
+        p.add("tool-schema", where, "items must be an object")
+    if (schema.get("type") == "object" or isinstance(schema.get("properties"), dict)) \
+            and not isinstance(schema.get("required"), list) and "$ref" not in schema:
+        p.add("tool-schema", where, "required must be an array")
+    if isinstance(schema.get("type"), list) or "nullable" in schema:
+        p.add("tool-schema", where, "type must be one type")
+    if isinstance(schema.get("enum"), list) and None in schema["enum"]:
+        p.add("tool-schema", where, "enum values must be strings or numbers")
+    for key in _ONE_SCHEMA:
+        moonshot_schema_problems(schema.get(key), f"{where}.{key}", p, False)
+    for key in _SCHEMA_LISTS:
+        for i, x in enumerate(schema.get(key) if isinstance(schema.get(key), list) else ()):
+            moonshot_schema_problems(x, f"{where}.{key}[{i}]", p, False)
+    for key in _SCHEMA_MAPS:
+        for name, x in (schema.get(key) if isinstance(schema.get(key), dict) else {}).items():
+            moonshot_schema_problems(x, f"{where}.{key}.{name}", p, False)
+
+
 def schema_root_problem(schema, where: str, p) -> None:
     """A tool's input schema must be an object at its root, without anyOf, oneOf or allOf there:
     Anthropic ("input_schema.type: Field required"; "input_schema does not support oneOf, allOf,

@@ -17,9 +17,9 @@ import re
 from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
 
 from ._common import (ANTHROPIC_ID, MAX_MARKERS, MAX_TOKENS_REFUSED, OPENAI_ID_MAX, PREFILL_REFUSED, Problems,
-                      data_url_problem, is_http_url, mistral_tool_problems, openai_tool_problems, refuses_max_tokens,
-                      refuses_prefill, schema_draft_problem, schema_ref_problems, schema_root_problem, strict_validator,
-                      tool_name_problem, validate)
+                      data_url_problem, is_http_url, mistral_tool_problems, moonshot_schema_problems,
+                      openai_tool_problems, refuses_max_tokens, refuses_prefill, schema_draft_problem,
+                      schema_ref_problems, schema_root_problem, strict_validator, tool_name_problem, validate)
 
 # Kimi's own endpoint (directly, or a gateway's Moonshot upstream) validates tool schemas its way
 _MOONSHOT = re.compile(r"kimi|moonshot|(?:^|/)k2p[0-9]")
@@ -336,8 +336,11 @@ def judge(body: dict, provider: str = "openai") -> list:
         tool_name_problem(name, f"tools[{k}].function.name", p)
         if isinstance(tool, dict) and isinstance(tool.get("function"), dict) and "parameters" in tool["function"]:
             schema_root_problem(tool["function"]["parameters"], f"tools[{k}].function.parameters", p)
+            moonshot = bool(_MOONSHOT.search(str(body.get("model", "")).lower()))
             schema_ref_problems(tool["function"]["parameters"], f"tools[{k}].function.parameters", p,
-                                defs_only=bool(_MOONSHOT.search(str(body.get("model", "")).lower())))
+                                defs_only=moonshot)
+            if moonshot:
+                moonshot_schema_problems(tool["function"]["parameters"], f"tools[{k}].function.parameters", p)
             if "claude" in str(body.get("model", "")).lower():  # the gateway's Anthropic upstream validates it
                 schema_draft_problem(tool["function"]["parameters"], f"tools[{k}].function.parameters", p)
     return p

@@ -11,7 +11,8 @@ from .lowered import Lowered, open_with_user
 from .media import MediaLedger
 from .neutral import BRIDGE_ASSISTANT_TEXT, LEAD_USER_TEXT, MMedia, MReasoning, MSpacer, MText, MToolCall, MToolResult
 from .tool_ids import WORD, id_rule, wire_id, wire_name
-from .tool_schema import as_2020_12, as_taken, object_root, with_array_items, with_refs_under_defs, without_schema_ids
+from .tool_schema import (as_2020_12, as_taken, moonshot_flavoured, object_root, with_array_items, with_refs_under_defs,
+                          without_schema_ids)
 from .wire_format import WireFormat
 
 
@@ -46,13 +47,14 @@ def _user_content(fmt: ChatCompletions, parts: list, ledger: MediaLedger, deadli
 
 def _chat_schema(properties: bool, under_defs: bool, draft_2020_12: bool, mistral: bool):
     """A schema as Chat Completions takes it: arrays with items, an OpenAI model's object root with
-    properties, for Kimi's endpoint every reference under $defs, JSON Schema 2020-12 for the
-    providers that validate it so (OpenAI's, Anthropic's behind a gateway, Mistral's), and for
-    Mistral's no $id or $schema (tool_schema's doc)."""
+    properties, for Kimi's endpoint every reference under $defs and Moonshot's flavour of 2020-12,
+    JSON Schema 2020-12 for the providers that validate it so (OpenAI's, Anthropic's behind a
+    gateway, Mistral's), and for Mistral's no $id or $schema (tool_schema's doc)."""
     def made(schema):
         out = with_array_items(object_root(schema, properties=properties))
         out = with_refs_under_defs(out) if under_defs else out
-        out = as_2020_12(out) if draft_2020_12 else out
+        out = as_2020_12(out) if draft_2020_12 or under_defs else out
+        out = moonshot_flavoured(out) if under_defs else out
         return without_schema_ids(out) if mistral else out
     return made
 

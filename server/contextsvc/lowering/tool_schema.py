@@ -29,6 +29,14 @@ refused for as long as the server's tools are loaded (every request of the sessi
   server's Zod schema used twice, which zod-to-json-schema writes as `#/properties/fillHex`; and
   `#/definitions/X`, its draft-07 form). For Kimi every reference is moved under `$defs`
   (with_refs_under_defs); others take the schema as written (a hoisted `#` would double it).
+  The same validator (Moonshot Flavoured JSON Schema) refuses more that JSON Schema allows, each
+  written for Kimi as it takes it (moonshot_flavoured): `type` beside an `anyOf` ("when using
+  anyOf, type should be defined in anyOf items instead of the parent schema": into each branch);
+  a tuple `items` ("items must be an object": 2020-12's `prefixItems`, and no `items: false`); an
+  object without `required` ("required must be an array": `required: []`, the same); a `$ref`
+  with keywords beside it (a property's description: the reference alone); `null` among an
+  enum's values or a type's, and `nullable` (one type, values that are strings or numbers: the
+  model does not send null, which the tool takes or not).
 - Anthropic, for every Claude model there and on Bedrock: "tools.18.custom.input_schema: JSON
   schema is invalid. It must match JSON Schema draft 2020-12" (Dokploy's MCP server, fastapi_mcp,
   Claude Code #586), at every request, compaction included, from an MCP server's schema written
@@ -271,6 +279,42 @@ def _bounded(schema: dict) -> bool:
 
 
 _DEFS = "#/$defs/"
+
+
+def moonshot_flavoured(schema, root: bool = True):
+    """schema as Moonshot's validator takes it (the module's doc), after with_refs_under_defs and
+    as_2020_12; the very object where nothing changes."""
+    if not isinstance(schema, dict):
+        return schema
+    out = _with_subschemas(schema, lambda x: moonshot_flavoured(x, False))
+    if isinstance(out.get("$ref"), str) and len(out) > 1:
+        return {"$ref": out["$ref"]}
+    changed = {}
+    kind = out.get("type")
+    if isinstance(kind, list) and "null" in kind:
+        kept = [k for k in kind if k != "null"]
+        changed["type"] = kind = kept[0] if len(kept) == 1 else kept
+    if isinstance(out.get("enum"), list) and None in out["enum"] and len(out["enum"]) > 1:
+        changed["enum"] = [v for v in out["enum"] if v is not None]
+    if out.get("items") is False:
+        changed["items"] = None
+    if "nullable" in out:
+        changed["nullable"] = None
+    if not root and kind is not None and isinstance(out.get("anyOf"), list):
+        changed["type"] = None
+        changed["anyOf"] = [{**b, "type": kind} if isinstance(b, dict) and "type" not in b and "$ref" not in b else b
+                            for b in out["anyOf"]]
+    if (kind == "object" or isinstance(out.get("properties"), dict)) and not isinstance(out.get("required"), list):
+        changed["required"] = []
+    if not changed:
+        return out
+    out = dict(out)
+    for key, value in changed.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
 
 
 def with_refs_under_defs(schema):
