@@ -287,7 +287,7 @@ def moonshot_flavoured(schema, root: bool = True):
     if not isinstance(schema, dict):
         return schema
     out = _with_subschemas(schema, lambda x: moonshot_flavoured(x, False))
-    if isinstance(out.get("$ref"), str) and len(out) > 1:
+    if not root and isinstance(out.get("$ref"), str) and len(out) > 1:  # the root keeps its object type
         return {"$ref": out["$ref"]}
     changed = {}
     kind = out.get("type")
