@@ -881,7 +881,8 @@ FLAVOURS = pb.ToolDefinition(name="browser_act", description="d", input_schema_j
         "target": {"type": "string", "anyOf": [{"format": "uri"}, {"pattern": "^#"}]},
         "point": {"type": "array", "items": [{"type": "number"}, {"type": "number"}], "additionalItems": False},
         "options": {"$ref": "#/$defs/Options", "description": "how to act"},
-        "mode": {"type": ["string", "null"], "enum": ["fast", "safe", None]}},
+        "mode": {"type": ["string", "null"], "enum": ["fast", "safe", None]},
+        "timeout": {"type": ["integer", "string", "null"], "description": "ms, or a duration"}},
     "$defs": {"Options": {"type": "object", "properties": {"wait": {"type": "integer", "nullable": True}}}}}))
 
 
@@ -899,6 +900,7 @@ def test_kimi_gets_a_schema_in_moonshot_s_flavour(stubs, provider, model_id):
     assert props["point"] == {"type": "array", "prefixItems": [{"type": "number"}, {"type": "number"}]}
     assert props["options"] == {"$ref": "#/$defs/Options"}
     assert props["mode"] == {"type": "string", "enum": ["fast", "safe"]}
+    assert props["timeout"] == {"anyOf": [{"type": "integer"}, {"type": "string"}], "description": "ms, or a duration"}
     assert found["required"] == [] and found["$defs"]["Options"] == {
         "type": "object", "properties": {"wait": {"type": "integer"}}, "required": []}
     judged = judge_for("openai-compatible")({"model": "kimi-k2.5", "messages": [{"role": "user", "content": "hi"}],

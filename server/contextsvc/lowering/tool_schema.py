@@ -34,9 +34,10 @@ refused for as long as the server's tools are loaded (every request of the sessi
   anyOf, type should be defined in anyOf items instead of the parent schema": into each branch);
   a tuple `items` ("items must be an object": 2020-12's `prefixItems`, and no `items: false`); an
   object without `required` ("required must be an array": `required: []`, the same); a `$ref`
-  with keywords beside it (a property's description: the reference alone); `null` among an
-  enum's values or a type's, and `nullable` (one type, values that are strings or numbers: the
-  model does not send null, which the tool takes or not).
+  with keywords beside it (a property's description: the reference alone); a list of types (one
+  type a schema: the others as `anyOf` alternatives); `null` among an enum's values or a type's,
+  and `nullable` (values that are strings or numbers: the model does not send null, which the
+  tool takes or not).
 - Anthropic, for every Claude model there and on Bedrock: "tools.18.custom.input_schema: JSON
   schema is invalid. It must match JSON Schema draft 2020-12" (Dokploy's MCP server, fastapi_mcp,
   Claude Code #586), at every request, compaction included, from an MCP server's schema written
@@ -291,9 +292,13 @@ def moonshot_flavoured(schema, root: bool = True):
         return {"$ref": out["$ref"]}
     changed = {}
     kind = out.get("type")
-    if isinstance(kind, list) and "null" in kind:
+    if isinstance(kind, list):
         kept = [k for k in kind if k != "null"]
-        changed["type"] = kind = kept[0] if len(kept) == 1 else kept
+        if len(kept) == 1:
+            changed["type"] = kind = kept[0]
+        elif kept and "anyOf" not in out:  # one type a schema: the others as alternatives, the same
+            changed["type"], kind = None, None
+            changed["anyOf"] = [{"type": k} for k in kept]
     if isinstance(out.get("enum"), list) and None in out["enum"] and len(out["enum"]) > 1:
         changed["enum"] = [v for v in out["enum"] if v is not None]
     if out.get("items") is False:
