@@ -147,11 +147,18 @@ def prefix_hashes(lowered, provider: str, breakpoints: list, entries: list | Non
     return Chain((len(tools), len(lowered.system), len(messages)), out, short, extended, tail_blocks)
 
 
+def grown_blocks(element: dict, key: str, blocks: int) -> list | None:
+    """The element's list of blocks (key: the format's merged_key) where it holds more than
+    `blocks` of them: an element that may have grown from one of that many; None otherwise."""
+    held = element.get(key) if key else None
+    return held if isinstance(held, list) and len(held) > blocks else None
+
+
 def _cut_digest(h, element: dict, blocks: int, key: str) -> bytes | None:
     """The short prefix digest after element cut to its first `blocks` blocks (h: the hashing
     before it, not changed); None where it holds no more than that many."""
-    held = element.get(key) if key else None
-    if not isinstance(held, list) or len(held) <= blocks:
+    held = grown_blocks(element, key, blocks)
+    if held is None:
         return None
     cut = h.copy()
     cut.update(native.json_text({**element, key: held[:blocks]}).encode())

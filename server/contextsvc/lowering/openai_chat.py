@@ -53,7 +53,7 @@ def _chat_schema(properties: bool, under_defs: bool, draft_2020_12: bool, mistra
     def made(schema):
         out = with_array_items(object_root(schema, properties=properties))
         out = with_refs_under_defs(out) if under_defs else out
-        out = as_2020_12(out) if draft_2020_12 or under_defs else out
+        out = as_2020_12(out) if draft_2020_12 else out
         out = moonshot_flavoured(out) if under_defs else out
         return without_schema_ids(out) if mistral else out
     return made
@@ -130,8 +130,9 @@ def body(*, provider, model_id, system, messages, tools, max_output, ledger, ses
     out = {"model": model_id, "messages": all_msgs, token_field: max_output}
     if tools:
         openai_model, under_defs = fmt.serves_openai_model(model_id), model_ids.wants_refs_under_defs(model_id)
-        # behind a gateway, Anthropic validates its schemas; so do OpenAI and Mistral theirs
-        draft_2020_12 = openai_model or mistral or model_ids.is_claude(model_id)
+        # behind a gateway, Anthropic validates its schemas as 2020-12; so do OpenAI, Mistral and
+        # Moonshot (its flavour of it) theirs
+        draft_2020_12 = openai_model or mistral or under_defs or model_ids.is_claude(model_id)
         out["tools"] = [
             {"type": "function", "function": {"name": wire_name(fmt, t.name),
                                               "description": fmt.tool_description(t.description, model_id),

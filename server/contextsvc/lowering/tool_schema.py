@@ -216,9 +216,9 @@ def _resolved(branch, root: dict):
     return target if isinstance(target, dict) else branch
 
 
-# what a root that is a reference may hold beside it and still be the schema it names: keys that
-# say nothing of the input (under JSON Schema 2020-12 the others apply beside the reference)
-_BESIDE_A_ROOT_REF = frozenset(("$ref", "$schema", "$id", "$comment", "title", "description", "$defs", "definitions"))
+# keywords beside a reference that say nothing of the input: where its target has its own, that
+# one stands (under JSON Schema 2020-12 the others apply beside the reference: _beside_joined)
+_SAYS_NOTHING = frozenset(("$schema", "$id", "$comment", "title", "description"))
 
 
 def _root_resolved(schema: dict) -> dict:
@@ -257,8 +257,7 @@ def _beside_joined(node: dict, target: dict) -> dict | None:
     out = dict(target)
     for key, value in node.items():
         its = target.get(key)
-        if key == "$ref" or value == its or (key in target and key in _BESIDE_A_ROOT_REF
-                                               and key not in ("$defs", "definitions")):
+        if key == "$ref" or value == its or (key in target and key in _SAYS_NOTHING):
             continue
         if key in ("$defs", "definitions", "properties") and isinstance(value, dict) and isinstance(its, dict):
             if any(k in value and value[k] != v for k, v in its.items()):

@@ -148,16 +148,11 @@ def appended_blocks(request: Request, plan: Plan) -> Optional[_Appended]:
     change = request.change
     if change is None or not change.kept_blocks or change.segment != "messages":
         return None
-    key, kept = plan.fmt.merged_key, change.kept_blocks
-
-    def blocks(element: dict) -> Optional[list]:
-        held = element.get(key) if key else None
-        return held[kept:] if isinstance(held, list) and len(held) > kept else None
-
-    estimated = blocks((request.estimated or request.lowered).messages[change.index])
-    if estimated is None:
+    held = prefix.grown_blocks((request.estimated or request.lowered).messages[change.index], plan.fmt.merged_key,
+                               change.kept_blocks)
+    if held is None:
         return None
-    text = native.json_text(estimated)
+    text = native.json_text(held[change.kept_blocks:])
     return _Appended(text, _media_in([text]) if request.ledger.media_count else 0)
 
 
@@ -278,10 +273,14 @@ def figures(conv: m.Conversation, request: Request, plan: Plan, exact_counters=N
 
 def _pruned_since(conv: m.Conversation, answer: m.Message) -> bool:
     """Whether a tool part was marked compacted after answer was stored (its count held it whole)."""
+    return _last_compacted_ms(conv) > answer.time_completed_ms
+
+
+def _last_compacted_ms(conv: m.Conversation) -> int:
+    """The latest time_compacted_ms of any tool output (0: none): from the conversion's scans
+    where it made them, else read from every message."""
     scanned = conv.scanned
-    latest = scanned.last_compacted_ms if scanned is not None else max(map(m.LAST_COMPACTED_MS, conv.messages),
-                                                                       default=0)
-    return latest > answer.time_completed_ms
+    return scanned.last_compacted_ms if scanned is not None else max(map(m.LAST_COMPACTED_MS, conv.messages), default=0)
 
 
 def _stripped_since(out: Figures, request: Request, first: int, plan: Plan, model_counter: tuple) -> None:
@@ -798,11 +797,8 @@ def _calibrated_and_exact(out: Figures, conv: m.Conversation, request: Request, 
             out.decision_anchor = anchor
             out.overhead_heavy = (system_cal + tools_cal) * OVERHEAD_HEAVY >= ours
             if built_elements:
-                scanned = conv.scanned
-                latest = scanned.last_compacted_ms if scanned is not None else max(
-                    map(m.LAST_COMPACTED_MS, msgs), default=0)
                 out.between_factor = _between_factor(msgs, low.sources, mdl.id, request.last_compaction, anchor,
-                                                     at, message_profiles, latest, mc,
+                                                     at, message_profiles, _last_compacted_ms(conv), mc,
                                                      lambda start, end: fixes.calibrated(n_sys + start, n_sys + end))
     # self-calibrated: the calibrated figure until a factor scales it (_self_calibrate)
     out.projections["self-calibrated"] = out.projections["calibrated"]
