@@ -8,10 +8,15 @@ response's size, and on echo_server.py --measure ("bare"), the same trivial serv
 answers with contextsvc's own Measure (parse, step, serialization) and nothing else of its
 transport. The three alternate for --rounds rounds of --seconds each (the order turns each
 round, so a drift of the shared machine falls on all). Per round: requests/s and the server's CPU
-(user + system of its processes, from /proc, before and after) per request; printed: each
-side's median over the rounds and the medians of the rounds' ratios: contextsvc / echo (the
-target), contextsvc / bare (what contextsvc's transport adds: admission, deadlines, metrics,
-request-wait bookkeeping) and bare / echo (what the step costs in a server).
+(user + system of its processes, from /proc, before and after) per request, and the part of it
+its worker threads used (the pool's threads, named alike on each side: the parse, the work and
+the serialization, and the pool's handoff; the rest is the transport: grpc's threads and the
+event loop); printed: each side's median over the rounds and the medians of the rounds' ratios:
+contextsvc / echo (the target), contextsvc / bare (what contextsvc's transport adds: admission,
+deadlines, metrics, request-wait bookkeeping) and bare / echo (what the step costs in a server).
+Beside them, the same step (bare's worker: parse, Measure, serialization) back to back in one
+thread of this process, over the same requests in the order the callers send them: a worker in
+a server runs it with the caches the transport's work between two calls has left.
 
 --processes 2 serves contextsvc with --processes 2 and runs two echo (and bare) processes on one port
 (SO_REUSEPORT, as the supervisor's processes share theirs); the callers run in this process.
@@ -33,7 +38,8 @@ import grpc
 sys.path.insert(0, str(Path(__file__).parent))
 import workload  # noqa: E402
 from bench_step import grown  # noqa: E402
-from server_process import cpu_seconds, process_cpu_seconds, serve  # noqa: E402
+from echo_server import WORKER_NAME, measure  # noqa: E402
+from server_process import cpu_seconds, process_cpu_seconds, serve, thread_cpu_seconds  # noqa: E402
 
 
 CALLERS = 16
@@ -72,6 +78,9 @@ class Echo:
     def cpu_seconds(self) -> float:
         return sum(process_cpu_seconds(p.pid) for p in self.procs)
 
+    def worker_cpu_seconds(self) -> float:
+        return sum(thread_cpu_seconds(p.pid, WORKER_NAME) for p in self.procs)
+
     def stop(self):
         for p in self.procs:
             p.terminate()
@@ -104,15 +113,34 @@ async def load(port: int, method: str, requests: list[list[bytes]], seconds: flo
     return sum(c[0] for c in counts), sum(c[1] for c in counts)
 
 
-def measured(name, port, method, requests, seconds, server_cpu) -> dict:
-    """One round on one server: req/s, server CPU ms per request, client CPU share."""
+def measured(name, port, method, requests, seconds, server_cpu, worker_cpu) -> dict:
+    """One round on one server: req/s, server CPU ms per request (of it, its workers'), client
+    CPU share."""
     asyncio.run(load(port, method, requests, min(1.0, seconds)))  # connections up, caches warm
-    cpu0, own0, t0 = server_cpu(), sum(os.times()[:2]), time.perf_counter()
+    cpu0, workers0, own0, t0 = server_cpu(), worker_cpu(), sum(os.times()[:2]), time.perf_counter()
     ok, failed = asyncio.run(load(port, method, requests, seconds))
     elapsed = time.perf_counter() - t0
-    cpu, own = server_cpu() - cpu0, sum(os.times()[:2]) - own0
-    return {"name": name, "rps": ok / elapsed, "cpu_ms": cpu / max(ok, 1) * 1e3, "failed": failed,
+    cpu, workers, own = server_cpu() - cpu0, worker_cpu() - workers0, sum(os.times()[:2]) - own0
+    return {"name": name, "rps": ok / elapsed, "cpu_ms": cpu / max(ok, 1) * 1e3,
+            "worker_ms": workers / max(ok, 1) * 1e3, "failed": failed,
             "server_share": cpu / elapsed, "client_share": own / elapsed}
+
+
+def back_to_back_ms(requests: list[list[bytes]], passes: int = 3) -> float:
+    """Thread CPU ms per call of bare's worker (parse, Measure, serialization) on the requests in
+    the order the callers send them, back to back in this thread: the median of passes, after
+    one pass that lets the memo see them, as the servers' warm-up does."""
+    work = measure()
+    order = [own[i] for i in range(max(map(len, requests))) for own in requests if i < len(own)]
+    for r in order:
+        work(r)
+    times = []
+    for _ in range(passes):
+        t0 = time.thread_time()
+        for r in order:
+            work(r)
+        times.append((time.thread_time() - t0) / len(order) * 1e3)
+    return statistics.median(times)
 
 
 def main() -> int:
@@ -135,18 +163,19 @@ def main() -> int:
         print(f"{CALLERS} callers, Measure request {len(requests[0][0]):,}-{len(requests[0][-1]):,} B, "
               f"response {len(response)} B; {args.processes} server process(es) each side; "
               f"{args.rounds} rounds of {args.seconds:g} s")
-        sides = {"contextsvc": (port, MEASURE, lambda: cpu_seconds(proc.pid)),
-                 "echo": (echo.port, ECHO_METHOD, echo.cpu_seconds),
-                 "bare": (bare.port, ECHO_METHOD, bare.cpu_seconds)}
+        sides = {"contextsvc": (port, MEASURE, lambda: cpu_seconds(proc.pid),
+                                lambda: thread_cpu_seconds(proc.pid, WORKER_NAME)),
+                 "echo": (echo.port, ECHO_METHOD, echo.cpu_seconds, echo.worker_cpu_seconds),
+                 "bare": (bare.port, ECHO_METHOD, bare.cpu_seconds, bare.worker_cpu_seconds)}
         rounds = []
         for r in range(args.rounds):
             turn = r % len(sides)
             order = list(sides)[turn:] + list(sides)[:turn]
-            row = {name: measured(name, *sides[name][:2], requests, args.seconds, sides[name][2])
+            row = {name: measured(name, *sides[name][:2], requests, args.seconds, *sides[name][2:])
                    for name in order}
             rounds.append(row)
             print("  round {}: ".format(r + 1) + "   ".join(
-                f"{s['name']} {s['rps']:6.0f} req/s {s['cpu_ms']:.3f} CPU ms/req "
+                f"{s['name']} {s['rps']:6.0f} req/s {s['cpu_ms']:.3f} CPU ms/req, workers {s['worker_ms']:.3f} "
                 f"(server {s['server_share']:.0%}, client {s['client_share']:.0%} of a core)"
                 for s in row.values()))
     finally:
@@ -155,15 +184,18 @@ def main() -> int:
         for e in echoes:
             e.stop()
     failed = sum(s["failed"] for row in rounds for s in row.values())
-    med = {name: {k: statistics.median(row[name][k] for row in rounds) for k in ("rps", "cpu_ms")}
+    med = {name: {k: statistics.median(row[name][k] for row in rounds) for k in ("rps", "cpu_ms", "worker_ms")}
            for name in sides}
     for name, m in med.items():
-        print(f"{name:10} median: {m['rps']:6.0f} req/s   {m['cpu_ms']:.3f} server CPU ms/req")
+        print(f"{name:10} median: {m['rps']:6.0f} req/s   {m['cpu_ms']:.3f} server CPU ms/req: "
+              f"{m['worker_ms']:.3f} in its workers, {m['cpu_ms'] - m['worker_ms']:.3f} in its transport")
     for a, b in (("contextsvc", "echo"), ("contextsvc", "bare"), ("bare", "echo")):
         cpu_ratio = statistics.median(row[a]["cpu_ms"] / row[b]["cpu_ms"] for row in rounds)
         rps_ratio = statistics.median(row[a]["rps"] / row[b]["rps"] for row in rounds)
         print(f"{a + ' / ' + b:17}: server CPU per request {cpu_ratio:.2f}x, req/s {rps_ratio:.2f}x "
               f"(median of the rounds' ratios)")
+    print(f"bare's worker (parse, Measure, serialization) back to back in one thread of this process: "
+          f"{back_to_back_ms(requests):.3f} thread CPU ms/call")
     print(f"failed calls: {failed}")
     return 1 if failed else 0
 

@@ -23,8 +23,11 @@ from typing import Callable
 
 import grpc
 
+from contextsvc.thread_names import name_os_thread
+
 METHOD = "/bench.Echo/Echo"
 WORKERS = 20  # contextsvc's server.workers default
+WORKER_NAME = "rpc"  # its workers' names' prefix, as contextsvc names them (bench_floor reads their CPU)
 
 
 def identity(data: bytes) -> bytes:
@@ -72,8 +75,10 @@ def main() -> int:
     else:
         response = b"x" * args.response_bytes
         work = lambda request: response  # noqa: E731
-    executor = concurrent.futures.ThreadPoolExecutor(max_workers=WORKERS)
+    executor = concurrent.futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix=WORKER_NAME,
+                                                     initializer=name_os_thread)
     loop = asyncio.new_event_loop()
+    loop.call_soon(name_os_thread)
     threading.Thread(target=loop.run_forever, name="grpc-loop", daemon=True).start()
     server, port = asyncio.run_coroutine_threadsafe(
         start(args.port, executor, work), loop).result()

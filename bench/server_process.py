@@ -42,6 +42,24 @@ def process_cpu_seconds(pid) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_cpu_seconds(pid, prefix: str) -> float:
+    """User + system CPU of the threads of pid's processes whose names start with prefix (the
+    kernel keeps a thread name's first 15 bytes), living ones only: a pool's workers live as
+    long as the pool."""
+    total = 0
+    for proc in process_tree(pid):
+        for task in os.listdir(f"/proc/{proc}/task"):
+            try:
+                with open(f"/proc/{proc}/task/{task}/stat") as f:
+                    name, fields = f.read().split("(", 1)[1].rsplit(")", 1)
+            except FileNotFoundError:  # the thread ended meanwhile
+                continue
+            if name.startswith(prefix):
+                fields = fields.split()
+                total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(pid) -> float:
     """CPU the server's processes have used, summed (shows whether they are saturated)."""
     return sum(process_cpu_seconds(p) for p in process_tree(pid))

@@ -33,6 +33,30 @@ def test_serve_logs_one_start_line_and_answers(tmp_path):
         assert proc.wait(timeout=60) == 0
 
 
+def _thread_names(pid: int) -> list:
+    names = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/comm") as f:
+            names.append(f.read().strip())
+    return names
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread names from /proc")
+def test_the_workers_and_the_loop_are_named_where_the_os_shows_threads(tmp_path):
+    """top -H and /proc show a thread by its OS name: the core's workers and the transport's loop
+    carry theirs (before: every thread of the process read "python")."""
+    proc, port, *_ = launch(tmp_path=tmp_path)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            assert pb_grpc.ContextServiceStub(ch).Measure(convo.measure_request(), timeout=10).body_bytes > 0
+        names = _thread_names(proc.pid)
+        assert "grpc-loop" in names
+        assert any(name.startswith("rpc_") for name in names), names  # the worker that answered
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+
+
 def test_sigterm_finishes_in_flight_calls_and_refuses_new_ones(tmp_path):
     proc, port, metrics_port, _ = launch(tmp_path=tmp_path)
     conv = convo.small_conversation()

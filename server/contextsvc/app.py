@@ -23,6 +23,7 @@ from .rpc.security import TokenCheck, bearer_token, bearer_tokens, server_creden
 from .rpc.servicer import ContextService
 from .rpc.standard_services import HEALTH_SERVICE, REFLECTION_SERVICE, StandardServices
 from .signals import stop_on_signals, wait_for_stop
+from .thread_names import name_os_thread
 from .v1 import context_pb2 as pb
 
 log = logging.getLogger("contextsvc")
@@ -101,8 +102,10 @@ class Server:
         self._cleanup = truncation.CleanupScheduler(self.store, cfg.truncation,
                                                     on_report=m.record_cleanup if m else None)
         # the transport runs on an event loop of its own; the core's work on `workers` threads
-        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=s.workers, thread_name_prefix="rpc")
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=s.workers, thread_name_prefix="rpc",
+                                                               initializer=name_os_thread)
         self._loop = asyncio.new_event_loop()
+        self._loop.call_soon(name_os_thread)
         self._loop_thread = threading.Thread(target=self._loop.run_forever, name="grpc-loop", daemon=True)
         self._loop_thread.start()
         check = TokenCheck(tokens) if tokens else None
