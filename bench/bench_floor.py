@@ -18,9 +18,15 @@ Beside them, the same step (bare's worker: parse, Measure, serialization) back t
 thread of this process, over the same requests in the order the callers send them: a worker in
 a server runs it with the caches the transport's work between two calls has left.
 
+--new-steps: every call is a step the server has not seen, as in a live session (by default the
+callers' steps repeat once they have cycled, and a repeated step finds all its work in the memo):
+each caller's session grows by one new answer and user message a call, and after --variants
+steps the caller opens a new session (a conversation of its own, ~10 KB); each server gets the
+callers' steps in order, from where its last round left off, --steps-per-caller of them in all.
+
 --processes 2 serves contextsvc with --processes 2 and runs two echo (and bare) processes on one port
 (SO_REUSEPORT, as the supervisor's processes share theirs); the callers run in this process.
-Usage: python bench/bench_floor.py [--processes 1] [--rounds 3] [--seconds 5]
+Usage: python bench/bench_floor.py [--processes 1] [--rounds 3] [--seconds 5] [--new-steps]
 """
 from __future__ import annotations
 
@@ -37,8 +43,10 @@ import grpc
 
 sys.path.insert(0, str(Path(__file__).parent))
 import workload  # noqa: E402
-from bench_step import grown  # noqa: E402
+from bench_step import grown, step_answer, step_user  # noqa: E402
 from echo_server import WORKER_NAME, measure  # noqa: E402
+from contextsvc.allocator import return_large_blocks  # noqa: E402
+from contextsvc.collector import rare_full_collections  # noqa: E402
 from server_process import cpu_seconds, process_cpu_seconds, serve, thread_cpu_seconds  # noqa: E402
 
 
@@ -56,6 +64,28 @@ def requests_per_caller(variants: int) -> list[list[bytes]]:
         base = workload.measure_request(SMALL_TEXT)
         base.conversation.session_id = f"floor-{k}"
         out.append([r.SerializeToString() for r in grown(base, variants)])
+    return out
+
+
+def new_steps_per_caller(variants: int, count: int) -> list[list[bytes]]:
+    """count steps of each caller, none seen before: sessions of variants steps each, every one
+    with a conversation of its own (workload's seed) and step messages that name it."""
+    out = []
+    for k in range(CALLERS):
+        own, session = [], 0
+        while len(own) < count:
+            name = f"floor-{k}-{session}"
+            request = workload.measure_request(SMALL_TEXT)
+            request.conversation.CopyFrom(workload.conversation(SMALL_TEXT, seed=k * 100_003 + session))
+            request.conversation.session_id = name
+            for step in range(min(variants, count - len(own))):
+                answer, user = step_answer(step), step_user(step)
+                answer.parts[0].text.text += f" ({name})"
+                user.parts[0].text.text += f" ({name})"
+                request.conversation.messages.extend((answer, user))
+                own.append(request.SerializeToString())
+            session += 1
+        out.append(own)
     return out
 
 
@@ -88,37 +118,39 @@ class Echo:
             p.wait(30)
 
 
-async def load(port: int, method: str, requests: list[list[bytes]], seconds: float) -> tuple[int, int]:
+async def load(port: int, method: str, requests: list[list[bytes]], seconds: float,
+               cursors: list[int] | None = None) -> tuple[int, int]:
     """(answered, failed) calls of CALLERS callers, each on its own connection (the kernel
-    spreads connections, not calls, over a shared port's processes), for seconds."""
+    spreads connections, not calls, over a shared port's processes), for seconds. cursors: where
+    each caller goes on in its requests (moved past the ones sent); None: from the first."""
     end = time.perf_counter() + seconds
     options = [("grpc.use_local_subchannel_pool", 1)]
+    cursors = cursors if cursors is not None else [0] * len(requests)
 
-    async def caller(own: list[bytes]) -> tuple[int, int]:
+    async def caller(k: int, own: list[bytes]) -> tuple[int, int]:
         ok = failed = 0
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options) as channel:
             call = channel.unary_unary(method)  # bytes in, bytes out
             await channel.channel_ready()
-            i = 0
             while time.perf_counter() < end:
                 try:
-                    await call(own[i % len(own)], timeout=30)
+                    await call(own[cursors[k] % len(own)], timeout=30)
                     ok += 1
                 except grpc.aio.AioRpcError:
                     failed += 1
-                i += 1
+                cursors[k] += 1
         return ok, failed
 
-    counts = await asyncio.gather(*(caller(own) for own in requests))
+    counts = await asyncio.gather(*(caller(k, own) for k, own in enumerate(requests)))
     return sum(c[0] for c in counts), sum(c[1] for c in counts)
 
 
-def measured(name, port, method, requests, seconds, server_cpu, worker_cpu) -> dict:
+def measured(name, port, method, requests, seconds, server_cpu, worker_cpu, cursors=None) -> dict:
     """One round on one server: req/s, server CPU ms per request (of it, its workers'), client
-    CPU share."""
-    asyncio.run(load(port, method, requests, min(1.0, seconds)))  # connections up, caches warm
+    CPU share. cursors: where each caller goes on in its requests (load)."""
+    asyncio.run(load(port, method, requests, min(1.0, seconds), cursors))  # connections up, caches warm
     cpu0, workers0, own0, t0 = server_cpu(), worker_cpu(), sum(os.times()[:2]), time.perf_counter()
-    ok, failed = asyncio.run(load(port, method, requests, seconds))
+    ok, failed = asyncio.run(load(port, method, requests, seconds, cursors))
     elapsed = time.perf_counter() - t0
     cpu, workers, own = server_cpu() - cpu0, worker_cpu() - workers0, sum(os.times()[:2]) - own0
     return {"name": name, "rps": ok / elapsed, "cpu_ms": cpu / max(ok, 1) * 1e3,
@@ -126,16 +158,25 @@ def measured(name, port, method, requests, seconds, server_cpu, worker_cpu) -> d
             "server_share": cpu / elapsed, "client_share": own / elapsed}
 
 
-def back_to_back_ms(requests: list[list[bytes]], passes: int = 3) -> float:
+def back_to_back_ms(requests: list[list[bytes]], new_steps: bool, passes: int = 3) -> float:
     """Thread CPU ms per call of bare's worker (parse, Measure, serialization) on the requests in
     the order the callers send them, back to back in this thread: the median of passes, after
-    one pass that lets the memo see them, as the servers' warm-up does."""
-    work = measure()
+    one pass that lets the memo see them, as the servers' warm-up does; new_steps: each pass on
+    a worker of its own, whose memo has seen none of them, over the first NEW_STEPS_IN_PROCESS of
+    each caller's."""
+    return_large_blocks()  # the serving process's policies (cli.serve): the step runs as there
+    rare_full_collections()
+    if new_steps:
+        requests = [own[:NEW_STEPS_IN_PROCESS] for own in requests]
     order = [own[i] for i in range(max(map(len, requests))) for own in requests if i < len(own)]
-    for r in order:
-        work(r)
+    work = measure()
+    if not new_steps:
+        for r in order:
+            work(r)
     times = []
     for _ in range(passes):
+        if new_steps:
+            work = measure()
         t0 = time.thread_time()
         for r in order:
             work(r)
@@ -143,35 +184,47 @@ def back_to_back_ms(requests: list[list[bytes]], passes: int = 3) -> float:
     return statistics.median(times)
 
 
+NEW_STEPS_IN_PROCESS = 96  # each caller's steps back_to_back_ms times with new steps: three sessions
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--processes", type=int, default=1, help="contextsvc's --processes, and echo processes")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=5.0, help="per round and server")
-    ap.add_argument("--variants", type=int, default=32, help="steps each caller's conversation cycles through")
+    ap.add_argument("--variants", type=int, default=32,
+                    help="steps each caller's conversation cycles through (--new-steps: each session's steps)")
+    ap.add_argument("--new-steps", action="store_true", help="every call a step the server has not seen")
+    ap.add_argument("--steps-per-caller", type=int, default=2000, help="with --new-steps: the steps made")
     args = ap.parse_args()
-    requests = requests_per_caller(args.variants)
+    requests = (new_steps_per_caller(args.variants, args.steps_per_caller) if args.new_steps
+                else requests_per_caller(args.variants))
+    probe = workload.measure_request(SMALL_TEXT)  # the response's size, in a session of its own
+    probe.conversation.session_id = "floor-probe"
     proc, port = serve("--metrics-port", "0", "--processes", str(args.processes))
     echoes = []
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
-            response = ch.unary_unary(MEASURE)(requests[0][0], timeout=30)
+            response = ch.unary_unary(MEASURE)(probe.SerializeToString(), timeout=30)
         echo = Echo(args.processes, "--response-bytes", str(len(response)))
         echoes.append(echo)
         bare = Echo(args.processes, "--measure")
         echoes.append(bare)
         print(f"{CALLERS} callers, Measure request {len(requests[0][0]):,}-{len(requests[0][-1]):,} B, "
               f"response {len(response)} B; {args.processes} server process(es) each side; "
-              f"{args.rounds} rounds of {args.seconds:g} s")
+              f"{args.rounds} rounds of {args.seconds:g} s; "
+              + ("every step new" if args.new_steps else f"steps repeated after {args.variants}"))
         sides = {"contextsvc": (port, MEASURE, lambda: cpu_seconds(proc.pid),
                                 lambda: thread_cpu_seconds(proc.pid, WORKER_NAME)),
                  "echo": (echo.port, ECHO_METHOD, echo.cpu_seconds, echo.worker_cpu_seconds),
                  "bare": (bare.port, ECHO_METHOD, bare.cpu_seconds, bare.worker_cpu_seconds)}
+        # where each side's callers go on in their requests: with new steps, no server sees one twice
+        cursors = {name: [0] * CALLERS if args.new_steps else None for name in sides}
         rounds = []
         for r in range(args.rounds):
             turn = r % len(sides)
             order = list(sides)[turn:] + list(sides)[:turn]
-            row = {name: measured(name, *sides[name][:2], requests, args.seconds, *sides[name][2:])
+            row = {name: measured(name, *sides[name][:2], requests, args.seconds, *sides[name][2:], cursors[name])
                    for name in order}
             rounds.append(row)
             print("  round {}: ".format(r + 1) + "   ".join(
@@ -195,8 +248,14 @@ def main() -> int:
         print(f"{a + ' / ' + b:17}: server CPU per request {cpu_ratio:.2f}x, req/s {rps_ratio:.2f}x "
               f"(median of the rounds' ratios)")
     print(f"bare's worker (parse, Measure, serialization) back to back in one thread of this process: "
-          f"{back_to_back_ms(requests):.3f} thread CPU ms/call")
+          f"{back_to_back_ms(requests, args.new_steps):.3f} thread CPU ms/call")
     print(f"failed calls: {failed}")
+    if args.new_steps:
+        sent = max(max(c) for c in cursors.values() if c is not None and c is not cursors["echo"])
+        if sent > args.steps_per_caller:  # the echo's requests are bytes to it: it may go round
+            print(f"a caller sent {sent} steps, more than the {args.steps_per_caller} made: some were repeats "
+                  "(raise --steps-per-caller)")
+            return 1
     return 1 if failed else 0
 
 

@@ -1,6 +1,7 @@
 """The framework's floor for bench_floor.py: a trivial grpc.aio service in its own process, built
 as contextsvc's server is (the transport on an event loop of its own thread, the work on a
-thread pool), whose one unary method answers any request with a fixed response of a given size.
+thread pool, the serving process's allocator and collector policies), whose one unary method
+answers any request with a fixed response of a given size.
 
 --measure: the same service whose worker answers with contextsvc's own Measure of the request
 (the servicer's parse, Measure and serialization, the memo on, as `serve` runs them), with
@@ -23,6 +24,8 @@ from typing import Callable
 
 import grpc
 
+from contextsvc.allocator import return_large_blocks
+from contextsvc.collector import rare_full_collections
 from contextsvc.thread_names import name_os_thread
 
 METHOD = "/bench.Echo/Echo"
@@ -70,6 +73,8 @@ def main() -> int:
     answer.add_argument("--measure", action="store_true", help="answer contextsvc's Measure of the request")
     ap.add_argument("--port", type=int, default=0)
     args = ap.parse_args()
+    return_large_blocks()  # the serving process's policies, as `contextsvc serve` sets them
+    rare_full_collections()
     if args.measure:
         work = measure()
     else:

@@ -48,9 +48,11 @@ def main(argv=None) -> int:
 
     from .allocator import return_large_blocks
     from .app import Server
+    from .collector import rare_full_collections
     from .supervisor import READY_LINE, Supervisor, follow_parent, process_count
 
     return_large_blocks()  # a step's buffers reused, multi-megabyte ones returned when freed
+    rare_full_collections()  # no walk of the whole memo every thousand steps
 
     try:
         if args.shared_port:
