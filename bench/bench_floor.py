@@ -10,8 +10,8 @@ transport. The three alternate for --rounds rounds of --seconds each (the order 
 round, so a drift of the shared machine falls on all). Per round: requests/s and the server's CPU
 (user + system of its processes, from /proc, before and after) per request, and the part of it
 its worker threads used (the pool's threads, named alike on each side: the parse, the work and
-the serialization, and the pool's handoff; the rest is the transport: grpc's threads and the
-event loop); printed: each side's median over the rounds and the medians of the rounds' ratios:
+the serialization, and the pool's handoff; the rest is mostly the transport, grpc's threads and
+the event loop, and whatever other threads ran); printed: each side's median over the rounds and the medians of the rounds' ratios:
 contextsvc / echo (the target), contextsvc / bare (what contextsvc's transport adds: admission,
 deadlines, metrics, request-wait bookkeeping) and bare / echo (what the step costs in a server).
 Beside them, the same step (bare's worker: parse, Measure, serialization) back to back in one
@@ -184,7 +184,7 @@ def back_to_back_ms(requests: list[list[bytes]], new_steps: bool, passes: int = 
     return statistics.median(times)
 
 
-NEW_STEPS_IN_PROCESS = 96  # each caller's steps back_to_back_ms times with new steps: three sessions
+NEW_STEPS_IN_PROCESS = 96  # each caller's first steps back_to_back_ms times with new steps
 
 
 def main() -> int:
@@ -237,11 +237,14 @@ def main() -> int:
         for e in echoes:
             e.stop()
     failed = sum(s["failed"] for row in rounds for s in row.values())
-    med = {name: {k: statistics.median(row[name][k] for row in rounds) for k in ("rps", "cpu_ms", "worker_ms")}
+    for row in rounds:
+        for s in row.values():
+            s["rest_ms"] = s["cpu_ms"] - s["worker_ms"]
+    med = {name: {k: statistics.median(row[name][k] for row in rounds) for k in ("rps", "cpu_ms", "worker_ms", "rest_ms")}
            for name in sides}
     for name, m in med.items():
         print(f"{name:10} median: {m['rps']:6.0f} req/s   {m['cpu_ms']:.3f} server CPU ms/req: "
-              f"{m['worker_ms']:.3f} in its workers, {m['cpu_ms'] - m['worker_ms']:.3f} in its transport")
+              f"{m['worker_ms']:.3f} in its workers, {m['rest_ms']:.3f} in the rest (the transport, other threads)")
     for a, b in (("contextsvc", "echo"), ("contextsvc", "bare"), ("bare", "echo")):
         cpu_ratio = statistics.median(row[a]["cpu_ms"] / row[b]["cpu_ms"] for row in rounds)
         rps_ratio = statistics.median(row[a]["rps"] / row[b]["rps"] for row in rounds)
