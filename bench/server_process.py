@@ -35,29 +35,33 @@ def process_tree(pid) -> list[int]:
     return [pid] + sorted(children)
 
 
+def _named_cpu(stat_path: str) -> tuple[str, float]:
+    """(name, user + system CPU seconds) of a process's or a thread's stat file."""
+    with open(stat_path) as f:
+        name, fields = f.read().split("(", 1)[1].rsplit(")", 1)
+    fields = fields.split()
+    return name, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def process_cpu_seconds(pid) -> float:
     """User + system CPU one process has used."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return _named_cpu(f"/proc/{pid}/stat")[1]
 
 
 def thread_cpu_seconds(pid, prefix: str) -> float:
     """User + system CPU of the threads of pid's processes whose names start with prefix (the
     kernel keeps a thread name's first 15 bytes), living ones only: a pool's workers live as
     long as the pool."""
-    total = 0
+    total = 0.0
     for proc in process_tree(pid):
         for task in os.listdir(f"/proc/{proc}/task"):
             try:
-                with open(f"/proc/{proc}/task/{task}/stat") as f:
-                    name, fields = f.read().split("(", 1)[1].rsplit(")", 1)
+                name, seconds = _named_cpu(f"/proc/{proc}/task/{task}/stat")
             except FileNotFoundError:  # the thread ended meanwhile
                 continue
             if name.startswith(prefix):
-                fields = fields.split()
-                total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+                total += seconds
+    return total
 
 
 def cpu_seconds(pid) -> float:
