@@ -45,8 +45,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import workload  # noqa: E402
 from bench_step import grown, step_answer, step_user  # noqa: E402
 from echo_server import WORKER_NAME, measure  # noqa: E402
-from contextsvc.allocator import return_large_blocks  # noqa: E402
-from contextsvc.collector import rare_full_collections  # noqa: E402
+from contextsvc.serving_process import set_policies  # noqa: E402
 from server_process import cpu_seconds, process_cpu_seconds, serve, thread_cpu_seconds  # noqa: E402
 
 
@@ -164,8 +163,7 @@ def back_to_back_ms(requests: list[list[bytes]], new_steps: bool, passes: int = 
     one pass that lets the memo see them, as the servers' warm-up does; new_steps: each pass on
     a worker of its own, whose memo has seen none of them, over the first NEW_STEPS_IN_PROCESS of
     each caller's."""
-    return_large_blocks()  # the serving process's policies (cli.serve): the step runs as there
-    rare_full_collections()
+    set_policies()  # the serving process's (cli.serve): the step runs as there
     if new_steps:
         requests = [own[:NEW_STEPS_IN_PROCESS] for own in requests]
     order = [own[i] for i in range(max(map(len, requests))) for own in requests if i < len(own)]

@@ -38,8 +38,8 @@ from bench_reference import loopback  # noqa: E402
 from bench_step import BIG_TEXT, assemble_of, grown  # noqa: E402
 
 from contextsvc import config, native, step  # noqa: E402
-from contextsvc.allocator import return_large_blocks  # noqa: E402
 from contextsvc.rpc import conversion, servicer  # noqa: E402
+from contextsvc.serving_process import set_policies  # noqa: E402
 from contextsvc.v1 import context_pb2 as pb  # noqa: E402
 
 step_run = importlib.import_module("contextsvc.step.run")  # the package's `run` is the function
@@ -81,10 +81,10 @@ DISTURB_BYTES = 16 << 20
 
 def in_process(wires: list, disturbed: bool = False) -> dict:
     """{stage: [ms per step]} of the servicer's Measure from each request's bytes, under the
-    serving process's allocator policy (cli.serve sets it: the step runs as there). disturbed:
+    serving process's policies (cli.serve sets them: the step runs as there). disturbed:
     the processor's caches are filled with other bytes before each step, as a server's transport
     fills them between one step and the next (steps back to back find theirs still there)."""
-    return_large_blocks()
+    set_policies()
     scratch = bytearray(DISTURB_BYTES) if disturbed else None
     svc = servicer.ContextService(config.Config())
     spent = timed_stages()

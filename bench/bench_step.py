@@ -164,11 +164,11 @@ def loopback(small, big, guarded, config_path, show=print) -> dict:
 def floor(big, body, config_path):
     """In-process Measure of the 1 MB request, and what parsing, hashing and counting it cost."""
     from contextsvc import config, native
-    from contextsvc.allocator import return_large_blocks
     from contextsvc.rpc import conversion, servicer
     from contextsvc.rpc.message_keys import message_keys, message_spans
+    from contextsvc.serving_process import set_policies
 
-    return_large_blocks()  # the serving process's allocator policy (cli.serve), so the step runs as there
+    set_policies()  # the serving process's (cli.serve), so the step runs as there
     cfg = config.load(config_path) if config_path else config.Config()
     svc = servicer.ContextService(cfg)
     wires = {id(r): r.SerializeToString() for r in big}  # the request's bytes as the RPC receives them
@@ -194,10 +194,10 @@ def guard_in_process(guarded, config_path) -> None:
     with the guard raised above them ("a step over the guard costs no more than one under it"):
     two servicers, each with its own memo, alternating step by step, parse to response bytes."""
     from contextsvc import config
-    from contextsvc.allocator import return_large_blocks
     from contextsvc.rpc import conversion, servicer
+    from contextsvc.serving_process import set_policies
 
-    return_large_blocks()  # the serving process's allocator policy (cli.serve)
+    set_policies()  # the serving process's (cli.serve)
     cfg = config.load(config_path) if config_path else config.Config()
     raised = dataclasses.replace(cfg, assemble=dataclasses.replace(cfg.assemble, request_prune_bytes=1 << 30))
     out = []
@@ -302,7 +302,7 @@ def main():
     print(f"hot path {native.IMPLEMENTATION}")
     _, body, measured = loopback(small, big, guarded, args.config)
     transport_floor(small, big, guarded, measured, body)
-    floor(big, body, args.config)  # after the loopback: it sets the server's allocator policy for this process
+    floor(big, body, args.config)  # after the loopback: it sets the serving process's policies for this one
     guard_in_process(guarded, args.config)
 
 

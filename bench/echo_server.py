@@ -24,8 +24,7 @@ from typing import Callable
 
 import grpc
 
-from contextsvc.allocator import return_large_blocks
-from contextsvc.collector import rare_full_collections
+from contextsvc.serving_process import set_policies
 from contextsvc.thread_names import name_os_thread
 
 METHOD = "/bench.Echo/Echo"
@@ -73,8 +72,7 @@ def main() -> int:
     answer.add_argument("--measure", action="store_true", help="answer contextsvc's Measure of the request")
     ap.add_argument("--port", type=int, default=0)
     args = ap.parse_args()
-    return_large_blocks()  # the serving process's policies, as `contextsvc serve` sets them
-    rare_full_collections()
+    set_policies()  # the serving process's, as `contextsvc serve` sets them
     if args.measure:
         work = measure()
     else:

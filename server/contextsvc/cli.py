@@ -46,13 +46,11 @@ def main(argv=None) -> int:
         print(f"contextsvc: config: {e}", file=sys.stderr)
         return 2
 
-    from .allocator import return_large_blocks
     from .app import Server
-    from .collector import rare_full_collections
+    from .serving_process import set_policies
     from .supervisor import READY_LINE, Supervisor, follow_parent, process_count
 
-    return_large_blocks()  # a step's buffers reused, multi-megabyte ones returned when freed
-    rare_full_collections()  # no walk of the whole memo every thousand steps
+    set_policies()
 
     try:
         if args.shared_port:
